@@ -1,0 +1,78 @@
+//! Admission: AdmissionReview in, AdmissionResponse out, for `/mutate` (and later `/validate`
+//! and the dry-run endpoint), over the shared [`pipeline`].
+//!
+//! Owns: the wire format ([`review`]), the per-object pipeline ([`pipeline::Pinner`]), the
+//! decision of allow/deny/patch. Never: binds sockets or speaks TLS (that is `server`).
+
+pub mod mutate;
+pub mod pipeline;
+pub mod review;
+
+use std::time::Duration;
+
+pub use mutate::{mutate, Decision, ReviewResult};
+pub use pipeline::{Action, ImageOutcome, Pinner, Plan, Target};
+pub use review::{parse_review, review_body, AdmissionRequest, AdmissionResponse, ReviewError};
+
+/// The least time left for answering after resolution, out of the apiserver's timeout.
+const DEADLINE_MARGIN_FLOOR: Duration = Duration::from_millis(100);
+/// Used when the apiserver sends no `?timeout=` (its default `timeoutSeconds` is 10).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+const MIN_BUDGET: Duration = Duration::from_millis(250);
+
+/// The resolution budget for a call whose URL carried `?timeout=<go duration>`.
+pub fn budget_from_timeout(timeout: Option<&str>) -> Duration {
+    let total = timeout
+        .and_then(parse_go_duration)
+        .unwrap_or(DEFAULT_TIMEOUT);
+    // A tenth back for answering, and never less than the fixed floor.
+    let margin = (total / 10).max(DEADLINE_MARGIN_FLOOR);
+    total.saturating_sub(margin).max(MIN_BUDGET)
+}
+
+/// Parses the durations client-go writes (`time.Duration.String()`: `10s`, `1m0s`, `500ms`).
+fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest.get(..digits_end)?.parse().ok()?;
+        rest = rest.get(digits_end..)?;
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match rest.get(..unit_end)? {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            "us" | "µs" => 0.000_001,
+            "ns" => 0.000_000_001,
+            _ => return None,
+        };
+        rest = rest.get(unit_end..)?;
+        total += Duration::try_from_secs_f64(number * seconds).ok()?;
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_leaves_a_margin_out_of_the_apiserver_timeout() {
+        assert_eq!(budget_from_timeout(Some("10s")), Duration::from_secs(9));
+        assert_eq!(budget_from_timeout(Some("30s")), Duration::from_secs(27));
+        assert_eq!(budget_from_timeout(Some("1m0s")), Duration::from_secs(54));
+        assert_eq!(budget_from_timeout(Some("1s")), Duration::from_millis(900));
+        assert_eq!(budget_from_timeout(None), Duration::from_secs(9));
+        assert_eq!(budget_from_timeout(Some("bogus")), Duration::from_secs(9));
+        assert_eq!(budget_from_timeout(Some("10")), Duration::from_secs(9));
+    }
+}

@@ -1,0 +1,271 @@
+//! The admission pipeline shared by `/mutate`, the dry-run endpoint and `pinhook check`:
+//! find an object's images, resolve each distinct tag once and concurrently, and say per image
+//! what happens to it. Rendering (AdmissionResponse, dry-run JSON, CLI table) is the caller's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::Value;
+
+use crate::reference::{Digest, PinForm, Reference};
+use crate::registry::{Credential, RegistryError, ResolutionSource, Resolver};
+use crate::workload::{self, ImageSite, PodSpecKinds, WorkloadError};
+
+/// What pinhook does with one image site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Rewritten to a digest.
+    Pinned,
+    /// Left as it is (already pinned, or not changed by this update).
+    Unchanged,
+    /// Cannot be admitted (invalid reference, resolution failed).
+    Denied,
+}
+
+/// The outcome for one image site.
+#[derive(Debug, Clone)]
+pub struct ImageOutcome {
+    pub site: ImageSite,
+    pub action: Action,
+    /// The image after admission (the pinned reference, or the original).
+    pub result: String,
+    pub digest: Option<Digest>,
+    /// Why, for `Unchanged` and `Denied`.
+    pub reason: Option<String>,
+    pub source: Option<ResolutionSource>,
+}
+
+/// The outcomes for one object.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// False when the kind bears no pods (nothing was looked at).
+    pub pod_bearing: bool,
+    pub outcomes: Vec<ImageOutcome>,
+    pub warnings: Vec<String>,
+}
+
+/// One object to admit.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub subresource: &'a str,
+    pub namespace: &'a str,
+    pub object: &'a Value,
+    pub old_object: Option<&'a Value>,
+}
+
+/// Why the pipeline could not plan at all (as opposed to denying single images).
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("cannot read the object's images")]
+    Workload(#[from] WorkloadError),
+}
+
+/// Pins images: the configuration-free part of admission.
+pub struct Pinner {
+    kinds: PodSpecKinds,
+    resolver: Arc<dyn Resolver>,
+    form: PinForm,
+}
+
+// === impl Pinner ===
+
+impl Pinner {
+    pub fn new(kinds: PodSpecKinds, resolver: Arc<dyn Resolver>, form: PinForm) -> Pinner {
+        Pinner {
+            kinds,
+            resolver,
+            form,
+        }
+    }
+
+    pub fn kinds(&self) -> &PodSpecKinds {
+        &self.kinds
+    }
+
+    /// Plans one object. Resolution of all distinct tags runs concurrently and is bounded by
+    /// `budget` as a whole.
+    pub async fn plan(&self, target: &Target<'_>, budget: Duration) -> Result<Plan, PipelineError> {
+        let Some(sites) = workload::image_sites(
+            &self.kinds,
+            target.group,
+            target.kind,
+            target.subresource,
+            target.object,
+            target.old_object,
+        )?
+        else {
+            return Ok(Plan::default());
+        };
+        let triaged: Vec<Triage> = sites.into_iter().map(triage).collect();
+        let digests = self.resolve_all(&triaged, budget).await;
+        let outcomes = triaged
+            .into_iter()
+            .map(|t| self.outcome(t, &digests))
+            .collect();
+        Ok(Plan {
+            pod_bearing: true,
+            outcomes,
+            warnings: Vec::new(),
+        })
+    }
+
+    async fn resolve_all(&self, triaged: &[Triage], budget: Duration) -> HashMap<String, Resolved> {
+        let mut unique: HashMap<String, &Reference> = HashMap::new();
+        for t in triaged {
+            if let Triage::Resolve(_, reference) = t {
+                unique.entry(reference.tag_reference()).or_insert(reference);
+            }
+        }
+        let calls = unique.into_iter().map(|(key, reference)| async move {
+            let result = self.resolve_one(reference, budget).await;
+            (key, result)
+        });
+        join_all(calls).await.into_iter().collect()
+    }
+
+    async fn resolve_one(&self, reference: &Reference, budget: Duration) -> Resolved {
+        let credentials: [Credential; 0] = [];
+        match tokio::time::timeout(budget, self.resolver.resolve(reference, &credentials)).await {
+            Ok(result) => result,
+            Err(_) => Err(RegistryError::Timeout {
+                registry: reference.domain().to_string(),
+                timeout: budget,
+            }),
+        }
+    }
+
+    fn outcome(&self, triage: Triage, digests: &HashMap<String, Resolved>) -> ImageOutcome {
+        match triage {
+            Triage::Keep(site, reason) => unchanged(site, reason),
+            Triage::Invalid(site, reason) => denied(site, reason),
+            Triage::Resolve(site, reference) => match digests.get(&reference.tag_reference()) {
+                Some(Ok(resolution)) => ImageOutcome {
+                    result: reference.pinned(&resolution.digest, self.form),
+                    digest: Some(resolution.digest.clone()),
+                    action: Action::Pinned,
+                    reason: None,
+                    source: Some(resolution.source),
+                    site,
+                },
+                Some(Err(e)) => denied(site, error_chain(e)),
+                None => denied(site, "resolution did not run".to_string()),
+            },
+        }
+    }
+}
+
+type Resolved = Result<crate::registry::Resolution, RegistryError>;
+
+/// What to do with a site before any registry call.
+enum Triage {
+    Keep(ImageSite, String),
+    Invalid(ImageSite, String),
+    Resolve(ImageSite, Reference),
+}
+
+fn triage(site: ImageSite) -> Triage {
+    if !site.is_new {
+        return Triage::Keep(site, "not changed by this update".to_string());
+    }
+    match Reference::parse(&site.image) {
+        Err(e) => {
+            let reason = format!("invalid image reference: {e}");
+            Triage::Invalid(site, reason)
+        }
+        Ok(reference) if reference.digest().is_some() => {
+            Triage::Keep(site, "already pinned to a digest".to_string())
+        }
+        Ok(reference) => Triage::Resolve(site, reference),
+    }
+}
+
+fn unchanged(site: ImageSite, reason: String) -> ImageOutcome {
+    ImageOutcome {
+        result: site.image.clone(),
+        action: Action::Unchanged,
+        digest: None,
+        reason: Some(reason),
+        source: None,
+        site,
+    }
+}
+
+fn denied(site: ImageSite, reason: String) -> ImageOutcome {
+    ImageOutcome {
+        result: site.image.clone(),
+        action: Action::Denied,
+        digest: None,
+        reason: Some(reason),
+        source: None,
+        site,
+    }
+}
+
+/// `error: cause: cause`, the way operators read it in one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+// === impl Plan ===
+
+impl Plan {
+    /// The JSON Patch that applies every `Pinned` outcome.
+    pub fn patch(&self) -> Result<json_patch::Patch, WorkloadError> {
+        let edits: Vec<(String, String)> = self
+            .outcomes
+            .iter()
+            .filter(|o| o.action == Action::Pinned)
+            .map(|o| (o.site.pointer.clone(), o.result.clone()))
+            .collect();
+        workload::replace_patch(&edits)
+    }
+
+    pub fn denials(&self) -> impl Iterator<Item = &ImageOutcome> {
+        self.outcomes.iter().filter(|o| o.action == Action::Denied)
+    }
+
+    /// One line per denied image: which container, where, which image, why.
+    pub fn denial_message(&self) -> Option<String> {
+        let lines: Vec<String> = self.denials().map(ImageOutcome::describe).collect();
+        if lines.is_empty() {
+            None
+        } else {
+            Some(lines.join("; "))
+        }
+    }
+}
+
+// === impl ImageOutcome ===
+
+impl ImageOutcome {
+    /// `container "app" (/spec/containers/0/image) image "x:1": why`.
+    pub fn describe(&self) -> String {
+        let what = match self.site.field {
+            workload::ImageField::ImageVolume => "image volume",
+            workload::ImageField::InitContainers => "init container",
+            workload::ImageField::EphemeralContainers => "ephemeral container",
+            workload::ImageField::Containers => "container",
+        };
+        format!(
+            "{what} {:?} ({}) image {:?}: {}",
+            self.site.name,
+            self.site.pointer,
+            self.site.image,
+            self.reason.as_deref().unwrap_or("no reason given")
+        )
+    }
+}

@@ -1,0 +1,230 @@
+//! The `pinhook` command: `serve` the webhook, `resolve` one image, (more subcommands follow).
+//! Parses flags into each layer's `Config`, reports errors on one line, exits 2 on usage or
+//! start-up errors.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tracing::{info, warn};
+
+use pinhook::admission::Pinner;
+use pinhook::metrics::Metrics;
+use pinhook::reference::{PinForm, Reference};
+use pinhook::registry::{OciResolver, RegistryConfig, Resolver};
+use pinhook::server::{self, AppState, ServerConfig};
+use pinhook::workload::PodSpecKinds;
+
+#[derive(Debug, Parser)]
+#[command(name = "pinhook", version, about = "Pin every container image to its digest")]
+struct Cli {
+    /// Log format.
+    #[arg(long, env = "PINHOOK_LOG_FORMAT", default_value = "text", global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the admission webhook over HTTPS.
+    Serve(ServeArgs),
+    /// Resolve one image reference and print it pinned.
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormArg {
+    /// name:tag@digest (the tag stays for humans)
+    TagDigest,
+    /// name@digest
+    Digest,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "PINHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// PEM certificate chain served to the apiserver (reloaded when it changes).
+    #[arg(long, env = "PINHOOK_TLS_CERT")]
+    tls_cert: PathBuf,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "PINHOOK_TLS_KEY")]
+    tls_key: PathBuf,
+    /// How pinned references are written.
+    #[arg(long, env = "PINHOOK_FORM", default_value = "tag-digest")]
+    form: FormArg,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+struct ResolveArgs {
+    /// The image reference, e.g. registry.example/team/app:1.0
+    image: String,
+    /// How the pinned reference is written.
+    #[arg(long, env = "PINHOOK_FORM", default_value = "tag-digest")]
+    form: FormArg,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+struct RegistryArgs {
+    /// Extra PEM CA bundle trusted for registries (repeatable).
+    #[arg(long = "registry-ca", env = "PINHOOK_REGISTRY_CA", value_delimiter = ',')]
+    registry_ca: Vec<PathBuf>,
+    /// Registry host[:port] reached over plain HTTP (repeatable).
+    #[arg(long = "insecure-registry", env = "PINHOOK_INSECURE_REGISTRY", value_delimiter = ',')]
+    insecure_registry: Vec<String>,
+    /// Bound on each registry HTTP call, in seconds.
+    #[arg(long, env = "PINHOOK_REGISTRY_TIMEOUT", default_value_t = 5.0)]
+    registry_timeout: f64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    pinhook::install_crypto_provider();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("pinhook: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::Resolve(args) => resolve(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("pinhook: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PINHOOK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let resolver = build_resolver(&args.registry)?;
+    let pinner = Pinner::new(PodSpecKinds::builtin(), resolver, args.form.into());
+    let state = AppState {
+        pinner: Arc::new(pinner),
+        metrics: Arc::new(Metrics::new()),
+        ready: Arc::new(AtomicBool::new(false)),
+    };
+    let config = ServerConfig {
+        listen: args.listen,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+    };
+    let running = server::start(config, state).await?;
+    shutdown_signal().await;
+    info!("shutting down: readiness off, finishing in-flight requests");
+    running.shutdown().await?;
+    info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn resolve(args: ResolveArgs) -> Result<ExitCode> {
+    let reference = Reference::parse(&args.image)
+        .with_context(|| format!("invalid image reference {:?}", args.image))?;
+    if let Some(digest) = reference.digest() {
+        println!("{}", reference.pinned(digest, args.form.into()));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let resolver = build_resolver(&args.registry)?;
+    match resolver.resolve(&reference, &[]).await {
+        Ok(resolution) => {
+            println!("{}", reference.pinned(&resolution.digest, args.form.into()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("pinhook: cannot resolve {}: {}", args.image, error_line(&e));
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn build_resolver(args: &RegistryArgs) -> Result<Arc<dyn Resolver>> {
+    let mut config = RegistryConfig {
+        request_timeout: Duration::try_from_secs_f64(args.registry_timeout)
+            .context("--registry-timeout must be a positive number of seconds")?,
+        ..RegistryConfig::default()
+    };
+    for path in &args.registry_ca {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("failed to read registry CA '{}'", path.display()))?;
+        config.ca_pems.push(pem);
+    }
+    config.insecure_hosts = args.insecure_registry.iter().cloned().collect();
+    for host in &config.insecure_hosts {
+        warn!(host = %host, "registry reached over plain HTTP");
+    }
+    Ok(Arc::new(OciResolver::new(config)?))
+}
+
+fn error_line(error: &dyn std::error::Error) -> String {
+    pinhook::admission::pipeline::error_chain(error)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+// === impl FormArg ===
+
+impl From<FormArg> for PinForm {
+    fn from(form: FormArg) -> PinForm {
+        match form {
+            FormArg::TagDigest => PinForm::TagAndDigest,
+            FormArg::Digest => PinForm::DigestOnly,
+        }
+    }
+}

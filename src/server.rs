@@ -1,0 +1,294 @@
+//! HTTPS server: routes, handlers, TLS with certificate reload, health, metrics, shutdown.
+//!
+//! Owns: sockets and TLS (axum + rustls through axum-server), mapping errors to HTTP status,
+//! the request span and review metrics. Handlers are thin: extract, call `admission`, render.
+//! Invariants: nothing on the request path panics (a panic layer turns a bug into a 500), bodies
+//! over 7 MiB get 413 before they are buffered whole.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use axum_server::tls_rustls::RustlsConfig;
+use serde::Deserialize;
+use tracing::{info, warn, Instrument};
+
+use crate::admission::{self, Pinner};
+use crate::metrics::{EndpointLabels, Metrics, ReviewLabels};
+
+/// controller-runtime's limit: two objects of up to 3 MiB each plus the envelope.
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+/// How often certificate files are checked for changes.
+const RELOAD_POLL: Duration = Duration::from_secs(2);
+/// How long in-flight requests get to finish on shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Why the server could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("failed to load TLS certificate '{cert}' and key '{key}'")]
+    LoadTls {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to bind {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("server did not report its listening address")]
+    NoAddress,
+}
+
+/// Where to listen and with which certificate.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+}
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    pub pinner: Arc<Pinner>,
+    pub metrics: Arc<Metrics>,
+    pub ready: Arc<AtomicBool>,
+}
+
+/// A server that is listening.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    handle: axum_server::Handle<SocketAddr>,
+    ready: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Result<(), ServerError>>,
+    reloader: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReviewQuery {
+    timeout: Option<String>,
+}
+
+/// The routes, without a socket (tests drive it with `tower::ServiceExt::oneshot`).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate_handler))
+        .route("/healthz", get(healthz_handler))
+        .route("/readyz", get(readyz_handler))
+        .route("/metrics", get(metrics_handler))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::catch_panic::CatchPanicLayer::new())
+        .with_state(state)
+}
+
+/// Loads the certificate, binds, and serves until [`RunningServer::shutdown`].
+pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServer, ServerError> {
+    let tls = RustlsConfig::from_pem_file(&config.tls_cert, &config.tls_key)
+        .await
+        .map_err(|source| ServerError::LoadTls {
+            cert: config.tls_cert.clone(),
+            key: config.tls_key.clone(),
+            source,
+        })?;
+    let listener = std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|_| ServerError::NoAddress)?;
+    let handle = axum_server::Handle::new();
+    let app = router(state.clone());
+    let server = axum_server::from_tcp_rustls(listener, tls.clone())
+        .map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?
+        .handle(handle.clone());
+    let task = tokio::spawn(async move {
+        server
+            .serve(app.into_make_service())
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })
+    });
+    let reloader = tokio::spawn(watch_certificates(tls, config.tls_cert, config.tls_key));
+    state.ready.store(true, Ordering::SeqCst);
+    info!(%addr, "listening");
+    Ok(RunningServer {
+        addr,
+        handle,
+        ready: state.ready,
+        task,
+        reloader,
+    })
+}
+
+// === impl RunningServer ===
+
+impl RunningServer {
+    /// Turns readiness false, lets in-flight requests finish, then stops.
+    pub async fn shutdown(self) -> Result<(), ServerError> {
+        self.ready.store(false, Ordering::SeqCst);
+        self.handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
+        self.reloader.abort();
+        match self.task.await {
+            Ok(result) => result,
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+async fn mutate_handler(
+    State(state): State<AppState>,
+    Query(query): Query<ReviewQuery>,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let request = match admission::parse_review(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            warn!(error = %e, "rejected malformed review");
+            record_review(&state, "mutate", "", "error", started);
+            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
+        }
+    };
+    let span = tracing::info_span!(
+        "review",
+        uid = %request.uid,
+        namespace = %request.namespace,
+        kind = %request.kind.kind,
+        operation = %request.operation,
+        result = tracing::field::Empty,
+    );
+    let budget = admission::budget_from_timeout(query.timeout.as_deref());
+    let decision = admission::mutate(&state.pinner, &request, budget)
+        .instrument(span.clone())
+        .await;
+    let result = decision.result.as_str();
+    span.record("result", result);
+    span.in_scope(|| log_decision(&decision));
+    record_review(&state, "mutate", &request.operation, result, started);
+    json_response(admission::review_body(&decision.response))
+}
+
+fn log_decision(decision: &admission::Decision) {
+    let Some(plan) = &decision.plan else { return };
+    for outcome in &plan.outcomes {
+        match outcome.action {
+            admission::Action::Pinned => info!(
+                pointer = %outcome.site.pointer,
+                image = %outcome.site.image,
+                pinned = %outcome.result,
+                "pinned image"
+            ),
+            admission::Action::Denied => warn!(
+                pointer = %outcome.site.pointer,
+                image = %outcome.site.image,
+                reason = outcome.reason.as_deref().unwrap_or(""),
+                "denied image"
+            ),
+            admission::Action::Unchanged => {}
+        }
+    }
+}
+
+fn record_review(state: &AppState, endpoint: &'static str, operation: &str, result: &'static str, started: Instant) {
+    // Operations come from the apiserver's fixed set; anything else is folded into "other".
+    let operation = match operation {
+        "CREATE" | "UPDATE" | "DELETE" | "CONNECT" => operation.to_string(),
+        _ => "other".to_string(),
+    };
+    state
+        .metrics
+        .reviews
+        .get_or_create(&ReviewLabels {
+            endpoint,
+            operation,
+            result,
+        })
+        .inc();
+    state
+        .metrics
+        .review_duration
+        .get_or_create(&EndpointLabels { endpoint })
+        .observe(started.elapsed().as_secs_f64());
+}
+
+fn json_response(body: Result<Vec<u8>, serde_json::Error>) -> Response {
+    match body {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the response: {e}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn healthz_handler() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz_handler(State(state): State<AppState>) -> Response {
+    if state.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    }
+}
+
+async fn metrics_handler(State(state): State<AppState>) -> Response {
+    match state.metrics.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Reloads the certificate when the files change (a mounted Secret is updated in place).
+/// A bad new pair keeps the old one serving; existing connections are not touched.
+async fn watch_certificates(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
+    let mut seen = (modified(&cert), modified(&key));
+    loop {
+        tokio::time::sleep(RELOAD_POLL).await;
+        let now = (modified(&cert), modified(&key));
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match tls.reload_from_pem_file(&cert, &key).await {
+            Ok(()) => info!(cert = %cert.display(), "reloaded TLS certificate"),
+            Err(e) => warn!(
+                cert = %cert.display(),
+                error = %e,
+                "new TLS certificate rejected, still serving the previous one"
+            ),
+        }
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
