@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod certs;
 pub mod metrics;
 pub mod reference;
 pub mod registry;

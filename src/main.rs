@@ -21,10 +21,19 @@ use pinhook::server::{self, AppState, ServerConfig};
 use pinhook::workload::PodSpecKinds;
 
 #[derive(Debug, Parser)]
-#[command(name = "pinhook", version, about = "Pin every container image to its digest")]
+#[command(
+    name = "pinhook",
+    version,
+    about = "Pin every container image to its digest"
+)]
 struct Cli {
     /// Log format.
-    #[arg(long, env = "PINHOOK_LOG_FORMAT", default_value = "text", global = true)]
+    #[arg(
+        long,
+        env = "PINHOOK_LOG_FORMAT",
+        default_value = "text",
+        global = true
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -36,6 +45,27 @@ enum Command {
     Serve(ServeArgs),
     /// Resolve one image reference and print it pinned.
     Resolve(ResolveArgs),
+    /// Generate a CA and a serving certificate for the webhook Service.
+    Certs(CertsArgs),
+}
+
+#[derive(Debug, Args)]
+struct CertsArgs {
+    /// Name of the webhook's Service.
+    #[arg(long, env = "PINHOOK_SERVICE", default_value = "pinhook")]
+    service: String,
+    /// Namespace of the webhook's Service.
+    #[arg(long, env = "PINHOOK_NAMESPACE", default_value = "pinhook-system")]
+    namespace: String,
+    /// Extra DNS name or IP address for the certificate (repeatable).
+    #[arg(long = "san", value_delimiter = ',')]
+    sans: Vec<String>,
+    /// Validity of both certificates, in days.
+    #[arg(long, default_value_t = 365)]
+    days: u32,
+    /// Directory to write ca.crt, ca.key, tls.crt and tls.key into.
+    #[arg(long, default_value = "certs")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -84,10 +114,18 @@ struct ResolveArgs {
 #[derive(Debug, Args)]
 struct RegistryArgs {
     /// Extra PEM CA bundle trusted for registries (repeatable).
-    #[arg(long = "registry-ca", env = "PINHOOK_REGISTRY_CA", value_delimiter = ',')]
+    #[arg(
+        long = "registry-ca",
+        env = "PINHOOK_REGISTRY_CA",
+        value_delimiter = ','
+    )]
     registry_ca: Vec<PathBuf>,
     /// Registry host[:port] reached over plain HTTP (repeatable).
-    #[arg(long = "insecure-registry", env = "PINHOOK_INSECURE_REGISTRY", value_delimiter = ',')]
+    #[arg(
+        long = "insecure-registry",
+        env = "PINHOOK_INSECURE_REGISTRY",
+        value_delimiter = ','
+    )]
     insecure_registry: Vec<String>,
     /// Bound on each registry HTTP call, in seconds.
     #[arg(long, env = "PINHOOK_REGISTRY_TIMEOUT", default_value_t = 5.0)]
@@ -109,6 +147,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Resolve(args) => resolve(args).await,
+            Command::Certs(args) => certs(args),
         }
     });
     match result {
@@ -173,6 +212,27 @@ async fn resolve(args: ResolveArgs) -> Result<ExitCode> {
     }
 }
 
+fn certs(args: CertsArgs) -> Result<ExitCode> {
+    let request = pinhook::certs::CertRequest {
+        service: args.service,
+        namespace: args.namespace,
+        extra_sans: args.sans,
+        validity_days: args.days,
+    };
+    let generated = pinhook::certs::generate(&request)?;
+    let files = generated.write(&args.out)?;
+    eprintln!(
+        "wrote {}, {} and {} for {}",
+        files.ca_cert.display(),
+        files.cert.display(),
+        files.key.display(),
+        request.subject_alt_names().join(", ")
+    );
+    // stdout carries only the caBundle, so scripts can capture it.
+    println!("{}", generated.ca_bundle());
+    Ok(ExitCode::SUCCESS)
+}
+
 fn build_resolver(args: &RegistryArgs) -> Result<Arc<dyn Resolver>> {
     let mut config = RegistryConfig {
         request_timeout: Duration::try_from_secs_f64(args.registry_timeout)
@@ -199,14 +259,15 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(e) => {
-                warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(e) => {
+                    warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -102,10 +102,11 @@ pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServe
             key: config.tls_key.clone(),
             source,
         })?;
-    let listener = std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
-        addr: config.listen,
-        source,
-    })?;
+    let listener =
+        std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
     listener
         .set_nonblocking(true)
         .map_err(|source| ServerError::Bind {
@@ -208,7 +209,13 @@ fn log_decision(decision: &admission::Decision) {
     }
 }
 
-fn record_review(state: &AppState, endpoint: &'static str, operation: &str, result: &'static str, started: Instant) {
+fn record_review(
+    state: &AppState,
+    endpoint: &'static str,
+    operation: &str,
+    result: &'static str,
+    started: Instant,
+) {
     // Operations come from the apiserver's fixed set; anything else is folded into "other".
     let operation = match operation {
         "CREATE" | "UPDATE" | "DELETE" | "CONNECT" => operation.to_string(),

@@ -177,7 +177,10 @@ impl AdmissionResponse {
     }
 
     /// Attaches a JSON Patch; an empty patch attaches nothing (no change).
-    pub fn with_patch(mut self, patch: &json_patch::Patch) -> Result<AdmissionResponse, serde_json::Error> {
+    pub fn with_patch(
+        mut self,
+        patch: &json_patch::Patch,
+    ) -> Result<AdmissionResponse, serde_json::Error> {
         if patch.0.is_empty() {
             return Ok(self);
         }
@@ -201,11 +204,26 @@ mod tests {
     fn names_what_is_wrong() {
         let cases: &[(&str, &str)] = &[
             ("{", "not valid JSON"),
-            (r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#, "apiVersion must be"),
-            (r#"{"apiVersion":"admission.k8s.io/v1","kind":"Pod"}"#, "kind must be"),
-            (r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#, "no request"),
-            (r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}"#, "uid is missing"),
-            (r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":5}}"#, "request is malformed"),
+            (
+                r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#,
+                "apiVersion must be",
+            ),
+            (
+                r#"{"apiVersion":"admission.k8s.io/v1","kind":"Pod"}"#,
+                "kind must be",
+            ),
+            (
+                r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+                "no request",
+            ),
+            (
+                r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}"#,
+                "uid is missing",
+            ),
+            (
+                r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":5}}"#,
+                "request is malformed",
+            ),
         ];
         for (body, expected) in cases {
             let err = parse_review(body.as_bytes()).err().map(|e| e.to_string());
@@ -222,10 +240,14 @@ mod tests {
             r#"[{"op":"replace","path":"/spec/containers/0/image","value":"a@sha256:00"}]"#,
         )
         .expect("valid patch");
-        let response = AdmissionResponse::allow("u").with_patch(&patch).expect("serialises");
-        let body: Value = serde_json::from_slice(&review_body(&response).expect("serialises"))
-            .expect("json");
-        let encoded = body["response"]["patch"].as_str().expect("patch is a string");
+        let response = AdmissionResponse::allow("u")
+            .with_patch(&patch)
+            .expect("serialises");
+        let body: Value =
+            serde_json::from_slice(&review_body(&response).expect("serialises")).expect("json");
+        let encoded = body["response"]["patch"]
+            .as_str()
+            .expect("patch is a string");
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded)
             .expect("base64");

@@ -77,7 +77,11 @@ impl OciResolver {
         })
     }
 
-    fn client_for(&self, registry: &str, credential: &Credential) -> Result<Arc<Client>, RegistryError> {
+    fn client_for(
+        &self,
+        registry: &str,
+        credential: &Credential,
+    ) -> Result<Arc<Client>, RegistryError> {
         let key = (registry.to_string(), credential.fingerprint());
         if let Some(client) = self.clients.get(&key) {
             return Ok(client);
@@ -123,7 +127,11 @@ impl OciResolver {
         })
     }
 
-    async fn resolve_with(&self, reference: &Reference, credential: &Credential) -> Result<Digest, RegistryError> {
+    async fn resolve_with(
+        &self,
+        reference: &Reference,
+        credential: &Credential,
+    ) -> Result<Digest, RegistryError> {
         let registry = reference.domain();
         let client = self.client_for(registry, credential)?;
         let oci_ref = oci_client::Reference::with_tag(
@@ -145,13 +153,11 @@ impl OciResolver {
                 })
             }
         };
-        digest
-            .parse::<Digest>()
-            .map_err(|_| RegistryError::Status {
-                registry: registry.to_string(),
-                status: 200,
-                message: format!("registry sent an invalid digest {digest:?}"),
-            })
+        digest.parse::<Digest>().map_err(|_| RegistryError::Status {
+            registry: registry.to_string(),
+            status: 200,
+            message: format!("registry sent an invalid digest {digest:?}"),
+        })
     }
 }
 
@@ -194,7 +200,10 @@ impl Resolver for OciResolver {
 fn check_system_roots() -> Result<(), RegistryError> {
     let env_file = std::env::var_os("SSL_CERT_FILE");
     let env_dir = std::env::var_os("SSL_CERT_DIR");
-    let found = env_file.as_deref().map(Path::new).is_some_and(Path::is_file)
+    let found = env_file
+        .as_deref()
+        .map(Path::new)
+        .is_some_and(Path::is_file)
         || env_dir.as_deref().map(Path::new).is_some_and(Path::is_dir)
         || SYSTEM_CA_FILES.iter().any(|f| Path::new(f).is_file());
     if found {
@@ -212,7 +221,9 @@ fn classify(error: OciDistributionError, reference: &Reference) -> RegistryError
     match error {
         OciDistributionError::ImageManifestNotFoundError(_) => not_found(reference),
         OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => RegistryError::Unauthorized { registry },
+        | OciDistributionError::AuthenticationFailure(_) => {
+            RegistryError::Unauthorized { registry }
+        }
         OciDistributionError::RegistryError { envelope, .. } => {
             let code = envelope.errors.first().map(|e| &e.code);
             match code {
@@ -233,21 +244,31 @@ fn classify(error: OciDistributionError, reference: &Reference) -> RegistryError
             }
         }
         OciDistributionError::ServerError { code: 404, .. } => not_found(reference),
-        OciDistributionError::ServerError { code: 401, .. } => RegistryError::Unauthorized { registry },
+        OciDistributionError::ServerError { code: 401, .. } => {
+            RegistryError::Unauthorized { registry }
+        }
         OciDistributionError::ServerError { code: 403, .. } => RegistryError::Denied {
             registry,
             repository: reference.path().to_string(),
         },
-        OciDistributionError::ServerError { code: 429, .. } => RegistryError::RateLimited { registry },
+        OciDistributionError::ServerError { code: 429, .. } => {
+            RegistryError::RateLimited { registry }
+        }
         OciDistributionError::ServerError { code, message, .. } => RegistryError::Status {
             registry,
             status: code,
             message: truncate(&message, 200),
         },
         e @ (OciDistributionError::RequestError(_) | OciDistributionError::IoError(_)) => {
-            RegistryError::Unreachable { registry, source: e }
+            RegistryError::Unreachable {
+                registry,
+                source: e,
+            }
         }
-        e => RegistryError::InvalidResponse { registry, source: e },
+        e => RegistryError::InvalidResponse {
+            registry,
+            source: e,
+        },
     }
 }
 

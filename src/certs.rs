@@ -1,0 +1,183 @@
+//! Development and bootstrap certificates: a CA and a serving certificate for the webhook's
+//! Service (`<service>.<namespace>.svc`), plus the caBundle to put in the webhook
+//! configurations. Production clusters may use cert-manager instead (see `manifests/`).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+};
+
+/// Why certificates could not be made or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("failed to generate certificates")]
+    Generate(#[from] rcgen::Error),
+    #[error("failed to write '{path}'")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What to issue.
+#[derive(Debug, Clone)]
+pub struct CertRequest {
+    pub service: String,
+    pub namespace: String,
+    /// Extra DNS names or IP addresses (e.g. `127.0.0.1` for a local apiserver).
+    pub extra_sans: Vec<String>,
+    pub validity_days: u32,
+}
+
+/// A CA and a serving certificate it signed, all PEM.
+pub struct GeneratedCerts {
+    pub ca_cert_pem: String,
+    pub ca_key_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// The files [`GeneratedCerts::write`] wrote.
+#[derive(Debug, Clone)]
+pub struct CertFiles {
+    pub ca_cert: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+// === impl CertRequest ===
+
+impl CertRequest {
+    /// DNS names a Service is reached by, then the extras.
+    pub fn subject_alt_names(&self) -> Vec<String> {
+        let (svc, ns) = (&self.service, &self.namespace);
+        let mut names = vec![
+            svc.clone(),
+            format!("{svc}.{ns}"),
+            format!("{svc}.{ns}.svc"),
+            format!("{svc}.{ns}.svc.cluster.local"),
+        ];
+        names.extend(self.extra_sans.iter().cloned());
+        names
+    }
+}
+
+/// Issues a fresh CA and a serving certificate for `request`.
+pub fn generate(request: &CertRequest) -> Result<GeneratedCerts, CertError> {
+    let ca_key = KeyPair::generate()?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.distinguished_name = name("pinhook webhook CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    set_validity(&mut ca_params, request.validity_days);
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
+
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(request.subject_alt_names())?;
+    params.distinguished_name = name(&format!("{}.{}.svc", request.service, request.namespace));
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    set_validity(&mut params, request.validity_days);
+    let cert = params.signed_by(&key, &ca)?;
+    Ok(GeneratedCerts {
+        ca_cert_pem: ca.pem(),
+        ca_key_pem,
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+fn name(common_name: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
+
+fn set_validity(params: &mut CertificateParams, days: u32) {
+    let now = time::OffsetDateTime::now_utc();
+    // A little back-dating tolerates clock skew between nodes.
+    params.not_before = now - time::Duration::minutes(5);
+    params.not_after = now + time::Duration::days(i64::from(days));
+}
+
+// === impl GeneratedCerts ===
+
+impl GeneratedCerts {
+    /// The `caBundle` value for webhook configurations (base64 of the CA PEM).
+    pub fn ca_bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(self.ca_cert_pem.as_bytes())
+    }
+
+    /// Writes `ca.crt`, `ca.key`, `tls.crt`, `tls.key` (the names of a `kubernetes.io/tls`
+    /// Secret) into `dir`, keys readable by the owner only.
+    pub fn write(&self, dir: &Path) -> Result<CertFiles, CertError> {
+        std::fs::create_dir_all(dir).map_err(|source| CertError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        write_file(&dir.join("ca.crt"), &self.ca_cert_pem, false)?;
+        write_file(&dir.join("ca.key"), &self.ca_key_pem, true)?;
+        // Write the key before the certificate: a watcher reloading on the certificate's
+        // change then never sees a new certificate with the old key.
+        write_file(&dir.join("tls.key"), &self.key_pem, true)?;
+        write_file(&dir.join("tls.crt"), &self.cert_pem, false)?;
+        Ok(CertFiles {
+            ca_cert: dir.join("ca.crt"),
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        })
+    }
+}
+
+fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertError> {
+    let err = |source| CertError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Write to a temporary name and rename, so a reader never sees half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).map_err(err)?;
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serving_certificate_names_the_service_and_extras() {
+        let request = CertRequest {
+            service: "pinhook".into(),
+            namespace: "pinhook-system".into(),
+            extra_sans: vec!["127.0.0.1".into()],
+            validity_days: 30,
+        };
+        let certs = generate(&request).expect("generates");
+        assert!(certs.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(request
+            .subject_alt_names()
+            .contains(&"pinhook.pinhook-system.svc".to_string()));
+        let bundle = base64::engine::general_purpose::STANDARD
+            .decode(certs.ca_bundle())
+            .expect("base64");
+        assert_eq!(bundle, certs.ca_cert_pem.as_bytes());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = certs.write(dir.path()).expect("writes");
+        assert!(files.cert.is_file() && files.key.is_file() && files.ca_cert.is_file());
+    }
+}
