@@ -22,11 +22,28 @@ pub struct EndpointLabels {
     pub endpoint: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistryLabels {
+    /// Registry host: bounded by what the cluster's images name (and `policy` restricts).
+    pub registry: String,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// `hit`, `miss`, `negative_hit`, `stale`, `coalesced`.
+    pub result: &'static str,
+}
+
 /// All metrics of one process.
 pub struct Metrics {
     registry: Registry,
     pub reviews: Family<ReviewLabels, Counter>,
     pub review_duration: Family<EndpointLabels, Histogram>,
+    pub registry_requests: Family<RegistryLabels, Counter>,
+    pub registry_duration: Histogram,
+    pub cache_lookups: Family<CacheLabels, Counter>,
+    pub tag_moved: Counter,
 }
 
 // === impl Metrics ===
@@ -48,16 +65,46 @@ impl Metrics {
             Unit::Seconds,
             review_duration.clone(),
         );
+        let registry_requests = Family::<RegistryLabels, Counter>::default();
+        registry.register(
+            "registry_requests",
+            "Tag resolutions sent to a registry, by registry and outcome",
+            registry_requests.clone(),
+        );
+        let registry_duration = duration_histogram();
+        registry.register_with_unit(
+            "registry_resolve_duration",
+            "Time of one tag resolution against a registry",
+            Unit::Seconds,
+            registry_duration.clone(),
+        );
+        let cache_lookups = Family::<CacheLabels, Counter>::default();
+        registry.register(
+            "cache_lookups",
+            "Resolution cache lookups: hit, miss, negative_hit, stale (served while the registry failed), coalesced (waited on another admission's call)",
+            cache_lookups.clone(),
+        );
+        let tag_moved = Counter::default();
+        registry.register(
+            "tag_moved",
+            "Refreshes that found a tag pointing at a different digest than before",
+            tag_moved.clone(),
+        );
         Metrics {
             registry,
             reviews,
             review_duration,
+            registry_requests,
+            registry_duration,
+            cache_lookups,
+            tag_moved,
         }
     }
 
-    /// The registry, for other layers to add their metrics at start-up.
-    pub fn registry_mut(&mut self) -> &mut Registry {
-        &mut self.registry
+    pub fn cache(&self, result: &'static str) {
+        self.cache_lookups
+            .get_or_create(&CacheLabels { result })
+            .inc();
     }
 
     /// The text exposition.

@@ -102,6 +102,7 @@ impl Pinner {
         };
         let triaged: Vec<Triage> = sites.into_iter().map(triage).collect();
         let digests = self.resolve_all(&triaged, budget).await;
+        let warnings = resolution_warnings(&digests);
         let outcomes = triaged
             .into_iter()
             .map(|t| self.outcome(t, &digests))
@@ -109,7 +110,7 @@ impl Pinner {
         Ok(Plan {
             pod_bearing: true,
             outcomes,
-            warnings: Vec::new(),
+            warnings,
         })
     }
 
@@ -159,6 +160,38 @@ impl Pinner {
 }
 
 type Resolved = Result<crate::registry::Resolution, RegistryError>;
+
+/// Warnings for the user: stale answers and moved tags, one per distinct tag, sorted so the
+/// response is deterministic.
+fn resolution_warnings(digests: &HashMap<String, Resolved>) -> Vec<String> {
+    let mut warnings: Vec<String> = digests
+        .iter()
+        .filter_map(|(tag, resolved)| {
+            let resolution = resolved.as_ref().ok()?;
+            if let Some(from) = &resolution.moved_from {
+                return Some(format!(
+                    "pinhook: tag {tag} moved from {} to {}",
+                    short(from),
+                    short(&resolution.digest)
+                ));
+            }
+            (resolution.source == ResolutionSource::Stale).then(|| {
+                format!(
+                    "pinhook: registry unavailable; {tag} pinned to digest cached {}s ago",
+                    resolution.age.as_secs()
+                )
+            })
+        })
+        .collect();
+    warnings.sort();
+    warnings
+}
+
+/// `sha256:0123456789ab`: enough to tell digests apart in a 120-character warning.
+fn short(digest: &Digest) -> String {
+    let hex = digest.hex();
+    format!("{}:{}", digest.algorithm(), hex.get(..12).unwrap_or(hex))
+}
 
 /// What to do with a site before any registry call.
 enum Triage {

@@ -183,6 +183,8 @@ impl Resolver for OciResolver {
                         digest,
                         credential: credential.fingerprint(),
                         source: ResolutionSource::Registry,
+                        moved_from: None,
+                        age: Duration::ZERO,
                     })
                 }
                 Err(e) if e.is_auth_or_not_found() => last_error = Some(e),

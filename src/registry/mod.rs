@@ -7,6 +7,7 @@
 //!
 //! Never: parses objects or decides policy; handlers decide what to do with a failure.
 
+pub mod cache;
 mod client;
 pub mod credentials;
 
@@ -16,6 +17,7 @@ use async_trait::async_trait;
 
 use crate::reference::{Digest, Reference};
 
+pub use cache::{CacheConfig, CachingResolver, TagMove};
 pub use client::{OciResolver, RegistryConfig};
 pub use credentials::{Credential, Fingerprint};
 
@@ -61,6 +63,15 @@ pub enum RegistryError {
     },
     #[error("no system CA bundle found (looked for {looked_at}); install ca-certificates or set SSL_CERT_FILE")]
     NoSystemRoots { looked_at: String },
+    #[error("registry {registry} is failing; not retrying for {retry_in:?} (last error: {last})")]
+    BackingOff {
+        registry: String,
+        retry_in: Duration,
+        last: String,
+    },
+    /// One failure shared by every admission that waited on the same registry call.
+    #[error(transparent)]
+    Shared(std::sync::Arc<RegistryError>),
 }
 
 /// What a resolution found.
@@ -70,6 +81,10 @@ pub struct Resolution {
     /// Fingerprint of the credential that succeeded.
     pub credential: Fingerprint,
     pub source: ResolutionSource,
+    /// The digest this tag pointed at before, when a refresh found that it moved.
+    pub moved_from: Option<Digest>,
+    /// How old a `Stale` answer is.
+    pub age: Duration,
 }
 
 /// Where a digest came from.
@@ -99,6 +114,9 @@ pub trait Resolver: Send + Sync {
 impl RegistryError {
     /// True when another credential might succeed where this one failed.
     pub fn is_auth_or_not_found(&self) -> bool {
+        if let RegistryError::Shared(inner) = self {
+            return inner.is_auth_or_not_found();
+        }
         matches!(
             self,
             RegistryError::NotFound { .. }
@@ -119,6 +137,22 @@ impl RegistryError {
             RegistryError::InvalidResponse { .. } => "invalid_response",
             RegistryError::Timeout { .. } => "timeout",
             RegistryError::ClientConfig { .. } | RegistryError::NoSystemRoots { .. } => "config",
+            RegistryError::BackingOff { .. } => "backing_off",
+            RegistryError::Shared(inner) => inner.kind(),
+        }
+    }
+
+    /// True when the registry could not give any answer (down, 5xx, timeout, rate limited):
+    /// the cases where a last known digest may be served.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            RegistryError::Shared(inner) => inner.is_unavailable(),
+            RegistryError::Unreachable { .. }
+            | RegistryError::Timeout { .. }
+            | RegistryError::RateLimited { .. }
+            | RegistryError::BackingOff { .. } => true,
+            RegistryError::Status { status, .. } => *status >= 500,
+            _ => false,
         }
     }
 }

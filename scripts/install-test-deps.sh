@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what the integration tests run besides cargo: Debian's
+# `docker-registry` (distribution 2.8.x, /usr/bin/docker-registry), which
+# tests/common/registry.rs starts as a real OCI registry on 127.0.0.1.
+#
+# Idempotent and quiet: does nothing when the binary is already there.
+# Works as root (no sudo needed) or as a user with sudo. Exits non-zero on
+# any failure.
+set -euo pipefail
+
+readonly PKG=docker-registry
+readonly BIN=/usr/bin/docker-registry
+
+if [[ -x "$BIN" ]]; then
+    exit 0
+fi
+
+if [[ "$(id -u)" -eq 0 ]]; then
+    SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo -n)
+else
+    echo "install-test-deps: need root or sudo to install $PKG" >&2
+    exit 1
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-test-deps: apt-get not found; install $PKG (docker distribution 2.8) by hand" >&2
+    exit 1
+fi
+
+apt_get() {
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o=Dpkg::Use-Pty=0 "$@"
+}
+
+# Refresh the package lists first only when apt does not know the package;
+# if the install then fails (stale lists), refresh once and retry.
+if ! apt-cache show "$PKG" >/dev/null 2>&1; then
+    apt_get update >/dev/null
+fi
+if ! apt_get install -y --no-install-recommends "$PKG" >/dev/null; then
+    apt_get update >/dev/null
+    apt_get install -y --no-install-recommends "$PKG" >/dev/null
+fi
+
+# The package ships a systemd unit listening on :5000; the tests start their
+# own processes, so make sure that service is not left running (ignore
+# failures: containers usually have no systemd).
+if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+    "${SUDO[@]}" systemctl disable --now "$PKG" >/dev/null 2>&1 || true
+fi
+
+if [[ ! -x "$BIN" ]]; then
+    echo "install-test-deps: $PKG installed but $BIN is missing" >&2
+    exit 1
+fi

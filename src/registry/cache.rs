@@ -1,0 +1,427 @@
+//! The resolution cache in front of a [`Resolver`]: fresh hits, negative entries, single-flight,
+//! stale-if-error, per-key backoff, per-registry concurrency limits, and tag-moved detection.
+//!
+//! Guarantees:
+//! - An entry is keyed by (normalised `repository:tag`, fingerprint of the credential that
+//!   succeeded). A lookup only consults the fingerprints of the credentials the caller holds
+//!   (plus anonymous), so a namespace without a secret is never answered from an entry made
+//!   with another namespace's secret.
+//! - Concurrent lookups of the same (tag, candidate credentials) cause one registry call.
+//! - Only "not found" and "unauthorized/denied" answers are cached as failures; transport
+//!   errors and 5xx never are. They instead serve the last known digest (up to `max_stale`)
+//!   and push the key into exponential backoff.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use futures::future::{BoxFuture, FutureExt, Shared};
+use tokio::sync::Semaphore;
+use tracing::warn;
+
+use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
+use crate::metrics::{Metrics, RegistryLabels};
+use crate::reference::{Digest, Reference};
+
+/// Cache settings.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// How long a resolved digest answers without asking the registry.
+    pub hit_ttl: Duration,
+    /// How long "not found" / "unauthorized" answers are remembered.
+    pub failure_ttl: Duration,
+    /// How long a last known digest may be served while the registry is unavailable.
+    pub max_stale: Duration,
+    /// Bound on entries (positive and negative each).
+    pub max_entries: u64,
+    /// First backoff after a registry failure; doubles per failure up to `backoff_cap`.
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    /// Concurrent registry calls per registry host.
+    pub per_registry_concurrency: usize,
+    /// How many tag moves are kept in memory.
+    pub moved_history: usize,
+}
+
+/// A tag found pointing elsewhere than before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagMove {
+    pub tag_reference: String,
+    pub from: Digest,
+    pub to: Digest,
+    pub at: SystemTime,
+}
+
+/// [`Resolver`] with a cache in front.
+pub struct CachingResolver {
+    inner: Arc<dyn Resolver>,
+    shared: Arc<SharedState>,
+}
+
+struct SharedState {
+    config: CacheConfig,
+    metrics: Arc<Metrics>,
+    /// Positive entries; kept for `max_stale`, fresh for `hit_ttl`.
+    digests: moka::sync::Cache<EntryKey, Arc<Record>>,
+    failures: moka::sync::Cache<FlightKey, Arc<FailureRecord>>,
+    backoff: moka::sync::Cache<FlightKey, Arc<Backoff>>,
+    in_flight: Mutex<HashMap<FlightKey, Flight>>,
+    limits: Mutex<HashMap<String, Arc<Semaphore>>>,
+    moves: Mutex<VecDeque<TagMove>>,
+}
+
+type EntryKey = (String, Fingerprint);
+/// (tag reference, fingerprints of every candidate credential in order).
+type FlightKey = (String, Vec<Fingerprint>);
+type Flight = Shared<BoxFuture<'static, Result<Resolution, Arc<RegistryError>>>>;
+
+struct Record {
+    digest: Digest,
+    resolved_at: Instant,
+}
+
+struct FailureRecord {
+    error: Arc<RegistryError>,
+}
+
+struct Backoff {
+    failures: u32,
+    until: Instant,
+    last: String,
+}
+
+// === impl CacheConfig ===
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            hit_ttl: Duration::from_secs(300),
+            failure_ttl: Duration::from_secs(30),
+            max_stale: Duration::from_secs(24 * 3600),
+            max_entries: 10_000,
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(60),
+            per_registry_concurrency: 16,
+            moved_history: 256,
+        }
+    }
+}
+
+// === impl CachingResolver ===
+
+impl CachingResolver {
+    pub fn new(inner: Arc<dyn Resolver>, config: CacheConfig, metrics: Arc<Metrics>) -> Self {
+        let digests = moka::sync::Cache::builder()
+            .max_capacity(config.max_entries)
+            .time_to_live(config.max_stale.max(config.hit_ttl))
+            .build();
+        let failures = moka::sync::Cache::builder()
+            .max_capacity(config.max_entries)
+            .time_to_live(config.failure_ttl)
+            .build();
+        let backoff = moka::sync::Cache::builder()
+            .max_capacity(config.max_entries)
+            .time_to_live(config.backoff_cap * 2)
+            .build();
+        CachingResolver {
+            inner,
+            shared: Arc::new(SharedState {
+                config,
+                metrics,
+                digests,
+                failures,
+                backoff,
+                in_flight: Mutex::new(HashMap::new()),
+                limits: Mutex::new(HashMap::new()),
+                moves: Mutex::new(VecDeque::new()),
+            }),
+        }
+    }
+
+    /// The most recent tag moves, newest last.
+    pub fn recent_moves(&self) -> Vec<TagMove> {
+        lock(&self.shared.moves).iter().cloned().collect()
+    }
+
+    /// Forgets every positive entry's freshness, as if `hit_ttl` had passed (tests, admin).
+    pub fn expire_all(&self) {
+        let stale_at = Instant::now()
+            .checked_sub(self.shared.config.hit_ttl)
+            .unwrap_or_else(Instant::now);
+        for (key, record) in self.shared.digests.iter() {
+            self.shared.digests.insert(
+                (*key).clone(),
+                Arc::new(Record {
+                    digest: record.digest.clone(),
+                    resolved_at: stale_at,
+                }),
+            );
+        }
+        self.shared.failures.invalidate_all();
+    }
+
+    fn join_or_lead(
+        &self,
+        key: FlightKey,
+        reference: &Reference,
+        candidates: Vec<Credential>,
+    ) -> Flight {
+        let mut flights = lock(&self.shared.in_flight);
+        if let Some(flight) = flights.get(&key) {
+            self.shared.metrics.cache("coalesced");
+            return flight.clone();
+        }
+        let task = tokio::spawn(lead(
+            self.inner.clone(),
+            self.shared.clone(),
+            key.clone(),
+            reference.clone(),
+            candidates,
+        ));
+        let flight: Flight = async move {
+            match task.await {
+                Ok(result) => result,
+                Err(_) => Err(Arc::new(RegistryError::Status {
+                    registry: String::new(),
+                    status: 500,
+                    message: "resolution task failed".to_string(),
+                })),
+            }
+        }
+        .boxed()
+        .shared();
+        flights.insert(key, flight.clone());
+        flight
+    }
+}
+
+#[async_trait]
+impl Resolver for CachingResolver {
+    async fn resolve(
+        &self,
+        reference: &Reference,
+        credentials: &[Credential],
+    ) -> Result<Resolution, RegistryError> {
+        let tag = reference.tag_reference();
+        let candidates = with_anonymous(credentials);
+        let fingerprints: Vec<Fingerprint> =
+            candidates.iter().map(Credential::fingerprint).collect();
+        if let Some(hit) = self.shared.fresh_hit(&tag, &fingerprints) {
+            self.shared.metrics.cache("hit");
+            return Ok(hit);
+        }
+        let key: FlightKey = (tag, fingerprints);
+        if let Some(failure) = self.shared.failures.get(&key) {
+            self.shared.metrics.cache("negative_hit");
+            return Err(RegistryError::Shared(failure.error.clone()));
+        }
+        if let Some(backoff) = self.shared.active_backoff(&key) {
+            return self.shared.stale_or(&key, backoff);
+        }
+        self.shared.metrics.cache("miss");
+        let flight = self.join_or_lead(key.clone(), reference, candidates);
+        match flight.await {
+            Ok(resolution) => Ok(resolution),
+            Err(error) if error.is_unavailable() => {
+                self.shared.stale_or(&key, RegistryError::Shared(error))
+            }
+            Err(error) => Err(RegistryError::Shared(error)),
+        }
+    }
+}
+
+/// The one registry call of a flight; records its result for every waiter and later lookups.
+async fn lead(
+    inner: Arc<dyn Resolver>,
+    shared: Arc<SharedState>,
+    key: FlightKey,
+    reference: Reference,
+    candidates: Vec<Credential>,
+) -> Result<Resolution, Arc<RegistryError>> {
+    let registry = reference.domain().to_string();
+    let started = Instant::now();
+    let result = {
+        let limit = shared.limit_for(&registry);
+        // The semaphore is never closed, so acquire only fails if it were; then go unlimited.
+        let _permit = limit.acquire_owned().await.ok();
+        inner.resolve(&reference, &candidates).await
+    };
+    shared
+        .metrics
+        .registry_duration
+        .observe(started.elapsed().as_secs_f64());
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(e) => e.kind(),
+    };
+    shared
+        .metrics
+        .registry_requests
+        .get_or_create(&RegistryLabels { registry, outcome })
+        .inc();
+    let result = match result {
+        Ok(resolution) => Ok(shared.record_success(&key.0, resolution)),
+        Err(error) => Err(shared.record_failure(&key, error)),
+    };
+    lock(&shared.in_flight).remove(&key);
+    result
+}
+
+// === impl SharedState ===
+
+impl SharedState {
+    fn fresh_hit(&self, tag: &str, fingerprints: &[Fingerprint]) -> Option<Resolution> {
+        fingerprints.iter().find_map(|fp| {
+            let record = self.digests.get(&(tag.to_string(), fp.clone()))?;
+            let age = record.resolved_at.elapsed();
+            (age < self.config.hit_ttl).then(|| Resolution {
+                digest: record.digest.clone(),
+                credential: fp.clone(),
+                source: ResolutionSource::Cache,
+                moved_from: None,
+                age,
+            })
+        })
+    }
+
+    /// The newest entry for any of the caller's credentials, however old (within `max_stale`).
+    fn last_known(&self, key: &FlightKey) -> Option<Resolution> {
+        key.1
+            .iter()
+            .filter_map(|fp| {
+                let record = self.digests.get(&(key.0.clone(), fp.clone()))?;
+                Some((fp.clone(), record))
+            })
+            .min_by_key(|(_, record)| record.resolved_at.elapsed())
+            .filter(|(_, record)| record.resolved_at.elapsed() <= self.config.max_stale)
+            .map(|(fp, record)| Resolution {
+                digest: record.digest.clone(),
+                credential: fp,
+                source: ResolutionSource::Stale,
+                moved_from: None,
+                age: record.resolved_at.elapsed(),
+            })
+    }
+
+    fn stale_or(&self, key: &FlightKey, error: RegistryError) -> Result<Resolution, RegistryError> {
+        match self.last_known(key) {
+            Some(stale) => {
+                self.metrics.cache("stale");
+                Ok(stale)
+            }
+            None => Err(error),
+        }
+    }
+
+    fn active_backoff(&self, key: &FlightKey) -> Option<RegistryError> {
+        let backoff = self.backoff.get(key)?;
+        let now = Instant::now();
+        (backoff.until > now).then(|| RegistryError::BackingOff {
+            registry: registry_of(&key.0),
+            retry_in: backoff.until - now,
+            last: backoff.last.clone(),
+        })
+    }
+
+    fn record_success(&self, tag: &str, mut resolution: Resolution) -> Resolution {
+        let key = (tag.to_string(), resolution.credential.clone());
+        if let Some(previous) = self.digests.get(&key) {
+            if previous.digest != resolution.digest {
+                self.record_move(tag, &previous.digest, &resolution.digest);
+                resolution.moved_from = Some(previous.digest.clone());
+            }
+        }
+        self.digests.insert(
+            key,
+            Arc::new(Record {
+                digest: resolution.digest.clone(),
+                resolved_at: Instant::now(),
+            }),
+        );
+        resolution
+    }
+
+    fn record_failure(&self, key: &FlightKey, error: RegistryError) -> Arc<RegistryError> {
+        let error = Arc::new(error);
+        if error.is_auth_or_not_found() {
+            self.failures.insert(
+                key.clone(),
+                Arc::new(FailureRecord {
+                    error: error.clone(),
+                }),
+            );
+        } else if error.is_unavailable() {
+            let failures = self.backoff.get(key).map_or(0, |b| b.failures) + 1;
+            let delay = backoff_delay(&self.config, failures);
+            self.backoff.insert(
+                key.clone(),
+                Arc::new(Backoff {
+                    failures,
+                    until: Instant::now() + delay,
+                    last: error.to_string(),
+                }),
+            );
+        }
+        error
+    }
+
+    fn record_move(&self, tag: &str, from: &Digest, to: &Digest) {
+        warn!(tag = %tag, from = %from, to = %to, "tag moved to a different digest");
+        self.metrics.tag_moved.inc();
+        let mut moves = lock(&self.moves);
+        moves.push_back(TagMove {
+            tag_reference: tag.to_string(),
+            from: from.clone(),
+            to: to.clone(),
+            at: SystemTime::now(),
+        });
+        while moves.len() > self.config.moved_history {
+            moves.pop_front();
+        }
+    }
+
+    fn limit_for(&self, registry: &str) -> Arc<Semaphore> {
+        lock(&self.limits)
+            .entry(registry.to_string())
+            .or_insert_with(|| {
+                Arc::new(Semaphore::new(self.config.per_registry_concurrency.max(1)))
+            })
+            .clone()
+    }
+}
+
+fn backoff_delay(config: &CacheConfig, failures: u32) -> Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+    config
+        .backoff_base
+        .saturating_mul(factor)
+        .min(config.backoff_cap)
+}
+
+/// The candidates in kubelet's order, then anonymous (always available to everyone).
+fn with_anonymous(credentials: &[Credential]) -> Vec<Credential> {
+    let mut candidates: Vec<Credential> = Vec::with_capacity(credentials.len() + 1);
+    for credential in credentials {
+        if !candidates.contains(credential) {
+            candidates.push(credential.clone());
+        }
+    }
+    if !candidates.contains(&Credential::Anonymous) {
+        candidates.push(Credential::Anonymous);
+    }
+    candidates
+}
+
+fn registry_of(tag_reference: &str) -> String {
+    tag_reference
+        .split_once('/')
+        .map_or(tag_reference, |(domain, _)| domain)
+        .to_string()
+}
+
+/// A poisoned lock only means another thread panicked mid-update of plain maps; the data is
+/// still usable, and admission must keep serving.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,13 @@
+//! Shared integration-test harness: a throw-away CA ([`tls`]), a real
+//! `docker-registry` process ([`registry`]) and helpers that push images to
+//! it ([`images`]).
+
+// Each `tests/*.rs` file is its own crate that includes this module with
+// `mod common;` and uses only part of it; without this, every unused helper
+// would warn (and fail clippy with -D warnings) in some test binary.
+#![allow(dead_code)]
+
+pub mod images;
+pub mod pinhook;
+pub mod registry;
+pub mod tls;

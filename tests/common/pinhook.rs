@@ -1,0 +1,131 @@
+//! Starting pinhook itself for tests: an in-process HTTPS server on 127.0.0.1:0 with a
+//! certificate from the test CA, resolving against a real test registry.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pinhook::admission::Pinner;
+use pinhook::metrics::Metrics;
+use pinhook::reference::PinForm;
+use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
+use pinhook::server::{self, AppState, RunningServer, ServerConfig};
+use pinhook::workload::PodSpecKinds;
+
+use super::registry::TestRegistry;
+use super::tls::TestCa;
+
+/// A running pinhook and a client that trusts it.
+pub struct TestPinhook {
+    pub server: Option<RunningServer>,
+    pub client: reqwest::Client,
+    pub base: String,
+    pub metrics: Arc<Metrics>,
+    pub resolver: Arc<CachingResolver>,
+    _dir: tempfile::TempDir,
+}
+
+/// Registry settings trusting only the test registry's CA.
+pub fn registry_config(registry: &TestRegistry) -> RegistryConfig {
+    RegistryConfig {
+        ca_pems: vec![registry.ca_pem().as_bytes().to_vec()],
+        only_configured_cas: true,
+        request_timeout: Duration::from_secs(5),
+        ..RegistryConfig::default()
+    }
+}
+
+pub fn oci_resolver(registry: &TestRegistry) -> Arc<dyn Resolver> {
+    Arc::new(OciResolver::new(registry_config(registry)).expect("resolver builds"))
+}
+
+impl TestPinhook {
+    pub async fn start(registry: &TestRegistry) -> TestPinhook {
+        Self::start_with(registry, PinForm::TagAndDigest, CacheConfig::default()).await
+    }
+
+    pub async fn start_with(
+        registry: &TestRegistry,
+        form: PinForm,
+        cache: CacheConfig,
+    ) -> TestPinhook {
+        super::tls::init_crypto();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = TestCa::generate(dir.path());
+        let metrics = Arc::new(Metrics::new());
+        let resolver = Arc::new(CachingResolver::new(
+            oci_resolver(registry),
+            cache,
+            metrics.clone(),
+        ));
+        let pinner = Pinner::new(PodSpecKinds::builtin(), resolver.clone(), form);
+        let state = AppState {
+            pinner: Arc::new(pinner),
+            metrics: metrics.clone(),
+            ready: Arc::new(AtomicBool::new(false)),
+        };
+        let config = ServerConfig {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            tls_cert: ca.server_cert_path().to_path_buf(),
+            tls_key: ca.server_key_path().to_path_buf(),
+        };
+        let server = server::start(config, state).await.expect("pinhook starts");
+        let base = format!("https://127.0.0.1:{}", server.addr.port());
+        TestPinhook {
+            server: Some(server),
+            client: ca.reqwest_client(),
+            base,
+            metrics,
+            resolver,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// POSTs a body to `/mutate?timeout=10s` and returns (status, body text).
+    pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let response = self
+            .client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("pinhook answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+}
+
+/// A captured AdmissionReview with `registry.example/` pointed at the test registry.
+pub fn review_fixture(name: &str, registry: &TestRegistry) -> serde_json::Value {
+    let path = format!(
+        "{}/tests/fixtures/admissionreview/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).expect("fixture exists");
+    let text = text.replace("registry.example/", &format!("{}/", registry.host()));
+    serde_json::from_str(&text).expect("fixture is JSON")
+}
+
+/// The decoded JSON Patch of a review response (`None` when it has none).
+pub fn response_patch(body: &serde_json::Value) -> Option<json_patch::Patch> {
+    use base64::Engine as _;
+    let encoded = body["response"]["patch"].as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .expect("patch is base64");
+    Some(serde_json::from_slice(&bytes).expect("patch is a JSON Patch"))
+}
+
+/// Applies a review's patch to its request object, as the apiserver does.
+pub fn apply_response(review: &serde_json::Value, body: &serde_json::Value) -> serde_json::Value {
+    let mut object = review["request"]["object"].clone();
+    if let Some(patch) = response_patch(body) {
+        json_patch::patch(&mut object, &patch).expect("every patch path exists in the object");
+    }
+    object
+}
