@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use pinhook::admission::Pinner;
 use pinhook::metrics::Metrics;
 use pinhook::reference::{PinForm, Reference};
-use pinhook::registry::{OciResolver, RegistryConfig, Resolver};
+use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
 use pinhook::server::{self, AppState, ServerConfig};
 use pinhook::workload::PodSpecKinds;
 
@@ -98,6 +98,27 @@ struct ServeArgs {
     form: FormArg,
     #[command(flatten)]
     registry: RegistryArgs,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+#[derive(Debug, Args)]
+struct CacheArgs {
+    /// Seconds a resolved digest answers without asking the registry.
+    #[arg(long, env = "PINHOOK_CACHE_TTL", default_value_t = 300)]
+    cache_ttl: u64,
+    /// Seconds "not found" and "unauthorized" answers are remembered.
+    #[arg(long, env = "PINHOOK_CACHE_FAILURE_TTL", default_value_t = 30)]
+    cache_failure_ttl: u64,
+    /// Seconds a last known digest may serve while its registry is down.
+    #[arg(long, env = "PINHOOK_CACHE_MAX_STALE", default_value_t = 86_400)]
+    cache_max_stale: u64,
+    /// Most cached resolutions kept.
+    #[arg(long, env = "PINHOOK_CACHE_MAX_ENTRIES", default_value_t = 10_000)]
+    cache_max_entries: u64,
+    /// Most concurrent calls to one registry.
+    #[arg(long, env = "PINHOOK_REGISTRY_CONCURRENCY", default_value_t = 16)]
+    registry_concurrency: usize,
 }
 
 #[derive(Debug, Args)]
@@ -172,11 +193,16 @@ fn init_tracing(format: LogFormat) {
 }
 
 async fn serve(args: ServeArgs) -> Result<ExitCode> {
-    let resolver = build_resolver(&args.registry)?;
+    let metrics = Arc::new(Metrics::new());
+    let resolver = Arc::new(CachingResolver::new(
+        build_resolver(&args.registry)?,
+        args.cache.to_config(),
+        metrics.clone(),
+    ));
     let pinner = Pinner::new(PodSpecKinds::builtin(), resolver, args.form.into());
     let state = AppState {
         pinner: Arc::new(pinner),
-        metrics: Arc::new(Metrics::new()),
+        metrics,
         ready: Arc::new(AtomicBool::new(false)),
     };
     let config = ServerConfig {
@@ -276,6 +302,21 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+// === impl CacheArgs ===
+
+impl CacheArgs {
+    fn to_config(&self) -> CacheConfig {
+        CacheConfig {
+            hit_ttl: Duration::from_secs(self.cache_ttl),
+            failure_ttl: Duration::from_secs(self.cache_failure_ttl),
+            max_stale: Duration::from_secs(self.cache_max_stale),
+            max_entries: self.cache_max_entries,
+            per_registry_concurrency: self.registry_concurrency,
+            ..CacheConfig::default()
+        }
     }
 }
 

@@ -187,7 +187,16 @@ impl Resolver for OciResolver {
                         age: Duration::ZERO,
                     })
                 }
-                Err(e) if e.is_auth_or_not_found() => last_error = Some(e),
+                Err(e) if e.is_auth_or_not_found() => {
+                    // Report what the best credential learnt: "not found" after a successful
+                    // login says more than anonymous's "unauthorized".
+                    if last_error
+                        .as_ref()
+                        .is_none_or(|l| informativeness(&e) > informativeness(l))
+                    {
+                        last_error = Some(e);
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -271,6 +280,14 @@ fn classify(error: OciDistributionError, reference: &Reference) -> RegistryError
             registry,
             source: e,
         },
+    }
+}
+
+fn informativeness(error: &RegistryError) -> u8 {
+    match error {
+        RegistryError::NotFound { .. } => 3,
+        RegistryError::Denied { .. } => 2,
+        _ => 1,
     }
 }
 

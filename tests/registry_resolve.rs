@@ -1,0 +1,192 @@
+//! The oci-client backed resolver against a real registry over real HTTPS with htpasswd auth:
+//! which digest a tag resolves to, credentials, errors, trust and deadlines.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::images;
+use common::pinhook::registry_config;
+use common::registry::{RegistryAuth, TestRegistry};
+use common::tls::{init_crypto, TestCa};
+use pinhook::reference::Reference;
+use pinhook::registry::{Credential, OciResolver, RegistryConfig, RegistryError, Resolver};
+
+const USER: &str = "ci";
+const PASS: &str = "correct horse";
+
+async fn authed_registry() -> TestRegistry {
+    init_crypto();
+    TestRegistry::start(RegistryAuth::htpasswd(USER, PASS)).await
+}
+
+fn resolver(config: RegistryConfig) -> OciResolver {
+    OciResolver::new(config).expect("resolver builds")
+}
+
+fn reference(text: &str) -> Reference {
+    Reference::parse(text).expect("valid reference")
+}
+
+#[tokio::test]
+async fn multi_arch_tag_resolves_to_the_index_digest_never_a_platform_or_config() {
+    let registry = authed_registry().await;
+    let oci = images::push_multi_arch(&registry, "team/multi", "1.0", "s1").await;
+    let docker = images::push_docker_list(&registry, "team/list", "1.0", "s2").await;
+    let resolver = resolver(registry_config(&registry));
+    let creds = [Credential::basic(USER, PASS)];
+
+    for pushed in [&oci, &docker] {
+        let resolved = resolver
+            .resolve(&reference(&pushed.reference), &creds)
+            .await
+            .expect("resolves");
+        let digest = resolved.digest.to_string();
+        assert_eq!(digest, pushed.index_digest, "{}", pushed.reference);
+        assert!(!pushed.platform_digests().contains(&digest.as_str()));
+        assert!(!pushed.config_digests().contains(&digest.as_str()));
+        assert_eq!(resolved.credential, creds[0].fingerprint());
+    }
+}
+
+#[tokio::test]
+async fn single_platform_tag_resolves_to_the_manifest_digest_not_the_config() {
+    let registry = authed_registry().await;
+    let pushed = images::push_single(&registry, "team/single", "2.0", "s3").await;
+    let resolver = resolver(registry_config(&registry));
+
+    let resolved = resolver
+        .resolve(
+            &reference(&pushed.reference),
+            &[Credential::basic(USER, PASS)],
+        )
+        .await
+        .expect("resolves");
+
+    assert_eq!(resolved.digest.to_string(), pushed.manifest_digest());
+    assert_ne!(resolved.digest.to_string(), pushed.config_digest());
+}
+
+#[tokio::test]
+async fn wrong_password_and_no_credentials_are_unauthorized() {
+    let registry = authed_registry().await;
+    let pushed = images::push_single(&registry, "team/private", "1.0", "s4").await;
+    let resolver = resolver(registry_config(&registry));
+    let image = reference(&pushed.reference);
+
+    let wrong = resolver
+        .resolve(&image, &[Credential::basic(USER, "nope")])
+        .await;
+    assert!(
+        matches!(wrong, Err(RegistryError::Unauthorized { .. })),
+        "{wrong:?}"
+    );
+    let anonymous = resolver.resolve(&image, &[]).await;
+    assert!(
+        matches!(anonymous, Err(RegistryError::Unauthorized { .. })),
+        "{anonymous:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_candidate_credential_is_tried_in_order_until_one_works() {
+    let registry = authed_registry().await;
+    let pushed = images::push_single(&registry, "team/app", "1.0", "s5").await;
+    let resolver = resolver(registry_config(&registry));
+    let good = Credential::basic(USER, PASS);
+
+    let resolved = resolver
+        .resolve(
+            &reference(&pushed.reference),
+            &[Credential::basic(USER, "stale-secret"), good.clone()],
+        )
+        .await
+        .expect("second credential works");
+
+    assert_eq!(resolved.credential, good.fingerprint());
+}
+
+#[tokio::test]
+async fn missing_tag_is_not_found_naming_repository_and_tag() {
+    let registry = authed_registry().await;
+    images::push_single(&registry, "team/app", "1.0", "s6").await;
+    let resolver = resolver(registry_config(&registry));
+
+    let missing = resolver
+        .resolve(
+            &reference(&format!("{}/team/app:9.9", registry.host())),
+            &[Credential::basic(USER, PASS)],
+        )
+        .await;
+
+    match missing {
+        Err(e @ RegistryError::NotFound { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("tag 9.9 not found"), "{text}");
+            assert!(text.contains("team/app"), "{text}");
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_registry_signed_by_an_untrusted_ca_is_refused() {
+    let registry = authed_registry().await;
+    let pushed = images::push_single(&registry, "team/app", "1.0", "s7").await;
+    let other = tempfile::tempdir().expect("tempdir");
+    let stranger = TestCa::generate(other.path());
+    let resolver = resolver(RegistryConfig {
+        ca_pems: vec![stranger.ca_pem().as_bytes().to_vec()],
+        only_configured_cas: true,
+        ..RegistryConfig::default()
+    });
+
+    let refused = resolver
+        .resolve(
+            &reference(&pushed.reference),
+            &[Credential::basic(USER, PASS)],
+        )
+        .await;
+
+    assert!(
+        matches!(refused, Err(RegistryError::Unreachable { .. })),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_registry_that_never_answers_hits_the_deadline() {
+    init_crypto();
+    // Accepts connections and never speaks: the TLS handshake hangs.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let resolver = resolver(RegistryConfig {
+        request_timeout: Duration::from_millis(300),
+        only_configured_cas: true,
+        ..RegistryConfig::default()
+    });
+    let started = Instant::now();
+
+    let result = resolver
+        .resolve(&reference(&format!("127.0.0.1:{port}/team/app:1.0")), &[])
+        .await;
+
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(
+            result,
+            Err(RegistryError::Timeout { .. } | RegistryError::Unreachable { .. })
+        ),
+        "{result:?}"
+    );
+    assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+    silent.abort();
+}
