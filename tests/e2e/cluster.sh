@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# A throwaway Kubernetes control plane for pinhook's end-to-end tier:
+# etcd + a real kube-apiserver (v1.20.2, see build-kube-apiserver.sh), both on
+# 127.0.0.1 only. No controller-manager, no scheduler, no kubelet: objects are
+# stored (and go through admission webhooks) but nothing reconciles them.
+#
+# Usage:
+#   tests/e2e/cluster.sh start     # build/install if needed, start, wait ready
+#   tests/e2e/cluster.sh stop      # kill both (by recorded PID), keep logs
+#   tests/e2e/cluster.sh env       # print `export KUBECONFIG=...` lines (eval-able)
+#   tests/e2e/cluster.sh status    # exit 0 when the apiserver answers /readyz
+#   tests/e2e/cluster.sh ns NAME   # create namespace NAME + its `default` SA
+#   tests/e2e/cluster.sh cert DIR [DNS-or-IP...]
+#                                  # write DIR/tls.crt, DIR/tls.key (SANs
+#                                  # 127.0.0.1, localhost + extras) signed by
+#                                  # the e2e CA (DIR/ca.crt) -- for the webhook
+# Or source it and call the e2e_* functions (e2e_start, e2e_stop, e2e_env,
+# e2e_ns, e2e_cert, e2e_ready). Sourcing does not change shell options.
+#
+# Environment:
+#   E2E_WORK            work dir (default /tmp/pinhook-e2e): pki/, logs, PIDs,
+#                       kubeconfig, etcd data
+#   PINHOOK_E2E_CACHE   where build-kube-apiserver.sh caches the binary
+#                       (default /var/cache/pinhook-e2e)
+#   KUBE_APISERVER      use this kube-apiserver binary instead of building one
+#   E2E_APISERVER_PORT  (6443)  E2E_ETCD_PORT (2379)  E2E_ETCD_PEER_PORT (2380)
+#   E2E_READY_TIMEOUT   seconds to wait for readiness (120)
+#
+# Trap-friendly: `trap 'tests/e2e/cluster.sh stop' EXIT` in a scenario script.
+
+_E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+_e2e_vars() {
+  E2E_WORK="${E2E_WORK:-/tmp/pinhook-e2e}"
+  PINHOOK_E2E_CACHE="${PINHOOK_E2E_CACHE:-/var/cache/pinhook-e2e}"
+  E2E_APISERVER_PORT="${E2E_APISERVER_PORT:-6443}"
+  E2E_ETCD_PORT="${E2E_ETCD_PORT:-2379}"
+  E2E_ETCD_PEER_PORT="${E2E_ETCD_PEER_PORT:-2380}"
+  E2E_READY_TIMEOUT="${E2E_READY_TIMEOUT:-120}"
+  E2E_PKI="$E2E_WORK/pki"
+  E2E_KUBECONFIG="$E2E_WORK/kubeconfig"
+}
+
+_e2e_log() { printf '%s [cluster] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+
+# pid_alive PIDFILE NAME: the PID in PIDFILE is running and is NAME
+_e2e_pid_alive() {
+  local pidfile=$1 name=$2 pid
+  [[ -s $pidfile ]] || return 1
+  pid=$(<"$pidfile")
+  [[ -d /proc/$pid ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name"
+}
+
+_e2e_port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+
+_e2e_ensure_etcd() {
+  command -v etcd >/dev/null 2>&1 && return 0
+  _e2e_log "installing etcd-server (apt)"
+  # The package's maintainer scripts would start the distro etcd service on
+  # 127.0.0.1:2379; forbid service starts during the install if nothing else does.
+  local made_policy=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  local rc=0
+  DEBIAN_FRONTEND=noninteractive apt-get -qq -o=Dpkg::Use-Pty=0 install -y --no-install-recommends etcd-server >/dev/null 2>&1 || {
+    DEBIAN_FRONTEND=noninteractive apt-get -qq update &&
+      DEBIAN_FRONTEND=noninteractive apt-get -qq -o=Dpkg::Use-Pty=0 install -y --no-install-recommends etcd-server >/dev/null
+  } || rc=$?
+  ((made_policy)) && rm -f /usr/sbin/policy-rc.d
+  ((rc == 0)) || { _e2e_log "ERROR: apt-get install etcd-server failed"; return 1; }
+  # on a systemd host the unit may still be enabled; make sure it is not running
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
+    systemctl stop etcd || true
+  fi
+  command -v etcd >/dev/null 2>&1
+}
+
+_e2e_ensure_apiserver() {
+  if [[ -n ${KUBE_APISERVER:-} ]]; then
+    [[ -x $KUBE_APISERVER ]] || { _e2e_log "ERROR: KUBE_APISERVER=$KUBE_APISERVER is not executable"; return 1; }
+    return 0
+  fi
+  KUBE_APISERVER=$(PINHOOK_E2E_CACHE="$PINHOOK_E2E_CACHE" "$_E2E_DIR/build-kube-apiserver.sh" | tail -n1) || {
+    _e2e_log "ERROR: build-kube-apiserver.sh failed"
+    return 1
+  }
+  [[ -x $KUBE_APISERVER ]]
+}
+
+# _e2e_sign_cert OUT_PREFIX CN SANS: key + cert signed by the e2e CA
+_e2e_sign_cert() {
+  local out=$1 cn=$2 sans=$3
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$out.key" -subj "/CN=$cn" -out "$out.csr" 2>/dev/null &&
+    openssl x509 -req -in "$out.csr" -CA "$E2E_PKI/ca.crt" -CAkey "$E2E_PKI/ca.key" -CAcreateserial \
+      -days 30 -sha256 -out "$out.crt" \
+      -extfile <(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=%s\n' "$sans") \
+      2>/dev/null &&
+    rm -f "$out.csr"
+}
+
+_e2e_pki() {
+  [[ -s $E2E_PKI/admin.token && -s $E2E_PKI/apiserver.crt && -s $E2E_PKI/sa.pub ]] && return 0
+  _e2e_log "generating PKI in $E2E_PKI"
+  mkdir -p "$E2E_PKI"
+  (
+    set -e
+    cd "$E2E_PKI"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 30 -sha256 \
+      -subj "/CN=pinhook-e2e-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+    _e2e_sign_cert apiserver kube-apiserver \
+      "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1"
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >admin.token
+    printf '%s,admin,admin-uid,"system:masters"\n' "$(<admin.token)" >tokens.csv
+    chmod 600 ca.key apiserver.key sa.key admin.token tokens.csv
+  )
+  local f
+  for f in ca.crt ca.key apiserver.crt apiserver.key sa.key sa.pub admin.token tokens.csv; do
+    [[ -s $E2E_PKI/$f ]] || { _e2e_log "ERROR: PKI file $E2E_PKI/$f missing (openssl failed?)"; return 1; }
+  done
+}
+
+_e2e_write_kubeconfig() {
+  local tmp="$E2E_KUBECONFIG.tmp"
+  rm -f "$tmp"
+  KUBECONFIG="$tmp" kubectl config set-cluster e2e --server="https://127.0.0.1:$E2E_APISERVER_PORT" \
+    --certificate-authority="$E2E_PKI/ca.crt" --embed-certs=true >/dev/null &&
+    KUBECONFIG="$tmp" kubectl config set-credentials admin --token="$(<"$E2E_PKI/admin.token")" >/dev/null &&
+    KUBECONFIG="$tmp" kubectl config set-context e2e --cluster=e2e --user=admin --namespace=default >/dev/null &&
+    KUBECONFIG="$tmp" kubectl config use-context e2e >/dev/null &&
+    mv "$tmp" "$E2E_KUBECONFIG"
+}
+
+e2e_ready() {
+  _e2e_vars
+  [[ -s $E2E_KUBECONFIG ]] || return 1
+  [[ $(kubectl --kubeconfig "$E2E_KUBECONFIG" --request-timeout=5s get --raw /readyz 2>/dev/null) == ok ]]
+}
+
+_e2e_wait() { # _e2e_wait WHAT TIMEOUT PIDFILE NAME LOG CMD...
+  local what=$1 timeout=$2 pidfile=$3 name=$4 logf=$5
+  shift 5
+  local deadline=$(($(date +%s) + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ! _e2e_pid_alive "$pidfile" "$name"; then
+      _e2e_log "ERROR: $what exited; last lines of $logf:"
+      tail -n 30 "$logf" >&2
+      return 1
+    fi
+    if (($(date +%s) >= deadline)); then
+      _e2e_log "ERROR: $what not ready after ${timeout}s; last lines of $logf:"
+      tail -n 30 "$logf" >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+_e2e_etcd_healthy() { [[ $(curl -s --max-time 2 "http://127.0.0.1:$E2E_ETCD_PORT/health") == *'"health":"true"'* ]]; }
+
+e2e_start() {
+  _e2e_vars
+  local t0
+  t0=$(date +%s)
+  if _e2e_pid_alive "$E2E_WORK/kube-apiserver.pid" kube-apiserver && e2e_ready; then
+    _e2e_log "already running (KUBECONFIG=$E2E_KUBECONFIG)"
+    return 0
+  fi
+  e2e_stop >/dev/null 2>&1 || true # leftovers of a half-started run
+  command -v kubectl >/dev/null 2>&1 || { _e2e_log "ERROR: kubectl not on PATH"; return 1; }
+  _e2e_ensure_etcd || return 1
+  _e2e_ensure_apiserver || return 1
+  mkdir -p "$E2E_WORK"
+  _e2e_pki || { _e2e_log "ERROR: PKI generation failed"; return 1; }
+  _e2e_write_kubeconfig || { _e2e_log "ERROR: writing kubeconfig failed"; return 1; }
+
+  local p
+  for p in "$E2E_ETCD_PORT" "$E2E_ETCD_PEER_PORT" "$E2E_APISERVER_PORT"; do
+    if _e2e_port_busy "$p"; then
+      _e2e_log "ERROR: port $p on this host is already in use:"
+      ss -Htlnp "sport = :$p" >&2
+      return 1
+    fi
+  done
+
+  # proxies must never see loopback traffic of the apiserver (webhook calls)
+  local -a noproxy=(env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u all_proxy -u ALL_PROXY)
+
+  # --- etcd ---
+  rm -rf "$E2E_WORK/etcd-data"
+  mkdir -p "$E2E_WORK/etcd-data"
+  chmod 700 "$E2E_WORK/etcd-data"
+  _e2e_log "starting etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}') on 127.0.0.1:$E2E_ETCD_PORT (log: $E2E_WORK/etcd.log)"
+  "${noproxy[@]}" etcd \
+    --name pinhook-e2e \
+    --data-dir "$E2E_WORK/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$E2E_ETCD_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$E2E_ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$E2E_ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$E2E_ETCD_PEER_PORT" \
+    --initial-cluster "pinhook-e2e=http://127.0.0.1:$E2E_ETCD_PEER_PORT" \
+    --initial-cluster-state new \
+    --logger zap --log-outputs stderr \
+    </dev/null >"$E2E_WORK/etcd.log" 2>&1 &
+  echo $! >"$E2E_WORK/etcd.pid"
+  _e2e_wait etcd 30 "$E2E_WORK/etcd.pid" etcd "$E2E_WORK/etcd.log" _e2e_etcd_healthy || return 1
+
+  # --- kube-apiserver ---
+  _e2e_log "starting $("$KUBE_APISERVER" --version) on https://127.0.0.1:$E2E_APISERVER_PORT (log: $E2E_WORK/kube-apiserver.log)"
+  "${noproxy[@]}" "$KUBE_APISERVER" \
+    --etcd-servers="http://127.0.0.1:$E2E_ETCD_PORT" \
+    --bind-address=127.0.0.1 \
+    --secure-port="$E2E_APISERVER_PORT" \
+    --advertise-address=127.0.0.1 \
+    --insecure-port=0 \
+    --endpoint-reconciler-type=none \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --authorization-mode=RBAC \
+    --enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
+    --token-auth-file="$E2E_PKI/tokens.csv" \
+    --client-ca-file="$E2E_PKI/ca.crt" \
+    --tls-cert-file="$E2E_PKI/apiserver.crt" \
+    --tls-private-key-file="$E2E_PKI/apiserver.key" \
+    --service-account-key-file="$E2E_PKI/sa.pub" \
+    --service-account-signing-key-file="$E2E_PKI/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --v=2 \
+    </dev/null >"$E2E_WORK/kube-apiserver.log" 2>&1 &
+  echo $! >"$E2E_WORK/kube-apiserver.pid"
+  _e2e_wait kube-apiserver "$E2E_READY_TIMEOUT" "$E2E_WORK/kube-apiserver.pid" kube-apiserver \
+    "$E2E_WORK/kube-apiserver.log" e2e_ready || return 1
+  _e2e_log "ready in $(($(date +%s) - t0))s; export KUBECONFIG=$E2E_KUBECONFIG"
+}
+
+_e2e_kill() { # _e2e_kill NAME
+  local name=$1 pidfile="$E2E_WORK/$1.pid" pid _
+  if _e2e_pid_alive "$pidfile" "$name"; then
+    pid=$(<"$pidfile")
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+      [[ -d /proc/$pid ]] || break
+      sleep 0.2
+    done
+    if [[ -d /proc/$pid ]]; then
+      _e2e_log "$name (pid $pid) ignored SIGTERM for 10s; SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    _e2e_log "stopped $name (pid $pid)"
+  fi
+  rm -f "$pidfile"
+}
+
+e2e_stop() {
+  _e2e_vars
+  _e2e_kill kube-apiserver
+  _e2e_kill etcd
+  return 0
+}
+
+e2e_env() {
+  _e2e_vars
+  printf 'export KUBECONFIG=%q\n' "$E2E_KUBECONFIG"
+  printf 'export E2E_WORK=%q\n' "$E2E_WORK"
+  printf 'export E2E_CA_CERT=%q\n' "$E2E_PKI/ca.crt"
+  printf 'export E2E_CA_KEY=%q\n' "$E2E_PKI/ca.key"
+  printf 'export E2E_APISERVER_URL=%q\n' "https://127.0.0.1:$E2E_APISERVER_PORT"
+}
+
+# e2e_ns NAME: namespace + `default` ServiceAccount (no controller-manager
+# creates it; the ServiceAccount admission plugin rejects pods without it)
+e2e_ns() {
+  _e2e_vars
+  local ns=$1
+  kubectl --kubeconfig "$E2E_KUBECONFIG" apply -f - >/dev/null <<EOF || return 1
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $ns
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: default
+  namespace: $ns
+automountServiceAccountToken: false
+EOF
+}
+
+# e2e_cert DIR [SAN...]: serving cert for a local webhook, signed by the e2e CA
+e2e_cert() {
+  _e2e_vars
+  local dir=$1 sans="IP:127.0.0.1,DNS:localhost" s
+  shift
+  for s in "$@"; do
+    if [[ $s =~ ^[0-9.]+$ || $s == *:*:* ]]; then sans+=",IP:$s"; else sans+=",DNS:$s"; fi
+  done
+  [[ -s $E2E_PKI/ca.key ]] || _e2e_pki || return 1
+  mkdir -p "$dir"
+  _e2e_sign_cert "$dir/tls" pinhook-webhook "$sans" || return 1
+  cp "$E2E_PKI/ca.crt" "$dir/ca.crt"
+  printf '%s\n' "$dir/tls.crt" "$dir/tls.key" "$dir/ca.crt"
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  set -euo pipefail
+  case "${1:-}" in
+    start) e2e_start ;;
+    stop) e2e_stop ;;
+    env) e2e_env ;;
+    status) e2e_ready && echo ready || { echo "not ready"; exit 1; } ;;
+    ns) [[ -n ${2:-} ]] || { echo "usage: $0 ns NAME" >&2; exit 2; }; e2e_ns "$2" ;;
+    cert) [[ -n ${2:-} ]] || { echo "usage: $0 cert DIR [SAN...]" >&2; exit 2; }; e2e_cert "${@:2}" ;;
+    *) echo "usage: $0 start|stop|env|status|ns NAME|cert DIR [SAN...]" >&2; exit 2 ;;
+  esac
+fi
