@@ -3,7 +3,7 @@
 //! start-up errors.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -16,6 +16,8 @@ use tracing::{info, warn};
 use pinhook::admission::Pinner;
 use pinhook::metrics::Metrics;
 use pinhook::reference::{PinForm, Reference};
+use pinhook::registry::keyring::Keyring;
+use pinhook::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
 use pinhook::server::{self, AppState, ServerConfig};
 use pinhook::workload::PodSpecKinds;
@@ -100,6 +102,12 @@ struct ServeArgs {
     registry: RegistryArgs,
     #[command(flatten)]
     cache: CacheArgs,
+    /// Kubeconfig for reading pull secrets (default: in-cluster, then $KUBECONFIG).
+    #[arg(long, env = "PINHOOK_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Node-level docker config.json with credentials tried after the pod's own.
+    #[arg(long, env = "PINHOOK_DOCKER_CONFIG")]
+    docker_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -199,7 +207,8 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
         args.cache.to_config(),
         metrics.clone(),
     ));
-    let pinner = Pinner::new(PodSpecKinds::builtin(), resolver, args.form.into());
+    let secrets = pull_secrets(args.kubeconfig.as_deref(), args.docker_config.as_deref()).await?;
+    let pinner = Pinner::new(PodSpecKinds::builtin(), resolver, secrets, args.form.into());
     let state = AppState {
         pinner: Arc::new(pinner),
         metrics,
@@ -257,6 +266,44 @@ fn certs(args: CertsArgs) -> Result<ExitCode> {
     // stdout carries only the caBundle, so scripts can capture it.
     println!("{}", generated.ca_bundle());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pod pull secrets through the Kubernetes API when one is configured, else node-level only.
+async fn pull_secrets(
+    kubeconfig: Option<&Path>,
+    docker_config: Option<&Path>,
+) -> Result<Arc<dyn PullSecrets>> {
+    let node = match docker_config {
+        Some(path) => {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("failed to read docker config '{}'", path.display()))?;
+            Keyring::from_docker_config_json(&bytes)
+                .with_context(|| format!("failed to parse docker config '{}'", path.display()))?
+        }
+        None => Keyring::new(),
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("failed to read kubeconfig '{}'", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("failed to load kubeconfig '{}'", path.display()))?
+        }
+        None => match kube::Config::infer().await {
+            Ok(config) => config,
+            Err(e) => {
+                warn!(
+                    error = %e,
+                    "no Kubernetes API configured: pods' imagePullSecrets are not used, only node-level and anonymous credentials"
+                );
+                return Ok(Arc::new(NodeOnly { node }));
+            }
+        },
+    };
+    info!(server = %config.cluster_url, "reading pull secrets through the Kubernetes API");
+    let client = kube::Client::try_from(config).context("failed to build the Kubernetes client")?;
+    Ok(Arc::new(KubeSecrets::new(client, node)))
 }
 
 fn build_resolver(args: &RegistryArgs) -> Result<Arc<dyn Resolver>> {

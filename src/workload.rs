@@ -11,6 +11,10 @@ use serde_json::Value;
 /// The subresource through which ephemeral containers are added.
 pub const EPHEMERAL_CONTAINERS_SUBRESOURCE: &str = "ephemeralcontainers";
 
+/// The kind of the `pods/ephemeralcontainers` subresource object on 1.20 and 1.21: no PodSpec,
+/// only a top-level `ephemeralContainers` list.
+pub const EPHEMERAL_CONTAINERS_KIND: &str = "EphemeralContainers";
+
 /// Why an object could not be walked, or a patch could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkloadError {
@@ -74,7 +78,7 @@ const BUILTIN_KINDS: &[(&str, &str, &str)] = &[
     ("batch", "CronJob", "/spec/jobTemplate/spec/template/spec"),
     // Kubernetes < 1.22 sends `pods/ephemeralcontainers` as `{"kind":"EphemeralContainers",
     // "ephemeralContainers":[...]}`: the list sits at the root.
-    ("", "EphemeralContainers", ""),
+    ("", EPHEMERAL_CONTAINERS_KIND, ""),
 ];
 
 // === impl ImageField ===

@@ -7,10 +7,9 @@ mod common;
 use std::time::Instant;
 
 use common::images::{self, PushedIndex};
-use common::pinhook::{apply_response, response_patch, review_fixture, TestPinhook};
+use common::pinhook::{apply_response, response_patch, review_fixture, Options, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
 use pinhook::reference::PinForm;
-use pinhook::registry::CacheConfig;
 use serde_json::{json, Value};
 
 async fn registry_with(repos: &[&str]) -> (TestRegistry, Vec<PushedIndex>) {
@@ -180,8 +179,11 @@ async fn reinvocation_on_the_pinned_object_yields_no_patch() {
 #[tokio::test]
 async fn digest_only_form_drops_the_tag() {
     let (registry, pushed) = registry_with(&["app"]).await;
-    let pinhook =
-        TestPinhook::start_with(&registry, PinForm::DigestOnly, CacheConfig::default()).await;
+    let options = Options {
+        form: PinForm::DigestOnly,
+        ..Options::default()
+    };
+    let pinhook = TestPinhook::start_with(&registry, options).await;
     let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
 
     let body = mutate(&pinhook, &review).await;

@@ -37,6 +37,7 @@ pub async fn mutate(pinner: &Pinner, request: &AdmissionRequest, budget: Duratio
         kind: &request.kind.kind,
         subresource: &request.sub_resource,
         namespace: &request.namespace,
+        name: &request.name,
         object,
         old_object: request.old_object.as_ref(),
     };

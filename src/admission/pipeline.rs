@@ -6,11 +6,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use futures::future::join_all;
 use serde_json::Value;
 
 use crate::reference::{Digest, PinForm, Reference};
-use crate::registry::{Credential, RegistryError, ResolutionSource, Resolver};
+use crate::registry::keyring::Keyring;
+use crate::registry::pull_secrets::{PodContext, PodKeyring, PullSecrets};
+use crate::registry::{RegistryError, ResolutionSource, Resolver};
 use crate::workload::{self, ImageSite, PodSpecKinds, WorkloadError};
 
 /// What pinhook does with one image site.
@@ -53,6 +57,8 @@ pub struct Target<'a> {
     pub kind: &'a str,
     pub subresource: &'a str,
     pub namespace: &'a str,
+    /// The object's name (empty for `generateName` creations).
+    pub name: &'a str,
     pub object: &'a Value,
     pub old_object: Option<&'a Value>,
 }
@@ -68,16 +74,23 @@ pub enum PipelineError {
 pub struct Pinner {
     kinds: PodSpecKinds,
     resolver: Arc<dyn Resolver>,
+    secrets: Arc<dyn PullSecrets>,
     form: PinForm,
 }
 
 // === impl Pinner ===
 
 impl Pinner {
-    pub fn new(kinds: PodSpecKinds, resolver: Arc<dyn Resolver>, form: PinForm) -> Pinner {
+    pub fn new(
+        kinds: PodSpecKinds,
+        resolver: Arc<dyn Resolver>,
+        secrets: Arc<dyn PullSecrets>,
+        form: PinForm,
+    ) -> Pinner {
         Pinner {
             kinds,
             resolver,
+            secrets,
             form,
         }
     }
@@ -100,9 +113,19 @@ impl Pinner {
         else {
             return Ok(Plan::default());
         };
+        let deadline = Instant::now() + budget;
         let triaged: Vec<Triage> = sites.into_iter().map(triage).collect();
-        let digests = self.resolve_all(&triaged, budget).await;
-        let warnings = resolution_warnings(&digests);
+        let needs_registry = triaged.iter().any(|t| matches!(t, Triage::Resolve(..)));
+        let PodKeyring {
+            keyring,
+            mut warnings,
+        } = if needs_registry {
+            self.keyring_for(target, deadline).await
+        } else {
+            PodKeyring::default()
+        };
+        let digests = self.resolve_all(&triaged, &keyring, deadline).await;
+        warnings.extend(resolution_warnings(&digests));
         let outcomes = triaged
             .into_iter()
             .map(|t| self.outcome(t, &digests))
@@ -114,7 +137,34 @@ impl Pinner {
         })
     }
 
-    async fn resolve_all(&self, triaged: &[Triage], budget: Duration) -> HashMap<String, Resolved> {
+    async fn keyring_for(&self, target: &Target<'_>, deadline: Instant) -> PodKeyring {
+        // The 1.20 EphemeralContainers object has no PodSpec: the pod is read instead.
+        let own_spec = target.kind != workload::EPHEMERAL_CONTAINERS_KIND;
+        let pod = PodContext {
+            namespace: target.namespace,
+            pod_spec: own_spec
+                .then(|| workload::pod_spec(&self.kinds, target.group, target.kind, target.object))
+                .flatten(),
+            is_pod: target.group.is_empty() && (target.kind == "Pod" || !own_spec),
+            pod_name: target.name,
+        };
+        match tokio::time::timeout_at(deadline, self.secrets.keyring_for(&pod)).await {
+            Ok(keyring) => keyring,
+            Err(_) => PodKeyring {
+                keyring: Keyring::new(),
+                warnings: vec![
+                    "pinhook: reading pull secrets timed out; resolved without them".to_string(),
+                ],
+            },
+        }
+    }
+
+    async fn resolve_all(
+        &self,
+        triaged: &[Triage],
+        keyring: &Keyring,
+        deadline: Instant,
+    ) -> HashMap<String, Resolved> {
         let mut unique: HashMap<String, &Reference> = HashMap::new();
         for t in triaged {
             if let Triage::Resolve(_, reference) = t {
@@ -122,19 +172,25 @@ impl Pinner {
             }
         }
         let calls = unique.into_iter().map(|(key, reference)| async move {
-            let result = self.resolve_one(reference, budget).await;
+            let result = self.resolve_one(reference, keyring, deadline).await;
             (key, result)
         });
         join_all(calls).await.into_iter().collect()
     }
 
-    async fn resolve_one(&self, reference: &Reference, budget: Duration) -> Resolved {
-        let credentials: [Credential; 0] = [];
-        match tokio::time::timeout(budget, self.resolver.resolve(reference, &credentials)).await {
+    async fn resolve_one(
+        &self,
+        reference: &Reference,
+        keyring: &Keyring,
+        deadline: Instant,
+    ) -> Resolved {
+        let credentials = keyring.lookup(reference);
+        let call = self.resolver.resolve(reference, &credentials);
+        match tokio::time::timeout_at(deadline, call).await {
             Ok(result) => result,
             Err(_) => Err(RegistryError::Timeout {
                 registry: reference.domain().to_string(),
-                timeout: budget,
+                timeout: deadline.saturating_duration_since(Instant::now()),
             }),
         }
     }

@@ -10,6 +10,8 @@
 pub mod cache;
 mod client;
 pub mod credentials;
+pub mod keyring;
+pub mod pull_secrets;
 
 use std::time::Duration;
 

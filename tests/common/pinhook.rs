@@ -8,6 +8,7 @@ use std::time::Duration;
 use pinhook::admission::Pinner;
 use pinhook::metrics::Metrics;
 use pinhook::reference::PinForm;
+use pinhook::registry::pull_secrets::{NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
 use pinhook::server::{self, AppState, RunningServer, ServerConfig};
 use pinhook::workload::PodSpecKinds;
@@ -39,26 +40,44 @@ pub fn oci_resolver(registry: &TestRegistry) -> Arc<dyn Resolver> {
     Arc::new(OciResolver::new(registry_config(registry)).expect("resolver builds"))
 }
 
+/// What to vary between test servers.
+pub struct Options {
+    pub form: PinForm,
+    pub cache: CacheConfig,
+    pub secrets: Arc<dyn PullSecrets>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            form: PinForm::TagAndDigest,
+            cache: CacheConfig::default(),
+            secrets: Arc::new(NodeOnly::default()),
+        }
+    }
+}
+
 impl TestPinhook {
     pub async fn start(registry: &TestRegistry) -> TestPinhook {
-        Self::start_with(registry, PinForm::TagAndDigest, CacheConfig::default()).await
+        Self::start_with(registry, Options::default()).await
     }
 
-    pub async fn start_with(
-        registry: &TestRegistry,
-        form: PinForm,
-        cache: CacheConfig,
-    ) -> TestPinhook {
+    pub async fn start_with(registry: &TestRegistry, options: Options) -> TestPinhook {
         super::tls::init_crypto();
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = TestCa::generate(dir.path());
         let metrics = Arc::new(Metrics::new());
         let resolver = Arc::new(CachingResolver::new(
             oci_resolver(registry),
-            cache,
+            options.cache,
             metrics.clone(),
         ));
-        let pinner = Pinner::new(PodSpecKinds::builtin(), resolver.clone(), form);
+        let pinner = Pinner::new(
+            PodSpecKinds::builtin(),
+            resolver.clone(),
+            options.secrets,
+            options.form,
+        );
         let state = AppState {
             pinner: Arc::new(pinner),
             metrics: metrics.clone(),

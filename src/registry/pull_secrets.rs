@@ -1,0 +1,256 @@
+//! Pull secrets: which credentials a pod would pull with, read through the Kubernetes API.
+//!
+//! Owns: choosing the secret names the way kubelet and the ServiceAccount admission plugin do,
+//! reading and briefly caching Secrets and ServiceAccounts, and joining the pod's keyring with
+//! the node-level one. A missing secret is not an error (kubelet ignores it too); it becomes a
+//! warning for the user.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use kube::api::Api;
+use serde_json::Value;
+use tracing::debug;
+
+use super::keyring::Keyring;
+
+/// How long a read Secret or ServiceAccount answers before it is read again.
+const OBJECT_TTL: Duration = Duration::from_secs(30);
+
+/// Where a pod's images are pulled from the credential point of view.
+#[derive(Debug, Clone, Copy)]
+pub struct PodContext<'a> {
+    pub namespace: &'a str,
+    /// The PodSpec, when the object carries one.
+    pub pod_spec: Option<&'a Value>,
+    /// True for a bare Pod (the ServiceAccount plugin already filled `imagePullSecrets`), false
+    /// for a workload template (pinhook does that plugin's work itself).
+    pub is_pod: bool,
+    /// The pod's name, to read its spec when the object has none (1.20 EphemeralContainers).
+    pub pod_name: &'a str,
+}
+
+/// The keyring for one pod and what the user should hear about it.
+#[derive(Debug, Clone, Default)]
+pub struct PodKeyring {
+    pub keyring: Keyring,
+    pub warnings: Vec<String>,
+}
+
+/// Source of pull credentials.
+#[async_trait]
+pub trait PullSecrets: Send + Sync {
+    async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring;
+}
+
+/// Node-level credentials only (no Kubernetes API configured, or `pinhook check` locally).
+#[derive(Debug, Clone, Default)]
+pub struct NodeOnly {
+    pub node: Keyring,
+}
+
+/// Pod secrets read through the Kubernetes API, then the node-level keyring.
+pub struct KubeSecrets {
+    client: kube::Client,
+    node: Keyring,
+    secrets: moka::future::Cache<(String, String), Arc<Option<Secret>>>,
+    accounts: moka::future::Cache<(String, String), Arc<Option<ServiceAccount>>>,
+}
+
+// === impl NodeOnly ===
+
+#[async_trait]
+impl PullSecrets for NodeOnly {
+    async fn keyring_for(&self, _pod: &PodContext<'_>) -> PodKeyring {
+        PodKeyring {
+            keyring: self.node.clone(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+// === impl KubeSecrets ===
+
+impl KubeSecrets {
+    pub fn new(client: kube::Client, node: Keyring) -> KubeSecrets {
+        KubeSecrets {
+            client,
+            node,
+            secrets: object_cache(),
+            accounts: object_cache(),
+        }
+    }
+
+    async fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<Option<Secret>>, kube::Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let key = (namespace.to_string(), name.to_string());
+        self.secrets
+            .try_get_with(key, async move { api.get_opt(name).await.map(Arc::new) })
+            .await
+            .map_err(unshare)
+    }
+
+    async fn service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<Option<ServiceAccount>>, kube::Error> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let key = (namespace.to_string(), name.to_string());
+        self.accounts
+            .try_get_with(key, async move { api.get_opt(name).await.map(Arc::new) })
+            .await
+            .map_err(unshare)
+    }
+
+    /// The pod's spec for objects that carry none (the 1.20 `EphemeralContainers` shape).
+    async fn pod_spec_of(&self, namespace: &str, name: &str) -> Option<Value> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let pod = api.get_opt(name).await.ok()??;
+        serde_json::to_value(pod.spec?).ok()
+    }
+
+    /// Secret names per kubelet: the spec's own, else (templates only) the service account's.
+    async fn secret_names(
+        &self,
+        pod: &PodContext<'_>,
+        spec: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Vec<String> {
+        let own = names_in(spec.get("imagePullSecrets"));
+        if !own.is_empty() || pod.is_pod {
+            return own;
+        }
+        let account = spec
+            .get("serviceAccountName")
+            .or_else(|| spec.get("serviceAccount"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default");
+        match self.service_account(pod.namespace, account).await {
+            Ok(sa) => match sa.as_ref() {
+                Some(sa) => sa
+                    .image_pull_secrets
+                    .iter()
+                    .flatten()
+                    .map(|r| r.name.clone())
+                    .filter(|n| !n.is_empty())
+                    .collect(),
+                None => Vec::new(),
+            },
+            Err(e) => {
+                warnings.push(format!(
+                    "pinhook: cannot read serviceaccount {}/{account}: {}",
+                    pod.namespace,
+                    short_error(&e)
+                ));
+                Vec::new()
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl PullSecrets for KubeSecrets {
+    async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
+        let mut warnings = Vec::new();
+        let fetched;
+        let spec = match pod.pod_spec {
+            Some(spec) => Some(spec),
+            None if !pod.pod_name.is_empty() => {
+                fetched = self.pod_spec_of(pod.namespace, pod.pod_name).await;
+                fetched.as_ref()
+            }
+            None => None,
+        };
+        let mut keyring = Keyring::new();
+        if let Some(spec) = spec {
+            for name in self.secret_names(pod, spec, &mut warnings).await {
+                match self.secret(pod.namespace, &name).await {
+                    Ok(secret) => match secret.as_ref() {
+                        Some(secret) => {
+                            add_secret(&mut keyring, pod.namespace, &name, secret, &mut warnings)
+                        }
+                        None => warnings.push(format!(
+                            "pinhook: imagePullSecret {}/{name} not found",
+                            pod.namespace
+                        )),
+                    },
+                    Err(e) => warnings.push(format!(
+                        "pinhook: cannot read imagePullSecret {}/{name}: {}",
+                        pod.namespace,
+                        short_error(&e)
+                    )),
+                }
+            }
+        }
+        keyring.extend(self.node.clone());
+        PodKeyring { keyring, warnings }
+    }
+}
+
+fn add_secret(
+    keyring: &mut Keyring,
+    namespace: &str,
+    name: &str,
+    secret: &Secret,
+    warnings: &mut Vec<String>,
+) {
+    let data: BTreeMap<String, Vec<u8>> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    let secret_type = secret.type_.as_deref().unwrap_or("Opaque");
+    match Keyring::from_secret(secret_type, &data) {
+        // kubelet puts all of a pod's secrets into one keyring, sorted together.
+        Ok(parsed) => keyring.merge(parsed),
+        Err(e) => {
+            debug!(namespace, name, error = %e, "unusable pull secret");
+            warnings.push(format!(
+                "pinhook: imagePullSecret {namespace}/{name} unusable: {e}"
+            ));
+        }
+    }
+}
+
+fn object_cache<V: Clone + Send + Sync + 'static>() -> moka::future::Cache<(String, String), V> {
+    moka::future::Cache::builder()
+        .max_capacity(10_000)
+        .time_to_live(OBJECT_TTL)
+        .build()
+}
+
+fn names_in(list: Option<&Value>) -> Vec<String> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("name").and_then(Value::as_str))
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// moka shares one error among all waiters; kube's error is not Clone, so keep its text.
+fn unshare(error: Arc<kube::Error>) -> kube::Error {
+    match Arc::try_unwrap(error) {
+        Ok(error) => error,
+        Err(shared) => kube::Error::Service(shared.to_string().into()),
+    }
+}
+
+/// The API's own message for API errors, else the error's text; warnings stay short.
+fn short_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
