@@ -85,6 +85,7 @@ struct ReviewQuery {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/mutate", post(mutate_handler))
+        .route("/validate", post(validate_handler))
         .route("/healthz", get(healthz_handler))
         .route("/readyz", get(readyz_handler))
         .route("/metrics", get(metrics_handler))
@@ -161,22 +162,11 @@ async fn mutate_handler(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let request = match admission::parse_review(&body) {
+    let request = match parse_or_reject(&state, "mutate", &body, started) {
         Ok(request) => request,
-        Err(e) => {
-            warn!(error = %e, "rejected malformed review");
-            record_review(&state, "mutate", "", "error", started);
-            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
-        }
+        Err(response) => return response,
     };
-    let span = tracing::info_span!(
-        "review",
-        uid = %request.uid,
-        namespace = %request.namespace,
-        kind = %request.kind.kind,
-        operation = %request.operation,
-        result = tracing::field::Empty,
-    );
+    let span = review_span(&request);
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
     let decision = admission::mutate(&state.pinner, &request, budget)
         .instrument(span.clone())
@@ -186,6 +176,46 @@ async fn mutate_handler(
     span.in_scope(|| log_decision(&decision));
     record_review(&state, "mutate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
+}
+
+async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let request = match parse_or_reject(&state, "validate", &body, started) {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    let span = review_span(&request);
+    let decision = span.in_scope(|| admission::validate(&state.pinner, &request));
+    let result = decision.result.as_str();
+    span.record("result", result);
+    span.in_scope(|| log_decision(&decision));
+    record_review(&state, "validate", &request.operation, result, started);
+    json_response(admission::review_body(&decision.response))
+}
+
+/// Parses a review body, or answers 400 with the reason (and counts it).
+fn parse_or_reject(
+    state: &AppState,
+    endpoint: &'static str,
+    body: &[u8],
+    started: Instant,
+) -> Result<admission::AdmissionRequest, Response> {
+    admission::parse_review(body).map_err(|e| {
+        warn!(endpoint, error = %e, "rejected malformed review");
+        record_review(state, endpoint, "", "error", started);
+        (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+    })
+}
+
+fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
+    tracing::info_span!(
+        "review",
+        uid = %request.uid,
+        namespace = %request.namespace,
+        kind = %request.kind.kind,
+        operation = %request.operation,
+        result = tracing::field::Empty,
+    )
 }
 
 fn log_decision(decision: &admission::Decision) {

@@ -7,12 +7,14 @@
 pub mod mutate;
 pub mod pipeline;
 pub mod review;
+pub mod validate;
 
 use std::time::Duration;
 
 pub use mutate::{mutate, Decision, ReviewResult};
 pub use pipeline::{Action, ImageOutcome, Pinner, Plan, Target};
 pub use review::{parse_review, review_body, AdmissionRequest, AdmissionResponse, ReviewError};
+pub use validate::validate;
 
 /// The least time left for answering after resolution, out of the apiserver's timeout.
 const DEADLINE_MARGIN_FLOOR: Duration = Duration::from_millis(100);

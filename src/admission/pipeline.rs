@@ -137,6 +137,35 @@ impl Pinner {
         })
     }
 
+    /// Checks without any registry call that every image new in this request is pinned: what
+    /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
+    pub fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
+        let Some(sites) = workload::image_sites(
+            &self.kinds,
+            target.group,
+            target.kind,
+            target.subresource,
+            target.object,
+            target.old_object,
+        )?
+        else {
+            return Ok(Plan::default());
+        };
+        let outcomes = sites
+            .into_iter()
+            .map(|site| match triage(site) {
+                Triage::Keep(site, reason) => unchanged(site, reason),
+                Triage::Invalid(site, reason) => denied(site, reason),
+                Triage::Resolve(site, _) => denied(site, "not pinned to a digest".to_string()),
+            })
+            .collect();
+        Ok(Plan {
+            pod_bearing: true,
+            outcomes,
+            warnings: Vec::new(),
+        })
+    }
+
     async fn keyring_for(&self, target: &Target<'_>, deadline: Instant) -> PodKeyring {
         // The 1.20 EphemeralContainers object has no PodSpec: the pod is read instead.
         let own_spec = target.kind != workload::EPHEMERAL_CONTAINERS_KIND;
