@@ -162,9 +162,9 @@ async fn mutate_handler(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let request = match parse_or_reject(&state, "mutate", &body, started) {
+    let request = match admission::parse_review(&body) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(e) => return reject(&state, "mutate", &e, started),
     };
     let span = review_span(&request);
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
@@ -180,9 +180,9 @@ async fn mutate_handler(
 
 async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
-    let request = match parse_or_reject(&state, "validate", &body, started) {
+    let request = match admission::parse_review(&body) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(e) => return reject(&state, "validate", &e, started),
     };
     let span = review_span(&request);
     let decision = span.in_scope(|| admission::validate(&state.pinner, &request));
@@ -193,18 +193,16 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
     json_response(admission::review_body(&decision.response))
 }
 
-/// Parses a review body, or answers 400 with the reason (and counts it).
-fn parse_or_reject(
+/// Answers 400 with the reason a body is not a review (and counts it).
+fn reject(
     state: &AppState,
     endpoint: &'static str,
-    body: &[u8],
+    error: &admission::ReviewError,
     started: Instant,
-) -> Result<admission::AdmissionRequest, Response> {
-    admission::parse_review(body).map_err(|e| {
-        warn!(endpoint, error = %e, "rejected malformed review");
-        record_review(state, endpoint, "", "error", started);
-        (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
-    })
+) -> Response {
+    warn!(endpoint, error = %error, "rejected malformed review");
+    record_review(state, endpoint, "", "error", started);
+    (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response()
 }
 
 fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {

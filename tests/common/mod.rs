@@ -11,3 +11,4 @@ pub mod images;
 pub mod pinhook;
 pub mod registry;
 pub mod tls;
+pub mod token;

@@ -1,10 +1,13 @@
 //! A real OCI registry (Debian's `docker-registry`, distribution 2.8.2) for
-//! integration tests, serving TLS on 127.0.0.1 with an optional htpasswd.
+//! integration tests on 127.0.0.1: TLS from a [`TestCa`] (or plain HTTP with
+//! [`TestRegistry::start_plain`]), no auth, htpasswd, or bearer tokens from an
+//! in-process [`TokenServer`] ([`RegistryAuth::Token`]).
 //!
 //! What 2.8.2 prints, and what this module relies on:
 //! - stderr (logrus text): one line per event. With `http.addr` port 0 the
 //!   bound address appears as
-//!   `time="…" level=info msg="listening on 127.0.0.1:41234, tls" …`.
+//!   `time="…" level=info msg="listening on 127.0.0.1:41234, tls" …`
+//!   (without `, tls` over plain HTTP).
 //! - stdout: the access log, Apache combined format, one line per request,
 //!   written after the handler returns:
 //!   `127.0.0.1 - - [21/Nov/2026:13:56:39 +0000] "HEAD /v2/foo/bar/manifests/latest HTTP/2.0" 404 96 "" "curl/7.88.1"`.
@@ -22,6 +25,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::tls::{init_crypto, TestCa};
+use super::token::{Access, TokenServer};
 
 /// Binary used unless `PINHOOK_TEST_REGISTRY_BIN` names another.
 pub const DEFAULT_REGISTRY_BIN: &str = "/usr/bin/docker-registry";
@@ -37,7 +41,16 @@ pub const KEEP_DIR_ENV: &str = "PINHOOK_KEEP_REGISTRY_DIR";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RegistryAuth {
     None,
-    Htpasswd { username: String, password: String },
+    Htpasswd {
+        username: String,
+        password: String,
+    },
+    /// Bearer tokens (`auth: token:`) from an in-process [`TokenServer`] that
+    /// takes these credentials as HTTP Basic and refuses any other.
+    Token {
+        username: String,
+        password: String,
+    },
 }
 
 impl RegistryAuth {
@@ -45,6 +58,32 @@ impl RegistryAuth {
         RegistryAuth::Htpasswd {
             username: username.to_string(),
             password: password.to_string(),
+        }
+    }
+
+    pub fn token(username: &str, password: &str) -> RegistryAuth {
+        RegistryAuth::Token {
+            username: username.to_string(),
+            password: password.to_string(),
+        }
+    }
+}
+
+/// How a [`TestRegistry`] is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// TLS with the server certificate of the registry's [`TestCa`].
+    #[default]
+    Https,
+    /// Plain HTTP (no `tls:` section), like an "insecure registry".
+    PlainHttp,
+}
+
+impl Transport {
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Transport::Https => "https",
+            Transport::PlainHttp => "http",
         }
     }
 }
@@ -63,6 +102,9 @@ pub struct TestRegistry {
     dir: TempDir,
     ca: Arc<TestCa>,
     auth: RegistryAuth,
+    transport: Transport,
+    /// Present with [`RegistryAuth::Token`]; outlives registry restarts.
+    token_server: Option<TokenServer>,
     port: u16,
     config_path: PathBuf,
     access_log: PathBuf,
@@ -74,21 +116,48 @@ pub struct TestRegistry {
 impl TestRegistry {
     /// Starts a registry with its own fresh [`TestCa`].
     pub async fn start(auth: RegistryAuth) -> TestRegistry {
-        let dir = new_tempdir();
-        let ca = Arc::new(TestCa::generate(&dir.path().join("tls")));
-        Self::start_in(dir, ca, auth).await
+        Self::start_with(auth, Transport::Https, None).await
     }
 
     /// Starts a registry whose server certificate comes from `ca`, so one CA
     /// can cover several servers in a test. The CA's own server certificate
     /// (`server.pem`/`server-key.pem`) is used.
     pub async fn start_with_ca(auth: RegistryAuth, ca: Arc<TestCa>) -> TestRegistry {
-        Self::start_in(new_tempdir(), ca, auth).await
+        Self::start_with(auth, Transport::Https, Some(ca)).await
     }
 
-    async fn start_in(dir: TempDir, ca: Arc<TestCa>, auth: RegistryAuth) -> TestRegistry {
+    /// Starts a registry serving plain HTTP (an "insecure registry"): `url()`
+    /// gives `http://` URLs. It still has a [`TestCa`], which the token
+    /// server (always HTTPS) uses with [`RegistryAuth::Token`].
+    pub async fn start_plain(auth: RegistryAuth) -> TestRegistry {
+        Self::start_with(auth, Transport::PlainHttp, None).await
+    }
+
+    /// The general form: `ca` defaults to a fresh [`TestCa`].
+    pub async fn start_with(
+        auth: RegistryAuth,
+        transport: Transport,
+        ca: Option<Arc<TestCa>>,
+    ) -> TestRegistry {
+        let dir = new_tempdir();
+        let ca = ca.unwrap_or_else(|| Arc::new(TestCa::generate(&dir.path().join("tls"))));
+        Self::start_in(dir, ca, auth, transport).await
+    }
+
+    async fn start_in(
+        dir: TempDir,
+        ca: Arc<TestCa>,
+        auth: RegistryAuth,
+        transport: Transport,
+    ) -> TestRegistry {
         init_crypto();
         let client = ca.reqwest_client();
+        let token_server = match &auth {
+            RegistryAuth::Token { username, password } => {
+                Some(TokenServer::start(&ca, &dir.path().join("token"), username, password).await)
+            }
+            _ => None,
+        };
         let mut reg = TestRegistry {
             config_path: dir.path().join("config.yml"),
             access_log: dir.path().join("access.log"),
@@ -96,6 +165,8 @@ impl TestRegistry {
             dir,
             ca,
             auth,
+            transport,
+            token_server,
             port: 0,
             child: Mutex::new(None),
             client,
@@ -118,9 +189,19 @@ impl TestRegistry {
         self.port
     }
 
-    /// `https://127.0.0.1:PORT{path}`; `path` starts with `/`.
+    /// `https://127.0.0.1:PORT{path}` (`http://` with
+    /// [`Transport::PlainHttp`]); `path` starts with `/`.
     pub fn url(&self, path: &str) -> String {
-        format!("https://{}{}", self.host(), path)
+        format!("{}://{}{}", self.transport.scheme(), self.host(), path)
+    }
+
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Whether the registry serves plain HTTP.
+    pub fn is_plain_http(&self) -> bool {
+        self.transport == Transport::PlainHttp
     }
 
     /// `127.0.0.1:PORT/{repo}:{tag}`, as a pod spec would name it.
@@ -144,12 +225,27 @@ impl TestRegistry {
         &self.auth
     }
 
-    /// `(username, password)` when the registry uses htpasswd.
+    /// `(username, password)` when the registry uses htpasswd, or the Basic
+    /// credentials the token server accepts with [`RegistryAuth::Token`].
     pub fn credentials(&self) -> Option<(&str, &str)> {
         match &self.auth {
             RegistryAuth::None => None,
-            RegistryAuth::Htpasswd { username, password } => Some((username, password)),
+            RegistryAuth::Htpasswd { username, password }
+            | RegistryAuth::Token { username, password } => Some((username, password)),
         }
+    }
+
+    /// The token server, with [`RegistryAuth::Token`].
+    pub fn token_server(&self) -> Option<&TokenServer> {
+        self.token_server.as_ref()
+    }
+
+    /// Tokens the token server has handed out over HTTP (0 without one).
+    /// The harness's own requests use minted tokens and do not count.
+    pub fn tokens_issued(&self) -> usize {
+        self.token_server
+            .as_ref()
+            .map_or(0, TokenServer::tokens_issued)
     }
 
     /// A client trusting only the registry's CA (no credentials attached).
@@ -158,8 +254,19 @@ impl TestRegistry {
     }
 
     /// A request to an absolute `url`, with basic auth when configured.
+    ///
+    /// With [`RegistryAuth::Token`] it carries `Authorization: Bearer` with a
+    /// token minted in-process (not over HTTP, so
+    /// [`tokens_issued`](Self::tokens_issued) only counts what the code under
+    /// test fetched) granting `pull,push,delete` on the repository named in
+    /// `url`'s path (`/v2/<name>/{blobs,manifests,tags}/…`), or the catalog
+    /// for `/v2/_catalog`, or nothing for `/v2/`.
     pub fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
         let req = self.client.request(method, url);
+        if let Some(tokens) = &self.token_server {
+            let (user, _) = self.credentials().expect("token auth has credentials");
+            return req.bearer_auth(tokens.mint(user, &harness_access(url)));
+        }
         match self.credentials() {
             Some((user, pass)) => req.basic_auth(user, Some(pass)),
             None => req,
@@ -302,12 +409,29 @@ impl TestRegistry {
     }
 
     fn write_config(&self) {
-        let auth = match self.auth {
-            RegistryAuth::None => String::new(),
-            RegistryAuth::Htpasswd { .. } => format!(
+        let auth = match (&self.auth, &self.token_server) {
+            (RegistryAuth::None, _) => String::new(),
+            (RegistryAuth::Htpasswd { .. }, _) => format!(
                 "auth:\n  htpasswd:\n    realm: pinhook-test\n    path: \"{}\"\n",
                 self.htpasswd_path().display()
             ),
+            (RegistryAuth::Token { .. }, Some(tokens)) => format!(
+                "auth:\n  token:\n    realm: \"{}\"\n    service: {}\n    issuer: {}\n    \
+                 rootcertbundle: \"{}\"\n",
+                tokens.realm(),
+                tokens.service(),
+                tokens.issuer(),
+                tokens.root_cert_path().display()
+            ),
+            (RegistryAuth::Token { .. }, None) => unreachable!("token auth starts a token server"),
+        };
+        let tls = match self.transport {
+            Transport::Https => format!(
+                "  tls:\n    certificate: \"{}\"\n    key: \"{}\"\n",
+                self.ca.server_cert_path().display(),
+                self.ca.server_key_path().display(),
+            ),
+            Transport::PlainHttp => String::new(),
         };
         // Only 127.0.0.1 is bound: no debug server, no health checks.
         let config = format!(
@@ -330,14 +454,10 @@ storage:
 http:
   addr: \"127.0.0.1:{port}\"
   secret: pinhook-test-secret
-  tls:
-    certificate: \"{cert}\"
-    key: \"{key}\"
-{auth}",
+{tls}{auth}",
             storage = self.storage_dir().display(),
             port = self.port,
-            cert = self.ca.server_cert_path().display(),
-            key = self.ca.server_key_path().display(),
+            tls = tls,
             auth = auth,
         );
         write(&self.config_path, &config);
@@ -448,6 +568,35 @@ pub fn parse_access_line(line: &str) -> Option<AccessLogEntry> {
         uri,
         status,
     })
+}
+
+/// What the harness's own token for a request to `url` grants.
+fn harness_access(url: &str) -> Vec<Access> {
+    let path = reqwest::Url::parse(url)
+        .map(|u| u.path().to_string())
+        .unwrap_or_else(|_| url.to_string());
+    match repository_of(&path) {
+        Some(name) => vec![Access::repository(&name, &["pull", "push", "delete"])],
+        None if path.starts_with("/v2/_catalog") => vec![Access {
+            kind: "registry".to_string(),
+            name: "catalog".to_string(),
+            actions: vec!["*".to_string()],
+        }],
+        None => Vec::new(),
+    }
+}
+
+/// The repository in `/v2/<name>/(blobs|manifests|tags)/…`. A name may
+/// itself contain `blobs` etc. as a component, but what follows the marker
+/// (`<digest>`, `uploads/<uuid>`, `<reference>`, `list`) never contains one,
+/// so the last marker wins.
+pub fn repository_of(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v2/")?;
+    let end = ["/blobs/", "/manifests/", "/tags/"]
+        .iter()
+        .filter_map(|m| rest.rfind(m))
+        .max()?;
+    Some(rest[..end].to_string()).filter(|n| !n.is_empty())
 }
 
 /// Finds the port in `msg="listening on 127.0.0.1:PORT, tls"`.
