@@ -7,6 +7,7 @@
 // would warn (and fail clippy with -D warnings) in some test binary.
 #![allow(dead_code)]
 
+pub mod fake_kube;
 pub mod images;
 pub mod pinhook;
 pub mod registry;

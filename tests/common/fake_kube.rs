@@ -1,0 +1,164 @@
+//! A small in-process fake of the few Kubernetes API endpoints pinhook reads, answering with
+//! the real API's JSON shapes (objects as `kubectl get -o json` prints them, `v1 Status` for
+//! errors). Plain HTTP on 127.0.0.1:0; counts requests per path.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+#[derive(Default)]
+struct Store {
+    /// (resource, namespace, name) → object
+    objects: HashMap<(String, String, String), Value>,
+    hits: HashMap<String, usize>,
+}
+
+/// The fake API server.
+pub struct FakeKube {
+    pub url: String,
+    store: Arc<Mutex<Store>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeKube {
+    pub async fn start() -> FakeKube {
+        let store = Arc::new(Mutex::new(Store::default()));
+        let app = Router::new()
+            .route("/api/v1/namespaces/{ns}/{resource}/{name}", get(get_namespaced))
+            .route("/api/v1/namespaces/{name}", get(get_namespace))
+            .with_state(store.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeKube { url, store, task }
+    }
+
+    /// A kube client pointed at the fake.
+    pub fn client(&self) -> kube::Client {
+        let config = kube::Config::new(self.url.parse().expect("url"));
+        kube::Client::try_from(config).expect("client")
+    }
+
+    fn put(&self, resource: &str, namespace: &str, name: &str, object: Value) {
+        self.store
+            .lock()
+            .expect("store")
+            .objects
+            .insert((resource.into(), namespace.into(), name.into()), object);
+    }
+
+    /// A `kubernetes.io/dockerconfigjson` Secret for one registry.
+    pub fn add_dockerconfigjson(&self, namespace: &str, name: &str, registry: &str, user: &str, pass: &str) {
+        let config = json!({"auths": {registry: {"auth": b64(&format!("{user}:{pass}"))}}});
+        self.add_secret(namespace, name, "kubernetes.io/dockerconfigjson", ".dockerconfigjson", &config);
+    }
+
+    /// A legacy `kubernetes.io/dockercfg` Secret for one registry (username/password fields).
+    pub fn add_dockercfg(&self, namespace: &str, name: &str, registry: &str, user: &str, pass: &str) {
+        let config = json!({registry: {"username": user, "password": pass, "email": "ci@example.com"}});
+        self.add_secret(namespace, name, "kubernetes.io/dockercfg", ".dockercfg", &config);
+    }
+
+    fn add_secret(&self, namespace: &str, name: &str, secret_type: &str, key: &str, config: &Value) {
+        let secret = json!({
+            "kind": "Secret",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{namespace}-{name}"), "resourceVersion": "1"},
+            "data": {key: b64(&config.to_string())},
+            "type": secret_type
+        });
+        self.put("secrets", namespace, name, secret);
+    }
+
+    pub fn add_service_account(&self, namespace: &str, name: &str, pull_secrets: &[&str]) {
+        let refs: Vec<Value> = pull_secrets.iter().map(|s| json!({"name": s})).collect();
+        let account = json!({
+            "kind": "ServiceAccount",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-sa-{name}"), "resourceVersion": "1"},
+            "imagePullSecrets": refs
+        });
+        self.put("serviceaccounts", namespace, name, account);
+    }
+
+    pub fn add_pod(&self, namespace: &str, pod: Value) {
+        let name = pod["metadata"]["name"].as_str().expect("pod name").to_string();
+        self.put("pods", namespace, &name, pod);
+    }
+
+    pub fn add_namespace(&self, name: &str, labels: Value) {
+        let namespace = json!({
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "labels": labels, "uid": format!("uid-ns-{name}"), "resourceVersion": "1"},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"}
+        });
+        self.put("namespaces", "", name, namespace);
+    }
+
+    /// How many GETs reached a path containing `fragment`.
+    pub fn hits(&self, fragment: &str) -> usize {
+        let store = self.store.lock().expect("store");
+        store
+            .hits
+            .iter()
+            .filter(|(path, _)| path.contains(fragment))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+impl Drop for FakeKube {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+async fn get_namespaced(
+    State(store): State<Arc<Mutex<Store>>>,
+    Path((ns, resource, name)): Path<(String, String, String)>,
+) -> Response {
+    lookup(&store, &resource, &ns, &name, &format!("/api/v1/namespaces/{ns}/{resource}/{name}"))
+}
+
+async fn get_namespace(State(store): State<Arc<Mutex<Store>>>, Path(name): Path<String>) -> Response {
+    lookup(&store, "namespaces", "", &name, &format!("/api/v1/namespaces/{name}"))
+}
+
+fn lookup(store: &Mutex<Store>, resource: &str, ns: &str, name: &str, path: &str) -> Response {
+    let mut store = store.lock().expect("store");
+    *store.hits.entry(path.to_string()).or_default() += 1;
+    match store.objects.get(&(resource.into(), ns.into(), name.into())) {
+        Some(object) => Json(object.clone()).into_response(),
+        None => not_found(resource, name),
+    }
+}
+
+/// The apiserver's 404 body.
+fn not_found(resource: &str, name: &str) -> Response {
+    let status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("{resource} \"{name}\" not found"),
+        "reason": "NotFound",
+        "details": {"name": name, "kind": resource},
+        "code": 404
+    });
+    (StatusCode::NOT_FOUND, Json(status)).into_response()
+}
