@@ -172,6 +172,7 @@ impl CachingResolver {
             self.shared.metrics.cache("coalesced");
             return flight.clone();
         }
+        self.shared.metrics.cache("miss");
         let task = tokio::spawn(lead(
             self.inner.clone(),
             self.shared.clone(),
@@ -219,7 +220,6 @@ impl Resolver for CachingResolver {
         if let Some(backoff) = self.shared.active_backoff(&key) {
             return self.shared.stale_or(&key, backoff);
         }
-        self.shared.metrics.cache("miss");
         let flight = self.join_or_lead(key.clone(), reference, candidates);
         match flight.await {
             Ok(resolution) => Ok(resolution),
