@@ -21,7 +21,10 @@ fn pod_review(registry: &TestRegistry, image: &str) -> Value {
 
 async fn mutate(pinhook: &TestPinhook, review: &Value) -> Value {
     let (status, body) = pinhook
-        .post("/mutate?timeout=10s", serde_json::to_vec(review).expect("json"))
+        .post(
+            "/mutate?timeout=10s",
+            serde_json::to_vec(review).expect("json"),
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).expect("json")
@@ -43,7 +46,12 @@ fn fast_backoff() -> CacheConfig {
 }
 
 async fn metrics(pinhook: &TestPinhook) -> String {
-    let response = pinhook.client.get(pinhook.url("/metrics")).send().await.expect("metrics");
+    let response = pinhook
+        .client
+        .get(pinhook.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics");
     response.text().await.expect("text")
 }
 
@@ -55,19 +63,33 @@ async fn two_hundred_concurrent_admissions_of_a_new_tag_make_one_registry_reques
     let review = pod_review(&registry, "team/hot:1.0");
     let body = serde_json::to_vec(&review).expect("json");
 
-    let answers = join_all((0..200).map(|_| pinhook.post("/mutate?timeout=10s", body.clone()))).await;
+    let answers =
+        join_all((0..200).map(|_| pinhook.post("/mutate?timeout=10s", body.clone()))).await;
 
     for (status, text) in &answers {
         assert_eq!(*status, 200, "{text}");
         let body: Value = serde_json::from_str(text).expect("json");
-        assert!(image_after(&review, &body).ends_with(&pushed.index_digest), "{text}");
+        assert!(
+            image_after(&review, &body).ends_with(&pushed.index_digest),
+            "{text}"
+        );
     }
-    let manifest_requests = registry.count_requests("HEAD", "/v2/team/hot/manifests/1.0").await
-        + registry.count_requests("GET", "/v2/team/hot/manifests/1.0").await;
+    let manifest_requests = registry
+        .count_requests("HEAD", "/v2/team/hot/manifests/1.0")
+        .await
+        + registry
+            .count_requests("GET", "/v2/team/hot/manifests/1.0")
+            .await;
     assert_eq!(manifest_requests, 1, "{}", registry.log_tail(20));
     let text = metrics(&pinhook).await;
-    assert!(text.contains("pinhook_cache_lookups_total{result=\"miss\"} 1"), "{text}");
-    assert!(text.contains("pinhook_registry_requests_total{registry="), "{text}");
+    assert!(
+        text.contains("pinhook_cache_lookups_total{result=\"miss\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pinhook_registry_requests_total{registry="),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -82,7 +104,10 @@ async fn while_the_registry_is_down_cached_images_still_pin_and_new_ones_are_ref
     let pinhook = TestPinhook::start_with(&registry, options).await;
     let known_review = pod_review(&registry, "team/known:1.0");
     let new_review = pod_review(&registry, "team/new:1.0");
-    assert_eq!(mutate(&pinhook, &known_review).await["response"]["allowed"], true);
+    assert_eq!(
+        mutate(&pinhook, &known_review).await["response"]["allowed"],
+        true
+    );
 
     registry.stop();
     pinhook.resolver.expire_all();
@@ -95,14 +120,21 @@ async fn while_the_registry_is_down_cached_images_still_pin_and_new_ones_are_ref
 
     let body = mutate(&pinhook, &new_review).await;
     assert_eq!(body["response"]["allowed"], false, "{body}");
-    let message = body["response"]["status"]["message"].as_str().expect("message");
+    let message = body["response"]["status"]["message"]
+        .as_str()
+        .expect("message");
     assert!(message.contains("cannot reach registry"), "{message}");
-    assert!(metrics(&pinhook).await.contains("pinhook_cache_lookups_total{result=\"stale\"} 1"));
+    assert!(metrics(&pinhook)
+        .await
+        .contains("pinhook_cache_lookups_total{result=\"stale\"} 1"));
 
     registry.start_again().await;
     tokio::time::sleep(Duration::from_millis(300)).await; // past the backoff
     let body = mutate(&pinhook, &new_review).await;
-    assert_eq!(body["response"]["allowed"], true, "resolution resumes: {body}");
+    assert_eq!(
+        body["response"]["allowed"], true,
+        "resolution resumes: {body}"
+    );
 }
 
 #[tokio::test]
@@ -112,12 +144,19 @@ async fn not_found_is_remembered_briefly_and_transport_errors_are_not() {
     let review = pod_review(&registry, "team/ghost:1.0");
 
     for _ in 0..3 {
-        assert_eq!(mutate(&pinhook, &review).await["response"]["allowed"], false);
+        assert_eq!(
+            mutate(&pinhook, &review).await["response"]["allowed"],
+            false
+        );
     }
 
-    let heads = registry.count_requests("HEAD", "/v2/team/ghost/manifests/1.0").await;
+    let heads = registry
+        .count_requests("HEAD", "/v2/team/ghost/manifests/1.0")
+        .await;
     assert_eq!(heads, 1, "a not-found answer is cached for the failure TTL");
-    assert!(metrics(&pinhook).await.contains("pinhook_cache_lookups_total{result=\"negative_hit\"} 2"));
+    assert!(metrics(&pinhook)
+        .await
+        .contains("pinhook_cache_lookups_total{result=\"negative_hit\"} 2"));
 }
 
 #[tokio::test]
@@ -134,12 +173,17 @@ async fn a_tag_pushed_over_is_reported_as_moved() {
     pinhook.resolver.expire_all();
     let body = mutate(&pinhook, &review).await;
 
-    assert!(image_after(&review, &body).ends_with(&after.index_digest), "{body}");
+    assert!(
+        image_after(&review, &body).ends_with(&after.index_digest),
+        "{body}"
+    );
     let warnings = body["response"]["warnings"].to_string();
     assert!(warnings.contains("moved from sha256:"), "{body}");
     let moves = pinhook.resolver.recent_moves();
     assert_eq!(moves.len(), 1);
     assert_eq!(moves[0].from.to_string(), before.index_digest);
     assert_eq!(moves[0].to.to_string(), after.index_digest);
-    assert!(metrics(&pinhook).await.contains("pinhook_tag_moved_total 1"));
+    assert!(metrics(&pinhook)
+        .await
+        .contains("pinhook_tag_moved_total 1"));
 }

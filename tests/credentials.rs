@@ -54,14 +54,21 @@ fn pod_review(world: &World, fixture: &str, namespace: &str) -> Value {
 async fn mutate(world: &World, review: &Value) -> Value {
     let (status, body) = world
         .pinhook
-        .post("/mutate?timeout=10s", serde_json::to_vec(review).expect("json"))
+        .post(
+            "/mutate?timeout=10s",
+            serde_json::to_vec(review).expect("json"),
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).expect("json")
 }
 
 fn pinned_image(world: &World) -> String {
-    format!("{}/team/app:1.0@{}", world.registry.host(), world.pushed.index_digest)
+    format!(
+        "{}/team/app:1.0@{}",
+        world.registry.host(),
+        world.pushed.index_digest
+    )
 }
 
 fn warnings(body: &Value) -> String {
@@ -72,29 +79,45 @@ fn warnings(body: &Value) -> String {
 async fn a_namespace_without_the_secret_is_never_answered_from_anothers_cache_entry() {
     let world = world().await;
     let host = world.registry.host();
-    world.kube.add_dockerconfigjson("team-a", "regcred", &host, USER, PASS);
+    world
+        .kube
+        .add_dockerconfigjson("team-a", "regcred", &host, USER, PASS);
 
     let review_a = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "team-a");
     let body = mutate(&world, &review_a).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let object = apply_response(&review_a, &body);
-    assert_eq!(object["spec"]["containers"][0]["image"], pinned_image(&world));
+    assert_eq!(
+        object["spec"]["containers"][0]["image"],
+        pinned_image(&world)
+    );
 
     // Same image, same secret name, but team-b has no such secret: A's entry is cached and
     // must not answer.
     let review_b = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "team-b");
     let body = mutate(&world, &review_b).await;
     assert_eq!(body["response"]["allowed"], false, "{body}");
-    let message = body["response"]["status"]["message"].as_str().expect("message");
+    let message = body["response"]["status"]["message"]
+        .as_str()
+        .expect("message");
     assert!(message.contains("unauthorized"), "{message}");
-    assert!(warnings(&body).contains("imagePullSecret team-b/regcred not found"), "{body}");
+    assert!(
+        warnings(&body).contains("imagePullSecret team-b/regcred not found"),
+        "{body}"
+    );
 
     // A is still answered, from the cache.
-    let heads = world.registry.count_requests("HEAD", "/v2/team/app/manifests/1.0").await;
+    let heads = world
+        .registry
+        .count_requests("HEAD", "/v2/team/app/manifests/1.0")
+        .await;
     let body = mutate(&world, &review_a).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     assert_eq!(
-        world.registry.count_requests("HEAD", "/v2/team/app/manifests/1.0").await,
+        world
+            .registry
+            .count_requests("HEAD", "/v2/team/app/manifests/1.0")
+            .await,
         heads,
         "second admission in team-a must be a cache hit"
     );
@@ -104,8 +127,12 @@ async fn a_namespace_without_the_secret_is_never_answered_from_anothers_cache_en
 async fn a_wrong_password_is_refused_and_never_cached_as_success() {
     let world = world().await;
     let host = world.registry.host();
-    world.kube.add_dockerconfigjson("good", "regcred", &host, USER, PASS);
-    world.kube.add_dockerconfigjson("bad", "regcred", &host, USER, "wrong");
+    world
+        .kube
+        .add_dockerconfigjson("good", "regcred", &host, USER, PASS);
+    world
+        .kube
+        .add_dockerconfigjson("bad", "regcred", &host, USER, "wrong");
 
     let bad = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "bad");
     let body = mutate(&world, &bad).await;
@@ -115,29 +142,41 @@ async fn a_wrong_password_is_refused_and_never_cached_as_success() {
     assert_eq!(mutate(&world, &good).await["response"]["allowed"], true);
 
     let body = mutate(&world, &bad).await;
-    assert_eq!(body["response"]["allowed"], false, "the good entry answered the bad secret: {body}");
+    assert_eq!(
+        body["response"]["allowed"], false,
+        "the good entry answered the bad secret: {body}"
+    );
 }
 
 #[tokio::test]
 async fn dockercfg_and_dockerconfigjson_secrets_both_work() {
     let world = world().await;
     let host = world.registry.host();
-    world.kube.add_dockercfg("legacy", "regcred", &format!("https://{host}"), USER, PASS);
+    world
+        .kube
+        .add_dockercfg("legacy", "regcred", &format!("https://{host}"), USER, PASS);
 
     let review = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "legacy");
     let body = mutate(&world, &review).await;
 
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let object = apply_response(&review, &body);
-    assert_eq!(object["spec"]["containers"][0]["image"], pinned_image(&world));
+    assert_eq!(
+        object["spec"]["containers"][0]["image"],
+        pinned_image(&world)
+    );
 }
 
 #[tokio::test]
 async fn a_workload_template_without_secrets_uses_its_service_accounts() {
     let world = world().await;
     let host = world.registry.host();
-    world.kube.add_dockerconfigjson("apps", "sa-cred", &host, USER, PASS);
-    world.kube.add_service_account("apps", "builder", &["sa-cred"]);
+    world
+        .kube
+        .add_dockerconfigjson("apps", "sa-cred", &host, USER, PASS);
+    world
+        .kube
+        .add_service_account("apps", "builder", &["sa-cred"]);
     let mut review = review_fixture("v1.26/deployment-create-mutate.json", &world.registry);
     review["request"]["namespace"] = json!("apps");
     let spec = &mut review["request"]["object"]["spec"]["template"]["spec"];
@@ -160,7 +199,9 @@ async fn a_workload_template_without_secrets_uses_its_service_accounts() {
 async fn secrets_are_read_once_and_cached_briefly() {
     let world = world().await;
     let host = world.registry.host();
-    world.kube.add_dockerconfigjson("team-a", "regcred", &host, USER, PASS);
+    world
+        .kube
+        .add_dockerconfigjson("team-a", "regcred", &host, USER, PASS);
     let review = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "team-a");
     world.pinhook.resolver.expire_all();
 

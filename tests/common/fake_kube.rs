@@ -31,10 +31,15 @@ impl FakeKube {
     pub async fn start() -> FakeKube {
         let store = Arc::new(Mutex::new(Store::default()));
         let app = Router::new()
-            .route("/api/v1/namespaces/{ns}/{resource}/{name}", get(get_namespaced))
+            .route(
+                "/api/v1/namespaces/{ns}/{resource}/{name}",
+                get(get_namespaced),
+            )
             .route("/api/v1/namespaces/{name}", get(get_namespace))
             .with_state(store.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -57,18 +62,52 @@ impl FakeKube {
     }
 
     /// A `kubernetes.io/dockerconfigjson` Secret for one registry.
-    pub fn add_dockerconfigjson(&self, namespace: &str, name: &str, registry: &str, user: &str, pass: &str) {
+    pub fn add_dockerconfigjson(
+        &self,
+        namespace: &str,
+        name: &str,
+        registry: &str,
+        user: &str,
+        pass: &str,
+    ) {
         let config = json!({"auths": {registry: {"auth": b64(&format!("{user}:{pass}"))}}});
-        self.add_secret(namespace, name, "kubernetes.io/dockerconfigjson", ".dockerconfigjson", &config);
+        self.add_secret(
+            namespace,
+            name,
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            &config,
+        );
     }
 
     /// A legacy `kubernetes.io/dockercfg` Secret for one registry (username/password fields).
-    pub fn add_dockercfg(&self, namespace: &str, name: &str, registry: &str, user: &str, pass: &str) {
-        let config = json!({registry: {"username": user, "password": pass, "email": "ci@example.com"}});
-        self.add_secret(namespace, name, "kubernetes.io/dockercfg", ".dockercfg", &config);
+    pub fn add_dockercfg(
+        &self,
+        namespace: &str,
+        name: &str,
+        registry: &str,
+        user: &str,
+        pass: &str,
+    ) {
+        let config =
+            json!({registry: {"username": user, "password": pass, "email": "ci@example.com"}});
+        self.add_secret(
+            namespace,
+            name,
+            "kubernetes.io/dockercfg",
+            ".dockercfg",
+            &config,
+        );
     }
 
-    fn add_secret(&self, namespace: &str, name: &str, secret_type: &str, key: &str, config: &Value) {
+    fn add_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        secret_type: &str,
+        key: &str,
+        config: &Value,
+    ) {
         let secret = json!({
             "kind": "Secret",
             "apiVersion": "v1",
@@ -91,7 +130,10 @@ impl FakeKube {
     }
 
     pub fn add_pod(&self, namespace: &str, pod: Value) {
-        let name = pod["metadata"]["name"].as_str().expect("pod name").to_string();
+        let name = pod["metadata"]["name"]
+            .as_str()
+            .expect("pod name")
+            .to_string();
         self.put("pods", namespace, &name, pod);
     }
 
@@ -132,17 +174,35 @@ async fn get_namespaced(
     State(store): State<Arc<Mutex<Store>>>,
     Path((ns, resource, name)): Path<(String, String, String)>,
 ) -> Response {
-    lookup(&store, &resource, &ns, &name, &format!("/api/v1/namespaces/{ns}/{resource}/{name}"))
+    lookup(
+        &store,
+        &resource,
+        &ns,
+        &name,
+        &format!("/api/v1/namespaces/{ns}/{resource}/{name}"),
+    )
 }
 
-async fn get_namespace(State(store): State<Arc<Mutex<Store>>>, Path(name): Path<String>) -> Response {
-    lookup(&store, "namespaces", "", &name, &format!("/api/v1/namespaces/{name}"))
+async fn get_namespace(
+    State(store): State<Arc<Mutex<Store>>>,
+    Path(name): Path<String>,
+) -> Response {
+    lookup(
+        &store,
+        "namespaces",
+        "",
+        &name,
+        &format!("/api/v1/namespaces/{name}"),
+    )
 }
 
 fn lookup(store: &Mutex<Store>, resource: &str, ns: &str, name: &str, path: &str) -> Response {
     let mut store = store.lock().expect("store");
     *store.hits.entry(path.to_string()).or_default() += 1;
-    match store.objects.get(&(resource.into(), ns.into(), name.into())) {
+    match store
+        .objects
+        .get(&(resource.into(), ns.into(), name.into()))
+    {
         Some(object) => Json(object.clone()).into_response(),
         None => not_found(resource, name),
     }

@@ -1,0 +1,201 @@
+//! `cargo bench --bench mutate`: pinhook's `/mutate` over HTTPS against a real registry.
+//!
+//! 1. Warm: a 3-container Deployment whose tags are cached: latency percentiles of sequential
+//!    requests and throughput with concurrent clients, next to a bare axum + rustls server
+//!    answering a canned response of the same size (the floor) measured in the same run.
+//! 2. Cold: one pod with 1 image vs one pod with 10 distinct images, each on a fresh cache:
+//!    resolution is concurrent, so 10 should cost close to 1, not 10×.
+//!
+//! Bounded in count and time; everything on 127.0.0.1.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use axum::Router;
+use axum_server::tls_rustls::RustlsConfig;
+use common::images;
+use common::pinhook::{review_fixture, TestPinhook};
+use common::registry::{RegistryAuth, TestRegistry};
+use common::tls::TestCa;
+use serde_json::{json, Value};
+
+const SEQUENTIAL: usize = 2_000;
+const CONCURRENCY: usize = 16;
+const LOAD_TIME: Duration = Duration::from_secs(5);
+const COLD_ROUNDS: usize = 5;
+
+#[tokio::main]
+async fn main() {
+    common::tls::init_crypto();
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    for repo in ["app", "init", "side"] {
+        images::push_multi_arch(&registry, &format!("team/{repo}"), "1.0", repo).await;
+    }
+    for i in 0..10 {
+        images::push_multi_arch(&registry, &format!("cold/img{i}"), "1.0", &format!("c{i}")).await;
+    }
+
+    let review = deployment_review(&registry);
+    let body = serde_json::to_vec(&review).unwrap_or_default();
+    let pinhook = TestPinhook::start(&registry).await;
+    let url = pinhook.url("/mutate?timeout=10s");
+    let (status, canned) = pinhook.post("/mutate?timeout=10s", body.clone()).await;
+    assert_eq!(status, 200, "{canned}");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let ca = TestCa::generate(dir.path());
+    let floor_url = start_floor(&ca, canned.clone()).await;
+    let floor_client = ca.reqwest_client();
+    println!(
+        "warm /mutate, 3-container Deployment ({} byte request, {} byte response)",
+        body.len(),
+        canned.len()
+    );
+    for (name, client, url) in [
+        ("pinhook", &pinhook.client, &url),
+        ("floor  ", &floor_client, &floor_url),
+    ] {
+        let latencies = sequential(client, url, &body).await;
+        let rate = throughput(client, url, &body).await;
+        println!(
+            "  {name}  p50 {:>7.1} µs  p90 {:>7.1} µs  p99 {:>7.1} µs  max {:>8.1} µs  | {CONCURRENCY} clients: {rate:>7.0} req/s",
+            percentile(&latencies, 0.50),
+            percentile(&latencies, 0.90),
+            percentile(&latencies, 0.99),
+            percentile(&latencies, 1.0),
+        );
+    }
+
+    println!("cold resolution (fresh cache each round, median of {COLD_ROUNDS})");
+    for images in [1usize, 10] {
+        let mut times = Vec::new();
+        for _ in 0..COLD_ROUNDS {
+            let fresh = TestPinhook::start(&registry).await;
+            let review = pod_review(&registry, images);
+            let started = Instant::now();
+            let (status, text) = fresh
+                .post(
+                    "/mutate?timeout=10s",
+                    serde_json::to_vec(&review).unwrap_or_default(),
+                )
+                .await;
+            times.push(started.elapsed().as_secs_f64() * 1e6);
+            assert!(status == 200 && text.contains("\"allowed\":true"), "{text}");
+        }
+        println!(
+            "  {images:>2} distinct image(s) in one pod: {:>8.1} µs",
+            percentile(&times, 0.5)
+        );
+    }
+}
+
+fn deployment_review(registry: &TestRegistry) -> Value {
+    let mut review = review_fixture("v1.26/deployment-create-mutate.json", registry);
+    let spec = &mut review["request"]["object"]["spec"]["template"]["spec"];
+    let mut side = spec["containers"][0].clone();
+    side["name"] = json!("side");
+    side["image"] = json!(format!("{}/team/side:1.0", registry.host()));
+    if let Some(containers) = spec["containers"].as_array_mut() {
+        containers.push(side);
+    }
+    review
+}
+
+fn pod_review(registry: &TestRegistry, count: usize) -> Value {
+    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", registry);
+    let template = review["request"]["object"]["spec"]["containers"][0].clone();
+    let containers: Vec<Value> = (0..count)
+        .map(|i| {
+            let mut c = template.clone();
+            c["name"] = json!(format!("c{i}"));
+            c["image"] = json!(format!("{}/cold/img{i}:1.0", registry.host()));
+            c
+        })
+        .collect();
+    review["request"]["object"]["spec"]["containers"] = json!(containers);
+    review
+}
+
+async fn sequential(client: &reqwest::Client, url: &str, body: &[u8]) -> Vec<f64> {
+    let mut latencies = Vec::with_capacity(SEQUENTIAL);
+    for _ in 0..SEQUENTIAL {
+        let started = Instant::now();
+        let response = client.post(url).body(body.to_vec()).send().await;
+        let ok = match response {
+            Ok(r) => r.bytes().await.is_ok(),
+            Err(_) => false,
+        };
+        assert!(ok, "request to {url} failed");
+        latencies.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    latencies
+}
+
+async fn throughput(client: &reqwest::Client, url: &str, body: &[u8]) -> f64 {
+    let started = Instant::now();
+    let body = Arc::new(body.to_vec());
+    let workers = (0..CONCURRENCY).map(|_| {
+        let (client, url, body) = (client.clone(), url.to_string(), body.clone());
+        tokio::spawn(async move {
+            let mut done = 0u64;
+            while started.elapsed() < LOAD_TIME {
+                if let Ok(r) = client.post(&url).body(body.to_vec()).send().await {
+                    if r.bytes().await.is_ok() {
+                        done += 1;
+                    }
+                }
+            }
+            done
+        })
+    });
+    let mut total = 0;
+    for worker in workers {
+        total += worker.await.unwrap_or(0);
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A bare axum + rustls server answering `canned` to every POST: what TLS, HTTP and the
+/// client cost without pinhook's work.
+async fn start_floor(ca: &TestCa, canned: String) -> String {
+    let config = RustlsConfig::from_pem(
+        ca.server_cert_pem().as_bytes().to_vec(),
+        ca.server_key_pem().as_bytes().to_vec(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("floor TLS: {e}"));
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    listener
+        .set_nonblocking(true)
+        .unwrap_or_else(|e| panic!("nonblocking: {e}"));
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let app = Router::new().route(
+        "/mutate",
+        post(move || {
+            let canned = canned.clone();
+            async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    canned,
+                )
+            }
+        }),
+    );
+    let server =
+        axum_server::from_tcp_rustls(listener, config).unwrap_or_else(|e| panic!("floor: {e}"));
+    tokio::spawn(async move {
+        let _ = server.serve(app.into_make_service()).await;
+    });
+    format!("https://127.0.0.1:{port}/mutate")
+}
+
+fn percentile(values: &[f64], q: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted.get(index).copied().unwrap_or(f64::NAN)
+}
