@@ -10,6 +10,7 @@
 pub mod admission;
 pub mod certs;
 pub mod metrics;
+pub mod policy;
 pub mod reference;
 pub mod registry;
 pub mod server;

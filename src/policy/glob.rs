@@ -1,0 +1,52 @@
+//! Glob patterns for image and namespace exemptions and registry lists: `*` matches any run of
+//! characters (including `/` and `:`), `?` exactly one. Everything else is literal.
+
+/// True when `text` matches `pattern`.
+pub fn matches(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    // Classic linear-time wildcard matching with one backtrack point.
+    let (mut p, mut t) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(&c) if c == '?' || c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((star_p, star_t)) => {
+                    p = star_p + 1;
+                    t = star_t + 1;
+                    star = Some((star_p, star_t + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches;
+
+    #[test]
+    fn wildcards() {
+        assert!(matches("registry.k8s.io/pause:*", "registry.k8s.io/pause:3.9"));
+        assert!(matches("*", ""));
+        assert!(matches("docker.io/library/*", "docker.io/library/nginx:1.25"));
+        assert!(!matches("docker.io/library/*", "docker.io/bitnami/nginx:1"));
+        assert!(matches("*.example.com", "a.b.example.com"));
+        assert!(matches("kube-?", "kube-a"));
+        assert!(!matches("kube-?", "kube-ab"));
+        assert!(matches("a*b*c", "aXbYbZc"));
+        assert!(!matches("a*b*c", "aXbYbZ"));
+        assert!(matches("exact", "exact"));
+        assert!(!matches("exact", "exactly"));
+    }
+}

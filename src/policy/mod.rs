@@ -1,0 +1,331 @@
+//! Policy: what pinhook enforces, where, and how strictly — read from a YAML file.
+//!
+//! Owns: the policy file's schema and its validation (precise errors naming the field), modes
+//! (`enforce`, `audit`, `off`) and the per-namespace override label, exemptions, registry host
+//! rules, the mirror guard and extra pod-bearing kinds. Pure: never does I/O beyond reading
+//! the file it is handed, never holds a client.
+
+pub mod glob;
+pub mod hosts;
+pub mod mirrors;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use crate::reference::{PinForm, Reference};
+use crate::workload::PodSpecKinds;
+
+pub use hosts::{HostRefusal, HostRules};
+pub use mirrors::MirrorPolicy;
+
+/// The namespace label that overrides `mode` per namespace (namespace labels are
+/// admin-controlled).
+pub const MODE_LABEL: &str = "pinhook.dev/mode";
+
+/// Why a policy file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("failed to read policy file '{path}'")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("policy is not valid: {0}")]
+    Parse(String),
+    #[error("policy is not valid: {field}: {problem}")]
+    Invalid { field: String, problem: String },
+}
+
+/// How strictly pinhook acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Pin, and deny what cannot be pinned.
+    #[default]
+    Enforce,
+    /// Never mutate, never deny: report every violation as a warning.
+    Audit,
+    /// Do nothing.
+    Off,
+}
+
+/// When to ask the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum ResolveMode {
+    /// A reference that already has a digest is left alone.
+    #[default]
+    IfNotPresent,
+    /// Re-resolve `tag@digest` references and act when the tag now points elsewhere.
+    Always,
+    /// No registry calls: validation only.
+    Never,
+}
+
+/// What gets pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PinTarget {
+    /// Pod templates of controllers and pods: one rollout runs one digest.
+    #[default]
+    Workloads,
+    /// Pods only: controllers' templates stay as written (no GitOps drift); pods of one owner
+    /// revision get the same digest.
+    Pods,
+}
+
+/// What to do when a tag cannot be resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureAction {
+    #[default]
+    Deny,
+    /// Admit unpinned, with a warning.
+    Allow,
+}
+
+/// Written form of a pinned reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum FormSetting {
+    #[default]
+    #[serde(rename = "tag@digest")]
+    TagAndDigest,
+    #[serde(rename = "digest")]
+    Digest,
+}
+
+/// The policy file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default)]
+    pub resolve: ResolveMode,
+    #[serde(default)]
+    pub target: PinTarget,
+    #[serde(default)]
+    pub form: FormSetting,
+    #[serde(default)]
+    pub on_resolution_failure: FailureAction,
+    #[serde(default)]
+    pub exempt: Exempt,
+    #[serde(default)]
+    pub registries: Registries,
+    #[serde(default)]
+    pub mirrors: MirrorPolicy,
+    /// Extra pod-bearing kinds (e.g. Argo Rollouts).
+    #[serde(default)]
+    pub kinds: Vec<ExtraKind>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Exempt {
+    /// Globs on the normalised reference (`docker.io/library/nginx:1.25`).
+    #[serde(default)]
+    pub images: Vec<String>,
+    /// Globs on namespace names.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Registries {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Hosts pinhook may contact although they are loopback, link-local or metadata addresses.
+    #[serde(default)]
+    pub allow_private: Vec<String>,
+    /// Per-host TLS settings.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, HostSettings>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSettings {
+    /// PEM CA bundle trusted for this host.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// Reach this host over plain HTTP.
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExtraKind {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    /// RFC 6901 pointer to the PodSpec, e.g. `/spec/template/spec`.
+    pub pod_spec: String,
+}
+
+/// A validated policy with what every request needs precomputed.
+#[derive(Debug, Clone)]
+pub struct CompiledPolicy {
+    pub policy: Policy,
+    pub kinds: PodSpecKinds,
+    pub hosts: HostRules,
+}
+
+// === impl Policy ===
+
+impl Policy {
+    /// Reads and validates a policy file.
+    pub fn load(path: &Path) -> Result<CompiledPolicy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Policy::parse(&text)
+    }
+
+    /// Parses and validates policy YAML.
+    pub fn parse(text: &str) -> Result<CompiledPolicy, PolicyError> {
+        let policy: Policy = if text.trim().is_empty() {
+            Policy::default()
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| PolicyError::Parse(one_line(&e.to_string())))?
+        };
+        policy.compile()
+    }
+
+    /// Validates and precomputes.
+    pub fn compile(self) -> Result<CompiledPolicy, PolicyError> {
+        let mut kinds = PodSpecKinds::builtin();
+        for (i, extra) in self.kinds.iter().enumerate() {
+            if extra.kind.is_empty() {
+                return Err(invalid(format!("kinds[{i}].kind"), "must not be empty"));
+            }
+            if !extra.pod_spec.starts_with('/') {
+                return Err(invalid(
+                    format!("kinds[{i}].podSpec"),
+                    format!("{:?} is not a JSON pointer (it must start with '/')", extra.pod_spec),
+                ));
+            }
+            kinds = kinds.with_extra(&extra.group, &extra.kind, &extra.pod_spec);
+        }
+        for (host, settings) in &self.registries.hosts {
+            if host.is_empty() || host.contains('/') {
+                return Err(invalid(format!("registries.hosts[{host:?}]"), "must be host[:port]"));
+            }
+            if let Some(ca) = &settings.ca {
+                if ca.as_os_str().is_empty() {
+                    return Err(invalid(format!("registries.hosts[{host:?}].ca"), "must be a file path"));
+                }
+            }
+        }
+        for (i, allowed) in self.mirrors.allow.iter().enumerate() {
+            if allowed.source.is_empty() || allowed.mirror.is_empty() {
+                return Err(invalid(format!("mirrors.allow[{i}]"), "needs both source and mirror"));
+            }
+        }
+        let hosts = HostRules {
+            allow: self.registries.allow.clone(),
+            deny: self.registries.deny.clone(),
+            allow_private: self.registries.allow_private.clone(),
+        };
+        Ok(CompiledPolicy {
+            policy: self,
+            kinds,
+            hosts,
+        })
+    }
+}
+
+fn invalid(field: String, problem: impl Into<String>) -> PolicyError {
+    PolicyError::Invalid {
+        field,
+        problem: problem.into(),
+    }
+}
+
+/// The parser's message on one line, without its source snippet (`--> <input>:1:7 | …`).
+fn one_line(text: &str) -> String {
+    let text = text.split(" --> ").next().unwrap_or(text);
+    let text = text.split("\n -->").next().unwrap_or(text);
+    let text = text.trim_start_matches("error: ");
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+// === impl CompiledPolicy ===
+
+impl Default for CompiledPolicy {
+    fn default() -> Self {
+        CompiledPolicy {
+            policy: Policy::default(),
+            kinds: PodSpecKinds::builtin(),
+            hosts: HostRules::default(),
+        }
+    }
+}
+
+impl CompiledPolicy {
+    pub fn form(&self) -> PinForm {
+        match self.policy.form {
+            FormSetting::TagAndDigest => PinForm::TagAndDigest,
+            FormSetting::Digest => PinForm::DigestOnly,
+        }
+    }
+
+    pub fn is_exempt_namespace(&self, namespace: &str) -> bool {
+        self.policy.exempt.namespaces.iter().any(|p| glob::matches(p, namespace))
+    }
+
+    /// Exempt images are matched on the normalised reference, with and without digest.
+    pub fn is_exempt_image(&self, reference: &Reference) -> bool {
+        let full = reference.to_string();
+        let tagged = reference.tag_reference();
+        self.policy
+            .exempt
+            .images
+            .iter()
+            .any(|p| glob::matches(p, &full) || glob::matches(p, &tagged))
+    }
+
+    /// The mode for a namespace: its `pinhook.dev/mode` label, else the policy's.
+    pub fn mode_for(&self, label: Option<&str>) -> Result<Mode, String> {
+        match label {
+            None => Ok(self.policy.mode),
+            Some(value) => value.parse(),
+        }
+    }
+}
+
+// === impl Mode ===
+
+impl FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "enforce" => Ok(Mode::Enforce),
+            "audit" => Ok(Mode::Audit),
+            "off" => Ok(Mode::Off),
+            other => Err(format!("{MODE_LABEL}={other:?} is not enforce, audit or off")),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Enforce => "enforce",
+            Mode::Audit => "audit",
+            Mode::Off => "off",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,86 @@
+use super::*;
+
+const COMPLETE: &str = r#"
+mode: audit
+resolve: Always
+target: pods
+form: digest
+onResolutionFailure: allow
+exempt:
+  images: ["registry.k8s.io/pause:*"]
+  namespaces: ["kube-*"]
+registries:
+  allow: ["*.corp.example", "docker.io"]
+  deny: ["evil.corp.example"]
+  allowPrivate: ["127.0.0.1:5000"]
+  hosts:
+    "registry.corp.example:5000":
+      ca: /etc/pinhook/ca/corp.pem
+    "plain.corp.example:5000":
+      insecure: true
+mirrors:
+  configMapKey: registries.conf
+  allow:
+    - source: registry.corp.example/team
+      mirror: mirror.corp.example/team
+kinds:
+  - group: argoproj.io
+    kind: Rollout
+    podSpec: /spec/template/spec
+"#;
+
+#[test]
+fn the_complete_example_parses() {
+    let compiled = Policy::parse(COMPLETE).expect("valid");
+    let policy = &compiled.policy;
+    assert_eq!(policy.mode, Mode::Audit);
+    assert_eq!(policy.resolve, ResolveMode::Always);
+    assert_eq!(policy.target, PinTarget::Pods);
+    assert_eq!(compiled.form(), PinForm::DigestOnly);
+    assert_eq!(policy.on_resolution_failure, FailureAction::Allow);
+    assert!(compiled.is_exempt_namespace("kube-system"));
+    assert!(!compiled.is_exempt_namespace("default"));
+    let pause = Reference::parse("registry.k8s.io/pause:3.9").expect("ref");
+    assert!(compiled.is_exempt_image(&pause));
+    assert_eq!(compiled.kinds.pod_spec_pointer("argoproj.io", "Rollout"), Some("/spec/template/spec"));
+    assert!(policy.registries.hosts["plain.corp.example:5000"].insecure);
+    assert_eq!(policy.mirrors.allow.len(), 1);
+}
+
+#[test]
+fn an_empty_file_is_the_default_policy() {
+    let compiled = Policy::parse("").expect("valid");
+    assert_eq!(compiled.policy, Policy::default());
+    assert_eq!(compiled.policy.mode, Mode::Enforce);
+    assert_eq!(compiled.policy.resolve, ResolveMode::IfNotPresent);
+}
+
+#[test]
+fn errors_name_the_field() {
+    let cases = [
+        ("mode: strict", "strict"),
+        ("moed: audit", "moed"),
+        ("resolve: sometimes", "sometimes"),
+        ("kinds:\n  - kind: Rollout\n    podSpec: spec.template", "kinds[0].podSpec"),
+        ("exempt:\n  imagez: []", "imagez"),
+        ("mirrors:\n  allow:\n    - source: a\n      mirror: \"\"", "mirrors.allow[0]"),
+        ("form: sha", "sha"),
+        ("mode: [", ""),
+    ];
+    for (text, expected) in cases {
+        let error = Policy::parse(text).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.starts_with("policy is not valid"), "{text}: {error}");
+        assert!(error.contains(expected), "{text}: {error}");
+        assert!(!error.contains('\n'), "{text}: {error}");
+    }
+}
+
+#[test]
+fn namespace_label_overrides_mode() {
+    let compiled = Policy::parse("mode: enforce").expect("valid");
+    assert_eq!(compiled.mode_for(None), Ok(Mode::Enforce));
+    assert_eq!(compiled.mode_for(Some("audit")), Ok(Mode::Audit));
+    assert_eq!(compiled.mode_for(Some("off")), Ok(Mode::Off));
+    assert!(compiled.mode_for(Some("loud")).is_err());
+}
+
