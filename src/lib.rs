@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod certs;
+pub mod cluster;
 pub mod metrics;
 pub mod policy;
 pub mod reference;

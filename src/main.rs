@@ -13,14 +13,16 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing::{info, warn};
 
-use pinhook::admission::Pinner;
+use pinhook::admission::{Pinner, PinnerParts};
+use pinhook::cluster::{KubeNamespaces, NamespaceLabels, NoNamespaces};
 use pinhook::metrics::Metrics;
+use pinhook::policy::{CompiledPolicy, FormSetting, Policy, PolicyHandle};
 use pinhook::reference::{PinForm, Reference};
+use pinhook::registry::guard::AddressGuard;
 use pinhook::registry::keyring::Keyring;
 use pinhook::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
 use pinhook::server::{self, AppState, ServerConfig};
-use pinhook::workload::PodSpecKinds;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -95,9 +97,17 @@ struct ServeArgs {
     /// PEM private key of --tls-cert.
     #[arg(long, env = "PINHOOK_TLS_KEY")]
     tls_key: PathBuf,
-    /// How pinned references are written.
-    #[arg(long, env = "PINHOOK_FORM", default_value = "tag-digest")]
+    /// How pinned references are written (without --policy; the policy's `form` otherwise).
+    #[arg(
+        long,
+        env = "PINHOOK_FORM",
+        default_value = "tag-digest",
+        conflicts_with = "policy"
+    )]
     form: FormArg,
+    /// Policy file (YAML); re-read when it changes.
+    #[arg(long, env = "PINHOOK_POLICY")]
+    policy: Option<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
     #[command(flatten)]
@@ -202,13 +212,43 @@ fn init_tracing(format: LogFormat) {
 
 async fn serve(args: ServeArgs) -> Result<ExitCode> {
     let metrics = Arc::new(Metrics::new());
-    let resolver = Arc::new(CachingResolver::new(
-        build_resolver(&args.registry)?,
-        args.cache.to_config(),
-        metrics.clone(),
-    ));
-    let secrets = pull_secrets(args.kubeconfig.as_deref(), args.docker_config.as_deref()).await?;
-    let pinner = Pinner::new(PodSpecKinds::builtin(), resolver, secrets, args.form.into());
+    let policy = initial_policy(&args)?;
+    let base_registry = registry_config(&args.registry)?;
+    let registry = base_registry
+        .with_hosts(&policy.policy.registries.hosts)
+        .map_err(anyhow::Error::msg)?;
+    let handle = PolicyHandle::new(policy);
+    let oci = Arc::new(OciResolver::new(registry)?);
+    let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(oci.clone(), handle.clone()));
+    let cache_config = args.cache.to_config();
+    let owner_ttl = cache_config.hit_ttl;
+    let cache = Arc::new(CachingResolver::new(guarded, cache_config, metrics.clone()));
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let node = node_keyring(args.docker_config.as_deref())?;
+    let (secrets, namespaces): (Arc<dyn PullSecrets>, Arc<dyn NamespaceLabels>) = match client {
+        Some(client) => (
+            Arc::new(KubeSecrets::new(client.clone(), node)),
+            Arc::new(KubeNamespaces::new(client)),
+        ),
+        None => (Arc::new(NodeOnly { node }), Arc::new(NoNamespaces)),
+    };
+    let pinner = Pinner::new(PinnerParts {
+        policy: handle.clone(),
+        dry_run_resolver: Arc::new(cache.read_only()),
+        resolver: cache,
+        secrets,
+        namespaces,
+        owner_ttl,
+    });
+    if let Some(path) = args.policy.clone() {
+        let oci = oci.clone();
+        let reconfigure = move |compiled: &CompiledPolicy| {
+            let config = base_registry.with_hosts(&compiled.policy.registries.hosts)?;
+            oci.reconfigure(config);
+            Ok(())
+        };
+        tokio::spawn(server::watch_policy(path, handle, reconfigure));
+    }
     let state = AppState {
         pinner: Arc::new(pinner),
         metrics,
@@ -225,6 +265,29 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     running.shutdown().await?;
     info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The policy file, or the defaults with `--form`.
+fn initial_policy(args: &ServeArgs) -> Result<CompiledPolicy> {
+    match &args.policy {
+        Some(path) => {
+            let compiled = Policy::load(path)?;
+            info!(path = %path.display(), mode = %compiled.policy.mode, "loaded policy");
+            Ok(compiled)
+        }
+        None => {
+            let form = match args.form {
+                FormArg::TagDigest => FormSetting::TagAndDigest,
+                FormArg::Digest => FormSetting::Digest,
+            };
+            let policy = Policy {
+                form,
+                ..Policy::default()
+            };
+            info!("no --policy given: enforce mode with default settings");
+            Ok(policy.compile()?)
+        }
+    }
 }
 
 async fn resolve(args: ResolveArgs) -> Result<ExitCode> {
@@ -268,20 +331,20 @@ fn certs(args: CertsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Pod pull secrets through the Kubernetes API when one is configured, else node-level only.
-async fn pull_secrets(
-    kubeconfig: Option<&Path>,
-    docker_config: Option<&Path>,
-) -> Result<Arc<dyn PullSecrets>> {
-    let node = match docker_config {
-        Some(path) => {
-            let bytes = std::fs::read(path)
-                .with_context(|| format!("failed to read docker config '{}'", path.display()))?;
-            Keyring::from_docker_config_json(&bytes)
-                .with_context(|| format!("failed to parse docker config '{}'", path.display()))?
-        }
-        None => Keyring::new(),
+/// The node-level keyring from a docker config.json, or an empty one.
+fn node_keyring(docker_config: Option<&Path>) -> Result<Keyring> {
+    let Some(path) = docker_config else {
+        return Ok(Keyring::new());
     };
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("failed to read docker config '{}'", path.display()))?;
+    Keyring::from_docker_config_json(&bytes)
+        .with_context(|| format!("failed to parse docker config '{}'", path.display()))
+}
+
+/// A Kubernetes client from `--kubeconfig`, else in-cluster or `$KUBECONFIG`; `None` (and a
+/// warning) when none is configured: pinhook still serves, with node-level credentials only.
+async fn kube_client(kubeconfig: Option<&Path>) -> Result<Option<kube::Client>> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -295,18 +358,23 @@ async fn pull_secrets(
             Err(e) => {
                 warn!(
                     error = %e,
-                    "no Kubernetes API configured: pods' imagePullSecrets are not used, only node-level and anonymous credentials"
+                    "no Kubernetes API configured: pods' imagePullSecrets and namespace mode labels are not used, only node-level and anonymous credentials"
                 );
-                return Ok(Arc::new(NodeOnly { node }));
+                return Ok(None);
             }
         },
     };
-    info!(server = %config.cluster_url, "reading pull secrets through the Kubernetes API");
+    info!(server = %config.cluster_url, "reading pull secrets and namespaces through the Kubernetes API");
     let client = kube::Client::try_from(config).context("failed to build the Kubernetes client")?;
-    Ok(Arc::new(KubeSecrets::new(client, node)))
+    Ok(Some(client))
 }
 
 fn build_resolver(args: &RegistryArgs) -> Result<Arc<dyn Resolver>> {
+    Ok(Arc::new(OciResolver::new(registry_config(args)?)?))
+}
+
+/// Registry settings from the command line.
+fn registry_config(args: &RegistryArgs) -> Result<RegistryConfig> {
     let mut config = RegistryConfig {
         request_timeout: Duration::try_from_secs_f64(args.registry_timeout)
             .context("--registry-timeout must be a positive number of seconds")?,
@@ -321,7 +389,7 @@ fn build_resolver(args: &RegistryArgs) -> Result<Arc<dyn Resolver>> {
     for host in &config.insecure_hosts {
         warn!(host = %host, "registry reached over plain HTTP");
     }
-    Ok(Arc::new(OciResolver::new(config)?))
+    Ok(config)
 }
 
 fn error_line(error: &dyn std::error::Error) -> String {

@@ -35,6 +35,15 @@ pub struct CacheLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViolationLabels {
+    /// `enforce` or `audit`.
+    pub mode: String,
+    /// `invalid_reference`, `resolution_failed`, `registry_denied`, `tag_moved`, `unpinned`,
+    /// `tag_mirror`.
+    pub reason: &'static str,
+}
+
 /// All metrics of one process.
 pub struct Metrics {
     registry: Registry,
@@ -44,6 +53,7 @@ pub struct Metrics {
     pub registry_duration: Histogram,
     pub cache_lookups: Family<CacheLabels, Counter>,
     pub tag_moved: Counter,
+    pub policy_violations: Family<ViolationLabels, Counter>,
 }
 
 // === impl Metrics ===
@@ -90,8 +100,15 @@ impl Metrics {
             "Refreshes that found a tag pointing at a different digest than before",
             tag_moved.clone(),
         );
+        let policy_violations = Family::<ViolationLabels, Counter>::default();
+        registry.register(
+            "policy_violations",
+            "Images that broke the policy, by mode and reason (denied in enforce, reported in audit)",
+            policy_violations.clone(),
+        );
         Metrics {
             registry,
+            policy_violations,
             reviews,
             review_duration,
             registry_requests,

@@ -22,7 +22,8 @@ use serde::Deserialize;
 use tracing::{info, warn, Instrument};
 
 use crate::admission::{self, Pinner};
-use crate::metrics::{EndpointLabels, Metrics, ReviewLabels};
+use crate::metrics::{EndpointLabels, Metrics, ReviewLabels, ViolationLabels};
+use crate::policy::{CompiledPolicy, Policy, PolicyHandle};
 
 /// controller-runtime's limit: two objects of up to 3 MiB each plus the envelope.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
@@ -173,7 +174,7 @@ async fn mutate_handler(
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| log_decision(&decision));
+    span.in_scope(|| observe_decision(&state, &decision));
     record_review(&state, "mutate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
 }
@@ -185,10 +186,12 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
         Err(e) => return reject(&state, "validate", &e, started),
     };
     let span = review_span(&request);
-    let decision = span.in_scope(|| admission::validate(&state.pinner, &request));
+    let decision = admission::validate(&state.pinner, &request)
+        .instrument(span.clone())
+        .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| log_decision(&decision));
+    span.in_scope(|| observe_decision(&state, &decision));
     record_review(&state, "validate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
 }
@@ -216,9 +219,12 @@ fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
     )
 }
 
-fn log_decision(decision: &admission::Decision) {
+/// Logs what happened to each image and counts policy violations.
+fn observe_decision(state: &AppState, decision: &admission::Decision) {
     let Some(plan) = &decision.plan else { return };
+    let mode = plan.mode.to_string();
     for outcome in &plan.outcomes {
+        let reason = outcome.reason.as_deref().unwrap_or("");
         match outcome.action {
             admission::Action::Pinned => info!(
                 pointer = %outcome.site.pointer,
@@ -226,13 +232,26 @@ fn log_decision(decision: &admission::Decision) {
                 pinned = %outcome.result,
                 "pinned image"
             ),
-            admission::Action::Denied => warn!(
+            admission::Action::Denied | admission::Action::Violation => warn!(
+                mode = %mode,
+                violation = outcome.violation.map(|r| r.as_str()).unwrap_or(""),
+                admitted = outcome.action == admission::Action::Violation,
                 pointer = %outcome.site.pointer,
                 image = %outcome.site.image,
-                reason = outcome.reason.as_deref().unwrap_or(""),
-                "denied image"
+                reason,
+                "policy violation"
             ),
-            admission::Action::Unchanged => {}
+            admission::Action::Unchanged | admission::Action::Exempt => {}
+        }
+        if let Some(violation) = outcome.violation {
+            state
+                .metrics
+                .policy_violations
+                .get_or_create(&ViolationLabels {
+                    mode: mode.clone(),
+                    reason: violation.as_str(),
+                })
+                .inc();
         }
     }
 }
@@ -319,6 +338,41 @@ async fn watch_certificates(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
                 cert = %cert.display(),
                 error = %e,
                 "new TLS certificate rejected, still serving the previous one"
+            ),
+        }
+    }
+}
+
+/// Re-reads the policy file when it changes (a mounted ConfigMap is updated in place). An
+/// invalid new file is logged with its precise error and the previous policy stays in force.
+/// `apply` runs the policy's side settings (registry hosts) before it takes effect.
+pub async fn watch_policy<F>(path: PathBuf, handle: PolicyHandle, apply: F)
+where
+    F: Fn(&CompiledPolicy) -> Result<(), String> + Send + 'static,
+{
+    let mut seen = std::fs::read(&path).ok();
+    loop {
+        tokio::time::sleep(RELOAD_POLL).await;
+        let now = std::fs::read(&path).ok();
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        let loaded = Policy::load(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|compiled| {
+                apply(&compiled)?;
+                Ok(compiled)
+            });
+        match loaded {
+            Ok(compiled) => {
+                info!(path = %path.display(), mode = %compiled.policy.mode, "reloaded policy");
+                handle.replace(compiled);
+            }
+            Err(e) => warn!(
+                path = %path.display(),
+                error = %e,
+                "new policy rejected, the previous policy stays in force"
             ),
         }
     }

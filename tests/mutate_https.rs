@@ -179,10 +179,7 @@ async fn reinvocation_on_the_pinned_object_yields_no_patch() {
 #[tokio::test]
 async fn digest_only_form_drops_the_tag() {
     let (registry, pushed) = registry_with(&["app"]).await;
-    let options = Options {
-        form: PinForm::DigestOnly,
-        ..Options::default()
-    };
+    let options = Options::with_form(PinForm::DigestOnly);
     let pinhook = TestPinhook::start_with(&registry, options).await;
     let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
 

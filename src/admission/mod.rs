@@ -6,13 +6,14 @@
 
 pub mod mutate;
 pub mod pipeline;
+pub mod render;
 pub mod review;
 pub mod validate;
 
 use std::time::Duration;
 
 pub use mutate::{mutate, Decision, ReviewResult};
-pub use pipeline::{Action, ImageOutcome, Pinner, Plan, Target};
+pub use pipeline::{Action, ImageOutcome, Pinner, PinnerParts, Plan, Reason, Target};
 pub use review::{parse_review, review_body, AdmissionRequest, AdmissionResponse, ReviewError};
 pub use validate::validate;
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::pipeline::{error_chain, Pinner, Plan, Target};
+use super::render;
 use super::review::{AdmissionRequest, AdmissionResponse};
 
 /// The outcome of one review, for the response, logs and metrics.
@@ -20,19 +21,30 @@ pub enum ReviewResult {
     Pinned,
     Skipped,
     Denied,
+    /// Admitted although it breaks the policy (audit mode, or failures allowed).
+    Violation,
     Error,
 }
 
 /// Decides one mutating review. Never fails: every problem becomes a denial naming its cause.
 pub async fn mutate(pinner: &Pinner, request: &AdmissionRequest, budget: Duration) -> Decision {
     let uid = request.uid.as_str();
-    let Some(object) = request.object.as_ref() else {
-        return skipped(uid);
+    let Some(target) = target_of(request) else {
+        return Decision::skipped(uid);
     };
-    if !matches!(request.operation.as_str(), "CREATE" | "UPDATE") {
-        return skipped(uid);
+    match pinner.plan(&target, budget).await {
+        Ok(plan) => render::decide(uid, plan),
+        Err(e) => Decision::error(uid, 400, error_chain(&e)),
     }
-    let target = Target {
+}
+
+/// The object to admit, or `None` for operations pinhook does not judge (DELETE, CONNECT).
+pub fn target_of(request: &AdmissionRequest) -> Option<Target<'_>> {
+    let object = request.object.as_ref()?;
+    if !matches!(request.operation.as_str(), "CREATE" | "UPDATE") {
+        return None;
+    }
+    Some(Target {
         group: &request.kind.group,
         kind: &request.kind.kind,
         subresource: &request.sub_resource,
@@ -40,56 +52,27 @@ pub async fn mutate(pinner: &Pinner, request: &AdmissionRequest, budget: Duratio
         name: &request.name,
         object,
         old_object: request.old_object.as_ref(),
-    };
-    let plan = match pinner.plan(&target, budget).await {
-        Ok(plan) => plan,
-        Err(e) => return error(uid, 400, error_chain(&e)),
-    };
-    decide(uid, plan)
+        dry_run: request.is_dry_run(),
+    })
 }
 
-fn decide(uid: &str, plan: Plan) -> Decision {
-    if let Some(message) = plan.denial_message() {
-        return Decision {
-            response: AdmissionResponse::deny(uid, 403, message)
-                .with_warnings(plan.warnings.clone()),
-            result: ReviewResult::Denied,
-            plan: Some(plan),
-        };
-    }
-    let patch = match plan.patch() {
-        Ok(patch) => patch,
-        Err(e) => return error(uid, 500, error_chain(&e)),
-    };
-    let response = match AdmissionResponse::allow(uid).with_patch(&patch) {
-        Ok(response) => response.with_warnings(plan.warnings.clone()),
-        Err(e) => return error(uid, 500, format!("cannot encode the patch: {e}")),
-    };
-    let result = if patch.0.is_empty() {
-        ReviewResult::Skipped
-    } else {
-        ReviewResult::Pinned
-    };
-    Decision {
-        response,
-        result,
-        plan: Some(plan),
-    }
-}
+// === impl Decision ===
 
-fn skipped(uid: &str) -> Decision {
-    Decision {
-        response: AdmissionResponse::allow(uid),
-        result: ReviewResult::Skipped,
-        plan: None,
+impl Decision {
+    pub fn skipped(uid: &str) -> Decision {
+        Decision {
+            response: AdmissionResponse::allow(uid),
+            result: ReviewResult::Skipped,
+            plan: None,
+        }
     }
-}
 
-fn error(uid: &str, code: u16, message: String) -> Decision {
-    Decision {
-        response: AdmissionResponse::deny(uid, code, message),
-        result: ReviewResult::Error,
-        plan: None,
+    pub fn error(uid: &str, code: u16, message: String) -> Decision {
+        Decision {
+            response: AdmissionResponse::deny(uid, code, message),
+            result: ReviewResult::Error,
+            plan: None,
+        }
     }
 }
 
@@ -101,6 +84,7 @@ impl ReviewResult {
             ReviewResult::Pinned => "pinned",
             ReviewResult::Skipped => "skipped",
             ReviewResult::Denied => "denied",
+            ReviewResult::Violation => "violation",
             ReviewResult::Error => "error",
         }
     }

@@ -1,31 +1,50 @@
-//! The admission pipeline shared by `/mutate`, the dry-run endpoint and `pinhook check`:
-//! find an object's images, resolve each distinct tag once and concurrently, and say per image
-//! what happens to it. Rendering (AdmissionResponse, dry-run JSON, CLI table) is the caller's.
+//! The admission pipeline shared by `/mutate`, `/validate`, the dry-run endpoint and
+//! `pinhook check`: apply the policy to an object, find its images, resolve each distinct tag
+//! once and concurrently, and say per image what happens to it. Rendering (AdmissionResponse,
+//! dry-run JSON, CLI table) is the caller's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use futures::future::join_all;
 use serde_json::Value;
+use tokio::time::Instant;
 
-use crate::reference::{Digest, PinForm, Reference};
+use crate::cluster::NamespaceLabels;
+use crate::policy::{
+    CompiledPolicy, FailureAction, Mode, PinTarget, PolicyHandle, ResolveMode, MODE_LABEL,
+};
+use crate::reference::{Digest, Reference};
 use crate::registry::keyring::Keyring;
 use crate::registry::pull_secrets::{PodContext, PodKeyring, PullSecrets};
-use crate::registry::{RegistryError, ResolutionSource, Resolver};
-use crate::workload::{self, ImageSite, PodSpecKinds, WorkloadError};
+use crate::registry::{RegistryError, Resolution, ResolutionSource, Resolver};
+use crate::workload::{self, ImageSite, WorkloadError};
 
 /// What pinhook does with one image site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     /// Rewritten to a digest.
     Pinned,
-    /// Left as it is (already pinned, or not changed by this update).
+    /// Left as it is (already pinned, not changed by this update, or audit mode).
     Unchanged,
-    /// Cannot be admitted (invalid reference, resolution failed).
+    /// Exempt by policy: never resolved, never denied.
+    Exempt,
+    /// Cannot be admitted (enforce mode).
     Denied,
+    /// Breaks the policy but is admitted (audit mode, or `onResolutionFailure: allow`).
+    Violation,
+}
+
+/// Why an image breaks the policy: the fixed vocabulary of the violations metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    InvalidReference,
+    ResolutionFailed,
+    RegistryDenied,
+    TagMoved,
+    Unpinned,
+    TagMirror,
 }
 
 /// The outcome for one image site.
@@ -36,15 +55,19 @@ pub struct ImageOutcome {
     /// The image after admission (the pinned reference, or the original).
     pub result: String,
     pub digest: Option<Digest>,
-    /// Why, for `Unchanged` and `Denied`.
+    /// Why, for every action but `Pinned`.
     pub reason: Option<String>,
+    /// Set for `Denied` and `Violation`.
+    pub violation: Option<Reason>,
     pub source: Option<ResolutionSource>,
 }
 
 /// The outcomes for one object.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
-    /// False when the kind bears no pods (nothing was looked at).
+    /// The mode that applied (`Off` when nothing was looked at).
+    pub mode: Mode,
+    /// False when the kind bears no pods or policy skipped the object.
     pub pod_bearing: bool,
     pub outcomes: Vec<ImageOutcome>,
     pub warnings: Vec<String>,
@@ -61,6 +84,8 @@ pub struct Target<'a> {
     pub name: &'a str,
     pub object: &'a Value,
     pub old_object: Option<&'a Value>,
+    /// Nothing may be recorded (cache entries, tag moves).
+    pub dry_run: bool,
 }
 
 /// Why the pipeline could not plan at all (as opposed to denying single images).
@@ -70,111 +95,209 @@ pub enum PipelineError {
     Workload(#[from] WorkloadError),
 }
 
-/// Pins images: the configuration-free part of admission.
+/// The environment the pipeline runs in.
 pub struct Pinner {
-    kinds: PodSpecKinds,
+    policy: PolicyHandle,
     resolver: Arc<dyn Resolver>,
+    /// Answers dry runs without recording anything.
+    dry_run_resolver: Arc<dyn Resolver>,
     secrets: Arc<dyn PullSecrets>,
-    form: PinForm,
+    namespaces: Arc<dyn NamespaceLabels>,
+    /// `target: pods`: the digest each owner revision got, so all its pods run the same bytes.
+    owners: moka::sync::Cache<(String, String), Digest>,
 }
+
+/// The parts a [`Pinner`] is built from.
+pub struct PinnerParts {
+    pub policy: PolicyHandle,
+    pub resolver: Arc<dyn Resolver>,
+    pub dry_run_resolver: Arc<dyn Resolver>,
+    pub secrets: Arc<dyn PullSecrets>,
+    pub namespaces: Arc<dyn NamespaceLabels>,
+    /// How long an owner revision keeps its digests (the cache's hit TTL).
+    pub owner_ttl: Duration,
+}
+
+/// What to do with a site before any registry call.
+enum Triage {
+    Keep(ImageSite, String),
+    Exempt(ImageSite),
+    Refuse(ImageSite, Reason, String),
+    Resolve(ImageSite, Reference),
+    /// `resolve: Always` on a `tag@digest` reference: the tag must still point at the digest.
+    Verify(ImageSite, Reference, Digest),
+}
+
+type Resolved = Result<Resolution, RegistryError>;
 
 // === impl Pinner ===
 
 impl Pinner {
-    pub fn new(
-        kinds: PodSpecKinds,
-        resolver: Arc<dyn Resolver>,
-        secrets: Arc<dyn PullSecrets>,
-        form: PinForm,
-    ) -> Pinner {
+    pub fn new(parts: PinnerParts) -> Pinner {
         Pinner {
-            kinds,
-            resolver,
-            secrets,
-            form,
+            policy: parts.policy,
+            resolver: parts.resolver,
+            dry_run_resolver: parts.dry_run_resolver,
+            secrets: parts.secrets,
+            namespaces: parts.namespaces,
+            owners: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(parts.owner_ttl)
+                .build(),
         }
     }
 
-    pub fn kinds(&self) -> &PodSpecKinds {
-        &self.kinds
+    pub fn policy(&self) -> &PolicyHandle {
+        &self.policy
     }
 
-    /// Plans one object. Resolution of all distinct tags runs concurrently and is bounded by
-    /// `budget` as a whole.
+    /// The mode for a namespace (its label, else the policy's), with a warning when the label
+    /// cannot be read or is not a mode.
+    pub async fn mode_for(
+        &self,
+        policy: &CompiledPolicy,
+        namespace: &str,
+        warnings: &mut Vec<String>,
+    ) -> Mode {
+        if namespace.is_empty() {
+            return policy.policy.mode;
+        }
+        let label = match self.namespaces.label(namespace, MODE_LABEL).await {
+            Ok(label) => label,
+            Err(e) => {
+                warnings.push(format!("pinhook: cannot read namespace {namespace}: {e}"));
+                None
+            }
+        };
+        policy.mode_for(label.as_deref()).unwrap_or_else(|e| {
+            warnings.push(format!(
+                "pinhook: namespace {namespace}: {e}; using {}",
+                policy.policy.mode
+            ));
+            policy.policy.mode
+        })
+    }
+
+    /// Plans the mutation of one object: pin what policy says, deny or report the rest.
+    /// Resolution of all distinct tags runs concurrently, bounded by `budget` as a whole.
     pub async fn plan(&self, target: &Target<'_>, budget: Duration) -> Result<Plan, PipelineError> {
-        let Some(sites) = workload::image_sites(
-            &self.kinds,
-            target.group,
-            target.kind,
-            target.subresource,
-            target.object,
-            target.old_object,
-        )?
-        else {
-            return Ok(Plan::default());
-        };
         let deadline = Instant::now() + budget;
-        let triaged: Vec<Triage> = sites.into_iter().map(triage).collect();
-        let needs_registry = triaged.iter().any(|t| matches!(t, Triage::Resolve(..)));
-        let PodKeyring {
-            keyring,
-            mut warnings,
-        } = if needs_registry {
-            self.keyring_for(target, deadline).await
-        } else {
-            PodKeyring::default()
+        let policy = self.policy.current();
+        let mut warnings = Vec::new();
+        if policy.is_exempt_namespace(target.namespace) {
+            return Ok(Plan::default());
+        }
+        let mode = self
+            .mode_for(&policy, target.namespace, &mut warnings)
+            .await;
+        let skip_templates = policy.policy.target == PinTarget::Pods && !is_pod(target);
+        if mode == Mode::Off || skip_templates || policy.policy.resolve == ResolveMode::Never {
+            return Ok(Plan {
+                mode,
+                warnings,
+                ..Plan::default()
+            });
+        }
+        let Some(sites) = sites_of(&policy, target)? else {
+            return Ok(Plan {
+                mode,
+                warnings,
+                ..Plan::default()
+            });
         };
-        let digests = self.resolve_all(&triaged, &keyring, deadline).await;
-        warnings.extend(resolution_warnings(&digests));
+        let triaged: Vec<Triage> = sites
+            .into_iter()
+            .map(|site| triage(&policy, site))
+            .collect();
+        let needs_registry = triaged
+            .iter()
+            .any(|t| matches!(t, Triage::Resolve(..) | Triage::Verify(..)));
+        if needs_registry {
+            let PodKeyring {
+                keyring,
+                warnings: found,
+            } = self.keyring_for(&policy, target, deadline).await;
+            warnings.extend(found);
+            let digests = self.resolve_all(&triaged, target, &keyring, deadline).await;
+            warnings.extend(resolution_warnings(&digests));
+            let outcomes = triaged
+                .into_iter()
+                .map(|t| outcome(&policy, t, &digests))
+                .collect();
+            return Ok(finish(mode, outcomes, warnings));
+        }
         let outcomes = triaged
             .into_iter()
-            .map(|t| self.outcome(t, &digests))
+            .map(|t| outcome(&policy, t, &HashMap::new()))
             .collect();
-        Ok(Plan {
-            pod_bearing: true,
-            outcomes,
-            warnings,
-        })
+        Ok(finish(mode, outcomes, warnings))
     }
 
     /// Checks without any registry call that every image new in this request is pinned: what
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
-    pub fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
-        let Some(sites) = workload::image_sites(
-            &self.kinds,
-            target.group,
-            target.kind,
-            target.subresource,
-            target.object,
-            target.old_object,
-        )?
-        else {
+    pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
+        let policy = self.policy.current();
+        let mut warnings = Vec::new();
+        if policy.is_exempt_namespace(target.namespace) {
             return Ok(Plan::default());
+        }
+        let mode = self
+            .mode_for(&policy, target.namespace, &mut warnings)
+            .await;
+        let skip_templates = policy.policy.target == PinTarget::Pods && !is_pod(target);
+        if mode == Mode::Off || skip_templates {
+            return Ok(Plan {
+                mode,
+                warnings,
+                ..Plan::default()
+            });
+        }
+        let Some(sites) = sites_of(&policy, target)? else {
+            return Ok(Plan {
+                mode,
+                warnings,
+                ..Plan::default()
+            });
         };
+        // In audit mode `/mutate` already reported each tag it would pin or deny; repeating
+        // "not pinned" here would only say that audit does not mutate. Unless nothing resolves.
+        let judge_unpinned = mode == Mode::Enforce || policy.policy.resolve == ResolveMode::Never;
         let outcomes = sites
             .into_iter()
-            .map(|site| match triage(site) {
+            .map(|site| match triage(&policy, site) {
                 Triage::Keep(site, reason) => unchanged(site, reason),
-                Triage::Invalid(site, reason) => denied(site, reason),
-                Triage::Resolve(site, _) => denied(site, "not pinned to a digest".to_string()),
+                Triage::Exempt(site) => exempt(site),
+                Triage::Refuse(site, Reason::RegistryDenied, _) | Triage::Resolve(site, _)
+                    if !judge_unpinned =>
+                {
+                    unchanged(site, "not pinned (audit mode)".to_string())
+                }
+                Triage::Refuse(site, reason, text) => refused(site, reason, text),
+                Triage::Resolve(site, _) => unpinned(&policy, site),
+                Triage::Verify(site, ..) => {
+                    unchanged(site, "already pinned to a digest".to_string())
+                }
             })
             .collect();
-        Ok(Plan {
-            pod_bearing: true,
-            outcomes,
-            warnings: Vec::new(),
-        })
+        Ok(finish(mode, outcomes, warnings))
     }
 
-    async fn keyring_for(&self, target: &Target<'_>, deadline: Instant) -> PodKeyring {
+    async fn keyring_for(
+        &self,
+        policy: &CompiledPolicy,
+        target: &Target<'_>,
+        deadline: Instant,
+    ) -> PodKeyring {
         // The 1.20 EphemeralContainers object has no PodSpec: the pod is read instead.
         let own_spec = target.kind != workload::EPHEMERAL_CONTAINERS_KIND;
         let pod = PodContext {
             namespace: target.namespace,
             pod_spec: own_spec
-                .then(|| workload::pod_spec(&self.kinds, target.group, target.kind, target.object))
+                .then(|| {
+                    workload::pod_spec(&policy.kinds, target.group, target.kind, target.object)
+                })
                 .flatten(),
-            is_pod: target.group.is_empty() && (target.kind == "Pod" || !own_spec),
+            is_pod: is_pod(target),
             pod_name: target.name,
         };
         match tokio::time::timeout_at(deadline, self.secrets.keyring_for(&pod)).await {
@@ -191,18 +314,25 @@ impl Pinner {
     async fn resolve_all(
         &self,
         triaged: &[Triage],
+        target: &Target<'_>,
         keyring: &Keyring,
         deadline: Instant,
     ) -> HashMap<String, Resolved> {
         let mut unique: HashMap<String, &Reference> = HashMap::new();
         for t in triaged {
-            if let Triage::Resolve(_, reference) = t {
+            if let Triage::Resolve(_, reference) | Triage::Verify(_, reference, _) = t {
                 unique.entry(reference.tag_reference()).or_insert(reference);
             }
         }
-        let calls = unique.into_iter().map(|(key, reference)| async move {
-            let result = self.resolve_one(reference, keyring, deadline).await;
-            (key, result)
+        let owner = owner_revision(target);
+        let calls = unique.into_iter().map(|(key, reference)| {
+            let owner = owner.clone();
+            async move {
+                let result = self
+                    .resolve_one(reference, target, owner, keyring, deadline)
+                    .await;
+                (key, result)
+            }
         });
         join_all(calls).await.into_iter().collect()
     }
@@ -210,41 +340,185 @@ impl Pinner {
     async fn resolve_one(
         &self,
         reference: &Reference,
+        target: &Target<'_>,
+        owner: Option<String>,
         keyring: &Keyring,
         deadline: Instant,
     ) -> Resolved {
+        let owner_key = owner.map(|o| (o, reference.tag_reference()));
+        if let Some(resolution) = owner_key.as_ref().and_then(|k| self.owner_digest(k)) {
+            return Ok(resolution);
+        }
         let credentials = keyring.lookup(reference);
-        let call = self.resolver.resolve(reference, &credentials);
-        match tokio::time::timeout_at(deadline, call).await {
+        let resolver = if target.dry_run {
+            &self.dry_run_resolver
+        } else {
+            &self.resolver
+        };
+        let result = match tokio::time::timeout_at(
+            deadline,
+            resolver.resolve(reference, &credentials),
+        )
+        .await
+        {
             Ok(result) => result,
             Err(_) => Err(RegistryError::Timeout {
                 registry: reference.domain().to_string(),
                 timeout: deadline.saturating_duration_since(Instant::now()),
             }),
+        };
+        if let (Ok(resolution), Some(key), false) = (&result, owner_key, target.dry_run) {
+            self.owners.insert(key, resolution.digest.clone());
         }
+        result
     }
 
-    fn outcome(&self, triage: Triage, digests: &HashMap<String, Resolved>) -> ImageOutcome {
-        match triage {
-            Triage::Keep(site, reason) => unchanged(site, reason),
-            Triage::Invalid(site, reason) => denied(site, reason),
-            Triage::Resolve(site, reference) => match digests.get(&reference.tag_reference()) {
-                Some(Ok(resolution)) => ImageOutcome {
-                    result: reference.pinned(&resolution.digest, self.form),
-                    digest: Some(resolution.digest.clone()),
-                    action: Action::Pinned,
-                    reason: None,
-                    source: Some(resolution.source),
-                    site,
-                },
-                Some(Err(e)) => denied(site, error_chain(e)),
-                None => denied(site, "resolution did not run".to_string()),
-            },
-        }
+    fn owner_digest(&self, key: &(String, String)) -> Option<Resolution> {
+        let digest = self.owners.get(key)?;
+        Some(Resolution {
+            digest,
+            credential: crate::registry::Fingerprint::anonymous(),
+            source: ResolutionSource::Cache,
+            moved_from: None,
+            age: Duration::ZERO,
+        })
     }
 }
 
-type Resolved = Result<crate::registry::Resolution, RegistryError>;
+fn is_pod(target: &Target<'_>) -> bool {
+    target.group.is_empty()
+        && (target.kind == "Pod" || target.kind == workload::EPHEMERAL_CONTAINERS_KIND)
+}
+
+fn sites_of(
+    policy: &CompiledPolicy,
+    target: &Target<'_>,
+) -> Result<Option<Vec<ImageSite>>, WorkloadError> {
+    workload::image_sites(
+        &policy.kinds,
+        target.group,
+        target.kind,
+        target.subresource,
+        target.object,
+        target.old_object,
+    )
+}
+
+/// For a pod made by a controller: its owner's uid and revision hash (`pod-template-hash`,
+/// `controller-revision-hash`), so every pod of one revision gets the same digest.
+fn owner_revision(target: &Target<'_>) -> Option<String> {
+    if !is_pod(target) {
+        return None;
+    }
+    let metadata = target.object.get("metadata")?;
+    let owner = metadata
+        .get("ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?;
+    let uid = owner.get("uid")?.as_str()?;
+    let labels = metadata.get("labels");
+    let revision = ["pod-template-hash", "controller-revision-hash"]
+        .iter()
+        .find_map(|l| labels?.get(*l)?.as_str())
+        .unwrap_or("");
+    Some(format!("{uid}/{revision}"))
+}
+
+fn triage(policy: &CompiledPolicy, site: ImageSite) -> Triage {
+    if !site.is_new {
+        return Triage::Keep(site, "not changed by this update".to_string());
+    }
+    let reference = match Reference::parse(&site.image) {
+        Ok(reference) => reference,
+        Err(e) => {
+            let reason = format!("invalid image reference: {e}");
+            return Triage::Refuse(site, Reason::InvalidReference, reason);
+        }
+    };
+    if policy.is_exempt_image(&reference) {
+        return Triage::Exempt(site);
+    }
+    if let Some(digest) = reference.digest().cloned() {
+        let verify = policy.policy.resolve == ResolveMode::Always && reference.tag().is_some();
+        return match verify {
+            true => match policy.hosts.check_host(reference.domain()) {
+                Ok(()) => Triage::Verify(site, reference, digest),
+                Err(e) => Triage::Refuse(site, Reason::RegistryDenied, e.to_string()),
+            },
+            false => Triage::Keep(site, "already pinned to a digest".to_string()),
+        };
+    }
+    match policy.hosts.check_host(reference.domain()) {
+        Ok(()) => Triage::Resolve(site, reference),
+        Err(e) => Triage::Refuse(site, Reason::RegistryDenied, e.to_string()),
+    }
+}
+
+fn outcome(
+    policy: &CompiledPolicy,
+    triage: Triage,
+    digests: &HashMap<String, Resolved>,
+) -> ImageOutcome {
+    match triage {
+        Triage::Keep(site, reason) => unchanged(site, reason),
+        Triage::Exempt(site) => exempt(site),
+        Triage::Refuse(site, reason, text) => refused(site, reason, text),
+        Triage::Resolve(site, reference) => match digests.get(&reference.tag_reference()) {
+            Some(Ok(resolution)) => ImageOutcome {
+                result: reference.pinned(&resolution.digest, policy.form()),
+                digest: Some(resolution.digest.clone()),
+                action: Action::Pinned,
+                reason: None,
+                violation: None,
+                source: Some(resolution.source),
+                site,
+            },
+            Some(Err(e)) => failed(policy, site, error_chain(e)),
+            None => failed(policy, site, "resolution did not run".to_string()),
+        },
+        Triage::Verify(site, reference, pinned) => match digests.get(&reference.tag_reference()) {
+            Some(Ok(resolution)) if resolution.digest == pinned => unchanged(
+                site,
+                "already pinned; the tag still points at this digest".to_string(),
+            ),
+            Some(Ok(resolution)) => {
+                let text = format!(
+                    "tag {} now points at {}, the reference pins {pinned}",
+                    reference.effective_tag(),
+                    resolution.digest
+                );
+                refused(site, Reason::TagMoved, text)
+            }
+            Some(Err(e)) => failed(policy, site, error_chain(e)),
+            None => failed(policy, site, "resolution did not run".to_string()),
+        },
+    }
+}
+
+/// Applies the mode: audit never mutates and never denies.
+fn finish(mode: Mode, mut outcomes: Vec<ImageOutcome>, warnings: Vec<String>) -> Plan {
+    if mode == Mode::Audit {
+        for outcome in &mut outcomes {
+            match outcome.action {
+                Action::Pinned => {
+                    let digest = outcome.digest.as_ref().map(short).unwrap_or_default();
+                    outcome.action = Action::Unchanged;
+                    outcome.reason = Some(format!("audit mode: would pin to {digest}"));
+                    outcome.result = outcome.site.image.clone();
+                }
+                Action::Denied => outcome.action = Action::Violation,
+                _ => {}
+            }
+        }
+    }
+    Plan {
+        mode,
+        pod_bearing: true,
+        outcomes,
+        warnings,
+    }
+}
 
 /// Warnings for the user: stale answers and moved tags, one per distinct tag, sorted so the
 /// response is deterministic.
@@ -273,32 +547,9 @@ fn resolution_warnings(digests: &HashMap<String, Resolved>) -> Vec<String> {
 }
 
 /// `sha256:0123456789ab`: enough to tell digests apart in a 120-character warning.
-fn short(digest: &Digest) -> String {
+pub fn short(digest: &Digest) -> String {
     let hex = digest.hex();
     format!("{}:{}", digest.algorithm(), hex.get(..12).unwrap_or(hex))
-}
-
-/// What to do with a site before any registry call.
-enum Triage {
-    Keep(ImageSite, String),
-    Invalid(ImageSite, String),
-    Resolve(ImageSite, Reference),
-}
-
-fn triage(site: ImageSite) -> Triage {
-    if !site.is_new {
-        return Triage::Keep(site, "not changed by this update".to_string());
-    }
-    match Reference::parse(&site.image) {
-        Err(e) => {
-            let reason = format!("invalid image reference: {e}");
-            Triage::Invalid(site, reason)
-        }
-        Ok(reference) if reference.digest().is_some() => {
-            Triage::Keep(site, "already pinned to a digest".to_string())
-        }
-        Ok(reference) => Triage::Resolve(site, reference),
-    }
 }
 
 fn unchanged(site: ImageSite, reason: String) -> ImageOutcome {
@@ -307,19 +558,49 @@ fn unchanged(site: ImageSite, reason: String) -> ImageOutcome {
         action: Action::Unchanged,
         digest: None,
         reason: Some(reason),
+        violation: None,
         source: None,
         site,
     }
 }
 
-fn denied(site: ImageSite, reason: String) -> ImageOutcome {
+fn exempt(site: ImageSite) -> ImageOutcome {
     ImageOutcome {
-        result: site.image.clone(),
+        action: Action::Exempt,
+        reason: Some("exempt by policy".to_string()),
+        ..unchanged(site, String::new())
+    }
+}
+
+/// A policy failure: denied in enforce (made a violation by `finish` in audit).
+fn refused(site: ImageSite, reason: Reason, text: String) -> ImageOutcome {
+    ImageOutcome {
         action: Action::Denied,
-        digest: None,
-        reason: Some(reason),
-        source: None,
-        site,
+        violation: Some(reason),
+        ..unchanged(site, text)
+    }
+}
+
+/// An unpinned reference at validation: denied, or reported when resolution failures are
+/// allowed (the mutating webhook admitted it unpinned on purpose).
+fn unpinned(policy: &CompiledPolicy, site: ImageSite) -> ImageOutcome {
+    let mut outcome = refused(site, Reason::Unpinned, "not pinned to a digest".to_string());
+    if policy.policy.on_resolution_failure == FailureAction::Allow {
+        outcome.action = Action::Violation;
+    }
+    outcome
+}
+
+/// A resolution failure: denied, or admitted unpinned when `onResolutionFailure: allow`.
+fn failed(policy: &CompiledPolicy, site: ImageSite, text: String) -> ImageOutcome {
+    let action = match policy.policy.on_resolution_failure {
+        FailureAction::Deny => Action::Denied,
+        FailureAction::Allow => Action::Violation,
+    };
+    ImageOutcome {
+        action,
+        violation: Some(Reason::ResolutionFailed),
+        ..unchanged(site, text)
     }
 }
 
@@ -356,6 +637,13 @@ impl Plan {
         self.outcomes.iter().filter(|o| o.action == Action::Denied)
     }
 
+    /// Outcomes that break the policy but are admitted.
+    pub fn violations(&self) -> impl Iterator<Item = &ImageOutcome> {
+        self.outcomes
+            .iter()
+            .filter(|o| o.action == Action::Violation)
+    }
+
     /// One line per denied image: which container, where, which image, why.
     pub fn denial_message(&self) -> Option<String> {
         let lines: Vec<String> = self.denials().map(ImageOutcome::describe).collect();
@@ -372,18 +660,48 @@ impl Plan {
 impl ImageOutcome {
     /// `container "app" (/spec/containers/0/image) image "x:1": why`.
     pub fn describe(&self) -> String {
-        let what = match self.site.field {
-            workload::ImageField::ImageVolume => "image volume",
-            workload::ImageField::InitContainers => "init container",
-            workload::ImageField::EphemeralContainers => "ephemeral container",
-            workload::ImageField::Containers => "container",
-        };
         format!(
-            "{what} {:?} ({}) image {:?}: {}",
+            "{} {:?} ({}) image {:?}: {}",
+            self.site_kind(),
             self.site.name,
             self.site.pointer,
             self.site.image,
             self.reason.as_deref().unwrap_or("no reason given")
         )
+    }
+
+    /// `container app image x:1: why` — for warnings, which are cut at 120 characters.
+    pub fn describe_short(&self) -> String {
+        format!(
+            "{} {} image {}: {}",
+            self.site_kind(),
+            self.site.name,
+            self.site.image,
+            self.reason.as_deref().unwrap_or("no reason given")
+        )
+    }
+
+    fn site_kind(&self) -> &'static str {
+        match self.site.field {
+            workload::ImageField::ImageVolume => "image volume",
+            workload::ImageField::InitContainers => "init container",
+            workload::ImageField::EphemeralContainers => "ephemeral container",
+            workload::ImageField::Containers => "container",
+        }
+    }
+}
+
+// === impl Reason ===
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidReference => "invalid_reference",
+            Reason::ResolutionFailed => "resolution_failed",
+            Reason::RegistryDenied => "registry_denied",
+            Reason::TagMoved => "tag_moved",
+            Reason::Unpinned => "unpinned",
+            Reason::TagMirror => "tag_mirror",
+        }
     }
 }

@@ -37,9 +37,15 @@ mod tests {
 
     #[test]
     fn wildcards() {
-        assert!(matches("registry.k8s.io/pause:*", "registry.k8s.io/pause:3.9"));
+        assert!(matches(
+            "registry.k8s.io/pause:*",
+            "registry.k8s.io/pause:3.9"
+        ));
         assert!(matches("*", ""));
-        assert!(matches("docker.io/library/*", "docker.io/library/nginx:1.25"));
+        assert!(matches(
+            "docker.io/library/*",
+            "docker.io/library/nginx:1.25"
+        ));
         assert!(!matches("docker.io/library/*", "docker.io/bitnami/nginx:1"));
         assert!(matches("*.example.com", "a.b.example.com"));
         assert!(matches("kube-?", "kube-a"));

@@ -38,10 +38,14 @@ impl HostRules {
             what,
         };
         if self.deny.iter().any(|p| glob::matches(p, host)) {
-            return Err(HostRefusal::Denied { host: host.to_string() });
+            return Err(HostRefusal::Denied {
+                host: host.to_string(),
+            });
         }
         if !self.allow.is_empty() && !self.allow.iter().any(|p| glob::matches(p, host)) {
-            return Err(HostRefusal::NotAllowed { host: host.to_string() });
+            return Err(HostRefusal::NotAllowed {
+                host: host.to_string(),
+            });
         }
         if self.is_opted_in(host) {
             return Ok(());
@@ -83,7 +87,12 @@ impl HostRules {
     }
 }
 
-const METADATA_NAMES: &[&str] = &["metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"];
+const METADATA_NAMES: &[&str] = &[
+    "metadata.google.internal",
+    "metadata",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
 
 /// What kind of internal address `ip` is, if it is one.
 fn internal_kind(ip: IpAddr) -> Option<&'static str> {
@@ -97,7 +106,10 @@ fn internal_kind(ip: IpAddr) -> Option<&'static str> {
 }
 
 fn internal_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    const METADATA: [Ipv4Addr; 2] = [Ipv4Addr::new(169, 254, 169, 254), Ipv4Addr::new(100, 100, 100, 200)];
+    const METADATA: [Ipv4Addr; 2] = [
+        Ipv4Addr::new(169, 254, 169, 254),
+        Ipv4Addr::new(100, 100, 100, 200),
+    ];
     if METADATA.contains(&ip) {
         Some("cloud metadata")
     } else if ip.is_loopback() {
@@ -186,8 +198,14 @@ mod tests {
         };
         assert_eq!(rules.check_host("reg.corp.example"), Ok(()));
         assert_eq!(rules.check_host("docker.io"), Ok(()));
-        assert!(matches!(rules.check_host("bad.corp.example"), Err(HostRefusal::Denied { .. })));
-        assert!(matches!(rules.check_host("quay.io"), Err(HostRefusal::NotAllowed { .. })));
+        assert!(matches!(
+            rules.check_host("bad.corp.example"),
+            Err(HostRefusal::Denied { .. })
+        ));
+        assert!(matches!(
+            rules.check_host("quay.io"),
+            Err(HostRefusal::NotAllowed { .. })
+        ));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::Deserialize;
 
@@ -178,6 +179,30 @@ pub struct CompiledPolicy {
     pub hosts: HostRules,
 }
 
+/// The policy in force, replaced whole on reload; readers take a cheap snapshot per request.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyHandle(Arc<RwLock<Arc<CompiledPolicy>>>);
+
+// === impl PolicyHandle ===
+
+impl PolicyHandle {
+    pub fn new(policy: CompiledPolicy) -> PolicyHandle {
+        PolicyHandle(Arc::new(RwLock::new(Arc::new(policy))))
+    }
+
+    pub fn current(&self) -> Arc<CompiledPolicy> {
+        // A poisoned lock only means a writer panicked between two plain assignments.
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn replace(&self, policy: CompiledPolicy) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(policy);
+    }
+}
+
 // === impl Policy ===
 
 impl Policy {
@@ -195,7 +220,8 @@ impl Policy {
         let policy: Policy = if text.trim().is_empty() {
             Policy::default()
         } else {
-            serde_saphyr::from_str(text).map_err(|e| PolicyError::Parse(one_line(&e.to_string())))?
+            serde_saphyr::from_str(text)
+                .map_err(|e| PolicyError::Parse(one_line(&e.to_string())))?
         };
         policy.compile()
     }
@@ -210,24 +236,36 @@ impl Policy {
             if !extra.pod_spec.starts_with('/') {
                 return Err(invalid(
                     format!("kinds[{i}].podSpec"),
-                    format!("{:?} is not a JSON pointer (it must start with '/')", extra.pod_spec),
+                    format!(
+                        "{:?} is not a JSON pointer (it must start with '/')",
+                        extra.pod_spec
+                    ),
                 ));
             }
             kinds = kinds.with_extra(&extra.group, &extra.kind, &extra.pod_spec);
         }
         for (host, settings) in &self.registries.hosts {
             if host.is_empty() || host.contains('/') {
-                return Err(invalid(format!("registries.hosts[{host:?}]"), "must be host[:port]"));
+                return Err(invalid(
+                    format!("registries.hosts[{host:?}]"),
+                    "must be host[:port]",
+                ));
             }
             if let Some(ca) = &settings.ca {
                 if ca.as_os_str().is_empty() {
-                    return Err(invalid(format!("registries.hosts[{host:?}].ca"), "must be a file path"));
+                    return Err(invalid(
+                        format!("registries.hosts[{host:?}].ca"),
+                        "must be a file path",
+                    ));
                 }
             }
         }
         for (i, allowed) in self.mirrors.allow.iter().enumerate() {
             if allowed.source.is_empty() || allowed.mirror.is_empty() {
-                return Err(invalid(format!("mirrors.allow[{i}]"), "needs both source and mirror"));
+                return Err(invalid(
+                    format!("mirrors.allow[{i}]"),
+                    "needs both source and mirror",
+                ));
             }
         }
         let hosts = HostRules {
@@ -279,7 +317,11 @@ impl CompiledPolicy {
     }
 
     pub fn is_exempt_namespace(&self, namespace: &str) -> bool {
-        self.policy.exempt.namespaces.iter().any(|p| glob::matches(p, namespace))
+        self.policy
+            .exempt
+            .namespaces
+            .iter()
+            .any(|p| glob::matches(p, namespace))
     }
 
     /// Exempt images are matched on the normalised reference, with and without digest.
@@ -312,7 +354,9 @@ impl FromStr for Mode {
             "enforce" => Ok(Mode::Enforce),
             "audit" => Ok(Mode::Audit),
             "off" => Ok(Mode::Off),
-            other => Err(format!("{MODE_LABEL}={other:?} is not enforce, audit or off")),
+            other => Err(format!(
+                "{MODE_LABEL}={other:?} is not enforce, audit or off"
+            )),
         }
     }
 }

@@ -42,7 +42,10 @@ fn the_complete_example_parses() {
     assert!(!compiled.is_exempt_namespace("default"));
     let pause = Reference::parse("registry.k8s.io/pause:3.9").expect("ref");
     assert!(compiled.is_exempt_image(&pause));
-    assert_eq!(compiled.kinds.pod_spec_pointer("argoproj.io", "Rollout"), Some("/spec/template/spec"));
+    assert_eq!(
+        compiled.kinds.pod_spec_pointer("argoproj.io", "Rollout"),
+        Some("/spec/template/spec")
+    );
     assert!(policy.registries.hosts["plain.corp.example:5000"].insecure);
     assert_eq!(policy.mirrors.allow.len(), 1);
 }
@@ -61,14 +64,23 @@ fn errors_name_the_field() {
         ("mode: strict", "strict"),
         ("moed: audit", "moed"),
         ("resolve: sometimes", "sometimes"),
-        ("kinds:\n  - kind: Rollout\n    podSpec: spec.template", "kinds[0].podSpec"),
+        (
+            "kinds:\n  - kind: Rollout\n    podSpec: spec.template",
+            "kinds[0].podSpec",
+        ),
         ("exempt:\n  imagez: []", "imagez"),
-        ("mirrors:\n  allow:\n    - source: a\n      mirror: \"\"", "mirrors.allow[0]"),
+        (
+            "mirrors:\n  allow:\n    - source: a\n      mirror: \"\"",
+            "mirrors.allow[0]",
+        ),
         ("form: sha", "sha"),
         ("mode: [", ""),
     ];
     for (text, expected) in cases {
-        let error = Policy::parse(text).err().map(|e| e.to_string()).unwrap_or_default();
+        let error = Policy::parse(text)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(error.starts_with("policy is not valid"), "{text}: {error}");
         assert!(error.contains(expected), "{text}: {error}");
         assert!(!error.contains('\n'), "{text}: {error}");
@@ -83,4 +95,3 @@ fn namespace_label_overrides_mode() {
     assert_eq!(compiled.mode_for(Some("off")), Ok(Mode::Off));
     assert!(compiled.mode_for(Some("loud")).is_err());
 }
-

@@ -139,6 +139,15 @@ impl CachingResolver {
         }
     }
 
+    /// A view for dry runs: answers from the cache, asks the registry on a miss, and records
+    /// nothing (no entries, no moves, no backoff).
+    pub fn read_only(&self) -> ReadOnlyCache {
+        ReadOnlyCache {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+
     /// The most recent tag moves, newest last.
     pub fn recent_moves(&self) -> Vec<TagMove> {
         lock(&self.shared.moves).iter().cloned().collect()
@@ -227,6 +236,38 @@ impl Resolver for CachingResolver {
                 self.shared.stale_or(&key, RegistryError::Shared(error))
             }
             Err(error) => Err(RegistryError::Shared(error)),
+        }
+    }
+}
+
+/// The side-effect-free view of a [`CachingResolver`] (see [`CachingResolver::read_only`]).
+pub struct ReadOnlyCache {
+    inner: Arc<dyn Resolver>,
+    shared: Arc<SharedState>,
+}
+
+#[async_trait]
+impl Resolver for ReadOnlyCache {
+    async fn resolve(
+        &self,
+        reference: &Reference,
+        credentials: &[Credential],
+    ) -> Result<Resolution, RegistryError> {
+        let tag = reference.tag_reference();
+        let candidates = with_anonymous(credentials);
+        let fingerprints: Vec<Fingerprint> =
+            candidates.iter().map(Credential::fingerprint).collect();
+        if let Some(hit) = self.shared.fresh_hit(&tag, &fingerprints) {
+            return Ok(hit);
+        }
+        let key: FlightKey = (tag, fingerprints);
+        if let Some(failure) = self.shared.failures.get(&key) {
+            return Err(RegistryError::Shared(failure.error.clone()));
+        }
+        match self.inner.resolve(reference, &candidates).await {
+            Ok(resolution) => Ok(resolution),
+            Err(error) if error.is_unavailable() => self.shared.stale_or(&key, error),
+            Err(error) => Err(error),
         }
     }
 }

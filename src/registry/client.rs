@@ -4,9 +4,9 @@
 //! for a registry and silently ignores later ones, so sharing one client across secrets would
 //! answer one namespace's request with another namespace's secret.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,6 +15,7 @@ use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::Client;
 
 use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
+use crate::policy::HostSettings;
 use crate::reference::{Digest, Reference};
 
 /// Where system CA bundles live on common distributions (and what rustls-native-certs reads).
@@ -42,11 +43,41 @@ pub struct RegistryConfig {
 
 /// Resolves tags against real registries.
 pub struct OciResolver {
-    config: RegistryConfig,
+    config: RwLock<Arc<RegistryConfig>>,
     clients: moka::sync::Cache<(String, Fingerprint), Arc<Client>>,
 }
 
 // === impl RegistryConfig ===
+
+impl RegistryConfig {
+    /// This configuration plus the policy's per-host settings (`registries.hosts`): CA files are
+    /// read here, so a policy naming a missing file is refused with the file's name.
+    pub fn with_hosts(
+        &self,
+        hosts: &BTreeMap<String, HostSettings>,
+    ) -> Result<RegistryConfig, String> {
+        let mut config = self.clone();
+        for (host, settings) in hosts {
+            if let Some(path) = &settings.ca {
+                let pem = std::fs::read(path).map_err(|e| {
+                    format!(
+                        "registries.hosts[{host:?}].ca: cannot read '{}': {e}",
+                        path.display()
+                    )
+                })?;
+                config
+                    .host_ca_pems
+                    .entry(host.clone())
+                    .or_default()
+                    .push(pem);
+            }
+            if settings.insecure {
+                config.insecure_hosts.insert(host.clone());
+            }
+        }
+        Ok(config)
+    }
+}
 
 impl Default for RegistryConfig {
     fn default() -> Self {
@@ -69,12 +100,25 @@ impl OciResolver {
             check_system_roots()?;
         }
         Ok(OciResolver {
-            config,
+            config: RwLock::new(Arc::new(config)),
             clients: moka::sync::Cache::builder()
                 .max_capacity(1024)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
         })
+    }
+
+    /// Replaces the configuration (policy reload); clients are rebuilt on next use.
+    pub fn reconfigure(&self, config: RegistryConfig) {
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        self.clients.invalidate_all();
+    }
+
+    fn config(&self) -> Arc<RegistryConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn client_for(
@@ -92,30 +136,30 @@ impl OciResolver {
     }
 
     fn build_client(&self, registry: &str) -> Result<Client, RegistryError> {
-        let pems = self
-            .config
+        let settings = self.config();
+        let pems = settings
             .ca_pems
             .iter()
-            .chain(self.config.host_ca_pems.get(registry).into_iter().flatten());
+            .chain(settings.host_ca_pems.get(registry).into_iter().flatten());
         let certificates: Vec<Certificate> = pems
             .map(|pem| Certificate {
                 encoding: CertificateEncoding::Pem,
                 data: pem.clone(),
             })
             .collect();
-        let protocol = if self.config.insecure_hosts.contains(registry) {
+        let protocol = if settings.insecure_hosts.contains(registry) {
             ClientProtocol::Http
         } else {
             ClientProtocol::Https
         };
         let mut config = ClientConfig {
             protocol,
-            connect_timeout: Some(self.config.request_timeout),
-            read_timeout: Some(self.config.request_timeout),
+            connect_timeout: Some(settings.request_timeout),
+            read_timeout: Some(settings.request_timeout),
             user_agent: concat!("pinhook/", env!("CARGO_PKG_VERSION")),
             ..ClientConfig::default()
         };
-        if self.config.only_configured_cas {
+        if settings.only_configured_cas {
             config.tls_certs_only = certificates;
         } else {
             config.extra_root_certificates = certificates;
@@ -141,7 +185,7 @@ impl OciResolver {
         );
         // oci-client's own timeouts apply per phase and can each be hit twice (auth ping, HEAD,
         // GET fallback); this bounds the whole call.
-        let budget = self.config.request_timeout * 3;
+        let budget = self.config().request_timeout * 3;
         let auth = credential.to_oci_auth();
         let call = client.fetch_manifest_digest(&oci_ref, &auth);
         let digest = match tokio::time::timeout(budget, call).await {

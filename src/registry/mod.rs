@@ -10,6 +10,7 @@
 pub mod cache;
 mod client;
 pub mod credentials;
+pub mod guard;
 pub mod keyring;
 pub mod pull_secrets;
 
@@ -19,7 +20,7 @@ use async_trait::async_trait;
 
 use crate::reference::{Digest, Reference};
 
-pub use cache::{CacheConfig, CachingResolver, TagMove};
+pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, TagMove};
 pub use client::{OciResolver, RegistryConfig};
 pub use credentials::{Credential, Fingerprint};
 
@@ -71,6 +72,8 @@ pub enum RegistryError {
         retry_in: Duration,
         last: String,
     },
+    #[error("{reason}")]
+    Refused { reason: String },
     /// One failure shared by every admission that waited on the same registry call.
     #[error(transparent)]
     Shared(std::sync::Arc<RegistryError>),
@@ -140,6 +143,7 @@ impl RegistryError {
             RegistryError::Timeout { .. } => "timeout",
             RegistryError::ClientConfig { .. } | RegistryError::NoSystemRoots { .. } => "config",
             RegistryError::BackingOff { .. } => "backing_off",
+            RegistryError::Refused { .. } => "refused",
             RegistryError::Shared(inner) => inner.kind(),
         }
     }

@@ -5,13 +5,14 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pinhook::admission::Pinner;
+use pinhook::admission::{Pinner, PinnerParts};
+use pinhook::cluster::{NamespaceLabels, NoNamespaces};
 use pinhook::metrics::Metrics;
+use pinhook::policy::{FormSetting, Policy, PolicyHandle};
 use pinhook::reference::PinForm;
 use pinhook::registry::pull_secrets::{NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
 use pinhook::server::{self, AppState, RunningServer, ServerConfig};
-use pinhook::workload::PodSpecKinds;
 
 use super::registry::TestRegistry;
 use super::tls::TestCa;
@@ -23,6 +24,7 @@ pub struct TestPinhook {
     pub base: String,
     pub metrics: Arc<Metrics>,
     pub resolver: Arc<CachingResolver>,
+    pub policy: PolicyHandle,
     _dir: tempfile::TempDir,
 }
 
@@ -42,17 +44,37 @@ pub fn oci_resolver(registry: &TestRegistry) -> Arc<dyn Resolver> {
 
 /// What to vary between test servers.
 pub struct Options {
-    pub form: PinForm,
+    /// The policy; the test registry's host is added to `registries.allowPrivate` (it listens
+    /// on loopback, which the default policy refuses to contact).
+    pub policy: Policy,
     pub cache: CacheConfig,
     pub secrets: Arc<dyn PullSecrets>,
+    pub namespaces: Arc<dyn NamespaceLabels>,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
-            form: PinForm::TagAndDigest,
+            policy: Policy::default(),
             cache: CacheConfig::default(),
             secrets: Arc::new(NodeOnly::default()),
+            namespaces: Arc::new(NoNamespaces),
+        }
+    }
+}
+
+impl Options {
+    pub fn with_form(form: PinForm) -> Options {
+        let form = match form {
+            PinForm::TagAndDigest => FormSetting::TagAndDigest,
+            PinForm::DigestOnly => FormSetting::Digest,
+        };
+        Options {
+            policy: Policy {
+                form,
+                ..Policy::default()
+            },
+            ..Options::default()
         }
     }
 }
@@ -67,17 +89,23 @@ impl TestPinhook {
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = TestCa::generate(dir.path());
         let metrics = Arc::new(Metrics::new());
+        let owner_ttl = options.cache.hit_ttl;
         let resolver = Arc::new(CachingResolver::new(
             oci_resolver(registry),
             options.cache,
             metrics.clone(),
         ));
-        let pinner = Pinner::new(
-            PodSpecKinds::builtin(),
-            resolver.clone(),
-            options.secrets,
-            options.form,
-        );
+        let mut policy = options.policy;
+        policy.registries.allow_private.push(registry.host());
+        let handle = PolicyHandle::new(policy.compile().expect("test policy is valid"));
+        let pinner = Pinner::new(PinnerParts {
+            policy: handle.clone(),
+            resolver: resolver.clone(),
+            dry_run_resolver: Arc::new(resolver.read_only()),
+            secrets: options.secrets,
+            namespaces: options.namespaces,
+            owner_ttl,
+        });
         let state = AppState {
             pinner: Arc::new(pinner),
             metrics: metrics.clone(),
@@ -96,6 +124,7 @@ impl TestPinhook {
             base,
             metrics,
             resolver,
+            policy: handle,
             _dir: dir,
         }
     }

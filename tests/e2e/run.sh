@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317 # (shellcheck counts functions in the { } block below as unreachable)
 # pinhook's end-to-end tier: a real kube-apiserver (1.20.2) + etcd, a real
 # registry, and the pinhook binary, all on 127.0.0.1; pinhook registered through
 # manifests/overlays/local-url; scenarios create objects with kubectl and read
@@ -12,8 +13,11 @@
 #   c  CronJob (batch/v1beta1): pinned at spec.jobTemplate.spec.template.spec
 #   d  StatefulSet: pinned
 #   e  `kubectl create --dry-run=server -o yaml`: the returned object is pinned, nothing stored
-#   f  idempotency: applying / replacing the same tag-only manifest again leaves the
-#      stored object unchanged (image, generation, resourceVersion)
+#   f  idempotency: sending the same tag-only manifest again (client-side apply,
+#      kubectl diff, server-side apply, replace) goes through pinhook again, which
+#      pins to the same digests: spec and generation never change; resourceVersion
+#      stays too, except where the apiserver rewrites managedFields (server-side
+#      apply; replace by a different field manager), asserted as such
 #   g  a tag that does not exist is refused with pinhook's message
 #   h  serving-certificate rotation under load: no request fails, the served cert changes
 #
@@ -32,6 +36,10 @@
 #   E2E_KEEP=1          leave pinhook, the registry and the cluster running at the end
 #                       (stop them yourself: kill the PIDs printed, cluster.sh stop)
 set -euo pipefail
+
+# The whole script is one { ... } block: bash parses it completely before running
+# it, so editing this file while a run is in progress cannot derail that run.
+{
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$E2E_DIR/../.." && pwd)"
@@ -101,13 +109,18 @@ pick_port() {
   export "${var?}"
 }
 
-# wait_until TIMEOUT_S DESCRIPTION CMD...: poll every 0.25 s
+# [WAIT_PID=PID] wait_until TIMEOUT_S DESCRIPTION CMD...: poll every 0.25 s; give up
+# early when process WAIT_PID (if given) has exited
 wait_until() {
   local timeout=$1 what=$2
   shift 2
   local deadline=$(($(date +%s) + timeout))
   until "$@" >/dev/null 2>&1; do
     (($(date +%s) < deadline)) || { log "timed out after ${timeout}s waiting for $what"; return 1; }
+    if [[ -n ${WAIT_PID:-} && ! -d /proc/$WAIT_PID ]]; then
+      log "process $WAIT_PID exited while waiting for $what"
+      return 1
+    fi
     sleep 0.25
   done
 }
@@ -145,7 +158,7 @@ klog() {
   local out rc=0 line
   out=$(K "$@" 2>&1) || rc=$?
   while IFS= read -r line; do [[ -n $line ]] && log "  kubectl: $line"; done <<<"$out"
-  return $rc
+  return "$rc"
 }
 
 # --- cleanup ------------------------------------------------------------------------
@@ -176,9 +189,7 @@ cleanup() {
     ((CLUSTER_STARTED)) && e2e_stop
   fi
   log "total $(($(date +%s) - T_START))s"
-  if ((failed > 0)); then
-    log "failed: ${FAILED_NAMES[*]:-} (not run: $((${#SELECTED[@]} - SCENARIOS_DONE)))"
-  fi
+  ((${#FAILED_NAMES[@]} == 0)) || log "failed: ${FAILED_NAMES[*]}"
   echo "$PASSED passed, $failed failed"
   ((failed == 0 && rc == 0)) || exit 1
   exit 0
@@ -256,7 +267,7 @@ REGISTRY_PID=$!
 echo "$REGISTRY_PID" >"$RUN/registry-helper.pid"
 log "registry helper started (pid $REGISTRY_PID, log $RUN/registry-helper.log)"
 registry_env_ready() { alive "$REGISTRY_PID" && [[ -s $RUN/registry.env ]]; }
-wait_until 60 "the registry helper's env file" registry_env_ready || die "registry helper did not come up"
+WAIT_PID=$REGISTRY_PID wait_until 60 "the registry helper's env file" registry_env_ready || die "registry helper did not come up"
 # shellcheck disable=SC1091
 source "$RUN/registry.env"
 : "${REGISTRY_HOST:?}" "${REGISTRY_CA:?}" "${DIGEST_app_1_0:?}"
@@ -286,7 +297,7 @@ pinhook_ready() {
   alive "$PINHOOK_PID" || return 1
   [[ $(curl -s --max-time 2 --cacert "$CERT_DIR/ca.crt" "$PINHOOK_URL/readyz") == ok* ]]
 }
-wait_until 30 "pinhook /readyz" pinhook_ready || die "pinhook not ready (pid $PINHOOK_PID)"
+WAIT_PID=$PINHOOK_PID wait_until 30 "pinhook /readyz" pinhook_ready || die "pinhook not ready (pid $PINHOOK_PID)"
 log "pinhook ready (pid $PINHOOK_PID)"
 
 # --- 5. webhook configurations (the full local-url overlay) ----------------------------
@@ -359,7 +370,7 @@ scenario_a() {
   expect_eq "stored initContainers[0].image" "$(jp "$ns" deployment web '{.spec.template.spec.initContainers[0].image}')" "$(pinned init 1.0)" || rc=1
   expect_eq "stored containers[0].image" "$(jp "$ns" deployment web '{.spec.template.spec.containers[0].image}')" "$(pinned app 1.0)" || rc=1
   expect_eq "stored containers[1].image" "$(jp "$ns" deployment web '{.spec.template.spec.containers[1].image}')" "$(pinned sidecar 1.0)" || rc=1
-  return $rc
+  return "$rc"
 }
 
 scenario_b() {
@@ -449,7 +460,7 @@ scenario_e() {
     expect_contains "kubectl get after the dry run" "$err" 'NotFound' || rc=1
   fi
   expect_eq "deployments in $ns" "$(K -n "$ns" get deployments -o name | wc -l)" 0 || rc=1
-  return $rc
+  return "$rc"
 }
 
 # The stored Deployment as `kubectl get -o yaml` shows it (kubectl 1.32 hides
@@ -575,7 +586,7 @@ scenario_f() {
   next_second
   K -n "$ns" replace -f "$RUN/f-put2.yaml" >/dev/null
   same_object "2nd kubectl replace" "$before" "$(deploy_yaml "$ns" again-put2)" || rc=1
-  return $rc
+  return "$rc"
 }
 jp_rv() { sed -n 's/^  resourceVersion: "\{0,1\}\([0-9]*\)"\{0,1\}$/\1/p' <<<"$1"; }
 
@@ -588,7 +599,7 @@ scenario_g() {
   expect_contains "kubectl stderr" "$err" 'admission webhook "pin.pinhook.dev" denied the request' || rc=1
   expect_contains "kubectl stderr" "$err" 'tag does-not-exist not found' || rc=1
   expect_eq "pods in $ns" "$(K -n "$ns" get pods -o name | wc -l)" 0 || rc=1
-  return $rc
+  return "$rc"
 }
 
 reload_count() { grep -c 'reloaded TLS certificate' "$RUN/pinhook.log" || true; }
@@ -695,7 +706,7 @@ EOF
   local images
   images=$(K -n "$ns" get pods -o jsonpath='{range .items[*]}{.spec.containers[0].image}{"\n"}{end}' | sort | uniq -c | sed 's/^ *//')
   expect_eq "stored images of the load pods (count image)" "$images" "60 $(pinned app 1.0)" || rc=1
-  return $rc
+  return "$rc"
 }
 
 run_scenario() { # run_scenario LETTER
@@ -729,4 +740,5 @@ for s in "${SELECTED[@]}"; do
   SCENARIOS_DONE=$((SCENARIOS_DONE + 1))
 done
 log "scenarios done in $(($(date +%s) - T_SCEN))s"
-# cleanup (EXIT trap) prints the summary line last
+exit 0 # cleanup (EXIT trap) prints the summary line last and sets the exit code
+}

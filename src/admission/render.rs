@@ -1,0 +1,146 @@
+//! Turning a [`Plan`] into an AdmissionResponse: deny, patch, warnings, audit annotations.
+//!
+//! Warnings follow the apiserver's rules (facts §1): at most 120 characters each, no control
+//! characters (a warning with a newline is silently dropped), no duplicates, and pinhook's
+//! share of the request's 4096-rune budget kept well below it.
+
+use std::collections::BTreeMap;
+
+use super::mutate::{Decision, ReviewResult};
+use super::pipeline::{Action, Plan};
+use super::review::AdmissionResponse;
+use crate::policy::Mode;
+
+const WARNING_MAX_CHARS: usize = 120;
+/// pinhook's share of the apiserver's 4096-rune warning budget (other webhooks need room too).
+const WARNING_BUDGET: usize = 2048;
+/// Audit annotation values are not limited by the apiserver, but audit logs are read by humans.
+const ANNOTATION_MAX_CHARS: usize = 1024;
+
+/// The response for a planned object.
+pub fn decide(uid: &str, plan: Plan) -> Decision {
+    let warnings = shape_warnings(all_warnings(&plan));
+    let annotations = audit_annotations(&plan);
+    if let Some(message) = plan.denial_message() {
+        let mut response = AdmissionResponse::deny(uid, 403, message).with_warnings(warnings);
+        response.audit_annotations = annotations;
+        return Decision {
+            response,
+            result: ReviewResult::Denied,
+            plan: Some(plan),
+        };
+    }
+    let patch = match plan.patch() {
+        Ok(patch) => patch,
+        Err(e) => return Decision::error(uid, 500, super::pipeline::error_chain(&e)),
+    };
+    let mut response = match AdmissionResponse::allow(uid).with_patch(&patch) {
+        Ok(response) => response.with_warnings(warnings),
+        Err(e) => return Decision::error(uid, 500, format!("cannot encode the patch: {e}")),
+    };
+    response.audit_annotations = annotations;
+    let result = if !patch.0.is_empty() {
+        ReviewResult::Pinned
+    } else if plan.violations().next().is_some() {
+        ReviewResult::Violation
+    } else {
+        ReviewResult::Skipped
+    };
+    Decision {
+        response,
+        result,
+        plan: Some(plan),
+    }
+}
+
+fn all_warnings(plan: &Plan) -> Vec<String> {
+    let prefix = match plan.mode {
+        Mode::Audit => "pinhook audit: would deny",
+        _ => "pinhook: admitted",
+    };
+    let mut warnings = plan.warnings.clone();
+    warnings.extend(
+        plan.outcomes
+            .iter()
+            .filter(|o| o.action == Action::Violation)
+            .map(|o| format!("{prefix} {}", o.describe_short())),
+    );
+    warnings
+}
+
+/// Makes warnings survive the apiserver: printable, ≤120 characters, unique, within budget.
+pub fn shape_warnings(warnings: Vec<String>) -> Vec<String> {
+    let mut shaped: Vec<String> = Vec::new();
+    let mut used = 0;
+    for warning in warnings {
+        let clean: String = warning
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let clean = truncate_chars(clean.trim(), WARNING_MAX_CHARS);
+        let size = clean.chars().count();
+        if clean.is_empty() || shaped.contains(&clean) {
+            continue;
+        }
+        if used + size > WARNING_BUDGET {
+            shaped.push("pinhook: more warnings omitted (see pinhook's log)".to_string());
+            break;
+        }
+        used += size;
+        shaped.push(clean);
+    }
+    shaped
+}
+
+/// `violation-N` → the full description, for the audit log (keys are qualified names with no
+/// `/`: the apiserver prefixes `<webhook name>/`).
+fn audit_annotations(plan: &Plan) -> BTreeMap<String, String> {
+    plan.outcomes
+        .iter()
+        .filter(|o| matches!(o.action, Action::Violation | Action::Denied))
+        .enumerate()
+        .map(|(i, o)| {
+            let reason = o.violation.map(|r| r.as_str()).unwrap_or("violation");
+            let value = format!("{reason}: {}", o.describe());
+            (
+                format!("violation-{}", i + 1),
+                truncate_chars(&value, ANNOTATION_MAX_CHARS),
+            )
+        })
+        .collect()
+}
+
+fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max.saturating_sub(1)) {
+        Some((i, _)) if text.chars().count() > max => format!("{}…", &text[..i]),
+        _ => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_short_printable_unique_and_bounded() {
+        let long = "x".repeat(500);
+        let shaped = shape_warnings(vec![
+            "a\nb".to_string(),
+            "a\nb".to_string(),
+            long,
+            String::new(),
+        ]);
+        assert_eq!(shaped[0], "a b");
+        assert_eq!(shaped.len(), 2, "{shaped:?}");
+        assert_eq!(shaped[1].chars().count(), WARNING_MAX_CHARS);
+        assert!(shaped.iter().all(|w| !w.chars().any(char::is_control)));
+
+        let many: Vec<String> = (0..100)
+            .map(|i| format!("warning number {i} {}", "y".repeat(90)))
+            .collect();
+        let shaped = shape_warnings(many);
+        let total: usize = shaped.iter().map(|w| w.chars().count()).sum();
+        assert!(total <= WARNING_BUDGET + 100, "{total}");
+        assert!(shaped.last().is_some_and(|w| w.contains("omitted")));
+    }
+}
