@@ -244,16 +244,30 @@ fn observe_decision(state: &AppState, decision: &admission::Decision) {
             admission::Action::Unchanged | admission::Action::Exempt => {}
         }
         if let Some(violation) = outcome.violation {
-            state
-                .metrics
-                .policy_violations
-                .get_or_create(&ViolationLabels {
-                    mode: mode.clone(),
-                    reason: violation.as_str(),
-                })
-                .inc();
+            count_violation(state, &mode, violation);
         }
     }
+    for finding in &plan.findings {
+        warn!(
+            mode = %mode,
+            violation = finding.reason.as_str(),
+            admitted = finding.action == admission::Action::Violation,
+            reason = %finding.message,
+            "policy violation"
+        );
+        count_violation(state, &mode, finding.reason);
+    }
+}
+
+fn count_violation(state: &AppState, mode: &str, reason: admission::Reason) {
+    state
+        .metrics
+        .policy_violations
+        .get_or_create(&ViolationLabels {
+            mode: mode.to_string(),
+            reason: reason.as_str(),
+        })
+        .inc();
 }
 
 fn record_review(

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::cluster::NamespaceLabels;
 use crate::policy::{
-    CompiledPolicy, FailureAction, Mode, PinTarget, PolicyHandle, ResolveMode, MODE_LABEL,
+    mirrors, CompiledPolicy, FailureAction, Mode, PinTarget, PolicyHandle, ResolveMode, MODE_LABEL,
 };
 use crate::reference::{Digest, Reference};
 use crate::registry::keyring::Keyring;
@@ -70,7 +70,18 @@ pub struct Plan {
     /// False when the kind bears no pods or policy skipped the object.
     pub pod_bearing: bool,
     pub outcomes: Vec<ImageOutcome>,
+    /// Object-level findings (mirror configuration).
+    pub findings: Vec<Finding>,
     pub warnings: Vec<String>,
+}
+
+/// A policy finding about the object as a whole rather than one image.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// `Denied` in enforce, `Violation` in audit.
+    pub action: Action,
+    pub reason: Reason,
+    pub message: String,
 }
 
 /// One object to admit.
@@ -252,6 +263,14 @@ impl Pinner {
                 ..Plan::default()
             });
         }
+        if let Some(findings) = mirror_findings(&policy, mode, target) {
+            return Ok(Plan {
+                mode,
+                findings,
+                warnings,
+                ..Plan::default()
+            });
+        }
         let Some(sites) = sites_of(&policy, target)? else {
             return Ok(Plan {
                 mode,
@@ -382,6 +401,33 @@ impl Pinner {
             moved_from: None,
             age: Duration::ZERO,
         })
+    }
+}
+
+/// The mirror guard's findings, or `None` when the object configures no mirrors.
+fn mirror_findings(
+    policy: &CompiledPolicy,
+    mode: Mode,
+    target: &Target<'_>,
+) -> Option<Vec<Finding>> {
+    let action = match mode {
+        Mode::Audit => Action::Violation,
+        _ => Action::Denied,
+    };
+    let finding = |message: String| Finding {
+        action,
+        reason: Reason::TagMirror,
+        message,
+    };
+    match mirrors::check(
+        &policy.policy.mirrors,
+        target.group,
+        target.kind,
+        target.object,
+    ) {
+        Ok(None) => None,
+        Ok(Some(violations)) => Some(violations.into_iter().map(|v| finding(v.message)).collect()),
+        Err(e) => Some(vec![finding(e.to_string())]),
     }
 }
 
@@ -516,6 +562,7 @@ fn finish(mode: Mode, mut outcomes: Vec<ImageOutcome>, warnings: Vec<String>) ->
         mode,
         pod_bearing: true,
         outcomes,
+        findings: Vec::new(),
         warnings,
     }
 }
@@ -644,9 +691,19 @@ impl Plan {
             .filter(|o| o.action == Action::Violation)
     }
 
-    /// One line per denied image: which container, where, which image, why.
+    /// One line per denied image (which container, where, which image, why) and per denied
+    /// finding.
     pub fn denial_message(&self) -> Option<String> {
-        let lines: Vec<String> = self.denials().map(ImageOutcome::describe).collect();
+        let lines: Vec<String> = self
+            .denials()
+            .map(ImageOutcome::describe)
+            .chain(
+                self.findings
+                    .iter()
+                    .filter(|f| f.action == Action::Denied)
+                    .map(|f| f.message.clone()),
+            )
+            .collect();
         if lines.is_empty() {
             None
         } else {

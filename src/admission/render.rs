@@ -39,9 +39,11 @@ pub fn decide(uid: &str, plan: Plan) -> Decision {
         Err(e) => return Decision::error(uid, 500, format!("cannot encode the patch: {e}")),
     };
     response.audit_annotations = annotations;
+    let has_violations = plan.violations().next().is_some()
+        || plan.findings.iter().any(|f| f.action == Action::Violation);
     let result = if !patch.0.is_empty() {
         ReviewResult::Pinned
-    } else if plan.violations().next().is_some() {
+    } else if has_violations {
         ReviewResult::Violation
     } else {
         ReviewResult::Skipped
@@ -64,6 +66,12 @@ fn all_warnings(plan: &Plan) -> Vec<String> {
             .iter()
             .filter(|o| o.action == Action::Violation)
             .map(|o| format!("{prefix} {}", o.describe_short())),
+    );
+    warnings.extend(
+        plan.findings
+            .iter()
+            .filter(|f| f.action == Action::Violation)
+            .map(|f| format!("{prefix}: {}", f.message)),
     );
     warnings
 }
@@ -95,17 +103,24 @@ pub fn shape_warnings(warnings: Vec<String>) -> Vec<String> {
 /// `violation-N` → the full description, for the audit log (keys are qualified names with no
 /// `/`: the apiserver prefixes `<webhook name>/`).
 fn audit_annotations(plan: &Plan) -> BTreeMap<String, String> {
-    plan.outcomes
+    let images = plan
+        .outcomes
         .iter()
         .filter(|o| matches!(o.action, Action::Violation | Action::Denied))
-        .enumerate()
-        .map(|(i, o)| {
+        .map(|o| {
             let reason = o.violation.map(|r| r.as_str()).unwrap_or("violation");
-            let value = format!("{reason}: {}", o.describe());
-            (
-                format!("violation-{}", i + 1),
-                truncate_chars(&value, ANNOTATION_MAX_CHARS),
-            )
+            format!("{reason}: {}", o.describe())
+        });
+    let findings = plan
+        .findings
+        .iter()
+        .map(|f| format!("{}: {}", f.reason.as_str(), f.message));
+    images
+        .chain(findings)
+        .enumerate()
+        .map(|(i, value)| {
+            let key = format!("violation-{}", i + 1);
+            (key, truncate_chars(&value, ANNOTATION_MAX_CHARS))
         })
         .collect()
 }

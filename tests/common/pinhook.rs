@@ -150,13 +150,21 @@ impl TestPinhook {
 
 /// A captured AdmissionReview with `registry.example/` pointed at the test registry.
 pub fn review_fixture(name: &str, registry: &TestRegistry) -> serde_json::Value {
+    let text = fixture_text(name).replace("registry.example/", &format!("{}/", registry.host()));
+    serde_json::from_str(&text).expect("fixture is JSON")
+}
+
+/// A captured AdmissionReview exactly as recorded.
+pub fn raw_fixture(name: &str) -> serde_json::Value {
+    serde_json::from_str(&fixture_text(name)).expect("fixture is JSON")
+}
+
+fn fixture_text(name: &str) -> String {
     let path = format!(
         "{}/tests/fixtures/admissionreview/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
-    let text = std::fs::read_to_string(&path).expect("fixture exists");
-    let text = text.replace("registry.example/", &format!("{}/", registry.host()));
-    serde_json::from_str(&text).expect("fixture is JSON")
+    std::fs::read_to_string(&path).expect("fixture exists")
 }
 
 /// The decoded JSON Patch of a review response (`None` when it has none).

@@ -284,11 +284,20 @@ CERT_DIR="$RUN/pinhook-tls"
 e2e_cert "$CERT_DIR" >/dev/null || die "cluster.sh cert failed"
 pick_port PINHOOK_PORT "$(free_port)"
 PINHOOK_URL="https://127.0.0.1:$PINHOOK_PORT"
+# Enforce (deny what cannot be pinned; the shipped ConfigMap starts in audit),
+# and let pinhook contact the loopback registry: its address guard refuses
+# loopback/link-local/metadata hosts unless registries.allowPrivate names them.
+cat >"$RUN/policy.yaml" <<EOF
+mode: enforce
+registries:
+  allowPrivate: ["$REGISTRY_HOST"]
+EOF
 log "starting pinhook on $PINHOOK_URL (log $RUN/pinhook.log)"
 NO_COLOR=1 PINHOOK_LOG="${PINHOOK_LOG:-info}" "$PINHOOK_BIN" serve \
   --listen "127.0.0.1:$PINHOOK_PORT" \
   --tls-cert "$CERT_DIR/tls.crt" --tls-key "$CERT_DIR/tls.key" \
   --registry-ca "$REGISTRY_CA" \
+  --policy "$RUN/policy.yaml" \
   --kubeconfig "$KUBECONFIG" \
   </dev/null >"$RUN/pinhook.log" 2>&1 3>&- &
 PINHOOK_PID=$!

@@ -1,0 +1,118 @@
+//! The mirror guard on `/validate` with real captures of ImageTagMirrorSet,
+//! ImageDigestMirrorSet, ImageContentSourcePolicy and a ConfigMap carrying registries.conf.
+
+mod common;
+
+use common::pinhook::{raw_fixture, Options, TestPinhook};
+use common::registry::{RegistryAuth, TestRegistry};
+use pinhook::policy::Policy;
+use serde_json::Value;
+
+async fn pinhook_with(policy: &str) -> (TestRegistry, TestPinhook) {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let policy: Policy = serde_saphyr::from_str(policy).expect("policy");
+    let pinhook = TestPinhook::start_with(
+        &registry,
+        Options {
+            policy,
+            ..Options::default()
+        },
+    )
+    .await;
+    (registry, pinhook)
+}
+
+async fn validate(pinhook: &TestPinhook, _registry: &TestRegistry, fixture: &str) -> Value {
+    let review = raw_fixture(fixture);
+    let (status, body) = pinhook
+        .post("/validate", serde_json::to_vec(&review).expect("json"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(body["response"]["uid"], review["request"]["uid"]);
+    body
+}
+
+fn message(body: &Value) -> String {
+    body["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[tokio::test]
+async fn tag_mirrors_are_denied_naming_the_entry_and_the_risk() {
+    let (registry, pinhook) = pinhook_with("mode: enforce").await;
+    for version in ["v1.20", "v1.26"] {
+        for fixture in [
+            "imagetagmirrorset-create-validate.json",
+            "imagetagmirrorset-update-json-patch-validate.json",
+            "configmap-create-registries-conf-validate.json",
+        ] {
+            let body = validate(&pinhook, &registry, &format!("{version}/{fixture}")).await;
+            assert_eq!(body["response"]["allowed"], false, "{fixture}: {body}");
+            let message = message(&body);
+            assert!(
+                message.contains("mirror.example:5000/team"),
+                "{fixture}: {message}"
+            );
+            assert!(
+                message.contains("a tag mirror can serve different content for the same tag"),
+                "{message}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn digest_mirrors_are_allowed() {
+    let (registry, pinhook) = pinhook_with("mode: enforce").await;
+    for fixture in [
+        "v1.26/imagedigestmirrorset-create-validate.json",
+        "v1.26/imagedigestmirrorset-update-json-patch-validate.json",
+        "v1.26/imagecontentsourcepolicy-create-validate.json",
+        "v1.26/imagecontentsourcepolicy-update-json-patch-validate.json",
+    ] {
+        let body = validate(&pinhook, &registry, fixture).await;
+        assert_eq!(body["response"]["allowed"], true, "{fixture}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn an_allow_listed_pair_passes_and_audit_only_warns() {
+    let allowed = "mirrors:\n  allow:\n    - source: registry.example/team\n      mirror: mirror.example:5000/team\n";
+    let (registry, pinhook) = pinhook_with(allowed).await;
+    let body = validate(
+        &pinhook,
+        &registry,
+        "v1.26/imagetagmirrorset-create-validate.json",
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    // The update adds a second, unlisted mirror: judged on the new object alone.
+    let body = validate(
+        &pinhook,
+        &registry,
+        "v1.26/imagetagmirrorset-update-json-patch-validate.json",
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert!(message(&body).contains("mirror2.example/team"), "{body}");
+
+    let (registry, pinhook) = pinhook_with("mode: audit").await;
+    let body = validate(
+        &pinhook,
+        &registry,
+        "v1.26/imagetagmirrorset-create-validate.json",
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let warnings = body["response"]["warnings"].to_string();
+    assert!(warnings.contains("pinhook audit: would deny"), "{body}");
+    assert!(
+        body["response"]["auditAnnotations"]["violation-1"]
+            .to_string()
+            .contains("tag_mirror"),
+        "{body}"
+    );
+}
