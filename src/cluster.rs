@@ -72,3 +72,104 @@ impl NamespaceLabels for KubeNamespaces {
             .cloned())
     }
 }
+
+/// Who called the dry-run endpoint, as the apiserver's TokenReview says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub username: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+}
+
+/// Authentication and authorisation of dry-run callers by the cluster itself.
+#[async_trait]
+pub trait Authorizer: Send + Sync {
+    /// `Ok(None)` when the token is not valid.
+    async fn authenticate(&self, token: &str) -> Result<Option<Caller>, String>;
+    /// Whether `caller` may `create` `group/resource` in `namespace`.
+    async fn can_create(
+        &self,
+        caller: &Caller,
+        group: &str,
+        resource: &str,
+        namespace: &str,
+    ) -> Result<bool, String>;
+}
+
+/// TokenReview and SubjectAccessReview through the API.
+pub struct KubeAuthorizer {
+    client: kube::Client,
+}
+
+// === impl KubeAuthorizer ===
+
+impl KubeAuthorizer {
+    pub fn new(client: kube::Client) -> KubeAuthorizer {
+        KubeAuthorizer { client }
+    }
+}
+
+#[async_trait]
+impl Authorizer for KubeAuthorizer {
+    async fn authenticate(&self, token: &str) -> Result<Option<Caller>, String> {
+        use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                ..TokenReviewSpec::default()
+            },
+            ..TokenReview::default()
+        };
+        let answer = api
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| format!("TokenReview failed: {e}"))?;
+        let Some(status) = answer.status else {
+            return Ok(None);
+        };
+        if status.authenticated != Some(true) {
+            return Ok(None);
+        }
+        let user = status.user.unwrap_or_default();
+        Ok(Some(Caller {
+            username: user.username.unwrap_or_default(),
+            uid: user.uid.unwrap_or_default(),
+            groups: user.groups.unwrap_or_default(),
+        }))
+    }
+
+    async fn can_create(
+        &self,
+        caller: &Caller,
+        group: &str,
+        resource: &str,
+        namespace: &str,
+    ) -> Result<bool, String> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+        };
+        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(caller.username.clone()),
+                uid: Some(caller.uid.clone()).filter(|u| !u.is_empty()),
+                groups: Some(caller.groups.clone()),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some("create".to_string()),
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    namespace: Some(namespace.to_string()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let answer = api
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+}

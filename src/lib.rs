@@ -9,7 +9,9 @@
 
 pub mod admission;
 pub mod certs;
+pub mod check;
 pub mod cluster;
+pub mod documents;
 pub mod metrics;
 pub mod policy;
 pub mod reference;

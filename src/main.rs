@@ -2,6 +2,7 @@
 //! Parses flags into each layer's `Config`, reports errors on one line, exits 2 on usage or
 //! start-up errors.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,8 +14,10 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing::{info, warn};
 
+use pinhook::admission::dry_run::{DocumentError, Report};
 use pinhook::admission::{Pinner, PinnerParts};
-use pinhook::cluster::{KubeNamespaces, NamespaceLabels, NoNamespaces};
+use pinhook::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
+use pinhook::documents::Document;
 use pinhook::metrics::Metrics;
 use pinhook::policy::{CompiledPolicy, FormSetting, Policy, PolicyHandle};
 use pinhook::reference::{PinForm, Reference};
@@ -51,6 +54,45 @@ enum Command {
     Resolve(ResolveArgs),
     /// Generate a CA and a serving certificate for the webhook Service.
     Certs(CertsArgs),
+    /// Show what admission would do to manifests (files, directories or - for stdin).
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// Manifest files, directories (searched for *.yaml, *.yml, *.json) or - for stdin.
+    #[arg(required = true)]
+    inputs: Vec<String>,
+    /// Output: an aligned table, the endpoint's JSON, or the pinned manifests as YAML.
+    #[arg(long, short = 'o', default_value = "table")]
+    output: OutputArg,
+    /// Namespace for objects that name none.
+    #[arg(long, short = 'n', default_value = "default")]
+    namespace: String,
+    /// Policy file (local mode).
+    #[arg(long, env = "PINHOOK_POLICY", conflicts_with = "server")]
+    policy: Option<PathBuf>,
+    /// Ask this pinhook instead of resolving locally, e.g. https://pinhook.example:8443
+    #[arg(long, env = "PINHOOK_SERVER")]
+    server: Option<String>,
+    /// File holding the bearer token for --server (e.g. a ServiceAccount token).
+    #[arg(long, env = "PINHOOK_TOKEN_FILE", requires = "server")]
+    token_file: Option<PathBuf>,
+    /// PEM CA bundle to trust for --server (default: system roots).
+    #[arg(long, env = "PINHOOK_SERVER_CA", requires = "server")]
+    server_ca: Option<PathBuf>,
+    /// Seconds the whole check may take.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputArg {
+    Table,
+    Json,
+    Yaml,
 }
 
 #[derive(Debug, Args)]
@@ -187,6 +229,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve(args).await,
             Command::Resolve(args) => resolve(args).await,
             Command::Certs(args) => certs(args),
+            Command::Check(args) => check(args).await,
         }
     });
     match result {
@@ -225,6 +268,9 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     let cache = Arc::new(CachingResolver::new(guarded, cache_config, metrics.clone()));
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let node = node_keyring(args.docker_config.as_deref())?;
+    let authorizer = client
+        .clone()
+        .map(|c| Arc::new(KubeAuthorizer::new(c)) as Arc<dyn Authorizer>);
     let (secrets, namespaces): (Arc<dyn PullSecrets>, Arc<dyn NamespaceLabels>) = match client {
         Some(client) => (
             Arc::new(KubeSecrets::new(client.clone(), node)),
@@ -253,6 +299,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
         pinner: Arc::new(pinner),
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
+        authorizer,
     };
     let config = ServerConfig {
         listen: args.listen,
@@ -306,6 +353,160 @@ async fn resolve(args: ResolveArgs) -> Result<ExitCode> {
         Err(e) => {
             eprintln!("pinhook: cannot resolve {}: {}", args.image, error_line(&e));
             Ok(ExitCode::from(1))
+        }
+    }
+}
+
+async fn check(args: CheckArgs) -> Result<ExitCode> {
+    let documents = pinhook::check::read_inputs(&args.inputs)?;
+    let progress = Progress::start(documents.len());
+    let budget = Duration::from_secs(args.timeout);
+    let report = match &args.server {
+        Some(server) => check_remote(&args, server, &documents).await,
+        None => check_local(&args, documents, budget).await,
+    };
+    progress.stop().await;
+    let report = report?;
+    let output = match args.output {
+        OutputArg::Table => pinhook::check::Output::Table,
+        OutputArg::Json => pinhook::check::Output::Json,
+        OutputArg::Yaml => pinhook::check::Output::Yaml,
+    };
+    let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let text = pinhook::check::render(&report, output, colour).map_err(anyhow::Error::msg)?;
+    print!("{text}");
+    Ok(ExitCode::from(pinhook::check::exit_code(&report)))
+}
+
+/// Runs the admission pipeline here, with the user's docker credentials and policy file.
+async fn check_local(
+    args: &CheckArgs,
+    documents: Vec<Document>,
+    budget: Duration,
+) -> Result<Report> {
+    let mut policy = match &args.policy {
+        Some(path) => Policy::load(path)?.policy,
+        None => Policy::default(),
+    };
+    // The address guard protects a cluster from its pod specs; a local check contacts only
+    // what the user's own manifests name.
+    policy.registries.allow_private.push("*".to_string());
+    let compiled = policy.compile()?;
+    let registry = registry_config(&args.registry)?
+        .with_hosts(&compiled.policy.registries.hosts)
+        .map_err(anyhow::Error::msg)?;
+    let handle = PolicyHandle::new(compiled);
+    let metrics = Arc::new(Metrics::new());
+    let oci: Arc<dyn Resolver> = Arc::new(OciResolver::new(registry)?);
+    let cache = CachingResolver::new(oci, CacheConfig::default(), metrics);
+    let pinner = Pinner::new(PinnerParts {
+        policy: handle,
+        dry_run_resolver: Arc::new(cache.read_only()),
+        resolver: Arc::new(cache),
+        secrets: Arc::new(NodeOnly {
+            node: user_keyring()?,
+        }),
+        namespaces: Arc::new(NoNamespaces),
+        owner_ttl: Duration::from_secs(300),
+    });
+    Ok(pinhook::admission::dry_run::run(&pinner, documents, &args.namespace, budget).await)
+}
+
+/// The user's docker credentials: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.
+fn user_keyring() -> Result<Keyring> {
+    let dir = std::env::var_os("DOCKER_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".docker")));
+    let Some(path) = dir.map(|d| d.join("config.json")).filter(|p| p.is_file()) else {
+        return Ok(Keyring::new());
+    };
+    node_keyring(Some(&path))
+}
+
+/// Asks a pinhook's `/v1/dry-run`; documents that did not parse are reported locally.
+async fn check_remote(args: &CheckArgs, server: &str, documents: &[Document]) -> Result<Report> {
+    let objects: Vec<&serde_json::Value> = documents
+        .iter()
+        .filter_map(|d| d.object.as_ref().ok())
+        .collect();
+    let mut client = reqwest::Client::builder().timeout(Duration::from_secs(args.timeout));
+    if let Some(path) = &args.server_ca {
+        let pem =
+            std::fs::read(path).with_context(|| format!("failed to read '{}'", path.display()))?;
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("'{}' is not a PEM bundle", path.display()))?;
+        client = client.tls_certs_only(certificates);
+    }
+    let client = client.build().context("failed to build the HTTPS client")?;
+    let url = format!("{}/v1/dry-run", server.trim_end_matches('/'));
+    let mut request = client
+        .post(&url)
+        .query(&[("namespace", &args.namespace)])
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(&objects)?);
+    if let Some(path) = &args.token_file {
+        let token = std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read token file '{}'", path.display()))?;
+        request = request.bearer_auth(token.trim());
+    }
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {url}"))?;
+    let status = response.status();
+    let body = response
+        .bytes()
+        .await
+        .with_context(|| format!("cannot read the answer of {url}"))?;
+    if !status.is_success() {
+        let message = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_string))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        anyhow::bail!("{url} answered {status}: {message}");
+    }
+    let mut report: Report = serde_json::from_slice(&body)
+        .with_context(|| format!("{url} sent an unreadable report"))?;
+    // Documents that did not parse never left this machine.
+    for document in documents {
+        if let Err(error) = &document.object {
+            report.errors.push(DocumentError {
+                index: document.index.clone(),
+                source: document.source.clone(),
+                error: error.clone(),
+            });
+        }
+    }
+    report.summary.errors = report.errors.len();
+    Ok(report)
+}
+
+/// A spinner on stderr when it is a terminal and the run takes more than a second.
+struct Progress {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(objects: usize) -> Progress {
+        if !std::io::stderr().is_terminal() {
+            return Progress { task: None };
+        }
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let frames = ['|', '/', '-', '\\'];
+            for i in 0.. {
+                eprint!("\r{} checking {objects} objects…", frames[i % frames.len()]);
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        });
+        Progress { task: Some(task) }
+    }
+
+    async fn stop(self) {
+        if let Some(task) = self.task {
+            task.abort();
+            let _ = task.await;
+            eprint!("\r\x1b[2K");
         }
     }
 }

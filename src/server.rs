@@ -21,7 +21,10 @@ use axum_server::tls_rustls::RustlsConfig;
 use serde::Deserialize;
 use tracing::{info, warn, Instrument};
 
+use crate::admission::dry_run::{self, Identity};
 use crate::admission::{self, Pinner};
+use crate::cluster::{Authorizer, Caller};
+use crate::documents::{self, Document};
 use crate::metrics::{EndpointLabels, Metrics, ReviewLabels, ViolationLabels};
 use crate::policy::{CompiledPolicy, Policy, PolicyHandle};
 
@@ -66,6 +69,8 @@ pub struct AppState {
     pub pinner: Arc<Pinner>,
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
+    /// Checks dry-run callers; `None` without a Kubernetes API (the endpoint then answers 503).
+    pub authorizer: Option<Arc<dyn Authorizer>>,
 }
 
 /// A server that is listening.
@@ -82,11 +87,20 @@ struct ReviewQuery {
     timeout: Option<String>,
 }
 
+#[derive(Debug, Deserialize)]
+struct DryRunQuery {
+    namespace: Option<String>,
+}
+
+/// The dry run's overall time budget (a CI step, not an apiserver call).
+const DRY_RUN_BUDGET: Duration = Duration::from_secs(60);
+
 /// The routes, without a socket (tests drive it with `tower::ServiceExt::oneshot`).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/mutate", post(mutate_handler))
         .route("/validate", post(validate_handler))
+        .route("/v1/dry-run", post(dry_run_handler))
         .route("/healthz", get(healthz_handler))
         .route("/readyz", get(readyz_handler))
         .route("/metrics", get(metrics_handler))
@@ -194,6 +208,122 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
     span.in_scope(|| observe_decision(&state, &decision));
     record_review(&state, "validate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
+}
+
+/// `POST /v1/dry-run`: what admission would do to a set of manifests, for callers the cluster
+/// authenticates (TokenReview) and allows to create each pod-bearing object (SubjectAccessReview),
+/// because the answer is computed with the namespace's own pull secrets.
+async fn dry_run_handler(
+    State(state): State<AppState>,
+    Query(query): Query<DryRunQuery>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(authorizer) = state.authorizer.clone() else {
+        return error_json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the dry-run endpoint needs the Kubernetes API (TokenReview, SubjectAccessReview) and none is configured".to_string(),
+        );
+    };
+    let Some(token) = bearer_token(&headers) else {
+        return error_json(
+            StatusCode::UNAUTHORIZED,
+            "a bearer token is required (Authorization: Bearer <token>)".to_string(),
+        );
+    };
+    let caller = match authorizer.authenticate(token).await {
+        Ok(Some(caller)) => caller,
+        Ok(None) => {
+            return error_json(
+                StatusCode::UNAUTHORIZED,
+                "the bearer token is not valid".to_string(),
+            )
+        }
+        Err(e) => return error_json(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            "the body is not UTF-8 text".to_string(),
+        );
+    };
+    let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
+    let documents = documents::parse(text, None);
+    if let Err(missing) =
+        authorize(&state, authorizer.as_ref(), &caller, &documents, &namespace).await
+    {
+        return error_json(StatusCode::FORBIDDEN, missing);
+    }
+    info!(user = %caller.username, documents = documents.len(), "dry run");
+    let report = dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET).await;
+    match serde_json::to_vec(&report) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => error_json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the report: {e}"),
+        ),
+    }
+}
+
+/// Every pod-bearing object's `create` must be allowed; the error names what is missing.
+async fn authorize(
+    state: &AppState,
+    authorizer: &dyn Authorizer,
+    caller: &Caller,
+    documents: &[Document],
+    default_namespace: &str,
+) -> Result<(), String> {
+    let policy = state.pinner.policy().current();
+    let mut needed: Vec<(String, String, String)> = documents
+        .iter()
+        .filter_map(|d| d.object.as_ref().ok())
+        .filter_map(|object| {
+            let identity = Identity::of(object, default_namespace).ok()?;
+            let resource = identity.resource(&policy)?;
+            Some((identity.group, resource, identity.namespace))
+        })
+        .collect();
+    needed.sort();
+    needed.dedup();
+    let mut missing = Vec::new();
+    for (group, resource, namespace) in needed {
+        let qualified = if group.is_empty() {
+            resource.clone()
+        } else {
+            format!("{resource}.{group}")
+        };
+        match authorizer
+            .can_create(caller, &group, &resource, &namespace)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => missing.push(format!("create {qualified} in namespace {namespace}")),
+            Err(e) => missing.push(format!(
+                "create {qualified} in namespace {namespace} (not checked: {e})"
+            )),
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} may not: {}",
+            caller.username,
+            missing.join("; ")
+        ))
+    }
+}
+
+fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))?;
+    Some(token.trim()).filter(|t| !t.is_empty())
+}
+
+fn error_json(status: StatusCode, message: String) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }
 
 /// Answers 400 with the reason a body is not a review (and counts it).

@@ -4,6 +4,7 @@
 //! Owns: the wire format ([`review`]), the per-object pipeline ([`pipeline::Pinner`]), the
 //! decision of allow/deny/patch. Never: binds sockets or speaks TLS (that is `server`).
 
+pub mod dry_run;
 pub mod mutate;
 pub mod pipeline;
 pub mod render;

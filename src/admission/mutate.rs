@@ -53,6 +53,7 @@ pub fn target_of(request: &AdmissionRequest) -> Option<Target<'_>> {
         object,
         old_object: request.old_object.as_ref(),
         dry_run: request.is_dry_run(),
+        resolver: None,
     })
 }
 

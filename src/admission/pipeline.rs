@@ -85,7 +85,7 @@ pub struct Finding {
 }
 
 /// One object to admit.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Target<'a> {
     pub group: &'a str,
     pub kind: &'a str,
@@ -97,6 +97,8 @@ pub struct Target<'a> {
     pub old_object: Option<&'a Value>,
     /// Nothing may be recorded (cache entries, tag moves).
     pub dry_run: bool,
+    /// Resolve through this instead of pinhook's own resolvers (a dry run's memo).
+    pub resolver: Option<&'a dyn Resolver>,
 }
 
 /// Why the pipeline could not plan at all (as opposed to denying single images).
@@ -160,6 +162,11 @@ impl Pinner {
 
     pub fn policy(&self) -> &PolicyHandle {
         &self.policy
+    }
+
+    /// The resolver that records nothing, for dry runs to wrap.
+    pub fn dry_run_resolver(&self) -> Arc<dyn Resolver> {
+        self.dry_run_resolver.clone()
     }
 
     /// The mode for a namespace (its label, else the policy's), with a warning when the label
@@ -369,10 +376,10 @@ impl Pinner {
             return Ok(resolution);
         }
         let credentials = keyring.lookup(reference);
-        let resolver = if target.dry_run {
-            &self.dry_run_resolver
-        } else {
-            &self.resolver
+        let resolver: &dyn Resolver = match (target.resolver, target.dry_run) {
+            (Some(resolver), _) => resolver,
+            (None, true) => self.dry_run_resolver.as_ref(),
+            (None, false) => self.resolver.as_ref(),
         };
         let result = match tokio::time::timeout_at(
             deadline,

@@ -169,6 +169,9 @@ pub struct ExtraKind {
     pub kind: String,
     /// RFC 6901 pointer to the PodSpec, e.g. `/spec/template/spec`.
     pub pod_spec: String,
+    /// The API resource (plural) for authorisation checks; default: lowercase kind + `s`.
+    #[serde(default)]
+    pub resource: Option<String>,
 }
 
 /// A validated policy with what every request needs precomputed.

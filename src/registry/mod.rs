@@ -20,7 +20,7 @@ use async_trait::async_trait;
 
 use crate::reference::{Digest, Reference};
 
-pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, TagMove};
+pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, RunMemo, TagMove};
 pub use client::{OciResolver, RegistryConfig};
 pub use credentials::{Credential, Fingerprint};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pinhook::admission::{Pinner, PinnerParts};
-use pinhook::cluster::{NamespaceLabels, NoNamespaces};
+use pinhook::cluster::{Authorizer, NamespaceLabels, NoNamespaces};
 use pinhook::metrics::Metrics;
 use pinhook::policy::{FormSetting, Policy, PolicyHandle};
 use pinhook::reference::PinForm;
@@ -50,6 +50,7 @@ pub struct Options {
     pub cache: CacheConfig,
     pub secrets: Arc<dyn PullSecrets>,
     pub namespaces: Arc<dyn NamespaceLabels>,
+    pub authorizer: Option<Arc<dyn Authorizer>>,
 }
 
 impl Default for Options {
@@ -59,6 +60,7 @@ impl Default for Options {
             cache: CacheConfig::default(),
             secrets: Arc::new(NodeOnly::default()),
             namespaces: Arc::new(NoNamespaces),
+            authorizer: None,
         }
     }
 }
@@ -110,6 +112,7 @@ impl TestPinhook {
             pinner: Arc::new(pinner),
             metrics: metrics.clone(),
             ready: Arc::new(AtomicBool::new(false)),
+            authorizer: options.authorizer,
         };
         let config = ServerConfig {
             listen: "127.0.0.1:0".parse().expect("address"),

@@ -1,0 +1,307 @@
+//! The pre-rollout dry run behind `POST /v1/dry-run` and `pinhook check`: every object of a
+//! manifest set through exactly the admission pipeline (policy, exemptions, credentials of the
+//! target namespace, cache), recording nothing, reported per object and per image.
+
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::pipeline::{error_chain, Action, ImageOutcome, Pinner, Plan, Target};
+use crate::documents::Document;
+use crate::policy::CompiledPolicy;
+use crate::registry::{ResolutionSource, RunMemo};
+
+/// Objects planned at once.
+const CONCURRENCY: usize = 32;
+
+/// The whole answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub objects: Vec<ObjectReport>,
+    pub errors: Vec<DocumentError>,
+    pub summary: Summary,
+}
+
+/// One object of the input.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReport {
+    pub index: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// False for objects pinhook does not touch (passed through as they are).
+    pub pod_bearing: bool,
+    pub mode: String,
+    pub images: Vec<ImageReport>,
+    /// Object-level findings (mirror configuration) and notes such as stale answers.
+    pub warnings: Vec<String>,
+    /// The object as admission would store it.
+    pub object: Value,
+}
+
+/// One image location.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageReport {
+    /// RFC 6901 pointer to the image field.
+    pub path: String,
+    pub container: String,
+    pub original: String,
+    pub result: String,
+    /// `pinned`, `unchanged`, `exempt`, `denied`, `violation`.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    pub cached: bool,
+    pub stale: bool,
+}
+
+/// A document that could not be read or planned.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentError {
+    pub index: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub error: String,
+}
+
+/// Counts, for exit codes and CI summaries.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub objects: usize,
+    pub pinned: usize,
+    pub unchanged: usize,
+    pub exempt: usize,
+    pub denied: usize,
+    pub violation: usize,
+    pub errors: usize,
+}
+
+/// Plans every document; objects keep their input order.
+pub async fn run(
+    pinner: &Pinner,
+    documents: Vec<Document>,
+    default_namespace: &str,
+    budget: Duration,
+) -> Report {
+    let memo = RunMemo::new(pinner.dry_run_resolver());
+    let results: Vec<Result<ObjectReport, DocumentError>> = stream::iter(documents)
+        .map(|document| plan_document(pinner, &memo, document, default_namespace, budget))
+        .buffered(CONCURRENCY)
+        .collect()
+        .await;
+    let mut report = Report {
+        objects: Vec::new(),
+        errors: Vec::new(),
+        summary: Summary::default(),
+    };
+    for result in results {
+        match result {
+            Ok(object) => report.objects.push(object),
+            Err(error) => report.errors.push(error),
+        }
+    }
+    report.summary = summarize(&report);
+    report
+}
+
+async fn plan_document(
+    pinner: &Pinner,
+    memo: &RunMemo,
+    document: Document,
+    default_namespace: &str,
+    budget: Duration,
+) -> Result<ObjectReport, DocumentError> {
+    let fail = |error: String| DocumentError {
+        index: document.index.clone(),
+        source: document.source.clone(),
+        error,
+    };
+    let object = document.object.clone().map_err(&fail)?;
+    let identity = Identity::of(&object, default_namespace).map_err(&fail)?;
+    let target = Target {
+        group: &identity.group,
+        kind: &identity.kind,
+        subresource: "",
+        namespace: &identity.namespace,
+        name: &identity.name,
+        object: &object,
+        old_object: None,
+        dry_run: true,
+        resolver: Some(memo),
+    };
+    let plan = pinner
+        .plan(&target, budget)
+        .await
+        .map_err(|e| fail(error_chain(&e)))?;
+    let validation = pinner
+        .check_pinned(&target)
+        .await
+        .map_err(|e| fail(error_chain(&e)))?;
+    let patched = patched_object(&object, &plan).map_err(&fail)?;
+    Ok(object_report(
+        &document, identity, plan, validation, patched,
+    ))
+}
+
+fn patched_object(object: &Value, plan: &Plan) -> Result<Value, String> {
+    let patch = plan.patch().map_err(|e| error_chain(&e))?;
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).map_err(|e| format!("patch does not apply: {e}"))?;
+    Ok(patched)
+}
+
+fn object_report(
+    document: &Document,
+    identity: Identity,
+    plan: Plan,
+    validation: Plan,
+    object: Value,
+) -> ObjectReport {
+    let mut warnings = plan.warnings.clone();
+    // Mirror findings come from validation (the mutating path does not judge mirror objects).
+    warnings.extend(validation.findings.iter().map(|f| f.message.clone()));
+    let images: Vec<ImageReport> = plan.outcomes.iter().map(image_report).collect();
+    let mut images = images;
+    // Mirror kinds have no images; report their findings as the object's denial or violation.
+    for finding in &validation.findings {
+        images.push(ImageReport {
+            path: String::new(),
+            container: String::new(),
+            original: String::new(),
+            result: String::new(),
+            action: action_name(finding.action).to_string(),
+            reason: Some(finding.message.clone()),
+            digest: None,
+            cached: false,
+            stale: false,
+        });
+    }
+    ObjectReport {
+        index: document.index.clone(),
+        source: document.source.clone(),
+        api_version: identity.api_version,
+        kind: identity.kind,
+        namespace: identity.namespace,
+        name: identity.name,
+        pod_bearing: plan.pod_bearing || validation.pod_bearing,
+        mode: plan.mode.to_string(),
+        images,
+        warnings,
+        object,
+    }
+}
+
+fn image_report(outcome: &ImageOutcome) -> ImageReport {
+    ImageReport {
+        path: outcome.site.pointer.clone(),
+        container: outcome.site.name.clone(),
+        original: outcome.site.image.clone(),
+        result: outcome.result.clone(),
+        action: action_name(outcome.action).to_string(),
+        reason: outcome.reason.clone(),
+        digest: outcome.digest.as_ref().map(ToString::to_string),
+        cached: outcome.source == Some(ResolutionSource::Cache),
+        stale: outcome.source == Some(ResolutionSource::Stale),
+    }
+}
+
+pub fn action_name(action: Action) -> &'static str {
+    match action {
+        Action::Pinned => "pinned",
+        Action::Unchanged => "unchanged",
+        Action::Exempt => "exempt",
+        Action::Denied => "denied",
+        Action::Violation => "violation",
+    }
+}
+
+fn summarize(report: &Report) -> Summary {
+    let mut summary = Summary {
+        objects: report.objects.len(),
+        errors: report.errors.len(),
+        ..Summary::default()
+    };
+    for image in report.objects.iter().flat_map(|o| &o.images) {
+        match image.action.as_str() {
+            "pinned" => summary.pinned += 1,
+            "unchanged" => summary.unchanged += 1,
+            "exempt" => summary.exempt += 1,
+            "denied" => summary.denied += 1,
+            _ => summary.violation += 1,
+        }
+    }
+    summary
+}
+
+/// Who an object is: apiVersion split into group and version, kind, namespace, name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub api_version: String,
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+// === impl Identity ===
+
+impl Identity {
+    pub fn of(object: &Value, default_namespace: &str) -> Result<Identity, String> {
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .ok_or("object has no apiVersion")?;
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .filter(|k| !k.is_empty())
+            .ok_or("object has no kind")?;
+        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+        let metadata = object.get("metadata");
+        let field = |name: &str| metadata.and_then(|m| m.get(name)).and_then(Value::as_str);
+        Ok(Identity {
+            api_version: api_version.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+            namespace: field("namespace").unwrap_or(default_namespace).to_string(),
+            name: field("name")
+                .or_else(|| field("generateName"))
+                .unwrap_or("")
+                .to_string(),
+        })
+    }
+
+    /// The resource a caller must be allowed to `create` for this object, for pod-bearing kinds.
+    pub fn resource(&self, policy: &CompiledPolicy) -> Option<String> {
+        policy.kinds.pod_spec_pointer(&self.group, &self.kind)?;
+        let extra = policy
+            .policy
+            .kinds
+            .iter()
+            .find(|k| k.group == self.group && k.kind == self.kind);
+        if let Some(resource) = extra.and_then(|k| k.resource.clone()) {
+            return Some(resource);
+        }
+        // Kubernetes' own plurals for the built-ins are all "lowercase kind + s".
+        Some(format!("{}s", self.kind.to_ascii_lowercase()))
+    }
+}
+
+impl Summary {
+    /// True when something would be denied or breaks the policy.
+    pub fn has_findings(&self) -> bool {
+        self.denied > 0 || self.violation > 0
+    }
+}
