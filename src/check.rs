@@ -120,8 +120,13 @@ pub fn render(report: &Report, output: Output, colour: bool) -> Result<String, S
 /// The pinned manifests, ready to commit: one YAML document per object, in input order.
 fn render_yaml(report: &Report) -> Result<String, String> {
     let mut out = String::new();
+    // Long single-line strings (pinned references) stay plain scalars, not folded `>-` blocks;
+    // multi-line strings keep literal `|` blocks.
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
     for object in &report.objects {
-        let yaml = serde_saphyr::to_string(&object.object).map_err(|e| e.to_string())?;
+        let yaml = serde_saphyr::to_string_with_options(&object.object, options.clone())
+            .map_err(|e| e.to_string())?;
         out.push_str("---\n");
         out.push_str(&yaml);
         if !yaml.ends_with('\n') {

@@ -1,0 +1,225 @@
+//! `pinhook check` as a user runs it: the real binary, real manifests (kustomize- and
+//! helm-style multi-document YAML, a broken document, a 500-object file), a real registry.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use common::images;
+use common::registry::{RegistryAuth, TestRegistry};
+use serde_json::Value;
+
+fn pinhook(registry: &TestRegistry, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pinhook"))
+        .arg("check")
+        .args(args)
+        .arg("--registry-ca")
+        .arg(registry.ca_path())
+        .env("HOME", "/nonexistent")
+        .env_remove("DOCKER_CONFIG")
+        .env("PINHOOK_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pinhook runs");
+    if let Some(mut input) = child.stdin.take() {
+        input
+            .write_all(stdin.unwrap_or("").as_bytes())
+            .expect("stdin");
+    }
+    child.wait_with_output().expect("pinhook finishes")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn deployment(host: &str, name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: {host}/{image}\n"
+    )
+}
+
+/// Replaces what changes between runs (port, digests) so output can be compared exactly.
+fn normalise(text: &str, registry: &TestRegistry) -> String {
+    let mut out = text.replace(&registry.host(), "REGISTRY");
+    while let Some(start) = out.find("sha256:") {
+        let end = start
+            + 7
+            + out[start + 7..]
+                .chars()
+                .take_while(char::is_ascii_hexdigit)
+                .count();
+        out.replace_range(start..end, "DIGEST");
+    }
+    out
+}
+
+#[tokio::test]
+async fn five_hundred_objects_with_fifty_images_resolve_each_image_once() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    for i in 0..50 {
+        images::push_multi_arch(&registry, &format!("team/svc{i}"), "1.0", &format!("s{i}")).await;
+    }
+    let host = registry.host();
+    let manifests: Vec<String> = (0..500)
+        .map(|i| deployment(&host, &format!("d{i}"), &format!("team/svc{}:1.0", i % 50)))
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("all.yaml");
+    std::fs::write(&file, manifests.join("---\n")).expect("write");
+
+    let started = std::time::Instant::now();
+    let output = pinhook(
+        &registry,
+        &[file.to_str().expect("path"), "-o", "json"],
+        None,
+    );
+    let elapsed = started.elapsed();
+
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout(&output)).expect("json report");
+    assert_eq!(report["summary"]["objects"], 500);
+    assert_eq!(report["summary"]["pinned"], 500);
+    let manifest_requests = registry.count_requests("HEAD", "/manifests/1.0").await
+        + registry.count_requests("GET", "/manifests/1.0").await;
+    assert_eq!(manifest_requests, 50, "each distinct image resolved once");
+    eprintln!("pinhook check, 500 objects / 50 images: {elapsed:?}");
+}
+
+#[tokio::test]
+async fn kustomize_and_helm_style_output_with_a_broken_document() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    let host = registry.host();
+    // kustomize build: documents separated by bare `---`, a Service first.
+    let kustomize = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: app\nspec:\n  ports:\n  - port: 80\n---\n{}",
+        deployment(&host, "app", "team/app:1.0")
+    );
+    let output = pinhook(&registry, &["-"], Some(&kustomize));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table = normalise(&stdout(&output), &registry);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        ["OBJECT", "CONTAINER", "ACTION", "IMAGE", "RESULT"]
+    );
+    assert_eq!(
+        rows[1],
+        [
+            "Deployment/default/app",
+            "app",
+            "pinned",
+            "REGISTRY/team/app:1.0",
+            "DIGEST"
+        ]
+    );
+    assert_eq!(
+        rows[2].join(" "),
+        "2 objects: 1 pinned, 0 unchanged, 0 exempt, 0 denied, 0 violations, 0 errors"
+    );
+    let raw = stdout(&output);
+    let lines: Vec<&str> = raw.lines().collect();
+    assert_eq!(
+        lines[0].find("ACTION"),
+        lines[1].find("pinned"),
+        "columns are aligned:\n{raw}"
+    );
+    assert!(
+        !raw.contains('\u{1b}'),
+        "no colour when stdout is not a terminal"
+    );
+
+    // helm template: `# Source:` comments, a leading `---`, a broken document, a missing tag.
+    let helm = format!(
+        "---\n# Source: chart/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n---\n# Source: chart/templates/broken.yaml\nkind: [oops\n---\n# Source: chart/templates/deploy.yaml\n{}",
+        deployment(&host, "web", "team/app:missing")
+    );
+    let output = pinhook(&registry, &["-", "-o", "json"], Some(&helm));
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "input errors win over violations"
+    );
+    let report: Value = serde_json::from_str(&stdout(&output)).expect("json");
+    assert_eq!(report["errors"][0]["index"], "2");
+    assert!(report["errors"][0]["error"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("invalid YAML"));
+    assert_eq!(
+        report["objects"].as_array().map(Vec::len),
+        Some(2),
+        "the others are still processed"
+    );
+    assert_eq!(report["objects"][1]["images"][0]["action"], "denied");
+    assert_eq!(report["objects"][0]["podBearing"], false);
+}
+
+#[tokio::test]
+async fn yaml_output_is_the_pinned_manifests_and_violations_exit_1() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let pushed = images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    let host = registry.host();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("nested")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("nested/app.yml"),
+        deployment(&host, "app", "team/app:1.0"),
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("notes.txt"), "not a manifest").expect("write");
+
+    let output = pinhook(
+        &registry,
+        &[dir.path().to_str().expect("path"), "-o", "yaml"],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let text = stdout(&output);
+    assert!(text.starts_with("---\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "image: {host}/team/app:1.0@{}",
+            pushed.index_digest
+        )),
+        "{text}"
+    );
+
+    std::fs::write(dir.path().join("bad.json"), format!(r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p"}},"spec":{{"containers":[{{"name":"c","image":"{host}/team/app:nope"}}]}}}}"#)).expect("write");
+    let output = pinhook(&registry, &[dir.path().to_str().expect("path")], None);
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let table = normalise(&stdout(&output), &registry);
+    let denied = table
+        .lines()
+        .find(|l| l.starts_with("Pod/default/p"))
+        .unwrap_or_default();
+    let cells: Vec<&str> = denied.split_whitespace().collect();
+    assert_eq!(
+        &cells[..4],
+        ["Pod/default/p", "c", "denied", "REGISTRY/team/app:nope"],
+        "{table}"
+    );
+    assert!(denied.contains("tag nope not found"), "{table}");
+
+    let output = pinhook(&registry, &["/nonexistent/file.yaml"], None);
+    assert_eq!(output.status.code(), Some(2));
+    let output = pinhook(&registry, &[], None);
+    assert_eq!(output.status.code(), Some(2), "usage error");
+}
