@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -18,6 +18,10 @@ struct Store {
     /// (resource, namespace, name) → object
     objects: HashMap<(String, String, String), Value>,
     hits: HashMap<String, usize>,
+    /// bearer token → username
+    tokens: HashMap<String, String>,
+    /// (username, group, resource, namespace) allowed to `create`
+    grants: Vec<(String, String, String, String)>,
 }
 
 /// The fake API server.
@@ -36,6 +40,14 @@ impl FakeKube {
                 get(get_namespaced),
             )
             .route("/api/v1/namespaces/{name}", get(get_namespace))
+            .route(
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                post(token_review),
+            )
+            .route(
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                post(access_review),
+            )
             .with_state(store.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -148,6 +160,23 @@ impl FakeKube {
         self.put("namespaces", "", name, namespace);
     }
 
+    /// A token the fake's TokenReview accepts, for `username`.
+    pub fn add_token(&self, token: &str, username: &str) {
+        let mut store = self.store.lock().expect("store");
+        store.tokens.insert(token.into(), username.into());
+    }
+
+    /// Lets `username` create `group/resource` in `namespace`.
+    pub fn grant_create(&self, username: &str, group: &str, resource: &str, namespace: &str) {
+        let mut store = self.store.lock().expect("store");
+        store.grants.push((
+            username.into(),
+            group.into(),
+            resource.into(),
+            namespace.into(),
+        ));
+    }
+
     /// How many GETs reached a path containing `fragment`.
     pub fn hits(&self, fragment: &str) -> usize {
         let store = self.store.lock().expect("store");
@@ -194,6 +223,47 @@ async fn get_namespace(
         &name,
         &format!("/api/v1/namespaces/{name}"),
     )
+}
+
+/// `POST tokenreviews`: echoes the review with `status` filled, as the apiserver does.
+async fn token_review(
+    State(store): State<Arc<Mutex<Store>>>,
+    Json(mut review): Json<Value>,
+) -> Response {
+    let token = review["spec"]["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let user = store.lock().expect("store").tokens.get(&token).cloned();
+    review["status"] = match user {
+        Some(username) => json!({
+            "authenticated": true,
+            "user": {"username": username, "uid": format!("uid-{username}"), "groups": ["system:authenticated"]},
+            "audiences": ["https://kubernetes.default.svc"]
+        }),
+        None => json!({"user": {}, "error": "invalid bearer token"}),
+    };
+    (StatusCode::CREATED, Json(review)).into_response()
+}
+
+/// `POST subjectaccessreviews`: allowed when a grant matches the resource attributes.
+async fn access_review(
+    State(store): State<Arc<Mutex<Store>>>,
+    Json(mut review): Json<Value>,
+) -> Response {
+    let spec = &review["spec"];
+    let attributes = &spec["resourceAttributes"];
+    let field = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let wanted = (
+        field(&spec["user"]),
+        field(&attributes["group"]),
+        field(&attributes["resource"]),
+        field(&attributes["namespace"]),
+    );
+    let allowed = field(&attributes["verb"]) == "create"
+        && store.lock().expect("store").grants.contains(&wanted);
+    review["status"] = json!({"allowed": allowed});
+    (StatusCode::CREATED, Json(review)).into_response()
 }
 
 fn lookup(store: &Mutex<Store>, resource: &str, ns: &str, name: &str, path: &str) -> Response {

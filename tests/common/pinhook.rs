@@ -25,6 +25,7 @@ pub struct TestPinhook {
     pub metrics: Arc<Metrics>,
     pub resolver: Arc<CachingResolver>,
     pub policy: PolicyHandle,
+    ca: String,
     _dir: tempfile::TempDir,
 }
 
@@ -128,8 +129,14 @@ impl TestPinhook {
             metrics,
             resolver,
             policy: handle,
+            ca: ca.ca_pem().to_string(),
             _dir: dir,
         }
+    }
+
+    /// The CA that signed pinhook's serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca
     }
 
     pub fn url(&self, path: &str) -> String {

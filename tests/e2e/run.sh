@@ -252,8 +252,9 @@ eval "$(e2e_env)"
 export KUBECONFIG
 
 # --- 3. registry helper ---------------------------------------------------------------
-# Its stdin is a FIFO whose only writer is this script's fd 3: if this script dies
-# without running the trap (SIGKILL), the helper reads EOF and stops the registry.
+# Its stdin is a FIFO held open (fd 3) by this script and its subshells, so it does
+# not see EOF while they run; it also stops by itself within a second when this
+# script dies without running the trap (SIGKILL): it watches its parent PID.
 mkfifo "$RUN/registry.stdin"
 exec 3<>"$RUN/registry.stdin"
 t=$(date +%s)
@@ -710,7 +711,7 @@ EOF
     rc=1
   }
   expect_eq "new TLS connections to pinhook during the rotation (failed of $hs_total)" "$hs_fails" 0 || rc=1
-  ((hs_total > 50)) || { bad "only $hs_total handshakes ran"; rc=1; }
+  ((hs_total >= 20)) || { bad "only $hs_total handshakes ran (expected ~80)"; rc=1; }
   # every created pod is stored pinned
   local images
   images=$(K -n "$ns" get pods -o jsonpath='{range .items[*]}{.spec.containers[0].image}{"\n"}{end}' | sort | uniq -c | sed 's/^ *//')

@@ -1,0 +1,223 @@
+//! `POST /v1/dry-run` over real HTTPS: authentication by TokenReview, authorisation by
+//! SubjectAccessReview (both through the in-process fake API), the report, extra kinds, and
+//! `pinhook check --server` against it.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::fake_kube::FakeKube;
+use common::images::{self, PushedIndex};
+use common::pinhook::{Options, TestPinhook};
+use common::registry::{RegistryAuth, TestRegistry};
+use pinhook::cluster::{Authorizer, KubeAuthorizer};
+use pinhook::policy::Policy;
+use serde_json::Value;
+
+struct World {
+    registry: TestRegistry,
+    kube: FakeKube,
+    pinhook: TestPinhook,
+    app: PushedIndex,
+}
+
+async fn world() -> World {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let app = images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    let kube = FakeKube::start().await;
+    kube.add_token("ci-token", "system:serviceaccount:ci:deployer");
+    kube.add_token("nosy-token", "system:serviceaccount:ci:nosy");
+    kube.grant_create(
+        "system:serviceaccount:ci:deployer",
+        "apps",
+        "deployments",
+        "shop",
+    );
+    kube.grant_create(
+        "system:serviceaccount:ci:deployer",
+        "argoproj.io",
+        "rollouts",
+        "shop",
+    );
+    let policy: Policy = serde_saphyr::from_str(
+        "kinds:\n  - group: argoproj.io\n    kind: Rollout\n    podSpec: /spec/template/spec\n",
+    )
+    .expect("policy");
+    let authorizer: Arc<dyn Authorizer> = Arc::new(KubeAuthorizer::new(kube.client()));
+    let pinhook = TestPinhook::start_with(
+        &registry,
+        Options {
+            policy,
+            authorizer: Some(authorizer),
+            ..Options::default()
+        },
+    )
+    .await;
+    World {
+        registry,
+        kube,
+        pinhook,
+        app,
+    }
+}
+
+fn manifests(host: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        image: {host}/team/app:1.0\n---\napiVersion: argoproj.io/v1alpha1\nkind: Rollout\nmetadata:\n  name: canary\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {host}/team/app:1.0\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: b\n"
+    )
+}
+
+async fn dry_run(world: &World, token: Option<&str>, body: String) -> (u16, Value) {
+    let mut request = world
+        .pinhook
+        .client
+        .post(world.pinhook.url("/v1/dry-run?namespace=shop"))
+        .body(body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.expect("dry-run answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("json"))
+}
+
+#[tokio::test]
+async fn an_authorised_caller_gets_the_report_and_nothing_is_recorded() {
+    let world = world().await;
+    let (status, report) =
+        dry_run(&world, Some("ci-token"), manifests(&world.registry.host())).await;
+    assert_eq!(status, 200, "{report}");
+
+    let objects = report["objects"].as_array().expect("objects");
+    assert_eq!(objects.len(), 3);
+    let web = &objects[0];
+    assert_eq!(
+        (
+            web["kind"].as_str(),
+            web["namespace"].as_str(),
+            web["name"].as_str()
+        ),
+        (Some("Deployment"), Some("shop"), Some("web"))
+    );
+    let image = &web["images"][0];
+    assert_eq!(image["path"], "/spec/template/spec/containers/0/image");
+    assert_eq!(image["action"], "pinned");
+    assert_eq!(image["digest"], world.app.index_digest.as_str());
+    assert_eq!(image["cached"], false);
+    let pinned = format!(
+        "{}/team/app:1.0@{}",
+        world.registry.host(),
+        world.app.index_digest
+    );
+    assert_eq!(image["result"], pinned.as_str());
+    assert_eq!(
+        web["object"]["spec"]["template"]["spec"]["containers"][0]["image"],
+        pinned.as_str()
+    );
+    assert_eq!(
+        objects[1]["kind"], "Rollout",
+        "extra kinds from the policy are pinned too"
+    );
+    assert_eq!(objects[1]["images"][0]["action"], "pinned");
+    assert_eq!(
+        objects[2]["podBearing"], false,
+        "a ConfigMap passes through"
+    );
+    assert_eq!(report["summary"]["pinned"], 2);
+    // One registry request for the shared image, and no cache entry left behind.
+    assert_eq!(
+        world
+            .registry
+            .count_requests("HEAD", "/v2/team/app/manifests/1.0")
+            .await,
+        1
+    );
+    let (_, again) = dry_run(&world, Some("ci-token"), manifests(&world.registry.host())).await;
+    assert_eq!(again["objects"][0]["images"][0]["cached"], false);
+    assert_eq!(
+        world
+            .registry
+            .count_requests("HEAD", "/v2/team/app/manifests/1.0")
+            .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn no_token_invalid_token_and_forbidden_caller() {
+    let world = world().await;
+    let body = manifests(&world.registry.host());
+    let (status, answer) = dry_run(&world, None, body.clone()).await;
+    assert_eq!(status, 401, "{answer}");
+    let (status, answer) = dry_run(&world, Some("forged"), body.clone()).await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer["error"].as_str().unwrap_or("").contains("not valid"));
+    let (status, answer) = dry_run(&world, Some("nosy-token"), body).await;
+    assert_eq!(status, 403, "{answer}");
+    let message = answer["error"].as_str().unwrap_or("");
+    assert!(
+        message.contains("system:serviceaccount:ci:nosy may not"),
+        "{message}"
+    );
+    assert!(
+        message.contains("create deployments.apps in namespace shop"),
+        "{message}"
+    );
+    assert!(
+        message.contains("create rollouts.argoproj.io in namespace shop"),
+        "{message}"
+    );
+    assert_eq!(
+        world.registry.count_requests("HEAD", "/manifests/").await,
+        0,
+        "refused before any resolution"
+    );
+    assert!(
+        world.kube.hits("") == 0,
+        "TokenReview and SubjectAccessReview are POSTs, not GETs"
+    );
+}
+
+// Multi-threaded: the test blocks on the child process while pinhook serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinhook_check_server_mode_calls_the_endpoint() {
+    let world = world().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "ci-token\n").expect("token");
+    let file = dir.path().join("app.yaml");
+    std::fs::write(
+        &file,
+        format!("{}---\nkind: [broken\n", manifests(&world.registry.host())),
+    )
+    .expect("manifests");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, world.pinhook.ca_pem()).expect("ca");
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pinhook"))
+        .args([
+            "check",
+            "-o",
+            "json",
+            "-n",
+            "shop",
+            "--server",
+            &world.pinhook.base,
+        ])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--server-ca")
+        .arg(&ca)
+        .arg(&file)
+        .output()
+        .expect("pinhook check runs");
+
+    let report: Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "the broken document is an input error: {report}"
+    );
+    assert_eq!(report["summary"]["pinned"], 2, "{report}");
+    assert_eq!(report["errors"][0]["index"], "3");
+}
