@@ -95,7 +95,7 @@ struct DryRunQuery {
 /// The dry run's overall time budget (a CI step, not an apiserver call).
 const DRY_RUN_BUDGET: Duration = Duration::from_secs(60);
 
-/// The routes, without a socket (tests drive it with `tower::ServiceExt::oneshot`).
+/// The routes, without a socket.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/mutate", post(mutate_handler))

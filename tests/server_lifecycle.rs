@@ -1,0 +1,221 @@
+//! The HTTPS server's lifecycle: the certificate is reloaded when its files change without
+//! failing requests in flight, a bad new certificate keeps the old one serving, and shutdown
+//! turns readiness off and lets in-flight reviews finish.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::pinhook::review_fixture;
+use common::registry::{RegistryAuth, TestRegistry};
+use common::tls::{init_crypto, TestCa};
+use pinhook::admission::{Pinner, PinnerParts};
+use pinhook::cluster::NoNamespaces;
+use pinhook::metrics::Metrics;
+use pinhook::policy::PolicyHandle;
+use pinhook::registry::pull_secrets::NodeOnly;
+use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig};
+use pinhook::server::{self, AppState, ServerConfig};
+
+fn client(ca: &TestCa) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca.ca_pem().as_bytes()).expect("ca")])
+        .tls_info(true)
+        // A fresh connection per request, so each one sees the certificate served now.
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client")
+}
+
+async fn served_certificate(client: &reqwest::Client, url: &str) -> Vec<u8> {
+    let response = client.get(url).send().await.expect("healthz");
+    response
+        .extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .and_then(|info| info.peer_certificate())
+        .map(<[u8]>::to_vec)
+        .expect("peer certificate")
+}
+
+fn der_of(pem: &str) -> Vec<u8> {
+    let mut reader = pem.as_bytes();
+    let mut certs = rustls_pemfile::certs(&mut reader);
+    certs
+        .next()
+        .expect("one certificate")
+        .expect("valid pem")
+        .to_vec()
+}
+
+fn state(resolver_timeout: Duration) -> AppState {
+    let metrics = Arc::new(Metrics::new());
+    let oci = Arc::new(
+        OciResolver::new(RegistryConfig {
+            only_configured_cas: true,
+            request_timeout: resolver_timeout,
+            ..RegistryConfig::default()
+        })
+        .expect("resolver"),
+    );
+    let cache = Arc::new(CachingResolver::new(
+        oci,
+        CacheConfig::default(),
+        metrics.clone(),
+    ));
+    let mut policy = pinhook::policy::Policy::default();
+    policy.registries.allow_private.push("*".to_string());
+    AppState {
+        pinner: Arc::new(Pinner::new(PinnerParts {
+            policy: PolicyHandle::new(policy.compile().expect("policy")),
+            dry_run_resolver: Arc::new(cache.read_only()),
+            resolver: cache,
+            secrets: Arc::new(NodeOnly::default()),
+            namespaces: Arc::new(NoNamespaces),
+            owner_ttl: Duration::from_secs(60),
+        })),
+        metrics,
+        ready: Arc::new(AtomicBool::new(false)),
+        authorizer: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_is_ignored() {
+    init_crypto();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::generate(dir.path());
+    let cert_path = dir.path().join("tls.crt");
+    let key_path = dir.path().join("tls.key");
+    let first = ca.issue(&["127.0.0.1"]);
+    std::fs::write(&key_path, &first.key_pem).expect("key");
+    std::fs::write(&cert_path, &first.cert_pem).expect("cert");
+    let config = ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        tls_cert: cert_path.clone(),
+        tls_key: key_path.clone(),
+    };
+    let running = server::start(config, state(Duration::from_secs(2)))
+        .await
+        .expect("starts");
+    let url = format!("https://127.0.0.1:{}/healthz", running.addr.port());
+    let client = client(&ca);
+    assert_eq!(
+        served_certificate(&client, &url).await,
+        der_of(&first.cert_pem)
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (client, url, stop) = (client.clone(), url.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, 0u32);
+            while !stop.load(Ordering::SeqCst) {
+                match client.get(&url).send().await {
+                    Ok(r) if r.status().is_success() => ok += 1,
+                    _ => failed += 1,
+                }
+            }
+            (ok, failed)
+        })
+    };
+
+    let second = ca.issue(&["127.0.0.1"]);
+    // As a Secret update lands: key and certificate replaced by rename, one after the other.
+    std::fs::write(dir.path().join("tls.key.new"), &second.key_pem).expect("key");
+    std::fs::rename(dir.path().join("tls.key.new"), &key_path).expect("rename key");
+    std::fs::write(dir.path().join("tls.crt.new"), &second.cert_pem).expect("cert");
+    std::fs::rename(dir.path().join("tls.crt.new"), &cert_path).expect("rename cert");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while served_certificate(&client, &url).await != der_of(&second.cert_pem) {
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    std::fs::write(
+        &cert_path,
+        "-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n",
+    )
+    .expect("bad cert");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        served_certificate(&client, &url).await,
+        der_of(&second.cert_pem),
+        "the bad certificate replaced the good one"
+    );
+
+    stop.store(true, Ordering::SeqCst);
+    let (ok, failed) = load.await.expect("load");
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} requests failed during rotation",
+        ok + failed
+    );
+    assert!(ok > 10, "only {ok} requests ran");
+    running.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    // A registry that accepts and never answers keeps a review in flight.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let silent_port = silent.local_addr().expect("addr").port();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::generate(dir.path());
+    let config = ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        tls_cert: ca.server_cert_path().to_path_buf(),
+        tls_key: ca.server_key_path().to_path_buf(),
+    };
+    let state = state(Duration::from_secs(1));
+    let ready = state.ready.clone();
+    let running = server::start(config, state).await.expect("starts");
+    let base = format!("https://127.0.0.1:{}", running.addr.port());
+    let client = ca.reqwest_client();
+    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    review["request"]["object"]["spec"]["containers"][0]["image"] =
+        serde_json::json!(format!("127.0.0.1:{silent_port}/team/app:1.0"));
+
+    let in_flight = {
+        let (client, url) = (client.clone(), format!("{base}/mutate?timeout=3s"));
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&review)
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shutdown = tokio::spawn(running.shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !ready.load(Ordering::SeqCst),
+        "readiness is off as soon as shutdown begins"
+    );
+
+    assert_eq!(
+        in_flight
+            .await
+            .expect("task")
+            .expect("in-flight review answered"),
+        200
+    );
+    shutdown.await.expect("task").expect("clean shutdown");
+    hold.abort();
+}
