@@ -200,28 +200,15 @@ impl Pinner {
     /// Resolution of all distinct tags runs concurrently, bounded by `budget` as a whole.
     pub async fn plan(&self, target: &Target<'_>, budget: Duration) -> Result<Plan, PipelineError> {
         let deadline = Instant::now() + budget;
-        let policy = self.policy.current();
-        let mut warnings = Vec::new();
-        if policy.is_exempt_namespace(target.namespace) {
-            return Ok(Plan::default());
-        }
-        let mode = self
-            .mode_for(&policy, target.namespace, &mut warnings)
-            .await;
-        let skip_templates = policy.policy.target == PinTarget::Pods && !is_pod(target);
-        if mode == Mode::Off || skip_templates || policy.policy.resolve == ResolveMode::Never {
-            return Ok(Plan {
-                mode,
-                warnings,
-                ..Plan::default()
-            });
+        let (policy, mode, mut warnings) = match self.gate(target).await {
+            Ok(gate) => gate,
+            Err(plan) => return Ok(plan),
+        };
+        if policy.policy.resolve == ResolveMode::Never {
+            return Ok(empty(mode, warnings));
         }
         let Some(sites) = sites_of(&policy, target)? else {
-            return Ok(Plan {
-                mode,
-                warnings,
-                ..Plan::default()
-            });
+            return Ok(empty(mode, warnings));
         };
         let triaged: Vec<Triage> = sites
             .into_iter()
@@ -254,36 +241,18 @@ impl Pinner {
     /// Checks without any registry call that every image new in this request is pinned: what
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
     pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
-        let policy = self.policy.current();
-        let mut warnings = Vec::new();
-        if policy.is_exempt_namespace(target.namespace) {
-            return Ok(Plan::default());
-        }
-        let mode = self
-            .mode_for(&policy, target.namespace, &mut warnings)
-            .await;
-        let skip_templates = policy.policy.target == PinTarget::Pods && !is_pod(target);
-        if mode == Mode::Off || skip_templates {
-            return Ok(Plan {
-                mode,
-                warnings,
-                ..Plan::default()
-            });
-        }
+        let (policy, mode, warnings) = match self.gate(target).await {
+            Ok(gate) => gate,
+            Err(plan) => return Ok(plan),
+        };
         if let Some(findings) = mirror_findings(&policy, mode, target) {
             return Ok(Plan {
-                mode,
                 findings,
-                warnings,
-                ..Plan::default()
+                ..empty(mode, warnings)
             });
         }
         let Some(sites) = sites_of(&policy, target)? else {
-            return Ok(Plan {
-                mode,
-                warnings,
-                ..Plan::default()
-            });
+            return Ok(empty(mode, warnings));
         };
         // In audit mode `/mutate` already reported each tag it would pin or deny; repeating
         // "not pinned" here would only say that audit does not mutate. Unless nothing resolves.
@@ -306,6 +275,27 @@ impl Pinner {
             })
             .collect();
         Ok(finish(mode, outcomes, warnings))
+    }
+
+    /// The policy and mode that apply to `target`, or the empty plan when the policy says not
+    /// to look (exempt namespace, mode off, a template under `target: pods`).
+    async fn gate(
+        &self,
+        target: &Target<'_>,
+    ) -> Result<(Arc<CompiledPolicy>, Mode, Vec<String>), Plan> {
+        let policy = self.policy.current();
+        let mut warnings = Vec::new();
+        if policy.is_exempt_namespace(target.namespace) {
+            return Err(Plan::default());
+        }
+        let mode = self
+            .mode_for(&policy, target.namespace, &mut warnings)
+            .await;
+        let skip_templates = policy.policy.target == PinTarget::Pods && !is_pod(target);
+        if mode == Mode::Off || skip_templates {
+            return Err(empty(mode, warnings));
+        }
+        Ok((policy, mode, warnings))
     }
 
     async fn keyring_for(
@@ -435,6 +425,15 @@ fn mirror_findings(
         Ok(None) => None,
         Ok(Some(violations)) => Some(violations.into_iter().map(|v| finding(v.message)).collect()),
         Err(e) => Some(vec![finding(e.to_string())]),
+    }
+}
+
+/// A plan that looked at no image.
+fn empty(mode: Mode, warnings: Vec<String>) -> Plan {
+    Plan {
+        mode,
+        warnings,
+        ..Plan::default()
     }
 }
 

@@ -213,19 +213,10 @@ impl Resolver for CachingResolver {
         reference: &Reference,
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError> {
-        let tag = reference.tag_reference();
-        let candidates = with_anonymous(credentials);
-        let fingerprints: Vec<Fingerprint> =
-            candidates.iter().map(Credential::fingerprint).collect();
-        if let Some(hit) = self.shared.fresh_hit(&tag, &fingerprints) {
-            self.shared.metrics.cache("hit");
-            return Ok(hit);
-        }
-        let key: FlightKey = (tag, fingerprints);
-        if let Some(failure) = self.shared.failures.get(&key) {
-            self.shared.metrics.cache("negative_hit");
-            return Err(RegistryError::Shared(failure.error.clone()));
-        }
+        let (key, candidates) = match self.shared.lookup(reference, credentials, true) {
+            Lookup::Answered(answer) => return answer,
+            Lookup::Miss(key, candidates) => (key, candidates),
+        };
         if let Some(backoff) = self.shared.active_backoff(&key) {
             return self.shared.stale_or(&key, backoff);
         }
@@ -253,17 +244,10 @@ impl Resolver for ReadOnlyCache {
         reference: &Reference,
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError> {
-        let tag = reference.tag_reference();
-        let candidates = with_anonymous(credentials);
-        let fingerprints: Vec<Fingerprint> =
-            candidates.iter().map(Credential::fingerprint).collect();
-        if let Some(hit) = self.shared.fresh_hit(&tag, &fingerprints) {
-            return Ok(hit);
-        }
-        let key: FlightKey = (tag, fingerprints);
-        if let Some(failure) = self.shared.failures.get(&key) {
-            return Err(RegistryError::Shared(failure.error.clone()));
-        }
+        let (key, candidates) = match self.shared.lookup(reference, credentials, false) {
+            Lookup::Answered(answer) => return answer,
+            Lookup::Miss(key, candidates) => (key, candidates),
+        };
         match self.inner.resolve(reference, &candidates).await {
             Ok(resolution) => Ok(resolution),
             Err(error) if error.is_unavailable() => self.shared.stale_or(&key, error),
@@ -348,9 +332,39 @@ async fn lead(
     result
 }
 
+/// What the cache knows before any registry call.
+enum Lookup {
+    /// A fresh digest or a remembered failure.
+    Answered(Result<Resolution, RegistryError>),
+    /// The flight key and the candidate credentials to ask the registry with.
+    Miss(FlightKey, Vec<Credential>),
+}
+
 // === impl SharedState ===
 
 impl SharedState {
+    /// Fresh hits, then remembered failures; `count` says whether to record metrics.
+    fn lookup(&self, reference: &Reference, credentials: &[Credential], count: bool) -> Lookup {
+        let tag = reference.tag_reference();
+        let candidates = with_anonymous(credentials);
+        let fingerprints: Vec<Fingerprint> =
+            candidates.iter().map(Credential::fingerprint).collect();
+        if let Some(hit) = self.fresh_hit(&tag, &fingerprints) {
+            if count {
+                self.metrics.cache("hit");
+            }
+            return Lookup::Answered(Ok(hit));
+        }
+        let key: FlightKey = (tag, fingerprints);
+        if let Some(failure) = self.failures.get(&key) {
+            if count {
+                self.metrics.cache("negative_hit");
+            }
+            return Lookup::Answered(Err(RegistryError::Shared(failure.error.clone())));
+        }
+        Lookup::Miss(key, candidates)
+    }
+
     fn fresh_hit(&self, tag: &str, fingerprints: &[Fingerprint]) -> Option<Resolution> {
         fingerprints.iter().find_map(|fp| {
             let record = self.digests.get(&(tag.to_string(), fp.clone()))?;
