@@ -23,12 +23,15 @@ const DEADLINE_MARGIN_FLOOR: Duration = Duration::from_millis(100);
 /// Used when the apiserver sends no `?timeout=` (its default `timeoutSeconds` is 10).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const MIN_BUDGET: Duration = Duration::from_millis(250);
+/// The apiserver's largest `timeoutSeconds`: a longer `?timeout=` is not from an apiserver.
+const MAX_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The resolution budget for a call whose URL carried `?timeout=<go duration>`.
 pub fn budget_from_timeout(timeout: Option<&str>) -> Duration {
     let total = timeout
         .and_then(parse_go_duration)
-        .unwrap_or(DEFAULT_TIMEOUT);
+        .unwrap_or(DEFAULT_TIMEOUT)
+        .min(MAX_TIMEOUT);
     // A tenth back for answering, and never less than the fixed floor.
     let margin = (total / 10).max(DEADLINE_MARGIN_FLOOR);
     total.saturating_sub(margin).max(MIN_BUDGET)
@@ -60,7 +63,7 @@ fn parse_go_duration(text: &str) -> Option<Duration> {
             _ => return None,
         };
         rest = rest.get(unit_end..)?;
-        total += Duration::try_from_secs_f64(number * seconds).ok()?;
+        total = total.checked_add(Duration::try_from_secs_f64(number * seconds).ok()?)?;
     }
     Some(total)
 }
@@ -73,10 +76,31 @@ mod tests {
     fn budget_leaves_a_margin_out_of_the_apiserver_timeout() {
         assert_eq!(budget_from_timeout(Some("10s")), Duration::from_secs(9));
         assert_eq!(budget_from_timeout(Some("30s")), Duration::from_secs(27));
-        assert_eq!(budget_from_timeout(Some("1m0s")), Duration::from_secs(54));
+        assert_eq!(
+            budget_from_timeout(Some("20s500ms")),
+            Duration::from_millis(18_450)
+        );
         assert_eq!(budget_from_timeout(Some("1s")), Duration::from_millis(900));
         assert_eq!(budget_from_timeout(None), Duration::from_secs(9));
         assert_eq!(budget_from_timeout(Some("bogus")), Duration::from_secs(9));
         assert_eq!(budget_from_timeout(Some("10")), Duration::from_secs(9));
+    }
+
+    #[test]
+    fn absurd_timeouts_are_clamped_not_overflowed() {
+        let max = Duration::from_secs(27);
+        assert_eq!(budget_from_timeout(Some("3000000000000000h")), max);
+        assert_eq!(
+            budget_from_timeout(Some("10000000000000000000s10000000000000000000s")),
+            Duration::from_secs(9),
+            "an overflowing sum is not a duration: the default applies"
+        );
+        assert_eq!(budget_from_timeout(Some("1e400s")), Duration::from_secs(9));
+        assert_eq!(budget_from_timeout(Some("45s")), max);
+        assert_eq!(
+            budget_from_timeout(Some("1m0s")),
+            max,
+            "timeoutSeconds is at most 30"
+        );
     }
 }
