@@ -187,3 +187,48 @@ async fn a_tag_pushed_over_is_reported_as_moved() {
         .await
         .contains("pinhook_tag_moved_total 1"));
 }
+
+/// A registry that accepts connections and never answers (SIGSTOP): the admission deadline
+/// from `?timeout=` is kept, a cached image is pinned to its last known digest with a warning,
+/// an uncached one is refused with a message naming the time waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_registry_costs_one_deadline_and_serves_the_last_known_digest() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let known = images::push_multi_arch(&registry, "team/known", "1.0", "k").await;
+    images::push_multi_arch(&registry, "team/new", "1.0", "n").await;
+    let pinhook = TestPinhook::start(&registry).await;
+    let known_review = pod_review(&registry, "team/known:1.0");
+    let new_review = pod_review(&registry, "team/new:1.0");
+    assert_eq!(
+        mutate(&pinhook, &known_review).await["response"]["allowed"],
+        true
+    );
+    pinhook.resolver.expire_all();
+    registry.pause();
+
+    let post = |review: &Value| {
+        let body = serde_json::to_vec(review).expect("json");
+        async {
+            let started = std::time::Instant::now();
+            let (status, text) = pinhook.post("/mutate?timeout=2s", body).await;
+            assert_eq!(status, 200, "{text}");
+            let body: Value = serde_json::from_str(&text).expect("json");
+            (body, started.elapsed())
+        }
+    };
+    let (body, took) = post(&known_review).await;
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(image_after(&known_review, &body).ends_with(&known.index_digest));
+    let warnings = body["response"]["warnings"].to_string();
+    assert!(warnings.contains("registry unavailable"), "{body}");
+
+    let (body, took) = post(&new_review).await;
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let message = body["response"]["status"]["message"]
+        .as_str()
+        .expect("message");
+    assert!(message.contains("did not answer within 1."), "{message}");
+    registry.resume();
+}

@@ -116,3 +116,32 @@ async fn an_allow_listed_pair_passes_and_audit_only_warns() {
         "{body}"
     );
 }
+
+/// The guard protects every image of the cluster, so the image-side knobs do not switch it
+/// off: `target: pods` (which leaves templates alone), an exempt namespace, exempt images.
+#[tokio::test]
+async fn target_pods_and_exemptions_do_not_switch_the_guard_off() {
+    let policy =
+        "target: pods\nexempt:\n  namespaces: [fixtures]\n  images: [\"registry.example/*\"]\n";
+    let (registry, pinhook) = pinhook_with(policy).await;
+    for fixture in [
+        "v1.26/imagetagmirrorset-create-validate.json",
+        "v1.26/configmap-create-registries-conf-validate.json",
+    ] {
+        let body = validate(&pinhook, &registry, fixture).await;
+        assert_eq!(body["response"]["allowed"], false, "{fixture}: {body}");
+        assert!(
+            message(&body).contains("mirror.example:5000/team"),
+            "{fixture}: {body}"
+        );
+    }
+    // Mode off is the one switch.
+    let (registry, pinhook) = pinhook_with("mode: off").await;
+    let body = validate(
+        &pinhook,
+        &registry,
+        "v1.26/imagetagmirrorset-create-validate.json",
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+}

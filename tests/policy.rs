@@ -334,6 +334,22 @@ async fn target_pods_leaves_templates_alone_and_gives_one_owner_revision_one_dig
             .is_some_and(|i| i.ends_with(&moved.index_digest)),
         "{body}"
     );
+
+    // ownerReferences are written by whoever creates the pod: naming the same owner from
+    // another namespace must not borrow its digest (it could have been resolved with that
+    // namespace's pull secret).
+    world.pinhook.resolver.expire_all();
+    let mut intruder = pod("rs-uid-1", "abc");
+    intruder["request"]["namespace"] = json!("elsewhere");
+    intruder["request"]["object"]["metadata"]["namespace"] = json!("elsewhere");
+    let body = post(&world, "/mutate", &intruder).await;
+    let image = apply_response(&intruder, &body)["spec"]["containers"][0]["image"].clone();
+    assert!(
+        image
+            .as_str()
+            .is_some_and(|i| i.ends_with(&moved.index_digest)),
+        "resolved afresh, not from rs-uid-1's memo: {body}"
+    );
 }
 
 #[tokio::test]
@@ -500,12 +516,18 @@ async fn policy_reload_under_load_drops_no_request() {
         &world.registry,
     ))
     .expect("json");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
         let client = world.pinhook.client.clone();
         let url = world.pinhook.url("/mutate?timeout=10s");
+        let stop = stop.clone();
         tokio::spawn(async move {
             let mut statuses = Vec::new();
-            for _ in 0..300 {
+            // Bounded: at most 2000 requests, and it stops when the reloads are done.
+            for _ in 0..2000 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
                 let status = match client.post(&url).body(body.clone()).send().await {
                     Ok(r) => r.status().as_u16(),
                     Err(_) => 0,
@@ -516,20 +538,46 @@ async fn policy_reload_under_load_drops_no_request() {
             statuses
         })
     };
-    for text in [
-        "mode: audit\n",
-        "mode: [broken",
-        "mode: off\n",
-        "moed: enforce\n",
-        "mode: enforce\n",
+    use pinhook::policy::Mode;
+    // Let the watcher read the file as it is now, before the first change.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (file text, the mode in force after it): a broken file keeps the policy before it.
+    for (text, expected) in [
+        ("mode: audit\n", Mode::Audit),
+        ("mode: [broken", Mode::Audit),
+        ("mode: off\n", Mode::Off),
+        ("moed: enforce\n", Mode::Off),
+        ("mode: enforce\n", Mode::Enforce),
     ] {
-        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let reloads_before = Arc::as_ptr(&handle.current());
         std::fs::write(&path, format!("{text}{allow_host}")).expect("write");
+        if text.contains("mode: ") && !text.contains('[') {
+            // The watcher polls every 2 s: wait for the new policy to be in force.
+            let deadline = std::time::Instant::now() + Duration::from_secs(6);
+            while handle.current().policy.mode != expected {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{text:?} was not loaded"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(4500)).await;
+            assert_eq!(
+                Arc::as_ptr(&handle.current()),
+                reloads_before,
+                "{text:?} must not replace the policy in force"
+            );
+        }
+        assert_eq!(handle.current().policy.mode, expected, "after {text:?}");
     }
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let statuses = load.await.expect("load");
     watcher.abort();
+    assert!(
+        statuses.len() > 100,
+        "the load ran throughout: {}",
+        statuses.len()
+    );
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    assert_eq!(handle.current().policy.mode, pinhook::policy::Mode::Enforce);
-    assert!(Policy::load(&path).is_ok());
 }

@@ -143,6 +143,9 @@ enum Triage {
 
 type Resolved = Result<Resolution, RegistryError>;
 
+/// How long the namespace's mode label may take to read (it is cached after that).
+const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
 // === impl Pinner ===
 
 impl Pinner {
@@ -180,10 +183,17 @@ impl Pinner {
         if namespace.is_empty() {
             return policy.policy.mode;
         }
-        let label = match self.namespaces.label(namespace, MODE_LABEL).await {
-            Ok(label) => label,
-            Err(e) => {
+        let read = self.namespaces.label(namespace, MODE_LABEL);
+        let label = match tokio::time::timeout(NAMESPACE_READ_TIMEOUT, read).await {
+            Ok(Ok(label)) => label,
+            Ok(Err(e)) => {
                 warnings.push(format!("pinhook: cannot read namespace {namespace}: {e}"));
+                None
+            }
+            Err(_) => {
+                warnings.push(format!(
+                    "pinhook: reading namespace {namespace} timed out; using the policy's mode"
+                ));
                 None
             }
         };
@@ -241,16 +251,13 @@ impl Pinner {
     /// Checks without any registry call that every image new in this request is pinned: what
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
     pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
+        if let Some(plan) = self.mirror_plan(target).await {
+            return Ok(plan);
+        }
         let (policy, mode, warnings) = match self.gate(target).await {
             Ok(gate) => gate,
             Err(plan) => return Ok(plan),
         };
-        if let Some(findings) = mirror_findings(&policy, mode, target) {
-            return Ok(Plan {
-                findings,
-                ..empty(mode, warnings)
-            });
-        }
         let Some(sites) = sites_of(&policy, target)? else {
             return Ok(empty(mode, warnings));
         };
@@ -275,6 +282,35 @@ impl Pinner {
             })
             .collect();
         Ok(finish(mode, outcomes, warnings))
+    }
+
+    /// The mirror guard's plan, or `None` when the object configures no mirrors. It guards
+    /// every image of the cluster, so image exemptions, exempt namespaces and `target: pods`
+    /// do not switch it off; only mode `off` (global or the namespace's label) does.
+    async fn mirror_plan(&self, target: &Target<'_>) -> Option<Plan> {
+        let policy = self.policy.current();
+        let messages = mirror_messages(&policy, target)?;
+        let mut warnings = Vec::new();
+        let mode = self
+            .mode_for(&policy, target.namespace, &mut warnings)
+            .await;
+        let action = match mode {
+            Mode::Off => return Some(empty(mode, warnings)),
+            Mode::Audit => Action::Violation,
+            Mode::Enforce => Action::Denied,
+        };
+        let findings = messages
+            .into_iter()
+            .map(|message| Finding {
+                action,
+                reason: Reason::TagMirror,
+                message,
+            })
+            .collect();
+        Some(Plan {
+            findings,
+            ..empty(mode, warnings)
+        })
     }
 
     /// The policy and mode that apply to `target`, or the empty plan when the policy says not
@@ -361,28 +397,41 @@ impl Pinner {
         keyring: &Keyring,
         deadline: Instant,
     ) -> Resolved {
-        let owner_key = owner.map(|o| (o, reference.tag_reference()));
+        let credentials = keyring.lookup(reference);
+        // The memo answers only for the same namespace and the same credentials: an
+        // ownerReference is written by the user and must not unlock another namespace's digest.
+        let owner_key = owner.map(|o| {
+            let fingerprints: Vec<String> = credentials
+                .iter()
+                .map(|c| c.fingerprint().to_string())
+                .collect();
+            let tag = reference.tag_reference();
+            (
+                format!("{}/{o}", target.namespace),
+                format!("{tag} {}", fingerprints.join(",")),
+            )
+        });
         if let Some(resolution) = owner_key.as_ref().and_then(|k| self.owner_digest(k)) {
             return Ok(resolution);
         }
-        let credentials = keyring.lookup(reference);
         let resolver: &dyn Resolver = match (target.resolver, target.dry_run) {
             (Some(resolver), _) => resolver,
             (None, true) => self.dry_run_resolver.as_ref(),
             (None, false) => self.resolver.as_ref(),
         };
-        let result = match tokio::time::timeout_at(
-            deadline,
-            resolver.resolve(reference, &credentials),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(RegistryError::Timeout {
-                registry: reference.domain().to_string(),
-                timeout: deadline.saturating_duration_since(Instant::now()),
-            }),
-        };
+        let started = Instant::now();
+        let call = resolver.resolve(reference, &credentials);
+        let result =
+            match tokio::time::timeout_at(deadline, call).await {
+                Ok(result) => result,
+                // Out of time: the last known digest beats a denial, as when the registry is down.
+                Err(_) => resolver.last_known(reference, &credentials).ok_or_else(|| {
+                    RegistryError::Timeout {
+                        registry: reference.domain().to_string(),
+                        timeout: Duration::from_millis(started.elapsed().as_millis() as u64),
+                    }
+                }),
+            };
         if let (Ok(resolution), Some(key), false) = (&result, owner_key, target.dry_run) {
             self.owners.insert(key, resolution.digest.clone());
         }
@@ -401,21 +450,8 @@ impl Pinner {
     }
 }
 
-/// The mirror guard's findings, or `None` when the object configures no mirrors.
-fn mirror_findings(
-    policy: &CompiledPolicy,
-    mode: Mode,
-    target: &Target<'_>,
-) -> Option<Vec<Finding>> {
-    let action = match mode {
-        Mode::Audit => Action::Violation,
-        _ => Action::Denied,
-    };
-    let finding = |message: String| Finding {
-        action,
-        reason: Reason::TagMirror,
-        message,
-    };
+/// What the mirror guard objects to, or `None` when the object configures no mirrors.
+fn mirror_messages(policy: &CompiledPolicy, target: &Target<'_>) -> Option<Vec<String>> {
     match mirrors::check(
         &policy.policy.mirrors,
         target.group,
@@ -423,8 +459,8 @@ fn mirror_findings(
         target.object,
     ) {
         Ok(None) => None,
-        Ok(Some(violations)) => Some(violations.into_iter().map(|v| finding(v.message)).collect()),
-        Err(e) => Some(vec![finding(e.to_string())]),
+        Ok(Some(violations)) => Some(violations.into_iter().map(|v| v.message).collect()),
+        Err(e) => Some(vec![e.to_string()]),
     }
 }
 
@@ -766,5 +802,105 @@ impl Reason {
             Reason::Unpinned => "unpinned",
             Reason::TagMirror => "tag_mirror",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::NoNamespaces;
+    use crate::policy::Policy;
+    use crate::registry::pull_secrets::NodeOnly;
+    use crate::registry::{Credential, Fingerprint};
+
+    /// A registry stand-in that takes `delay` per call and records how many calls overlap.
+    struct Slow {
+        delay: Duration,
+        running: AtomicUsize,
+        most_at_once: AtomicUsize,
+        calls: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Resolver for Slow {
+        async fn resolve(
+            &self,
+            _reference: &Reference,
+            _credentials: &[Credential],
+        ) -> Result<Resolution, RegistryError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_at_once.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            let digest = format!("sha256:{}", "a".repeat(64)).parse().map_err(|_| {
+                RegistryError::Refused {
+                    reason: "test digest".to_string(),
+                }
+            })?;
+            Ok(Resolution {
+                digest,
+                credential: Fingerprint::anonymous(),
+                source: ResolutionSource::Registry,
+                moved_from: None,
+                age: Duration::ZERO,
+            })
+        }
+    }
+
+    fn pinner(resolver: Arc<Slow>) -> Result<Pinner, crate::policy::PolicyError> {
+        Ok(Pinner::new(PinnerParts {
+            policy: PolicyHandle::new(Policy::default().compile()?),
+            resolver: resolver.clone(),
+            dry_run_resolver: resolver,
+            secrets: Arc::new(NodeOnly {
+                node: Keyring::new(),
+            }),
+            namespaces: Arc::new(NoNamespaces),
+            owner_ttl: Duration::from_secs(60),
+        }))
+    }
+
+    /// Ten containers naming five distinct tags: five registry calls, all at once, so the
+    /// admission costs one registry round trip, not five.
+    #[tokio::test]
+    async fn distinct_tags_resolve_once_each_and_concurrently(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let slow = Arc::new(Slow {
+            delay: Duration::from_millis(200),
+            running: AtomicUsize::new(0),
+            most_at_once: AtomicUsize::new(0),
+            calls: AtomicUsize::new(0),
+        });
+        let pinner = pinner(slow.clone())?;
+        let containers: Vec<Value> = (0..10)
+            .map(|i| json!({"name": format!("c{i}"), "image": format!("registry.example/team/svc{}:1.0", i % 5)}))
+            .collect();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}});
+        let target = Target {
+            group: "",
+            kind: "Pod",
+            subresource: "",
+            namespace: "team",
+            name: "p",
+            object: &pod,
+            old_object: None,
+            dry_run: false,
+            resolver: None,
+        };
+        let started = std::time::Instant::now();
+        let plan = pinner.plan(&target, Duration::from_secs(5)).await?;
+        let took = started.elapsed();
+        assert_eq!(plan.outcomes.len(), 10);
+        assert!(plan.outcomes.iter().all(|o| o.action == Action::Pinned));
+        assert_eq!(slow.calls.load(Ordering::SeqCst), 5);
+        assert_eq!(slow.most_at_once.load(Ordering::SeqCst), 5);
+        assert!(took < Duration::from_millis(600), "took {took:?}");
+        Ok(())
     }
 }

@@ -181,6 +181,12 @@ impl CachingResolver {
             self.shared.metrics.cache("coalesced");
             return flight.clone();
         }
+        // A flight that ended between our lookup and this lock has recorded its answer (it
+        // records before it leaves `in_flight`): use that rather than asking again.
+        if let Some(answer) = self.shared.remembered(&key) {
+            self.shared.metrics.cache("coalesced");
+            return futures::future::ready(answer).boxed().shared();
+        }
         self.shared.metrics.cache("miss");
         let task = tokio::spawn(lead(
             self.inner.clone(),
@@ -229,6 +235,14 @@ impl Resolver for CachingResolver {
             Err(error) => Err(RegistryError::Shared(error)),
         }
     }
+
+    fn last_known(&self, reference: &Reference, credentials: &[Credential]) -> Option<Resolution> {
+        let stale = self
+            .shared
+            .last_known(&flight_key(reference, credentials))?;
+        self.shared.metrics.cache("stale");
+        Some(stale)
+    }
 }
 
 /// The side-effect-free view of a [`CachingResolver`] (see [`CachingResolver::read_only`]).
@@ -253,6 +267,10 @@ impl Resolver for ReadOnlyCache {
             Err(error) if error.is_unavailable() => self.shared.stale_or(&key, error),
             Err(error) => Err(error),
         }
+    }
+
+    fn last_known(&self, reference: &Reference, credentials: &[Credential]) -> Option<Resolution> {
+        self.shared.last_known(&flight_key(reference, credentials))
     }
 }
 
@@ -293,6 +311,10 @@ impl Resolver for RunMemo {
             .await;
         answer.map_err(RegistryError::Shared)
     }
+
+    fn last_known(&self, reference: &Reference, credentials: &[Credential]) -> Option<Resolution> {
+        self.inner.last_known(reference, credentials)
+    }
 }
 
 /// The one registry call of a flight; records its result for every waiter and later lookups.
@@ -303,6 +325,11 @@ async fn lead(
     reference: Reference,
     candidates: Vec<Credential>,
 ) -> Result<Resolution, Arc<RegistryError>> {
+    // Leaves `in_flight` however the call ends, panics included, so a key never stays stuck.
+    let _leave = LeaveFlight {
+        shared: shared.clone(),
+        key: key.clone(),
+    };
     let registry = reference.domain().to_string();
     let started = Instant::now();
     let result = {
@@ -324,12 +351,25 @@ async fn lead(
         .registry_requests
         .get_or_create(&RegistryLabels { registry, outcome })
         .inc();
-    let result = match result {
-        Ok(resolution) => Ok(shared.record_success(&key.0, resolution)),
+    match result {
+        Ok(resolution) => {
+            shared.backoff.invalidate(&key);
+            Ok(shared.record_success(&key.0, resolution))
+        }
         Err(error) => Err(shared.record_failure(&key, error)),
-    };
-    lock(&shared.in_flight).remove(&key);
-    result
+    }
+}
+
+/// Removes a flight from `in_flight` when its leader finishes (after it recorded its answer).
+struct LeaveFlight {
+    shared: Arc<SharedState>,
+    key: FlightKey,
+}
+
+impl Drop for LeaveFlight {
+    fn drop(&mut self) {
+        lock(&self.shared.in_flight).remove(&self.key);
+    }
 }
 
 /// What the cache knows before any registry call.
@@ -345,24 +385,32 @@ enum Lookup {
 impl SharedState {
     /// Fresh hits, then remembered failures; `count` says whether to record metrics.
     fn lookup(&self, reference: &Reference, credentials: &[Credential], count: bool) -> Lookup {
-        let tag = reference.tag_reference();
         let candidates = with_anonymous(credentials);
-        let fingerprints: Vec<Fingerprint> =
-            candidates.iter().map(Credential::fingerprint).collect();
-        if let Some(hit) = self.fresh_hit(&tag, &fingerprints) {
-            if count {
-                self.metrics.cache("hit");
+        let key = flight_key(reference, &candidates);
+        match self.remembered(&key) {
+            Some(Ok(hit)) => {
+                if count {
+                    self.metrics.cache("hit");
+                }
+                Lookup::Answered(Ok(hit))
             }
-            return Lookup::Answered(Ok(hit));
-        }
-        let key: FlightKey = (tag, fingerprints);
-        if let Some(failure) = self.failures.get(&key) {
-            if count {
-                self.metrics.cache("negative_hit");
+            Some(Err(failure)) => {
+                if count {
+                    self.metrics.cache("negative_hit");
+                }
+                Lookup::Answered(Err(RegistryError::Shared(failure)))
             }
-            return Lookup::Answered(Err(RegistryError::Shared(failure.error.clone())));
+            None => Lookup::Miss(key, candidates),
         }
-        Lookup::Miss(key, candidates)
+    }
+
+    /// A fresh digest or a remembered failure for `key`.
+    fn remembered(&self, key: &FlightKey) -> Option<Result<Resolution, Arc<RegistryError>>> {
+        if let Some(hit) = self.fresh_hit(&key.0, &key.1) {
+            return Some(Ok(hit));
+        }
+        let failure = self.failures.get(key)?;
+        Some(Err(failure.error.clone()))
     }
 
     fn fresh_hit(&self, tag: &str, fingerprints: &[Fingerprint]) -> Option<Resolution> {
@@ -493,6 +541,15 @@ fn backoff_delay(config: &CacheConfig, failures: u32) -> Duration {
         .min(config.backoff_cap)
 }
 
+/// (tag reference, fingerprints of the caller's candidates and anonymous).
+fn flight_key(reference: &Reference, credentials: &[Credential]) -> FlightKey {
+    let fingerprints = with_anonymous(credentials)
+        .iter()
+        .map(Credential::fingerprint)
+        .collect();
+    (reference.tag_reference(), fingerprints)
+}
+
 /// The candidates in kubelet's order, then anonymous (always available to everyone).
 fn with_anonymous(credentials: &[Credential]) -> Vec<Credential> {
     let mut candidates: Vec<Credential> = Vec::with_capacity(credentials.len() + 1);
@@ -518,4 +575,251 @@ fn registry_of(tag_reference: &str) -> String {
 /// still usable, and admission must keep serving.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A registry stand-in: answers from a script (then repeats the last answer), counts
+    /// calls, and tracks how many run at once.
+    struct Scripted {
+        answers: Mutex<VecDeque<Answer>>,
+        last: Mutex<Answer>,
+        calls: AtomicUsize,
+        running: AtomicUsize,
+        most_at_once: AtomicUsize,
+        delay: Duration,
+    }
+
+    #[derive(Clone)]
+    enum Answer {
+        Digest(char),
+        Unreachable,
+        NotFound,
+    }
+
+    impl Scripted {
+        fn new(script: &[Answer]) -> Arc<Scripted> {
+            Self::slow(script, Duration::ZERO)
+        }
+
+        fn slow(script: &[Answer], delay: Duration) -> Arc<Scripted> {
+            Arc::new(Scripted {
+                answers: Mutex::new(script.iter().cloned().collect()),
+                last: Mutex::new(script.last().cloned().unwrap_or(Answer::NotFound)),
+                calls: AtomicUsize::new(0),
+                running: AtomicUsize::new(0),
+                most_at_once: AtomicUsize::new(0),
+                delay,
+            })
+        }
+
+        fn calls(&self) -> usize {
+            self.calls.load(Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait]
+    impl Resolver for Scripted {
+        async fn resolve(
+            &self,
+            reference: &Reference,
+            credentials: &[Credential],
+        ) -> Result<Resolution, RegistryError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_at_once.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            let answer = lock(&self.answers)
+                .pop_front()
+                .unwrap_or_else(|| lock(&self.last).clone());
+            let registry = reference.domain().to_string();
+            match answer {
+                // The first candidate is the one that worked.
+                Answer::Digest(c) => Ok(Resolution {
+                    digest: digest(c),
+                    credential: credentials
+                        .first()
+                        .map_or_else(Fingerprint::anonymous, Credential::fingerprint),
+                    source: ResolutionSource::Registry,
+                    moved_from: None,
+                    age: Duration::ZERO,
+                }),
+                Answer::Unreachable => Err(RegistryError::Status {
+                    registry,
+                    status: 503,
+                    message: "down".to_string(),
+                }),
+                Answer::NotFound => Err(RegistryError::NotFound {
+                    repository: reference.repository().to_string(),
+                    tag: reference.effective_tag().to_string(),
+                }),
+            }
+        }
+    }
+
+    fn digest(c: char) -> Digest {
+        let text = format!("sha256:{}", c.to_string().repeat(64));
+        match text.parse() {
+            Ok(digest) => digest,
+            Err(e) => panic!("test digest {text}: {e}"),
+        }
+    }
+
+    fn reference(text: &str) -> Reference {
+        match Reference::parse(text) {
+            Ok(reference) => reference,
+            Err(e) => panic!("test reference {text}: {e}"),
+        }
+    }
+
+    fn cache(inner: Arc<Scripted>, config: CacheConfig) -> CachingResolver {
+        CachingResolver::new(inner, config, Arc::new(Metrics::new()))
+    }
+
+    fn quick() -> CacheConfig {
+        CacheConfig {
+            hit_ttl: Duration::from_millis(50),
+            failure_ttl: Duration::from_millis(100),
+            backoff_base: Duration::from_millis(40),
+            backoff_cap: Duration::from_millis(100),
+            ..CacheConfig::default()
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_per_failure_up_to_the_cap() {
+        let config = CacheConfig::default();
+        let secs = |failures| backoff_delay(&config, failures).as_secs();
+        assert_eq!(
+            [1, 2, 3, 4, 6, 7, 8, 1000].map(secs),
+            [1, 2, 4, 8, 32, 60, 60, 60]
+        );
+    }
+
+    #[tokio::test]
+    async fn not_found_is_remembered_for_the_failure_ttl_then_asked_again() {
+        let inner = Scripted::new(&[Answer::NotFound, Answer::Digest('a')]);
+        let cache = cache(inner.clone(), quick());
+        let image = reference("registry.example/team/app:1.0");
+        for _ in 0..3 {
+            assert!(cache.resolve(&image, &[]).await.is_err());
+        }
+        assert_eq!(inner.calls(), 1, "the failure answers for its TTL");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let resolution = cache.resolve(&image, &[]).await;
+        assert_eq!(resolution.map(|r| r.digest).ok(), Some(digest('a')));
+        assert_eq!(inner.calls(), 2);
+    }
+
+    #[tokio::test]
+    async fn transport_errors_are_not_cached_but_back_off_and_success_resets_the_backoff() {
+        let script = [
+            Answer::Unreachable,
+            Answer::Unreachable,
+            Answer::Digest('a'),
+            Answer::Unreachable,
+            Answer::Digest('a'),
+        ];
+        let inner = Scripted::new(&script);
+        let cache = cache(inner.clone(), quick());
+        let image = reference("registry.example/team/app:1.0");
+
+        assert!(cache.resolve(&image, &[]).await.is_err());
+        let backing_off = cache.resolve(&image, &[]).await;
+        assert!(
+            matches!(backing_off, Err(RegistryError::BackingOff { .. })),
+            "{backing_off:?}"
+        );
+        assert_eq!(inner.calls(), 1, "no call while backing off");
+        tokio::time::sleep(Duration::from_millis(50)).await; // past 40 ms
+        assert!(cache.resolve(&image, &[]).await.is_err());
+        assert_eq!(
+            inner.calls(),
+            2,
+            "a transport error is not remembered as an answer"
+        );
+        tokio::time::sleep(Duration::from_millis(90)).await; // past 80 ms (doubled)
+        assert!(cache.resolve(&image, &[]).await.is_ok());
+        assert_eq!(inner.calls(), 3);
+
+        // After a success the next outage starts again at the base delay, not at 160 ms
+        // (capped 100 ms).
+        tokio::time::sleep(Duration::from_millis(60)).await; // past hit_ttl
+        let stale = cache.resolve(&image, &[]).await;
+        assert_eq!(
+            stale.map(|r| r.source).ok(),
+            Some(ResolutionSource::Stale),
+            "the failure is answered with the last known digest"
+        );
+        assert_eq!(inner.calls(), 4);
+        tokio::time::sleep(Duration::from_millis(50)).await; // past 40 ms only
+        let fresh = cache.resolve(&image, &[]).await;
+        assert_eq!(
+            fresh.map(|r| r.source).ok(),
+            Some(ResolutionSource::Registry)
+        );
+        assert_eq!(inner.calls(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_stale_digest_is_served_only_within_max_stale() {
+        let inner = Scripted::new(&[Answer::Digest('a'), Answer::Unreachable]);
+        let config = CacheConfig {
+            max_stale: Duration::from_millis(200),
+            backoff_base: Duration::ZERO,
+            ..quick()
+        };
+        let cache = cache(inner.clone(), config);
+        let image = reference("registry.example/team/app:1.0");
+        assert!(cache.resolve(&image, &[]).await.is_ok());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let stale = cache.resolve(&image, &[]).await;
+        assert_eq!(stale.map(|r| r.source).ok(), Some(ResolutionSource::Stale));
+        assert!(cache.last_known(&image, &[]).is_some());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(cache.resolve(&image, &[]).await.is_err());
+        assert!(cache.last_known(&image, &[]).is_none());
+    }
+
+    #[tokio::test]
+    async fn another_credential_never_sees_an_entry_it_did_not_make() {
+        let inner = Scripted::new(&[Answer::Digest('a'), Answer::NotFound]);
+        let cache = cache(inner.clone(), CacheConfig::default());
+        let image = reference("registry.example/team/app:1.0");
+        let secret = Credential::basic("team-a", "s3cret");
+        assert!(cache
+            .resolve(&image, std::slice::from_ref(&secret))
+            .await
+            .is_ok());
+        assert!(cache.resolve(&image, &[secret]).await.is_ok());
+        assert_eq!(inner.calls(), 1);
+        assert!(
+            cache.resolve(&image, &[]).await.is_err(),
+            "without the secret the registry is asked, and says no"
+        );
+        assert!(cache.last_known(&image, &[]).is_none());
+    }
+
+    #[tokio::test]
+    async fn calls_to_one_registry_are_limited() {
+        let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_millis(50));
+        let config = CacheConfig {
+            per_registry_concurrency: 2,
+            ..CacheConfig::default()
+        };
+        let cache = cache(inner.clone(), config);
+        let images: Vec<Reference> = (0..8)
+            .map(|i| reference(&format!("registry.example/team/app:{i}")))
+            .collect();
+        let calls = images.iter().map(|image| cache.resolve(image, &[]));
+        let results = futures::future::join_all(calls).await;
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(inner.calls(), 8);
+        assert_eq!(inner.most_at_once.load(Ordering::SeqCst), 2);
+    }
 }

@@ -112,6 +112,17 @@ pub trait Resolver: Send + Sync {
         reference: &Reference,
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError>;
+
+    /// The newest digest remembered for `reference` under these credentials (or anonymous),
+    /// however old within the resolver's staleness limit, marked `Stale`: what an admission
+    /// pins when its deadline passes before the registry answers. Only caches remember.
+    fn last_known(
+        &self,
+        _reference: &Reference,
+        _credentials: &[Credential],
+    ) -> Option<Resolution> {
+        None
+    }
 }
 
 // === impl RegistryError ===

@@ -310,6 +310,29 @@ impl TestRegistry {
         }
     }
 
+    /// Freezes the registry process (SIGSTOP): the kernel still accepts connections on its
+    /// port, but nothing answers, as with a hung registry. [`resume`](Self::resume) thaws it.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a [`pause`](Self::pause)d registry (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = match self.child.lock().expect("registry child lock").as_ref() {
+            Some(child) => child.id(),
+            None => self.fail("the registry is not running"),
+        };
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid} failed");
+    }
+
     /// Starts the process again on the same port and storage and waits until
     /// it answers. Does nothing if it is already running.
     pub async fn start_again(&self) {
