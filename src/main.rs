@@ -154,12 +154,16 @@ struct ServeArgs {
     registry: RegistryArgs,
     #[command(flatten)]
     cache: CacheArgs,
-    /// Kubeconfig for reading pull secrets (default: in-cluster, then $KUBECONFIG).
+    /// Kubeconfig for reading pull secrets (default: $KUBECONFIG or ~/.kube/config, else in-cluster).
     #[arg(long, env = "PINHOOK_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// Node-level docker config.json with credentials tried after the pod's own.
     #[arg(long, env = "PINHOOK_DOCKER_CONFIG")]
     docker_config: Option<PathBuf>,
+    /// Seconds to keep serving after SIGTERM with readiness off, before closing the listener
+    /// (so the Service's endpoints drop this pod before it stops answering).
+    #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5)]
+    shutdown_delay: u64,
 }
 
 #[derive(Debug, Args)]
@@ -308,8 +312,12 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     };
     let running = server::start(config, state).await?;
     shutdown_signal().await;
-    info!("shutting down: readiness off, finishing in-flight requests");
-    running.shutdown().await?;
+    let drain = Duration::from_secs(args.shutdown_delay);
+    info!(
+        drain_seconds = args.shutdown_delay,
+        "shutting down: readiness off, serving while endpoints drain, then finishing in-flight requests"
+    );
+    running.shutdown(drain).await?;
     info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
@@ -375,6 +383,13 @@ async fn check(args: CheckArgs) -> Result<ExitCode> {
     let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let text = pinhook::check::render(&report, output, colour).map_err(anyhow::Error::msg)?;
     print!("{text}");
+    if output == pinhook::check::Output::Yaml {
+        // The manifests go to stdout (often into a file); what kept them from being pinned
+        // goes to stderr, so a broken document or a denial is never silent.
+        for line in pinhook::check::problems(&report) {
+            eprintln!("pinhook: {line}");
+        }
+    }
     Ok(ExitCode::from(pinhook::check::exit_code(&report)))
 }
 
@@ -543,7 +558,8 @@ fn node_keyring(docker_config: Option<&Path>) -> Result<Keyring> {
         .with_context(|| format!("failed to parse docker config '{}'", path.display()))
 }
 
-/// A Kubernetes client from `--kubeconfig`, else in-cluster or `$KUBECONFIG`; `None` (and a
+/// A Kubernetes client from `--kubeconfig`, else kube-rs's inference (`$KUBECONFIG` or
+/// `~/.kube/config`, then in-cluster); `None` (and a
 /// warning) when none is configured: pinhook still serves, with node-level credentials only.
 async fn kube_client(kubeconfig: Option<&Path>) -> Result<Option<kube::Client>> {
     let config = match kubeconfig {

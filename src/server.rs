@@ -159,9 +159,13 @@ pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServe
 // === impl RunningServer ===
 
 impl RunningServer {
-    /// Turns readiness false, lets in-flight requests finish, then stops.
-    pub async fn shutdown(self) -> Result<(), ServerError> {
+    /// Turns readiness false, keeps serving for `drain` (until the endpoints controller and
+    /// every apiserver have stopped sending here: without it, a rollout refuses reviews and
+    /// `failurePolicy: Fail` refuses the users' writes), then stops accepting connections and
+    /// lets in-flight requests finish (up to 20 s).
+    pub async fn shutdown(self, drain: Duration) -> Result<(), ServerError> {
         self.ready.store(false, Ordering::SeqCst);
+        tokio::time::sleep(drain).await;
         self.handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
         self.reloader.abort();
         match self.task.await {
@@ -188,7 +192,7 @@ async fn mutate_handler(
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state, &decision));
+    span.in_scope(|| observe_decision(&state, &decision, request.is_dry_run()));
     record_review(&state, "mutate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
 }
@@ -205,7 +209,7 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state, &decision));
+    span.in_scope(|| observe_decision(&state, &decision, request.is_dry_run()));
     record_review(&state, "validate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
 }
@@ -345,13 +349,20 @@ fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
         namespace = %request.namespace,
         kind = %request.kind.kind,
         operation = %request.operation,
+        dry_run = request.is_dry_run(),
         result = tracing::field::Empty,
     )
 }
 
-/// Logs what happened to each image and counts policy violations.
-fn observe_decision(state: &AppState, decision: &admission::Decision) {
+/// Logs what happened to each image and counts policy violations. A dry-run request (e.g.
+/// `kubectl apply --dry-run=server` in CI) is logged but not counted: it changed nothing.
+fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: bool) {
     let Some(plan) = &decision.plan else { return };
+    let count_violation = |state: &AppState, mode: &str, reason: admission::Reason| {
+        if !dry_run {
+            count_violation(state, mode, reason);
+        }
+    };
     let mode = plan.mode.to_string();
     for outcome in &plan.outcomes {
         let reason = outcome.reason.as_deref().unwrap_or("");

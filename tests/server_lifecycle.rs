@@ -157,7 +157,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
         ok + failed
     );
     assert!(ok > 10, "only {ok} requests ran");
-    running.shutdown().await.expect("shutdown");
+    running.shutdown(Duration::ZERO).await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,12 +202,26 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let shutdown = tokio::spawn(running.shutdown());
+    let shutdown = tokio::spawn(running.shutdown(Duration::from_millis(1500)));
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
         !ready.load(Ordering::SeqCst),
         "readiness is off as soon as shutdown begins"
     );
+    // While the endpoints drain, new connections are still served (and say "not ready").
+    let fresh = ca.reqwest_client();
+    let readyz = fresh
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .expect("a new connection during the drain is served");
+    assert_eq!(readyz.status().as_u16(), 503);
+    let healthz = fresh
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .expect("served during the drain");
+    assert_eq!(healthz.status().as_u16(), 200);
 
     assert_eq!(
         in_flight
@@ -217,5 +231,78 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
         200
     );
     shutdown.await.expect("task").expect("clean shutdown");
+    let after = ca
+        .reqwest_client()
+        .get(format!("{base}/healthz"))
+        .send()
+        .await;
+    assert!(
+        after.is_err(),
+        "the listener is closed after shutdown: {after:?}"
+    );
     hold.abort();
+}
+
+/// What `pinhook certs` issues is what a client of the Service accepts: the serving
+/// certificate chains to the CA in the caBundle and names `pinhook.pinhook-system.svc` and
+/// the extra SAN, over a real handshake with pinhook's server; other names are refused.
+#[tokio::test]
+async fn certificates_from_pinhook_certs_serve_the_service_names() {
+    init_crypto();
+    let request = pinhook::certs::CertRequest {
+        service: "pinhook".into(),
+        namespace: "pinhook-system".into(),
+        extra_sans: vec!["127.0.0.1".into()],
+        validity_days: 30,
+    };
+    let certs = pinhook::certs::generate(&request).expect("generates");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = certs.write(dir.path()).expect("writes");
+    let config = ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        tls_cert: files.cert,
+        tls_key: files.key,
+    };
+    let running = server::start(config, state(Duration::from_secs(1)))
+        .await
+        .expect("serves the generated certificate");
+    let addr = running.addr;
+    let bundle = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        certs.ca_bundle(),
+    )
+    .expect("caBundle is base64");
+    let trust = reqwest::Certificate::from_pem(&bundle).expect("caBundle is a PEM CA");
+    let client_for = |name: &str| {
+        reqwest::Client::builder()
+            .tls_certs_only([trust.clone()])
+            .no_proxy()
+            .resolve(name, addr)
+            .build()
+            .expect("client")
+    };
+    for name in [
+        "pinhook.pinhook-system.svc",
+        "pinhook.pinhook-system.svc.cluster.local",
+    ] {
+        let url = format!("https://{name}:{}/healthz", addr.port());
+        let response = client_for(name).get(&url).send().await;
+        assert_eq!(
+            response.map(|r| r.status().as_u16()).ok(),
+            Some(200),
+            "{name}"
+        );
+    }
+    let by_ip = client_for("unused")
+        .get(format!("https://127.0.0.1:{}/healthz", addr.port()))
+        .send()
+        .await;
+    assert_eq!(by_ip.map(|r| r.status().as_u16()).ok(), Some(200), "IP SAN");
+    let other = "other.pinhook-system.svc";
+    let refused = client_for(other)
+        .get(format!("https://{other}:{}/healthz", addr.port()))
+        .send()
+        .await;
+    assert!(refused.is_err(), "a name not in the certificate is refused");
+    running.shutdown(Duration::ZERO).await.expect("shutdown");
 }
