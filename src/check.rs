@@ -117,6 +117,34 @@ pub fn render(report: &Report, output: Output, colour: bool) -> Result<String, S
     }
 }
 
+/// One line per input error and per denied or violating image: what a YAML run reports on
+/// stderr next to the manifests.
+pub fn problems(report: &Report) -> Vec<String> {
+    let errors = report.errors.iter().map(|e| match &e.source {
+        Some(source) => format!("{source}: document {}: {}", e.index, e.error),
+        None => format!("document {}: {}", e.index, e.error),
+    });
+    let images = report.objects.iter().flat_map(|object| {
+        object
+            .images
+            .iter()
+            .filter(|i| i.action == "denied" || i.action == "violation")
+            .map(move |i| {
+                let site = match i.container.is_empty() {
+                    true => String::new(),
+                    false => format!(" container {}", i.container),
+                };
+                format!(
+                    "{}{site}: {}: {}",
+                    object_name(object),
+                    i.action,
+                    i.reason.as_deref().unwrap_or("")
+                )
+            })
+    });
+    errors.chain(images).collect()
+}
+
 /// The pinned manifests, ready to commit: one YAML document per object, in input order.
 fn render_yaml(report: &Report) -> Result<String, String> {
     let mut out = String::new();

@@ -11,14 +11,30 @@ use common::registry::{RegistryAuth, TestRegistry};
 use serde_json::Value;
 
 fn pinhook(registry: &TestRegistry, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pinhook"))
+    pinhook_as(registry, args, stdin, &[("HOME", "/nonexistent")])
+}
+
+/// `pinhook check` with extra environment (e.g. `DOCKER_CONFIG`, `HOME`).
+fn pinhook_as(
+    registry: &TestRegistry,
+    args: &[&str],
+    stdin: Option<&str>,
+    env: &[(&str, &str)],
+) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pinhook"));
+    command
         .arg("check")
         .args(args)
         .arg("--registry-ca")
         .arg(registry.ca_path())
         .env("HOME", "/nonexistent")
         .env_remove("DOCKER_CONFIG")
-        .env("PINHOOK_LOG", "error")
+        .env_remove("NO_COLOR")
+        .env("PINHOOK_LOG", "error");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -222,4 +238,132 @@ async fn yaml_output_is_the_pinned_manifests_and_violations_exit_1() {
     assert_eq!(output.status.code(), Some(2));
     let output = pinhook(&registry, &[], None);
     assert_eq!(output.status.code(), Some(2), "usage error");
+}
+
+/// `resolve: Never` makes no registry call; the dry run still says what `/validate` would do
+/// with each unpinned tag (deny it in enforce), as admission as a whole would.
+#[tokio::test]
+async fn resolve_never_reports_the_unpinned_tags_validation_denies() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let host = registry.host();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "mode: enforce\nresolve: Never\n").expect("write");
+    let manifest = deployment(&host, "app", "team/app:1.0");
+    let output = pinhook(
+        &registry,
+        &[
+            "-",
+            "--policy",
+            policy.to_str().expect("path"),
+            "-o",
+            "json",
+        ],
+        Some(&manifest),
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).expect("json");
+    let image = &report["objects"][0]["images"][0];
+    assert_eq!(image["action"], "denied", "{report}");
+    assert_eq!(image["path"], "/spec/template/spec/containers/0/image");
+    assert_eq!(image["reason"], "not pinned to a digest");
+    let manifest_requests = registry.count_requests("HEAD", "/manifests/").await
+        + registry.count_requests("GET", "/manifests/").await;
+    assert_eq!(manifest_requests, 0, "no registry call at all");
+}
+
+/// Local mode resolves with the user's docker credentials: `$DOCKER_CONFIG/config.json`,
+/// else `~/.docker/config.json`; without them a private image is refused.
+#[tokio::test]
+async fn local_mode_uses_the_users_docker_credentials() {
+    let registry = TestRegistry::start(RegistryAuth::htpasswd("ci", "hunter2")).await;
+    let pushed = images::push_multi_arch(&registry, "team/private", "1.0", "p").await;
+    let host = registry.host();
+    let manifest = deployment(&host, "app", "team/private:1.0");
+    let config = format!(
+        r#"{{"auths":{{"{host}":{{"auth":"{}"}}}}}}"#,
+        base64_of("ci:hunter2")
+    );
+    let docker_config = tempfile::tempdir().expect("tempdir");
+    std::fs::write(docker_config.path().join("config.json"), &config).expect("write");
+    let home = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(home.path().join(".docker")).expect("mkdir");
+    std::fs::write(home.path().join(".docker/config.json"), &config).expect("write");
+
+    let pinned = format!("{host}/team/private:1.0@{}", pushed.index_digest);
+    let dir = docker_config.path().to_str().expect("path");
+    let home_dir = home.path().to_str().expect("path");
+    for env in [[("DOCKER_CONFIG", dir)], [("HOME", home_dir)]] {
+        let output = pinhook_as(&registry, &["-", "-o", "yaml"], Some(&manifest), &env);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{env:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout(&output).contains(&pinned),
+            "{env:?}: {}",
+            stdout(&output)
+        );
+    }
+    let output = pinhook(&registry, &["-"], Some(&manifest));
+    assert_eq!(output.status.code(), Some(1), "no credentials: refused");
+    assert!(
+        stdout(&output).contains("unauthorized"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// Exact output of the three formats, with the registry address and digests normalised.
+/// `UPDATE_SNAPSHOTS=1 cargo test --test check_cli` rewrites tests/snapshots/.
+#[tokio::test]
+async fn output_snapshots() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    images::push_multi_arch(&registry, "team/init", "1.0", "init").await;
+    let host = registry.host();
+    let manifests = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: app\nspec:\n  ports:\n  - port: 80\n---\n{}---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: team\nspec:\n  initContainers:\n  - name: init\n    image: {host}/team/init:1.0\n  containers:\n  - name: c\n    image: {host}/team/app:missing\n  - name: pinned\n    image: {host}/team/app@sha256:{}\n",
+        deployment(&host, "app", "team/app:1.0"),
+        "0".repeat(64)
+    );
+    for (format, file) in [
+        ("table", "check.table.txt"),
+        ("json", "check.json"),
+        ("yaml", "check.yaml"),
+    ] {
+        let output = pinhook(&registry, &["-", "-o", format], Some(&manifests));
+        assert_eq!(output.status.code(), Some(1), "{format}: a missing tag");
+        if format == "yaml" {
+            let stderr = normalise(&String::from_utf8_lossy(&output.stderr), &registry);
+            assert_eq!(
+                stderr,
+                "pinhook: Pod/team/p container c: denied: tag missing not found in REGISTRY/team/app\n",
+                "what kept an image from being pinned is on stderr"
+            );
+        }
+        let actual = normalise(&stdout(&output), &registry);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/snapshots")
+            .join(file);
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+            std::fs::write(&path, &actual).expect("write snapshot");
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_SNAPSHOTS=1 writes it)", path.display()));
+        assert_eq!(
+            actual,
+            expected,
+            "{format} output differs from {}",
+            path.display()
+        );
+    }
 }

@@ -313,6 +313,25 @@ async fn serves_http2_and_http1() {
     assert_eq!(response.status().as_u16(), 200);
     // reqwest negotiates h2 through ALPN when the server offers it.
     assert_eq!(response.version(), reqwest::Version::HTTP_2);
+
+    let ca = reqwest::Certificate::from_pem(pinhook.ca_pem().as_bytes()).expect("ca");
+    let http1 = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .no_proxy()
+        .http1_only()
+        .build()
+        .expect("client");
+    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let response = http1
+        .post(pinhook.url("/mutate"))
+        .json(&review)
+        .send()
+        .await
+        .expect("mutate over HTTP/1.1");
+    assert_eq!(response.version(), reqwest::Version::HTTP_11);
+    assert_eq!(response.status().as_u16(), 200);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["response"]["uid"], review["request"]["uid"]);
 }
 
 #[tokio::test]

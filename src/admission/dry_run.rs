@@ -145,11 +145,15 @@ async fn plan_document(
         .plan(&target, budget)
         .await
         .map_err(|e| fail(error_chain(&e)))?;
+    let patched = patched_object(&object, &plan).map_err(&fail)?;
+    // `/validate` sees the object after `/mutate` patched it: judge the patched object.
     let validation = pinner
-        .check_pinned(&target)
+        .check_pinned(&Target {
+            object: &patched,
+            ..target
+        })
         .await
         .map_err(|e| fail(error_chain(&e)))?;
-    let patched = patched_object(&object, &plan).map_err(&fail)?;
     Ok(object_report(
         &document, identity, plan, validation, patched,
     ))
@@ -172,8 +176,10 @@ fn object_report(
     let mut warnings = plan.warnings.clone();
     // Mirror findings come from validation (the mutating path does not judge mirror objects).
     warnings.extend(validation.findings.iter().map(|f| f.message.clone()));
-    let images: Vec<ImageReport> = plan.outcomes.iter().map(image_report).collect();
-    let mut images = images;
+    let mut images: Vec<ImageReport> = admitted_outcomes(&plan, &validation)
+        .into_iter()
+        .map(image_report)
+        .collect();
     // Mirror kinds have no images; report their findings as the object's denial or violation.
     for finding in &validation.findings {
         images.push(ImageReport {
@@ -201,6 +207,25 @@ fn object_report(
         warnings,
         object,
     }
+}
+
+/// Per image site, what admission as a whole does: the mutating plan's outcome, unless the
+/// validating step would still deny or report the (patched) image, e.g. under `resolve: Never`
+/// where the plan resolves nothing and validation alone judges unpinned tags.
+fn admitted_outcomes<'a>(plan: &'a Plan, validation: &'a Plan) -> Vec<&'a ImageOutcome> {
+    let judged = |o: &ImageOutcome| matches!(o.action, Action::Denied | Action::Violation);
+    let mut outcomes: Vec<&ImageOutcome> = plan.outcomes.iter().collect();
+    for checked in validation.outcomes.iter().filter(|o| judged(o)) {
+        match outcomes
+            .iter_mut()
+            .find(|o| o.site.pointer == checked.site.pointer)
+        {
+            Some(planned) if !judged(planned) => *planned = checked,
+            Some(_) => {}
+            None => outcomes.push(checked),
+        }
+    }
+    outcomes
 }
 
 fn image_report(outcome: &ImageOutcome) -> ImageReport {
