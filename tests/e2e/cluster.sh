@@ -9,7 +9,8 @@
 #   tests/e2e/cluster.sh stop      # kill both (by recorded PID), keep logs
 #   tests/e2e/cluster.sh env       # print `export KUBECONFIG=...` lines (eval-able)
 #   tests/e2e/cluster.sh status    # exit 0 when the apiserver answers /readyz
-#   tests/e2e/cluster.sh ns NAME   # create namespace NAME + its `default` SA
+#   tests/e2e/cluster.sh ns NAME [KEY=VALUE...]
+#                                  # create namespace NAME (labelled) + its `default` SA
 #   tests/e2e/cluster.sh cert DIR [DNS-or-IP...]
 #                                  # write DIR/tls.crt, DIR/tls.key (SANs
 #                                  # 127.0.0.1, localhost + extras) signed by
@@ -272,16 +273,23 @@ e2e_env() {
   printf 'export E2E_APISERVER_URL=%q\n' "https://127.0.0.1:$E2E_APISERVER_PORT"
 }
 
-# e2e_ns NAME: namespace + `default` ServiceAccount (no controller-manager
+# e2e_ns NAME [KEY=VALUE...]: namespace, with these labels from its creation on
+# (e.g. pinhook.dev/mode=audit), + `default` ServiceAccount (no controller-manager
 # creates it; the ServiceAccount admission plugin rejects pods without it)
 e2e_ns() {
   _e2e_vars
-  local ns=$1
+  local ns=$1 labels="" kv
+  shift
+  for kv in "$@"; do
+    [[ $kv == ?*=* ]] || { _e2e_log "ERROR: e2e_ns: label '$kv' is not KEY=VALUE"; return 1; }
+    labels+=$(printf '\n    "%s": "%s"' "${kv%%=*}" "${kv#*=}")
+  done
   kubectl --kubeconfig "$E2E_KUBECONFIG" apply -f - >/dev/null <<EOF || return 1
 apiVersion: v1
 kind: Namespace
 metadata:
-  name: $ns
+  name: $ns${labels:+
+  labels:$labels}
 ---
 apiVersion: v1
 kind: ServiceAccount
@@ -313,9 +321,9 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     start) e2e_start ;;
     stop) e2e_stop ;;
     env) e2e_env ;;
-    status) e2e_ready && echo ready || { echo "not ready"; exit 1; } ;;
-    ns) [[ -n ${2:-} ]] || { echo "usage: $0 ns NAME" >&2; exit 2; }; e2e_ns "$2" ;;
+    status) if e2e_ready; then echo ready; else echo "not ready"; exit 1; fi ;;
+    ns) [[ -n ${2:-} ]] || { echo "usage: $0 ns NAME [KEY=VALUE...]" >&2; exit 2; }; e2e_ns "${@:2}" ;;
     cert) [[ -n ${2:-} ]] || { echo "usage: $0 cert DIR [SAN...]" >&2; exit 2; }; e2e_cert "${@:2}" ;;
-    *) echo "usage: $0 start|stop|env|status|ns NAME|cert DIR [SAN...]" >&2; exit 2 ;;
+    *) echo "usage: $0 start|stop|env|status|ns NAME [KEY=VALUE...]|cert DIR [SAN...]" >&2; exit 2 ;;
   esac
 fi

@@ -20,6 +20,18 @@
 #      apply; replace by a different field manager), asserted as such
 #   g  a tag that does not exist is refused with pinhook's message
 #   h  serving-certificate rotation under load: no request fails, the served cert changes
+#   i  audit mode per namespace (label pinhook.dev/mode=audit): a tag-only Deployment and a
+#      Pod with a missing tag are both admitted and stored exactly as written (compared with
+#      the same objects stored in a namespace no webhook sees); the missing tag gives one
+#      `Warning: pinhook audit: would deny ...`, the pinnable tags none; no patch answered
+#   j  mirror guard (webhook mirrors.pinhook.dev) on the OpenShift CRDs of tests/fixtures/crds
+#      and a registries.conf ConfigMap: tag mirrors (ImageTagMirrorSet, ImageContentPolicy with
+#      allowMirrorByTags, pull-from-mirror absent) refused with pinhook's message, digest-only
+#      ones stored; the cluster-scoped objects stored are deleted at the end
+#   k  POST /v1/dry-run through the apiserver's TokenReview/SubjectAccessReview: 200 with the
+#      exact digests for a ServiceAccount allowed to create deployments, 403 naming what is
+#      missing for one that is not, 401 for a garbage token and for none; `pinhook check
+#      --server` on the same manifest; nothing stored
 #
 # The last line of stdout is always `N passed, M failed` (scenarios that did not
 # run because set-up failed count as failed). Exit 0 only when M is 0.
@@ -33,6 +45,9 @@
 #   KUBE_APISERVER      use this kube-apiserver binary (skips build-kube-apiserver.sh)
 #   E2E_SKIP_BUILD=1    do not run cargo; use PINHOOK_BIN / E2E_REGISTRY_BIN (default
 #                       target/debug/pinhook and target/debug/examples/e2e_registry)
+#   E2E_PINHOOK_IDENTITY serviceaccount (default): pinhook authenticates with a token of
+#                       pinhook-system/pinhook (the shipped ClusterRole, manifests/base/rbac.yaml);
+#                       admin: with the admin kubeconfig, as kubectl does
 #   E2E_KEEP=1          leave pinhook, the registry and the cluster running at the end
 #                       (stop them yourself: kill the PIDs printed, cluster.sh stop)
 set -euo pipefail
@@ -46,7 +61,7 @@ ROOT="$(cd "$E2E_DIR/../.." && pwd)"
 
 export E2E_WORK="${E2E_WORK:-/tmp/pinhook-e2e-run}"
 RUN="$E2E_WORK/run"
-ALL_SCENARIOS=(a b c d e f g h)
+ALL_SCENARIOS=(a b c d e f g h i j k)
 declare -A SCENARIO_TITLE=(
   [a]="Deployment: initContainer and container pinned in the stored template"
   [b]="bare Pod pinned"
@@ -56,6 +71,9 @@ declare -A SCENARIO_TITLE=(
   [f]="re-applying the tag-only manifest leaves the stored object unchanged"
   [g]="a tag that does not exist is refused with pinhook's message"
   [h]="serving-certificate rotation under load: no failed request"
+  [i]="audit namespace: admitted unpinned, warning only for what enforce would deny"
+  [j]="mirror guard: tag mirrors refused, digest mirrors stored (OpenShift CRDs, registries.conf)"
+  [k]="/v1/dry-run authenticated by the apiserver: 200/403/401, pinhook check --server"
 )
 
 T_START=$(date +%s)
@@ -209,7 +227,14 @@ export KUBE_APISERVER
 log "kube-apiserver: $KUBE_APISERVER ($(($(date +%s) - t))s)"
 
 "$ROOT/scripts/install-test-deps.sh" || die "scripts/install-test-deps.sh failed"
-for tool in kubectl openssl curl ss base64; do
+if ! command -v jq >/dev/null 2>&1; then # scenarios read JSON answers with it
+  log "installing jq (apt)"
+  { DEBIAN_FRONTEND=noninteractive apt-get -qq install -y --no-install-recommends jq >/dev/null 2>&1 ||
+    { DEBIAN_FRONTEND=noninteractive apt-get -qq update &&
+      DEBIAN_FRONTEND=noninteractive apt-get -qq install -y --no-install-recommends jq >/dev/null; }; } ||
+    die "apt-get install jq failed"
+fi
+for tool in kubectl openssl curl ss base64 jq; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found"
 done
 
@@ -279,12 +304,78 @@ pinned() { # pinned REPO TAG -> 127.0.0.1:PORT/team/REPO:TAG@sha256:...
   printf '%s/team/%s:%s@%s' "$REGISTRY_HOST" "$1" "$2" "${!var:?no digest for $1:$2}"
 }
 image() { printf '%s/team/%s:%s' "$REGISTRY_HOST" "$1" "$2"; }
+digest() { # digest REPO TAG -> sha256:... (the index digest the helper pushed)
+  local var="DIGEST_${1//[^a-zA-Z0-9]/_}_${2//[^a-zA-Z0-9]/_}"
+  printf '%s' "${!var:?no digest for $1:$2}"
+}
 
-# --- 4. pinhook -----------------------------------------------------------------------
+# --- 4. pinhook's certificate and port, then the manifests ------------------------------
 CERT_DIR="$RUN/pinhook-tls"
 e2e_cert "$CERT_DIR" >/dev/null || die "cluster.sh cert failed"
 pick_port PINHOOK_PORT "$(free_port)"
 PINHOOK_URL="https://127.0.0.1:$PINHOOK_PORT"
+
+# The full local-url overlay (Namespace, ServiceAccount, ClusterRole/Binding and both webhook
+# configurations), applied BEFORE pinhook starts so that pinhook can run as its own
+# ServiceAccount. Until pinhook listens the webhooks (failurePolicy Fail) would refuse what
+# they cover; nothing covered is written before the probe below.
+K label ns kube-system pinhook.dev/ignore=true --overwrite >/dev/null
+kubectl kustomize "$ROOT/manifests/overlays/local-url" \
+  | sed -e "s|PINHOOK_URL_BASE|$PINHOOK_URL|g" \
+    -e "s|PINHOOK_CA_BUNDLE|$(base64 -w0 <"$CERT_DIR/ca.crt")|g" \
+    >"$RUN/manifests.yaml"
+klog apply -f "$RUN/manifests.yaml" || die "applying manifests/overlays/local-url failed"
+
+# --- 5. pinhook's identity towards the apiserver -----------------------------------------------
+# serviceaccount (default): a kubeconfig with a TokenRequest token of pinhook-system/pinhook,
+# so pinhook has exactly the shipped ClusterRole (manifests/base/rbac.yaml); admin: the admin
+# kubeconfig kubectl uses.
+tokenreview_user() { # tokenreview_user TOKEN_FILE -> the user the apiserver authenticates
+  K create -o jsonpath='{.status.user.username}' -f - <<EOF
+apiVersion: authentication.k8s.io/v1
+kind: TokenReview
+spec:
+  token: "$(<"$1")"
+EOF
+}
+PINHOOK_USER="system:serviceaccount:pinhook-system:pinhook"
+case ${E2E_PINHOOK_IDENTITY:=serviceaccount} in
+  serviceaccount)
+    (umask 077 && K -n pinhook-system create token pinhook --duration=2h >"$RUN/pinhook.token") ||
+      die "kubectl create token -n pinhook-system pinhook failed"
+    user=$(tokenreview_user "$RUN/pinhook.token") || die "TokenReview of pinhook's token failed"
+    [[ $user == "$PINHOOK_USER" ]] || die "pinhook's token authenticates as '$user', not $PINHOOK_USER"
+    (
+      umask 077
+      cat >"$RUN/pinhook.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: e2e
+    cluster:
+      server: $E2E_APISERVER_URL
+      certificate-authority-data: $(base64 -w0 <"$E2E_CA_CERT")
+users:
+  - name: pinhook
+    user:
+      token: $(<"$RUN/pinhook.token")
+contexts:
+  - name: pinhook
+    context: {cluster: e2e, user: pinhook}
+current-context: pinhook
+EOF
+    )
+    PINHOOK_KUBECONFIG="$RUN/pinhook.kubeconfig"
+    ;;
+  admin)
+    PINHOOK_KUBECONFIG="$KUBECONFIG"
+    PINHOOK_USER="admin"
+    ;;
+  *) die "E2E_PINHOOK_IDENTITY must be serviceaccount or admin, not '$E2E_PINHOOK_IDENTITY'" ;;
+esac
+log "pinhook talks to the apiserver as $PINHOOK_USER ($PINHOOK_KUBECONFIG)"
+
+# --- 6. pinhook -------------------------------------------------------------------------------
 # Enforce (deny what cannot be pinned; the shipped ConfigMap starts in audit),
 # and let pinhook contact the loopback registry: its address guard refuses
 # loopback/link-local/metadata hosts unless registries.allowPrivate names them.
@@ -299,7 +390,7 @@ NO_COLOR=1 PINHOOK_LOG="${PINHOOK_LOG:-info}" "$PINHOOK_BIN" serve \
   --tls-cert "$CERT_DIR/tls.crt" --tls-key "$CERT_DIR/tls.key" \
   --registry-ca "$REGISTRY_CA" \
   --policy "$RUN/policy.yaml" \
-  --kubeconfig "$KUBECONFIG" \
+  --kubeconfig "$PINHOOK_KUBECONFIG" \
   </dev/null >"$RUN/pinhook.log" 2>&1 3>&- &
 PINHOOK_PID=$!
 echo "$PINHOOK_PID" >"$RUN/pinhook.pid"
@@ -309,14 +400,6 @@ pinhook_ready() {
 }
 WAIT_PID=$PINHOOK_PID wait_until 30 "pinhook /readyz" pinhook_ready || die "pinhook not ready (pid $PINHOOK_PID)"
 log "pinhook ready (pid $PINHOOK_PID)"
-
-# --- 5. webhook configurations (the full local-url overlay) ----------------------------
-K label ns kube-system pinhook.dev/ignore=true --overwrite >/dev/null
-kubectl kustomize "$ROOT/manifests/overlays/local-url" \
-  | sed -e "s|PINHOOK_URL_BASE|$PINHOOK_URL|g" \
-    -e "s|PINHOOK_CA_BUNDLE|$(base64 -w0 <"$CERT_DIR/ca.crt")|g" \
-    >"$RUN/manifests.yaml"
-klog apply -f "$RUN/manifests.yaml" || die "applying manifests/overlays/local-url failed"
 
 e2e_ns e2e-probe || die "cannot create namespace e2e-probe"
 PROBE_EXPECTED=$(pinned app 1.0)
@@ -331,9 +414,9 @@ if ! wait_until 30 "the webhook to pin a dry-run pod" probe_pinned; then
   log "last probe error: $(cat "$RUN/probe.err" 2>/dev/null)"
   die "the webhook did not take effect"
 fi
-log "webhook effective ($(($(date +%s) - t))s after apply)"
+log "webhook effective ($(($(date +%s) - t))s after pinhook was ready)"
 
-# --- 6. scenarios ----------------------------------------------------------------------
+# --- 7. scenarios ----------------------------------------------------------------------
 # Assertions print one line each and return 1 on failure; scenarios run in a
 # subshell with errexit on, so an unexpected failing command fails the scenario too.
 ok() { log "  ok: $*"; }
@@ -716,6 +799,413 @@ EOF
   local images
   images=$(K -n "$ns" get pods -o jsonpath='{range .items[*]}{.spec.containers[0].image}{"\n"}{end}' | sort | uniq -c | sed 's/^ *//')
   expect_eq "stored images of the load pods (count image)" "$images" "60 $(pinned app 1.0)" || rc=1
+  return "$rc"
+}
+
+# --- helpers of i, j, k ------------------------------------------------------------------
+# metric_sum METRIC [LABEL="VALUE"...]: sum of pinhook's samples of METRIC that carry all these labels
+metric_sum() {
+  local metric=$1
+  shift
+  curl -s --max-time 5 --cacert "$CERT_DIR/ca.crt" "$PINHOOK_URL/metrics" | awk -v m="$metric{" -v want="$*" '
+    BEGIN { n = split(want, w, " ") }
+    index($0, m) == 1 {
+      hit = 1
+      for (i = 1; i <= n; i++) if (index($0, w[i]) == 0) hit = 0
+      if (hit) s += $NF
+    }
+    END { print s + 0 }'
+}
+log_lines() { wc -l <"$RUN/pinhook.log"; }
+log_since() { tail -n "+$(($1 + 1))" "$RUN/pinhook.log" | sed 's/\x1b\[[0-9;]*m//g'; } # log_since LINES_BEFORE
+# kubectl_to DIR/NAME KUBECTL-ARGS...: run kubectl, stdout to NAME.out, stderr to NAME.err;
+# prints nothing, sets KCODE (exit code) and KERR (stderr), logs both
+kubectl_to() {
+  local out=$1
+  shift
+  KCODE=0
+  K "$@" >"$out.out" 2>"$out.err" || KCODE=$?
+  KERR=$(<"$out.err")
+  log "  kubectl ${*:1:3}...: exit $KCODE; stderr: ${KERR:-(empty)}"
+}
+# warning_text TEXT: TEXT as pinhook's render.rs (shape_warnings) sends it: cut to 120 characters, the last one '…'
+warning_text() {
+  local text=$1
+  if ((${#text} > 120)); then text="${text:0:119}…"; fi
+  printf '%s' "$text"
+}
+spec_json() { K -n "$1" get "$2" "$3" -o json | jq -S .spec; } # spec_json NS KIND NAME
+
+# --- i: audit mode per namespace --------------------------------------------------------------
+# The namespace carries pinhook.dev/mode=audit from its creation on (pinhook caches namespace
+# labels for 30 s). What the code promises (src/admission/pipeline.rs `finish`, render.rs
+# `all_warnings`): in audit, nothing is patched and nothing denied; an image that enforce would
+# deny becomes a warning `pinhook audit: would deny <container kind> <name> image <image>: <why>`
+# (cut to 120 characters), an audit annotation, a `policy violation` log line and
+# pinhook_policy_violations_total{mode="audit"}; an image that enforce would pin becomes
+# `Unchanged` ("audit mode: would pin to sha256:…"), which produces no warning at all.
+scenario_i() {
+  local ns=e2e-i ref=e2e-i-ref rc=0 dir="$RUN/i"
+  mkdir -p "$dir"
+  e2e_ns "$ns" pinhook.dev/mode=audit
+  # The same manifests stored where no pinhook webhook is called (the opt-out label): the
+  # apiserver's own result without any patch, to compare the audited objects with.
+  e2e_ns "$ref" pinhook.dev/ignore=true
+  expect_eq "label pinhook.dev/mode of $ns" "$(K get ns "$ns" -o jsonpath='{.metadata.labels.pinhook\.dev/mode}')" audit || rc=1
+  local patched_before violations_before lines_before
+  patched_before=$(metric_sum pinhook_admission_reviews_total 'result="pinned"')
+  violations_before=$(metric_sum pinhook_policy_violations_total 'mode="audit"')
+  lines_before=$(log_lines)
+
+  # 1. a Deployment whose three tag-only images pinhook can resolve
+  deployment_yaml web >"$dir/deployment.yaml"
+  kubectl_to "$dir/deployment" -n "$ns" create -f "$dir/deployment.yaml"
+  expect_eq "kubectl create deployment: exit code" "$KCODE" 0 || rc=1
+  expect_eq "kubectl create deployment: Warning lines on stderr (none: a tag audit would pin is no warning)" \
+    "$(grep -c '^Warning:' <<<"$KERR" || true)" 0 || rc=1
+  expect_eq "stored deployment images (tags as written)" "$(deploy_images "$ns" web)" \
+    "$(image init 1.0) $(image app 1.0) $(image sidecar 1.0)" || rc=1
+  expect_eq "occurrences of '@sha256' in the stored deployment" \
+    "$(K -n "$ns" get deployment web -o json | grep -c '@sha256' || true)" 0 || rc=1
+  K -n "$ref" create -f "$dir/deployment.yaml" >/dev/null
+  same_object "stored deployment spec, $ns vs $ref (no webhook)" \
+    "$(spec_json "$ref" deployment web)" "$(spec_json "$ns" deployment web)" || rc=1
+
+  # 2. a Pod whose tag does not exist (enforce denies it: scenario g)
+  cat >"$dir/pod.yaml" <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: missing
+spec:
+  containers:
+    - name: app
+      image: $(image app does-not-exist)
+EOF
+  kubectl_to "$dir/pod" -n "$ns" create -f "$dir/pod.yaml"
+  expect_eq "kubectl create pod: exit code" "$KCODE" 0 || rc=1
+  local warnings
+  warnings=$(grep '^Warning:' <<<"$KERR" || true)
+  expect_eq "kubectl create pod: Warning lines" "$(grep -c . <<<"$warnings" || true)" 1 || rc=1
+  expect_contains "kubectl create pod: warning" "$warnings" \
+    "Warning: pinhook audit: would deny container app image $(image app does-not-exist): tag does-not-exist not found" || rc=1
+  expect_eq "kubectl create pod: the whole warning" "$warnings" \
+    "Warning: $(warning_text "pinhook audit: would deny container app image $(image app does-not-exist): tag does-not-exist not found in $REGISTRY_HOST/team/app")" || rc=1
+  expect_eq "stored pod image (tag as written)" "$(jp "$ns" pod missing '{.spec.containers[0].image}')" "$(image app does-not-exist)" || rc=1
+  K -n "$ref" create -f "$dir/pod.yaml" >/dev/null
+  same_object "stored pod spec, $ns vs $ref (no webhook)" "$(spec_json "$ref" pod missing)" "$(spec_json "$ns" pod missing)" || rc=1
+
+  # 3. pinhook's side: no patch answered, one audit violation counted and logged
+  expect_eq "reviews pinhook answered with a patch (delta)" \
+    "$(($(metric_sum pinhook_admission_reviews_total 'result="pinned"') - patched_before))" 0 || rc=1
+  expect_eq "pinhook_policy_violations_total{mode=\"audit\"} (delta, all reasons; the log line below says which)" \
+    "$(($(metric_sum pinhook_policy_violations_total 'mode="audit"') - violations_before))" 1 || rc=1
+  local new violations
+  new=$(log_since "$lines_before")
+  violations=$(grep 'policy violation' <<<"$new" || true)
+  expect_eq "pinhook log: 'policy violation' lines" "$(grep -c . <<<"$violations" || true)" 1 || rc=1
+  local field
+  for field in 'mode=audit' 'violation="resolution_failed"' 'admitted=true' "image=$(image app does-not-exist)"; do
+    expect_contains "pinhook log: policy violation" "$violations" "$field" || rc=1
+  done
+  expect_eq "pinhook log: 'pinned image' lines" "$(grep -c 'pinned image' <<<"$new" || true)" 0 || rc=1
+  return "$rc"
+}
+
+# --- j: mirror guard --------------------------------------------------------------------------
+MIRROR_RISK="a tag mirror can serve different content for the same tag"
+MIRROR_DENIED='admission webhook "mirrors.pinhook.dev" denied the request'
+# expect_refused WHAT DIR/NAME MESSAGE KUBECTL-ARGS...: kubectl fails with pinhook's mirror denial
+expect_refused() {
+  local what=$1 out=$2 message=$3 rc=0
+  shift 3
+  kubectl_to "$out" "$@"
+  if ((KCODE == 0)); then bad "$what: kubectl exit 0 (stored), expected a refusal" || rc=1; else ok "$what: kubectl exit code $KCODE"; fi
+  expect_contains "$what: kubectl stderr" "$KERR" "$MIRROR_DENIED: $message" || rc=1
+  return "$rc"
+}
+# expect_stored WHAT DIR/NAME KUBECTL-ARGS...: kubectl succeeds
+expect_stored() {
+  local what=$1 out=$2
+  shift 2
+  kubectl_to "$out" "$@"
+  expect_eq "$what: kubectl exit code" "$KCODE" 0
+}
+# expect_absent KIND NAME [NS]: kubectl get says NotFound
+expect_absent() {
+  local err
+  if err=$(K ${3:+-n "$3"} get "$1" "$2" -o name 2>&1); then
+    bad "$1 $2 is stored: $err"
+  else
+    expect_contains "kubectl get $1 $2" "$err" NotFound
+  fi
+}
+registries_conf_cm() { # registries_conf_cm NAME [PULL_FROM_MIRROR]
+  cat <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: $1
+data:
+  registries.conf: |
+    [[registry]]
+    location = "registry.example/team"
+
+    [[registry.mirror]]
+    location = "mirror.example:5000/team"
+EOF
+  [[ -z ${2:-} ]] || printf '    pull-from-mirror = "%s"\n' "$2"
+}
+scenario_j() {
+  local ns=e2e-j rc=0 dir="$RUN/j" crd
+  mkdir -p "$dir"
+  e2e_ns "$ns"
+  klog apply -f "$ROOT/tests/fixtures/crds/"
+  for crd in imagetagmirrorsets.config.openshift.io imagedigestmirrorsets.config.openshift.io \
+    imagecontentpolicies.config.openshift.io imagecontentsourcepolicies.operator.openshift.io; do
+    klog wait --for=condition=Established "crd/$crd" --timeout=30s
+  done
+  local denied_before
+  denied_before=$(metric_sum pinhook_policy_violations_total 'mode="enforce"' 'reason="tag_mirror"')
+
+  # ImageTagMirrorSet: every mirror serves tag pulls -> refused, nothing stored
+  expect_refused "ImageTagMirrorSet" "$dir/itms" \
+    "ImageTagMirrorSet spec.imageTagMirrors[0].mirrors[0] lets mirror.example:5000/team serve tag pulls for registry.example/team: $MIRROR_RISK" \
+    create -f - <<EOF || rc=1
+apiVersion: config.openshift.io/v1
+kind: ImageTagMirrorSet
+metadata:
+  name: e2e-j-tags
+spec:
+  imageTagMirrors:
+    - source: registry.example/team
+      mirrors: [mirror.example:5000/team]
+EOF
+  expect_absent imagetagmirrorset e2e-j-tags || rc=1
+  expect_eq "ImageTagMirrorSets stored" "$(K get imagetagmirrorsets -o name | wc -l)" 0 || rc=1
+
+  # ImageDigestMirrorSet with the same source and mirror: digest pulls only -> stored
+  expect_stored "ImageDigestMirrorSet" "$dir/idms" create -f - <<EOF || rc=1
+apiVersion: config.openshift.io/v1
+kind: ImageDigestMirrorSet
+metadata:
+  name: e2e-j-digests
+spec:
+  imageDigestMirrors:
+    - source: registry.example/team
+      mirrors: [mirror.example:5000/team]
+EOF
+  expect_eq "stored ImageDigestMirrorSet source -> mirror" \
+    "$(K get imagedigestmirrorset e2e-j-digests -o jsonpath='{.spec.imageDigestMirrors[0].source} -> {.spec.imageDigestMirrors[0].mirrors[0]}')" \
+    "registry.example/team -> mirror.example:5000/team" || rc=1
+
+  # ImageContentPolicy: refused with allowMirrorByTags: true, stored without it
+  expect_refused "ImageContentPolicy with allowMirrorByTags" "$dir/icp-tags" \
+    "ImageContentPolicy spec.repositoryDigestMirrors[0].mirrors[0] has allowMirrorByTags, so mirror.example:5000/team serves tag pulls for registry.example/team: $MIRROR_RISK" \
+    create -f - <<EOF || rc=1
+apiVersion: config.openshift.io/v1
+kind: ImageContentPolicy
+metadata:
+  name: e2e-j-icp-tags
+spec:
+  repositoryDigestMirrors:
+    - source: registry.example/team
+      mirrors: [mirror.example:5000/team]
+      allowMirrorByTags: true
+EOF
+  expect_absent imagecontentpolicy e2e-j-icp-tags || rc=1
+  expect_stored "ImageContentPolicy without allowMirrorByTags" "$dir/icp" create -f - <<EOF || rc=1
+apiVersion: config.openshift.io/v1
+kind: ImageContentPolicy
+metadata:
+  name: e2e-j-icp
+spec:
+  repositoryDigestMirrors:
+    - source: registry.example/team
+      mirrors: [mirror.example:5000/team]
+EOF
+  expect_eq "stored ImageContentPolicy source -> mirror" \
+    "$(K get imagecontentpolicy e2e-j-icp -o jsonpath='{.spec.repositoryDigestMirrors[0].source} -> {.spec.repositoryDigestMirrors[0].mirrors[0]}')" \
+    "registry.example/team -> mirror.example:5000/team" || rc=1
+
+  # ImageContentSourcePolicy (operator.openshift.io/v1alpha1): digest mirrors by definition -> stored
+  expect_stored "ImageContentSourcePolicy" "$dir/icsp" create -f - <<EOF || rc=1
+apiVersion: operator.openshift.io/v1alpha1
+kind: ImageContentSourcePolicy
+metadata:
+  name: e2e-j-icsp
+spec:
+  repositoryDigestMirrors:
+    - source: registry.example/team
+      mirrors: [mirror.example:5000/team]
+EOF
+
+  # ConfigMap with a registries.conf: a mirror with pull-from-mirror absent (= "all") is
+  # refused; the same mirror with "digest-only" is stored; updating the stored one back to
+  # "all" is refused too (UPDATE judges the new object) and leaves it as it was
+  local cm_message="ConfigMap data[registries.conf] [[registry]] location=\"registry.example/team\" mirror[0] lets mirror.example:5000/team serve tag pulls: $MIRROR_RISK"
+  registries_conf_cm tag-mirror >"$dir/cm-all.yaml"
+  expect_refused "ConfigMap registries.conf, pull-from-mirror absent" "$dir/cm-all" "$cm_message" \
+    -n "$ns" create -f "$dir/cm-all.yaml" || rc=1
+  expect_absent configmap tag-mirror "$ns" || rc=1
+  registries_conf_cm digest-mirror digest-only >"$dir/cm-digest.yaml"
+  expect_stored "ConfigMap registries.conf, pull-from-mirror digest-only" "$dir/cm-digest" \
+    -n "$ns" create -f "$dir/cm-digest.yaml" || rc=1
+  expect_contains "stored ConfigMap registries.conf" \
+    "$(jp "$ns" configmap digest-mirror '{.data.registries\.conf}')" 'pull-from-mirror = "digest-only"' || rc=1
+  expect_eq "pinhook_policy_violations_total{mode=\"enforce\",reason=\"tag_mirror\"} (delta: the 3 refused creates)" \
+    "$(($(metric_sum pinhook_policy_violations_total 'mode="enforce"' 'reason="tag_mirror"') - denied_before))" 3 || rc=1
+  # An UPDATE that a webhook refuses is admitted TWICE by the apiserver: its first try runs
+  # against the object from the watch cache, and on any error the storage layer retries once
+  # with the object read from etcd (GuaranteedUpdate), calling the webhooks again.
+  local updates_before
+  updates_before=$(metric_sum pinhook_admission_reviews_total 'endpoint="validate"' 'operation="UPDATE"' 'result="denied"')
+  registries_conf_cm digest-mirror >"$dir/cm-update.yaml"
+  expect_refused "ConfigMap update back to pull-from-mirror absent" "$dir/cm-update" "$cm_message" \
+    -n "$ns" replace -f "$dir/cm-update.yaml" || rc=1
+  expect_contains "stored ConfigMap registries.conf after the refused update" \
+    "$(jp "$ns" configmap digest-mirror '{.data.registries\.conf}')" 'pull-from-mirror = "digest-only"' || rc=1
+
+  expect_eq "validate UPDATE reviews pinhook denied for the one refused replace (delta)" \
+    "$(($(metric_sum pinhook_admission_reviews_total 'endpoint="validate"' 'operation="UPDATE"' 'result="denied"') - updates_before))" 2 || rc=1
+
+  # the cluster-scoped objects outlive the namespace: delete what was stored
+  klog delete imagedigestmirrorset e2e-j-digests --wait=false || rc=1
+  klog delete imagecontentpolicy e2e-j-icp --wait=false || rc=1
+  klog delete imagecontentsourcepolicy e2e-j-icsp --wait=false || rc=1
+  klog -n "$ns" delete configmap digest-mirror --wait=false || rc=1
+  local left
+  left=$(K get imagetagmirrorsets,imagedigestmirrorsets,imagecontentpolicies,imagecontentsourcepolicies -o name)
+  expect_eq "mirror objects left after the clean-up" "${left:-none}" none || rc=1
+  return "$rc"
+}
+
+# --- k: the dry-run endpoint, authenticated by the apiserver -------------------------------------
+# dry_run_post DIR/NAME TOKEN_FILE|- < MANIFEST: POST /v1/dry-run?namespace=e2e-k as YAML, with
+# the token as bearer (- for none; read from a header file so it never is on a command line);
+# body to NAME.json, prints the HTTP status
+dry_run_post() {
+  local out=$1 token=$2
+  local -a auth=()
+  if [[ $token != - ]]; then
+    printf 'Authorization: Bearer %s\n' "$(<"$token")" >"$out.header"
+    auth=(-H "@$out.header")
+  fi
+  curl -sS --max-time 60 --cacert "$CERT_DIR/ca.crt" -o "$out.json" -w '%{http_code}' \
+    -H 'Content-Type: application/yaml' "${auth[@]}" --data-binary @- \
+    "$PINHOOK_URL/v1/dry-run?namespace=e2e-k"
+}
+scenario_k() {
+  local ns=e2e-k rc=0 dir="$RUN/k" status c
+  mkdir -p "$dir"
+  e2e_ns "$ns"
+  klog -n "$ns" apply -f - <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: ci}
+automountServiceAccountToken: false
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: nobody}
+automountServiceAccountToken: false
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: ci-deployer}
+rules:
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    verbs: ["create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ci-deployer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: ci-deployer}
+subjects: [{kind: ServiceAccount, name: ci, namespace: $ns}]
+EOF
+  # RBAC reads roles through an informer: wait until the apiserver itself says yes
+  can_i_ci() { [[ $(K auth can-i create deployments.apps -n "$ns" --as="system:serviceaccount:$ns:ci" 2>/dev/null) == yes ]]; }
+  wait_until 15 "RBAC to let $ns:ci create deployments" can_i_ci || rc=1
+  expect_eq "kubectl auth can-i create deployments.apps as $ns:nobody" \
+    "$(K auth can-i create deployments.apps -n "$ns" --as="system:serviceaccount:$ns:nobody" 2>/dev/null || true)" no || rc=1
+  (
+    umask 077
+    K -n "$ns" create token ci --duration=10m >"$dir/ci.token"
+    K -n "$ns" create token nobody --duration=10m >"$dir/nobody.token"
+    printf 'not-a-token-%s\n' "$RANDOM" >"$dir/garbage.token"
+  )
+  [[ -s $dir/ci.token && -s $dir/nobody.token ]] || { bad "kubectl create token gave no token"; return 1; }
+  ok "kubectl create token (TokenRequest): $(wc -c <"$dir/ci.token") and $(wc -c <"$dir/nobody.token") bytes"
+  deployment_yaml web >"$dir/deployment.yaml"
+
+  # 1. ci may create deployments in e2e-k: 200, the three images pinned to the exact digests
+  local lines_before
+  lines_before=$(log_lines)
+  status=$(dry_run_post "$dir/ci" "$dir/ci.token" <"$dir/deployment.yaml")
+  expect_eq "POST /v1/dry-run with ci's token: HTTP status" "$status" 200 || { log "  body: $(head -c 2000 "$dir/ci.json")"; rc=1; }
+  local q='.objects[0]'
+  expect_eq "dry run: summary" "$(jq -c .summary "$dir/ci.json")" \
+    '{"objects":1,"pinned":3,"unchanged":0,"exempt":0,"denied":0,"violation":0,"errors":0}' || rc=1
+  expect_eq "dry run: object" "$(jq -r "$q | \"\(.apiVersion) \(.kind) \(.namespace)/\(.name) podBearing=\(.podBearing) mode=\(.mode) warnings=\(.warnings | length)\"" "$dir/ci.json")" \
+    "apps/v1 Deployment $ns/web podBearing=true mode=enforce warnings=0" || rc=1
+  # (the report lists containers before initContainers: compared sorted by container)
+  expect_eq "dry run: images (container action result digest)" \
+    "$(jq -r "$q.images[] | \"\(.container) \(.action) \(.result) \(.digest)\"" "$dir/ci.json" | sort | tr '\n' ';')" \
+    "$(for c in app init sidecar; do printf '%s pinned %s %s;' "$c" "$(pinned "$c" 1.0)" "$(digest "$c" 1.0)"; done)" || rc=1
+  expect_eq "dry run: the object as admission would store it (images)" \
+    "$(jq -r "$q.object.spec.template.spec | [.initContainers[].image, .containers[].image] | join(\" \")" "$dir/ci.json")" \
+    "$(pinned init 1.0) $(pinned app 1.0) $(pinned sidecar 1.0)" || rc=1
+  expect_contains "pinhook log" "$(log_since "$lines_before" | grep 'dry run' || true)" "user=system:serviceaccount:$ns:ci" || rc=1
+
+  # 2. nobody: authenticated, not allowed: 403 naming what is missing
+  status=$(dry_run_post "$dir/nobody" "$dir/nobody.token" <"$dir/deployment.yaml")
+  expect_eq "POST /v1/dry-run with nobody's token: HTTP status" "$status" 403 || rc=1
+  expect_eq "POST /v1/dry-run with nobody's token: error" "$(jq -r .error "$dir/nobody.json")" \
+    "system:serviceaccount:$ns:nobody may not: create deployments.apps in namespace $ns" || rc=1
+
+  # 3. a token the apiserver does not know, and none at all: 401
+  status=$(dry_run_post "$dir/garbage" "$dir/garbage.token" <"$dir/deployment.yaml")
+  expect_eq "POST /v1/dry-run with a garbage token: HTTP status" "$status" 401 || rc=1
+  expect_eq "POST /v1/dry-run with a garbage token: error" "$(jq -r .error "$dir/garbage.json")" "the bearer token is not valid" || rc=1
+  status=$(dry_run_post "$dir/none" - <"$dir/deployment.yaml")
+  expect_eq "POST /v1/dry-run without a token: HTTP status" "$status" 401 || rc=1
+  expect_eq "POST /v1/dry-run without a token: error" "$(jq -r .error "$dir/none.json")" \
+    "a bearer token is required (Authorization: Bearer <token>)" || rc=1
+
+  # 4. pinhook check --server: the same manifest on stdin, table and YAML output
+  local code=0 out
+  out=$("$PINHOOK_BIN" check --server "$PINHOOK_URL" --token-file "$dir/ci.token" --server-ca "$CERT_DIR/ca.crt" \
+    -n "$ns" - <"$dir/deployment.yaml" 2>"$dir/check.err") || code=$?
+  printf '%s\n' "$out" >"$dir/check.out"
+  log "  pinhook check: exit $code; $(tail -n1 <<<"$out")"
+  expect_eq "pinhook check --server (table): exit code" "$code" 0 || { log "  stderr: $(<"$dir/check.err")"; rc=1; }
+  for c in init app sidecar; do # container name = repository name in deployment_yaml
+    if grep -Eq "^Deployment/$ns/web +$c +pinned +$(image "$c" 1.0) +$(digest "$c" 1.0)\$" <<<"$out"; then
+      ok "pinhook check table: $c pinned to $(digest "$c" 1.0)"
+    else
+      bad "pinhook check table has no row '$c pinned $(image "$c" 1.0) $(digest "$c" 1.0)': $out" || rc=1
+    fi
+  done
+  expect_eq "pinhook check table: summary" "$(tail -n1 <<<"$out")" \
+    "1 objects: 3 pinned, 0 unchanged, 0 exempt, 0 denied, 0 violations, 0 errors" || rc=1
+  code=0
+  out=$("$PINHOOK_BIN" check --server "$PINHOOK_URL" --token-file "$dir/ci.token" --server-ca "$CERT_DIR/ca.crt" \
+    -n "$ns" -o yaml - <"$dir/deployment.yaml" 2>>"$dir/check.err") || code=$?
+  expect_eq "pinhook check --server -o yaml: exit code" "$code" 0 || rc=1
+  printf '%s\n' "$out" >"$dir/check.yaml"
+  expect_eq "pinhook check -o yaml: images (sorted)" \
+    "$(sed -n -E "s/^ *(- )?image: *['\"]?([^'\"]*)['\"]?\$/\2/p" <<<"$out" | sort | tr '\n' ' ')" \
+    "$(printf '%s\n' "$(pinned init 1.0)" "$(pinned app 1.0)" "$(pinned sidecar 1.0)" | sort | tr '\n' ' ')" || rc=1
+  code=0
+  "$PINHOOK_BIN" check --server "$PINHOOK_URL" --token-file "$dir/nobody.token" --server-ca "$CERT_DIR/ca.crt" \
+    -n "$ns" - <"$dir/deployment.yaml" >/dev/null 2>"$dir/check-nobody.err" || code=$?
+  expect_eq "pinhook check --server with nobody's token: exit code" "$code" 2 || rc=1
+  expect_contains "pinhook check with nobody's token: stderr" "$(<"$dir/check-nobody.err")" \
+    "403 Forbidden: system:serviceaccount:$ns:nobody may not: create deployments.apps in namespace $ns" || rc=1
+
+  # 5. nothing was stored
+  expect_eq "deployments in $ns" "$(K -n "$ns" get deployments -o name | wc -l)" 0 || rc=1
   return "$rc"
 }
 
