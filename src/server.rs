@@ -382,6 +382,17 @@ fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: b
                 reason,
                 "policy violation"
             ),
+            // Audit mode resolved the tag and left it: say what enforce would have written.
+            admission::Action::Unchanged
+                if plan.mode == crate::policy::Mode::Audit && outcome.digest.is_some() =>
+            {
+                info!(
+                    pointer = %outcome.site.pointer,
+                    image = %outcome.site.image,
+                    digest = %outcome.digest.as_ref().map(ToString::to_string).unwrap_or_default(),
+                    "audit: would pin image"
+                )
+            }
             admission::Action::Unchanged | admission::Action::Exempt => {}
         }
         if let Some(violation) = outcome.violation {

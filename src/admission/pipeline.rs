@@ -261,8 +261,9 @@ impl Pinner {
         let Some(sites) = sites_of(&policy, target)? else {
             return Ok(empty(mode, warnings));
         };
-        // In audit mode `/mutate` already reported each tag it would pin or deny; repeating
-        // "not pinned" here would only say that audit does not mutate. Unless nothing resolves.
+        // In audit mode `/mutate` already reported each tag it would deny (a warning) or pin (a
+        // log line); repeating "not pinned" here would only say that audit does not mutate.
+        // Unless nothing resolves (`resolve: Never`).
         let judge_unpinned = mode == Mode::Enforce || policy.policy.resolve == ResolveMode::Never;
         let outcomes = sites
             .into_iter()
@@ -769,14 +770,15 @@ impl ImageOutcome {
         )
     }
 
-    /// `container app image x:1: why` — for warnings, which are cut at 120 characters.
+    /// `container app: why (image x:1)` — for warnings, which are cut at 120 characters: the
+    /// reason comes first (it usually names the repository and tag), the image last.
     pub fn describe_short(&self) -> String {
         format!(
-            "{} {} image {}: {}",
+            "{} {}: {} (image {})",
             self.site_kind(),
             self.site.name,
+            self.reason.as_deref().unwrap_or("no reason given"),
             self.site.image,
-            self.reason.as_deref().unwrap_or("no reason given")
         )
     }
 

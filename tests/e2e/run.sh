@@ -840,10 +840,11 @@ spec_json() { K -n "$1" get "$2" "$3" -o json | jq -S .spec; } # spec_json NS KI
 # The namespace carries pinhook.dev/mode=audit from its creation on (pinhook caches namespace
 # labels for 30 s). What the code promises (src/admission/pipeline.rs `finish`, render.rs
 # `all_warnings`): in audit, nothing is patched and nothing denied; an image that enforce would
-# deny becomes a warning `pinhook audit: would deny <container kind> <name> image <image>: <why>`
+# deny becomes a warning `pinhook audit: would deny <container kind> <name>: <why> (image <image>)`
 # (cut to 120 characters), an audit annotation, a `policy violation` log line and
 # pinhook_policy_violations_total{mode="audit"}; an image that enforce would pin becomes
-# `Unchanged` ("audit mode: would pin to sha256:…"), which produces no warning at all.
+# `Unchanged` ("audit mode: would pin to sha256:…"): no warning, an `audit: would pin image`
+# log line with the digest.
 scenario_i() {
   local ns=e2e-i ref=e2e-i-ref rc=0 dir="$RUN/i"
   mkdir -p "$dir"
@@ -888,9 +889,9 @@ EOF
   warnings=$(grep '^Warning:' <<<"$KERR" || true)
   expect_eq "kubectl create pod: Warning lines" "$(grep -c . <<<"$warnings" || true)" 1 || rc=1
   expect_contains "kubectl create pod: warning" "$warnings" \
-    "Warning: pinhook audit: would deny container app image $(image app does-not-exist): tag does-not-exist not found" || rc=1
+    "Warning: pinhook audit: would deny container app: tag does-not-exist not found in $REGISTRY_HOST/team/app" || rc=1
   expect_eq "kubectl create pod: the whole warning" "$warnings" \
-    "Warning: $(warning_text "pinhook audit: would deny container app image $(image app does-not-exist): tag does-not-exist not found in $REGISTRY_HOST/team/app")" || rc=1
+    "Warning: $(warning_text "pinhook audit: would deny container app: tag does-not-exist not found in $REGISTRY_HOST/team/app (image $(image app does-not-exist))")" || rc=1
   expect_eq "stored pod image (tag as written)" "$(jp "$ns" pod missing '{.spec.containers[0].image}')" "$(image app does-not-exist)" || rc=1
   K -n "$ref" create -f "$dir/pod.yaml" >/dev/null
   same_object "stored pod spec, $ns vs $ref (no webhook)" "$(spec_json "$ref" pod missing)" "$(spec_json "$ns" pod missing)" || rc=1
@@ -909,6 +910,11 @@ EOF
     expect_contains "pinhook log: policy violation" "$violations" "$field" || rc=1
   done
   expect_eq "pinhook log: 'pinned image' lines" "$(grep -c 'pinned image' <<<"$new" || true)" 0 || rc=1
+  # what enforce would have pinned is logged (info), one line per image of the Deployment
+  local would_pin
+  would_pin=$(grep 'audit: would pin image' <<<"$new" || true)
+  expect_eq "pinhook log: 'audit: would pin image' lines" "$(grep -c . <<<"$would_pin" || true)" 3 || rc=1
+  expect_contains "pinhook log: would pin" "$would_pin" "digest=${DIGEST_app_1_0}" || rc=1
   return "$rc"
 }
 
