@@ -89,12 +89,13 @@ async fn token_auth_resolves_multi_arch_tag_to_the_index_digest() {
     assert_eq!(asked.scopes, ["repository:team/app:pull"]);
     assert_eq!(asked.granted, [Access::repository("team/app", &["pull"])]);
 
-    // One resolution: an unauthenticated ping for the challenge, then the HEAD.
+    // One resolution: the HEAD that brings the challenge (no separate /v2/ ping), the token
+    // from the realm (the token server, not the registry), the HEAD again.
     let seen = requests_since(&registry, before).await;
     assert_eq!(
         seen,
         [
-            ("GET".into(), "/v2/".into(), 401),
+            ("HEAD".into(), "/v2/team/app/manifests/1.0".into(), 401),
             ("HEAD".into(), "/v2/team/app/manifests/1.0".into(), 200),
         ],
         "{}",

@@ -190,3 +190,59 @@ async fn a_registry_that_never_answers_hits_the_deadline() {
     assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
     silent.abort();
 }
+
+/// A HEAD without `Content-Length` or without `Docker-Content-Digest` is incomplete (facts §5,
+/// as containerd treats it): the manifest is fetched and its exact bytes hashed, which gives
+/// the index digest all the same.
+#[tokio::test]
+async fn an_incomplete_head_falls_back_to_get_and_hashes_the_bytes() {
+    init_crypto();
+    let registry = TestRegistry::start_plain(RegistryAuth::None).await;
+    let pushed = images::push_multi_arch(&registry, "team/app", "1.0", "strip").await;
+    for strip in [&["content-length"][..], &["docker-content-digest"][..]] {
+        let proxy = common::strip_proxy::StripProxy::start(registry.port(), strip).await;
+        let resolver = resolver(RegistryConfig {
+            insecure_hosts: [proxy.host()].into_iter().collect(),
+            only_configured_cas: true,
+            ..RegistryConfig::default()
+        });
+        registry.settle_access_log().await;
+        let gets_before = registry.count_requests_now("GET", "/v2/team/app/manifests/1.0");
+        let resolved = resolver
+            .resolve(&reference(&format!("{}/team/app:1.0", proxy.host())), &[])
+            .await
+            .unwrap_or_else(|e| panic!("{strip:?}: {e}"));
+        assert_eq!(
+            resolved.digest.to_string(),
+            pushed.index_digest,
+            "{strip:?}"
+        );
+        let gets = registry
+            .count_requests("GET", "/v2/team/app/manifests/1.0")
+            .await;
+        assert_eq!(gets, gets_before + 1, "{strip:?}: one GET fallback");
+    }
+}
+
+/// "Not found" costs one request: the HEAD's 404 is the answer (oci-client followed every 404
+/// with a manifest GET, which is what Docker Hub counts as a pull).
+#[tokio::test]
+async fn a_missing_tag_costs_one_head_and_no_get() {
+    init_crypto();
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    images::push_multi_arch(&registry, "team/app", "1.0", "nf").await;
+    let resolver = resolver(registry_config(&registry));
+    let missing = reference(&format!("{}/team/app:nope", registry.host()));
+    let error = resolver
+        .resolve(&missing, &[])
+        .await
+        .expect_err("not found");
+    assert!(matches!(error, RegistryError::NotFound { .. }), "{error}");
+    assert_eq!(registry.count_requests("HEAD", "/manifests/nope").await, 1);
+    assert_eq!(registry.count_requests("GET", "/manifests/nope").await, 0);
+    assert_eq!(
+        registry.count_requests("GET", "/v2/").await,
+        1,
+        "only the harness's readiness probe; pinhook sends no /v2/ ping"
+    );
+}

@@ -1,8 +1,11 @@
-//! The oci-client backed [`Resolver`]: one `oci_client::Client` per (registry, credential).
+//! The registry [`Resolver`]: a manifest HEAD of pinhook's own ([`super::head`]), with
+//! oci-client for the token flow and the GET fallback; one `oci_client::Client` per
+//! (registry, credential).
 //!
 //! Why one client per credential: an oci-client `Client` keeps the first credentials it sees
 //! for a registry and silently ignores later ones, so sharing one client across secrets would
-//! answer one namespace's request with another namespace's secret.
+//! answer one namespace's request with another namespace's secret. Bearer tokens are kept per
+//! (registry, credential, repository) for [`TOKEN_TTL`], so a warm resolution is one HEAD.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -13,7 +16,9 @@ use async_trait::async_trait;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::Client;
+use sha2::{Digest as _, Sha256};
 
+use super::head::{self, Head, MANIFEST_TYPES};
 use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::policy::HostSettings;
 use crate::reference::{Digest, Reference};
@@ -41,10 +46,18 @@ pub struct RegistryConfig {
     pub only_configured_cas: bool,
 }
 
+/// How long a registry's bearer token is reused (the token spec's default lifetime is 60 s;
+/// an expired one is answered 401 and fetched anew).
+const TOKEN_TTL: Duration = Duration::from_secs(50);
+
 /// Resolves tags against real registries.
 pub struct OciResolver {
     config: RwLock<Arc<RegistryConfig>>,
     clients: moka::sync::Cache<(String, Fingerprint), Arc<Client>>,
+    /// The HTTP client for pinhook's own HEAD, per registry host (its TLS settings).
+    http: moka::sync::Cache<String, reqwest::Client>,
+    /// Bearer tokens per (registry, credential, repository path).
+    tokens: moka::sync::Cache<(String, Fingerprint, String), Arc<str>>,
 }
 
 // === impl RegistryConfig ===
@@ -105,6 +118,14 @@ impl OciResolver {
                 .max_capacity(1024)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
+            http: moka::sync::Cache::builder()
+                .max_capacity(1024)
+                .time_to_idle(Duration::from_secs(3600))
+                .build(),
+            tokens: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(TOKEN_TTL)
+                .build(),
         })
     }
 
@@ -112,6 +133,7 @@ impl OciResolver {
     pub fn reconfigure(&self, config: RegistryConfig) {
         *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
         self.clients.invalidate_all();
+        self.http.invalidate_all();
     }
 
     fn config(&self) -> Arc<RegistryConfig> {
@@ -137,11 +159,7 @@ impl OciResolver {
 
     fn build_client(&self, registry: &str) -> Result<Client, RegistryError> {
         let settings = self.config();
-        let pems = settings
-            .ca_pems
-            .iter()
-            .chain(settings.host_ca_pems.get(registry).into_iter().flatten());
-        let certificates: Vec<Certificate> = pems
+        let certificates: Vec<Certificate> = pems_for(&settings, registry)
             .map(|pem| Certificate {
                 encoding: CertificateEncoding::Pem,
                 data: pem.clone(),
@@ -171,31 +189,115 @@ impl OciResolver {
         })
     }
 
+    fn http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
+        if let Some(http) = self.http.get(registry) {
+            return Ok(http);
+        }
+        let http = self.build_http(registry)?;
+        self.http.insert(registry.to_string(), http.clone());
+        Ok(http)
+    }
+
+    /// A reqwest client with the same trust as [`Self::build_client`]. Redirects are not
+    /// followed (a manifest HEAD is not redirected; a 3xx falls back to oci-client's GET).
+    fn build_http(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
+        let settings = self.config();
+        let config_error = |source: reqwest::Error| RegistryError::ClientConfig {
+            registry: registry.to_string(),
+            source: OciDistributionError::RequestError(source),
+        };
+        let mut certificates = Vec::new();
+        for pem in pems_for(&settings, registry) {
+            certificates.extend(reqwest::Certificate::from_pem_bundle(pem).map_err(config_error)?);
+        }
+        let builder = reqwest::Client::builder()
+            .connect_timeout(settings.request_timeout)
+            .read_timeout(settings.request_timeout)
+            .user_agent(concat!("pinhook/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none());
+        let builder = if settings.only_configured_cas {
+            builder.tls_certs_only(certificates)
+        } else {
+            builder.tls_certs_merge(certificates)
+        };
+        builder.build().map_err(config_error)
+    }
+
+    /// One credential's attempt, bounded as a whole: oci-client's timeouts apply per phase
+    /// (token, GET fallback) and each can be hit twice.
     async fn resolve_with(
+        &self,
+        reference: &Reference,
+        credential: &Credential,
+    ) -> Result<Digest, RegistryError> {
+        let budget = self.config().request_timeout * 3;
+        match tokio::time::timeout(budget, self.resolve_once(reference, credential)).await {
+            Ok(result) => result,
+            Err(_) => Err(RegistryError::Timeout {
+                registry: reference.domain().to_string(),
+                timeout: budget,
+            }),
+        }
+    }
+
+    async fn resolve_once(
         &self,
         reference: &Reference,
         credential: &Credential,
     ) -> Result<Digest, RegistryError> {
         let registry = reference.domain();
         let client = self.client_for(registry, credential)?;
+        let http = self.http_for(registry)?;
         let oci_ref = oci_client::Reference::with_tag(
             registry.to_string(),
             reference.path().to_string(),
             reference.effective_tag().to_string(),
         );
-        // oci-client's own timeouts apply per phase and can each be hit twice (auth ping, HEAD,
-        // GET fallback); this bounds the whole call.
-        let budget = self.config().request_timeout * 3;
-        let auth = credential.to_oci_auth();
-        let call = client.fetch_manifest_digest(&oci_ref, &auth);
-        let digest = match tokio::time::timeout(budget, call).await {
-            Ok(result) => result.map_err(|e| classify(e, reference))?,
-            Err(_) => {
-                return Err(RegistryError::Timeout {
+        let scheme = match self.config().insecure_hosts.contains(registry) {
+            true => "http",
+            false => "https",
+        };
+        let url = format!(
+            "{scheme}://{}/v2/{}/manifests/{}",
+            oci_ref.resolve_registry(),
+            reference.path(),
+            reference.effective_tag()
+        );
+        let token_key = (
+            registry.to_string(),
+            credential.fingerprint(),
+            reference.path().to_string(),
+        );
+        let authorization = match self.tokens.get(&token_key) {
+            Some(token) => Some(format!("Bearer {token}")),
+            None => credential.basic_authorization(),
+        };
+        let mut answer = head::head(&http, &url, authorization.as_deref(), reference).await;
+        if let Head::Challenge(Some(challenge)) = &answer {
+            let basic = credential.basic_authorization();
+            let token = challenge
+                .token(&http, reference.path(), basic.as_deref(), registry)
+                .await?;
+            let bearer = format!("Bearer {token}");
+            self.tokens.insert(token_key, Arc::from(token));
+            answer = head::head(&http, &url, Some(&bearer), reference).await;
+        }
+        let digest = match answer {
+            Head::Digest(digest) => digest,
+            Head::NeedsGet => {
+                let auth = credential.to_oci_auth();
+                let (bytes, _) = client
+                    .pull_manifest_raw(&oci_ref, &auth, MANIFEST_TYPES)
+                    .await
+                    .map_err(|e| classify(e, reference))?;
+                format!("sha256:{:x}", Sha256::digest(&bytes))
+            }
+            Head::Challenge { .. } => {
+                return Err(RegistryError::Unauthorized {
                     registry: registry.to_string(),
-                    timeout: budget,
                 })
             }
+            Head::Failed(error) => return Err(error),
         };
         digest.parse::<Digest>().map_err(|_| RegistryError::Status {
             registry: registry.to_string(),
@@ -203,6 +305,14 @@ impl OciResolver {
             message: format!("registry sent an invalid digest {digest:?}"),
         })
     }
+}
+
+/// The CA bundles trusted for `registry`: the global ones, then the host's own.
+fn pems_for<'a>(settings: &'a RegistryConfig, registry: &str) -> impl Iterator<Item = &'a Vec<u8>> {
+    settings
+        .ca_pems
+        .iter()
+        .chain(settings.host_ca_pems.get(registry).into_iter().flatten())
 }
 
 #[async_trait]

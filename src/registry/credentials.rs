@@ -48,6 +48,19 @@ impl Credential {
         }
     }
 
+    /// The `Authorization` value for HTTP basic auth, `None` for anonymous.
+    pub(crate) fn basic_authorization(&self) -> Option<String> {
+        use base64::Engine as _;
+        match self {
+            Credential::Anonymous => None,
+            Credential::Basic { username, password } => {
+                let pair = format!("{username}:{password}");
+                let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+                Some(format!("Basic {encoded}"))
+            }
+        }
+    }
+
     pub(crate) fn to_oci_auth(&self) -> oci_client::secrets::RegistryAuth {
         match self {
             Credential::Anonymous => oci_client::secrets::RegistryAuth::Anonymous,

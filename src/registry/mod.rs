@@ -11,6 +11,7 @@ pub mod cache;
 mod client;
 pub mod credentials;
 pub mod guard;
+mod head;
 pub mod keyring;
 pub mod pull_secrets;
 

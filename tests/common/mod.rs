@@ -11,5 +11,6 @@ pub mod fake_kube;
 pub mod images;
 pub mod pinhook;
 pub mod registry;
+pub mod strip_proxy;
 pub mod tls;
 pub mod token;
