@@ -353,7 +353,9 @@ async fn resolve(args: ResolveArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let resolver = build_resolver(&args.registry)?;
-    match resolver.resolve(&reference, &[]).await {
+    // The user's own docker credentials, as `pinhook check` uses them, then anonymous.
+    let credentials = user_keyring()?.lookup(&reference);
+    match resolver.resolve(&reference, &credentials).await {
         Ok(resolution) => {
             println!("{}", reference.pinned(&resolution.digest, args.form.into()));
             Ok(ExitCode::SUCCESS)

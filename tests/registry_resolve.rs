@@ -246,3 +246,70 @@ async fn a_missing_tag_costs_one_head_and_no_get() {
         "only the harness's readiness probe; pinhook sends no /v2/ ping"
     );
 }
+
+/// `pinhook resolve` as a user runs it: flags or their `PINHOOK_*` variables, the user's
+/// docker credentials, the pinned reference on stdout, exit 1 when it cannot resolve.
+#[tokio::test]
+async fn pinhook_resolve_prints_the_pinned_reference() {
+    let registry = authed_registry().await;
+    let pushed = images::push_multi_arch(&registry, "team/cli", "1.0", "cli").await;
+    let docker_config = tempfile::tempdir().expect("tempdir");
+    let auth = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("{USER}:{PASS}"),
+    );
+    std::fs::write(
+        docker_config.path().join("config.json"),
+        format!(
+            r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#,
+            registry.host()
+        ),
+    )
+    .expect("write");
+    let run = |args: &[&str], env: &[(&str, &std::ffi::OsStr)]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pinhook"));
+        command
+            .arg("resolve")
+            .args(args)
+            .env("HOME", "/nonexistent")
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("PINHOOK_REGISTRY_CA")
+            .env("PINHOOK_LOG", "error");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        command.output().expect("pinhook runs")
+    };
+    let image = pushed.reference.clone();
+    let ca = registry.ca_path().as_os_str();
+    let creds = docker_config.path().as_os_str();
+
+    let output = run(
+        &[
+            &image,
+            "--registry-ca",
+            &registry.ca_path().to_string_lossy(),
+        ],
+        &[("DOCKER_CONFIG", creds)],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let expected = format!("{image}@{}\n", pushed.index_digest);
+    assert_eq!(String::from_utf8_lossy(&output.stdout), expected);
+
+    let output = run(
+        &[&image, "--form", "digest"],
+        &[("DOCKER_CONFIG", creds), ("PINHOOK_REGISTRY_CA", ca)],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let digest_only = format!("{}/team/cli@{}\n", registry.host(), pushed.index_digest);
+    assert_eq!(String::from_utf8_lossy(&output.stdout), digest_only);
+
+    let output = run(&[&image], &[("PINHOOK_REGISTRY_CA", ca)]);
+    assert_eq!(output.status.code(), Some(1), "no credentials: {output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("unauthorized"),
+        "{output:?}"
+    );
+    let output = run(&["Not A Reference"], &[]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+}

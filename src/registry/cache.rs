@@ -11,7 +11,7 @@
 //!   errors and 5xx never are. They instead serve the last known digest (up to `max_stale`)
 //!   and push the key into exponential backoff.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -67,7 +67,10 @@ struct SharedState {
     failures: moka::sync::Cache<FlightKey, Arc<FailureRecord>>,
     backoff: moka::sync::Cache<FlightKey, Arc<Backoff>>,
     in_flight: Mutex<HashMap<FlightKey, Flight>>,
-    limits: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Per registry host; bounded, since hosts come from pod specs.
+    limits: moka::sync::Cache<String, Arc<Semaphore>>,
+    /// Registries named in metric labels so far (bounded: hosts come from pod specs).
+    labelled: Mutex<HashSet<String>>,
     moves: Mutex<VecDeque<TagMove>>,
 }
 
@@ -133,7 +136,11 @@ impl CachingResolver {
                 failures,
                 backoff,
                 in_flight: Mutex::new(HashMap::new()),
-                limits: Mutex::new(HashMap::new()),
+                limits: moka::sync::Cache::builder()
+                    .max_capacity(4096)
+                    .time_to_idle(Duration::from_secs(3600))
+                    .build(),
+                labelled: Mutex::new(HashSet::new()),
                 moves: Mutex::new(VecDeque::new()),
             }),
         }
@@ -346,6 +353,7 @@ async fn lead(
         Ok(_) => "ok",
         Err(e) => e.kind(),
     };
+    let registry = shared.registry_label(registry);
     shared
         .metrics
         .registry_requests
@@ -524,14 +532,27 @@ impl SharedState {
     }
 
     fn limit_for(&self, registry: &str) -> Arc<Semaphore> {
-        lock(&self.limits)
-            .entry(registry.to_string())
-            .or_insert_with(|| {
-                Arc::new(Semaphore::new(self.config.per_registry_concurrency.max(1)))
-            })
-            .clone()
+        let permits = self.config.per_registry_concurrency.max(1);
+        self.limits
+            .get_with(registry.to_string(), || Arc::new(Semaphore::new(permits)))
+    }
+
+    /// The registry as a metric label: its name for the first [`MAX_REGISTRY_LABELS`]
+    /// registries seen, `other` after that, so a pod spec naming endless hosts cannot grow
+    /// `/metrics` without bound.
+    fn registry_label(&self, registry: String) -> String {
+        let mut labelled = lock(&self.labelled);
+        if labelled.contains(&registry) || labelled.len() < MAX_REGISTRY_LABELS {
+            labelled.insert(registry.clone());
+            registry
+        } else {
+            "other".to_string()
+        }
     }
 }
+
+/// Distinct `registry` label values on `pinhook_registry_requests_total`.
+const MAX_REGISTRY_LABELS: usize = 64;
 
 fn backoff_delay(config: &CacheConfig, failures: u32) -> Duration {
     let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
@@ -803,6 +824,23 @@ mod tests {
             "without the secret the registry is asked, and says no"
         );
         assert!(cache.last_known(&image, &[]).is_none());
+    }
+
+    #[tokio::test]
+    async fn registry_labels_are_bounded() {
+        let inner = Scripted::new(&[Answer::NotFound]);
+        let cache = cache(inner, CacheConfig::default());
+        for i in 0..(MAX_REGISTRY_LABELS + 10) {
+            let image = reference(&format!("registry{i}.example/team/app:1.0"));
+            assert!(cache.resolve(&image, &[]).await.is_err());
+        }
+        let text = cache.shared.metrics.encode().unwrap_or_default();
+        let labelled = text
+            .lines()
+            .filter(|l| l.starts_with("pinhook_registry_requests_total{"))
+            .count();
+        assert_eq!(labelled, MAX_REGISTRY_LABELS + 1, "{text}");
+        assert!(text.contains("registry=\"other\""), "{text}");
     }
 
     #[tokio::test]
