@@ -809,53 +809,17 @@ impl Reason {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
-    use async_trait::async_trait;
     use serde_json::json;
 
     use super::*;
     use crate::cluster::NoNamespaces;
     use crate::policy::Policy;
     use crate::registry::pull_secrets::NodeOnly;
-    use crate::registry::{Credential, Fingerprint};
+    use crate::registry::testing::{Answer, Scripted};
 
-    /// A registry stand-in that takes `delay` per call and records how many calls overlap.
-    struct Slow {
-        delay: Duration,
-        running: AtomicUsize,
-        most_at_once: AtomicUsize,
-        calls: AtomicUsize,
-    }
-
-    #[async_trait]
-    impl Resolver for Slow {
-        async fn resolve(
-            &self,
-            _reference: &Reference,
-            _credentials: &[Credential],
-        ) -> Result<Resolution, RegistryError> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most_at_once.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(self.delay).await;
-            self.running.fetch_sub(1, Ordering::SeqCst);
-            let digest = format!("sha256:{}", "a".repeat(64)).parse().map_err(|_| {
-                RegistryError::Refused {
-                    reason: "test digest".to_string(),
-                }
-            })?;
-            Ok(Resolution {
-                digest,
-                credential: Fingerprint::anonymous(),
-                source: ResolutionSource::Registry,
-                moved_from: None,
-                age: Duration::ZERO,
-            })
-        }
-    }
-
-    fn pinner(resolver: Arc<Slow>) -> Result<Pinner, crate::policy::PolicyError> {
+    fn pinner(resolver: Arc<Scripted>) -> Result<Pinner, crate::policy::PolicyError> {
         Ok(Pinner::new(PinnerParts {
             policy: PolicyHandle::new(Policy::default().compile()?),
             resolver: resolver.clone(),
@@ -873,12 +837,7 @@ mod tests {
     #[tokio::test]
     async fn distinct_tags_resolve_once_each_and_concurrently(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let slow = Arc::new(Slow {
-            delay: Duration::from_millis(200),
-            running: AtomicUsize::new(0),
-            most_at_once: AtomicUsize::new(0),
-            calls: AtomicUsize::new(0),
-        });
+        let slow = Scripted::slow(&[Answer::Digest('a')], Duration::from_millis(200));
         let pinner = pinner(slow.clone())?;
         let containers: Vec<Value> = (0..10)
             .map(|i| json!({"name": format!("c{i}"), "image": format!("registry.example/team/svc{}:1.0", i % 5)}))
@@ -900,7 +859,7 @@ mod tests {
         let took = started.elapsed();
         assert_eq!(plan.outcomes.len(), 10);
         assert!(plan.outcomes.iter().all(|o| o.action == Action::Pinned));
-        assert_eq!(slow.calls.load(Ordering::SeqCst), 5);
+        assert_eq!(slow.calls(), 5);
         assert_eq!(slow.most_at_once.load(Ordering::SeqCst), 5);
         assert!(took < Duration::from_millis(600), "took {took:?}");
         Ok(())

@@ -600,103 +600,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
     use super::*;
-
-    /// A registry stand-in: answers from a script (then repeats the last answer), counts
-    /// calls, and tracks how many run at once.
-    struct Scripted {
-        answers: Mutex<VecDeque<Answer>>,
-        last: Mutex<Answer>,
-        calls: AtomicUsize,
-        running: AtomicUsize,
-        most_at_once: AtomicUsize,
-        delay: Duration,
-    }
-
-    #[derive(Clone)]
-    enum Answer {
-        Digest(char),
-        Unreachable,
-        NotFound,
-    }
-
-    impl Scripted {
-        fn new(script: &[Answer]) -> Arc<Scripted> {
-            Self::slow(script, Duration::ZERO)
-        }
-
-        fn slow(script: &[Answer], delay: Duration) -> Arc<Scripted> {
-            Arc::new(Scripted {
-                answers: Mutex::new(script.iter().cloned().collect()),
-                last: Mutex::new(script.last().cloned().unwrap_or(Answer::NotFound)),
-                calls: AtomicUsize::new(0),
-                running: AtomicUsize::new(0),
-                most_at_once: AtomicUsize::new(0),
-                delay,
-            })
-        }
-
-        fn calls(&self) -> usize {
-            self.calls.load(Ordering::SeqCst)
-        }
-    }
-
-    #[async_trait]
-    impl Resolver for Scripted {
-        async fn resolve(
-            &self,
-            reference: &Reference,
-            credentials: &[Credential],
-        ) -> Result<Resolution, RegistryError> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most_at_once.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(self.delay).await;
-            self.running.fetch_sub(1, Ordering::SeqCst);
-            let answer = lock(&self.answers)
-                .pop_front()
-                .unwrap_or_else(|| lock(&self.last).clone());
-            let registry = reference.domain().to_string();
-            match answer {
-                // The first candidate is the one that worked.
-                Answer::Digest(c) => Ok(Resolution {
-                    digest: digest(c),
-                    credential: credentials
-                        .first()
-                        .map_or_else(Fingerprint::anonymous, Credential::fingerprint),
-                    source: ResolutionSource::Registry,
-                    moved_from: None,
-                    age: Duration::ZERO,
-                }),
-                Answer::Unreachable => Err(RegistryError::Status {
-                    registry,
-                    status: 503,
-                    message: "down".to_string(),
-                }),
-                Answer::NotFound => Err(RegistryError::NotFound {
-                    repository: reference.repository().to_string(),
-                    tag: reference.effective_tag().to_string(),
-                }),
-            }
-        }
-    }
-
-    fn digest(c: char) -> Digest {
-        let text = format!("sha256:{}", c.to_string().repeat(64));
-        match text.parse() {
-            Ok(digest) => digest,
-            Err(e) => panic!("test digest {text}: {e}"),
-        }
-    }
-
-    fn reference(text: &str) -> Reference {
-        match Reference::parse(text) {
-            Ok(reference) => reference,
-            Err(e) => panic!("test reference {text}: {e}"),
-        }
-    }
+    use crate::registry::testing::{digest, reference, Answer, Scripted};
 
     fn cache(inner: Arc<Scripted>, config: CacheConfig) -> CachingResolver {
         CachingResolver::new(inner, config, Arc::new(Metrics::new()))

@@ -14,6 +14,8 @@ pub mod guard;
 mod head;
 pub mod keyring;
 pub mod pull_secrets;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::time::Duration;
 
