@@ -79,6 +79,9 @@ pub struct Caller {
     pub username: String,
     pub uid: String,
     pub groups: Vec<String>,
+    /// The TokenReview's `user.extra` (e.g. token scopes), passed on to SubjectAccessReviews so
+    /// authorizers that read them judge the caller as the apiserver would.
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// Authentication and authorisation of dry-run callers by the cluster itself.
@@ -136,6 +139,7 @@ impl Authorizer for KubeAuthorizer {
             username: user.username.unwrap_or_default(),
             uid: user.uid.unwrap_or_default(),
             groups: user.groups.unwrap_or_default(),
+            extra: user.extra.unwrap_or_default(),
         }))
     }
 
@@ -155,6 +159,7 @@ impl Authorizer for KubeAuthorizer {
                 user: Some(caller.username.clone()),
                 uid: Some(caller.uid.clone()).filter(|u| !u.is_empty()),
                 groups: Some(caller.groups.clone()),
+                extra: Some(caller.extra.clone()).filter(|e| !e.is_empty()),
                 resource_attributes: Some(ResourceAttributes {
                     verb: Some("create".to_string()),
                     group: Some(group.to_string()),

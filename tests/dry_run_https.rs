@@ -124,6 +124,21 @@ async fn an_authorised_caller_gets_the_report_and_nothing_is_recorded() {
         "a ConfigMap passes through"
     );
     assert_eq!(report["summary"]["pinned"], 2);
+    // The SubjectAccessReviews ask for the caller as the TokenReview described it, extra too.
+    let reviews = world.kube.access_reviews();
+    assert_eq!(reviews.len(), 2, "one per pod-bearing object: {reviews:?}");
+    for review in &reviews {
+        assert_eq!(review["user"], "system:serviceaccount:ci:deployer");
+        assert_eq!(review["uid"], "uid-system:serviceaccount:ci:deployer");
+        assert_eq!(
+            review["groups"],
+            serde_json::json!(["system:authenticated"])
+        );
+        assert_eq!(
+            review["extra"]["authentication.kubernetes.io/pod-name"],
+            serde_json::json!(["runner-0"])
+        );
+    }
     // One registry request for the shared image, and no cache entry left behind.
     assert_eq!(
         world

@@ -22,6 +22,8 @@ struct Store {
     tokens: HashMap<String, String>,
     /// (username, group, resource, namespace) allowed to `create`
     grants: Vec<(String, String, String, String)>,
+    /// Every SubjectAccessReview spec received.
+    access_reviews: Vec<Value>,
 }
 
 /// The fake API server.
@@ -166,6 +168,11 @@ impl FakeKube {
         store.tokens.insert(token.into(), username.into());
     }
 
+    /// The SubjectAccessReview specs received so far.
+    pub fn access_reviews(&self) -> Vec<Value> {
+        self.store.lock().expect("store").access_reviews.clone()
+    }
+
     /// Lets `username` create `group/resource` in `namespace`.
     pub fn grant_create(&self, username: &str, group: &str, resource: &str, namespace: &str) {
         let mut store = self.store.lock().expect("store");
@@ -238,7 +245,13 @@ async fn token_review(
     review["status"] = match user {
         Some(username) => json!({
             "authenticated": true,
-            "user": {"username": username, "uid": format!("uid-{username}"), "groups": ["system:authenticated"]},
+            "user": {
+                "username": username,
+                "uid": format!("uid-{username}"),
+                "groups": ["system:authenticated"],
+                // what a bound ServiceAccount token carries (1.21+)
+                "extra": {"authentication.kubernetes.io/pod-name": ["runner-0"]}
+            },
             "audiences": ["https://kubernetes.default.svc"]
         }),
         None => json!({"user": {}, "error": "invalid bearer token"}),
@@ -260,8 +273,9 @@ async fn access_review(
         field(&attributes["resource"]),
         field(&attributes["namespace"]),
     );
-    let allowed = field(&attributes["verb"]) == "create"
-        && store.lock().expect("store").grants.contains(&wanted);
+    let mut store = store.lock().expect("store");
+    let allowed = field(&attributes["verb"]) == "create" && store.grants.contains(&wanted);
+    store.access_reviews.push(spec.clone());
     review["status"] = json!({"allowed": allowed});
     (StatusCode::CREATED, Json(review)).into_response()
 }
