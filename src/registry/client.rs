@@ -148,13 +148,11 @@ impl OciResolver {
         registry: &str,
         credential: &Credential,
     ) -> Result<Arc<Client>, RegistryError> {
+        // Concurrent first uses build one client (moka runs one init per key), not one each.
         let key = (registry.to_string(), credential.fingerprint());
-        if let Some(client) = self.clients.get(&key) {
-            return Ok(client);
-        }
-        let client = Arc::new(self.build_client(registry)?);
-        self.clients.insert(key, client.clone());
-        Ok(client)
+        self.clients
+            .try_get_with(key, || self.build_client(registry).map(Arc::new))
+            .map_err(RegistryError::Shared)
     }
 
     fn build_client(&self, registry: &str) -> Result<Client, RegistryError> {
@@ -190,12 +188,9 @@ impl OciResolver {
     }
 
     fn http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
-        if let Some(http) = self.http.get(registry) {
-            return Ok(http);
-        }
-        let http = self.build_http(registry)?;
-        self.http.insert(registry.to_string(), http.clone());
-        Ok(http)
+        self.http
+            .try_get_with(registry.to_string(), || self.build_http(registry))
+            .map_err(RegistryError::Shared)
     }
 
     /// A reqwest client with the same trust as [`Self::build_client`]. Redirects are not
@@ -246,7 +241,6 @@ impl OciResolver {
         credential: &Credential,
     ) -> Result<Digest, RegistryError> {
         let registry = reference.domain();
-        let client = self.client_for(registry, credential)?;
         let http = self.http_for(registry)?;
         let oci_ref = oci_client::Reference::with_tag(
             registry.to_string(),
@@ -285,6 +279,7 @@ impl OciResolver {
         let digest = match answer {
             Head::Digest(digest) => digest,
             Head::NeedsGet => {
+                let client = self.client_for(registry, credential)?;
                 let auth = credential.to_oci_auth();
                 let (bytes, _) = client
                     .pull_manifest_raw(&oci_ref, &auth, MANIFEST_TYPES)
