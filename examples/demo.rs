@@ -51,10 +51,20 @@ async fn main() -> Result<()> {
     };
     let files = pinhook::certs::generate(&request)?.write(std::path::Path::new("certs/demo"))?;
 
+    // pinhook refuses to contact loopback registries unless the policy names them (a pod
+    // spec must not make it probe internal hosts): allow the demo registry, and only it.
+    let policy = std::path::Path::new("certs/demo/policy.yaml");
+    std::fs::write(
+        policy,
+        format!(
+            "mode: enforce\nregistries:\n  allowPrivate: [\"{}\"]\n",
+            registry.host()
+        ),
+    )?;
     let port = free_port()?;
     let listen = format!("127.0.0.1:{port}");
-    println!("==> starting: {pinhook_bin} serve --listen {listen} --tls-cert {} --tls-key {} --registry-ca {}",
-        files.cert.display(), files.key.display(), registry.ca_path().display());
+    println!("==> starting: {pinhook_bin} serve --listen {listen} --tls-cert {} --tls-key {} --registry-ca {} --policy {}",
+        files.cert.display(), files.key.display(), registry.ca_path().display(), policy.display());
     let _pinhook = KillOnDrop(
         Command::new(&pinhook_bin)
             .args(["serve", "--listen", &listen])
@@ -64,6 +74,8 @@ async fn main() -> Result<()> {
             .arg(&files.key)
             .arg("--registry-ca")
             .arg(registry.ca_path())
+            .arg("--policy")
+            .arg(policy)
             .env("PINHOOK_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()
@@ -118,12 +130,13 @@ async fn main() -> Result<()> {
         started.elapsed(),
         response_patch(&again).map(|p| p.0.len()).unwrap_or(0) == 3
     );
-    println!(
-        "==> every image above is pinned to its index digest: {}",
-        pushed
-            .iter()
-            .all(|p| object.to_string().contains(&p.index_digest))
-    );
+    let all_pinned = pushed
+        .iter()
+        .all(|p| object.to_string().contains(&p.index_digest));
+    println!("==> every image above is pinned to its index digest: {all_pinned}");
+    if !all_pinned {
+        bail!("the patched Deployment does not carry every index digest");
+    }
     Ok(())
 }
 

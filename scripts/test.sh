@@ -15,8 +15,10 @@ log "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 log "unit and integration tests"
 cargo test --no-fail-fast
-if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 && -x tests/e2e/run.sh ]]; then
+log "the local demo (scripts/demo.sh), as README's first command runs it"
+scripts/demo.sh
+if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
     log "end-to-end tier"
-    tests/e2e/run.sh
+    bash tests/e2e/run.sh
 fi
 log "all tests passed"
