@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Every test: installs what the tests need (Debian's docker-registry; the end-to-end tier also
 # installs etcd and builds a kube-apiserver), checks formatting and lints, runs unit and
-# integration tests against a real registry, then the end-to-end tier on a real kube-apiserver.
-# Set PINHOOK_SKIP_E2E=1 to stop after the integration tests.
+# integration tests against a real registry, the local demo, then the end-to-end tier on a
+# real kube-apiserver. Set PINHOOK_SKIP_E2E=1 to stop before the end-to-end tier.
+# The last line is the total: `total: N passed, M failed` (cargo tests + e2e scenarios).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '==> %s %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
 
 log "installing test dependencies"
 scripts/install-test-deps.sh
@@ -14,11 +17,18 @@ cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 log "unit and integration tests"
-cargo test --no-fail-fast
+cargo test --no-fail-fast 2>&1 | tee "$out/cargo.log"
+# `test result: ok. 372 passed; 0 failed; ...`
+read -r passed failed < <(awk '/^test result:/ { p += $4; f += $6 } END { print p + 0, f + 0 }' "$out/cargo.log")
 log "the local demo (scripts/demo.sh), as README's first command runs it"
 scripts/demo.sh
 if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
     log "end-to-end tier"
-    bash tests/e2e/run.sh
+    bash tests/e2e/run.sh | tee "$out/e2e.log"
+    # its last line: `N passed, M failed`
+    read -r e2e_passed e2e_failed < <(tail -n1 "$out/e2e.log" | awk '{ print $1 + 0, $3 + 0 }')
+    passed=$((passed + e2e_passed))
+    failed=$((failed + e2e_failed))
 fi
 log "all tests passed"
+echo "total: $passed passed, $failed failed"
