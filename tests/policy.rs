@@ -30,7 +30,9 @@ async fn world_with(policy: &str, adjust: impl FnOnce(Options) -> Options) -> Wo
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let app = images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
     images::push_multi_arch(&registry, "team/init", "1.0", "init").await;
-    images::push_multi_arch(&registry, "team/cron", "1.0", "cron").await;
+    for repo in ["cron", "db", "agent", "job"] {
+        images::push_multi_arch(&registry, &format!("team/{repo}"), "1.0", repo).await;
+    }
     let policy: Policy = serde_saphyr::from_str(policy).expect("test policy parses");
     let options = adjust(Options {
         policy,
@@ -82,13 +84,39 @@ async fn metrics(world: &World) -> String {
         .expect("text")
 }
 
-const KINDS: [(&str, &str); 3] = [
+/// Every pod-bearing kind, as captured from a 1.26 apiserver (`-mutate.json`; the
+/// `-validate.json` capture of the same call sits beside it), with its first image.
+const KINDS: [(&str, &str); 9] = [
     (
         "v1.26/pod-create-basic-mutate.json",
         "/spec/containers/0/image",
     ),
     (
+        "v1.26/podtemplate-create-mutate.json",
+        "/template/spec/containers/0/image",
+    ),
+    (
+        "v1.26/replicationcontroller-create-mutate.json",
+        "/spec/template/spec/containers/0/image",
+    ),
+    (
         "v1.26/deployment-create-mutate.json",
+        "/spec/template/spec/containers/0/image",
+    ),
+    (
+        "v1.26/replicaset-create-mutate.json",
+        "/spec/template/spec/containers/0/image",
+    ),
+    (
+        "v1.26/statefulset-create-mutate.json",
+        "/spec/template/spec/containers/0/image",
+    ),
+    (
+        "v1.26/daemonset-create-mutate.json",
+        "/spec/template/spec/containers/0/image",
+    ),
+    (
+        "v1.26/job-create-mutate.json",
         "/spec/template/spec/containers/0/image",
     ),
     (
@@ -96,6 +124,101 @@ const KINDS: [(&str, &str); 3] = [
         "/spec/jobTemplate/spec/template/spec/containers/0/image",
     ),
 ];
+
+/// What a knob does to the first image of each kind.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// `/mutate` pins it to `name:tag@digest`.
+    TagAndDigest,
+    /// `/mutate` pins it to `name@digest`.
+    DigestOnly,
+    /// `/mutate` leaves it; `/validate` admits it.
+    LeftAndAdmitted,
+    /// `/mutate` leaves it; `/validate` denies it as unpinned.
+    LeftAndDeniedAtValidation,
+    /// Templates are left and admitted; a Pod is pinned.
+    OnlyPods,
+    /// `/mutate` denies it.
+    Denied,
+}
+
+/// Each knob across every kind: the knob's effect must not depend on where the PodSpec lives.
+#[rstest]
+#[case::enforce("mode: enforce", Expect::TagAndDigest)]
+#[case::audit("mode: audit", Expect::LeftAndAdmitted)]
+#[case::off("mode: off", Expect::LeftAndAdmitted)]
+#[case::form_digest("form: digest", Expect::DigestOnly)]
+#[case::exempt_images("exempt:\n  images: ['*/team/*']", Expect::LeftAndAdmitted)]
+#[case::exempt_namespace("exempt:\n  namespaces: [fixt*]", Expect::LeftAndAdmitted)]
+#[case::resolve_never("resolve: Never", Expect::LeftAndDeniedAtValidation)]
+#[case::target_pods("target: pods", Expect::OnlyPods)]
+#[case::registry_not_allowed("registries:\n  allow: ['registry.example']", Expect::Denied)]
+#[tokio::test]
+async fn each_knob_across_every_kind(#[case] policy: &str, #[case] expect: Expect) {
+    let world = world(policy).await;
+    for (fixture, pointer) in KINDS {
+        let review = review_fixture(fixture, &world.registry);
+        let original = review["request"]["object"]
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let body = post(&world, "/mutate", &review).await;
+        let image = apply_response(&review, &body)
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let is_pod = fixture.contains("/pod-create");
+        let validated = || async {
+            let validate =
+                review_fixture(&fixture.replace("-mutate", "-validate"), &world.registry);
+            post(&world, "/validate", &validate).await["response"]["allowed"].clone()
+        };
+        let (repository, _) = original.rsplit_once(':').unwrap_or((&original, ""));
+        match (expect, is_pod) {
+            (Expect::TagAndDigest, _) | (Expect::OnlyPods, true) => {
+                assert!(
+                    image.starts_with(&format!("{original}@sha256:")),
+                    "{policy} {fixture}: {image}"
+                );
+            }
+            (Expect::DigestOnly, _) => {
+                assert!(
+                    image.starts_with(&format!("{repository}@sha256:")),
+                    "{policy} {fixture}: {image}"
+                );
+            }
+            (Expect::LeftAndAdmitted, _) | (Expect::OnlyPods, false) => {
+                assert_eq!(
+                    body["response"]["allowed"], true,
+                    "{policy} {fixture}: {body}"
+                );
+                assert_eq!(image, original, "{policy} {fixture}: {body}");
+                assert_eq!(validated().await, true, "{policy} {fixture}: /validate");
+            }
+            (Expect::LeftAndDeniedAtValidation, _) => {
+                assert_eq!(
+                    body["response"]["allowed"], true,
+                    "{policy} {fixture}: {body}"
+                );
+                assert_eq!(image, original, "{policy} {fixture}: {body}");
+                assert_eq!(validated().await, false, "{policy} {fixture}: /validate");
+            }
+            (Expect::Denied, _) => {
+                assert_eq!(
+                    body["response"]["allowed"], false,
+                    "{policy} {fixture}: {body}"
+                );
+                let message = body["response"]["status"]["message"].to_string();
+                assert!(
+                    message.contains("is not on the policy's allow list"),
+                    "{policy} {fixture}: {message}"
+                );
+            }
+        }
+    }
+}
 
 #[rstest]
 #[case::enforce("mode: enforce", true)]
@@ -172,7 +295,8 @@ async fn a_missing_tag_is_denied_in_enforce_and_reported_in_audit(
     let reason = if allowed { "audit" } else { "enforce" };
     let text = metrics(&world).await;
     let line = format!(
-        "pinhook_policy_violations_total{{mode=\"{reason}\",reason=\"resolution_failed\"}} 3"
+        "pinhook_policy_violations_total{{mode=\"{reason}\",reason=\"resolution_failed\"}} {}",
+        KINDS.len()
     );
     assert!(text.contains(&line), "{text}");
 }
