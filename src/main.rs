@@ -484,6 +484,24 @@ async fn check_remote(args: &CheckArgs, server: &str, documents: &[Document]) ->
     }
     let mut report: Report = serde_json::from_slice(&body)
         .with_context(|| format!("{url} sent an unreadable report"))?;
+    // The server numbers the array it got (`0[3]`); name the user's files and documents again.
+    let sent: Vec<&Document> = documents.iter().filter(|d| d.object.is_ok()).collect();
+    let local = |index: &str| {
+        let n: usize = index.strip_prefix("0[")?.strip_suffix(']')?.parse().ok()?;
+        sent.get(n).copied()
+    };
+    for object in &mut report.objects {
+        if let Some(document) = local(&object.index) {
+            object.index = document.index.clone();
+            object.source = document.source.clone();
+        }
+    }
+    for error in &mut report.errors {
+        if let Some(document) = local(&error.index) {
+            error.index = document.index.clone();
+            error.source = document.source.clone();
+        }
+    }
     // Documents that did not parse never left this machine.
     for document in documents {
         if let Err(error) = &document.object {

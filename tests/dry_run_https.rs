@@ -235,4 +235,15 @@ async fn pinhook_check_server_mode_calls_the_endpoint() {
     );
     assert_eq!(report["summary"]["pinned"], 2, "{report}");
     assert_eq!(report["errors"][0]["index"], "3");
+    // Objects are named by the user's file and document index, as in local mode.
+    let file_name = file.to_string_lossy();
+    for (i, object) in report["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(object["index"], i.to_string(), "{report}");
+        assert_eq!(object["source"], file_name.as_ref(), "{report}");
+    }
 }
