@@ -164,7 +164,7 @@ impl Authorizer for KubeAuthorizer {
                     verb: Some("create".to_string()),
                     group: Some(group.to_string()),
                     resource: Some(resource.to_string()),
-                    namespace: Some(namespace.to_string()),
+                    namespace: Some(namespace.to_string()).filter(|n| !n.is_empty()),
                     ..ResourceAttributes::default()
                 }),
                 ..SubjectAccessReviewSpec::default()

@@ -288,8 +288,8 @@ async fn authorize(
         .filter_map(|d| d.object.as_ref().ok())
         .filter_map(|object| {
             let identity = Identity::of(object, default_namespace).ok()?;
-            let resource = identity.resource(&policy)?;
-            Some((identity.group, resource, identity.namespace))
+            let (resource, namespace) = identity.access(&policy)?;
+            Some((identity.group, resource, namespace))
         })
         .collect();
     needed.sort();
@@ -301,15 +301,17 @@ async fn authorize(
         } else {
             format!("{resource}.{group}")
         };
+        let scope = match namespace.is_empty() {
+            true => "(cluster-scoped)".to_string(),
+            false => format!("in namespace {namespace}"),
+        };
         match authorizer
             .can_create(caller, &group, &resource, &namespace)
             .await
         {
             Ok(true) => {}
-            Ok(false) => missing.push(format!("create {qualified} in namespace {namespace}")),
-            Err(e) => missing.push(format!(
-                "create {qualified} in namespace {namespace} (not checked: {e})"
-            )),
+            Ok(false) => missing.push(format!("create {qualified} {scope}")),
+            Err(e) => missing.push(format!("create {qualified} {scope} (not checked: {e})")),
         }
     }
     if missing.is_empty() {

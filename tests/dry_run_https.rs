@@ -39,6 +39,13 @@ async fn world() -> World {
         "rollouts",
         "shop",
     );
+    // The ConfigMap is judged by the mirror guard, so it needs the right to create it too.
+    kube.grant_create(
+        "system:serviceaccount:ci:deployer",
+        "",
+        "configmaps",
+        "shop",
+    );
     let policy: Policy = serde_saphyr::from_str(
         "kinds:\n  - group: argoproj.io\n    kind: Rollout\n    podSpec: /spec/template/spec\n",
     )
@@ -126,7 +133,11 @@ async fn an_authorised_caller_gets_the_report_and_nothing_is_recorded() {
     assert_eq!(report["summary"]["pinned"], 2);
     // The SubjectAccessReviews ask for the caller as the TokenReview described it, extra too.
     let reviews = world.kube.access_reviews();
-    assert_eq!(reviews.len(), 2, "one per pod-bearing object: {reviews:?}");
+    assert_eq!(
+        reviews.len(),
+        3,
+        "one per object pinhook evaluates (Deployment, Rollout, ConfigMap): {reviews:?}"
+    );
     for review in &reviews {
         assert_eq!(review["user"], "system:serviceaccount:ci:deployer");
         assert_eq!(review["uid"], "uid-system:serviceaccount:ci:deployer");
@@ -181,6 +192,30 @@ async fn no_token_invalid_token_and_forbidden_caller() {
     assert!(
         message.contains("create rollouts.argoproj.io in namespace shop"),
         "{message}"
+    );
+    assert!(
+        message.contains("create configmaps in namespace shop"),
+        "{message}"
+    );
+    // A cluster-scoped mirror object is checked without a namespace.
+    let itms = "apiVersion: config.openshift.io/v1\nkind: ImageTagMirrorSet\nmetadata:\n  name: tags\nspec:\n  imageTagMirrors:\n  - source: registry.example/team\n    mirrors: [mirror.example/team]\n";
+    let (status, answer) = dry_run(&world, Some("ci-token"), itms.to_string()).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(
+        answer["error"],
+        "system:serviceaccount:ci:deployer may not: create imagetagmirrorsets.config.openshift.io (cluster-scoped)"
+    );
+    world.kube.grant_create(
+        "system:serviceaccount:ci:deployer",
+        "config.openshift.io",
+        "imagetagmirrorsets",
+        "",
+    );
+    let (status, answer) = dry_run(&world, Some("ci-token"), itms.to_string()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["objects"][0]["images"][0]["action"], "denied",
+        "{answer}"
     );
     assert_eq!(
         world.registry.count_requests("HEAD", "/manifests/").await,

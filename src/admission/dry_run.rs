@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::pipeline::{error_chain, Action, ImageOutcome, Pinner, Plan, Target};
 use crate::documents::Document;
-use crate::policy::CompiledPolicy;
+use crate::policy::{mirrors, CompiledPolicy};
 use crate::registry::{ResolutionSource, RunMemo};
 
 /// Objects planned at once.
@@ -306,6 +306,20 @@ impl Identity {
                 .unwrap_or("")
                 .to_string(),
         })
+    }
+
+    /// What a caller must be allowed to `create` for pinhook to evaluate this object:
+    /// `(resource, namespace)`, the namespace empty for cluster-scoped kinds. Pod-bearing kinds
+    /// and the kinds the mirror guard judges; `None` for objects that pass through unread.
+    pub fn access(&self, policy: &CompiledPolicy) -> Option<(String, String)> {
+        if let Some((resource, cluster_scoped)) = mirrors::resource_of(&self.group, &self.kind) {
+            let namespace = match cluster_scoped {
+                true => String::new(),
+                false => self.namespace.clone(),
+            };
+            return Some((resource.to_string(), namespace));
+        }
+        Some((self.resource(policy)?, self.namespace.clone()))
     }
 
     /// The resource a caller must be allowed to `create` for this object, for pod-bearing kinds.

@@ -202,6 +202,20 @@ pub fn check(
     }
 }
 
+/// The resource (plural) of each kind the guard judges, and whether it is cluster-scoped.
+pub fn resource_of(group: &str, kind: &str) -> Option<(&'static str, bool)> {
+    match (group, kind) {
+        ("config.openshift.io", "ImageTagMirrorSet") => Some(("imagetagmirrorsets", true)),
+        ("config.openshift.io", "ImageDigestMirrorSet") => Some(("imagedigestmirrorsets", true)),
+        ("config.openshift.io", "ImageContentPolicy") => Some(("imagecontentpolicies", true)),
+        ("operator.openshift.io", "ImageContentSourcePolicy") => {
+            Some(("imagecontentsourcepolicies", true))
+        }
+        ("", "ConfigMap") => Some(("configmaps", false)),
+        _ => None,
+    }
+}
+
 // === OpenShift kinds ===
 
 /// One `{source, mirrors}` entry of an OpenShift mirror list.
