@@ -265,7 +265,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
         .with_hosts(&policy.policy.registries.hosts)
         .map_err(anyhow::Error::msg)?;
     let handle = PolicyHandle::new(policy);
-    let oci = Arc::new(OciResolver::new(registry)?);
+    let oci = Arc::new(OciResolver::new(registry)?.with_policy(handle.clone()));
     let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(oci.clone(), handle.clone()));
     let cache_config = args.cache.to_config();
     let owner_ttl = cache_config.hit_ttl;

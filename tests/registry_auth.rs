@@ -490,3 +490,45 @@ fn issued_at_is_rfc3339() {
     assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
     assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
 }
+
+/// The token realm is a URL the registry chooses: with a policy, pinhook asks it for a token
+/// only when the internal-address guard lets it (here the token server listens on loopback,
+/// so it must be named in `registries.allowPrivate` like the registry itself).
+#[tokio::test]
+async fn a_token_realm_on_an_internal_address_is_refused_without_a_request() {
+    let registry = token_registry().await;
+    let pushed = images::push_multi_arch(&registry, "team/app", "1.0", "realm").await;
+    let tokens = registry.token_server().expect("token server");
+    let realm_host = tokens.addr().to_string();
+    let policy_with = |allow_private: Vec<String>| {
+        let mut policy = pinhook::policy::Policy::default();
+        policy.registries.allow_private = allow_private;
+        pinhook::policy::PolicyHandle::new(policy.compile().expect("policy"))
+    };
+    let creds = [Credential::basic(USER, PASS)];
+    let image = reference(&pushed.reference);
+
+    let guarded =
+        resolver(registry_config(&registry)).with_policy(policy_with(vec![registry.host()]));
+    let error = guarded
+        .resolve(&image, &creds)
+        .await
+        .expect_err("the realm is on loopback");
+    let text = error.to_string();
+    assert!(
+        text.contains("token realm of registry")
+            && text.contains(&realm_host)
+            && text.contains("loopback"),
+        "{text}"
+    );
+    assert_eq!(tokens.tokens_issued(), 0, "the realm saw no request");
+
+    let allowed = resolver(registry_config(&registry))
+        .with_policy(policy_with(vec![registry.host(), realm_host]));
+    let resolved = allowed
+        .resolve(&image, &creds)
+        .await
+        .expect("allowed realm");
+    assert_eq!(resolved.digest.to_string(), pushed.index_digest);
+    assert_eq!(tokens.tokens_issued(), 1);
+}

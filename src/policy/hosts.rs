@@ -82,6 +82,17 @@ impl HostRules {
         }
     }
 
+    /// These rules without the registry allow and deny lists: only the internal-address guard
+    /// (and its `allowPrivate` opt-ins), for hosts a registry names rather than the user, such
+    /// as the token realm of an auth challenge.
+    pub fn internal_only(&self) -> HostRules {
+        HostRules {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            allow_private: self.allow_private.clone(),
+        }
+    }
+
     fn is_opted_in(&self, host: &str) -> bool {
         self.allow_private.iter().any(|p| glob::matches(p, host))
     }

@@ -18,9 +18,10 @@ use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::Client;
 use sha2::{Digest as _, Sha256};
 
+use super::guard;
 use super::head::{self, Head, MANIFEST_TYPES};
 use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
-use crate::policy::HostSettings;
+use crate::policy::{HostSettings, PolicyHandle};
 use crate::reference::{Digest, Reference};
 
 /// Where system CA bundles live on common distributions (and what rustls-native-certs reads).
@@ -58,6 +59,10 @@ pub struct OciResolver {
     http: moka::sync::Cache<String, reqwest::Client>,
     /// Bearer tokens per (registry, credential, repository path).
     tokens: moka::sync::Cache<(String, Fingerprint, String), Arc<str>>,
+    /// When set, the token realm a registry names must pass the policy's internal-address
+    /// guard before pinhook asks it for a token (a registry must not make pinhook probe
+    /// loopback or metadata addresses either).
+    policy: Option<PolicyHandle>,
 }
 
 // === impl RegistryConfig ===
@@ -126,7 +131,41 @@ impl OciResolver {
                 .max_capacity(10_000)
                 .time_to_live(TOKEN_TTL)
                 .build(),
+            policy: None,
         })
+    }
+
+    /// Checks token realms against `policy`'s internal-address guard (see [`Self::policy`]).
+    pub fn with_policy(mut self, policy: PolicyHandle) -> OciResolver {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Refuses a realm URL that is not http(s) or whose host the internal-address guard refuses.
+    async fn check_realm(&self, realm: &str, registry: &str) -> Result<(), RegistryError> {
+        let refused = |reason: String| RegistryError::Refused { reason };
+        let url = reqwest::Url::parse(realm).map_err(|e| {
+            refused(format!(
+                "registry {registry} named an invalid token realm {realm:?}: {e}"
+            ))
+        })?;
+        if !matches!(url.scheme(), "https" | "http") {
+            return Err(refused(format!(
+                "registry {registry} named a token realm that is not http(s): {realm}"
+            )));
+        }
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        let host = match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            (None, _) => return Err(refused(format!("token realm {realm} has no host"))),
+        };
+        let rules = policy.current().hosts.internal_only();
+        guard::check_reachable(&rules, &host)
+            .await
+            .map_err(|e| refused(format!("token realm of registry {registry}: {e}")))
     }
 
     /// Replaces the configuration (policy reload); clients are rebuilt on next use.
@@ -268,6 +307,7 @@ impl OciResolver {
         };
         let mut answer = head::head(&http, &url, authorization.as_deref(), reference).await;
         if let Head::Challenge(Some(challenge)) = &answer {
+            self.check_realm(&challenge.realm, registry).await?;
             let basic = credential.basic_authorization();
             let token = challenge
                 .token(&http, reference.path(), basic.as_deref(), registry)

@@ -33,29 +33,36 @@ impl Resolver for AddressGuard {
         reference: &Reference,
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError> {
-        let host = reference.domain();
-        let name = hosts::host_without_port(host);
-        // Literal addresses were judged before any lookup, in the pipeline.
-        if name.parse::<IpAddr>().is_err() {
-            let port = host
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok())
-                .unwrap_or(443);
-            let rules = self.policy.current().hosts.clone();
-            let addresses = tokio::net::lookup_host((name, port)).await.map_err(|e| {
-                RegistryError::Unreachable {
-                    registry: host.to_string(),
-                    source: oci_client::errors::OciDistributionError::IoError(e),
-                }
-            })?;
-            for address in addresses {
-                rules
-                    .check_address(host, address.ip())
-                    .map_err(|e| RegistryError::Refused {
-                        reason: e.to_string(),
-                    })?;
-            }
-        }
+        check_reachable(&self.policy.current().hosts, reference.domain()).await?;
         self.inner.resolve(reference, credentials).await
     }
+}
+
+/// Whether pinhook may contact `host` (`name[:port]`): the host rules on the name, then on
+/// every address the name resolves to. Also used for the token realm a registry's challenge
+/// names, which is a URL of the registry's choosing.
+pub async fn check_reachable(rules: &hosts::HostRules, host: &str) -> Result<(), RegistryError> {
+    let refused = |e: hosts::HostRefusal| RegistryError::Refused {
+        reason: e.to_string(),
+    };
+    rules.check_host(host).map_err(refused)?;
+    let name = hosts::host_without_port(host);
+    if name.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let port = host
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .unwrap_or(443);
+    let addresses =
+        tokio::net::lookup_host((name, port))
+            .await
+            .map_err(|e| RegistryError::Unreachable {
+                registry: host.to_string(),
+                source: oci_client::errors::OciDistributionError::IoError(e),
+            })?;
+    for address in addresses {
+        rules.check_address(host, address.ip()).map_err(refused)?;
+    }
+    Ok(())
 }

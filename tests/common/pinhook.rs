@@ -10,6 +10,7 @@ use pinhook::cluster::{Authorizer, NamespaceLabels, NoNamespaces};
 use pinhook::metrics::Metrics;
 use pinhook::policy::{FormSetting, Policy, PolicyHandle};
 use pinhook::reference::PinForm;
+use pinhook::registry::guard::AddressGuard;
 use pinhook::registry::pull_secrets::{NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
 use pinhook::server::{self, AppState, RunningServer, ServerConfig};
@@ -93,14 +94,20 @@ impl TestPinhook {
         let ca = TestCa::generate(dir.path());
         let metrics = Arc::new(Metrics::new());
         let owner_ttl = options.cache.hit_ttl;
-        let resolver = Arc::new(CachingResolver::new(
-            oci_resolver(registry),
-            options.cache,
-            metrics.clone(),
-        ));
         let mut policy = options.policy;
         policy.registries.allow_private.push(registry.host());
         let handle = PolicyHandle::new(policy.compile().expect("test policy is valid"));
+        // Wired as `pinhook serve` wires it: cache, then the address guard, then the client
+        // (which checks token realms against the same policy).
+        let oci = OciResolver::new(registry_config(registry))
+            .expect("resolver builds")
+            .with_policy(handle.clone());
+        let guarded = Arc::new(AddressGuard::new(Arc::new(oci), handle.clone()));
+        let resolver = Arc::new(CachingResolver::new(
+            guarded,
+            options.cache,
+            metrics.clone(),
+        ));
         let pinner = Pinner::new(PinnerParts {
             policy: handle.clone(),
             resolver: resolver.clone(),
