@@ -193,6 +193,22 @@ async fn a_workload_template_without_secrets_uses_its_service_accounts() {
         pinned_image(&world)
     );
     assert_eq!(world.kube.hits("/serviceaccounts/builder"), 1);
+
+    // A template naming a ServiceAccount that does not exist: refused (no credentials for the
+    // private image), and the user is told why.
+    spec_of(&mut review)["serviceAccountName"] = json!("ghost");
+    let body = mutate(&world, &review).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert!(
+        warnings(&body).contains(
+            "pinhook: serviceaccount apps/ghost not found; resolved without its imagePullSecrets"
+        ),
+        "{body}"
+    );
+}
+
+fn spec_of(review: &mut Value) -> &mut Value {
+    &mut review["request"]["object"]["spec"]["template"]["spec"]
 }
 
 #[tokio::test]

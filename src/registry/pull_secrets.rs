@@ -143,7 +143,13 @@ impl KubeSecrets {
                     .map(|r| r.name.clone())
                     .filter(|n| !n.is_empty())
                     .collect(),
-                None => Vec::new(),
+                None => {
+                    warnings.push(format!(
+                        "pinhook: serviceaccount {}/{account} not found; resolved without its imagePullSecrets",
+                        pod.namespace
+                    ));
+                    Vec::new()
+                }
             },
             Err(e) => {
                 warnings.push(format!(
