@@ -99,13 +99,7 @@ async fn an_allow_listed_pair_passes_and_audit_only_warns() {
     assert_eq!(body["response"]["allowed"], false, "{body}");
     assert!(message(&body).contains("mirror2.example/team"), "{body}");
 
-    let (registry, pinhook) = pinhook_with("mode: audit").await;
-    let body = validate(
-        &pinhook,
-        &registry,
-        "v1.26/imagetagmirrorset-create-validate.json",
-    )
-    .await;
+    let body = validate_tag_mirror_set_under("mode: audit").await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let warnings = body["response"]["warnings"].to_string();
     assert!(warnings.contains("pinhook audit: would deny"), "{body}");
@@ -136,12 +130,17 @@ async fn target_pods_and_exemptions_do_not_switch_the_guard_off() {
         );
     }
     // Mode off is the one switch.
-    let (registry, pinhook) = pinhook_with("mode: off").await;
-    let body = validate(
+    let body = validate_tag_mirror_set_under("mode: off").await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+}
+
+/// `/validate`'s answer to the captured ImageTagMirrorSet under a fresh pinhook with `policy`.
+async fn validate_tag_mirror_set_under(policy: &str) -> Value {
+    let (registry, pinhook) = pinhook_with(policy).await;
+    validate(
         &pinhook,
         &registry,
         "v1.26/imagetagmirrorset-create-validate.json",
     )
-    .await;
-    assert_eq!(body["response"]["allowed"], true, "{body}");
+    .await
 }
