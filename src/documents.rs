@@ -55,6 +55,11 @@ pub fn parse(text: &str, source: Option<&str>) -> Vec<Document> {
     out
 }
 
+/// The position of an item of a top-level JSON array (`0[3]` → 3), as [`expand`] names it.
+pub fn array_position(index: &str) -> Option<usize> {
+    index.strip_prefix("0[")?.strip_suffix(']')?.parse().ok()
+}
+
 fn expand(out: &mut Vec<Document>, prefix: &str, items: Vec<Value>, source: Option<&str>) {
     for (j, item) in items.into_iter().enumerate() {
         let object = if item.is_object() {
@@ -155,6 +160,12 @@ mod tests {
         );
         assert_eq!(kinds(&list), ["Pod", "Service"]);
         assert_eq!(list[1].index, "0.items[1]");
+        assert_eq!(array_position(&array[1].index), Some(1));
+        assert_eq!(
+            array_position(&list[1].index),
+            None,
+            "a List item is not an array item"
+        );
         assert!(parse("{broken", None)[0].object.is_err());
     }
 

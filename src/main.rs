@@ -487,8 +487,8 @@ async fn check_remote(args: &CheckArgs, server: &str, documents: &[Document]) ->
     // The server numbers the array it got (`0[3]`); name the user's files and documents again.
     let sent: Vec<&Document> = documents.iter().filter(|d| d.object.is_ok()).collect();
     let local = |index: &str| {
-        let n: usize = index.strip_prefix("0[")?.strip_suffix(']')?.parse().ok()?;
-        sent.get(n).copied()
+        sent.get(pinhook::documents::array_position(index)?)
+            .copied()
     };
     for object in &mut report.objects {
         if let Some(document) = local(&object.index) {

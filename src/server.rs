@@ -365,9 +365,10 @@ fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
 /// `kubectl apply --dry-run=server` in CI) is logged but not counted: it changed nothing.
 fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: bool) {
     let Some(plan) = &decision.plan else { return };
-    let count_violation = |state: &AppState, mode: &str, reason: admission::Reason| {
+    // Dry runs are logged like any review but never counted.
+    let count = |reason: admission::Reason| {
         if !dry_run {
-            count_violation(state, mode, reason);
+            count_violation(state, &plan.mode.to_string(), reason);
         }
     };
     let mode = plan.mode.to_string();
@@ -403,7 +404,7 @@ fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: b
             admission::Action::Unchanged | admission::Action::Exempt => {}
         }
         if let Some(violation) = outcome.violation {
-            count_violation(state, &mode, violation);
+            count(violation);
         }
     }
     for finding in &plan.findings {
@@ -414,7 +415,7 @@ fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: b
             reason = %finding.message,
             "policy violation"
         );
-        count_violation(state, &mode, finding.reason);
+        count(finding.reason);
     }
 }
 

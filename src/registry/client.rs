@@ -286,6 +286,7 @@ impl OciResolver {
             reference.path().to_string(),
             reference.effective_tag().to_string(),
         );
+        let basic = credential.basic_authorization();
         let scheme = match self.config().insecure_hosts.contains(registry) {
             true => "http",
             false => "https",
@@ -303,12 +304,11 @@ impl OciResolver {
         );
         let authorization = match self.tokens.get(&token_key) {
             Some(token) => Some(format!("Bearer {token}")),
-            None => credential.basic_authorization(),
+            None => basic.clone(),
         };
         let mut answer = head::head(&http, &url, authorization.as_deref(), reference).await;
         if let Head::Challenge(Some(challenge)) = &answer {
             self.check_realm(&challenge.realm, registry).await?;
-            let basic = credential.basic_authorization();
             let token = challenge
                 .token(&http, reference.path(), basic.as_deref(), registry)
                 .await?;

@@ -8,6 +8,8 @@
 //! no GET unless the HEAD lacks what pinning needs; a cold one under token auth is HEAD (401),
 //! the token request to the challenge's realm, HEAD.
 
+use std::sync::LazyLock;
+
 use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, WWW_AUTHENTICATE};
 use reqwest::StatusCode;
 use serde::Deserialize;
@@ -23,6 +25,9 @@ pub(super) const MANIFEST_TYPES: &[&str] = &[
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ];
+
+/// [`MANIFEST_TYPES`] as one `Accept` value, joined once rather than per request.
+static ACCEPT_MANIFESTS: LazyLock<String> = LazyLock::new(|| MANIFEST_TYPES.join(", "));
 
 const DIGEST_HEADER: &str = "docker-content-digest";
 
@@ -45,16 +50,21 @@ pub(super) async fn head(
     authorization: Option<&str>,
     reference: &Reference,
 ) -> Head {
-    let mut request = http.head(url).header(ACCEPT, MANIFEST_TYPES.join(", "));
+    let mut request = http.head(url).header(ACCEPT, ACCEPT_MANIFESTS.as_str());
     if let Some(value) = authorization {
         request = request.header(AUTHORIZATION, value);
     }
     match request.send().await {
         Ok(response) => judge(response.status(), response.headers(), reference),
-        Err(e) => Head::Failed(RegistryError::Unreachable {
-            registry: reference.domain().to_string(),
-            source: oci_client::errors::OciDistributionError::RequestError(e),
-        }),
+        Err(e) => Head::Failed(transport_error(reference.domain(), e)),
+    }
+}
+
+/// A request that got no answer (refused, reset, timed out: the source says which).
+fn transport_error(registry: &str, error: reqwest::Error) -> RegistryError {
+    RegistryError::Unreachable {
+        registry: registry.to_string(),
+        source: oci_client::errors::OciDistributionError::RequestError(error),
     }
 }
 
@@ -149,11 +159,10 @@ impl Bearer {
         if let Some(value) = authorization {
             request = request.header(AUTHORIZATION, value);
         }
-        let unreachable = |e: reqwest::Error| RegistryError::Unreachable {
-            registry: registry.to_string(),
-            source: oci_client::errors::OciDistributionError::RequestError(e),
-        };
-        let response = request.send().await.map_err(unreachable)?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| transport_error(registry, e))?;
         match response.status().as_u16() {
             200 => {}
             401 | 403 => {
@@ -169,7 +178,15 @@ impl Bearer {
                 })
             }
         }
-        let answer: TokenAnswer = response.json().await.map_err(unreachable)?;
+        // A body that is not the token JSON is an invalid answer, not an unreachable registry.
+        let answer: TokenAnswer =
+            response
+                .json()
+                .await
+                .map_err(|e| RegistryError::InvalidResponse {
+                    registry: registry.to_string(),
+                    source: oci_client::errors::OciDistributionError::RequestError(e),
+                })?;
         answer
             .token
             .or(answer.access_token)
@@ -298,11 +315,6 @@ mod tests {
             Head::Failed(RegistryError::Status { status: 503, .. })
         ));
     }
-}
-
-#[cfg(test)]
-mod challenge_tests {
-    use super::*;
 
     #[test]
     fn bearer_challenges_parse_as_the_token_spec_writes_them() {
