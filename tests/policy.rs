@@ -673,7 +673,8 @@ async fn policy_reload_under_load_drops_no_request() {
         ("moed: enforce\n", Mode::Off),
         ("mode: enforce\n", Mode::Enforce),
     ] {
-        let reloads_before = Arc::as_ptr(&handle.current());
+        // Held, so its allocation cannot be reused by a replacement and compare equal.
+        let in_force = handle.current();
         std::fs::write(&path, format!("{text}{allow_host}")).expect("write");
         if text.contains("mode: ") && !text.contains('[') {
             // The watcher polls every 2 s: wait for the new policy to be in force.
@@ -687,9 +688,8 @@ async fn policy_reload_under_load_drops_no_request() {
             }
         } else {
             tokio::time::sleep(Duration::from_millis(4500)).await;
-            assert_eq!(
-                Arc::as_ptr(&handle.current()),
-                reloads_before,
+            assert!(
+                Arc::ptr_eq(&handle.current(), &in_force),
                 "{text:?} must not replace the policy in force"
             );
         }

@@ -611,10 +611,10 @@ mod tests {
 
     fn quick() -> CacheConfig {
         CacheConfig {
-            hit_ttl: Duration::from_millis(50),
-            failure_ttl: Duration::from_millis(100),
-            backoff_base: Duration::from_millis(40),
-            backoff_cap: Duration::from_millis(100),
+            hit_ttl: Duration::from_millis(250),
+            failure_ttl: Duration::from_millis(500),
+            backoff_base: Duration::from_millis(200),
+            backoff_cap: Duration::from_millis(500),
             ..CacheConfig::default()
         }
     }
@@ -638,7 +638,7 @@ mod tests {
             assert!(cache.resolve(&image, &[]).await.is_err());
         }
         assert_eq!(inner.calls(), 1, "the failure answers for its TTL");
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(750)).await;
         let resolution = cache.resolve(&image, &[]).await;
         assert_eq!(resolution.map(|r| r.digest).ok(), Some(digest('a')));
         assert_eq!(inner.calls(), 2);
@@ -664,20 +664,20 @@ mod tests {
             "{backing_off:?}"
         );
         assert_eq!(inner.calls(), 1, "no call while backing off");
-        tokio::time::sleep(Duration::from_millis(50)).await; // past 40 ms
+        tokio::time::sleep(Duration::from_millis(250)).await; // past 200 ms
         assert!(cache.resolve(&image, &[]).await.is_err());
         assert_eq!(
             inner.calls(),
             2,
             "a transport error is not remembered as an answer"
         );
-        tokio::time::sleep(Duration::from_millis(90)).await; // past 80 ms (doubled)
+        tokio::time::sleep(Duration::from_millis(450)).await; // past 400 ms (doubled)
         assert!(cache.resolve(&image, &[]).await.is_ok());
         assert_eq!(inner.calls(), 3);
 
-        // After a success the next outage starts again at the base delay, not at 160 ms
-        // (capped 100 ms).
-        tokio::time::sleep(Duration::from_millis(60)).await; // past hit_ttl
+        // After a success the next outage starts again at the base delay, not at 800 ms
+        // (capped 500 ms).
+        tokio::time::sleep(Duration::from_millis(300)).await; // past hit_ttl
         let stale = cache.resolve(&image, &[]).await;
         assert_eq!(
             stale.map(|r| r.source).ok(),
@@ -685,7 +685,7 @@ mod tests {
             "the failure is answered with the last known digest"
         );
         assert_eq!(inner.calls(), 4);
-        tokio::time::sleep(Duration::from_millis(50)).await; // past 40 ms only
+        tokio::time::sleep(Duration::from_millis(250)).await; // past 200 ms only
         let fresh = cache.resolve(&image, &[]).await;
         assert_eq!(
             fresh.map(|r| r.source).ok(),
@@ -698,18 +698,18 @@ mod tests {
     async fn a_stale_digest_is_served_only_within_max_stale() {
         let inner = Scripted::new(&[Answer::Digest('a'), Answer::Unreachable]);
         let config = CacheConfig {
-            max_stale: Duration::from_millis(200),
+            max_stale: Duration::from_millis(1000),
             backoff_base: Duration::ZERO,
             ..quick()
         };
         let cache = cache(inner.clone(), config);
         let image = reference("registry.example/team/app:1.0");
         assert!(cache.resolve(&image, &[]).await.is_ok());
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await; // past hit_ttl
         let stale = cache.resolve(&image, &[]).await;
         assert_eq!(stale.map(|r| r.source).ok(), Some(ResolutionSource::Stale));
         assert!(cache.last_known(&image, &[]).is_some());
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await; // past max_stale
         assert!(cache.resolve(&image, &[]).await.is_err());
         assert!(cache.last_known(&image, &[]).is_none());
     }
