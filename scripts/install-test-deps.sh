@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs what the integration tests run besides cargo: Debian's
-# `docker-registry` (distribution 2.8.x, /usr/bin/docker-registry), which
-# tests/common/registry.rs starts as a real OCI registry on 127.0.0.1.
+# Installs what the tests run besides cargo: Debian's `docker-registry`
+# (distribution 2.8.x, /usr/bin/docker-registry), which tests/common/registry.rs
+# starts as a real OCI registry on 127.0.0.1, and the command-line tools the
+# end-to-end tier uses (curl, openssl, ss, jq). The tier's build script installs
+# its own Go toolchain and etcd.
 #
-# Idempotent and quiet: does nothing when the binary is already there.
+# Idempotent and quiet: does nothing when everything is already there.
 # Works as root (no sudo needed) or as a user with sudo. Exits non-zero on
 # any failure.
 set -euo pipefail
@@ -11,7 +13,16 @@ set -euo pipefail
 readonly PKG=docker-registry
 readonly BIN=/usr/bin/docker-registry
 
-if [[ -x "$BIN" ]]; then
+# Command -> Debian package, for the tools the end-to-end tier and the demo call.
+# (kubectl is not here: Debian's kubernetes-client is 1.20, whose kustomize cannot render the
+# manifests' `patches`; the machine image ships kubectl 1.32.)
+declare -A TOOLS=([curl]=curl [openssl]=openssl [ss]=iproute2 [jq]=jq)
+missing=()
+[[ -x "$BIN" ]] || missing+=("$PKG")
+for tool in "${!TOOLS[@]}"; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("${TOOLS[$tool]}")
+done
+if ((${#missing[@]} == 0)); then
     exit 0
 fi
 
@@ -20,12 +31,12 @@ if [[ "$(id -u)" -eq 0 ]]; then
 elif command -v sudo >/dev/null 2>&1; then
     SUDO=(sudo -n)
 else
-    echo "install-test-deps: need root or sudo to install $PKG" >&2
+    echo "install-test-deps: need root or sudo to install ${missing[*]}" >&2
     exit 1
 fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-test-deps: apt-get not found; install $PKG (docker distribution 2.8) by hand" >&2
+    echo "install-test-deps: apt-get not found; install ${missing[*]} by hand" >&2
     exit 1
 fi
 
@@ -35,12 +46,12 @@ apt_get() {
 
 # Refresh the package lists first only when apt does not know the package;
 # if the install then fails (stale lists), refresh once and retry.
-if ! apt-cache show "$PKG" >/dev/null 2>&1; then
+if ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
     apt_get update >/dev/null
 fi
-if ! apt_get install -y --no-install-recommends "$PKG" >/dev/null; then
+if ! apt_get install -y --no-install-recommends "${missing[@]}" >/dev/null; then
     apt_get update >/dev/null
-    apt_get install -y --no-install-recommends "$PKG" >/dev/null
+    apt_get install -y --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # The package ships a systemd unit listening on :5000; the tests start their

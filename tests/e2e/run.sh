@@ -236,13 +236,6 @@ export KUBE_APISERVER
 log "kube-apiserver: $KUBE_APISERVER ($(($(date +%s) - t))s)"
 
 "$ROOT/scripts/install-test-deps.sh" || die "scripts/install-test-deps.sh failed"
-if ! command -v jq >/dev/null 2>&1; then # scenarios read JSON answers with it
-  log "installing jq (apt)"
-  { DEBIAN_FRONTEND=noninteractive apt-get -qq install -y --no-install-recommends jq >/dev/null 2>&1 ||
-    { DEBIAN_FRONTEND=noninteractive apt-get -qq update &&
-      DEBIAN_FRONTEND=noninteractive apt-get -qq install -y --no-install-recommends jq >/dev/null; }; } ||
-    die "apt-get install jq failed"
-fi
 for tool in kubectl openssl curl ss base64 jq; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found"
 done
