@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Build a real kube-apiserver (v1.20.2) from Debian bookworm's `kubernetes`
-# source package, for pinhook's end-to-end test tier.
+# Build a real kube-apiserver and kube-controller-manager (v1.20.2) from Debian
+# bookworm's `kubernetes` source package (one unpacked tree, one Go build cache),
+# for pinhook's end-to-end test tier.
 #
-# Idempotent: when ${PINHOOK_E2E_CACHE}/kube-apiserver-1.20.2 exists and
-# answers --version, nothing is done. Prints the binary path on stdout as the
-# last line (all log lines go to stderr).
+# Idempotent: when ${PINHOOK_E2E_CACHE}/kube-apiserver-1.20.2 and
+# ${PINHOOK_E2E_CACHE}/kube-controller-manager-1.20.2 exist and answer
+# --version, nothing is done. Prints the apiserver's path on stdout as the last
+# line (all log lines go to stderr); the controller manager sits beside it.
 #
 # Needs root (apt-get). Network: Debian mirrors only.
 set -euo pipefail
@@ -12,6 +14,7 @@ set -euo pipefail
 K8S_VERSION=1.20.2
 CACHE="${PINHOOK_E2E_CACHE:-/var/cache/pinhook-e2e}"
 BIN="$CACHE/kube-apiserver-$K8S_VERSION"
+KCM_BIN="$CACHE/kube-controller-manager-$K8S_VERSION"
 SRC_PARENT="$CACHE/src"
 SRC_SOURCES_FILE=/etc/apt/sources.list.d/pinhook-e2e-deb-src.sources
 REFLECT2_DEBIAN=/usr/share/gocode/src/github.com/modern-go/reflect2
@@ -22,7 +25,8 @@ die() { log "ERROR: $*"; exit 1; }
 export DEBIAN_FRONTEND=noninteractive
 APT_GET=(apt-get -qq -o=Dpkg::Use-Pty=0)
 
-binary_ok() { [[ -x "$BIN" ]] && "$BIN" --version >/dev/null 2>&1; }
+runs() { [[ -x "$1" ]] && "$1" --version >/dev/null 2>&1; }
+binary_ok() { runs "$BIN" && runs "$KCM_BIN"; }
 
 if binary_ok; then
   log "cached binary present: $("$BIN" --version)"
@@ -170,14 +174,22 @@ for p in "$VPKG" k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version; do
   LDFLAGS+=" -X $p.gitMajor=$KUBE_GIT_MAJOR -X $p.gitMinor=$KUBE_GIT_MINOR"
 done
 
-log "go build k8s.io/kubernetes/cmd/kube-apiserver (GOCACHE=$GOCACHE)"
-t=$(date +%s)
-(cd "$PKG_DIR" && go build -trimpath -ldflags "$LDFLAGS" -o "$BIN.tmp" ./cmd/kube-apiserver) \
-  >"$CACHE/go-build.log" 2>&1 \
-  || { tail -n 40 "$CACHE/go-build.log" >&2; die "go build failed (log: $CACHE/go-build.log)"; }
-log "go build done in $(( $(date +%s) - t ))s"
-mv "$BIN.tmp" "$BIN"
+# go_build CMD OUT: build ./cmd/CMD into OUT unless OUT already runs
+go_build() {
+  local cmd=$1 out=$2 t
+  runs "$out" && { log "cached: $out"; return 0; }
+  log "go build k8s.io/kubernetes/cmd/$cmd (GOCACHE=$GOCACHE)"
+  t=$(date +%s)
+  (cd "$PKG_DIR" && go build -trimpath -ldflags "$LDFLAGS" -o "$out.tmp" "./cmd/$cmd") \
+    >"$CACHE/go-build-$cmd.log" 2>&1 \
+    || { tail -n 40 "$CACHE/go-build-$cmd.log" >&2; die "go build $cmd failed (log: $CACHE/go-build-$cmd.log)"; }
+  log "go build $cmd done in $(( $(date +%s) - t ))s"
+  mv "$out.tmp" "$out"
+  runs "$out" || die "built $out does not run --version"
+}
+go_build kube-apiserver "$BIN"
+go_build kube-controller-manager "$KCM_BIN"
 
-binary_ok || die "built binary does not run --version"
+binary_ok || die "built binaries do not run --version"
 log "built $("$BIN" --version) in $(( $(date +%s) - T0 ))s total"
 echo "$BIN"
