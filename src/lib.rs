@@ -13,6 +13,7 @@ pub mod check;
 pub mod cluster;
 pub mod documents;
 pub mod metrics;
+pub mod owners;
 pub mod policy;
 pub mod reference;
 pub mod registry;

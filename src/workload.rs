@@ -209,6 +209,38 @@ pub fn image_sites(
     Ok(Some(sites))
 }
 
+/// Whether an UPDATE changes the pod template of a workload (anything in it: images, env,
+/// labels, the `restartedAt` annotation of `kubectl rollout restart`). Such an update starts a
+/// rollout anyway, so `/mutate` pins every image of the new template rather than only the images
+/// the update changed; an update that leaves the template as it was (scale, labels of the
+/// workload, status) changes nothing. Always false for Pods (their images are judged one by one)
+/// and for kinds that bear no pods.
+///
+/// The template is the PodSpec's parent (`/spec/template` for `/spec/template/spec`); for a kind
+/// whose PodSpec pointer does not end in `/spec`, the PodSpec itself.
+pub fn template_changed(
+    kinds: &PodSpecKinds,
+    group: &str,
+    kind: &str,
+    object: &Value,
+    old_object: Option<&Value>,
+) -> bool {
+    let Some(old) = old_object else {
+        return false;
+    };
+    if group.is_empty() && (kind == "Pod" || kind == EPHEMERAL_CONTAINERS_KIND) {
+        return false;
+    }
+    let Some(spec_pointer) = kinds.pod_spec_pointer(group, kind) else {
+        return false;
+    };
+    let template = match spec_pointer.strip_suffix("/spec") {
+        Some(parent) if !parent.is_empty() => parent,
+        _ => spec_pointer,
+    };
+    object.pointer(template) != old.pointer(template)
+}
+
 /// The PodSpec of a pod-bearing object (for imagePullSecrets and serviceAccountName).
 /// `None` when the kind bears no pods or the PodSpec is missing or null.
 pub fn pod_spec<'a>(
@@ -890,6 +922,106 @@ mod tests {
                 ),
             ],
         );
+    }
+
+    #[test]
+    fn template_changes_are_told_apart_from_other_updates() {
+        let kinds = PodSpecKinds::builtin();
+        let changed = |req: &Value| {
+            template_changed(
+                &kinds,
+                str_at(req, "/kind/group"),
+                str_at(req, "/kind/kind"),
+                &req["object"],
+                req.get("oldObject").filter(|v| !v.is_null()),
+            )
+        };
+        // kubectl set image: the template changed.
+        let set_image = request(DEPLOYMENT_SET_IMAGE);
+        assert!(changed(&set_image));
+        // kubectl set env, kubectl rollout restart: images untouched, the template changed.
+        let mut env = set_image.clone();
+        env["object"]["spec"]["template"] = env["oldObject"]["spec"]["template"].clone();
+        assert!(!changed(&env), "identical templates");
+        env["object"]["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "FOO", "value": "bar"}]);
+        assert!(changed(&env));
+        let mut restart = set_image.clone();
+        restart["object"]["spec"]["template"] = restart["oldObject"]["spec"]["template"].clone();
+        restart["object"]["spec"]["template"]["metadata"]["annotations"] =
+            json!({"kubectl.kubernetes.io/restartedAt": "2026-11-23T18:00:00Z"});
+        assert!(changed(&restart));
+        // Scale, the workload's own labels, status: not the template.
+        let mut scale = set_image.clone();
+        scale["object"]["spec"]["template"] = scale["oldObject"]["spec"]["template"].clone();
+        scale["object"]["spec"]["replicas"] = json!(7);
+        scale["object"]["metadata"]["labels"] = json!({"team": "x"});
+        scale["object"]["status"] = json!({"replicas": 7});
+        assert!(!changed(&scale));
+        // CREATE has no old object; Pods are judged image by image; ConfigMaps bear no pods.
+        assert!(!changed(&request(DEPLOYMENT)));
+        assert!(!changed(&request(POD_SET_IMAGE_120)));
+        let mut configmap = request(CONFIGMAP);
+        configmap["oldObject"] = json!({"data": {}});
+        assert!(!changed(&configmap));
+    }
+
+    #[test]
+    fn template_of_every_builtin_workload_is_the_podspec_parent() {
+        let kinds = PodSpecKinds::builtin();
+        for (group, kind, template) in [
+            ("", "PodTemplate", "/template"),
+            ("", "ReplicationController", "/spec/template"),
+            ("apps", "Deployment", "/spec/template"),
+            ("apps", "ReplicaSet", "/spec/template"),
+            ("apps", "StatefulSet", "/spec/template"),
+            ("apps", "DaemonSet", "/spec/template"),
+            ("batch", "Job", "/spec/template"),
+            ("batch", "CronJob", "/spec/jobTemplate/spec/template"),
+        ] {
+            let mut old = json!({"metadata": {"generation": 1}});
+            set_at(
+                &mut old,
+                template,
+                json!({"metadata": {"labels": {"app": "a"}}, "spec": {}}),
+            );
+            let mut new = old.clone();
+            new["metadata"]["generation"] = json!(2);
+            assert!(
+                !template_changed(&kinds, group, kind, &new, Some(&old)),
+                "{kind}"
+            );
+            set_at(
+                &mut new,
+                &format!("{template}/metadata/labels/app"),
+                json!("b"),
+            );
+            assert!(
+                template_changed(&kinds, group, kind, &new, Some(&old)),
+                "{kind}"
+            );
+        }
+        // An extra kind whose PodSpec sits at /spec: the PodSpec is compared, not the object.
+        let kinds = kinds.with_extra("example.dev", "Runner", "/spec");
+        let old = json!({"metadata": {"generation": 1}, "spec": {"containers": []}});
+        let mut new = old.clone();
+        new["metadata"]["generation"] = json!(2);
+        assert!(!template_changed(
+            &kinds,
+            "example.dev",
+            "Runner",
+            &new,
+            Some(&old)
+        ));
+    }
+
+    /// Creates the objects on the way and sets the value at an unescaped pointer.
+    fn set_at(root: &mut Value, pointer: &str, value: Value) {
+        let mut slot = root;
+        for token in pointer.split('/').skip(1) {
+            slot = &mut slot[token];
+        }
+        *slot = value;
     }
 
     #[test]
