@@ -16,6 +16,7 @@ pub mod keyring;
 pub mod pull_secrets;
 #[cfg(test)]
 pub(crate) mod testing;
+mod token;
 
 use std::time::Duration;
 
@@ -173,6 +174,15 @@ impl RegistryError {
             | RegistryError::BackingOff { .. } => true,
             RegistryError::Status { status, .. } => *status >= 500,
             _ => false,
+        }
+    }
+
+    /// A request that got no answer (refused, reset, timed out: the source says which); one
+    /// mapping for the manifest HEAD and the token request.
+    fn unanswered(registry: &str, error: reqwest::Error) -> RegistryError {
+        RegistryError::Unreachable {
+            registry: registry.to_string(),
+            source: oci_client::errors::OciDistributionError::RequestError(error),
         }
     }
 }
