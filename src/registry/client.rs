@@ -134,33 +134,6 @@ impl OciResolver {
         self
     }
 
-    /// Refuses a realm URL that is not http(s) or whose host the internal-address guard refuses.
-    async fn check_realm(&self, realm: &str, registry: &str) -> Result<(), RegistryError> {
-        let refused = |reason: String| RegistryError::Refused { reason };
-        let url = reqwest::Url::parse(realm).map_err(|e| {
-            refused(format!(
-                "registry {registry} named an invalid token realm {realm:?}: {e}"
-            ))
-        })?;
-        if !matches!(url.scheme(), "https" | "http") {
-            return Err(refused(format!(
-                "registry {registry} named a token realm that is not http(s): {realm}"
-            )));
-        }
-        let Some(policy) = &self.policy else {
-            return Ok(());
-        };
-        let host = match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (Some(host), None) => host.to_string(),
-            (None, _) => return Err(refused(format!("token realm {realm} has no host"))),
-        };
-        let rules = policy.current().hosts.internal_only();
-        guard::check_reachable(&rules, &host)
-            .await
-            .map_err(|e| refused(format!("token realm of registry {registry}: {e}")))
-    }
-
     /// Replaces the configuration (policy reload); clients are rebuilt on next use.
     pub fn reconfigure(&self, config: RegistryConfig) {
         *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
@@ -298,7 +271,7 @@ impl OciResolver {
         let authorization = self.tokens.bearer(&token_key).or_else(|| basic.clone());
         let mut answer = head::head(&http, &url, authorization.as_deref(), reference).await;
         if let Head::Challenge(Some(challenge)) = &answer {
-            self.check_realm(&challenge.realm, registry).await?;
+            guard::check_realm(self.policy.as_ref(), &challenge.realm, registry).await?;
             let bearer = self
                 .tokens
                 .fetch(token_key, challenge, &http, basic.as_deref())

@@ -1,9 +1,11 @@
 //! Registry: turning a tag into the digest it points at.
 //!
-//! Owns: the [`Resolver`] trait every handler talks to, the oci-client backed implementation
-//! ([`OciResolver`]), pull credentials and their fingerprints. The digest returned is always the
-//! digest of the top-level manifest the tag names (for a multi-arch image, the index), never a
-//! platform manifest or config digest.
+//! Owns: the [`Resolver`] trait every handler talks to and the resolvers stacked behind it, outer
+//! first: the [`cache`], the address [`guard`] (the one place host rules meet what is about to be
+//! contacted), and the registry client ([`OciResolver`]: manifest HEAD, bearer tokens, GET
+//! fallback); pull credentials, their fingerprints, and the [`keyring`] and [`pull_secrets`]
+//! that choose them. The digest returned is always the digest of the top-level manifest the tag
+//! names (for a multi-arch image, the index), never a platform manifest or config digest.
 //!
 //! Never: parses objects or decides policy; handlers decide what to do with a failure.
 
@@ -22,11 +24,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::policy::HostRefusal;
 use crate::reference::{Digest, Reference};
 
 pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, RunMemo, TagMove};
 pub use client::{OciResolver, RegistryConfig};
 pub use credentials::{Credential, Fingerprint};
+pub use guard::RealmRefusal;
 
 /// Why a tag could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -76,8 +80,12 @@ pub enum RegistryError {
         retry_in: Duration,
         last: String,
     },
+    /// The address guard refused the registry host, or an address its name resolves to.
     #[error("{reason}")]
-    Refused { reason: String },
+    Refused { host: String, reason: HostRefusal },
+    /// The address guard refused the token realm the registry's challenge named.
+    #[error(transparent)]
+    RealmRefused(RealmRefusal),
     /// One failure shared by every admission that waited on the same registry call.
     #[error(transparent)]
     Shared(std::sync::Arc<RegistryError>),
@@ -158,7 +166,7 @@ impl RegistryError {
             RegistryError::Timeout { .. } => "timeout",
             RegistryError::ClientConfig { .. } | RegistryError::NoSystemRoots { .. } => "config",
             RegistryError::BackingOff { .. } => "backing_off",
-            RegistryError::Refused { .. } => "refused",
+            RegistryError::Refused { .. } | RegistryError::RealmRefused(_) => "refused",
             RegistryError::Shared(inner) => inner.kind(),
         }
     }
