@@ -15,6 +15,7 @@ pub mod credentials;
 pub mod guard;
 mod head;
 pub mod keyring;
+mod memo;
 pub mod pull_secrets;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -27,10 +28,11 @@ use async_trait::async_trait;
 use crate::policy::HostRefusal;
 use crate::reference::{Digest, Reference};
 
-pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, RunMemo, TagMove};
+pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, TagMove};
 pub use client::{OciResolver, RegistryConfig};
 pub use credentials::{Credential, Fingerprint};
 pub use guard::RealmRefusal;
+pub use memo::RunMemo;
 
 /// Why a tag could not be resolved.
 #[derive(Debug, thiserror::Error)]
