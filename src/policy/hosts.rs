@@ -2,8 +2,10 @@
 //! that keeps a pod spec from making pinhook probe internal addresses (loopback, link-local,
 //! cloud metadata, unspecified) unless a host is opted in explicitly.
 //!
-//! Pure: judges host strings and addresses; resolving names is the registry layer's job, which
-//! passes every address a name resolves to through [`HostRules::check_address`].
+//! Pure: judges host strings and addresses, and never resolves or contacts anything. Applying
+//! the rules to a host about to be contacted (a registry, or a token realm a registry names),
+//! including every address its name resolves to, is `registry::guard`'s job, the one place that
+//! does it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -281,49 +281,6 @@ impl Resolver for ReadOnlyCache {
     }
 }
 
-/// A resolver that remembers every answer for as long as it lives, and makes concurrent
-/// lookups of one key wait for a single call: a dry run over 500 objects with 50 images asks
-/// the registry 50 times. Lives for one run, so it records nothing anywhere else.
-pub struct RunMemo {
-    inner: Arc<dyn Resolver>,
-    answers: moka::future::Cache<FlightKey, Result<Resolution, Arc<RegistryError>>>,
-}
-
-impl RunMemo {
-    pub fn new(inner: Arc<dyn Resolver>) -> RunMemo {
-        RunMemo {
-            inner,
-            answers: moka::future::Cache::builder().max_capacity(100_000).build(),
-        }
-    }
-}
-
-#[async_trait]
-impl Resolver for RunMemo {
-    async fn resolve(
-        &self,
-        reference: &Reference,
-        credentials: &[Credential],
-    ) -> Result<Resolution, RegistryError> {
-        let fingerprints = credentials.iter().map(Credential::fingerprint).collect();
-        let key: FlightKey = (reference.tag_reference(), fingerprints);
-        let answer = self
-            .answers
-            .get_with(key, async {
-                self.inner
-                    .resolve(reference, credentials)
-                    .await
-                    .map_err(Arc::new)
-            })
-            .await;
-        answer.map_err(RegistryError::Shared)
-    }
-
-    fn last_known(&self, reference: &Reference, credentials: &[Credential]) -> Option<Resolution> {
-        self.inner.last_known(reference, credentials)
-    }
-}
-
 /// The one registry call of a flight; records its result for every waiter and later lookups.
 async fn lead(
     inner: Arc<dyn Resolver>,

@@ -1,11 +1,11 @@
-//! The registry [`Resolver`]: a manifest HEAD of pinhook's own ([`super::head`]), with
-//! oci-client for the token flow and the GET fallback; one `oci_client::Client` per
+//! The registry [`Resolver`]: a manifest HEAD of pinhook's own ([`super::head`]), a bearer
+//! token when the registry challenges ([`super::token`], its realm checked against the address
+//! guard first), and oci-client for the GET fallback; one `oci_client::Client` per
 //! (registry, credential).
 //!
 //! Why one client per credential: an oci-client `Client` keeps the first credentials it sees
 //! for a registry and silently ignores later ones, so sharing one client across secrets would
-//! answer one namespace's request with another namespace's secret. Bearer tokens are kept per
-//! (registry, credential, repository) for [`TOKEN_TTL`], so a warm resolution is one HEAD.
+//! answer one namespace's request with another namespace's secret.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -20,6 +20,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::guard;
 use super::head::{self, Head, MANIFEST_TYPES};
+use super::token::{TokenCache, TokenKey};
 use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::policy::{HostSettings, PolicyHandle};
 use crate::reference::{Digest, Reference};
@@ -47,18 +48,13 @@ pub struct RegistryConfig {
     pub only_configured_cas: bool,
 }
 
-/// How long a registry's bearer token is reused (the token spec's default lifetime is 60 s;
-/// an expired one is answered 401 and fetched anew).
-const TOKEN_TTL: Duration = Duration::from_secs(50);
-
 /// Resolves tags against real registries.
 pub struct OciResolver {
     config: RwLock<Arc<RegistryConfig>>,
     clients: moka::sync::Cache<(String, Fingerprint), Arc<Client>>,
     /// The HTTP client for pinhook's own HEAD, per registry host (its TLS settings).
     http: moka::sync::Cache<String, reqwest::Client>,
-    /// Bearer tokens per (registry, credential, repository path).
-    tokens: moka::sync::Cache<(String, Fingerprint, String), Arc<str>>,
+    tokens: TokenCache,
     /// When set, the token realm a registry names must pass the policy's internal-address
     /// guard before pinhook asks it for a token (a registry must not make pinhook probe
     /// loopback or metadata addresses either).
@@ -127,10 +123,7 @@ impl OciResolver {
                 .max_capacity(1024)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
-            tokens: moka::sync::Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(TOKEN_TTL)
-                .build(),
+            tokens: TokenCache::new(),
             policy: None,
         })
     }
@@ -139,33 +132,6 @@ impl OciResolver {
     pub fn with_policy(mut self, policy: PolicyHandle) -> OciResolver {
         self.policy = Some(policy);
         self
-    }
-
-    /// Refuses a realm URL that is not http(s) or whose host the internal-address guard refuses.
-    async fn check_realm(&self, realm: &str, registry: &str) -> Result<(), RegistryError> {
-        let refused = |reason: String| RegistryError::Refused { reason };
-        let url = reqwest::Url::parse(realm).map_err(|e| {
-            refused(format!(
-                "registry {registry} named an invalid token realm {realm:?}: {e}"
-            ))
-        })?;
-        if !matches!(url.scheme(), "https" | "http") {
-            return Err(refused(format!(
-                "registry {registry} named a token realm that is not http(s): {realm}"
-            )));
-        }
-        let Some(policy) = &self.policy else {
-            return Ok(());
-        };
-        let host = match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (Some(host), None) => host.to_string(),
-            (None, _) => return Err(refused(format!("token realm {realm} has no host"))),
-        };
-        let rules = policy.current().hosts.internal_only();
-        guard::check_reachable(&rules, &host)
-            .await
-            .map_err(|e| refused(format!("token realm of registry {registry}: {e}")))
     }
 
     /// Replaces the configuration (policy reload); clients are rebuilt on next use.
@@ -297,23 +263,19 @@ impl OciResolver {
             reference.path(),
             reference.effective_tag()
         );
-        let token_key = (
-            registry.to_string(),
-            credential.fingerprint(),
-            reference.path().to_string(),
-        );
-        let authorization = match self.tokens.get(&token_key) {
-            Some(token) => Some(format!("Bearer {token}")),
-            None => basic.clone(),
+        let token_key = TokenKey {
+            registry: registry.to_string(),
+            credential: credential.fingerprint(),
+            repository: reference.path().to_string(),
         };
+        let authorization = self.tokens.bearer(&token_key).or_else(|| basic.clone());
         let mut answer = head::head(&http, &url, authorization.as_deref(), reference).await;
         if let Head::Challenge(Some(challenge)) = &answer {
-            self.check_realm(&challenge.realm, registry).await?;
-            let token = challenge
-                .token(&http, reference.path(), basic.as_deref(), registry)
+            guard::check_realm(self.policy.as_ref(), &challenge.realm, registry).await?;
+            let bearer = self
+                .tokens
+                .fetch(token_key, challenge, &http, basic.as_deref())
                 .await?;
-            let bearer = format!("Bearer {token}");
-            self.tokens.insert(token_key, Arc::from(token));
             answer = head::head(&http, &url, Some(&bearer), reference).await;
         }
         let digest = match answer {

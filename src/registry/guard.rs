@@ -1,6 +1,10 @@
-//! The address guard under the cache: before a registry named by a DNS name is contacted,
-//! every address the name resolves to must pass the policy's host rules, so a pod spec cannot
-//! point pinhook at loopback, link-local or metadata addresses through a name.
+//! The address guard: the one place that applies the policy's host rules to a host pinhook is
+//! about to contact. A registry named by a pod spec passes it under the cache
+//! ([`AddressGuard`]); a token realm, a URL a registry names in its auth challenge, passes it
+//! before the token request ([`check_realm`]). Either way the rules judge the name, then every
+//! address the name resolves to, so neither a pod spec nor a registry can point pinhook at
+//! loopback, link-local or metadata addresses through a name. The rules themselves are pure and
+//! live in [`crate::policy::hosts`].
 //!
 //! Caveat: the HTTP client resolves the name again when it connects; a name that changes its
 //! answer between the two lookups (DNS rebinding) is not caught here.
@@ -11,7 +15,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{Credential, RegistryError, Resolution, Resolver};
-use crate::policy::{hosts, PolicyHandle};
+use crate::policy::hosts::{self, HostRefusal, HostRules};
+use crate::policy::PolicyHandle;
 use crate::reference::Reference;
 
 /// [`Resolver`] that checks resolved addresses before delegating.
@@ -19,6 +24,49 @@ pub struct AddressGuard {
     inner: Arc<dyn Resolver>,
     policy: PolicyHandle,
 }
+
+/// Why pinhook will not ask the token realm a registry named for a token.
+#[derive(Debug, thiserror::Error)]
+pub enum RealmRefusal {
+    #[error("registry {registry} named an invalid token realm {realm:?}")]
+    Invalid {
+        registry: String,
+        realm: String,
+        #[source]
+        problem: UrlError,
+    },
+    #[error("registry {registry} named a token realm that is not http(s): {realm}")]
+    NotHttp { registry: String, realm: String },
+    #[error("token realm {realm} has no host")]
+    NoHost { realm: String },
+    /// The internal-address guard refused the realm's host or an address it resolves to.
+    #[error("token realm of registry {registry}: {reason}")]
+    Refused {
+        registry: String,
+        reason: HostRefusal,
+    },
+    /// The realm's host name did not resolve, so its addresses could not be checked.
+    #[error("token realm of registry {registry}: cannot reach registry {host}")]
+    Unresolvable {
+        registry: String,
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What [`reqwest::Url::parse`] fails with.
+type UrlError = <reqwest::Url as std::str::FromStr>::Err;
+
+/// Why a host did not pass the guard.
+enum Blocked {
+    /// The rules refused the name or one of its addresses.
+    Refused(HostRefusal),
+    /// The name did not resolve.
+    Lookup(std::io::Error),
+}
+
+// === impl AddressGuard ===
 
 impl AddressGuard {
     pub fn new(inner: Arc<dyn Resolver>, policy: PolicyHandle) -> AddressGuard {
@@ -33,19 +81,85 @@ impl Resolver for AddressGuard {
         reference: &Reference,
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError> {
-        check_reachable(&self.policy.current().hosts, reference.domain()).await?;
+        let host = reference.domain();
+        check_reachable(&self.policy.current().hosts, host)
+            .await
+            .map_err(|blocked| match blocked {
+                Blocked::Refused(reason) => RegistryError::Refused {
+                    host: host.to_string(),
+                    reason,
+                },
+                Blocked::Lookup(source) => RegistryError::Unreachable {
+                    registry: host.to_string(),
+                    source: oci_client::errors::OciDistributionError::IoError(source),
+                },
+            })?;
         self.inner.resolve(reference, credentials).await
     }
 }
 
-/// Whether pinhook may contact `host` (`name[:port]`): the host rules on the name, then on
-/// every address the name resolves to. Also used for the token realm a registry's challenge
-/// names, which is a URL of the registry's choosing.
-pub async fn check_reachable(rules: &hosts::HostRules, host: &str) -> Result<(), RegistryError> {
-    let refused = |e: hosts::HostRefusal| RegistryError::Refused {
-        reason: e.to_string(),
+/// Refuses a token realm URL that is not http(s), and, when a `policy` is given, one whose host
+/// the policy's internal-address guard refuses (a registry must not make pinhook probe loopback
+/// or metadata addresses either). The registry allow and deny lists do not apply: the realm is
+/// the registry's choice, not the user's.
+pub(super) async fn check_realm(
+    policy: Option<&PolicyHandle>,
+    realm: &str,
+    registry: &str,
+) -> Result<(), RegistryError> {
+    judge_realm(policy, realm, registry)
+        .await
+        .map_err(RegistryError::RealmRefused)
+}
+
+async fn judge_realm(
+    policy: Option<&PolicyHandle>,
+    realm: &str,
+    registry: &str,
+) -> Result<(), RealmRefusal> {
+    let url = reqwest::Url::parse(realm).map_err(|problem| RealmRefusal::Invalid {
+        registry: registry.to_string(),
+        realm: realm.to_string(),
+        problem,
+    })?;
+    if !matches!(url.scheme(), "https" | "http") {
+        return Err(RealmRefusal::NotHttp {
+            registry: registry.to_string(),
+            realm: realm.to_string(),
+        });
+    }
+    let Some(policy) = policy else {
+        return Ok(());
     };
-    rules.check_host(host).map_err(refused)?;
+    let host = match (url.host_str(), url.port()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_string(),
+        (None, _) => {
+            return Err(RealmRefusal::NoHost {
+                realm: realm.to_string(),
+            })
+        }
+    };
+    let rules = policy.current().hosts.internal_only();
+    check_reachable(&rules, &host)
+        .await
+        .map_err(|blocked| match blocked {
+            Blocked::Refused(reason) => RealmRefusal::Refused {
+                registry: registry.to_string(),
+                reason,
+            },
+            Blocked::Lookup(source) => RealmRefusal::Unresolvable {
+                registry: registry.to_string(),
+                host,
+                source,
+            },
+        })
+}
+
+/// Whether pinhook may contact `host` (`name[:port]`): the host rules on the name, then on
+/// every address the name resolves to.
+async fn check_reachable(rules: &HostRules, host: &str) -> Result<(), Blocked> {
+    rules.check_host(host).map_err(Blocked::Refused)?;
     let name = hosts::host_without_port(host);
     if name.parse::<IpAddr>().is_ok() {
         return Ok(());
@@ -54,15 +168,98 @@ pub async fn check_reachable(rules: &hosts::HostRules, host: &str) -> Result<(),
         .rsplit_once(':')
         .and_then(|(_, p)| p.parse::<u16>().ok())
         .unwrap_or(443);
-    let addresses =
-        tokio::net::lookup_host((name, port))
-            .await
-            .map_err(|e| RegistryError::Unreachable {
-                registry: host.to_string(),
-                source: oci_client::errors::OciDistributionError::IoError(e),
-            })?;
+    let addresses = tokio::net::lookup_host((name, port))
+        .await
+        .map_err(Blocked::Lookup)?;
     for address in addresses {
-        rules.check_address(host, address.ip()).map_err(refused)?;
+        rules
+            .check_address(host, address.ip())
+            .map_err(Blocked::Refused)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+    use crate::policy::Policy;
+    use crate::registry::testing::{reference, Answer, Scripted};
+
+    fn policy() -> PolicyHandle {
+        PolicyHandle::new(
+            Policy::default()
+                .compile()
+                .expect("the default policy compiles"),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_registry_on_an_internal_address_is_refused_before_it_is_asked() {
+        let inner = Scripted::new(&[Answer::Digest('a')]);
+        let guard = AddressGuard::new(inner.clone(), policy());
+        let image = reference("127.0.0.1:5000/team/app:1.0");
+        let error = guard.resolve(&image, &[]).await.expect_err("loopback");
+        assert!(
+            matches!(
+                &error,
+                RegistryError::Refused { host, reason: HostRefusal::Internal { .. } }
+                    if host == "127.0.0.1:5000"
+            ),
+            "{error:?}"
+        );
+        assert_eq!(error.kind(), "refused");
+        assert_eq!(inner.calls(), 0, "the registry saw no request");
+    }
+
+    #[rstest]
+    #[case::not_a_url("not a url", "Invalid")]
+    #[case::not_http("ftp://auth.example/token", "NotHttp")]
+    #[case::loopback("https://127.0.0.1:8443/token", "Refused")]
+    #[case::metadata("http://169.254.169.254/token", "Refused")]
+    #[case::bracketed_loopback("https://[::1]/token", "Refused")]
+    #[tokio::test]
+    async fn token_realms_are_judged_before_any_request(
+        #[case] realm: &str,
+        #[case] variant: &str,
+    ) {
+        let error = check_realm(Some(&policy()), realm, "registry.example")
+            .await
+            .expect_err("refused");
+        match &error {
+            RegistryError::RealmRefused(refusal) => {
+                assert!(format!("{refusal:?}").starts_with(variant), "{refusal:?}")
+            }
+            other => panic!("not a realm refusal: {other:?}"),
+        }
+        assert_eq!(error.kind(), "refused");
+    }
+
+    #[tokio::test]
+    async fn a_refused_realm_names_the_registry_and_the_reason_once() {
+        let error = check_realm(Some(&policy()), "https://127.0.0.1/token", "reg.example")
+            .await
+            .expect_err("loopback");
+        assert_eq!(
+            error.to_string(),
+            "token realm of registry reg.example: registry 127.0.0.1 is a loopback address; \
+             pinhook does not contact it unless registries.allowPrivate names it"
+        );
+        assert!(std::error::Error::source(&error).is_none());
+    }
+
+    #[tokio::test]
+    async fn without_a_policy_only_the_realm_url_is_judged() {
+        let internal = check_realm(None, "https://127.0.0.1/token", "reg.example").await;
+        assert!(internal.is_ok(), "{internal:?}");
+        let invalid = check_realm(None, "ftp://auth.example/token", "reg.example").await;
+        assert!(
+            matches!(
+                invalid,
+                Err(RegistryError::RealmRefused(RealmRefusal::NotHttp { .. }))
+            ),
+            "{invalid:?}"
+        );
+    }
 }

@@ -1,5 +1,5 @@
-//! The manifest HEAD that resolves a tag and the bearer-token request it may need, sent by
-//! pinhook itself (oci-client still does the GET fallback).
+//! The manifest HEAD that resolves a tag, sent by pinhook itself (the bearer token it may need
+//! comes from [`super::token`]; oci-client still does the GET fallback).
 //!
 //! Why not oci-client's `fetch_manifest_digest`: it trusts a `Docker-Content-Digest` without a
 //! `Content-Length` (containerd treats such an answer as incomplete and GETs the manifest,
@@ -12,8 +12,8 @@ use std::sync::LazyLock;
 
 use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, WWW_AUTHENTICATE};
 use reqwest::StatusCode;
-use serde::Deserialize;
 
+use super::token::Bearer;
 use super::RegistryError;
 use crate::reference::Reference;
 
@@ -56,15 +56,7 @@ pub(super) async fn head(
     }
     match request.send().await {
         Ok(response) => judge(response.status(), response.headers(), reference),
-        Err(e) => Head::Failed(transport_error(reference.domain(), e)),
-    }
-}
-
-/// A request that got no answer (refused, reset, timed out: the source says which).
-fn transport_error(registry: &str, error: reqwest::Error) -> RegistryError {
-    RegistryError::Unreachable {
-        registry: registry.to_string(),
-        source: oci_client::errors::OciDistributionError::RequestError(error),
+        Err(e) => Head::Failed(RegistryError::unanswered(reference.domain(), e)),
     }
 }
 
@@ -100,135 +92,6 @@ fn judge(status: StatusCode, headers: &HeaderMap, reference: &Reference) -> Head
             message: format!("HEAD {} answered {status}", reference.tag_reference()),
         }),
     }
-}
-
-/// A `WWW-Authenticate: Bearer realm="…",service="…",scope="…"` challenge (RFC 6750 §3).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Bearer {
-    pub realm: String,
-    pub service: Option<String>,
-    pub scope: Option<String>,
-}
-
-/// The token endpoint's answer; `token` and `access_token` are equivalent (token spec).
-#[derive(Deserialize)]
-struct TokenAnswer {
-    token: Option<String>,
-    access_token: Option<String>,
-}
-
-impl Bearer {
-    /// `None` unless the scheme is Bearer with a realm.
-    pub fn parse(challenge: &str) -> Option<Bearer> {
-        let (scheme, params) = challenge.trim().split_once(char::is_whitespace)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return None;
-        }
-        let params = auth_params(params);
-        let get = |key: &str| {
-            params
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(key))
-                .map(|(_, v)| v.clone())
-        };
-        Some(Bearer {
-            realm: get("realm").filter(|r| !r.is_empty())?,
-            service: get("service"),
-            scope: get("scope"),
-        })
-    }
-
-    /// Asks the realm for a pull token for `repository` (the challenge's own scope when it
-    /// names one), with `authorization` (HTTP basic) when the caller has credentials.
-    pub async fn token(
-        &self,
-        http: &reqwest::Client,
-        repository: &str,
-        authorization: Option<&str>,
-        registry: &str,
-    ) -> Result<String, RegistryError> {
-        let scope = self
-            .scope
-            .clone()
-            .unwrap_or_else(|| format!("repository:{repository}:pull"));
-        let mut query = vec![("scope", scope.as_str())];
-        if let Some(service) = &self.service {
-            query.push(("service", service.as_str()));
-        }
-        let mut request = http.get(&self.realm).query(&query);
-        if let Some(value) = authorization {
-            request = request.header(AUTHORIZATION, value);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| transport_error(registry, e))?;
-        match response.status().as_u16() {
-            200 => {}
-            401 | 403 => {
-                return Err(RegistryError::Unauthorized {
-                    registry: registry.to_string(),
-                })
-            }
-            status => {
-                return Err(RegistryError::Status {
-                    registry: registry.to_string(),
-                    status,
-                    message: format!("token endpoint {} answered {status}", self.realm),
-                })
-            }
-        }
-        // A body that is not the token JSON is an invalid answer, not an unreachable registry.
-        let answer: TokenAnswer =
-            response
-                .json()
-                .await
-                .map_err(|e| RegistryError::InvalidResponse {
-                    registry: registry.to_string(),
-                    source: oci_client::errors::OciDistributionError::RequestError(e),
-                })?;
-        answer
-            .token
-            .or(answer.access_token)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| RegistryError::Status {
-                registry: registry.to_string(),
-                status: 200,
-                message: format!("token endpoint {} sent no token", self.realm),
-            })
-    }
-}
-
-/// `key="value", key=value` pairs; a quoted value may hold commas and `\"` escapes.
-fn auth_params(text: &str) -> Vec<(String, String)> {
-    let mut params = Vec::new();
-    let mut chars = text.chars().peekable();
-    loop {
-        while chars.next_if(|c| *c == ',' || c.is_whitespace()).is_some() {}
-        let key: String =
-            std::iter::from_fn(|| chars.next_if(|c| *c != '=' && *c != ',')).collect();
-        if key.is_empty() {
-            break;
-        }
-        if chars.next_if_eq(&'=').is_none() {
-            continue;
-        }
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        let mut value = String::new();
-        if chars.next_if_eq(&'"').is_some() {
-            while let Some(c) = chars.next() {
-                match c {
-                    '\\' => value.extend(chars.next()),
-                    '"' => break,
-                    c => value.push(c),
-                }
-            }
-        } else {
-            value = std::iter::from_fn(|| chars.next_if(|c| *c != ',')).collect();
-        }
-        params.push((key.trim().to_string(), value.trim().to_string()));
-    }
-    params
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -314,39 +177,5 @@ mod tests {
             judged(503, &none),
             Head::Failed(RegistryError::Status { status: 503, .. })
         ));
-    }
-
-    #[test]
-    fn bearer_challenges_parse_as_the_token_spec_writes_them() {
-        let parsed = Bearer::parse(
-            r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:samalba/my-app:pull,push""#,
-        );
-        assert_eq!(
-            parsed,
-            Some(Bearer {
-                realm: "https://auth.docker.io/token".into(),
-                service: Some("registry.docker.io".into()),
-                scope: Some("repository:samalba/my-app:pull,push".into()),
-            })
-        );
-        let spaced = Bearer::parse(r#"bearer  realm = "https://r/t" , service=reg"#);
-        assert_eq!(
-            spaced.map(|b| (b.realm, b.service)),
-            Some(("https://r/t".into(), Some("reg".into())))
-        );
-        let escaped = Bearer::parse(r#"Bearer realm="https://r/t?a=\"b\"""#);
-        assert_eq!(
-            escaped.map(|b| b.realm),
-            Some(r#"https://r/t?a="b""#.to_string())
-        );
-        for not_bearer in [
-            "Basic realm=\"x\"",
-            "Bearer",
-            "Bearer service=\"s\"",
-            "",
-            "Bearer realm=\"\"",
-        ] {
-            assert_eq!(Bearer::parse(not_bearer), None, "{not_bearer:?}");
-        }
     }
 }

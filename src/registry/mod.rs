@@ -1,9 +1,11 @@
 //! Registry: turning a tag into the digest it points at.
 //!
-//! Owns: the [`Resolver`] trait every handler talks to, the oci-client backed implementation
-//! ([`OciResolver`]), pull credentials and their fingerprints. The digest returned is always the
-//! digest of the top-level manifest the tag names (for a multi-arch image, the index), never a
-//! platform manifest or config digest.
+//! Owns: the [`Resolver`] trait every handler talks to and the resolvers stacked behind it, outer
+//! first: the [`cache`], the address [`guard`] (the one place host rules meet what is about to be
+//! contacted), and the registry client ([`OciResolver`]: manifest HEAD, bearer tokens, GET
+//! fallback); pull credentials, their fingerprints, and the [`keyring`] and [`pull_secrets`]
+//! that choose them. The digest returned is always the digest of the top-level manifest the tag
+//! names (for a multi-arch image, the index), never a platform manifest or config digest.
 //!
 //! Never: parses objects or decides policy; handlers decide what to do with a failure.
 
@@ -13,19 +15,24 @@ pub mod credentials;
 pub mod guard;
 mod head;
 pub mod keyring;
+mod memo;
 pub mod pull_secrets;
 #[cfg(test)]
 pub(crate) mod testing;
+mod token;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::policy::HostRefusal;
 use crate::reference::{Digest, Reference};
 
-pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, RunMemo, TagMove};
+pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, TagMove};
 pub use client::{OciResolver, RegistryConfig};
 pub use credentials::{Credential, Fingerprint};
+pub use guard::RealmRefusal;
+pub use memo::RunMemo;
 
 /// Why a tag could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -75,8 +82,12 @@ pub enum RegistryError {
         retry_in: Duration,
         last: String,
     },
+    /// The address guard refused the registry host, or an address its name resolves to.
     #[error("{reason}")]
-    Refused { reason: String },
+    Refused { host: String, reason: HostRefusal },
+    /// The address guard refused the token realm the registry's challenge named.
+    #[error(transparent)]
+    RealmRefused(RealmRefusal),
     /// One failure shared by every admission that waited on the same registry call.
     #[error(transparent)]
     Shared(std::sync::Arc<RegistryError>),
@@ -157,7 +168,7 @@ impl RegistryError {
             RegistryError::Timeout { .. } => "timeout",
             RegistryError::ClientConfig { .. } | RegistryError::NoSystemRoots { .. } => "config",
             RegistryError::BackingOff { .. } => "backing_off",
-            RegistryError::Refused { .. } => "refused",
+            RegistryError::Refused { .. } | RegistryError::RealmRefused(_) => "refused",
             RegistryError::Shared(inner) => inner.kind(),
         }
     }
@@ -173,6 +184,15 @@ impl RegistryError {
             | RegistryError::BackingOff { .. } => true,
             RegistryError::Status { status, .. } => *status >= 500,
             _ => false,
+        }
+    }
+
+    /// A request that got no answer (refused, reset, timed out: the source says which); one
+    /// mapping for the manifest HEAD and the token request.
+    fn unanswered(registry: &str, error: reqwest::Error) -> RegistryError {
+        RegistryError::Unreachable {
+            registry: registry.to_string(),
+            source: oci_client::errors::OciDistributionError::RequestError(error),
         }
     }
 }

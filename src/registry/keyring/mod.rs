@@ -1,0 +1,299 @@
+//! Kubelet's credential keyring: pull credentials under the keys they were written with, matched
+//! to images exactly as kubelet matches them, so the webhook authenticates the way the node will.
+//!
+//! Owns: the [`Keyring`] and its layers, and kubelet's key matching, copied from kubernetes
+//! `pkg/credentialprovider` (`keyring.go`: `BasicDockerKeyring.Add` and `Lookup`,
+//! `isDefaultRegistryMatch`, `ParseSchemelessURL`, `SplitURL`, `URLsMatch`). The pieces it leans
+//! on live beside it: `docker_config` reads secrets and config files into credentials, and
+//! `go_url` / `go_glob` port the Go standard library parts kubelet uses (`net/url.Parse`,
+//! `net.SplitHostPort`, `path/filepath.Match`), because their quirks decide which key matches
+//! which image.
+//!
+//! Matching in short: a key gets `https://` unless it has a scheme, is parsed as a URL, loses a
+//! leading `/v1/` or `/v2/`, and is stored as host (with port) plus path. An image matches a key
+//! when the ports are equal, the hosts have as many `.`-separated labels, every label matches as a
+//! glob (`*.example.com`), and the key's path is a string prefix of the image's path. Every
+//! matching key is used, in reverse string order (most specific first). When none matches, a
+//! Docker Hub image falls back to the key `index.docker.io` (written `https://index.docker.io/v1/`).
+//!
+//! Never: does I/O, logs, or puts a password or an `auth` value into an error message.
+
+mod docker_config;
+mod go_glob;
+mod go_url;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use self::go_glob::go_filepath_match;
+use self::go_url::{go_split_host_port, parse_go_url, GoUrl};
+use super::credentials::Credential;
+use crate::reference::Reference;
+
+pub use self::docker_config::{
+    KeyringError, DOCKERCFG_KEY, DOCKER_CONFIG_JSON_KEY, SECRET_TYPE_DOCKERCFG,
+    SECRET_TYPE_DOCKER_CONFIG_JSON,
+};
+
+/// kubelet's `defaultRegistryHost`: the stored form of the `https://index.docker.io/v1/` key.
+const DEFAULT_REGISTRY_HOST: &[u8] = b"index.docker.io";
+
+/// Pull credentials with the keys they were written under, matched to images as kubelet does.
+///
+/// A keyring is a list of layers, each one kubelet `BasicDockerKeyring`: within a layer every key
+/// is sorted with the others (most specific first) and the Docker Hub fallback applies to the
+/// layer as a whole; layers are consulted in order, as kubelet's `unionDockerKeyring` does. Build
+/// the pod's keyring by [`merge`](Keyring::merge)-ing every pull secret into one layer (kubelet
+/// adds all of a pod's secrets to one `BasicDockerKeyring`), then [`extend`](Keyring::extend) it
+/// with the node's keyring.
+#[derive(Clone, Default)]
+pub struct Keyring {
+    layers: Vec<Layer>,
+}
+
+/// One kubelet `BasicDockerKeyring`: stored key → its credentials, in the order they were added.
+/// A `BTreeMap` over bytes iterates in Go's string order, which `Lookup` walks in reverse.
+#[derive(Clone, Default)]
+struct Layer {
+    index: BTreeMap<Vec<u8>, Slot>,
+}
+
+#[derive(Clone)]
+struct Slot {
+    /// The stored key parsed again as `Lookup` does (`ParseSchemelessURL`); `None` never matches.
+    glob: Option<GoUrl>,
+    credentials: Vec<Credential>,
+}
+
+// === impl Keyring ===
+
+impl Keyring {
+    pub fn new() -> Keyring {
+        Keyring::default()
+    }
+
+    /// Reads a Secret's `type` and `data` (values already base64-decoded): a
+    /// `kubernetes.io/dockerconfigjson` secret's `.dockerconfigjson` (`{"auths": {...}}`) or a
+    /// `kubernetes.io/dockercfg` secret's `.dockercfg` (`{...}`). Like kubelet, only the data key
+    /// that matches the type is read. A secret of another type, or without that data, is an error
+    /// for the caller to report; kubelet skips it silently. The result has one layer.
+    pub fn from_secret(
+        secret_type: &str,
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Keyring, KeyringError> {
+        docker_config::read_secret(secret_type, data).map(Keyring::from_credentials)
+    }
+
+    /// Reads a docker `config.json` (`{"auths": {...}}`), such as `~/.docker/config.json` or a
+    /// node's `/var/lib/kubelet/config.json`. Entries with no usable credential, such as the
+    /// empty `{}` entries docker writes when the secret lives in a `credsStore` or `credHelpers`,
+    /// are skipped. The result has one layer.
+    pub fn from_docker_config_json(bytes: &[u8]) -> Result<Keyring, KeyringError> {
+        docker_config::read_config_json(bytes).map(Keyring::from_credentials)
+    }
+
+    /// Adds one credential under `key` as written in a docker config (`quay.io/org`,
+    /// `https://index.docker.io/v1/`, `*.example.com:5000`), to the last layer. A key Go's URL
+    /// parser rejects is ignored, as kubelet ignores it.
+    pub fn add(&mut self, key: &str, credential: Credential) {
+        self.last_layer().add(key, credential);
+    }
+
+    /// Adds every entry of `other` to this keyring's last layer, as kubelet adds all of a pod's
+    /// pull secrets to one `BasicDockerKeyring`: their keys are then ordered together (a
+    /// `quay.io/org` key of the second secret comes before a `quay.io` key of the first) and the
+    /// Docker Hub fallback applies only if no key of any of them matched.
+    pub fn merge(&mut self, other: Keyring) {
+        let layer = self.last_layer();
+        for other_layer in other.layers {
+            for (key, slot) in other_layer.index {
+                match layer.index.get_mut(&key) {
+                    Some(existing) => existing.credentials.extend(slot.credentials),
+                    None => {
+                        layer.index.insert(key, slot);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Appends `other`'s layers after this keyring's, as kubelet's union of the pod's keyring
+    /// (first) and the node's keyring: each is looked up on its own, results concatenated.
+    pub fn extend(&mut self, other: Keyring) {
+        self.layers.extend(other.layers);
+    }
+
+    /// Every credential for `reference`, in kubelet's order: layer by layer, within a layer every
+    /// key that matches the image from the most specific (reverse string order) on, or, when none
+    /// does and the image is on Docker Hub, the `index.docker.io` entries. A credential that
+    /// appears twice is kept only at its first place.
+    pub fn lookup(&self, reference: &Reference) -> Vec<Credential> {
+        // kubelet looks up `named.Name()`: the normalised repository without tag or digest.
+        let image = reference.repository();
+        let target = parse_schemeless_url(image.as_bytes());
+        let mut seen = HashSet::new();
+        let mut found = Vec::new();
+        for layer in &self.layers {
+            for credential in layer.lookup(&image, target.as_ref()) {
+                if seen.insert(credential) {
+                    found.push(credential.clone());
+                }
+            }
+        }
+        found
+    }
+
+    /// True when no layer holds any credential.
+    pub fn is_empty(&self) -> bool {
+        self.layers.iter().all(|layer| layer.index.is_empty())
+    }
+
+    fn last_layer(&mut self) -> &mut Layer {
+        if self.layers.is_empty() {
+            self.layers.push(Layer::default());
+        }
+        let last = self.layers.len() - 1;
+        &mut self.layers[last]
+    }
+
+    /// One layer holding a document's credentials, added in the order given.
+    fn from_credentials(credentials: docker_config::Credentials) -> Keyring {
+        let mut layer = Layer::default();
+        for (registry, credential) in credentials {
+            layer.add(&registry, credential);
+        }
+        Keyring {
+            layers: vec![layer],
+        }
+    }
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.layers).finish()
+    }
+}
+
+// === impl Layer ===
+
+impl Layer {
+    /// kubelet `BasicDockerKeyring.Add` for one entry.
+    fn add(&mut self, key: &str, credential: Credential) {
+        let Some(stored) = stored_key(key) else {
+            return;
+        };
+        self.index
+            .entry(stored)
+            .or_insert_with_key(|stored| Slot {
+                glob: parse_schemeless_url(stored),
+                credentials: Vec::new(),
+            })
+            .credentials
+            .push(credential);
+    }
+
+    /// kubelet `BasicDockerKeyring.Lookup`.
+    fn lookup<'a>(&'a self, image: &str, target: Option<&GoUrl>) -> Vec<&'a Credential> {
+        let mut found: Vec<&Credential> = Vec::new();
+        if let Some(target) = target {
+            for slot in self.index.values().rev() {
+                if slot
+                    .glob
+                    .as_ref()
+                    .is_some_and(|glob| urls_match(glob, target))
+                {
+                    found.extend(&slot.credentials);
+                }
+            }
+        }
+        if found.is_empty() && is_default_registry_match(image) {
+            if let Some(slot) = self.index.get(DEFAULT_REGISTRY_HOST) {
+                found.extend(&slot.credentials);
+            }
+        }
+        found
+    }
+}
+
+impl fmt::Debug for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(
+                self.index
+                    .iter()
+                    .map(|(key, slot)| (String::from_utf8_lossy(key), &slot.credentials)),
+            )
+            .finish()
+    }
+}
+
+// === kubelet's key handling (keyring.go) ===
+
+/// The key `Add` stores for `loc`: `https://` added unless it starts with `https://` or `http://`
+/// (case-sensitively), parsed by Go's `url.Parse`, a leading `/v2/` or `/v1/` cut to `/`, then
+/// host + path, or the host alone when the path is empty or `/`. `None` when Go cannot parse it.
+fn stored_key(loc: &str) -> Option<Vec<u8>> {
+    let parsed = if loc.starts_with("https://") || loc.starts_with("http://") {
+        parse_go_url(loc.as_bytes())?
+    } else {
+        parse_schemeless_url(loc.as_bytes())?
+    };
+    let mut path = parsed.path.as_slice();
+    if path.starts_with(b"/v2/") || path.starts_with(b"/v1/") {
+        path = &path[3..];
+    }
+    let mut key = parsed.host;
+    if !path.is_empty() && path != b"/" {
+        key.extend_from_slice(path);
+    }
+    Some(key)
+}
+
+/// `ParseSchemelessURL`: `url.Parse("https://" + s)` (the scheme is then dropped; unused here).
+fn parse_schemeless_url(schemeless: &[u8]) -> Option<GoUrl> {
+    let mut raw = b"https://".to_vec();
+    raw.extend_from_slice(schemeless);
+    parse_go_url(&raw)
+}
+
+/// `URLsMatch(glob, target)`: equal ports, as many host labels, the glob's path a string prefix
+/// of the target's, and every label matching as a `filepath.Match` pattern. A malformed pattern
+/// is no match (kubelet's `Lookup` discards the error).
+fn urls_match(glob: &GoUrl, target: &GoUrl) -> bool {
+    let (glob_labels, glob_port) = split_url(&glob.host);
+    let (target_labels, target_port) = split_url(&target.host);
+    glob_port == target_port
+        && glob_labels.len() == target_labels.len()
+        && target.path.starts_with(&glob.path)
+        && glob_labels
+            .iter()
+            .zip(&target_labels)
+            .all(|(pattern, label)| go_filepath_match(pattern, label) == Ok(true))
+}
+
+/// `SplitURL`: `net.SplitHostPort` of the host, or the whole host and no port when that fails
+/// (as it does for a bracketed IPv6 host without a port, whose brackets then stay), then the host
+/// split on `.`.
+fn split_url(host: &[u8]) -> (Vec<&[u8]>, &[u8]) {
+    let (name, port) = go_split_host_port(host).unwrap_or((host, b""));
+    (name.split(|&b| b == b'.').collect(), port)
+}
+
+/// `isDefaultRegistryMatch` on the repository name kubelet looks up: true without a `/`, for a
+/// first component `docker.io` or `index.docker.io`, and for any first component with no `.` or
+/// `:` — so `localhost/x` (or an upper-case single-label host) counts as Docker Hub too.
+fn is_default_registry_match(image: &str) -> bool {
+    let (first, rest) = match image.split_once('/') {
+        Some((first, rest)) => (first, Some(rest)),
+        None => (image, None),
+    };
+    if first.is_empty() {
+        return false;
+    }
+    if rest.is_none() || first == "docker.io" || first == "index.docker.io" {
+        return true;
+    }
+    !first.contains(['.', ':'])
+}
