@@ -150,13 +150,6 @@ pub struct RunningApp {
     shutdown_delay: Duration,
 }
 
-/// Re-reads the policy file, and re-applies its `registries.hosts` to the registry client.
-struct PolicyWatcher {
-    path: PathBuf,
-    oci: Arc<OciResolver>,
-    base_registry: RegistryConfig,
-}
-
 /// `pinhook resolve`: one reference to pin.
 #[derive(Debug, Clone)]
 pub struct ResolveConfig {
@@ -167,18 +160,23 @@ pub struct ResolveConfig {
     pub registry: RegistryConfig,
 }
 
-/// Wires pinhook from `config`: everything fallible happens here, before anything listens.
+/// Re-reads the policy file, and re-applies its `registries.hosts` to the registry client.
+struct PolicyWatcher {
+    path: PathBuf,
+    oci: Arc<OciResolver>,
+    base_registry: RegistryConfig,
+}
+
+/// Wires pinhook from `config`. Everything fallible but loading the certificate and binding
+/// (see [`App::start`]) happens here, before anything listens.
 pub async fn build(config: Config) -> Result<App, AppError> {
     let metrics = Arc::new(Metrics::new());
     let policy = config.policy.load()?;
-    let registry = config
-        .registry
-        .with_hosts(&policy.policy.registries.hosts)
-        .map_err(AppError::PolicyRegistries)?;
+    let oci = registry_client(&config.registry, &policy)?;
     let handle = PolicyHandle::new(policy);
     // Cache, then the address guard, then the client (which checks token realms against the
     // same policy).
-    let oci = Arc::new(OciResolver::new(registry)?.with_policy(handle.clone()));
+    let oci = Arc::new(oci.with_policy(handle.clone()));
     let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(oci.clone(), handle.clone()));
     let owner_ttl = config.cache.hit_ttl;
     let cache = Arc::new(CachingResolver::new(guarded, config.cache, metrics.clone()));
@@ -236,6 +234,17 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         watcher,
         shutdown_delay: config.shutdown_delay,
     })
+}
+
+/// The registry client for `policy`: `base` with the policy's `registries.hosts` applied.
+pub fn registry_client(
+    base: &RegistryConfig,
+    policy: &CompiledPolicy,
+) -> Result<OciResolver, AppError> {
+    let config = base
+        .with_hosts(&policy.policy.registries.hosts)
+        .map_err(AppError::PolicyRegistries)?;
+    Ok(OciResolver::new(config)?)
 }
 
 /// Pins `config.reference` with the user's docker credentials. The outer `Err` means the

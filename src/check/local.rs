@@ -8,13 +8,13 @@ use std::time::Duration;
 use super::CheckError;
 use crate::admission::dry_run::{self, Report};
 use crate::admission::{Pinner, PinnerParts};
-use crate::app;
+use crate::app::{self, AppError};
 use crate::cluster::NoNamespaces;
 use crate::documents::Document;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, PolicyHandle};
 use crate::registry::pull_secrets::NodeOnly;
-use crate::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
+use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, Resolver};
 
 /// Runs the dry run over `documents` with the policy file (or the defaults).
 pub(super) async fn check(
@@ -25,26 +25,23 @@ pub(super) async fn check(
     budget: Duration,
 ) -> Result<Report, CheckError> {
     let mut policy = match policy {
-        Some(path) => Policy::load(path)?.policy,
+        Some(path) => Policy::load(path).map_err(AppError::from)?.policy,
         None => Policy::default(),
     };
     // The address guard protects a cluster from its pod specs; a local check contacts only
     // what the user's own manifests name.
     policy.registries.allow_private.push("*".to_string());
-    let compiled = policy.compile()?;
-    let registry = registry
-        .with_hosts(&compiled.policy.registries.hosts)
-        .map_err(CheckError::PolicyRegistries)?;
+    let compiled = policy.compile().map_err(AppError::from)?;
+    let oci: Arc<dyn Resolver> = Arc::new(app::registry_client(registry, &compiled)?);
     let handle = PolicyHandle::new(compiled);
     let metrics = Arc::new(Metrics::new());
-    let oci: Arc<dyn Resolver> = Arc::new(OciResolver::new(registry)?);
     let cache = CachingResolver::new(oci, CacheConfig::default(), metrics);
     let pinner = Pinner::new(PinnerParts {
         policy: handle,
         dry_run_resolver: Arc::new(cache.read_only()),
         resolver: Arc::new(cache),
         secrets: Arc::new(NodeOnly {
-            node: app::user_keyring()?,
+            node: app::user_keyring().map_err(AppError::from)?,
         }),
         namespaces: Arc::new(NoNamespaces),
         owner_ttl: Duration::from_secs(300),

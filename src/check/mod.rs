@@ -21,9 +21,8 @@ pub use inputs::read_inputs;
 pub use render::{problems, render};
 
 use crate::admission::dry_run::Report;
-use crate::app::DockerConfigError;
-use crate::policy::PolicyError;
-use crate::registry::{RegistryConfig, RegistryError};
+use crate::app::AppError;
+use crate::registry::RegistryConfig;
 use progress::Progress;
 
 /// Why a check could not run.
@@ -39,15 +38,9 @@ pub enum CheckError {
     Stdin(#[source] std::io::Error),
     #[error("no manifests found in '{0}' (looked for *.yaml, *.yml, *.json)")]
     EmptyDirectory(PathBuf),
+    /// The local pipeline could not be set up (policy, registry client, docker config).
     #[error(transparent)]
-    Policy(#[from] PolicyError),
-    /// The policy's `registries.hosts` could not be applied (the message names the host).
-    #[error("{0}")]
-    PolicyRegistries(String),
-    #[error(transparent)]
-    Registry(#[from] RegistryError),
-    #[error(transparent)]
-    DockerConfig(#[from] DockerConfigError),
+    Setup(#[from] AppError),
     #[error("'{path}' is not a PEM bundle")]
     ServerCa {
         path: PathBuf,
