@@ -1,6 +1,7 @@
 //! Development and bootstrap certificates: a CA and a serving certificate for the webhook's
 //! Service (`<service>.<namespace>.svc`), plus the caBundle to put in the webhook
-//! configurations. Production clusters may use cert-manager instead (see `manifests/`).
+//! configurations, and `pinhook certs`, which issues and writes them ([`issue`]). Production
+//! clusters may use cert-manager instead (see `manifests/`).
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +40,24 @@ pub struct GeneratedCerts {
     pub ca_key_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
+}
+
+/// `pinhook certs`: what to issue and where to write it.
+#[derive(Debug, Clone)]
+pub struct CertsConfig {
+    pub request: CertRequest,
+    /// Directory for `ca.crt`, `ca.key`, `tls.crt` and `tls.key`.
+    pub out: PathBuf,
+}
+
+/// What [`issue`] wrote.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub files: CertFiles,
+    /// The `caBundle` value for webhook configurations.
+    pub ca_bundle: String,
+    /// Every name the serving certificate is valid for.
+    pub names: Vec<String>,
 }
 
 /// The files [`GeneratedCerts::write`] wrote.
@@ -95,6 +114,17 @@ pub fn generate(request: &CertRequest) -> Result<GeneratedCerts, CertError> {
     })
 }
 
+/// Issues a fresh CA and serving certificate and writes them into `config.out`.
+pub fn issue(config: &CertsConfig) -> Result<Issued, CertError> {
+    let generated = generate(&config.request)?;
+    let files = generated.write(&config.out)?;
+    Ok(Issued {
+        files,
+        ca_bundle: generated.ca_bundle(),
+        names: config.request.subject_alt_names(),
+    })
+}
+
 fn name(common_name: &str) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
@@ -134,6 +164,21 @@ impl GeneratedCerts {
             cert: dir.join("tls.crt"),
             key: dir.join("tls.key"),
         })
+    }
+}
+
+// === impl Issued ===
+
+impl Issued {
+    /// One line saying what was written, for whom.
+    pub fn summary(&self) -> String {
+        format!(
+            "wrote {}, {} and {} for {}",
+            self.files.ca_cert.display(),
+            self.files.cert.display(),
+            self.files.key.display(),
+            self.names.join(", ")
+        )
     }
 }
 
@@ -179,5 +224,35 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let files = certs.write(dir.path()).expect("writes");
         assert!(files.cert.is_file() && files.key.is_file() && files.ca_cert.is_file());
+    }
+
+    #[test]
+    fn issue_writes_the_files_and_names_them_in_its_summary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("certs");
+        let config = CertsConfig {
+            request: CertRequest {
+                service: "hook".into(),
+                namespace: "ns".into(),
+                extra_sans: vec![],
+                validity_days: 1,
+            },
+            out: out.clone(),
+        };
+        let issued = issue(&config).expect("issues");
+        let ca = std::fs::read_to_string(out.join("ca.crt")).expect("ca.crt");
+        let bundle = base64::engine::general_purpose::STANDARD
+            .decode(&issued.ca_bundle)
+            .expect("base64");
+        assert_eq!(bundle, ca.as_bytes());
+        assert_eq!(
+            issued.summary(),
+            format!(
+                "wrote {}, {} and {} for hook, hook.ns, hook.ns.svc, hook.ns.svc.cluster.local",
+                out.join("ca.crt").display(),
+                out.join("tls.crt").display(),
+                out.join("tls.key").display()
+            )
+        );
     }
 }

@@ -8,8 +8,10 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod app;
 pub mod certs;
 pub mod check;
+pub mod cli;
 pub mod cluster;
 pub mod documents;
 pub mod metrics;

@@ -1,19 +1,18 @@
 //! Starting pinhook itself for tests: an in-process HTTPS server on 127.0.0.1:0 with a
-//! certificate from the test CA, resolving against a real test registry.
+//! certificate from the test CA, resolving against a real test registry. Built by
+//! `pinhook::app::build`, the function `pinhook serve` uses, so tests run what ships.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pinhook::admission::{Pinner, PinnerParts};
+use pinhook::app::{self, KubeAccess, Overrides, PolicySource};
 use pinhook::cluster::{Authorizer, NamespaceLabels, NoNamespaces};
 use pinhook::metrics::Metrics;
 use pinhook::policy::{FormSetting, Policy, PolicyHandle};
 use pinhook::reference::PinForm;
-use pinhook::registry::guard::AddressGuard;
 use pinhook::registry::pull_secrets::{NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
-use pinhook::server::{self, AppState, RunningServer, ServerConfig};
+use pinhook::server::RunningServer;
 
 use super::registry::TestRegistry;
 use super::tls::TestCa;
@@ -92,42 +91,36 @@ impl TestPinhook {
         super::tls::init_crypto();
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = TestCa::generate(dir.path());
-        let metrics = Arc::new(Metrics::new());
-        let owner_ttl = options.cache.hit_ttl;
         let mut policy = options.policy;
         policy.registries.allow_private.push(registry.host());
-        let handle = PolicyHandle::new(policy.compile().expect("test policy is valid"));
-        // Wired as `pinhook serve` wires it: cache, then the address guard, then the client
-        // (which checks token realms against the same policy).
-        let oci = OciResolver::new(registry_config(registry))
-            .expect("resolver builds")
-            .with_policy(handle.clone());
-        let guarded = Arc::new(AddressGuard::new(Arc::new(oci), handle.clone()));
-        let resolver = Arc::new(CachingResolver::new(
-            guarded,
-            options.cache,
-            metrics.clone(),
-        ));
-        let pinner = Pinner::new(PinnerParts {
-            policy: handle.clone(),
-            resolver: resolver.clone(),
-            dry_run_resolver: Arc::new(resolver.read_only()),
-            secrets: options.secrets,
-            namespaces: options.namespaces,
-            owner_ttl,
-        });
-        let state = AppState {
-            pinner: Arc::new(pinner),
-            metrics: metrics.clone(),
-            ready: Arc::new(AtomicBool::new(false)),
-            authorizer: options.authorizer,
-        };
-        let config = ServerConfig {
+        let config = app::Config {
             listen: "127.0.0.1:0".parse().expect("address"),
             tls_cert: ca.server_cert_path().to_path_buf(),
             tls_key: ca.server_key_path().to_path_buf(),
+            policy: PolicySource::Fixed(policy),
+            registry: registry_config(registry),
+            cache: options.cache,
+            kube: KubeAccess::Disabled,
+            docker_config: None,
+            shutdown_delay: Duration::ZERO,
+            overrides: Overrides {
+                secrets: Some(options.secrets),
+                namespaces: Some(options.namespaces),
+                authorizer: options.authorizer,
+            },
         };
-        let server = server::start(config, state).await.expect("pinhook starts");
+        let app::RunningApp {
+            server,
+            metrics,
+            resolver,
+            policy,
+            ..
+        } = app::build(config)
+            .await
+            .expect("pinhook builds")
+            .start()
+            .await
+            .expect("pinhook starts");
         let base = format!("https://127.0.0.1:{}", server.addr.port());
         TestPinhook {
             server: Some(server),
@@ -135,7 +128,7 @@ impl TestPinhook {
             base,
             metrics,
             resolver,
-            policy: handle,
+            policy,
             ca: ca.ca_pem().to_string(),
             _dir: dir,
         }

@@ -1,0 +1,521 @@
+//! The composition root: turns a [`Config`] into a running webhook. [`build`] wires every layer
+//! exactly once (metrics, policy, registry client behind the address guard and the cache, the
+//! Kubernetes API or its absence, credentials, the pinner, the policy file watcher) for both
+//! `pinhook serve` and the integration tests, so what the tests start is what ships. Also
+//! builds the resolver `pinhook resolve` uses and loads docker credential files.
+//!
+//! Never: parses flags (that is [`crate::cli`]) or decides anything about images; it only
+//! connects the parts. Nothing here panics on bad input: every failure is an [`AppError`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::admission::{Pinner, PinnerParts};
+use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
+use crate::metrics::Metrics;
+use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
+use crate::reference::{PinForm, Reference};
+use crate::registry::guard::AddressGuard;
+use crate::registry::keyring::{Keyring, KeyringError};
+use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
+use crate::registry::{
+    CacheConfig, CachingResolver, OciResolver, RegistryConfig, RegistryError, Resolver,
+};
+use crate::server::{self, AppState, RunningServer, ServerConfig, ServerError};
+
+/// Why pinhook could not be put together or could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The policy's `registries.hosts` could not be applied (the message names the host).
+    #[error("{0}")]
+    PolicyRegistries(String),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("failed to read kubeconfig '{path}'")]
+    ReadKubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("failed to load kubeconfig '{path}'")]
+    LoadKubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("failed to build the Kubernetes client")]
+    KubeClient(#[source] kube::Error),
+    #[error(transparent)]
+    DockerConfig(#[from] DockerConfigError),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
+
+/// Why a docker `config.json` could not be used as a keyring.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerConfigError {
+    #[error("failed to read docker config '{path}'")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse docker config '{path}'")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: KeyringError,
+    },
+}
+
+/// Everything `pinhook serve` needs to know.
+pub struct Config {
+    /// Address of the HTTPS listener (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// PEM certificate chain served to the apiserver (reloaded when it changes).
+    pub tls_cert: PathBuf,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: PathBuf,
+    /// The policy in force at start-up.
+    pub policy: PolicySource,
+    /// How registries are reached, before the policy's `registries.hosts` are applied.
+    pub registry: RegistryConfig,
+    pub cache: CacheConfig,
+    /// Where pull secrets, namespace labels and dry-run callers are checked.
+    pub kube: KubeAccess,
+    /// Node-level docker `config.json`, tried after the pod's own credentials.
+    pub docker_config: Option<PathBuf>,
+    /// How long to keep serving with readiness off after SIGTERM, before closing the listener.
+    pub shutdown_delay: Duration,
+    /// Parts supplied from outside instead of built from [`Config::kube`].
+    pub overrides: Overrides,
+}
+
+/// Where the policy comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicySource {
+    /// A YAML file, re-read when it changes.
+    File(PathBuf),
+    /// A policy fixed for the life of the process (the defaults with a `form`, or a test's).
+    Fixed(Policy),
+}
+
+/// How to reach the Kubernetes API.
+#[derive(Clone)]
+pub enum KubeAccess {
+    /// Not at all: node-level credentials only, no namespace labels, no dry-run callers.
+    Disabled,
+    /// Through this kubeconfig file.
+    Kubeconfig(PathBuf),
+    /// `$KUBECONFIG` or `~/.kube/config`, then in-cluster; [`KubeAccess::Disabled`] (with a
+    /// warning) when none is configured.
+    Infer,
+    /// Through a client built elsewhere (a test's fake API server).
+    Client(kube::Client),
+}
+
+/// Parts that replace what [`build`] would make from [`Config::kube`]; `None` builds it.
+#[derive(Default, Clone)]
+pub struct Overrides {
+    pub secrets: Option<Arc<dyn PullSecrets>>,
+    pub namespaces: Option<Arc<dyn NamespaceLabels>>,
+    pub authorizer: Option<Arc<dyn Authorizer>>,
+}
+
+/// pinhook, wired and not yet listening.
+pub struct App {
+    server: ServerConfig,
+    state: AppState,
+    resolver: Arc<CachingResolver>,
+    policy: PolicyHandle,
+    watcher: Option<PolicyWatcher>,
+    shutdown_delay: Duration,
+}
+
+/// pinhook, listening: what a test inspects, and what [`RunningApp::run`] stops.
+pub struct RunningApp {
+    pub server: RunningServer,
+    pub metrics: Arc<Metrics>,
+    /// The cache every review resolves through.
+    pub resolver: Arc<CachingResolver>,
+    pub policy: PolicyHandle,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+    shutdown_delay: Duration,
+}
+
+/// `pinhook resolve`: one reference to pin.
+#[derive(Debug, Clone)]
+pub struct ResolveConfig {
+    /// The reference as the user wrote it (for messages).
+    pub image: String,
+    pub reference: Reference,
+    pub form: PinForm,
+    pub registry: RegistryConfig,
+}
+
+/// Re-reads the policy file, and re-applies its `registries.hosts` to the registry client.
+struct PolicyWatcher {
+    path: PathBuf,
+    oci: Arc<OciResolver>,
+    base_registry: RegistryConfig,
+}
+
+/// Wires pinhook from `config`. Everything fallible but loading the certificate and binding
+/// (see [`App::start`]) happens here, before anything listens.
+pub async fn build(config: Config) -> Result<App, AppError> {
+    let metrics = Arc::new(Metrics::new());
+    let policy = config.policy.load()?;
+    let oci = registry_client(&config.registry, &policy)?;
+    let handle = PolicyHandle::new(policy);
+    // Cache, then the address guard, then the client (which checks token realms against the
+    // same policy).
+    let oci = Arc::new(oci.with_policy(handle.clone()));
+    let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(oci.clone(), handle.clone()));
+    let owner_ttl = config.cache.hit_ttl;
+    let cache = Arc::new(CachingResolver::new(guarded, config.cache, metrics.clone()));
+    let client = kube_client(config.kube).await?;
+    let node = node_keyring(config.docker_config.as_deref())?;
+    let Overrides {
+        secrets,
+        namespaces,
+        authorizer,
+    } = config.overrides;
+    let authorizer = authorizer.or_else(|| {
+        client
+            .clone()
+            .map(|c| Arc::new(KubeAuthorizer::new(c)) as Arc<dyn Authorizer>)
+    });
+    let secrets = secrets.unwrap_or_else(|| match client.clone() {
+        Some(client) => Arc::new(KubeSecrets::new(client, node)),
+        None => Arc::new(NodeOnly { node }),
+    });
+    let namespaces = namespaces.unwrap_or_else(|| match client {
+        Some(client) => Arc::new(KubeNamespaces::new(client)),
+        None => Arc::new(NoNamespaces),
+    });
+    let pinner = Pinner::new(PinnerParts {
+        policy: handle.clone(),
+        dry_run_resolver: Arc::new(cache.read_only()),
+        resolver: cache.clone(),
+        secrets,
+        namespaces,
+        owner_ttl,
+    });
+    let watcher = match config.policy {
+        PolicySource::File(path) => Some(PolicyWatcher {
+            path,
+            oci,
+            base_registry: config.registry,
+        }),
+        PolicySource::Fixed(_) => None,
+    };
+    let state = AppState {
+        pinner: Arc::new(pinner),
+        metrics,
+        ready: Arc::new(AtomicBool::new(false)),
+        authorizer,
+    };
+    Ok(App {
+        server: ServerConfig {
+            listen: config.listen,
+            tls_cert: config.tls_cert,
+            tls_key: config.tls_key,
+        },
+        state,
+        resolver: cache,
+        policy: handle,
+        watcher,
+        shutdown_delay: config.shutdown_delay,
+    })
+}
+
+/// The registry client for `policy`: `base` with the policy's `registries.hosts` applied.
+pub fn registry_client(
+    base: &RegistryConfig,
+    policy: &CompiledPolicy,
+) -> Result<OciResolver, AppError> {
+    let config = base
+        .with_hosts(&policy.policy.registries.hosts)
+        .map_err(AppError::PolicyRegistries)?;
+    Ok(OciResolver::new(config)?)
+}
+
+/// Pins `config.reference` with the user's docker credentials. The outer `Err` means the
+/// resolver could not be set up; the inner one is the registry's answer.
+pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryError>, AppError> {
+    let reference = &config.reference;
+    if let Some(digest) = reference.digest() {
+        return Ok(Ok(reference.pinned(digest, config.form)));
+    }
+    let resolver = OciResolver::new(config.registry.clone())?;
+    // The user's own docker credentials, as `pinhook check` uses them, then anonymous.
+    let credentials = user_keyring()?.lookup(reference);
+    Ok(resolver
+        .resolve(reference, &credentials)
+        .await
+        .map(|resolution| reference.pinned(&resolution.digest, config.form)))
+}
+
+/// The user's docker credentials: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`;
+/// an empty keyring when neither exists.
+pub fn user_keyring() -> Result<Keyring, DockerConfigError> {
+    let dir = std::env::var_os("DOCKER_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".docker")));
+    let Some(path) = dir.map(|d| d.join("config.json")).filter(|p| p.is_file()) else {
+        return Ok(Keyring::new());
+    };
+    node_keyring(Some(&path))
+}
+
+/// The keyring of a docker `config.json`, or an empty one without a path.
+pub fn node_keyring(docker_config: Option<&Path>) -> Result<Keyring, DockerConfigError> {
+    let Some(path) = docker_config else {
+        return Ok(Keyring::new());
+    };
+    let bytes = std::fs::read(path).map_err(|source| DockerConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Keyring::from_docker_config_json(&bytes).map_err(|source| DockerConfigError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The client `access` names; `None` when there is none to use: pinhook still serves, with
+/// node-level credentials only.
+async fn kube_client(access: KubeAccess) -> Result<Option<kube::Client>, AppError> {
+    let config = match access {
+        KubeAccess::Disabled => return Ok(None),
+        KubeAccess::Client(client) => return Ok(Some(client)),
+        KubeAccess::Kubeconfig(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|source| {
+                AppError::ReadKubeconfig {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|source| AppError::LoadKubeconfig { path, source })?
+        }
+        KubeAccess::Infer => match kube::Config::infer().await {
+            Ok(config) => config,
+            Err(e) => {
+                warn!(
+                    error = %e,
+                    "no Kubernetes API configured: pods' imagePullSecrets and namespace mode labels are not used, only node-level and anonymous credentials"
+                );
+                return Ok(None);
+            }
+        },
+    };
+    info!(server = %config.cluster_url, "reading pull secrets and namespaces through the Kubernetes API");
+    let client = kube::Client::try_from(config).map_err(AppError::KubeClient)?;
+    Ok(Some(client))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(e) => {
+                    warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+// === impl PolicySource ===
+
+impl PolicySource {
+    /// The policy in force at start-up.
+    fn load(&self) -> Result<CompiledPolicy, PolicyError> {
+        match self {
+            PolicySource::File(path) => {
+                let compiled = Policy::load(path)?;
+                info!(path = %path.display(), mode = %compiled.policy.mode, "loaded policy");
+                Ok(compiled)
+            }
+            PolicySource::Fixed(policy) => {
+                info!(mode = %policy.mode, "no --policy given: fixed policy settings");
+                policy.clone().compile()
+            }
+        }
+    }
+}
+
+// === impl App ===
+
+impl App {
+    /// Binds the HTTPS listener and starts watching the policy file.
+    pub async fn start(self) -> Result<RunningApp, AppError> {
+        let metrics = self.state.metrics.clone();
+        let server = server::start(self.server, self.state).await?;
+        let watcher = self.watcher.map(|watcher| {
+            let PolicyWatcher {
+                path,
+                oci,
+                base_registry,
+            } = watcher;
+            let reconfigure = move |compiled: &CompiledPolicy| {
+                let config = base_registry.with_hosts(&compiled.policy.registries.hosts)?;
+                oci.reconfigure(config);
+                Ok(())
+            };
+            tokio::spawn(server::watch_policy(path, self.policy.clone(), reconfigure))
+        });
+        Ok(RunningApp {
+            server,
+            metrics,
+            resolver: self.resolver,
+            policy: self.policy,
+            watcher,
+            shutdown_delay: self.shutdown_delay,
+        })
+    }
+
+    /// Starts, then serves until SIGTERM or Ctrl-C (see [`RunningApp::run`]).
+    pub async fn run(self) -> Result<(), AppError> {
+        self.start().await?.run().await
+    }
+}
+
+// === impl RunningApp ===
+
+impl RunningApp {
+    /// Serves until SIGTERM or Ctrl-C, then turns readiness off, keeps serving for the
+    /// shutdown delay while endpoints drain, and lets in-flight requests finish.
+    pub async fn run(self) -> Result<(), AppError> {
+        shutdown_signal().await;
+        info!(
+            drain_seconds = self.shutdown_delay.as_secs(),
+            "shutting down: readiness off, serving while endpoints drain, then finishing in-flight requests"
+        );
+        self.server.shutdown(self.shutdown_delay).await?;
+        if let Some(watcher) = self.watcher {
+            watcher.abort();
+        }
+        info!("stopped");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(policy: PolicySource) -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls_cert: PathBuf::from("tls.crt"),
+            tls_key: PathBuf::from("tls.key"),
+            policy,
+            // No system roots: a unit test must not depend on the machine's CA bundle.
+            registry: RegistryConfig {
+                only_configured_cas: true,
+                ..RegistryConfig::default()
+            },
+            cache: CacheConfig::default(),
+            kube: KubeAccess::Disabled,
+            docker_config: None,
+            shutdown_delay: Duration::ZERO,
+            overrides: Overrides::default(),
+        }
+    }
+
+    fn build_error(config: Config) -> AppError {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        match runtime.block_on(build(config)) {
+            Ok(_) => panic!("build succeeded"),
+            Err(e) => e,
+        }
+    }
+
+    #[tokio::test]
+    async fn builds_without_kubernetes_and_keeps_the_fixed_policy() {
+        let policy = Policy {
+            form: crate::policy::FormSetting::Digest,
+            ..Policy::default()
+        };
+        let app = build(config(PolicySource::Fixed(policy.clone())))
+            .await
+            .expect("builds");
+        assert_eq!(app.policy.current().policy, policy);
+        assert!(app.watcher.is_none(), "a fixed policy is not watched");
+        assert!(app.state.authorizer.is_none());
+        assert_eq!(app.server.listen, SocketAddr::from(([127, 0, 0, 1], 0)));
+    }
+
+    #[tokio::test]
+    async fn a_policy_file_is_loaded_and_watched() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, "mode: audit\n").expect("write policy");
+        let app = build(config(PolicySource::File(path.clone())))
+            .await
+            .expect("builds");
+        assert_eq!(app.policy.current().policy.mode, crate::policy::Mode::Audit);
+        assert_eq!(app.watcher.map(|w| w.path), Some(path));
+    }
+
+    #[test]
+    fn each_unusable_file_is_a_typed_error_naming_it() {
+        let missing = PathBuf::from("/nonexistent/pinhook");
+        let error = build_error(config(PolicySource::File(missing.join("policy.yaml"))));
+        assert!(matches!(error, AppError::Policy(_)), "{error:?}");
+
+        let mut kubeconfig = config(PolicySource::Fixed(Policy::default()));
+        kubeconfig.kube = KubeAccess::Kubeconfig(missing.join("kubeconfig"));
+        let error = build_error(kubeconfig);
+        assert_eq!(
+            error.to_string(),
+            "failed to read kubeconfig '/nonexistent/pinhook/kubeconfig'"
+        );
+
+        let mut docker = config(PolicySource::Fixed(Policy::default()));
+        docker.docker_config = Some(missing.join("config.json"));
+        let error = build_error(docker);
+        assert_eq!(
+            error.to_string(),
+            "failed to read docker config '/nonexistent/pinhook/config.json'"
+        );
+    }
+
+    #[test]
+    fn a_docker_config_that_is_not_json_is_a_parse_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, "not json").expect("write");
+        let error = node_keyring(Some(&path)).expect_err("refused");
+        assert!(
+            matches!(error, DockerConfigError::Parse { .. }),
+            "{error:?}"
+        );
+        assert!(node_keyring(None).is_ok(), "no file: an empty keyring");
+    }
+}

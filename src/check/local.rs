@@ -1,0 +1,50 @@
+//! `pinhook check` without `--server`: the admission pipeline run here, with the user's docker
+//! credentials and policy file, against the registries the manifests name.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::CheckError;
+use crate::admission::dry_run::{self, Report};
+use crate::admission::{Pinner, PinnerParts};
+use crate::app::{self, AppError};
+use crate::cluster::NoNamespaces;
+use crate::documents::Document;
+use crate::metrics::Metrics;
+use crate::policy::{Policy, PolicyHandle};
+use crate::registry::pull_secrets::NodeOnly;
+use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, Resolver};
+
+/// Runs the dry run over `documents` with the policy file (or the defaults).
+pub(super) async fn check(
+    policy: Option<&Path>,
+    registry: &RegistryConfig,
+    documents: Vec<Document>,
+    namespace: &str,
+    budget: Duration,
+) -> Result<Report, CheckError> {
+    let mut policy = match policy {
+        Some(path) => Policy::load(path).map_err(AppError::from)?.policy,
+        None => Policy::default(),
+    };
+    // The address guard protects a cluster from its pod specs; a local check contacts only
+    // what the user's own manifests name.
+    policy.registries.allow_private.push("*".to_string());
+    let compiled = policy.compile().map_err(AppError::from)?;
+    let oci: Arc<dyn Resolver> = Arc::new(app::registry_client(registry, &compiled)?);
+    let handle = PolicyHandle::new(compiled);
+    let metrics = Arc::new(Metrics::new());
+    let cache = CachingResolver::new(oci, CacheConfig::default(), metrics);
+    let pinner = Pinner::new(PinnerParts {
+        policy: handle,
+        dry_run_resolver: Arc::new(cache.read_only()),
+        resolver: Arc::new(cache),
+        secrets: Arc::new(NodeOnly {
+            node: app::user_keyring().map_err(AppError::from)?,
+        }),
+        namespaces: Arc::new(NoNamespaces),
+        owner_ttl: Duration::from_secs(300),
+    });
+    Ok(dry_run::run(&pinner, documents, namespace, budget).await)
+}

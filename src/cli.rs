@@ -1,0 +1,845 @@
+//! The command line: clap types for every subcommand, each flag paired with a `PINHOOK_*`
+//! environment variable, and their conversion into each layer's settings ([`app::Config`],
+//! [`app::ResolveConfig`], [`check::CheckConfig`], [`certs::CertsConfig`]).
+//!
+//! Parsing reads only the arguments and `PINHOOK_*` variables, so `--help` and `--version` work
+//! in a broken environment; clap rejects bad values and combinations as usage errors. The
+//! conversions read the files the flags name (registry CAs) and nothing else.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tracing::warn;
+
+use crate::app::{self, KubeAccess, Overrides, PolicySource, ResolveConfig};
+use crate::certs::{CertRequest, CertsConfig};
+use crate::check::{self, CheckConfig, Remote, Target};
+use crate::policy::{FormSetting, Policy};
+use crate::reference::{PinForm, Reference, ReferenceError};
+use crate::registry::{CacheConfig, RegistryConfig};
+
+/// Why flags could not become settings.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("failed to read registry CA '{path}'")]
+    ReadRegistryCa {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid image reference {image:?}")]
+    InvalidReference {
+        image: String,
+        #[source]
+        source: ReferenceError,
+    },
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pinhook",
+    version,
+    about = "Pin every container image to its digest"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        env = "PINHOOK_LOG_FORMAT",
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the admission webhook over HTTPS.
+    Serve(ServeArgs),
+    /// Resolve one image reference and print it pinned.
+    Resolve(ResolveArgs),
+    /// Generate a CA and a serving certificate for the webhook Service.
+    Certs(CertsArgs),
+    /// Show what admission would do to manifests (files, directories or - for stdin).
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "PINHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// PEM certificate chain served to the apiserver (reloaded when it changes).
+    #[arg(long, env = "PINHOOK_TLS_CERT")]
+    tls_cert: PathBuf,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "PINHOOK_TLS_KEY")]
+    tls_key: PathBuf,
+    /// How pinned references are written (without --policy; the policy's `form` otherwise).
+    #[arg(
+        long,
+        env = "PINHOOK_FORM",
+        default_value = "tag-digest",
+        conflicts_with = "policy"
+    )]
+    form: FormArg,
+    /// Policy file (YAML); re-read when it changes.
+    #[arg(long, env = "PINHOOK_POLICY")]
+    policy: Option<PathBuf>,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// Kubeconfig for reading pull secrets (default: $KUBECONFIG or ~/.kube/config, else in-cluster).
+    #[arg(long, env = "PINHOOK_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Node-level docker config.json with credentials tried after the pod's own.
+    #[arg(long, env = "PINHOOK_DOCKER_CONFIG")]
+    docker_config: Option<PathBuf>,
+    /// Seconds to keep serving after SIGTERM with readiness off, before closing the listener
+    /// (so the Service's endpoints drop this pod before it stops answering).
+    #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5)]
+    shutdown_delay: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// The image reference, e.g. registry.example/team/app:1.0
+    image: String,
+    /// How the pinned reference is written.
+    #[arg(long, env = "PINHOOK_FORM", default_value = "tag-digest")]
+    form: FormArg,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Name of the webhook's Service.
+    #[arg(long, env = "PINHOOK_SERVICE", default_value = "pinhook")]
+    service: String,
+    /// Namespace of the webhook's Service.
+    #[arg(long, env = "PINHOOK_NAMESPACE", default_value = "pinhook-system")]
+    namespace: String,
+    /// Extra DNS name or IP address for the certificate (repeatable).
+    #[arg(long = "san", env = "PINHOOK_CERT_SANS", value_delimiter = ',')]
+    sans: Vec<String>,
+    /// Validity of both certificates, in days.
+    #[arg(long, env = "PINHOOK_CERT_DAYS", default_value_t = 365)]
+    days: u32,
+    /// Directory to write ca.crt, ca.key, tls.crt and tls.key into.
+    #[arg(long, env = "PINHOOK_CERT_OUT", default_value = "certs")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Manifest files, directories (searched for *.yaml, *.yml, *.json) or - for stdin.
+    #[arg(required = true)]
+    inputs: Vec<String>,
+    /// Output: an aligned table, the endpoint's JSON, or the pinned manifests as YAML.
+    #[arg(
+        long,
+        short = 'o',
+        env = "PINHOOK_CHECK_OUTPUT",
+        default_value = "table"
+    )]
+    output: OutputArg,
+    /// Namespace for objects that name none.
+    #[arg(
+        long,
+        short = 'n',
+        env = "PINHOOK_CHECK_NAMESPACE",
+        default_value = "default"
+    )]
+    namespace: String,
+    /// Policy file (local mode).
+    #[arg(long, env = "PINHOOK_POLICY", conflicts_with = "server")]
+    policy: Option<PathBuf>,
+    /// Ask this pinhook instead of resolving locally, e.g. https://pinhook.example:8443
+    #[arg(long, env = "PINHOOK_SERVER")]
+    server: Option<String>,
+    /// File holding the bearer token for --server (e.g. a ServiceAccount token).
+    #[arg(long, env = "PINHOOK_TOKEN_FILE", requires = "server")]
+    token_file: Option<PathBuf>,
+    /// PEM CA bundle to trust for --server (default: system roots).
+    #[arg(long, env = "PINHOOK_SERVER_CA", requires = "server")]
+    server_ca: Option<PathBuf>,
+    /// Seconds the whole check may take.
+    #[arg(long, env = "PINHOOK_CHECK_TIMEOUT", default_value_t = 120)]
+    timeout: u64,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+struct RegistryArgs {
+    /// Extra PEM CA bundle trusted for registries (repeatable).
+    #[arg(
+        long = "registry-ca",
+        env = "PINHOOK_REGISTRY_CA",
+        value_delimiter = ','
+    )]
+    registry_ca: Vec<PathBuf>,
+    /// Registry host[:port] reached over plain HTTP (repeatable).
+    #[arg(
+        long = "insecure-registry",
+        env = "PINHOOK_INSECURE_REGISTRY",
+        value_delimiter = ','
+    )]
+    insecure_registry: Vec<String>,
+    /// Bound on each registry HTTP call, in seconds.
+    #[arg(
+        long,
+        env = "PINHOOK_REGISTRY_TIMEOUT",
+        default_value = "5",
+        value_parser = parse_seconds
+    )]
+    registry_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+struct CacheArgs {
+    /// Seconds a resolved digest answers without asking the registry.
+    #[arg(long, env = "PINHOOK_CACHE_TTL", default_value_t = 300)]
+    cache_ttl: u64,
+    /// Seconds "not found" and "unauthorized" answers are remembered.
+    #[arg(long, env = "PINHOOK_CACHE_FAILURE_TTL", default_value_t = 30)]
+    cache_failure_ttl: u64,
+    /// Seconds a last known digest may serve while its registry is down.
+    #[arg(long, env = "PINHOOK_CACHE_MAX_STALE", default_value_t = 86_400)]
+    cache_max_stale: u64,
+    /// Most cached resolutions kept.
+    #[arg(long, env = "PINHOOK_CACHE_MAX_ENTRIES", default_value_t = 10_000)]
+    cache_max_entries: u64,
+    /// Most concurrent calls to one registry.
+    #[arg(long, env = "PINHOOK_REGISTRY_CONCURRENCY", default_value_t = 16)]
+    registry_concurrency: usize,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormArg {
+    /// name:tag@digest (the tag stays for humans)
+    TagDigest,
+    /// name@digest
+    Digest,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputArg {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// A duration in (fractional) seconds, e.g. `2.5`.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| "must be a positive number of seconds".to_string())
+}
+
+// === impl ServeArgs ===
+
+impl ServeArgs {
+    /// `pinhook serve`'s settings; reads the registry CA files.
+    pub fn into_config(self) -> Result<app::Config, CliError> {
+        let policy = match self.policy {
+            Some(path) => PolicySource::File(path),
+            None => PolicySource::Fixed(Policy {
+                form: self.form.into(),
+                ..Policy::default()
+            }),
+        };
+        let kube = match self.kubeconfig {
+            Some(path) => KubeAccess::Kubeconfig(path),
+            None => KubeAccess::Infer,
+        };
+        Ok(app::Config {
+            listen: self.listen,
+            tls_cert: self.tls_cert,
+            tls_key: self.tls_key,
+            policy,
+            registry: self.registry.to_config()?,
+            cache: self.cache.to_config(),
+            kube,
+            docker_config: self.docker_config,
+            shutdown_delay: Duration::from_secs(self.shutdown_delay),
+            overrides: Overrides::default(),
+        })
+    }
+}
+
+// === impl ResolveArgs ===
+
+impl ResolveArgs {
+    /// `pinhook resolve`'s settings; checks the reference, then reads the registry CA files.
+    pub fn into_config(self) -> Result<ResolveConfig, CliError> {
+        let reference =
+            Reference::parse(&self.image).map_err(|source| CliError::InvalidReference {
+                image: self.image.clone(),
+                source,
+            })?;
+        Ok(ResolveConfig {
+            registry: self.registry.to_config()?,
+            image: self.image,
+            reference,
+            form: self.form.into(),
+        })
+    }
+}
+
+// === impl CertsArgs ===
+
+impl CertsArgs {
+    pub fn into_config(self) -> CertsConfig {
+        CertsConfig {
+            request: CertRequest {
+                service: self.service,
+                namespace: self.namespace,
+                extra_sans: self.sans,
+                validity_days: self.days,
+            },
+            out: self.out,
+        }
+    }
+}
+
+// === impl CheckArgs ===
+
+impl CheckArgs {
+    /// `pinhook check`'s settings; reads the registry CA files in local mode only (a remote
+    /// check contacts no registry).
+    pub fn into_config(self) -> Result<CheckConfig, CliError> {
+        let target = match self.server {
+            Some(server) => Target::Remote(Remote {
+                server,
+                token_file: self.token_file,
+                server_ca: self.server_ca,
+            }),
+            None => Target::Local {
+                policy: self.policy,
+                registry: self.registry.to_config()?,
+            },
+        };
+        Ok(CheckConfig {
+            inputs: self.inputs,
+            output: self.output.into(),
+            namespace: self.namespace,
+            timeout: Duration::from_secs(self.timeout),
+            target,
+        })
+    }
+}
+
+// === impl RegistryArgs ===
+
+impl RegistryArgs {
+    /// Registry settings: the CA files read, insecure hosts named in the log.
+    fn to_config(&self) -> Result<RegistryConfig, CliError> {
+        let mut config = RegistryConfig {
+            request_timeout: self.registry_timeout,
+            ..RegistryConfig::default()
+        };
+        for path in &self.registry_ca {
+            let pem = std::fs::read(path).map_err(|source| CliError::ReadRegistryCa {
+                path: path.clone(),
+                source,
+            })?;
+            config.ca_pems.push(pem);
+        }
+        config.insecure_hosts = self.insecure_registry.iter().cloned().collect();
+        for host in &config.insecure_hosts {
+            warn!(host = %host, "registry reached over plain HTTP");
+        }
+        Ok(config)
+    }
+}
+
+// === impl CacheArgs ===
+
+impl CacheArgs {
+    fn to_config(&self) -> CacheConfig {
+        CacheConfig {
+            hit_ttl: Duration::from_secs(self.cache_ttl),
+            failure_ttl: Duration::from_secs(self.cache_failure_ttl),
+            max_stale: Duration::from_secs(self.cache_max_stale),
+            max_entries: self.cache_max_entries,
+            per_registry_concurrency: self.registry_concurrency,
+            ..CacheConfig::default()
+        }
+    }
+}
+
+// === impl FormArg ===
+
+impl From<FormArg> for PinForm {
+    fn from(form: FormArg) -> PinForm {
+        match form {
+            FormArg::TagDigest => PinForm::TagAndDigest,
+            FormArg::Digest => PinForm::DigestOnly,
+        }
+    }
+}
+
+impl From<FormArg> for FormSetting {
+    fn from(form: FormArg) -> FormSetting {
+        match form {
+            FormArg::TagDigest => FormSetting::TagAndDigest,
+            FormArg::Digest => FormSetting::Digest,
+        }
+    }
+}
+
+// === impl OutputArg ===
+
+impl From<OutputArg> for check::Output {
+    fn from(output: OutputArg) -> check::Output {
+        match output {
+            OutputArg::Table => check::Output::Table,
+            OutputArg::Json => check::Output::Json,
+            OutputArg::Yaml => check::Output::Yaml,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::{Mutex, MutexGuard};
+
+    use clap::error::ErrorKind;
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// clap reads `PINHOOK_*` from the process environment: every parse in this module holds
+    /// this lock, so the one test that sets variables cannot leak them into another.
+    static ENV: Mutex<()> = Mutex::new(());
+
+    fn env_lock() -> MutexGuard<'static, ()> {
+        ENV.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let _env = env_lock();
+        Cli::try_parse_from(std::iter::once("pinhook").chain(args.iter().copied()))
+    }
+
+    fn serve(args: &[&str]) -> app::Config {
+        let mut all = vec!["serve", "--tls-cert", "tls.crt", "--tls-key", "tls.key"];
+        all.extend_from_slice(args);
+        match parse(&all).expect("parses").command {
+            Command::Serve(args) => args.into_config().expect("converts"),
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    fn check(args: &[&str]) -> CheckConfig {
+        let mut all = vec!["check"];
+        all.extend_from_slice(args);
+        match parse(&all).expect("parses").command {
+            Command::Check(args) => args.into_config().expect("converts"),
+            other => panic!("not check: {other:?}"),
+        }
+    }
+
+    fn error_kind(args: &[&str]) -> ErrorKind {
+        parse(args).expect_err("is refused").kind()
+    }
+
+    fn fixed_form(config: &app::Config) -> FormSetting {
+        match &config.policy {
+            PolicySource::Fixed(policy) => policy.form,
+            PolicySource::File(path) => panic!("policy file {path:?}, expected a fixed policy"),
+        }
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_has_a_pinhook_env_var() {
+        let cli = Cli::command();
+        let mut commands = vec![cli.clone()];
+        commands.extend(cli.get_subcommands().cloned());
+        for command in &commands {
+            let mut seen = std::collections::HashSet::new();
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_positional() || matches!(id, "help" | "version") {
+                    continue;
+                }
+                let env = arg
+                    .get_env()
+                    .and_then(|e| e.to_str())
+                    .unwrap_or_else(|| panic!("{} --{id} has no env var", command.get_name()));
+                assert!(env.starts_with("PINHOOK_"), "--{id}: {env}");
+                assert!(
+                    seen.insert(env),
+                    "{env} used twice in {}",
+                    command.get_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn serve_defaults() {
+        let config = serve(&[]);
+        assert_eq!(
+            config.listen,
+            "0.0.0.0:8443".parse::<SocketAddr>().expect("addr")
+        );
+        assert_eq!(config.tls_cert, PathBuf::from("tls.crt"));
+        assert_eq!(config.tls_key, PathBuf::from("tls.key"));
+        assert_eq!(
+            config.policy,
+            PolicySource::Fixed(Policy {
+                form: FormSetting::TagAndDigest,
+                ..Policy::default()
+            })
+        );
+        assert!(config.registry.ca_pems.is_empty());
+        assert!(config.registry.insecure_hosts.is_empty());
+        assert!(!config.registry.only_configured_cas);
+        assert_eq!(config.registry.request_timeout, Duration::from_secs(5));
+        assert_eq!(config.cache.hit_ttl, Duration::from_secs(300));
+        assert_eq!(config.cache.failure_ttl, Duration::from_secs(30));
+        assert_eq!(config.cache.max_stale, Duration::from_secs(86_400));
+        assert_eq!(config.cache.max_entries, 10_000);
+        assert_eq!(config.cache.per_registry_concurrency, 16);
+        assert!(matches!(config.kube, KubeAccess::Infer));
+        assert_eq!(config.docker_config, None);
+        assert_eq!(config.shutdown_delay, Duration::from_secs(5));
+        assert!(config.overrides.secrets.is_none());
+        assert!(config.overrides.namespaces.is_none());
+        assert!(config.overrides.authorizer.is_none());
+    }
+
+    #[test]
+    fn serve_flags_set_their_config_fields() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "PEM").expect("write ca");
+        let ca = ca.to_str().expect("utf-8 path");
+        let config = serve(&[
+            "--listen=127.0.0.1:9443",
+            "--form=digest",
+            &format!("--registry-ca={ca},{ca}"),
+            "--insecure-registry=a.example:5000,b.example",
+            "--registry-timeout=2.5",
+            "--cache-ttl=1",
+            "--cache-failure-ttl=2",
+            "--cache-max-stale=3",
+            "--cache-max-entries=4",
+            "--registry-concurrency=5",
+            "--kubeconfig=kube.yaml",
+            "--docker-config=docker.json",
+            "--shutdown-delay=0",
+        ]);
+        assert_eq!(
+            config.listen,
+            "127.0.0.1:9443".parse::<SocketAddr>().expect("addr")
+        );
+        assert_eq!(fixed_form(&config), FormSetting::Digest);
+        assert_eq!(
+            config.registry.ca_pems,
+            vec![b"PEM".to_vec(), b"PEM".to_vec()]
+        );
+        assert_eq!(
+            config.registry.insecure_hosts,
+            ["a.example:5000", "b.example"].map(String::from).into()
+        );
+        assert_eq!(config.registry.request_timeout, Duration::from_millis(2500));
+        assert_eq!(config.cache.hit_ttl, Duration::from_secs(1));
+        assert_eq!(config.cache.failure_ttl, Duration::from_secs(2));
+        assert_eq!(config.cache.max_stale, Duration::from_secs(3));
+        assert_eq!(config.cache.max_entries, 4);
+        assert_eq!(config.cache.per_registry_concurrency, 5);
+        assert!(matches!(&config.kube, KubeAccess::Kubeconfig(p) if p == Path::new("kube.yaml")));
+        assert_eq!(config.docker_config, Some(PathBuf::from("docker.json")));
+        assert_eq!(config.shutdown_delay, Duration::ZERO);
+    }
+
+    #[test]
+    fn serve_policy_file_is_watched_source() {
+        let config = serve(&["--policy", "policy.yaml"]);
+        assert_eq!(
+            config.policy,
+            PolicySource::File(PathBuf::from("policy.yaml"))
+        );
+    }
+
+    #[test]
+    fn unreadable_registry_ca_names_the_file() {
+        let parsed = parse(&[
+            "serve",
+            "--tls-cert=c",
+            "--tls-key=k",
+            "--registry-ca=/nonexistent/ca.pem",
+        ]);
+        let Command::Serve(args) = parsed.expect("parses").command else {
+            panic!("not serve");
+        };
+        let error = args.into_config().err().expect("refused");
+        assert_eq!(
+            error.to_string(),
+            "failed to read registry CA '/nonexistent/ca.pem'"
+        );
+    }
+
+    #[test]
+    fn env_vars_set_fields_and_flags_win() {
+        let vars = [
+            ("PINHOOK_LISTEN", "127.0.0.1:7000"),
+            ("PINHOOK_TLS_CERT", "env.crt"),
+            ("PINHOOK_TLS_KEY", "env.key"),
+            ("PINHOOK_FORM", "digest"),
+            ("PINHOOK_INSECURE_REGISTRY", "x.example,y.example"),
+            ("PINHOOK_CACHE_TTL", "7"),
+            ("PINHOOK_SHUTDOWN_DELAY", "9"),
+            ("PINHOOK_CHECK_OUTPUT", "yaml"),
+            ("PINHOOK_CHECK_NAMESPACE", "team"),
+            ("PINHOOK_CHECK_TIMEOUT", "11"),
+            ("PINHOOK_CERT_SANS", "a.example,10.0.0.1"),
+            ("PINHOOK_CERT_DAYS", "30"),
+            ("PINHOOK_CERT_OUT", "env-certs"),
+        ];
+        let _env = env_lock();
+        for (key, value) in vars {
+            std::env::set_var(key, value);
+        }
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("pinhook").chain(args.iter().copied()))
+        };
+        let serve = parse(&["serve"]);
+        let serve_flag = parse(&["serve", "--listen=127.0.0.1:1"]);
+        let check = parse(&["check", "-"]);
+        let certs = parse(&["certs"]);
+        for (key, _) in vars {
+            std::env::remove_var(key);
+        }
+
+        let Command::Serve(args) = serve.expect("serve parses").command else {
+            panic!("not serve");
+        };
+        let config = args.into_config().expect("converts");
+        assert_eq!(
+            config.listen,
+            "127.0.0.1:7000".parse::<SocketAddr>().expect("addr")
+        );
+        assert_eq!(config.tls_cert, PathBuf::from("env.crt"));
+        assert_eq!(config.tls_key, PathBuf::from("env.key"));
+        assert_eq!(fixed_form(&config), FormSetting::Digest);
+        assert_eq!(
+            config.registry.insecure_hosts,
+            ["x.example", "y.example"].map(String::from).into()
+        );
+        assert_eq!(config.cache.hit_ttl, Duration::from_secs(7));
+        assert_eq!(config.shutdown_delay, Duration::from_secs(9));
+
+        let Command::Serve(args) = serve_flag.expect("serve parses").command else {
+            panic!("not serve");
+        };
+        let listen = args.into_config().expect("converts").listen;
+        assert_eq!(listen, "127.0.0.1:1".parse::<SocketAddr>().expect("addr"));
+
+        let Command::Check(args) = check.expect("check parses").command else {
+            panic!("not check");
+        };
+        let config = args.into_config().expect("converts");
+        assert_eq!(config.output, check::Output::Yaml);
+        assert_eq!(config.namespace, "team");
+        assert_eq!(config.timeout, Duration::from_secs(11));
+
+        let Command::Certs(args) = certs.expect("certs parses").command else {
+            panic!("not certs");
+        };
+        let config = args.into_config();
+        assert_eq!(config.request.extra_sans, ["a.example", "10.0.0.1"]);
+        assert_eq!(config.request.validity_days, 30);
+        assert_eq!(config.out, PathBuf::from("env-certs"));
+    }
+
+    #[test]
+    fn help_and_version_work_with_a_broken_environment() {
+        let _env = env_lock();
+        std::env::set_var("PINHOOK_LISTEN", "not an address");
+        std::env::set_var("PINHOOK_LOG_FORMAT", "nonsense");
+        let help = Cli::try_parse_from(["pinhook", "serve", "--help"]).map(|_| ());
+        let version = Cli::try_parse_from(["pinhook", "--version"]).map(|_| ());
+        let run = Cli::try_parse_from(["pinhook", "serve", "--tls-cert=c", "--tls-key=k"]);
+        std::env::remove_var("PINHOOK_LISTEN");
+        std::env::remove_var("PINHOOK_LOG_FORMAT");
+        assert_eq!(help.expect_err("help").kind(), ErrorKind::DisplayHelp);
+        assert_eq!(
+            version.expect_err("version").kind(),
+            ErrorKind::DisplayVersion
+        );
+        // The same environment does break a real run.
+        let kind = run.expect_err("bad env").kind();
+        assert!(
+            matches!(kind, ErrorKind::InvalidValue | ErrorKind::ValueValidation),
+            "{kind:?}"
+        );
+    }
+
+    #[test]
+    fn usage_errors() {
+        let cases: &[(&[&str], ErrorKind)] = &[
+            (
+                &["serve", "--tls-key=k"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &[
+                    "serve",
+                    "--tls-cert=c",
+                    "--tls-key=k",
+                    "--form=digest",
+                    "--policy=p",
+                ],
+                ErrorKind::ArgumentConflict,
+            ),
+            (
+                &["serve", "--tls-cert=c", "--tls-key=k", "--listen=nowhere"],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                &["serve", "--tls-cert=c", "--tls-key=k", "--cache-ttl=-1"],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                &["serve", "--tls-cert=c", "--tls-key=k", "--form=short"],
+                ErrorKind::InvalidValue,
+            ),
+            (
+                &[
+                    "serve",
+                    "--tls-cert=c",
+                    "--tls-key=k",
+                    "--registry-timeout=-1",
+                ],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                &[
+                    "serve",
+                    "--tls-cert=c",
+                    "--tls-key=k",
+                    "--registry-timeout=soon",
+                ],
+                ErrorKind::ValueValidation,
+            ),
+            (&["check"], ErrorKind::MissingRequiredArgument),
+            (
+                &["check", "--token-file=t", "-"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["check", "--server-ca=ca", "-"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["check", "--server=https://h", "--policy=p", "-"],
+                ErrorKind::ArgumentConflict,
+            ),
+            (&["check", "-o", "xml", "-"], ErrorKind::InvalidValue),
+            (&["certs", "--days=forever"], ErrorKind::ValueValidation),
+            (&["resolve"], ErrorKind::MissingRequiredArgument),
+            (&["--log-format=xml", "certs"], ErrorKind::InvalidValue),
+        ];
+        for (args, kind) in cases {
+            assert_eq!(error_kind(args), *kind, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn check_local_and_remote() {
+        let local = check(&["a.yaml", "dir", "--policy=p.yaml", "-o", "json", "-n", "ns"]);
+        assert_eq!(local.inputs, ["a.yaml", "dir"]);
+        assert_eq!(local.output, check::Output::Json);
+        assert_eq!(local.namespace, "ns");
+        assert_eq!(local.timeout, Duration::from_secs(120));
+        assert!(matches!(
+            &local.target,
+            Target::Local { policy: Some(p), registry } if p == Path::new("p.yaml")
+                && registry.request_timeout == Duration::from_secs(5)
+        ));
+
+        let remote = check(&[
+            "-",
+            "--server=https://pinhook:8443",
+            "--token-file=token",
+            "--server-ca=ca.pem",
+            "--timeout=3",
+        ]);
+        assert_eq!(remote.output, check::Output::Table);
+        assert_eq!(remote.namespace, "default");
+        assert_eq!(remote.timeout, Duration::from_secs(3));
+        let Target::Remote(server) = remote.target else {
+            panic!("not remote");
+        };
+        assert_eq!(
+            server,
+            Remote {
+                server: "https://pinhook:8443".into(),
+                token_file: Some("token".into()),
+                server_ca: Some("ca.pem".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn resolve_checks_the_reference() {
+        let resolve = |args: &[&str]| match parse(args).expect("parses").command {
+            Command::Resolve(args) => args.into_config(),
+            other => panic!("not resolve: {other:?}"),
+        };
+        let config = resolve(&["resolve", "example.com/app:1", "--form=digest"]).expect("valid");
+        assert_eq!(config.image, "example.com/app:1");
+        assert_eq!(config.form, PinForm::DigestOnly);
+        assert_eq!(
+            config.reference,
+            Reference::parse("example.com/app:1").expect("ref")
+        );
+        let error = resolve(&["resolve", "Not Valid"]).expect_err("invalid");
+        assert!(
+            error
+                .to_string()
+                .starts_with("invalid image reference \"Not Valid\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn certs_defaults_and_repeated_sans() {
+        let Command::Certs(args) = parse(&["certs", "--san=a", "--san=b,c"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not certs");
+        };
+        let config = args.into_config();
+        assert_eq!(config.request.service, "pinhook");
+        assert_eq!(config.request.namespace, "pinhook-system");
+        assert_eq!(config.request.extra_sans, ["a", "b", "c"]);
+        assert_eq!(config.request.validity_days, 365);
+        assert_eq!(config.out, PathBuf::from("certs"));
+    }
+}
