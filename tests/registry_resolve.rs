@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::images;
+use common::images::{self, Flavor};
 use common::pinhook::registry_config;
 use common::registry::{RegistryAuth, TestRegistry};
 use common::tls::{init_crypto, TestCa};
@@ -52,19 +52,23 @@ async fn multi_arch_tag_resolves_to_the_index_digest_never_a_platform_or_config(
 #[tokio::test]
 async fn single_platform_tag_resolves_to_the_manifest_digest_not_the_config() {
     let registry = authed_registry().await;
-    let pushed = images::push_single(&registry, "team/single", "2.0", "s3").await;
+    let oci = images::push_image(&registry, "team/single", "2.0", "s3", Flavor::Oci).await;
+    let docker = images::push_image(&registry, "team/v2", "2.0", "s3d", Flavor::Docker).await;
     let resolver = resolver(registry_config(&registry));
 
-    let resolved = resolver
-        .resolve(
-            &reference(&pushed.reference),
-            &[Credential::basic(USER, PASS)],
-        )
-        .await
-        .expect("resolves");
+    for pushed in [&oci, &docker] {
+        let resolved = resolver
+            .resolve(
+                &reference(&pushed.reference),
+                &[Credential::basic(USER, PASS)],
+            )
+            .await
+            .expect("resolves");
 
-    assert_eq!(resolved.digest.to_string(), pushed.manifest_digest());
-    assert_ne!(resolved.digest.to_string(), pushed.config_digest());
+        let digest = resolved.digest.to_string();
+        assert_eq!(digest, pushed.manifest_digest(), "{}", pushed.reference);
+        assert_ne!(digest, pushed.config_digest(), "{}", pushed.reference);
+    }
 }
 
 #[tokio::test]

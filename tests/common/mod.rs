@@ -1,6 +1,8 @@
 //! Shared integration-test harness: a throw-away CA ([`tls`]), a real
 //! `docker-registry` process ([`registry`]) and helpers that push images to
 //! it ([`images`]).
+//!
+//! The harness's own checks live in `tests/harness_selftest.rs`, counted apart from pinhook's.
 
 // Each `tests/*.rs` file is its own crate that includes this module with
 // `mod common;` and uses only part of it; without this, every unused helper
