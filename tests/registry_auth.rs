@@ -9,23 +9,15 @@ use std::time::{Duration, Instant};
 use common::images;
 use common::pinhook::registry_config;
 use common::registry::{RegistryAuth, TestRegistry, Transport};
+use common::resolving::{reference, resolver};
 use common::token::{Access, TOKEN_SERVICE};
-use pinhook::reference::Reference;
-use pinhook::registry::{Credential, OciResolver, RegistryConfig, RegistryError, Resolver};
+use pinhook::registry::{Credential, RegistryConfig, RegistryError, Resolver};
 
 const USER: &str = "robot";
 const PASS: &str = "t0ken-pass";
 
 async fn token_registry() -> TestRegistry {
     TestRegistry::start(RegistryAuth::token(USER, PASS)).await
-}
-
-fn resolver(config: RegistryConfig) -> OciResolver {
-    OciResolver::new(config).expect("resolver builds")
-}
-
-fn reference(text: &str) -> Reference {
-    Reference::parse(text).expect("valid reference")
 }
 
 fn insecure_config(registry: &TestRegistry) -> RegistryConfig {
