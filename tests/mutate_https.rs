@@ -7,7 +7,7 @@ mod common;
 use common::images::{self, PushedIndex};
 use common::pinhook::{apply_response, response_patch, review_fixture, Options, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{message, pod_image, template_spec};
+use common::requests::{message, pod_image, template_spec, BASIC_POD};
 use pinhook::reference::PinForm;
 use serde_json::{json, Value};
 
@@ -24,7 +24,7 @@ async fn registry_with(repos: &[&str]) -> (TestRegistry, Vec<PushedIndex>) {
 async fn pod_is_pinned_to_the_index_digest_with_the_request_uid() {
     let (registry, pushed) = registry_with(&["app"]).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
 
     let body = pinhook.mutate(&review).await;
 
@@ -158,7 +158,7 @@ async fn digest_only_form_drops_the_tag() {
     let (registry, pushed) = registry_with(&["app"]).await;
     let options = Options::with_form(PinForm::DigestOnly);
     let pinhook = TestPinhook::start_with(&registry, options).await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
 
     let body = pinhook.mutate(&review).await;
 
@@ -173,7 +173,7 @@ async fn digest_only_form_drops_the_tag() {
 async fn missing_tag_is_denied_naming_container_path_image_and_cause() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
 
     let body = pinhook.mutate(&review).await;
 
@@ -194,7 +194,7 @@ async fn missing_tag_is_denied_naming_container_path_image_and_cause() {
 async fn invalid_image_reference_is_denied_with_the_specific_reason() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let mut review = review_fixture(BASIC_POD, &registry);
     let long_tag = "t".repeat(129);
     let cases = [
         (
@@ -224,7 +224,7 @@ async fn invalid_image_reference_is_denied_with_the_specific_reason() {
 async fn bad_requests_get_specific_errors_and_the_server_keeps_serving() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
 
     let (status, body) = pinhook.post("/mutate", "{not json").await;
     assert_eq!(
@@ -294,7 +294,7 @@ async fn serves_http2_and_http1() {
         .http1_only()
         .build()
         .expect("client");
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
     let response = http1
         .post(pinhook.url("/mutate"))
         .json(&review)
@@ -312,7 +312,7 @@ async fn distinct_images_in_one_pod_are_each_resolved_once() {
     let repos = ["a", "b", "c", "d", "e"];
     let (registry, pushed) = registry_with(&repos).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let mut review = review_fixture(BASIC_POD, &registry);
     let container = review["request"]["object"]["spec"]["containers"][0].clone();
     let containers: Vec<Value> = repos
         .iter()

@@ -87,13 +87,6 @@ pub fn image_after(review: &Value, body: &Value) -> String {
         .to_string()
 }
 
-/// Whether pinhook admitted the request.
-pub fn allowed(body: &Value) -> bool {
-    body["response"]["allowed"]
-        .as_bool()
-        .unwrap_or_else(|| panic!("a review response says allowed: {body}"))
-}
-
 /// The message of a denial.
 pub fn message(body: &Value) -> &str {
     body["response"]["status"]["message"]
