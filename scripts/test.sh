@@ -3,7 +3,9 @@
 # installs etcd and builds a kube-apiserver), checks formatting and lints, runs unit and
 # integration tests against a real registry, the local demo, then the end-to-end tier on a
 # real kube-apiserver. Set PINHOOK_SKIP_E2E=1 to stop before the end-to-end tier.
-# The last line is the total: `total: N passed, M failed` (cargo tests + e2e scenarios).
+# The last line is the total: `total: N passed, M failed` (pinhook's cargo tests + e2e
+# scenarios); the line before it counts the harness's self-tests (tests/harness_selftest.rs),
+# which test the test harness, not pinhook: `harness self-tests: N passed, M failed`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '==> %s %s\n' "$(date -u +%H:%M:%S)" "$*"; }
@@ -18,8 +20,12 @@ log "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 log "unit and integration tests"
 cargo test --no-fail-fast 2>&1 | tee "$out/cargo.log"
-# `test result: ok. 372 passed; 0 failed; ...`
-read -r passed failed < <(awk '/^test result:/ { p += $4; f += $6 } END { print p + 0, f + 0 }' "$out/cargo.log")
+# Each binary's `test result: ok. 372 passed; 0 failed; ...` follows cargo's
+# `     Running tests/harness_selftest.rs (target/debug/deps/harness_selftest-…)` line.
+read -r passed failed harness_passed harness_failed < <(awk '
+    /^ *(Running|Doc-tests) / { harness = ($2 == "tests/harness_selftest.rs") }
+    /^test result:/ { if (harness) { hp += $4; hf += $6 } else { p += $4; f += $6 } }
+    END { print p + 0, f + 0, hp + 0, hf + 0 }' "$out/cargo.log")
 log "the local demo (scripts/demo.sh), as README's first command runs it"
 scripts/demo.sh
 if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
@@ -31,4 +37,5 @@ if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
     failed=$((failed + e2e_failed))
 fi
 log "all tests passed"
+echo "harness self-tests: $harness_passed passed, $harness_failed failed"
 echo "total: $passed passed, $failed failed"

@@ -4,8 +4,9 @@
 mod common;
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
+use common::cli::{docker_config_json, pinhook_command};
 use common::images;
 use common::registry::{RegistryAuth, TestRegistry};
 use serde_json::Value;
@@ -21,16 +22,11 @@ fn pinhook_as(
     stdin: Option<&str>,
     env: &[(&str, &str)],
 ) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pinhook"));
+    let mut command = pinhook_command("check");
     command
-        .arg("check")
         .args(args)
         .arg("--registry-ca")
-        .arg(registry.ca_path())
-        .env("HOME", "/nonexistent")
-        .env_remove("DOCKER_CONFIG")
-        .env_remove("NO_COLOR")
-        .env("PINHOOK_LOG", "error");
+        .arg(registry.ca_path());
     for (key, value) in env {
         command.env(key, value);
     }
@@ -175,10 +171,8 @@ async fn kustomize_and_helm_style_output_with_a_broken_document() {
     );
     let report: Value = serde_json::from_str(&stdout(&output)).expect("json");
     assert_eq!(report["errors"][0]["index"], "2");
-    assert!(report["errors"][0]["error"]
-        .as_str()
-        .unwrap_or("")
-        .starts_with("invalid YAML"));
+    let error = report["errors"][0]["error"].as_str().expect("an error");
+    assert!(error.starts_with("invalid YAML"), "{error}");
     assert_eq!(
         report["objects"].as_array().map(Vec::len),
         Some(2),
@@ -211,10 +205,7 @@ async fn yaml_output_is_the_pinned_manifests_and_violations_exit_1() {
     let text = stdout(&output);
     assert!(text.starts_with("---\n"), "{text}");
     assert!(
-        text.contains(&format!(
-            "image: {host}/team/app:1.0@{}",
-            pushed.index_digest
-        )),
+        text.contains(&format!("image: {}", pushed.pinned_with_tag())),
         "{text}"
     );
 
@@ -225,7 +216,7 @@ async fn yaml_output_is_the_pinned_manifests_and_violations_exit_1() {
     let denied = table
         .lines()
         .find(|l| l.starts_with("Pod/default/p"))
-        .unwrap_or_default();
+        .unwrap_or_else(|| panic!("no row for Pod/default/p:\n{table}"));
     let cells: Vec<&str> = denied.split_whitespace().collect();
     assert_eq!(
         &cells[..4],
@@ -280,17 +271,14 @@ async fn local_mode_uses_the_users_docker_credentials() {
     let pushed = images::push_multi_arch(&registry, "team/private", "1.0", "p").await;
     let host = registry.host();
     let manifest = deployment(&host, "app", "team/private:1.0");
-    let config = format!(
-        r#"{{"auths":{{"{host}":{{"auth":"{}"}}}}}}"#,
-        base64_of("ci:hunter2")
-    );
+    let config = docker_config_json(&host, "ci", "hunter2");
     let docker_config = tempfile::tempdir().expect("tempdir");
     std::fs::write(docker_config.path().join("config.json"), &config).expect("write");
     let home = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(home.path().join(".docker")).expect("mkdir");
     std::fs::write(home.path().join(".docker/config.json"), &config).expect("write");
 
-    let pinned = format!("{host}/team/private:1.0@{}", pushed.index_digest);
+    let pinned = pushed.pinned_with_tag();
     let dir = docker_config.path().to_str().expect("path");
     let home_dir = home.path().to_str().expect("path");
     for env in [[("DOCKER_CONFIG", dir)], [("HOME", home_dir)]] {
@@ -314,11 +302,6 @@ async fn local_mode_uses_the_users_docker_credentials() {
         "{}",
         stdout(&output)
     );
-}
-
-fn base64_of(text: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(text)
 }
 
 /// Exact output of the three formats, with the registry address and digests normalised.

@@ -7,9 +7,11 @@ mod common;
 use std::sync::Arc;
 
 use common::fake_kube::FakeKube;
+use common::fake_kube::PullSecretFormat::{DockerCfg, DockerConfigJson};
 use common::images::{self, PushedIndex};
 use common::pinhook::{apply_response, review_fixture, Options, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
+use common::requests::{fixture_with_image, in_namespace, message, template_spec, warned};
 use pinhook::registry::keyring::Keyring;
 use pinhook::registry::pull_secrets::KubeSecrets;
 use serde_json::{json, Value};
@@ -42,82 +44,57 @@ async fn world() -> World {
 }
 
 /// The captured pod with `imagePullSecrets: [regcred]`, in `namespace`, pointing at the registry.
-fn pod_review(world: &World, fixture: &str, namespace: &str) -> Value {
-    let mut review = review_fixture(fixture, &world.registry);
-    let image = format!("{}/team/app:1.0", world.registry.host());
-    review["request"]["namespace"] = json!(namespace);
-    review["request"]["object"]["metadata"]["namespace"] = json!(namespace);
-    review["request"]["object"]["spec"]["containers"][0]["image"] = json!(image);
+fn pull_secret_pod(world: &World, namespace: &str) -> Value {
+    let mut review = fixture_with_image(
+        "v1.26/pod-create-pullsecrets-mutate.json",
+        &world.registry,
+        &world.pushed.reference,
+    );
+    in_namespace(&mut review, namespace);
     review
 }
 
-async fn mutate(world: &World, review: &Value) -> Value {
-    let (status, body) = world
-        .pinhook
-        .post(
-            "/mutate?timeout=10s",
-            serde_json::to_vec(review).expect("json"),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).expect("json")
-}
-
-fn pinned_image(world: &World) -> String {
-    format!(
-        "{}/team/app:1.0@{}",
-        world.registry.host(),
-        world.pushed.index_digest
-    )
-}
-
-fn warnings(body: &Value) -> String {
-    body["response"]["warnings"].to_string()
+/// A `dockerconfigjson` pull Secret `namespace/name` for the registry with `password`.
+fn add_secret(world: &World, namespace: &str, name: &str, password: &str) {
+    let host = world.registry.host();
+    let login = (USER, password);
+    world
+        .kube
+        .add_pull_secret(DockerConfigJson, namespace, name, &host, login);
 }
 
 #[tokio::test]
 async fn a_namespace_without_the_secret_is_never_answered_from_anothers_cache_entry() {
     let world = world().await;
-    let host = world.registry.host();
-    world
-        .kube
-        .add_dockerconfigjson("team-a", "regcred", &host, USER, PASS);
+    add_secret(&world, "team-a", "regcred", PASS);
 
-    let review_a = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "team-a");
-    let body = mutate(&world, &review_a).await;
+    let review_a = pull_secret_pod(&world, "team-a");
+    let body = world.pinhook.mutate(&review_a).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let object = apply_response(&review_a, &body);
     assert_eq!(
         object["spec"]["containers"][0]["image"],
-        pinned_image(&world)
+        world.pushed.pinned_with_tag()
     );
 
     // Same image, same secret name, but team-b has no such secret: A's entry is cached and
     // must not answer.
-    let review_b = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "team-b");
-    let body = mutate(&world, &review_b).await;
+    let review_b = pull_secret_pod(&world, "team-b");
+    let body = world.pinhook.mutate(&review_b).await;
     assert_eq!(body["response"]["allowed"], false, "{body}");
-    let message = body["response"]["status"]["message"]
-        .as_str()
-        .expect("message");
+    let message = message(&body);
     assert!(message.contains("unauthorized"), "{message}");
     assert!(
-        warnings(&body).contains("imagePullSecret team-b/regcred not found"),
+        warned(&body, "imagePullSecret team-b/regcred not found"),
         "{body}"
     );
 
     // A is still answered, from the cache.
-    let heads = world
-        .registry
-        .count_requests("HEAD", "/v2/team/app/manifests/1.0")
-        .await;
-    let body = mutate(&world, &review_a).await;
+    let heads = world.registry.manifest_heads("team/app", "1.0").await;
+    let body = world.pinhook.mutate(&review_a).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     assert_eq!(
-        world
-            .registry
-            .count_requests("HEAD", "/v2/team/app/manifests/1.0")
-            .await,
+        world.registry.manifest_heads("team/app", "1.0").await,
         heads,
         "second admission in team-a must be a cache hit"
     );
@@ -126,22 +103,20 @@ async fn a_namespace_without_the_secret_is_never_answered_from_anothers_cache_en
 #[tokio::test]
 async fn a_wrong_password_is_refused_and_never_cached_as_success() {
     let world = world().await;
-    let host = world.registry.host();
-    world
-        .kube
-        .add_dockerconfigjson("good", "regcred", &host, USER, PASS);
-    world
-        .kube
-        .add_dockerconfigjson("bad", "regcred", &host, USER, "wrong");
+    add_secret(&world, "good", "regcred", PASS);
+    add_secret(&world, "bad", "regcred", "wrong");
 
-    let bad = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "bad");
-    let body = mutate(&world, &bad).await;
+    let bad = pull_secret_pod(&world, "bad");
+    let body = world.pinhook.mutate(&bad).await;
     assert_eq!(body["response"]["allowed"], false, "{body}");
 
-    let good = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "good");
-    assert_eq!(mutate(&world, &good).await["response"]["allowed"], true);
+    let good = pull_secret_pod(&world, "good");
+    assert_eq!(
+        world.pinhook.mutate(&good).await["response"]["allowed"],
+        true
+    );
 
-    let body = mutate(&world, &bad).await;
+    let body = world.pinhook.mutate(&bad).await;
     assert_eq!(
         body["response"]["allowed"], false,
         "the good entry answered the bad secret: {body}"
@@ -151,79 +126,73 @@ async fn a_wrong_password_is_refused_and_never_cached_as_success() {
 #[tokio::test]
 async fn dockercfg_and_dockerconfigjson_secrets_both_work() {
     let world = world().await;
-    let host = world.registry.host();
+    let registry = format!("https://{}", world.registry.host());
     world
         .kube
-        .add_dockercfg("legacy", "regcred", &format!("https://{host}"), USER, PASS);
+        .add_pull_secret(DockerCfg, "legacy", "regcred", &registry, (USER, PASS));
 
-    let review = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "legacy");
-    let body = mutate(&world, &review).await;
+    let review = pull_secret_pod(&world, "legacy");
+    let body = world.pinhook.mutate(&review).await;
 
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let object = apply_response(&review, &body);
     assert_eq!(
         object["spec"]["containers"][0]["image"],
-        pinned_image(&world)
+        world.pushed.pinned_with_tag()
     );
 }
 
 #[tokio::test]
 async fn a_workload_template_without_secrets_uses_its_service_accounts() {
     let world = world().await;
-    let host = world.registry.host();
-    world
-        .kube
-        .add_dockerconfigjson("apps", "sa-cred", &host, USER, PASS);
+    add_secret(&world, "apps", "sa-cred", PASS);
     world
         .kube
         .add_service_account("apps", "builder", &["sa-cred"]);
     let mut review = review_fixture("v1.26/deployment-create-mutate.json", &world.registry);
     review["request"]["namespace"] = json!("apps");
-    let spec = &mut review["request"]["object"]["spec"]["template"]["spec"];
+    let spec = template_spec(&mut review);
     spec["serviceAccountName"] = json!("builder");
     spec["initContainers"] = json!([]);
-    spec["containers"][0]["image"] = json!(format!("{host}/team/app:1.0"));
+    spec["containers"][0]["image"] = json!(world.pushed.reference);
 
-    let body = mutate(&world, &review).await;
+    let body = world.pinhook.mutate(&review).await;
 
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let object = apply_response(&review, &body);
     assert_eq!(
         object["spec"]["template"]["spec"]["containers"][0]["image"],
-        pinned_image(&world)
+        world.pushed.pinned_with_tag()
     );
     assert_eq!(world.kube.hits("/serviceaccounts/builder"), 1);
 
     // A template naming a ServiceAccount that does not exist: refused (no credentials for the
     // private image), and the user is told why.
-    spec_of(&mut review)["serviceAccountName"] = json!("ghost");
-    let body = mutate(&world, &review).await;
+    template_spec(&mut review)["serviceAccountName"] = json!("ghost");
+    let body = world.pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], false, "{body}");
     assert!(
-        warnings(&body).contains(
+        warned(
+            &body,
             "pinhook: serviceaccount apps/ghost not found; resolved without its imagePullSecrets"
         ),
         "{body}"
     );
 }
 
-fn spec_of(review: &mut Value) -> &mut Value {
-    &mut review["request"]["object"]["spec"]["template"]["spec"]
-}
-
 #[tokio::test]
 async fn secrets_are_read_once_and_cached_briefly() {
     let world = world().await;
-    let host = world.registry.host();
-    world
-        .kube
-        .add_dockerconfigjson("team-a", "regcred", &host, USER, PASS);
-    let review = pod_review(&world, "v1.26/pod-create-pullsecrets-mutate.json", "team-a");
+    add_secret(&world, "team-a", "regcred", PASS);
+    let review = pull_secret_pod(&world, "team-a");
     world.pinhook.resolver.expire_all();
 
     for _ in 0..3 {
         world.pinhook.resolver.expire_all();
-        assert_eq!(mutate(&world, &review).await["response"]["allowed"], true);
+        assert_eq!(
+            world.pinhook.mutate(&review).await["response"]["allowed"],
+            true
+        );
     }
 
     assert_eq!(world.kube.hits("/secrets/regcred"), 1);

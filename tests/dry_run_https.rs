@@ -6,6 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
+use common::cli::pinhook_command;
 use common::fake_kube::FakeKube;
 use common::images::{self, PushedIndex};
 use common::pinhook::{Options, TestPinhook};
@@ -111,11 +112,7 @@ async fn an_authorised_caller_gets_the_report_and_nothing_is_recorded() {
     assert_eq!(image["action"], "pinned");
     assert_eq!(image["digest"], world.app.index_digest.as_str());
     assert_eq!(image["cached"], false);
-    let pinned = format!(
-        "{}/team/app:1.0@{}",
-        world.registry.host(),
-        world.app.index_digest
-    );
+    let pinned = world.app.pinned_with_tag();
     assert_eq!(image["result"], pinned.as_str());
     assert_eq!(
         web["object"]["spec"]["template"]["spec"]["containers"][0]["image"],
@@ -151,22 +148,10 @@ async fn an_authorised_caller_gets_the_report_and_nothing_is_recorded() {
         );
     }
     // One registry request for the shared image, and no cache entry left behind.
-    assert_eq!(
-        world
-            .registry
-            .count_requests("HEAD", "/v2/team/app/manifests/1.0")
-            .await,
-        1
-    );
+    assert_eq!(world.registry.manifest_heads("team/app", "1.0").await, 1);
     let (_, again) = dry_run(&world, Some("ci-token"), manifests(&world.registry.host())).await;
     assert_eq!(again["objects"][0]["images"][0]["cached"], false);
-    assert_eq!(
-        world
-            .registry
-            .count_requests("HEAD", "/v2/team/app/manifests/1.0")
-            .await,
-        2
-    );
+    assert_eq!(world.registry.manifest_heads("team/app", "1.0").await, 2);
 }
 
 #[tokio::test]
@@ -177,10 +162,11 @@ async fn no_token_invalid_token_and_forbidden_caller() {
     assert_eq!(status, 401, "{answer}");
     let (status, answer) = dry_run(&world, Some("forged"), body.clone()).await;
     assert_eq!(status, 401, "{answer}");
-    assert!(answer["error"].as_str().unwrap_or("").contains("not valid"));
+    let message = answer["error"].as_str().expect("an error message");
+    assert!(message.contains("not valid"), "{message}");
     let (status, answer) = dry_run(&world, Some("nosy-token"), body).await;
     assert_eq!(status, 403, "{answer}");
-    let message = answer["error"].as_str().unwrap_or("");
+    let message = answer["error"].as_str().expect("an error message");
     assert!(
         message.contains("system:serviceaccount:ci:nosy may not"),
         "{message}"
@@ -222,8 +208,9 @@ async fn no_token_invalid_token_and_forbidden_caller() {
         0,
         "refused before any resolution"
     );
-    assert!(
-        world.kube.hits("") == 0,
+    assert_eq!(
+        world.kube.hits(""),
+        0,
         "TokenReview and SubjectAccessReview are POSTs, not GETs"
     );
 }
@@ -244,16 +231,8 @@ async fn pinhook_check_server_mode_calls_the_endpoint() {
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, world.pinhook.ca_pem()).expect("ca");
 
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pinhook"))
-        .args([
-            "check",
-            "-o",
-            "json",
-            "-n",
-            "shop",
-            "--server",
-            &world.pinhook.base,
-        ])
+    let output = pinhook_command("check")
+        .args(["-o", "json", "-n", "shop", "--server", &world.pinhook.base])
         .arg("--token-file")
         .arg(&token)
         .arg("--server-ca")

@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::time::Instant;
-
 use common::images::{self, PushedIndex};
 use common::pinhook::{apply_response, response_patch, review_fixture, Options, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
+use common::requests::{message, pod_image, template_spec, BASIC_POD};
 use pinhook::reference::PinForm;
 use serde_json::{json, Value};
 
@@ -21,28 +20,13 @@ async fn registry_with(repos: &[&str]) -> (TestRegistry, Vec<PushedIndex>) {
     (registry, pushed)
 }
 
-async fn mutate(pinhook: &TestPinhook, review: &Value) -> Value {
-    let (status, body) = pinhook
-        .post(
-            "/mutate?timeout=10s",
-            serde_json::to_vec(review).expect("json"),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).expect("response is JSON")
-}
-
-fn pinned(registry: &TestRegistry, repo: &str, index: &PushedIndex) -> String {
-    format!("{}/team/{repo}:1.0@{}", registry.host(), index.index_digest)
-}
-
 #[tokio::test]
 async fn pod_is_pinned_to_the_index_digest_with_the_request_uid() {
     let (registry, pushed) = registry_with(&["app"]).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
 
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
 
     assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(body["kind"], "AdmissionReview");
@@ -57,7 +41,7 @@ async fn pod_is_pinned_to_the_index_digest_with_the_request_uid() {
     let image = object["spec"]["containers"][0]["image"]
         .as_str()
         .expect("image");
-    assert_eq!(image, pinned(&registry, "app", &pushed[0]));
+    assert_eq!(image, pushed[0].pinned_with_tag());
     for platform in pushed[0].platform_digests() {
         assert!(!image.contains(platform), "pinned a platform manifest");
     }
@@ -72,17 +56,14 @@ async fn deployment_template_is_pinned_including_init_containers() {
     let pinhook = TestPinhook::start(&registry).await;
     let review = review_fixture("v1.26/deployment-create-mutate.json", &registry);
 
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
 
     let object = apply_response(&review, &body);
     let spec = &object["spec"]["template"]["spec"];
-    assert_eq!(
-        spec["containers"][0]["image"],
-        pinned(&registry, "app", &pushed[0])
-    );
+    assert_eq!(spec["containers"][0]["image"], pushed[0].pinned_with_tag());
     assert_eq!(
         spec["initContainers"][0]["image"],
-        pinned(&registry, "init", &pushed[1])
+        pushed[1].pinned_with_tag()
     );
 }
 
@@ -95,15 +76,11 @@ async fn cronjob_both_api_versions_are_pinned() {
         "v1.26/cronjob-create-mutate.json",
     ] {
         let review = review_fixture(fixture, &registry);
-        let body = mutate(&pinhook, &review).await;
+        let body = pinhook.mutate(&review).await;
         let object = apply_response(&review, &body);
         let image =
             &object["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"];
-        assert_eq!(
-            image,
-            &json!(pinned(&registry, "cron", &pushed[0])),
-            "{fixture}"
-        );
+        assert_eq!(image, &json!(pushed[0].pinned_with_tag()), "{fixture}");
     }
 }
 
@@ -117,7 +94,7 @@ async fn ephemeral_container_update_pins_only_the_new_entry() {
         "v1.26/pod-update-ephemeralcontainers-kubectl-debug-mutate.json",
         &registry,
     );
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
     let patch = response_patch(&body).expect("a patch");
     assert_eq!(
         patch.0.len(),
@@ -127,7 +104,7 @@ async fn ephemeral_container_update_pins_only_the_new_entry() {
     let object = apply_response(&review, &body);
     assert_eq!(
         object["spec"]["ephemeralContainers"][0]["image"],
-        pinned(&registry, "debug", &pushed[0])
+        pushed[0].pinned_with_tag()
     );
 
     // 1.20: the subresource object is v1 EphemeralContainers.
@@ -135,11 +112,11 @@ async fn ephemeral_container_update_pins_only_the_new_entry() {
         "v1.20/ephemeralcontainers-update-raw-put-mutate.json",
         &registry,
     );
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
     let object = apply_response(&review, &body);
     assert_eq!(
         object["ephemeralContainers"][0]["image"],
-        pinned(&registry, "debug", &pushed[0])
+        pushed[0].pinned_with_tag()
     );
 }
 
@@ -150,12 +127,12 @@ async fn dry_run_review_is_pinned_like_any_other() {
     let review = review_fixture("v1.26/pod-create-dryrun-server-mutate.json", &registry);
     assert_eq!(review["request"]["dryRun"], true);
 
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
 
     let object = apply_response(&review, &body);
     assert_eq!(
         object["spec"]["containers"][0]["image"],
-        pinned(&registry, "app", &pushed[0])
+        pushed[0].pinned_with_tag()
     );
 }
 
@@ -164,11 +141,11 @@ async fn reinvocation_on_the_pinned_object_yields_no_patch() {
     let (registry, _) = registry_with(&["app", "init"]).await;
     let pinhook = TestPinhook::start(&registry).await;
     let mut review = review_fixture("v1.26/deployment-create-mutate.json", &registry);
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
     review["request"]["object"] = apply_response(&review, &body);
     review["request"]["uid"] = json!("second-round");
 
-    let again = mutate(&pinhook, &review).await;
+    let again = pinhook.mutate(&review).await;
 
     assert_eq!(again["response"]["allowed"], true);
     assert_eq!(again["response"]["uid"], "second-round");
@@ -181,9 +158,9 @@ async fn digest_only_form_drops_the_tag() {
     let (registry, pushed) = registry_with(&["app"]).await;
     let options = Options::with_form(PinForm::DigestOnly);
     let pinhook = TestPinhook::start_with(&registry, options).await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
 
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
 
     let object = apply_response(&review, &body);
     assert_eq!(
@@ -196,16 +173,14 @@ async fn digest_only_form_drops_the_tag() {
 async fn missing_tag_is_denied_naming_container_path_image_and_cause() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
 
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
 
     assert_eq!(body["response"]["allowed"], false);
     assert_eq!(body["response"]["uid"], review["request"]["uid"]);
     assert_eq!(body["response"]["status"]["code"], 403);
-    let message = body["response"]["status"]["message"]
-        .as_str()
-        .expect("message");
+    let message = message(&body);
     assert!(message.contains("container \"app\""), "{message}");
     assert!(message.contains("/spec/containers/0/image"), "{message}");
     assert!(
@@ -219,7 +194,7 @@ async fn missing_tag_is_denied_naming_container_path_image_and_cause() {
 async fn invalid_image_reference_is_denied_with_the_specific_reason() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let mut review = review_fixture(BASIC_POD, &registry);
     let long_tag = "t".repeat(129);
     let cases = [
         (
@@ -237,12 +212,10 @@ async fn invalid_image_reference_is_denied_with_the_specific_reason() {
         ),
     ];
     for (image, expected) in cases {
-        review["request"]["object"]["spec"]["containers"][0]["image"] = json!(image);
-        let body = mutate(&pinhook, &review).await;
+        *pod_image(&mut review) = json!(image);
+        let body = pinhook.mutate(&review).await;
         assert_eq!(body["response"]["allowed"], false, "{image}");
-        let message = body["response"]["status"]["message"]
-            .as_str()
-            .expect("message");
+        let message = message(&body);
         assert!(message.contains(expected), "{image}: {message}");
     }
 }
@@ -251,7 +224,7 @@ async fn invalid_image_reference_is_denied_with_the_specific_reason() {
 async fn bad_requests_get_specific_errors_and_the_server_keeps_serving() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
 
     let (status, body) = pinhook.post("/mutate", "{not json").await;
     assert_eq!(
@@ -321,7 +294,7 @@ async fn serves_http2_and_http1() {
         .http1_only()
         .build()
         .expect("client");
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let review = review_fixture(BASIC_POD, &registry);
     let response = http1
         .post(pinhook.url("/mutate"))
         .json(&review)
@@ -335,11 +308,11 @@ async fn serves_http2_and_http1() {
 }
 
 #[tokio::test]
-async fn distinct_images_resolve_concurrently_and_once() {
+async fn distinct_images_in_one_pod_are_each_resolved_once() {
     let repos = ["a", "b", "c", "d", "e"];
-    let (registry, _) = registry_with(&repos).await;
+    let (registry, pushed) = registry_with(&repos).await;
     let pinhook = TestPinhook::start(&registry).await;
-    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
+    let mut review = review_fixture(BASIC_POD, &registry);
     let container = review["request"]["object"]["spec"]["containers"][0].clone();
     let containers: Vec<Value> = repos
         .iter()
@@ -354,41 +327,66 @@ async fn distinct_images_resolve_concurrently_and_once() {
         .collect();
     review["request"]["object"]["spec"]["containers"] = json!(containers);
 
-    let body = mutate(&pinhook, &review).await;
+    let body = pinhook.mutate(&review).await;
 
     assert_eq!(response_patch(&body).expect("patch").0.len(), 10);
+    let object = apply_response(&review, &body);
+    for (i, index) in pushed.iter().chain(pushed.iter()).enumerate() {
+        let image = &object["spec"]["containers"][i]["image"];
+        assert_eq!(image, &json!(index.pinned_with_tag()), "c{i}");
+    }
     for repo in repos {
         let heads = registry
-            .count_requests("HEAD", &format!("/v2/team/{repo}/manifests/1.0"))
+            .manifest_heads(&format!("team/{repo}"), "1.0")
             .await;
         assert_eq!(heads, 1, "{repo} resolved once");
     }
 }
 
-/// Not a benchmark (see benches/): prints one warm /mutate for a 3-container Deployment so the
-/// number is visible in test logs.
+/// A Deployment whose three tags are cached is pinned from the cache: fifty more reviews get
+/// the same patch and no request reaches the registry. How fast that is, is measured by
+/// `cargo bench --bench mutate`, not here.
 #[tokio::test]
-async fn warm_three_container_deployment() {
-    let (registry, _) = registry_with(&["app", "init", "side"]).await;
+async fn a_warm_deployment_is_pinned_from_the_cache_without_registry_requests() {
+    let repos = ["app", "init", "side"];
+    let (registry, pushed) = registry_with(&repos).await;
     let pinhook = TestPinhook::start(&registry).await;
     let mut review = review_fixture("v1.26/deployment-create-mutate.json", &registry);
-    let spec = &mut review["request"]["object"]["spec"]["template"]["spec"];
+    let spec = template_spec(&mut review);
     let mut side = spec["containers"][0].clone();
     side["name"] = json!("side");
-    side["image"] = json!(format!("{}/team/side:1.0", registry.host()));
+    side["image"] = json!(pushed[2].reference);
     spec["containers"].as_array_mut().expect("array").push(side);
-    let body = serde_json::to_vec(&review).expect("json");
-    let first = mutate(&pinhook, &review).await;
-    assert_eq!(response_patch(&first).expect("patch").0.len(), 3);
-
-    let started = Instant::now();
-    let rounds = 50;
-    for _ in 0..rounds {
-        let (status, _) = pinhook.post("/mutate?timeout=10s", body.clone()).await;
-        assert_eq!(status, 200);
-    }
-    eprintln!(
-        "warm /mutate, 3-container Deployment: {:?} per request",
-        started.elapsed() / rounds
+    let first = pinhook.mutate(&review).await;
+    let object = apply_response(&review, &first);
+    let pinned = &object["spec"]["template"]["spec"];
+    assert_eq!(
+        pinned["containers"][0]["image"],
+        pushed[0].pinned_with_tag()
     );
+    assert_eq!(
+        pinned["initContainers"][0]["image"],
+        pushed[1].pinned_with_tag()
+    );
+    assert_eq!(
+        pinned["containers"][1]["image"],
+        pushed[2].pinned_with_tag()
+    );
+    let patch = response_patch(&first).expect("patch");
+    assert_eq!(patch.0.len(), 3);
+
+    for round in 0..50 {
+        let again = pinhook.mutate(&review).await;
+        assert_eq!(response_patch(&again), Some(patch.clone()), "round {round}");
+    }
+
+    for repo in repos {
+        let manifest_requests = registry
+            .manifest_heads(&format!("team/{repo}"), "1.0")
+            .await
+            + registry
+                .count_requests("GET", &format!("/v2/team/{repo}/manifests/1.0"))
+                .await;
+        assert_eq!(manifest_requests, 1, "{repo}: only the first review asked");
+    }
 }

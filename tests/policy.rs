@@ -11,6 +11,9 @@ use common::fake_kube::FakeKube;
 use common::images::{self, PushedIndex};
 use common::pinhook::{apply_response, response_patch, review_fixture, Options, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
+use common::requests::{
+    image_after, in_namespace, message, pod_review, warned, warnings, BASIC_POD,
+};
 use pinhook::cluster::KubeNamespaces;
 use pinhook::policy::{Policy, PolicyHandle};
 use rstest::rstest;
@@ -20,6 +23,18 @@ struct World {
     registry: TestRegistry,
     pinhook: TestPinhook,
     app: PushedIndex,
+    /// Every image pushed, `app` among them: each kind's capture names one of them.
+    pushed: Vec<PushedIndex>,
+}
+
+impl World {
+    /// The image pushed under `reference` (`host/team/<repo>:1.0`).
+    fn pushed_as(&self, reference: &str) -> &PushedIndex {
+        self.pushed
+            .iter()
+            .find(|p| p.reference == reference)
+            .unwrap_or_else(|| panic!("{reference} was not pushed"))
+    }
 }
 
 async fn world(policy: &str) -> World {
@@ -28,11 +43,11 @@ async fn world(policy: &str) -> World {
 
 async fn world_with(policy: &str, adjust: impl FnOnce(Options) -> Options) -> World {
     let registry = TestRegistry::start(RegistryAuth::None).await;
-    let app = images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
-    images::push_multi_arch(&registry, "team/init", "1.0", "init").await;
-    for repo in ["cron", "db", "agent", "job"] {
-        images::push_multi_arch(&registry, &format!("team/{repo}"), "1.0", repo).await;
+    let mut pushed = Vec::new();
+    for repo in ["app", "init", "cron", "db", "agent", "job"] {
+        pushed.push(images::push_multi_arch(&registry, &format!("team/{repo}"), "1.0", repo).await);
     }
+    let app = pushed[0].clone();
     let policy: Policy = serde_saphyr::from_str(policy).expect("test policy parses");
     let options = adjust(Options {
         policy,
@@ -43,45 +58,8 @@ async fn world_with(policy: &str, adjust: impl FnOnce(Options) -> Options) -> Wo
         registry,
         pinhook,
         app,
+        pushed,
     }
-}
-
-async fn post(world: &World, path: &str, review: &Value) -> Value {
-    let (status, body) = world
-        .pinhook
-        .post(path, serde_json::to_vec(review).expect("json"))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).expect("json")
-}
-
-fn pod_with_image(world: &World, image: &str) -> Value {
-    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", &world.registry);
-    review["request"]["object"]["spec"]["containers"][0]["image"] = json!(image);
-    review
-}
-
-fn warnings(body: &Value) -> Vec<String> {
-    body["response"]["warnings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|w| w.as_str().map(str::to_string))
-        .collect()
-}
-
-async fn metrics(world: &World) -> String {
-    let url = world.pinhook.url("/metrics");
-    world
-        .pinhook
-        .client
-        .get(url)
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text")
 }
 
 /// Every pod-bearing kind, as captured from a 1.26 apiserver (`-mutate.json`; the
@@ -158,59 +136,40 @@ async fn each_knob_across_every_kind(#[case] policy: &str, #[case] expect: Expec
     let world = world(policy).await;
     for (fixture, pointer) in KINDS {
         let review = review_fixture(fixture, &world.registry);
-        let original = review["request"]["object"]
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let body = post(&world, "/mutate", &review).await;
-        let image = apply_response(&review, &body)
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let original = image_at(&review["request"]["object"], pointer);
+        let body = world.pinhook.mutate(&review).await;
+        let image = image_at(&apply_response(&review, &body), pointer);
         let is_pod = fixture.contains("/pod-create");
         let validated = || async {
             let validate =
                 review_fixture(&fixture.replace("-mutate", "-validate"), &world.registry);
-            post(&world, "/validate", &validate).await["response"]["allowed"].clone()
+            world.pinhook.validate(&validate).await["response"]["allowed"].clone()
         };
-        let (repository, _) = original.rsplit_once(':').unwrap_or((&original, ""));
         match (expect, is_pod) {
             (Expect::TagAndDigest, _) | (Expect::OnlyPods, true) => {
-                assert!(
-                    image.starts_with(&format!("{original}@sha256:")),
-                    "{policy} {fixture}: {image}"
-                );
+                let pinned = world.pushed_as(&original).pinned_with_tag();
+                assert_eq!(image, pinned, "{policy} {fixture}: {body}");
             }
             (Expect::DigestOnly, _) => {
-                assert!(
-                    image.starts_with(&format!("{repository}@sha256:")),
-                    "{policy} {fixture}: {image}"
-                );
+                let pinned = world.pushed_as(&original).pinned_reference();
+                assert_eq!(image, pinned, "{policy} {fixture}: {body}");
             }
-            (Expect::LeftAndAdmitted, _) | (Expect::OnlyPods, false) => {
+            (Expect::LeftAndAdmitted | Expect::LeftAndDeniedAtValidation, _)
+            | (Expect::OnlyPods, false) => {
                 assert_eq!(
                     body["response"]["allowed"], true,
                     "{policy} {fixture}: {body}"
                 );
                 assert_eq!(image, original, "{policy} {fixture}: {body}");
-                assert_eq!(validated().await, true, "{policy} {fixture}: /validate");
-            }
-            (Expect::LeftAndDeniedAtValidation, _) => {
-                assert_eq!(
-                    body["response"]["allowed"], true,
-                    "{policy} {fixture}: {body}"
-                );
-                assert_eq!(image, original, "{policy} {fixture}: {body}");
-                assert_eq!(validated().await, false, "{policy} {fixture}: /validate");
+                let admitted = !matches!(expect, Expect::LeftAndDeniedAtValidation);
+                assert_eq!(validated().await, admitted, "{policy} {fixture}: /validate");
             }
             (Expect::Denied, _) => {
                 assert_eq!(
                     body["response"]["allowed"], false,
                     "{policy} {fixture}: {body}"
                 );
-                let message = body["response"]["status"]["message"].to_string();
+                let message = message(&body);
                 assert!(
                     message.contains("is not on the policy's allow list"),
                     "{policy} {fixture}: {message}"
@@ -218,6 +177,15 @@ async fn each_knob_across_every_kind(#[case] policy: &str, #[case] expect: Expec
             }
         }
     }
+}
+
+/// The image at `pointer` in `object`; a pointer that names no image fails the test.
+fn image_at(object: &Value, pointer: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{pointer} names no image in {object}"))
+        .to_string()
 }
 
 #[rstest]
@@ -229,17 +197,16 @@ async fn mode_decides_whether_each_kind_is_patched(#[case] policy: &str, #[case]
     let world = world(policy).await;
     for (fixture, pointer) in KINDS {
         let review = review_fixture(fixture, &world.registry);
-        let body = post(&world, "/mutate", &review).await;
+        let original = image_at(&review["request"]["object"], pointer);
+        let body = world.pinhook.mutate(&review).await;
         assert_eq!(body["response"]["allowed"], true, "{fixture}: {body}");
-        let image = apply_response(&review, &body)
-            .pointer(pointer)
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(
-            image.as_str().is_some_and(|i| i.contains("@sha256:")),
-            patched,
-            "{fixture}: {body}"
-        );
+        let image = image_at(&apply_response(&review, &body), pointer);
+        let expected = if patched {
+            world.pushed_as(&original).pinned_with_tag()
+        } else {
+            original
+        };
+        assert_eq!(image, expected, "{fixture}: {body}");
     }
 }
 
@@ -258,7 +225,7 @@ async fn a_missing_tag_is_denied_in_enforce_and_reported_in_audit(
         *review["request"]["object"]
             .pointer_mut(pointer)
             .expect("pointer") = json!(image);
-        let body = post(&world, "/mutate", &review).await;
+        let body = world.pinhook.mutate(&review).await;
         assert_eq!(body["response"]["allowed"], allowed, "{fixture}: {body}");
         assert!(
             response_patch(&body).is_none(),
@@ -287,13 +254,18 @@ async fn a_missing_tag_is_denied_in_enforce_and_reported_in_audit(
                     .all(|k| !k.contains('/') && k.len() <= 63),
                 "{annotations:?}"
             );
-            assert!(annotations["violation-1"]
+            let violation = annotations["violation-1"]
                 .as_str()
-                .is_some_and(|v| v.starts_with("resolution_failed:")));
+                .expect("violation-1 is a string");
+            assert!(
+                violation.starts_with("resolution_failed: ")
+                    && violation.contains(&format!("({pointer}) image \"{image}\"")),
+                "{fixture}: {violation}"
+            );
         }
     }
     let reason = if allowed { "audit" } else { "enforce" };
-    let text = metrics(&world).await;
+    let text = world.pinhook.scrape_metrics().await;
     let line = format!(
         "pinhook_policy_violations_total{{mode=\"{reason}\",reason=\"resolution_failed\"}} {}",
         KINDS.len()
@@ -314,28 +286,25 @@ async fn the_namespace_label_overrides_the_mode() {
     })
     .await;
     let missing = format!("{}/team/app:missing", world.registry.host());
-    let mut review = pod_with_image(&world, &missing);
+    let mut review = pod_review(&world.registry, &missing);
 
     review["request"]["namespace"] = json!("loose");
     assert_eq!(
-        post(&world, "/mutate", &review).await["response"]["allowed"],
+        world.pinhook.mutate(&review).await["response"]["allowed"],
         true
     );
     review["request"]["namespace"] = json!("strict");
     assert_eq!(
-        post(&world, "/mutate", &review).await["response"]["allowed"],
+        world.pinhook.mutate(&review).await["response"]["allowed"],
         false
     );
     review["request"]["namespace"] = json!("typo");
-    let body = post(&world, "/mutate", &review).await;
+    let body = world.pinhook.mutate(&review).await;
     assert_eq!(
         body["response"]["allowed"], false,
         "an invalid label falls back to the policy"
     );
-    assert!(
-        warnings(&body).iter().any(|w| w.contains("audited")),
-        "{body}"
-    );
+    assert!(warned(&body, "audited"), "{body}");
     assert_eq!(
         kube.hits("/api/v1/namespaces/loose"),
         1,
@@ -346,8 +315,8 @@ async fn the_namespace_label_overrides_the_mode() {
 #[tokio::test]
 async fn resolve_never_makes_no_registry_call_and_validation_denies_unpinned() {
     let world = world("resolve: Never").await;
-    let review = review_fixture("v1.26/pod-create-basic-mutate.json", &world.registry);
-    let body = post(&world, "/mutate", &review).await;
+    let review = review_fixture(BASIC_POD, &world.registry);
+    let body = world.pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true);
     assert!(response_patch(&body).is_none());
     assert_eq!(
@@ -356,7 +325,7 @@ async fn resolve_never_makes_no_registry_call_and_validation_denies_unpinned() {
     );
 
     let review = review_fixture("v1.26/pod-create-basic-validate.json", &world.registry);
-    let body = post(&world, "/validate", &review).await;
+    let body = world.pinhook.validate(&review).await;
     assert_eq!(body["response"]["allowed"], false, "{body}");
 }
 
@@ -370,14 +339,10 @@ async fn resolve_always_catches_a_tag_that_moved_away_from_its_pin(
 ) {
     let world = world(policy).await;
     let moved = images::push_multi_arch(&world.registry, "team/app", "1.0", "moved").await;
-    let image = format!(
-        "{}/team/app:1.0@{}",
-        world.registry.host(),
-        world.app.index_digest
-    );
-    let review = pod_with_image(&world, &image);
+    let image = world.app.pinned_with_tag();
+    let review = pod_review(&world.registry, &image);
 
-    let body = post(&world, "/mutate", &review).await;
+    let body = world.pinhook.mutate(&review).await;
 
     assert_eq!(body["response"]["allowed"], allowed, "{body}");
     let text = if allowed {
@@ -391,12 +356,11 @@ async fn resolve_always_catches_a_tag_that_moved_away_from_its_pin(
     );
 
     // Still pointing where the pin says: unchanged, allowed.
-    let current = format!(
-        "{}/team/app:1.0@{}",
-        world.registry.host(),
-        moved.index_digest
-    );
-    let body = post(&world, "/mutate", &pod_with_image(&world, &current)).await;
+    let current = moved.pinned_with_tag();
+    let body = world
+        .pinhook
+        .mutate(&pod_review(&world.registry, &current))
+        .await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     assert!(response_patch(&body).is_none());
 }
@@ -405,18 +369,19 @@ async fn resolve_always_catches_a_tag_that_moved_away_from_its_pin(
 async fn target_pods_leaves_templates_alone_and_gives_one_owner_revision_one_digest() {
     let world = world("target: pods").await;
     let deployment = review_fixture("v1.26/deployment-create-mutate.json", &world.registry);
-    let body = post(&world, "/mutate", &deployment).await;
+    let body = world.pinhook.mutate(&deployment).await;
     assert_eq!(body["response"]["allowed"], true);
     assert!(
         response_patch(&body).is_none(),
         "templates stay as written: {body}"
     );
-    let body = post(
-        &world,
-        "/validate",
-        &review_fixture("v1.26/deployment-create-validate.json", &world.registry),
-    )
-    .await;
+    let body = world
+        .pinhook
+        .validate(&review_fixture(
+            "v1.26/deployment-create-validate.json",
+            &world.registry,
+        ))
+        .await;
     assert_eq!(
         body["response"]["allowed"], true,
         "nor are they denied: {body}"
@@ -433,29 +398,22 @@ async fn target_pods_leaves_templates_alone_and_gives_one_owner_revision_one_dig
         review
     };
     let first = pod("rs-uid-1", "abc");
-    let body = post(&world, "/mutate", &first).await;
-    let pinned = apply_response(&first, &body)["spec"]["containers"][0]["image"].clone();
-    assert!(
-        pinned
-            .as_str()
-            .is_some_and(|i| i.ends_with(&world.app.index_digest)),
-        "{body}"
-    );
+    let body = world.pinhook.mutate(&first).await;
+    let pinned = image_after(&first, &body);
+    assert_eq!(pinned, world.app.pinned_with_tag(), "{body}");
 
     let moved = images::push_multi_arch(&world.registry, "team/app", "1.0", "moved").await;
     world.pinhook.resolver.expire_all();
     let second = pod("rs-uid-1", "abc");
-    let body = post(&world, "/mutate", &second).await;
-    let image = apply_response(&second, &body)["spec"]["containers"][0]["image"].clone();
+    let body = world.pinhook.mutate(&second).await;
+    let image = image_after(&second, &body);
     assert_eq!(image, pinned, "same owner revision, same digest");
 
     let other = pod("rs-uid-2", "def");
-    let body = post(&world, "/mutate", &other).await;
-    let image = apply_response(&other, &body)["spec"]["containers"][0]["image"].clone();
-    assert!(
-        image
-            .as_str()
-            .is_some_and(|i| i.ends_with(&moved.index_digest)),
+    let body = world.pinhook.mutate(&other).await;
+    assert_eq!(
+        image_after(&other, &body),
+        moved.pinned_with_tag(),
         "{body}"
     );
 
@@ -464,14 +422,11 @@ async fn target_pods_leaves_templates_alone_and_gives_one_owner_revision_one_dig
     // namespace's pull secret).
     world.pinhook.resolver.expire_all();
     let mut intruder = pod("rs-uid-1", "abc");
-    intruder["request"]["namespace"] = json!("elsewhere");
-    intruder["request"]["object"]["metadata"]["namespace"] = json!("elsewhere");
-    let body = post(&world, "/mutate", &intruder).await;
-    let image = apply_response(&intruder, &body)["spec"]["containers"][0]["image"].clone();
-    assert!(
-        image
-            .as_str()
-            .is_some_and(|i| i.ends_with(&moved.index_digest)),
+    in_namespace(&mut intruder, "elsewhere");
+    let body = world.pinhook.mutate(&intruder).await;
+    assert_eq!(
+        image_after(&intruder, &body),
+        moved.pinned_with_tag(),
         "resolved afresh, not from rs-uid-1's memo: {body}"
     );
 }
@@ -480,18 +435,16 @@ async fn target_pods_leaves_templates_alone_and_gives_one_owner_revision_one_dig
 async fn exempt_images_and_namespaces_are_never_resolved_nor_denied() {
     let world = world("exempt:\n  images: ['*/team/app:*']\n  namespaces: ['kube-*']").await;
     let missing = format!("{}/team/app:missing", world.registry.host());
-    let review = pod_with_image(&world, &missing);
-    let body = post(&world, "/mutate", &review).await;
+    let review = pod_review(&world.registry, &missing);
+    let body = world.pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     assert!(response_patch(&body).is_none());
-    let body = post(&world, "/validate", &review).await;
+    let body = world.pinhook.validate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
 
-    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", &world.registry);
+    let mut review = pod_review(&world.registry, &world.pushed[1].reference);
     review["request"]["namespace"] = json!("kube-system");
-    review["request"]["object"]["spec"]["containers"][0]["image"] =
-        json!(format!("{}/team/init:1.0", world.registry.host()));
-    let body = post(&world, "/mutate", &review).await;
+    let body = world.pinhook.mutate(&review).await;
     assert!(response_patch(&body).is_none(), "{body}");
     assert_eq!(
         world.registry.count_requests("HEAD", "/manifests/").await,
@@ -521,9 +474,12 @@ async fn internal_addresses_are_refused_without_any_connection_attempt() {
         "[fe80::1]:5000/team/app:1.0".to_string(),
         format!("localhost:{port}/team/app:1.0"),
     ] {
-        let body = post(&world, "/mutate", &pod_with_image(&world, &image)).await;
+        let body = world
+            .pinhook
+            .mutate(&pod_review(&world.registry, &image))
+            .await;
         assert_eq!(body["response"]["allowed"], false, "{image}: {body}");
-        let message = body["response"]["status"]["message"].as_str().unwrap_or("");
+        let message = message(&body);
         assert!(
             message.contains("pinhook does not contact it"),
             "{image}: {message}"
@@ -546,26 +502,20 @@ async fn internal_addresses_are_refused_without_any_connection_attempt() {
 async fn registry_allow_and_deny_lists_apply() {
     let world = world("registries:\n  deny: ['127.0.0.1:*']").await;
     let image = format!("{}/team/app:1.0", world.registry.host());
-    let body = post(&world, "/mutate", &pod_with_image(&world, &image)).await;
+    let body = world
+        .pinhook
+        .mutate(&pod_review(&world.registry, &image))
+        .await;
     assert_eq!(body["response"]["allowed"], false);
-    assert!(
-        body["response"]["status"]["message"]
-            .to_string()
-            .contains("deny list"),
-        "{body}"
-    );
+    assert!(message(&body).contains("deny list"), "{body}");
 
     let world = world_with_allow().await;
-    let body = post(
-        &world,
-        "/mutate",
-        &pod_with_image(&world, "quay.io/org/app:1"),
-    )
-    .await;
+    let body = world
+        .pinhook
+        .mutate(&pod_review(&world.registry, "quay.io/org/app:1"))
+        .await;
     assert!(
-        body["response"]["status"]["message"]
-            .to_string()
-            .contains("not on the policy's allow list"),
+        message(&body).contains("not on the policy's allow list"),
         "{body}"
     );
 }
@@ -578,8 +528,8 @@ async fn world_with_allow() -> World {
 async fn on_resolution_failure_allow_admits_unpinned_with_a_warning() {
     let world = world("onResolutionFailure: allow").await;
     let image = format!("{}/team/app:missing", world.registry.host());
-    let review = pod_with_image(&world, &image);
-    let body = post(&world, "/mutate", &review).await;
+    let review = pod_review(&world.registry, &image);
+    let body = world.pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     assert!(
         warnings(&body)
@@ -587,7 +537,7 @@ async fn on_resolution_failure_allow_admits_unpinned_with_a_warning() {
             .any(|w| w.starts_with("pinhook: admitted")),
         "{body}"
     );
-    let body = post(&world, "/validate", &review).await;
+    let body = world.pinhook.validate(&review).await;
     assert_eq!(
         body["response"]["allowed"], true,
         "validation agrees: {body}"
@@ -601,22 +551,16 @@ async fn a_dry_run_records_nothing() {
         "v1.26/pod-create-dryrun-server-mutate.json",
         &world.registry,
     );
-    let body = post(&world, "/mutate", &dry).await;
-    assert!(
-        apply_response(&dry, &body)["spec"]["containers"][0]["image"]
-            .to_string()
-            .contains(&world.app.index_digest)
-    );
-    let real = review_fixture("v1.26/pod-create-basic-mutate.json", &world.registry);
-    post(&world, "/mutate", &real).await;
-    // The dry run left no cache entry, so the real admission asked the registry again.
+    let body = world.pinhook.mutate(&dry).await;
     assert_eq!(
-        world
-            .registry
-            .count_requests("HEAD", "/v2/team/app/manifests/1.0")
-            .await,
-        2
+        image_after(&dry, &body),
+        world.app.pinned_with_tag(),
+        "{body}"
     );
+    let real = review_fixture(BASIC_POD, &world.registry);
+    world.pinhook.mutate(&real).await;
+    // The dry run left no cache entry, so the real admission asked the registry again.
+    assert_eq!(world.registry.manifest_heads("team/app", "1.0").await, 2);
 }
 
 #[tokio::test]

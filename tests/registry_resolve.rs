@@ -5,12 +5,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::images;
+use common::cli::{docker_config_json, pinhook_command};
+use common::images::{self, Flavor};
 use common::pinhook::registry_config;
 use common::registry::{RegistryAuth, TestRegistry};
+use common::resolving::{reference, resolver};
+use common::silent::SilentServer;
 use common::tls::{init_crypto, TestCa};
-use pinhook::reference::Reference;
-use pinhook::registry::{Credential, OciResolver, RegistryConfig, RegistryError, Resolver};
+use pinhook::registry::{Credential, RegistryConfig, RegistryError, Resolver};
 
 const USER: &str = "ci";
 const PASS: &str = "correct horse";
@@ -18,14 +20,6 @@ const PASS: &str = "correct horse";
 async fn authed_registry() -> TestRegistry {
     init_crypto();
     TestRegistry::start(RegistryAuth::htpasswd(USER, PASS)).await
-}
-
-fn resolver(config: RegistryConfig) -> OciResolver {
-    OciResolver::new(config).expect("resolver builds")
-}
-
-fn reference(text: &str) -> Reference {
-    Reference::parse(text).expect("valid reference")
 }
 
 #[tokio::test]
@@ -52,19 +46,23 @@ async fn multi_arch_tag_resolves_to_the_index_digest_never_a_platform_or_config(
 #[tokio::test]
 async fn single_platform_tag_resolves_to_the_manifest_digest_not_the_config() {
     let registry = authed_registry().await;
-    let pushed = images::push_single(&registry, "team/single", "2.0", "s3").await;
+    let oci = images::push_image(&registry, "team/single", "2.0", "s3", Flavor::Oci).await;
+    let docker = images::push_image(&registry, "team/v2", "2.0", "s3d", Flavor::Docker).await;
     let resolver = resolver(registry_config(&registry));
 
-    let resolved = resolver
-        .resolve(
-            &reference(&pushed.reference),
-            &[Credential::basic(USER, PASS)],
-        )
-        .await
-        .expect("resolves");
+    for pushed in [&oci, &docker] {
+        let resolved = resolver
+            .resolve(
+                &reference(&pushed.reference),
+                &[Credential::basic(USER, PASS)],
+            )
+            .await
+            .expect("resolves");
 
-    assert_eq!(resolved.digest.to_string(), pushed.manifest_digest());
-    assert_ne!(resolved.digest.to_string(), pushed.config_digest());
+        let digest = resolved.digest.to_string();
+        assert_eq!(digest, pushed.manifest_digest(), "{}", pushed.reference);
+        assert_ne!(digest, pushed.config_digest(), "{}", pushed.reference);
+    }
 }
 
 #[tokio::test]
@@ -158,16 +156,7 @@ async fn a_registry_signed_by_an_untrusted_ca_is_refused() {
 async fn a_registry_that_never_answers_hits_the_deadline() {
     init_crypto();
     // Accepts connections and never speaks: the TLS handshake hangs.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let silent = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
+    let silent = SilentServer::start().await;
     let resolver = resolver(RegistryConfig {
         request_timeout: Duration::from_millis(300),
         only_configured_cas: true,
@@ -176,7 +165,7 @@ async fn a_registry_that_never_answers_hits_the_deadline() {
     let started = Instant::now();
 
     let result = resolver
-        .resolve(&reference(&format!("127.0.0.1:{port}/team/app:1.0")), &[])
+        .resolve(&reference(&format!("{}/team/app:1.0", silent.host())), &[])
         .await;
 
     let elapsed = started.elapsed();
@@ -188,7 +177,6 @@ async fn a_registry_that_never_answers_hits_the_deadline() {
         "{result:?}"
     );
     assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
-    silent.abort();
 }
 
 /// A HEAD without `Content-Length` or without `Docker-Content-Digest` is incomplete (facts §5,
@@ -254,27 +242,14 @@ async fn pinhook_resolve_prints_the_pinned_reference() {
     let registry = authed_registry().await;
     let pushed = images::push_multi_arch(&registry, "team/cli", "1.0", "cli").await;
     let docker_config = tempfile::tempdir().expect("tempdir");
-    let auth = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        format!("{USER}:{PASS}"),
-    );
     std::fs::write(
         docker_config.path().join("config.json"),
-        format!(
-            r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#,
-            registry.host()
-        ),
+        docker_config_json(&registry.host(), USER, PASS),
     )
     .expect("write");
     let run = |args: &[&str], env: &[(&str, &std::ffi::OsStr)]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pinhook"));
-        command
-            .arg("resolve")
-            .args(args)
-            .env("HOME", "/nonexistent")
-            .env_remove("DOCKER_CONFIG")
-            .env_remove("PINHOOK_REGISTRY_CA")
-            .env("PINHOOK_LOG", "error");
+        let mut command = pinhook_command("resolve");
+        command.args(args);
         for (key, value) in env {
             command.env(key, value);
         }
@@ -293,7 +268,7 @@ async fn pinhook_resolve_prints_the_pinned_reference() {
         &[("DOCKER_CONFIG", creds)],
     );
     assert_eq!(output.status.code(), Some(0), "{output:?}");
-    let expected = format!("{image}@{}\n", pushed.index_digest);
+    let expected = format!("{}\n", pushed.pinned_with_tag());
     assert_eq!(String::from_utf8_lossy(&output.stdout), expected);
 
     let output = run(
@@ -301,7 +276,7 @@ async fn pinhook_resolve_prints_the_pinned_reference() {
         &[("DOCKER_CONFIG", creds), ("PINHOOK_REGISTRY_CA", ca)],
     );
     assert_eq!(output.status.code(), Some(0), "{output:?}");
-    let digest_only = format!("{}/team/cli@{}\n", registry.host(), pushed.index_digest);
+    let digest_only = format!("{}\n", pushed.pinned_reference());
     assert_eq!(String::from_utf8_lossy(&output.stdout), digest_only);
 
     let output = run(&[&image], &[("PINHOOK_REGISTRY_CA", ca)]);

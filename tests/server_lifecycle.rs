@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::pinhook::review_fixture;
 use common::registry::{RegistryAuth, TestRegistry};
+use common::requests::pod_review;
+use common::silent::SilentServer;
 use common::tls::{init_crypto, TestCa};
 use pinhook::admission::{Pinner, PinnerParts};
 use pinhook::cluster::NoNamespaces;
@@ -164,16 +165,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
 async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     // A registry that accepts and never answers keeps a review in flight.
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let silent_port = silent.local_addr().expect("addr").port();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = silent.accept().await {
-            held.push(socket);
-        }
-    });
+    let silent = SilentServer::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = TestCa::generate(dir.path());
     let config = ServerConfig {
@@ -186,9 +178,7 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
     let running = server::start(config, state).await.expect("starts");
     let base = format!("https://127.0.0.1:{}", running.addr.port());
     let client = ca.reqwest_client();
-    let mut review = review_fixture("v1.26/pod-create-basic-mutate.json", &registry);
-    review["request"]["object"]["spec"]["containers"][0]["image"] =
-        serde_json::json!(format!("127.0.0.1:{silent_port}/team/app:1.0"));
+    let review = pod_review(&registry, &format!("{}/team/app:1.0", silent.host()));
 
     let in_flight = {
         let (client, url) = (client.clone(), format!("{base}/mutate?timeout=3s"));
@@ -240,7 +230,7 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
         after.is_err(),
         "the listener is closed after shutdown: {after:?}"
     );
-    hold.abort();
+    drop(silent);
 }
 
 /// What `pinhook certs` issues is what a client of the Service accepts: the serving

@@ -5,24 +5,10 @@ mod common;
 
 use common::pinhook::{review_fixture, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
-use serde_json::{json, Value};
+use common::requests::{message, pod_image};
+use serde_json::json;
 
 const DIGEST: &str = "sha256:4dcacff740e1267e69749851bb586f175b11ffa09f7afa4f451e8fabe816b2f4";
-
-async fn validate(pinhook: &TestPinhook, review: &Value) -> Value {
-    let (status, body) = pinhook
-        .post(
-            "/validate?timeout=10s",
-            serde_json::to_vec(review).expect("json"),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).expect("response is JSON")
-}
-
-fn message(body: &Value) -> &str {
-    body["response"]["status"]["message"].as_str().unwrap_or("")
-}
 
 #[tokio::test]
 async fn unpinned_pod_is_denied_naming_container_and_path() {
@@ -30,7 +16,7 @@ async fn unpinned_pod_is_denied_naming_container_and_path() {
     let pinhook = TestPinhook::start(&registry).await;
     let review = review_fixture("v1.26/pod-create-basic-validate.json", &registry);
 
-    let body = validate(&pinhook, &review).await;
+    let body = pinhook.validate(&review).await;
 
     assert_eq!(body["response"]["uid"], review["request"]["uid"]);
     assert_eq!(body["response"]["allowed"], false);
@@ -53,7 +39,7 @@ async fn pinned_references_pass() {
         "v1.26/pod-create-tag-and-digest-validate.json",
     ] {
         let review = review_fixture(fixture, &registry);
-        let body = validate(&pinhook, &review).await;
+        let body = pinhook.validate(&review).await;
         assert_eq!(body["response"]["allowed"], true, "{fixture}: {body}");
     }
 }
@@ -70,7 +56,7 @@ async fn only_images_the_update_changes_are_judged() {
         .expect("container") = json!(app);
 
     // The init container is still the unpinned tag from before the update: not this request's doing.
-    let body = validate(&pinhook, &review).await;
+    let body = pinhook.validate(&review).await;
 
     assert_eq!(body["response"]["allowed"], true, "{body}");
 }
@@ -80,8 +66,8 @@ async fn invalid_references_are_denied_with_the_reason_and_other_kinds_pass() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let pinhook = TestPinhook::start(&registry).await;
     let mut review = review_fixture("v1.26/pod-create-basic-validate.json", &registry);
-    review["request"]["object"]["spec"]["containers"][0]["image"] = json!("::1/foo");
-    let body = validate(&pinhook, &review).await;
+    *pod_image(&mut review) = json!("::1/foo");
+    let body = pinhook.validate(&review).await;
     assert_eq!(body["response"]["allowed"], false);
     assert!(message(&body).contains("IPv6"), "{}", message(&body));
 
@@ -89,6 +75,6 @@ async fn invalid_references_are_denied_with_the_reason_and_other_kinds_pass() {
         "v1.26/scale-update-deployments-kubectl-scale-validate.json",
         &registry,
     );
-    let body = validate(&pinhook, &scale).await;
+    let body = pinhook.validate(&scale).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
 }

@@ -26,6 +26,15 @@ struct Store {
     access_reviews: Vec<Value>,
 }
 
+/// The two Secret types kubelet reads image pull credentials from.
+#[derive(Debug, Clone, Copy)]
+pub enum PullSecretFormat {
+    /// `kubernetes.io/dockerconfigjson`: `{"auths": {registry: {"auth": base64(user:pass)}}}`.
+    DockerConfigJson,
+    /// The legacy `kubernetes.io/dockercfg`: `{registry: {"username", "password", "email"}}`.
+    DockerCfg,
+}
+
 /// The fake API server.
 pub struct FakeKube {
     pub url: String,
@@ -75,53 +84,27 @@ impl FakeKube {
             .insert((resource.into(), namespace.into(), name.into()), object);
     }
 
-    /// A `kubernetes.io/dockerconfigjson` Secret for one registry.
-    pub fn add_dockerconfigjson(
+    /// A pull Secret of `format` holding one registry's username and password.
+    pub fn add_pull_secret(
         &self,
+        format: PullSecretFormat,
         namespace: &str,
         name: &str,
         registry: &str,
-        user: &str,
-        pass: &str,
+        (user, pass): (&str, &str),
     ) {
-        let config = json!({"auths": {registry: {"auth": b64(&format!("{user}:{pass}"))}}});
-        self.add_secret(
-            namespace,
-            name,
-            "kubernetes.io/dockerconfigjson",
-            ".dockerconfigjson",
-            &config,
-        );
-    }
-
-    /// A legacy `kubernetes.io/dockercfg` Secret for one registry (username/password fields).
-    pub fn add_dockercfg(
-        &self,
-        namespace: &str,
-        name: &str,
-        registry: &str,
-        user: &str,
-        pass: &str,
-    ) {
-        let config =
-            json!({registry: {"username": user, "password": pass, "email": "ci@example.com"}});
-        self.add_secret(
-            namespace,
-            name,
-            "kubernetes.io/dockercfg",
-            ".dockercfg",
-            &config,
-        );
-    }
-
-    fn add_secret(
-        &self,
-        namespace: &str,
-        name: &str,
-        secret_type: &str,
-        key: &str,
-        config: &Value,
-    ) {
+        let (secret_type, key, config) = match format {
+            PullSecretFormat::DockerConfigJson => (
+                "kubernetes.io/dockerconfigjson",
+                ".dockerconfigjson",
+                json!({"auths": {registry: {"auth": b64(&format!("{user}:{pass}"))}}}),
+            ),
+            PullSecretFormat::DockerCfg => (
+                "kubernetes.io/dockercfg",
+                ".dockercfg",
+                json!({registry: {"username": user, "password": pass, "email": "ci@example.com"}}),
+            ),
+        };
         let secret = json!({
             "kind": "Secret",
             "apiVersion": "v1",

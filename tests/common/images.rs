@@ -159,6 +159,12 @@ impl PushedIndex {
     pub fn pinned_reference(&self) -> String {
         pinned(&self.reference, &self.tag, &self.index_digest)
     }
+
+    /// `127.0.0.1:PORT/repo:tag@sha256:…` (the index digest): how pinhook pins the tag by
+    /// default (`form: tagAndDigest`).
+    pub fn pinned_with_tag(&self) -> String {
+        format!("{}@{}", self.reference, self.index_digest)
+    }
 }
 
 /// Pushes one OCI image manifest (linux/amd64) under `tag`.

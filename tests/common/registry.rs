@@ -384,6 +384,13 @@ impl TestRegistry {
         self.count_requests_now(method, path_contains)
     }
 
+    /// `HEAD` requests for the manifest `/v2/{repo}/manifests/{reference}` so far, counted
+    /// as [`count_requests`](Self::count_requests) does.
+    pub async fn manifest_heads(&self, repo: &str, reference: &str) -> usize {
+        let path = format!("/v2/{repo}/manifests/{reference}");
+        self.count_requests("HEAD", &path).await
+    }
+
     /// Waits until the access log has not grown for 150 ms (at most 3 s).
     pub async fn settle_access_log(&self) {
         let deadline = Instant::now() + Duration::from_secs(3);
