@@ -12,6 +12,7 @@ pub mod certs;
 pub mod check;
 pub mod cluster;
 pub mod documents;
+pub mod error;
 pub mod metrics;
 pub mod policy;
 pub mod reference;

@@ -21,6 +21,9 @@ use crate::registry::pull_secrets::{PodContext, PodKeyring, PullSecrets};
 use crate::registry::{RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::workload::{self, ImageSite, WorkloadError};
 
+/// `main` prints error chains through this path; the printer lives in [`crate::error`].
+pub use crate::error::error_chain;
+
 /// What pinhook does with one image site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -692,21 +695,6 @@ fn failed(policy: &CompiledPolicy, site: ImageSite, text: String) -> ImageOutcom
         violation: Some(Reason::ResolutionFailed),
         ..unchanged(site, text)
     }
-}
-
-/// `error: cause: cause`, the way operators read it in one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 // === impl Plan ===
