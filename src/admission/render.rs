@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use super::mutate::{Decision, ReviewResult};
-use super::pipeline::{Action, Plan};
+use super::decision::{Decision, ReviewResult};
+use super::plan::{Action, Plan};
 use super::review::AdmissionResponse;
+use crate::error::error_chain;
 use crate::policy::Mode;
 
 const WARNING_MAX_CHARS: usize = 120;
@@ -32,7 +33,7 @@ pub fn decide(uid: &str, plan: Plan) -> Decision {
     }
     let patch = match plan.patch() {
         Ok(patch) => patch,
-        Err(e) => return Decision::error(uid, 500, super::pipeline::error_chain(&e)),
+        Err(e) => return Decision::error(uid, 500, error_chain(&e)),
     };
     let mut response = match AdmissionResponse::allow(uid).with_patch(&patch) {
         Ok(response) => response.with_warnings(warnings),

@@ -3,10 +3,11 @@
 //! this request adds or changes, and mirror configuration that would let a mirror answer tag
 //! pulls. Never calls a registry.
 
-use super::mutate::{target_of, Decision};
-use super::pipeline::{error_chain, Pinner};
+use super::decision::{target_of, Decision};
+use super::pipeline::Pinner;
 use super::render;
 use super::review::AdmissionRequest;
+use crate::error::error_chain;
 
 /// Decides one validating review.
 pub async fn validate(pinner: &Pinner, request: &AdmissionRequest) -> Decision {
