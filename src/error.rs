@@ -2,7 +2,8 @@
 //!
 //! Every error type in pinhook puts its cause in `#[source]` and does not repeat it in its own
 //! message (or interpolates a detail and keeps no source), so walking `source()` prints each
-//! cause once. This module depends on nothing else in the crate.
+//! cause once. Which HTTP status and metric label an error gets is decided in one place,
+//! [`crate::admission::Failure`]. This module depends on nothing else in the crate.
 
 /// `error: cause: cause`, the way operators read it in one line. A cause whose text the line
 /// already holds is skipped (errors from other crates sometimes repeat their source).

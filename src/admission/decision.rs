@@ -54,14 +54,6 @@ impl Decision {
             plan: None,
         }
     }
-
-    pub fn error(uid: &str, code: u16, message: String) -> Decision {
-        Decision {
-            response: AdmissionResponse::deny(uid, code, message),
-            result: ReviewResult::Error,
-            plan: None,
-        }
-    }
 }
 
 // === impl ReviewResult ===

@@ -3,14 +3,16 @@
 //!
 //! Owns: the wire format ([`review`]), the pure decision core ([`plan`]: policy, object, mode
 //! and registry answers in, a [`Plan`] out), the I/O that gathers its inputs
-//! ([`pipeline::Pinner`]), and rendering a plan as a response ([`render`], [`decision`]).
-//! Never: binds sockets or speaks TLS (that is `server`).
+//! ([`pipeline::Pinner`]), rendering a plan as a response ([`render`], [`decision`]), and the
+//! one mapping of errors to status, metric label and message ([`failure`]). Never: binds
+//! sockets or speaks TLS (that is `server`).
 //!
 //! Dependencies run one way: `review` and `plan` import no sibling; `pipeline` uses `plan`;
-//! `decision` sits above it; `render`, `mutate`, `validate` and `dry_run` on top.
+//! `decision` and `failure` sit above it; `render`, `mutate`, `validate` and `dry_run` on top.
 
 pub mod decision;
 pub mod dry_run;
+pub mod failure;
 pub mod mutate;
 pub mod pipeline;
 pub mod plan;
@@ -21,6 +23,7 @@ pub mod validate;
 use std::time::Duration;
 
 pub use decision::{target_of, Decision, ReviewResult};
+pub use failure::Failure;
 pub use mutate::mutate;
 pub use pipeline::{Pinner, PinnerParts, PipelineError, Target};
 pub use plan::{Action, Finding, ImageOutcome, Plan, Reason};

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use super::decision::{target_of, Decision};
+use super::failure::Failure;
 use super::pipeline::Pinner;
 use super::render;
 use super::review::AdmissionRequest;
-use crate::error::error_chain;
 
 /// Decides one mutating review. Never fails: every problem becomes a denial naming its cause.
 pub async fn mutate(pinner: &Pinner, request: &AdmissionRequest, budget: Duration) -> Decision {
@@ -17,6 +17,6 @@ pub async fn mutate(pinner: &Pinner, request: &AdmissionRequest, budget: Duratio
     };
     match pinner.plan(&target, budget).await {
         Ok(plan) => render::decide(uid, plan),
-        Err(e) => Decision::error(uid, 400, error_chain(&e)),
+        Err(e) => Failure::Plan(e).decision(uid),
     }
 }

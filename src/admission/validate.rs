@@ -4,10 +4,10 @@
 //! pulls. Never calls a registry.
 
 use super::decision::{target_of, Decision};
+use super::failure::Failure;
 use super::pipeline::Pinner;
 use super::render;
 use super::review::AdmissionRequest;
-use crate::error::error_chain;
 
 /// Decides one validating review.
 pub async fn validate(pinner: &Pinner, request: &AdmissionRequest) -> Decision {
@@ -17,6 +17,6 @@ pub async fn validate(pinner: &Pinner, request: &AdmissionRequest) -> Decision {
     };
     match pinner.check_pinned(&target).await {
         Ok(plan) => render::decide(uid, plan),
-        Err(e) => Decision::error(uid, 400, error_chain(&e)),
+        Err(e) => Failure::Plan(e).decision(uid),
     }
 }
