@@ -4,7 +4,9 @@
 //! metrics, and the policy and certificate watchers. Handlers are thin: extract, call
 //! `admission`, render; the status and message of every failure come from
 //! [`admission::Failure`]. Invariants: nothing on the request path panics (a panic layer turns
-//! a bug into a 500), bodies over 7 MiB get 413 before they are buffered whole.
+//! a bug into a 500), bodies over 7 MiB get 413 before they are buffered whole, and no
+//! blocking work runs on the async workers (manifest parsing goes to `spawn_blocking`, a few
+//! bodies at a time; files are read with `tokio::fs`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,7 +31,7 @@ use crate::cluster::{Authorizer, Caller};
 use crate::documents::{self, Document};
 use crate::error::error_chain;
 use crate::metrics::{EndpointLabels, Metrics, ReviewLabels, ViolationLabels};
-use crate::policy::{CompiledPolicy, Policy, PolicyHandle};
+use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
 
 /// controller-runtime's limit: two objects of up to 3 MiB each plus the envelope.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
@@ -37,6 +39,12 @@ pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 const RELOAD_POLL: Duration = Duration::from_secs(2);
 /// How long in-flight requests get to finish on shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Dry-run bodies parsed at once. Parsing up to 7 MiB of YAML takes long enough to stall every
+/// request queued on the worker doing it, so it runs on the blocking pool, and only a few at a
+/// time so that concurrent dry runs cannot take every core from admission reviews.
+const MANIFEST_PARSERS: usize = 2;
+static MANIFEST_PARSER_PERMITS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(MANIFEST_PARSERS);
 
 /// Why the server could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -250,13 +258,28 @@ async fn dry_run_answer(
         .await
         .map_err(Failure::Authentication)?
         .ok_or(Failure::InvalidToken)?;
-    let text = std::str::from_utf8(&body).map_err(|_| Failure::NotUtf8)?;
-    let documents = documents::parse(text, None);
+    let documents = parse_manifests(body).await?;
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
     authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
     info!(user = %caller.username, documents = documents.len(), "dry run");
     let report = dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET).await;
     serde_json::to_vec(&report).map_err(Failure::EncodeReport)
+}
+
+/// Reads a manifest body on the blocking pool, at most [`MANIFEST_PARSERS`] at a time.
+async fn parse_manifests(body: Bytes) -> Result<Vec<Document>, Failure> {
+    let permit = MANIFEST_PARSER_PERMITS
+        .acquire()
+        .await
+        .map_err(Failure::ParserClosed)?;
+    tokio::task::spawn_blocking(move || {
+        // The permit goes with the work: a caller that hangs up does not free it early.
+        let _permit = permit;
+        let text = std::str::from_utf8(&body).map_err(|_| Failure::NotUtf8)?;
+        Ok(documents::parse(text, None))
+    })
+    .await
+    .map_err(Failure::ParserFailed)?
 }
 
 /// Every pod-bearing object's `create` must be allowed; the error names what is missing.
@@ -492,10 +515,10 @@ async fn metrics_handler(State(state): State<AppState>) -> Response {
 /// Reloads the certificate when the files change (a mounted Secret is updated in place).
 /// A bad new pair keeps the old one serving; existing connections are not touched.
 async fn watch_certificates(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
-    let mut seen = (modified(&cert), modified(&key));
+    let mut seen = (modified(&cert).await, modified(&key).await);
     loop {
         tokio::time::sleep(RELOAD_POLL).await;
-        let now = (modified(&cert), modified(&key));
+        let now = (modified(&cert).await, modified(&key).await);
         if now == seen {
             continue;
         }
@@ -518,15 +541,15 @@ pub async fn watch_policy<F>(path: PathBuf, handle: PolicyHandle, apply: F)
 where
     F: Fn(&CompiledPolicy) -> Result<(), String> + Send + 'static,
 {
-    let mut seen = std::fs::read(&path).ok();
+    let mut seen = tokio::fs::read(&path).await.ok();
     loop {
         tokio::time::sleep(RELOAD_POLL).await;
-        let now = std::fs::read(&path).ok();
-        if now == seen {
+        let now = tokio::fs::read(&path).await;
+        if now.as_ref().ok() == seen.as_ref() {
             continue;
         }
-        seen = now;
-        let loaded = Policy::load(&path)
+        seen = now.as_ref().ok().cloned();
+        let loaded = compile_policy(&path, now)
             .map_err(|e| error_chain(&e))
             .and_then(|compiled| {
                 apply(&compiled)?;
@@ -546,6 +569,71 @@ where
     }
 }
 
-fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+/// The policy in a file's bytes, with the errors `Policy::load` gives (parsing a small file can
+/// stay on the async worker).
+fn compile_policy(
+    path: &Path,
+    read: std::io::Result<Vec<u8>>,
+) -> Result<CompiledPolicy, PolicyError> {
+    let failed = |source| PolicyError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = read.map_err(failed)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| failed(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    Policy::parse(&text)
+}
+
+async fn modified(path: &Path) -> Option<SystemTime> {
+    tokio::fs::metadata(path)
+        .await
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+    use crate::policy::Mode;
+
+    #[tokio::test]
+    async fn manifests_are_parsed_on_the_blocking_pool_and_must_be_utf8() {
+        let body = Bytes::from_static(b"apiVersion: v1\nkind: Pod\n---\nkind: Job\n");
+        let documents = parse_manifests(body).await.expect("parses");
+        assert_eq!(documents.len(), 2);
+        let failure = parse_manifests(Bytes::from_static(b"kind: \xff"))
+            .await
+            .expect_err("not UTF-8");
+        assert_eq!(failure.status(), 400);
+        assert_eq!(failure.message(), "the body is not UTF-8 text");
+        assert_eq!(
+            MANIFEST_PARSER_PERMITS.available_permits(),
+            MANIFEST_PARSERS,
+            "every permit is back once the work is done"
+        );
+    }
+
+    #[test]
+    fn a_policy_file_is_judged_as_policy_load_judges_it() {
+        let path = Path::new("/etc/pinhook/policy.yaml");
+        let compiled = compile_policy(path, Ok(b"mode: audit".to_vec())).expect("valid");
+        assert_eq!(compiled.policy.mode, Mode::Audit);
+        let missing = compile_policy(path, Err(io::Error::from(io::ErrorKind::NotFound)))
+            .expect_err("no file");
+        assert_eq!(
+            error_chain(&missing),
+            "failed to read policy file '/etc/pinhook/policy.yaml': entity not found"
+        );
+        let binary = compile_policy(path, Ok(vec![0xff])).expect_err("not text");
+        assert!(matches!(binary, PolicyError::Read { .. }), "{binary:?}");
+        let invalid = compile_policy(path, Ok(b"mode: strict".to_vec())).expect_err("bad mode");
+        assert!(
+            error_chain(&invalid)
+                .starts_with("policy is not valid: line 1 column 7: unknown variant `strict`"),
+            "{invalid}"
+        );
+    }
 }

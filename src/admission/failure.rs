@@ -49,6 +49,10 @@ pub enum Failure {
         caller: String,
         missing: Vec<String>,
     },
+    #[error("no manifest parser is available")]
+    ParserClosed(#[source] tokio::sync::AcquireError),
+    #[error("the manifest parser failed")]
+    ParserFailed(#[source] tokio::task::JoinError),
 }
 
 // === impl Failure ===
@@ -64,7 +68,9 @@ impl Failure {
             | Failure::EncodePatch(_)
             | Failure::EncodeResponse(_)
             | Failure::EncodeReport(_)
-            | Failure::EncodeMetrics(_) => 500,
+            | Failure::EncodeMetrics(_)
+            | Failure::ParserClosed(_)
+            | Failure::ParserFailed(_) => 500,
             Failure::NoKubernetesApi | Failure::Authentication(_) => 503,
         }
     }
