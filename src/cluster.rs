@@ -1,5 +1,9 @@
-//! What pinhook reads from the Kubernetes API besides pull secrets: namespace labels (the
-//! per-namespace `pinhook.dev/mode` override), cached briefly.
+//! What pinhook asks the Kubernetes API besides pull secrets: namespace labels (the
+//! per-namespace `pinhook.dev/mode` override), cached briefly; and who a dry-run caller is and
+//! what it may create (TokenReview, SubjectAccessReview), never cached.
+//!
+//! Never: decides policy, or maps a failure to an HTTP status (that is
+//! `admission::failure`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,11 +88,20 @@ pub struct Caller {
     pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
+/// Why the cluster could not authenticate or authorise a dry-run caller.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("TokenReview failed")]
+    TokenReview(#[source] kube::Error),
+    #[error("SubjectAccessReview failed")]
+    SubjectAccessReview(#[source] kube::Error),
+}
+
 /// Authentication and authorisation of dry-run callers by the cluster itself.
 #[async_trait]
 pub trait Authorizer: Send + Sync {
     /// `Ok(None)` when the token is not valid.
-    async fn authenticate(&self, token: &str) -> Result<Option<Caller>, String>;
+    async fn authenticate(&self, token: &str) -> Result<Option<Caller>, AuthError>;
     /// Whether `caller` may `create` `group/resource` in `namespace`.
     async fn can_create(
         &self,
@@ -96,7 +109,7 @@ pub trait Authorizer: Send + Sync {
         group: &str,
         resource: &str,
         namespace: &str,
-    ) -> Result<bool, String>;
+    ) -> Result<bool, AuthError>;
 }
 
 /// TokenReview and SubjectAccessReview through the API.
@@ -114,7 +127,7 @@ impl KubeAuthorizer {
 
 #[async_trait]
 impl Authorizer for KubeAuthorizer {
-    async fn authenticate(&self, token: &str) -> Result<Option<Caller>, String> {
+    async fn authenticate(&self, token: &str) -> Result<Option<Caller>, AuthError> {
         use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
         let api: Api<TokenReview> = Api::all(self.client.clone());
         let review = TokenReview {
@@ -127,7 +140,7 @@ impl Authorizer for KubeAuthorizer {
         let answer = api
             .create(&kube::api::PostParams::default(), &review)
             .await
-            .map_err(|e| format!("TokenReview failed: {e}"))?;
+            .map_err(AuthError::TokenReview)?;
         let Some(status) = answer.status else {
             return Ok(None);
         };
@@ -149,7 +162,7 @@ impl Authorizer for KubeAuthorizer {
         group: &str,
         resource: &str,
         namespace: &str,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, AuthError> {
         use k8s_openapi::api::authorization::v1::{
             ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
         };
@@ -174,7 +187,7 @@ impl Authorizer for KubeAuthorizer {
         let answer = api
             .create(&kube::api::PostParams::default(), &review)
             .await
-            .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
+            .map_err(AuthError::SubjectAccessReview)?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 }

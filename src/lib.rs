@@ -14,6 +14,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod documents;
+pub mod error;
 pub mod metrics;
 pub mod owners;
 pub mod policy;

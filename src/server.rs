@@ -1,9 +1,12 @@
 //! HTTPS server: routes, handlers, TLS with certificate reload, health, metrics, shutdown.
 //!
-//! Owns: sockets and TLS (axum + rustls through axum-server), mapping errors to HTTP status,
-//! the request span and review metrics. Handlers are thin: extract, call `admission`, render.
-//! Invariants: nothing on the request path panics (a panic layer turns a bug into a 500), bodies
-//! over 7 MiB get 413 before they are buffered whole.
+//! Owns: sockets and TLS (axum + rustls through axum-server), the request span and review
+//! metrics, and the policy and certificate watchers. Handlers are thin: extract, call
+//! `admission`, render; the status and message of every failure come from
+//! [`admission::Failure`]. Invariants: nothing on the request path panics (a panic layer turns
+//! a bug into a 500), bodies over 7 MiB get 413 before they are buffered whole, and no
+//! blocking work runs on the async workers (manifest parsing goes to `spawn_blocking`, a few
+//! bodies at a time; files are read with `tokio::fs`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -23,11 +26,12 @@ use serde::Deserialize;
 use tracing::{info, warn, Instrument};
 
 use crate::admission::dry_run::{self, Identity};
-use crate::admission::{self, Pinner};
+use crate::admission::{self, Failure, Pinner};
 use crate::cluster::{Authorizer, Caller};
 use crate::documents::{self, Document};
+use crate::error::error_chain;
 use crate::metrics::{EndpointLabels, Metrics, ReviewLabels, ViolationLabels};
-use crate::policy::{CompiledPolicy, Policy, PolicyHandle};
+use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
 
 /// controller-runtime's limit: two objects of up to 3 MiB each plus the envelope.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
@@ -35,6 +39,12 @@ pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 const RELOAD_POLL: Duration = Duration::from_secs(2);
 /// How long in-flight requests get to finish on shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Dry-run bodies parsed at once. Parsing up to 7 MiB of YAML takes long enough to stall every
+/// request queued on the worker doing it, so it runs on the blocking pool, and only a few at a
+/// time so that concurrent dry runs cannot take every core from admission reviews.
+const MANIFEST_PARSERS: usize = 2;
+static MANIFEST_PARSER_PERMITS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(MANIFEST_PARSERS);
 
 /// Why the server could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -188,7 +198,7 @@ async fn mutate_handler(
     let started = Instant::now();
     let request = match admission::parse_review(&body) {
         Ok(request) => request,
-        Err(e) => return reject(&state, "mutate", &e, started),
+        Err(e) => return reject(&state, "mutate", Failure::Review(e), started),
     };
     let span = review_span(&request);
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
@@ -206,7 +216,7 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
     let started = Instant::now();
     let request = match admission::parse_review(&body) {
         Ok(request) => request,
-        Err(e) => return reject(&state, "validate", &e, started),
+        Err(e) => return reject(&state, "validate", Failure::Review(e), started),
     };
     let span = review_span(&request);
     let decision = admission::validate(&state.pinner, &request)
@@ -225,53 +235,51 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
 async fn dry_run_handler(
     State(state): State<AppState>,
     Query(query): Query<DryRunQuery>,
-    headers: axum::http::HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Some(authorizer) = state.authorizer.clone() else {
-        return error_json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the dry-run endpoint needs the Kubernetes API (TokenReview, SubjectAccessReview) and none is configured".to_string(),
-        );
-    };
-    let Some(token) = bearer_token(&headers) else {
-        return error_json(
-            StatusCode::UNAUTHORIZED,
-            "a bearer token is required (Authorization: Bearer <token>)".to_string(),
-        );
-    };
-    let caller = match authorizer.authenticate(token).await {
-        Ok(Some(caller)) => caller,
-        Ok(None) => {
-            return error_json(
-                StatusCode::UNAUTHORIZED,
-                "the bearer token is not valid".to_string(),
-            )
-        }
-        Err(e) => return error_json(StatusCode::SERVICE_UNAVAILABLE, e),
-    };
-    let Ok(text) = std::str::from_utf8(&body) else {
-        return error_json(
-            StatusCode::BAD_REQUEST,
-            "the body is not UTF-8 text".to_string(),
-        );
-    };
-    let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
-    let documents = documents::parse(text, None);
-    if let Err(missing) =
-        authorize(&state, authorizer.as_ref(), &caller, &documents, &namespace).await
-    {
-        return error_json(StatusCode::FORBIDDEN, missing);
+    match dry_run_answer(&state, query, &headers, body).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(failure) => failure_json(&failure),
     }
+}
+
+/// The dry-run report as JSON, once the caller is known and allowed.
+async fn dry_run_answer(
+    state: &AppState,
+    query: DryRunQuery,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Vec<u8>, Failure> {
+    let authorizer = state.authorizer.clone().ok_or(Failure::NoKubernetesApi)?;
+    let token = bearer_token(headers).ok_or(Failure::MissingToken)?;
+    let caller = authorizer
+        .authenticate(token)
+        .await
+        .map_err(Failure::Authentication)?
+        .ok_or(Failure::InvalidToken)?;
+    let documents = parse_manifests(body).await?;
+    let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
+    authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
     info!(user = %caller.username, documents = documents.len(), "dry run");
     let report = dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET).await;
-    match serde_json::to_vec(&report) {
-        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(e) => error_json(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode the report: {e}"),
-        ),
-    }
+    serde_json::to_vec(&report).map_err(Failure::EncodeReport)
+}
+
+/// Reads a manifest body on the blocking pool, at most [`MANIFEST_PARSERS`] at a time.
+async fn parse_manifests(body: Bytes) -> Result<Vec<Document>, Failure> {
+    let permit = MANIFEST_PARSER_PERMITS
+        .acquire()
+        .await
+        .map_err(Failure::ParserClosed)?;
+    tokio::task::spawn_blocking(move || {
+        // The permit goes with the work: a caller that hangs up does not free it early.
+        let _permit = permit;
+        let text = std::str::from_utf8(&body).map_err(|_| Failure::NotUtf8)?;
+        Ok(documents::parse(text, None))
+    })
+    .await
+    .map_err(Failure::ParserFailed)?
 }
 
 /// Every pod-bearing object's `create` must be allowed; the error names what is missing.
@@ -281,7 +289,7 @@ async fn authorize(
     caller: &Caller,
     documents: &[Document],
     default_namespace: &str,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let policy = state.pinner.policy().current();
     let mut needed: Vec<(String, String, String)> = documents
         .iter()
@@ -311,21 +319,23 @@ async fn authorize(
         {
             Ok(true) => {}
             Ok(false) => missing.push(format!("create {qualified} {scope}")),
-            Err(e) => missing.push(format!("create {qualified} {scope} (not checked: {e})")),
+            Err(e) => missing.push(format!(
+                "create {qualified} {scope} (not checked: {})",
+                error_chain(&e)
+            )),
         }
     }
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "{} may not: {}",
-            caller.username,
-            missing.join("; ")
-        ))
+        Err(Failure::Forbidden {
+            caller: caller.username.clone(),
+            missing,
+        })
     }
 }
 
-fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let token = value
         .strip_prefix("Bearer ")
@@ -333,20 +343,31 @@ fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     Some(token.trim()).filter(|t| !t.is_empty())
 }
 
-fn error_json(status: StatusCode, message: String) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
+fn status_of(failure: &Failure) -> StatusCode {
+    StatusCode::from_u16(failure.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-/// Answers 400 with the reason a body is not a review (and counts it).
+/// `{"error": "..."}`: the dry-run endpoint's clients read JSON.
+fn failure_json(failure: &Failure) -> Response {
+    let body = serde_json::json!({ "error": failure.message() });
+    (status_of(failure), axum::Json(body)).into_response()
+}
+
+/// Plain text, one line: what the apiserver logs when a call to the webhook fails.
+fn failure_text(failure: &Failure) -> Response {
+    (status_of(failure), format!("{}\n", failure.message())).into_response()
+}
+
+/// Answers a body that is not a review (and counts it).
 fn reject(
     state: &AppState,
     endpoint: &'static str,
-    error: &admission::ReviewError,
+    failure: Failure,
     started: Instant,
 ) -> Response {
-    warn!(endpoint, error = %error, "rejected malformed review");
-    record_review(state, endpoint, "", "error", started);
-    (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response()
+    warn!(endpoint, error = %failure.message(), "rejected malformed review");
+    record_review(state, endpoint, "", failure.result().as_str(), started);
+    failure_text(&failure)
 }
 
 fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
@@ -461,11 +482,7 @@ fn record_review(
 fn json_response(body: Result<Vec<u8>, serde_json::Error>) -> Response {
     match body {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode the response: {e}\n"),
-        )
-            .into_response(),
+        Err(e) => failure_text(&Failure::EncodeResponse(e)),
     }
 }
 
@@ -491,17 +508,17 @@ async fn metrics_handler(State(state): State<AppState>) -> Response {
             text,
         )
             .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Err(e) => failure_text(&Failure::EncodeMetrics(e)),
     }
 }
 
 /// Reloads the certificate when the files change (a mounted Secret is updated in place).
 /// A bad new pair keeps the old one serving; existing connections are not touched.
 async fn watch_certificates(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
-    let mut seen = (modified(&cert), modified(&key));
+    let mut seen = (modified(&cert).await, modified(&key).await);
     loop {
         tokio::time::sleep(RELOAD_POLL).await;
-        let now = (modified(&cert), modified(&key));
+        let now = (modified(&cert).await, modified(&key).await);
         if now == seen {
             continue;
         }
@@ -524,16 +541,16 @@ pub async fn watch_policy<F>(path: PathBuf, handle: PolicyHandle, apply: F)
 where
     F: Fn(&CompiledPolicy) -> Result<(), String> + Send + 'static,
 {
-    let mut seen = std::fs::read(&path).ok();
+    let mut seen = tokio::fs::read(&path).await.ok();
     loop {
         tokio::time::sleep(RELOAD_POLL).await;
-        let now = std::fs::read(&path).ok();
-        if now == seen {
+        let now = tokio::fs::read(&path).await;
+        if now.as_ref().ok() == seen.as_ref() {
             continue;
         }
-        seen = now;
-        let loaded = Policy::load(&path)
-            .map_err(|e| e.to_string())
+        seen = now.as_ref().ok().cloned();
+        let loaded = compile_policy(&path, now)
+            .map_err(|e| error_chain(&e))
             .and_then(|compiled| {
                 apply(&compiled)?;
                 Ok(compiled)
@@ -552,6 +569,71 @@ where
     }
 }
 
-fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+/// The policy in a file's bytes, with the errors `Policy::load` gives (parsing a small file can
+/// stay on the async worker).
+fn compile_policy(
+    path: &Path,
+    read: std::io::Result<Vec<u8>>,
+) -> Result<CompiledPolicy, PolicyError> {
+    let failed = |source| PolicyError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = read.map_err(failed)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| failed(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    Policy::parse(&text)
+}
+
+async fn modified(path: &Path) -> Option<SystemTime> {
+    tokio::fs::metadata(path)
+        .await
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+    use crate::policy::Mode;
+
+    #[tokio::test]
+    async fn manifests_are_parsed_on_the_blocking_pool_and_must_be_utf8() {
+        let body = Bytes::from_static(b"apiVersion: v1\nkind: Pod\n---\nkind: Job\n");
+        let documents = parse_manifests(body).await.expect("parses");
+        assert_eq!(documents.len(), 2);
+        let failure = parse_manifests(Bytes::from_static(b"kind: \xff"))
+            .await
+            .expect_err("not UTF-8");
+        assert_eq!(failure.status(), 400);
+        assert_eq!(failure.message(), "the body is not UTF-8 text");
+        assert_eq!(
+            MANIFEST_PARSER_PERMITS.available_permits(),
+            MANIFEST_PARSERS,
+            "every permit is back once the work is done"
+        );
+    }
+
+    #[test]
+    fn a_policy_file_is_judged_as_policy_load_judges_it() {
+        let path = Path::new("/etc/pinhook/policy.yaml");
+        let compiled = compile_policy(path, Ok(b"mode: audit".to_vec())).expect("valid");
+        assert_eq!(compiled.policy.mode, Mode::Audit);
+        let missing = compile_policy(path, Err(io::Error::from(io::ErrorKind::NotFound)))
+            .expect_err("no file");
+        assert_eq!(
+            error_chain(&missing),
+            "failed to read policy file '/etc/pinhook/policy.yaml': entity not found"
+        );
+        let binary = compile_policy(path, Ok(vec![0xff])).expect_err("not text");
+        assert!(matches!(binary, PolicyError::Read { .. }), "{binary:?}");
+        let invalid = compile_policy(path, Ok(b"mode: strict".to_vec())).expect_err("bad mode");
+        assert!(
+            error_chain(&invalid)
+                .starts_with("policy is not valid: line 1 column 7: unknown variant `strict`"),
+            "{invalid}"
+        );
+    }
 }

@@ -8,8 +8,10 @@ use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::pipeline::{error_chain, Action, ImageOutcome, Pinner, Plan, Target};
+use super::pipeline::{Pinner, Target};
+use super::plan::{Action, ImageOutcome, Plan};
 use crate::documents::Document;
+use crate::error::error_chain;
 use crate::policy::{mirrors, CompiledPolicy};
 use crate::registry::{ResolutionSource, RunMemo};
 

@@ -1,20 +1,32 @@
-//! Admission: AdmissionReview in, AdmissionResponse out, for `/mutate` (and later `/validate`
-//! and the dry-run endpoint), over the shared [`pipeline`].
+//! Admission: AdmissionReview in, AdmissionResponse out, for `/mutate`, `/validate` and the
+//! dry run behind `POST /v1/dry-run` and `pinhook check`.
 //!
-//! Owns: the wire format ([`review`]), the per-object pipeline ([`pipeline::Pinner`]), the
-//! decision of allow/deny/patch. Never: binds sockets or speaks TLS (that is `server`).
+//! Owns: the wire format ([`review`]), the pure decision core ([`plan`]: policy, object, mode
+//! and registry answers in, a [`Plan`] out), the I/O that gathers its inputs
+//! ([`pipeline::Pinner`]), rendering a plan as a response ([`render`], [`decision`]), and the
+//! one mapping of errors to status, metric label and message ([`failure`]). Never: binds
+//! sockets or speaks TLS (that is `server`).
+//!
+//! Dependencies run one way: `review` and `plan` import no sibling; `pipeline` uses `plan`;
+//! `decision` and `failure` sit above it; `render`, `mutate`, `validate` and `dry_run` on top.
 
+pub mod decision;
 pub mod dry_run;
+pub mod failure;
 pub mod mutate;
 pub mod pipeline;
+pub mod plan;
 pub mod render;
 pub mod review;
 pub mod validate;
 
 use std::time::Duration;
 
-pub use mutate::{mutate, Decision, ReviewResult};
-pub use pipeline::{Action, ImageOutcome, Pinner, PinnerParts, Plan, Reason, Target};
+pub use decision::{target_of, Decision, ReviewResult};
+pub use failure::Failure;
+pub use mutate::mutate;
+pub use pipeline::{Pinner, PinnerParts, PipelineError, Target};
+pub use plan::{Action, Finding, ImageOutcome, Plan, Reason};
 pub use review::{parse_review, review_body, AdmissionRequest, AdmissionResponse, ReviewError};
 pub use validate::validate;
 

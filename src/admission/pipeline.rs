@@ -1,9 +1,11 @@
-//! The admission pipeline shared by `/mutate`, `/validate`, the dry-run endpoint and
-//! `pinhook check`: apply the policy to an object, find its images, resolve each distinct tag
-//! once and concurrently, and say per image what happens to it. Rendering (AdmissionResponse,
-//! dry-run JSON, CLI table) is the caller's.
+//! The I/O half of admission, shared by `/mutate`, `/validate`, the dry-run endpoint and
+//! `pinhook check`: [`Pinner`] reads the namespace's mode label, the pod's pull secrets and the
+//! registry (each distinct tag once, all concurrently, within the review's deadline), memoises
+//! the digest each owner revision got, and hands everything to the pure core ([`super::plan`]),
+//! which decides.
+//!
+//! Never: decides what happens to an image (that is `plan`), or renders an answer.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,78 +13,17 @@ use futures::future::join_all;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::plan::{self, Object, Plan, Resolutions};
 use crate::cluster::NamespaceLabels;
-use crate::policy::{
-    mirrors, CompiledPolicy, FailureAction, Mode, PinTarget, PolicyHandle, ResolveMode, MODE_LABEL,
-};
+use crate::policy::{CompiledPolicy, Mode, PolicyHandle, MODE_LABEL};
 use crate::reference::{Digest, Reference};
 use crate::registry::keyring::Keyring;
 use crate::registry::pull_secrets::{PodContext, PodKeyring, PullSecrets};
 use crate::registry::{RegistryError, Resolution, ResolutionSource, Resolver};
-use crate::workload::{self, ImageSite, WorkloadError};
+use crate::workload::{self, WorkloadError};
 
-/// What pinhook does with one image site.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Rewritten to a digest.
-    Pinned,
-    /// Left as it is (already pinned, not changed by this update, or audit mode).
-    Unchanged,
-    /// Exempt by policy: never resolved, never denied.
-    Exempt,
-    /// Cannot be admitted (enforce mode).
-    Denied,
-    /// Breaks the policy but is admitted (audit mode, or `onResolutionFailure: allow`).
-    Violation,
-}
-
-/// Why an image breaks the policy: the fixed vocabulary of the violations metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    InvalidReference,
-    ResolutionFailed,
-    RegistryDenied,
-    TagMoved,
-    Unpinned,
-    TagMirror,
-}
-
-/// The outcome for one image site.
-#[derive(Debug, Clone)]
-pub struct ImageOutcome {
-    pub site: ImageSite,
-    pub action: Action,
-    /// The image after admission (the pinned reference, or the original).
-    pub result: String,
-    pub digest: Option<Digest>,
-    /// Why, for every action but `Pinned`.
-    pub reason: Option<String>,
-    /// Set for `Denied` and `Violation`.
-    pub violation: Option<Reason>,
-    pub source: Option<ResolutionSource>,
-}
-
-/// The outcomes for one object.
-#[derive(Debug, Clone, Default)]
-pub struct Plan {
-    /// The mode that applied (`Off` when nothing was looked at).
-    pub mode: Mode,
-    /// False when the kind bears no pods or policy skipped the object.
-    pub pod_bearing: bool,
-    pub outcomes: Vec<ImageOutcome>,
-    /// Object-level findings (mirror configuration).
-    pub findings: Vec<Finding>,
-    pub warnings: Vec<String>,
-}
-
-/// A policy finding about the object as a whole rather than one image.
-#[derive(Debug, Clone)]
-pub struct Finding {
-    /// `Denied` in enforce, `Violation` in audit.
-    pub action: Action,
-    pub reason: Reason,
-    pub message: String,
-}
+/// `main` prints error chains through this path; the printer lives in [`crate::error`].
+pub use crate::error::error_chain;
 
 /// One object to admit.
 #[derive(Clone, Copy)]
@@ -131,20 +72,26 @@ pub struct PinnerParts {
     pub owner_ttl: Duration,
 }
 
-/// What to do with a site before any registry call.
-enum Triage {
-    Keep(ImageSite, String),
-    Exempt(ImageSite),
-    Refuse(ImageSite, Reason, String),
-    Resolve(ImageSite, Reference),
-    /// `resolve: Always` on a `tag@digest` reference: the tag must still point at the digest.
-    Verify(ImageSite, Reference, Digest),
-}
-
 type Resolved = Result<Resolution, RegistryError>;
 
 /// How long the namespace's mode label may take to read (it is cached after that).
 const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+// === impl Target ===
+
+impl<'a> Target<'a> {
+    /// What the pure core judges: the object without the means to resolve.
+    pub fn view(&self) -> Object<'a> {
+        Object {
+            group: self.group,
+            kind: self.kind,
+            subresource: self.subresource,
+            namespace: self.namespace,
+            object: self.object,
+            old_object: self.old_object,
+        }
+    }
+}
 
 // === impl Pinner ===
 
@@ -210,129 +157,51 @@ impl Pinner {
     /// Resolution of all distinct tags runs concurrently, bounded by `budget` as a whole.
     pub async fn plan(&self, target: &Target<'_>, budget: Duration) -> Result<Plan, PipelineError> {
         let deadline = Instant::now() + budget;
-        let (policy, mode, mut warnings) = match self.gate(target).await {
-            Ok(gate) => gate,
-            Err(plan) => return Ok(plan),
-        };
-        if policy.policy.resolve == ResolveMode::Never {
-            return Ok(empty(mode, warnings));
-        }
-        let Some(sites) = sites_of(&policy, target)? else {
-            return Ok(empty(mode, warnings));
-        };
-        let triaged: Vec<Triage> = sites
-            .into_iter()
-            .map(|site| triage(&policy, site))
-            .collect();
-        let needs_registry = triaged
-            .iter()
-            .any(|t| matches!(t, Triage::Resolve(..) | Triage::Verify(..)));
-        if needs_registry {
+        let policy = self.policy.current();
+        let mutation = plan::mutation(&policy, target.view());
+        let mut warnings = Vec::new();
+        let mode = self
+            .mode_if(mutation.reads_mode(), &policy, target, &mut warnings)
+            .await;
+        let triaged = mutation.triage(mode)?;
+        let wanted = triaged.wanted();
+        let mut resolutions = Resolutions::new();
+        if !wanted.is_empty() {
             let PodKeyring {
                 keyring,
                 warnings: found,
             } = self.keyring_for(&policy, target, deadline).await;
             warnings.extend(found);
-            let digests = self.resolve_all(&triaged, target, &keyring, deadline).await;
-            warnings.extend(resolution_warnings(&digests));
-            let outcomes = triaged
-                .into_iter()
-                .map(|t| outcome(&policy, t, &digests))
-                .collect();
-            return Ok(finish(mode, outcomes, warnings));
+            resolutions = self.resolve_all(&wanted, target, &keyring, deadline).await;
         }
-        let outcomes = triaged
-            .into_iter()
-            .map(|t| outcome(&policy, t, &HashMap::new()))
-            .collect();
-        Ok(finish(mode, outcomes, warnings))
+        Ok(triaged.finish(&resolutions, warnings))
     }
 
     /// Checks without any registry call that every image new in this request is pinned: what
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
     pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
-        if let Some(plan) = self.mirror_plan(target).await {
-            return Ok(plan);
-        }
-        let (policy, mode, warnings) = match self.gate(target).await {
-            Ok(gate) => gate,
-            Err(plan) => return Ok(plan),
-        };
-        let Some(sites) = sites_of(&policy, target)? else {
-            return Ok(empty(mode, warnings));
-        };
-        // In audit mode `/mutate` already reported each tag it would deny (a warning) or pin (a
-        // log line); repeating "not pinned" here would only say that audit does not mutate.
-        // Unless nothing resolves (`resolve: Never`).
-        let judge_unpinned = mode == Mode::Enforce || policy.policy.resolve == ResolveMode::Never;
-        let outcomes = sites
-            .into_iter()
-            .map(|site| match triage(&policy, site) {
-                Triage::Keep(site, reason) => unchanged(site, reason),
-                Triage::Exempt(site) => exempt(site),
-                Triage::Refuse(site, Reason::RegistryDenied, _) | Triage::Resolve(site, _)
-                    if !judge_unpinned =>
-                {
-                    unchanged(site, "not pinned (audit mode)".to_string())
-                }
-                Triage::Refuse(site, reason, text) => refused(site, reason, text),
-                Triage::Resolve(site, _) => unpinned(&policy, site),
-                Triage::Verify(site, ..) => {
-                    unchanged(site, "already pinned to a digest".to_string())
-                }
-            })
-            .collect();
-        Ok(finish(mode, outcomes, warnings))
-    }
-
-    /// The mirror guard's plan, or `None` when the object configures no mirrors. It guards
-    /// every image of the cluster, so image exemptions, exempt namespaces and `target: pods`
-    /// do not switch it off; only mode `off` (global or the namespace's label) does.
-    async fn mirror_plan(&self, target: &Target<'_>) -> Option<Plan> {
         let policy = self.policy.current();
-        let messages = mirror_messages(&policy, target)?;
+        let validation = plan::validation(&policy, target.view());
         let mut warnings = Vec::new();
         let mode = self
-            .mode_for(&policy, target.namespace, &mut warnings)
+            .mode_if(validation.reads_mode(), &policy, target, &mut warnings)
             .await;
-        let action = match mode {
-            Mode::Off => return Some(empty(mode, warnings)),
-            Mode::Audit => Action::Violation,
-            Mode::Enforce => Action::Denied,
-        };
-        let findings = messages
-            .into_iter()
-            .map(|message| Finding {
-                action,
-                reason: Reason::TagMirror,
-                message,
-            })
-            .collect();
-        Some(Plan {
-            findings,
-            ..empty(mode, warnings)
-        })
+        Ok(validation.finish(mode, warnings)?)
     }
 
-    /// The policy and mode that apply to `target`, or the empty plan when the policy says not
-    /// to look (exempt namespace, mode off, a template under `target: pods`).
-    async fn gate(
+    /// The namespace's mode when the core says it matters; otherwise the policy's, which the
+    /// core then ignores (the label is not worth an API call).
+    async fn mode_if(
         &self,
+        matters: bool,
+        policy: &CompiledPolicy,
         target: &Target<'_>,
-    ) -> Result<(Arc<CompiledPolicy>, Mode, Vec<String>), Plan> {
-        let policy = self.policy.current();
-        let mut warnings = Vec::new();
-        if policy.is_exempt_namespace(target.namespace) {
-            return Err(Plan::default());
+        warnings: &mut Vec<String>,
+    ) -> Mode {
+        match matters {
+            true => self.mode_for(policy, target.namespace, warnings).await,
+            false => policy.policy.mode,
         }
-        let mode = self
-            .mode_for(&policy, target.namespace, &mut warnings)
-            .await;
-        let skip_templates = policy.policy.target == PinTarget::Pods && !is_pod(target);
-        if mode == Mode::Off || skip_templates {
-            return Err(empty(mode, warnings));
-        }
-        Ok((policy, mode, warnings))
     }
 
     async fn keyring_for(
@@ -350,7 +219,7 @@ impl Pinner {
                     workload::pod_spec(&policy.kinds, target.group, target.kind, target.object)
                 })
                 .flatten(),
-            is_pod: is_pod(target),
+            is_pod: target.view().is_pod(),
             pod_name: target.name,
         };
         match tokio::time::timeout_at(deadline, self.secrets.keyring_for(&pod)).await {
@@ -364,27 +233,22 @@ impl Pinner {
         }
     }
 
+    /// Resolves every wanted tag at once; the answers are keyed by `tag_reference()`.
     async fn resolve_all(
         &self,
-        triaged: &[Triage],
+        wanted: &[&Reference],
         target: &Target<'_>,
         keyring: &Keyring,
         deadline: Instant,
-    ) -> HashMap<String, Resolved> {
-        let mut unique: HashMap<String, &Reference> = HashMap::new();
-        for t in triaged {
-            if let Triage::Resolve(_, reference) | Triage::Verify(_, reference, _) = t {
-                unique.entry(reference.tag_reference()).or_insert(reference);
-            }
-        }
+    ) -> Resolutions {
         let owner = owner_revision(target);
-        let calls = unique.into_iter().map(|(key, reference)| {
+        let calls = wanted.iter().map(|reference| {
             let owner = owner.clone();
             async move {
                 let result = self
                     .resolve_one(reference, target, owner, keyring, deadline)
                     .await;
-                (key, result)
+                (reference.tag_reference(), result)
             }
         });
         join_all(calls).await.into_iter().collect()
@@ -451,52 +315,10 @@ impl Pinner {
     }
 }
 
-/// What the mirror guard objects to, or `None` when the object configures no mirrors.
-fn mirror_messages(policy: &CompiledPolicy, target: &Target<'_>) -> Option<Vec<String>> {
-    match mirrors::check(
-        &policy.policy.mirrors,
-        target.group,
-        target.kind,
-        target.object,
-    ) {
-        Ok(None) => None,
-        Ok(Some(violations)) => Some(violations.into_iter().map(|v| v.message).collect()),
-        Err(e) => Some(vec![e.to_string()]),
-    }
-}
-
-/// A plan that looked at no image.
-fn empty(mode: Mode, warnings: Vec<String>) -> Plan {
-    Plan {
-        mode,
-        warnings,
-        ..Plan::default()
-    }
-}
-
-fn is_pod(target: &Target<'_>) -> bool {
-    target.group.is_empty()
-        && (target.kind == "Pod" || target.kind == workload::EPHEMERAL_CONTAINERS_KIND)
-}
-
-fn sites_of(
-    policy: &CompiledPolicy,
-    target: &Target<'_>,
-) -> Result<Option<Vec<ImageSite>>, WorkloadError> {
-    workload::image_sites(
-        &policy.kinds,
-        target.group,
-        target.kind,
-        target.subresource,
-        target.object,
-        target.old_object,
-    )
-}
-
 /// For a pod made by a controller: its owner's uid and revision hash (`pod-template-hash`,
 /// `controller-revision-hash`), so every pod of one revision gets the same digest.
 fn owner_revision(target: &Target<'_>) -> Option<String> {
-    if !is_pod(target) {
+    if !target.view().is_pod() {
         return None;
     }
     let metadata = target.object.get("metadata")?;
@@ -514,299 +336,6 @@ fn owner_revision(target: &Target<'_>) -> Option<String> {
     Some(format!("{uid}/{revision}"))
 }
 
-fn triage(policy: &CompiledPolicy, site: ImageSite) -> Triage {
-    if !site.is_new {
-        return Triage::Keep(site, "not changed by this update".to_string());
-    }
-    let reference = match Reference::parse(&site.image) {
-        Ok(reference) => reference,
-        Err(e) => {
-            let reason = format!("invalid image reference: {e}");
-            return Triage::Refuse(site, Reason::InvalidReference, reason);
-        }
-    };
-    if policy.is_exempt_image(&reference) {
-        return Triage::Exempt(site);
-    }
-    if let Some(digest) = reference.digest().cloned() {
-        let verify = policy.policy.resolve == ResolveMode::Always && reference.tag().is_some();
-        return match verify {
-            true => match policy.hosts.check_host(reference.domain()) {
-                Ok(()) => Triage::Verify(site, reference, digest),
-                Err(e) => Triage::Refuse(site, Reason::RegistryDenied, e.to_string()),
-            },
-            false => Triage::Keep(site, "already pinned to a digest".to_string()),
-        };
-    }
-    match policy.hosts.check_host(reference.domain()) {
-        Ok(()) => Triage::Resolve(site, reference),
-        Err(e) => Triage::Refuse(site, Reason::RegistryDenied, e.to_string()),
-    }
-}
-
-fn outcome(
-    policy: &CompiledPolicy,
-    triage: Triage,
-    digests: &HashMap<String, Resolved>,
-) -> ImageOutcome {
-    match triage {
-        Triage::Keep(site, reason) => unchanged(site, reason),
-        Triage::Exempt(site) => exempt(site),
-        Triage::Refuse(site, reason, text) => refused(site, reason, text),
-        Triage::Resolve(site, reference) => match digests.get(&reference.tag_reference()) {
-            Some(Ok(resolution)) => ImageOutcome {
-                result: reference.pinned(&resolution.digest, policy.form()),
-                digest: Some(resolution.digest.clone()),
-                action: Action::Pinned,
-                reason: None,
-                violation: None,
-                source: Some(resolution.source),
-                site,
-            },
-            Some(Err(e)) => failed(policy, site, error_chain(e)),
-            None => failed(policy, site, "resolution did not run".to_string()),
-        },
-        Triage::Verify(site, reference, pinned) => match digests.get(&reference.tag_reference()) {
-            Some(Ok(resolution)) if resolution.digest == pinned => unchanged(
-                site,
-                "already pinned; the tag still points at this digest".to_string(),
-            ),
-            Some(Ok(resolution)) => {
-                let text = format!(
-                    "tag {} now points at {}, the reference pins {pinned}",
-                    reference.effective_tag(),
-                    resolution.digest
-                );
-                refused(site, Reason::TagMoved, text)
-            }
-            Some(Err(e)) => failed(policy, site, error_chain(e)),
-            None => failed(policy, site, "resolution did not run".to_string()),
-        },
-    }
-}
-
-/// Applies the mode: audit never mutates and never denies.
-fn finish(mode: Mode, mut outcomes: Vec<ImageOutcome>, warnings: Vec<String>) -> Plan {
-    if mode == Mode::Audit {
-        for outcome in &mut outcomes {
-            match outcome.action {
-                Action::Pinned => {
-                    let digest = outcome.digest.as_ref().map(short).unwrap_or_default();
-                    outcome.action = Action::Unchanged;
-                    outcome.reason = Some(format!("audit mode: would pin to {digest}"));
-                    outcome.result = outcome.site.image.clone();
-                }
-                Action::Denied => outcome.action = Action::Violation,
-                _ => {}
-            }
-        }
-    }
-    Plan {
-        mode,
-        pod_bearing: true,
-        outcomes,
-        findings: Vec::new(),
-        warnings,
-    }
-}
-
-/// Warnings for the user: stale answers and moved tags, one per distinct tag, sorted so the
-/// response is deterministic.
-fn resolution_warnings(digests: &HashMap<String, Resolved>) -> Vec<String> {
-    let mut warnings: Vec<String> = digests
-        .iter()
-        .filter_map(|(tag, resolved)| {
-            let resolution = resolved.as_ref().ok()?;
-            if let Some(from) = &resolution.moved_from {
-                return Some(format!(
-                    "pinhook: tag {tag} moved from {} to {}",
-                    short(from),
-                    short(&resolution.digest)
-                ));
-            }
-            (resolution.source == ResolutionSource::Stale).then(|| {
-                format!(
-                    "pinhook: registry unavailable; {tag} pinned to digest cached {}s ago",
-                    resolution.age.as_secs()
-                )
-            })
-        })
-        .collect();
-    warnings.sort();
-    warnings
-}
-
-/// `sha256:0123456789ab`: enough to tell digests apart in a 120-character warning.
-pub fn short(digest: &Digest) -> String {
-    let hex = digest.hex();
-    format!("{}:{}", digest.algorithm(), hex.get(..12).unwrap_or(hex))
-}
-
-fn unchanged(site: ImageSite, reason: String) -> ImageOutcome {
-    ImageOutcome {
-        result: site.image.clone(),
-        action: Action::Unchanged,
-        digest: None,
-        reason: Some(reason),
-        violation: None,
-        source: None,
-        site,
-    }
-}
-
-fn exempt(site: ImageSite) -> ImageOutcome {
-    ImageOutcome {
-        action: Action::Exempt,
-        reason: Some("exempt by policy".to_string()),
-        ..unchanged(site, String::new())
-    }
-}
-
-/// A policy failure: denied in enforce (made a violation by `finish` in audit).
-fn refused(site: ImageSite, reason: Reason, text: String) -> ImageOutcome {
-    ImageOutcome {
-        action: Action::Denied,
-        violation: Some(reason),
-        ..unchanged(site, text)
-    }
-}
-
-/// An unpinned reference at validation: denied, or reported when resolution failures are
-/// allowed (the mutating webhook admitted it unpinned on purpose).
-fn unpinned(policy: &CompiledPolicy, site: ImageSite) -> ImageOutcome {
-    let mut outcome = refused(site, Reason::Unpinned, "not pinned to a digest".to_string());
-    if policy.policy.on_resolution_failure == FailureAction::Allow {
-        outcome.action = Action::Violation;
-    }
-    outcome
-}
-
-/// A resolution failure: denied, or admitted unpinned when `onResolutionFailure: allow`.
-fn failed(policy: &CompiledPolicy, site: ImageSite, text: String) -> ImageOutcome {
-    let action = match policy.policy.on_resolution_failure {
-        FailureAction::Deny => Action::Denied,
-        FailureAction::Allow => Action::Violation,
-    };
-    ImageOutcome {
-        action,
-        violation: Some(Reason::ResolutionFailed),
-        ..unchanged(site, text)
-    }
-}
-
-/// `error: cause: cause`, the way operators read it in one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
-// === impl Plan ===
-
-impl Plan {
-    /// The JSON Patch that applies every `Pinned` outcome.
-    pub fn patch(&self) -> Result<json_patch::Patch, WorkloadError> {
-        let edits: Vec<(String, String)> = self
-            .outcomes
-            .iter()
-            .filter(|o| o.action == Action::Pinned)
-            .map(|o| (o.site.pointer.clone(), o.result.clone()))
-            .collect();
-        workload::replace_patch(&edits)
-    }
-
-    pub fn denials(&self) -> impl Iterator<Item = &ImageOutcome> {
-        self.outcomes.iter().filter(|o| o.action == Action::Denied)
-    }
-
-    /// Outcomes that break the policy but are admitted.
-    pub fn violations(&self) -> impl Iterator<Item = &ImageOutcome> {
-        self.outcomes
-            .iter()
-            .filter(|o| o.action == Action::Violation)
-    }
-
-    /// One line per denied image (which container, where, which image, why) and per denied
-    /// finding.
-    pub fn denial_message(&self) -> Option<String> {
-        let lines: Vec<String> = self
-            .denials()
-            .map(ImageOutcome::describe)
-            .chain(
-                self.findings
-                    .iter()
-                    .filter(|f| f.action == Action::Denied)
-                    .map(|f| f.message.clone()),
-            )
-            .collect();
-        if lines.is_empty() {
-            None
-        } else {
-            Some(lines.join("; "))
-        }
-    }
-}
-
-// === impl ImageOutcome ===
-
-impl ImageOutcome {
-    /// `container "app" (/spec/containers/0/image) image "x:1": why`.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} {:?} ({}) image {:?}: {}",
-            self.site_kind(),
-            self.site.name,
-            self.site.pointer,
-            self.site.image,
-            self.reason.as_deref().unwrap_or("no reason given")
-        )
-    }
-
-    /// `container app: why (image x:1)` — for warnings, which are cut at 120 characters: the
-    /// reason comes first (it usually names the repository and tag), the image last.
-    pub fn describe_short(&self) -> String {
-        format!(
-            "{} {}: {} (image {})",
-            self.site_kind(),
-            self.site.name,
-            self.reason.as_deref().unwrap_or("no reason given"),
-            self.site.image,
-        )
-    }
-
-    fn site_kind(&self) -> &'static str {
-        match self.site.field {
-            workload::ImageField::ImageVolume => "image volume",
-            workload::ImageField::InitContainers => "init container",
-            workload::ImageField::EphemeralContainers => "ephemeral container",
-            workload::ImageField::Containers => "container",
-        }
-    }
-}
-
-// === impl Reason ===
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::InvalidReference => "invalid_reference",
-            Reason::ResolutionFailed => "resolution_failed",
-            Reason::RegistryDenied => "registry_denied",
-            Reason::TagMoved => "tag_moved",
-            Reason::Unpinned => "unpinned",
-            Reason::TagMirror => "tag_mirror",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
@@ -814,6 +343,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::admission::plan::Action;
     use crate::cluster::NoNamespaces;
     use crate::policy::Policy;
     use crate::registry::pull_secrets::NodeOnly;

@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use super::mutate::{Decision, ReviewResult};
-use super::pipeline::{Action, Plan};
+use super::decision::{Decision, ReviewResult};
+use super::failure::Failure;
+use super::plan::{Action, Plan};
 use super::review::AdmissionResponse;
 use crate::policy::Mode;
 
@@ -32,11 +33,11 @@ pub fn decide(uid: &str, plan: Plan) -> Decision {
     }
     let patch = match plan.patch() {
         Ok(patch) => patch,
-        Err(e) => return Decision::error(uid, 500, super::pipeline::error_chain(&e)),
+        Err(e) => return Failure::Patch(e).decision(uid),
     };
     let mut response = match AdmissionResponse::allow(uid).with_patch(&patch) {
         Ok(response) => response.with_warnings(warnings),
-        Err(e) => return Decision::error(uid, 500, format!("cannot encode the patch: {e}")),
+        Err(e) => return Failure::EncodePatch(e).decision(uid),
     };
     response.audit_annotations = annotations;
     let has_violations = plan.violations().next().is_some()

@@ -16,7 +16,7 @@ pub const KIND: &str = "AdmissionReview";
 /// Why a request body is not an AdmissionReview we can answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
-    #[error("request body is not valid JSON: {0}")]
+    #[error("request body is not valid JSON")]
     MalformedJson(#[source] serde_json::Error),
     #[error("apiVersion must be \"admission.k8s.io/v1\", got {0:?}")]
     WrongApiVersion(String),
@@ -26,7 +26,7 @@ pub enum ReviewError {
     MissingRequest,
     #[error("request.uid is missing or empty")]
     MissingUid,
-    #[error("request is malformed: {0}")]
+    #[error("request is malformed")]
     MalformedRequest(#[source] serde_json::Error),
 }
 

@@ -3,8 +3,9 @@
 //! this request adds or changes, and mirror configuration that would let a mirror answer tag
 //! pulls. Never calls a registry.
 
-use super::mutate::{target_of, Decision};
-use super::pipeline::{error_chain, Pinner};
+use super::decision::{target_of, Decision};
+use super::failure::Failure;
+use super::pipeline::Pinner;
 use super::render;
 use super::review::AdmissionRequest;
 
@@ -16,6 +17,6 @@ pub async fn validate(pinner: &Pinner, request: &AdmissionRequest) -> Decision {
     };
     match pinner.check_pinned(&target).await {
         Ok(plan) => render::decide(uid, plan),
-        Err(e) => Decision::error(uid, 400, error_chain(&e)),
+        Err(e) => Failure::Plan(e).decision(uid),
     }
 }

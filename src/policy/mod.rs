@@ -36,8 +36,10 @@ pub enum PolicyError {
         #[source]
         source: std::io::Error,
     },
-    #[error("policy is not valid: {0}")]
-    Parse(String),
+    /// The YAML does not fit the schema. The parser's error is the message itself (on one
+    /// line, without its source snippet), not a `#[source]`: a chain would print it twice.
+    #[error("policy is not valid: {}", one_line(&.0.to_string()))]
+    Parse(serde_saphyr::Error),
     #[error("policy is not valid: {field}: {problem}")]
     Invalid { field: String, problem: String },
 }
@@ -223,8 +225,7 @@ impl Policy {
         let policy: Policy = if text.trim().is_empty() {
             Policy::default()
         } else {
-            serde_saphyr::from_str(text)
-                .map_err(|e| PolicyError::Parse(one_line(&e.to_string())))?
+            serde_saphyr::from_str(text).map_err(PolicyError::Parse)?
         };
         policy.compile()
     }

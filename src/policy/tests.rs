@@ -95,3 +95,12 @@ fn namespace_label_overrides_mode() {
     assert_eq!(compiled.mode_for(Some("off")), Ok(Mode::Off));
     assert!(compiled.mode_for(Some("loud")).is_err());
 }
+
+#[test]
+fn a_parse_error_keeps_the_parser_error_and_prints_it_once() {
+    let error = Policy::parse("mode: strict").err();
+    assert!(matches!(error, Some(PolicyError::Parse(_))), "{error:?}");
+    let error = error.map(|e| (e.to_string(), crate::error::error_chain(&e)));
+    let expected = "policy is not valid: line 1 column 7: unknown variant `strict`, expected one of enforce, audit, off";
+    assert_eq!(error, Some((expected.to_string(), expected.to_string())));
+}

@@ -1,0 +1,182 @@
+//! The one place an error becomes an answer: its status code (the HTTP status, or the
+//! AdmissionResponse's `status.code` when the review itself is answered), the `result` metric
+//! label, and the message the caller reads (the error's chain on one line, each cause once).
+//! Handlers and renderers build a [`Failure`]; none of them picks a status or words a message.
+
+use super::decision::{Decision, ReviewResult};
+use super::pipeline::PipelineError;
+use super::review::{AdmissionResponse, ReviewError};
+use crate::cluster::AuthError;
+use crate::error::error_chain;
+use crate::workload::WorkloadError;
+
+/// Every failure pinhook answers over HTTP, named for the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The body is not an AdmissionReview.
+    #[error(transparent)]
+    Review(ReviewError),
+    /// The object's images could not be read.
+    #[error(transparent)]
+    Plan(PipelineError),
+    /// The patch for a plan could not be built.
+    #[error(transparent)]
+    Patch(WorkloadError),
+    #[error("cannot encode the patch")]
+    EncodePatch(#[source] serde_json::Error),
+    #[error("cannot encode the response")]
+    EncodeResponse(#[source] serde_json::Error),
+    #[error("cannot encode the report")]
+    EncodeReport(#[source] serde_json::Error),
+    #[error("cannot encode the metrics")]
+    EncodeMetrics(#[source] std::fmt::Error),
+    /// The dry-run endpoint runs without a Kubernetes API to check its callers.
+    #[error("the dry-run endpoint needs the Kubernetes API (TokenReview, SubjectAccessReview) and none is configured")]
+    NoKubernetesApi,
+    #[error("a bearer token is required (Authorization: Bearer <token>)")]
+    MissingToken,
+    #[error("the bearer token is not valid")]
+    InvalidToken,
+    /// The cluster could not say who the caller is.
+    #[error(transparent)]
+    Authentication(AuthError),
+    #[error("the body is not UTF-8 text")]
+    NotUtf8,
+    /// The caller may not create some of the objects it asked about; `missing` names each
+    /// permission (and why it could not be checked, when it could not).
+    #[error("{caller} may not: {}", missing.join("; "))]
+    Forbidden {
+        caller: String,
+        missing: Vec<String>,
+    },
+    #[error("no manifest parser is available")]
+    ParserClosed(#[source] tokio::sync::AcquireError),
+    #[error("the manifest parser failed")]
+    ParserFailed(#[source] tokio::task::JoinError),
+}
+
+// === impl Failure ===
+
+impl Failure {
+    /// The status code of the answer.
+    pub fn status(&self) -> u16 {
+        match self {
+            Failure::Review(_) | Failure::Plan(_) | Failure::NotUtf8 => 400,
+            Failure::MissingToken | Failure::InvalidToken => 401,
+            Failure::Forbidden { .. } => 403,
+            Failure::Patch(_)
+            | Failure::EncodePatch(_)
+            | Failure::EncodeResponse(_)
+            | Failure::EncodeReport(_)
+            | Failure::EncodeMetrics(_)
+            | Failure::ParserClosed(_)
+            | Failure::ParserFailed(_) => 500,
+            Failure::NoKubernetesApi | Failure::Authentication(_) => 503,
+        }
+    }
+
+    /// The `result` label of the review metrics: a failure is never a policy outcome.
+    pub fn result(&self) -> ReviewResult {
+        ReviewResult::Error
+    }
+
+    /// What the caller reads: the whole chain on one line.
+    pub fn message(&self) -> String {
+        error_chain(self)
+    }
+
+    /// A review answered with this failure: denied, naming the cause.
+    pub fn decision(&self, uid: &str) -> Decision {
+        Decision {
+            response: AdmissionResponse::deny(uid, self.status(), self.message()),
+            result: self.result(),
+            plan: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    fn json_error() -> serde_json::Error {
+        serde_json::from_str::<serde_json::Value>("{").expect_err("an unclosed brace is not JSON")
+    }
+
+    #[rstest]
+    #[case::malformed_review(
+        Failure::Review(ReviewError::MissingUid),
+        400,
+        "request.uid is missing or empty"
+    )]
+    #[case::unreadable_object(
+        Failure::Plan(PipelineError::Workload(WorkloadError::UnexpectedType {
+            pointer: "/spec/containers".to_string(),
+            expected: "an array",
+        })),
+        400,
+        "cannot read the object's images: /spec/containers is not an array"
+    )]
+    #[case::patch(
+        Failure::Patch(WorkloadError::InvalidPointer {
+            pointer: "x".to_string(),
+            reason: "no slash".to_string(),
+        }),
+        500,
+        "\"x\" is not an RFC 6901 JSON pointer: no slash"
+    )]
+    #[case::encode_patch(
+        Failure::EncodePatch(json_error()),
+        500,
+        "cannot encode the patch: EOF while parsing an object at line 1 column 1"
+    )]
+    #[case::no_api(
+        Failure::NoKubernetesApi,
+        503,
+        "the dry-run endpoint needs the Kubernetes API (TokenReview, SubjectAccessReview) and none is configured"
+    )]
+    #[case::no_token(
+        Failure::MissingToken,
+        401,
+        "a bearer token is required (Authorization: Bearer <token>)"
+    )]
+    #[case::bad_token(Failure::InvalidToken, 401, "the bearer token is not valid")]
+    #[case::not_utf8(Failure::NotUtf8, 400, "the body is not UTF-8 text")]
+    #[case::forbidden(
+        Failure::Forbidden {
+            caller: "ci".to_string(),
+            missing: vec!["create pods in namespace a".to_string(), "create jobs.batch in namespace a".to_string()],
+        },
+        403,
+        "ci may not: create pods in namespace a; create jobs.batch in namespace a"
+    )]
+    fn status_and_message(#[case] failure: Failure, #[case] status: u16, #[case] message: &str) {
+        assert_eq!(failure.status(), status);
+        assert_eq!(failure.message(), message);
+        assert_eq!(failure.result(), ReviewResult::Error);
+    }
+
+    #[test]
+    fn a_review_failure_is_a_denial_with_its_status() {
+        let decision = Failure::Review(ReviewError::MissingRequest).decision("u");
+        assert_eq!(decision.result, ReviewResult::Error);
+        assert!(!decision.response.allowed);
+        let status = decision
+            .response
+            .status
+            .as_ref()
+            .map(|s| (s.code, s.message.as_str()));
+        assert_eq!(status, Some((400, "AdmissionReview has no request")));
+    }
+
+    #[test]
+    fn a_malformed_body_names_its_cause_once() {
+        let failure = Failure::Review(ReviewError::MalformedJson(json_error()));
+        assert_eq!(
+            failure.message(),
+            "request body is not valid JSON: EOF while parsing an object at line 1 column 1"
+        );
+    }
+}
