@@ -20,7 +20,8 @@
 #                                  # 127.0.0.1, localhost + extras) signed by
 #                                  # the e2e CA (DIR/ca.crt) -- for the webhook
 # Or source it and call the e2e_* functions (e2e_start, e2e_stop, e2e_env,
-# e2e_ns, e2e_cert, e2e_ready). Sourcing does not change shell options.
+# e2e_ns, e2e_cert, e2e_ready, e2e_controllers_freeze, e2e_controllers_thaw).
+# Sourcing does not change shell options.
 #
 # Environment:
 #   E2E_WORK            work dir (default /tmp/pinhook-e2e): pki/, logs, PIDs,
@@ -290,6 +291,7 @@ _e2e_kill() { # _e2e_kill NAME
   if _e2e_pid_alive "$pidfile" "$name"; then
     pid=$(<"$pidfile")
     kill -TERM "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true # in case it was frozen (e2e_controllers_freeze)
     for _ in $(seq 1 50); do
       [[ -d /proc/$pid ]] || break
       sleep 0.2
@@ -309,6 +311,16 @@ e2e_stop() {
   _e2e_kill kube-apiserver
   _e2e_kill etcd
   return 0
+}
+
+# e2e_controllers_freeze / e2e_controllers_thaw: SIGSTOP / SIGCONT the controller manager, for a
+# scenario about objects that no controller may touch meanwhile. Its watches resume (or re-list)
+# on thaw, and it then catches up with what happened.
+e2e_controllers_freeze() { _e2e_vars; _e2e_signal kube-controller-manager STOP; }
+e2e_controllers_thaw() { _e2e_vars; _e2e_signal kube-controller-manager CONT; }
+_e2e_signal() { # _e2e_signal NAME SIGNAL: signal the recorded PID of NAME
+  _e2e_pid_alive "$E2E_WORK/$1.pid" "$1" || { _e2e_log "ERROR: $1 is not running"; return 1; }
+  kill "-$2" "$(<"$E2E_WORK/$1.pid")"
 }
 
 e2e_env() {
