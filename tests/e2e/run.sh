@@ -433,37 +433,48 @@ mode: enforce
 registries:
   allowPrivate: ["$REGISTRY_HOST"]
 EOF
-log "starting pinhook on $PINHOOK_URL (log $RUN/pinhook.log)"
-NO_COLOR=1 PINHOOK_LOG="${PINHOOK_LOG:-info}" "$PINHOOK_BIN" serve \
-  --listen "127.0.0.1:$PINHOOK_PORT" \
-  --tls-cert "$CERT_DIR/tls.crt" --tls-key "$CERT_DIR/tls.key" \
-  --registry-ca "$REGISTRY_CA" \
-  --policy "$RUN/policy.yaml" \
-  --kubeconfig "$PINHOOK_KUBECONFIG" \
-  </dev/null >"$RUN/pinhook.log" 2>&1 3>&- &
-PINHOOK_PID=$!
-echo "$PINHOOK_PID" >"$RUN/pinhook.pid"
-pinhook_ready() {
-  alive "$PINHOOK_PID" || return 1
-  [[ $(curl -s --max-time 2 --cacert "$CERT_DIR/ca.crt" "$PINHOOK_URL/readyz") == ok* ]]
+# start_pinhook NAME PORT CERT_DIR POLICY [SERVE-ARGS...]: `pinhook serve` in the background
+# (log $RUN/NAME.log, PID in $RUN/NAME.pid and STARTED_PID), then wait for its /readyz
+start_pinhook() {
+  local name=$1 port=$2 certs=$3 policy=$4
+  shift 4
+  log "starting $name on https://127.0.0.1:$port${*:+ ($*)} (log $RUN/$name.log)"
+  NO_COLOR=1 PINHOOK_LOG="${PINHOOK_LOG:-info}" "$PINHOOK_BIN" serve \
+    --listen "127.0.0.1:$port" \
+    --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" \
+    --registry-ca "$REGISTRY_CA" \
+    --policy "$policy" \
+    --kubeconfig "$PINHOOK_KUBECONFIG" \
+    "$@" \
+    </dev/null >"$RUN/$name.log" 2>&1 3>&- &
+  STARTED_PID=$!
+  echo "$STARTED_PID" >"$RUN/$name.pid"
+  WAIT_PID=$STARTED_PID wait_until 30 "$name /readyz" readyz_ok "$port" "$certs" || die "$name not ready (pid $STARTED_PID)"
+  log "$name ready (pid $STARTED_PID)"
 }
-WAIT_PID=$PINHOOK_PID wait_until 30 "pinhook /readyz" pinhook_ready || die "pinhook not ready (pid $PINHOOK_PID)"
-log "pinhook ready (pid $PINHOOK_PID)"
-
-e2e_ns e2e-probe || die "cannot create namespace e2e-probe"
+readyz_ok() { [[ $(curl -s --max-time 2 --cacert "$2/ca.crt" "https://127.0.0.1:$1/readyz") == ok* ]]; }
+# probe_pinned NS: a `kubectl run --dry-run=server` Pod in NS comes back pinned (the webhook works)
 PROBE_EXPECTED=$(pinned app 1.0)
 probe_pinned() {
   local out
-  out=$(K -n e2e-probe run probe --image="$(image app 1.0)" --restart=Never \
-    --dry-run=server -o jsonpath='{.spec.containers[0].image}' 2>"$RUN/probe.err") || return 1
+  out=$(K -n "$1" run probe --image="$(image app 1.0)" --restart=Never \
+    --dry-run=server -o jsonpath='{.spec.containers[0].image}' 2>"$RUN/$1.err") || return 1
   [[ $out == "$PROBE_EXPECTED" ]]
 }
-t=$(date +%s)
-if ! wait_until 30 "the webhook to pin a dry-run pod" probe_pinned; then
-  log "last probe error: $(cat "$RUN/probe.err" 2>/dev/null)"
-  die "the webhook did not take effect"
-fi
-log "webhook effective ($(($(date +%s) - t))s after pinhook was ready)"
+wait_effective() { # wait_effective NS: up to 30 s for probe_pinned NS
+  local t
+  t=$(date +%s)
+  if ! wait_until 30 "the webhook to pin a dry-run pod in $1" probe_pinned "$1"; then
+    log "last probe error: $(cat "$RUN/$1.err" 2>/dev/null)"
+    die "the webhook did not take effect in $1"
+  fi
+  log "webhook effective in $1 ($(($(date +%s) - t))s after pinhook was ready)"
+}
+
+start_pinhook pinhook "$PINHOOK_PORT" "$CERT_DIR" "$RUN/policy.yaml"
+PINHOOK_PID=$STARTED_PID
+e2e_ns e2e-probe || die "cannot create namespace e2e-probe"
+wait_effective e2e-probe
 
 # --- 6b. a second pinhook with `target: pods`, for scenario q --------------------------------------
 # pinhook runs with one policy, and `target` is a policy setting: q needs its own pinhook. It gets
@@ -484,24 +495,9 @@ target: pods
 registries:
   allowPrivate: ["$REGISTRY_HOST"]
 EOF
-  log "starting pinhook (target: pods, --cache-ttl $PODS_CACHE_TTL) on $PODS_PINHOOK_URL (log $RUN/pinhook-pods.log)"
-  NO_COLOR=1 PINHOOK_LOG="${PINHOOK_LOG:-info}" "$PINHOOK_BIN" serve \
-    --listen "127.0.0.1:$PODS_PINHOOK_PORT" \
-    --tls-cert "$PODS_CERT_DIR/tls.crt" --tls-key "$PODS_CERT_DIR/tls.key" \
-    --registry-ca "$REGISTRY_CA" \
-    --policy "$RUN/policy-pods.yaml" \
-    --kubeconfig "$PINHOOK_KUBECONFIG" \
-    --cache-ttl "$PODS_CACHE_TTL" \
-    --shutdown-delay 0 \
-    </dev/null >"$RUN/pinhook-pods.log" 2>&1 3>&- &
-  PODS_PINHOOK_PID=$!
-  echo "$PODS_PINHOOK_PID" >"$RUN/pinhook-pods.pid"
-  pods_pinhook_ready() {
-    alive "$PODS_PINHOOK_PID" || return 1
-    [[ $(curl -s --max-time 2 --cacert "$PODS_CERT_DIR/ca.crt" "$PODS_PINHOOK_URL/readyz") == ok* ]]
-  }
-  WAIT_PID=$PODS_PINHOOK_PID wait_until 30 "pinhook (target: pods) /readyz" pods_pinhook_ready ||
-    die "pinhook (target: pods) not ready (pid $PODS_PINHOOK_PID)"
+  start_pinhook pinhook-pods "$PODS_PINHOOK_PORT" "$PODS_CERT_DIR" "$RUN/policy-pods.yaml" \
+    --cache-ttl "$PODS_CACHE_TTL" --shutdown-delay 0
+  PODS_PINHOOK_PID=$STARTED_PID
   pods_webhooks='{apiVersion, kind, metadata: {name: "pinhook-pods", labels: .metadata.labels},
     webhooks: [.webhooks[] | select(.name != "mirrors.pinhook.dev")
       | .clientConfig.url |= sub("^https://[^/]+"; $url)
@@ -514,13 +510,7 @@ EOF
     >"$RUN/webhooks-pods.json" || die "cannot derive the pinhook-pods webhook configurations"
   klog create -f "$RUN/webhooks-pods.json" || die "registering the pinhook-pods webhooks failed"
   e2e_ns e2e-probe-pods pinhook.dev/ignore=true pinhook.dev/e2e-instance=pods || die "cannot create namespace e2e-probe-pods"
-  pods_probe_pinned() {
-    [[ $(K -n e2e-probe-pods run probe --image="$(image app 1.0)" --restart=Never \
-      --dry-run=server -o jsonpath='{.spec.containers[0].image}' 2>"$RUN/probe-pods.err") == "$PROBE_EXPECTED" ]]
-  }
-  wait_until 30 "the target: pods webhook to pin a dry-run pod" pods_probe_pinned ||
-    die "the target: pods webhook did not take effect: $(cat "$RUN/probe-pods.err" 2>/dev/null)"
-  log "pinhook (target: pods) ready and effective (pid $PODS_PINHOOK_PID)"
+  wait_effective e2e-probe-pods
 fi
 
 # --- 7. scenarios ----------------------------------------------------------------------
@@ -589,10 +579,9 @@ EOF
   expect_eq "stored pod containers[0].image" "$(jp "$ns" pod bare '{.spec.containers[0].image}')" "$(pinned app 2.0)"
 }
 
-scenario_c() {
-  local ns=e2e-c
-  e2e_ns "$ns"
-  klog -n "$ns" create -f - <<EOF
+# CronJob nightly (batch/v1beta1: 1.20 has no batch/v1 CronJob), team/cron:1.0 (c, p)
+cronjob_yaml() {
+  cat <<EOF
 apiVersion: batch/v1beta1
 kind: CronJob
 metadata:
@@ -608,22 +597,18 @@ spec:
             - name: cron
               image: $(image cron 1.0)
 EOF
-  expect_eq "stored cronjob jobTemplate containers[0].image" \
-    "$(jp "$ns" cronjobs.v1beta1.batch nightly '{.spec.jobTemplate.spec.template.spec.containers[0].image}')" \
-    "$(pinned cron 1.0)"
 }
-
-scenario_d() {
-  local ns=e2e-d
-  e2e_ns "$ns"
-  klog -n "$ns" create -f - <<EOF
+# StatefulSet db, team/db:1.0 (d, p)
+statefulset_yaml() { # statefulset_yaml REPLICAS [POD_MANAGEMENT_POLICY]
+  cat <<EOF
 apiVersion: apps/v1
 kind: StatefulSet
 metadata:
   name: db
 spec:
   serviceName: db
-  replicas: 1
+  replicas: $1${2:+
+  podManagementPolicy: $2}
   selector:
     matchLabels: {app: db}
   template:
@@ -634,6 +619,21 @@ spec:
         - name: db
           image: $(image db 1.0)
 EOF
+}
+
+scenario_c() {
+  local ns=e2e-c
+  e2e_ns "$ns"
+  cronjob_yaml | klog -n "$ns" create -f -
+  expect_eq "stored cronjob jobTemplate containers[0].image" \
+    "$(jp "$ns" cronjobs.v1beta1.batch nightly '{.spec.jobTemplate.spec.template.spec.containers[0].image}')" \
+    "$(pinned cron 1.0)"
+}
+
+scenario_d() {
+  local ns=e2e-d
+  e2e_ns "$ns"
+  statefulset_yaml 1 | klog -n "$ns" create -f -
   expect_eq "stored statefulset containers[0].image" "$(jp "$ns" statefulset db '{.spec.template.spec.containers[0].image}')" "$(pinned db 1.0)"
 }
 
@@ -1767,23 +1767,7 @@ EOF
 }
 workloads_yaml() { # the StatefulSet, DaemonSet, Job and CronJob of p (tag-only images)
   cat <<EOF
-apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: db
-spec:
-  serviceName: db
-  replicas: 2
-  podManagementPolicy: Parallel
-  selector:
-    matchLabels: {app: db}
-  template:
-    metadata:
-      labels: {app: db}
-    spec:
-      containers:
-        - name: db
-          image: $(image db 1.0)
+$(statefulset_yaml 2 Parallel)
 ---
 apiVersion: apps/v1
 kind: DaemonSet
@@ -1812,20 +1796,7 @@ spec:
         - name: job
           image: $(image job 1.0)
 ---
-apiVersion: batch/v1beta1
-kind: CronJob
-metadata:
-  name: nightly
-spec:
-  schedule: "0 3 * * *"
-  jobTemplate:
-    spec:
-      template:
-        spec:
-          restartPolicy: OnFailure
-          containers:
-            - name: cron
-              image: $(image cron 1.0)
+$(cronjob_yaml)
 EOF
 }
 # job_from_cronjob NS: what `kubectl create job nightly-manual --from=cronjob/nightly` sends.
