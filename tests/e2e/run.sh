@@ -76,7 +76,7 @@
 #   KUBE_CONTROLLER_MANAGER
 #                       use this kube-controller-manager binary (default: beside the apiserver)
 #   E2E_LOOP_WATCH      seconds m watches the ReplicaSet count after `set env` (default 60)
-#   PODS_CACHE_TTL      --cache-ttl of q's `target: pods` pinhook (default 16; q takes ~T+10 s)
+#   PODS_CACHE_TTL      --cache-ttl of q's `target: pods` pinhook (default 16; q takes about T + 5 s)
 #   E2E_SKIP_BUILD=1    do not run cargo; use PINHOOK_BIN / E2E_REGISTRY_BIN (default
 #                       target/debug/pinhook and target/debug/examples/e2e_registry)
 #   E2E_PINHOOK_IDENTITY serviceaccount (default): pinhook authenticates with a token of
