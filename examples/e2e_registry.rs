@@ -1,11 +1,19 @@
 //! Registry helper for the end-to-end tier (`tests/e2e/run.sh`): starts a real registry
 //! (Debian's docker-registry, TLS from a generated CA, no auth) on 127.0.0.1, pushes the
-//! multi-arch images the scenarios use, writes an env file, then stays up until its stdin
-//! reaches EOF, it gets SIGTERM/SIGINT, or its parent process exits (checked every second,
-//! so a `kill -9` of run.sh does not leave a registry behind). It then drops the registry,
-//! whose `Drop` kills the docker-registry process and removes its tempdir.
+//! multi-arch images the scenarios use, writes an env file, then serves commands read from
+//! its stdin until stdin reaches EOF, it gets SIGTERM/SIGINT, or its parent process exits
+//! (checked every second, so a `kill -9` of run.sh does not leave a registry behind). It then
+//! drops the registry, whose `Drop` kills the docker-registry process and removes its tempdir.
 //!
 //! Usage: `e2e_registry ENV_FILE` (reuses the integration-test harness in tests/common).
+//!
+//! Commands, one per stdin line:
+//!
+//! - `repush REPO TAG OUT_FILE`: push a new multi-arch image (new content, so new digests)
+//!   under `REPO:TAG`, as a CI pipeline re-pushing a tag does, then write `sha256:<index
+//!   digest>` and a newline to `OUT_FILE` (atomically: complete once it exists), or
+//!   `error: <why>` when the command cannot be done. `REPO` must be one of the pushed
+//!   repositories (`team/roll`...).
 //!
 //! The env file (written atomically: complete once it exists) holds shell-sourceable lines:
 //!
@@ -21,7 +29,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -39,7 +47,22 @@ const IMAGES: &[(&str, &str)] = &[
     ("team/cron", "1.0"),
     ("team/init", "1.0"),
     ("team/sidecar", "1.0"),
+    ("team/agent", "1.0"),
+    ("team/job", "1.0"),
+    // Re-pushed by scenario q (`repush`); no other scenario uses it, so its moving digest
+    // cannot leak into their expectations.
+    ("team/roll", "1.0"),
 ];
+
+/// A command read from stdin.
+#[derive(Debug, PartialEq, Eq)]
+enum Command {
+    Repush {
+        repo: String,
+        tag: String,
+        out: PathBuf,
+    },
+}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -87,18 +110,16 @@ async fn main() -> Result<()> {
     eprintln!("e2e_registry: wrote {}", env_path.display());
 
     // A plain thread reads stdin: tokio's stdin would leave a blocking read that keeps the
-    // runtime from shutting down after a signal.
-    let (eof_tx, mut eof_rx) = mpsc::channel::<()>(1);
+    // runtime from shutting down after a signal. It sends each command line, then `None` at EOF.
+    let (line_tx, mut line_rx) = mpsc::channel::<Option<String>>(16);
     std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        let mut stdin = std::io::stdin().lock();
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => continue,
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if line_tx.blocking_send(Some(line)).is_err() {
+                return;
             }
         }
-        let _ = eof_tx.blocking_send(());
+        let _ = line_tx.blocking_send(None);
     });
 
     let parent = std::os::unix::process::parent_id();
@@ -111,12 +132,22 @@ async fn main() -> Result<()> {
             }
         }
     };
+    tokio::pin!(orphaned);
 
-    tokio::select! {
-        _ = eof_rx.recv() => eprintln!("e2e_registry: stdin closed, stopping"),
-        _ = orphaned => eprintln!("e2e_registry: parent process {parent} exited, stopping"),
-        _ = sigterm.recv() => eprintln!("e2e_registry: SIGTERM, stopping"),
-        _ = sigint.recv() => eprintln!("e2e_registry: SIGINT, stopping"),
+    let mut pushes = 0u32;
+    loop {
+        tokio::select! {
+            line = line_rx.recv() => match line {
+                Some(Some(line)) => {
+                    pushes += 1;
+                    run_command(&registry, &line, pushes).await;
+                }
+                _ => { eprintln!("e2e_registry: stdin closed, stopping"); break; }
+            },
+            _ = &mut orphaned => { eprintln!("e2e_registry: parent process {parent} exited, stopping"); break; }
+            _ = sigterm.recv() => { eprintln!("e2e_registry: SIGTERM, stopping"); break; }
+            _ = sigint.recv() => { eprintln!("e2e_registry: SIGINT, stopping"); break; }
+        }
     }
     if !registry.is_running() {
         eprintln!(
@@ -129,6 +160,54 @@ async fn main() -> Result<()> {
     eprintln!("e2e_registry: registry stopped");
     // Exit right away: the stdin thread may still be blocked in read().
     std::process::exit(0)
+}
+
+/// Runs one stdin command; the `n`th command re-pushes with seed `REPO:TAG#n`, so every
+/// re-push has content (and digests) of its own.
+async fn run_command(registry: &TestRegistry, line: &str, n: u32) {
+    let command = match parse_command(line) {
+        Ok(command) => command,
+        Err(why) => {
+            eprintln!("e2e_registry: {why}");
+            // The last word is meant to be the answer file; tell the waiting script there.
+            if let Some(out) = line.split_whitespace().last().filter(|w| w.contains('/')) {
+                let _ = write_atomically(std::path::Path::new(out), &format!("error: {why}\n"));
+            }
+            return;
+        }
+    };
+    match command {
+        Command::Repush { repo, tag, out } => {
+            let answer = if IMAGES.iter().any(|(r, _)| *r == repo) {
+                let seed = format!("{repo}:{tag}#{n}");
+                let pushed = images::push_multi_arch(registry, &repo, &tag, &seed).await;
+                eprintln!(
+                    "e2e_registry: re-pushed {} -> {}",
+                    pushed.reference, pushed.index_digest
+                );
+                format!("{}\n", pushed.index_digest)
+            } else {
+                eprintln!("e2e_registry: repush: unknown repository {repo}");
+                format!("error: unknown repository {repo}\n")
+            };
+            if let Err(e) = write_atomically(&out, &answer) {
+                eprintln!("e2e_registry: repush: {e:#}");
+            }
+        }
+    }
+}
+
+fn parse_command(line: &str) -> Result<Command, String> {
+    match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["repush", repo, tag, out] => Ok(Command::Repush {
+            repo: repo.to_string(),
+            tag: tag.to_string(),
+            out: PathBuf::from(out),
+        }),
+        _ => Err(format!(
+            "unknown command {line:?} (known: repush REPO TAG OUT_FILE)"
+        )),
+    }
 }
 
 /// `1.0` -> `1_0`, `my-app` -> `my_app`: usable in a shell variable name.

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # A throwaway Kubernetes control plane for pinhook's end-to-end tier:
-# etcd + a real kube-apiserver (v1.20.2, see build-kube-apiserver.sh), both on
-# 127.0.0.1 only. No controller-manager, no scheduler, no kubelet: objects are
-# stored (and go through admission webhooks) but nothing reconciles them.
+# etcd + a real kube-apiserver + a real kube-controller-manager (v1.20.2, see
+# build-kube-apiserver.sh), all on 127.0.0.1 only. The controller manager runs
+# the workload controllers only (deployment, replicaset, statefulset,
+# daemonset, job, cronjob): Deployments get ReplicaSets, those get Pods, and
+# every object a controller writes goes through the admission webhooks like a
+# user's. No scheduler, no kubelet: Pods are stored and stay Pending.
 #
 # Usage:
 #   tests/e2e/cluster.sh start     # build/install if needed, start, wait ready
-#   tests/e2e/cluster.sh stop      # kill both (by recorded PID), keep logs
+#   tests/e2e/cluster.sh stop      # kill all three (by recorded PID), keep logs
 #   tests/e2e/cluster.sh env       # print `export KUBECONFIG=...` lines (eval-able)
 #   tests/e2e/cluster.sh status    # exit 0 when the apiserver answers /readyz
+#                                  # and the controller manager /healthz
 #   tests/e2e/cluster.sh ns NAME [KEY=VALUE...]
 #                                  # create namespace NAME (labelled) + its `default` SA
 #   tests/e2e/cluster.sh cert DIR [DNS-or-IP...]
@@ -16,15 +20,21 @@
 #                                  # 127.0.0.1, localhost + extras) signed by
 #                                  # the e2e CA (DIR/ca.crt) -- for the webhook
 # Or source it and call the e2e_* functions (e2e_start, e2e_stop, e2e_env,
-# e2e_ns, e2e_cert, e2e_ready). Sourcing does not change shell options.
+# e2e_ns, e2e_cert, e2e_ready, e2e_controllers_freeze, e2e_controllers_thaw).
+# Sourcing does not change shell options.
 #
 # Environment:
 #   E2E_WORK            work dir (default /tmp/pinhook-e2e): pki/, logs, PIDs,
 #                       kubeconfig, etcd data
-#   PINHOOK_E2E_CACHE   where build-kube-apiserver.sh caches the binary
+#   PINHOOK_E2E_CACHE   where build-kube-apiserver.sh caches the binaries
 #                       (default /var/cache/pinhook-e2e)
 #   KUBE_APISERVER      use this kube-apiserver binary instead of building one
+#   KUBE_CONTROLLER_MANAGER
+#                       use this kube-controller-manager binary (default: the
+#                       one build-kube-apiserver.sh put beside the apiserver)
 #   E2E_APISERVER_PORT  (6443)  E2E_ETCD_PORT (2379)  E2E_ETCD_PEER_PORT (2380)
+#   E2E_KCM_PORT        (10252) the controller manager's plain-HTTP /healthz,
+#                       on 127.0.0.1 (its HTTPS port is off: --secure-port=0)
 #   E2E_READY_TIMEOUT   seconds to wait for readiness (120)
 #
 # Trap-friendly: `trap 'tests/e2e/cluster.sh stop' EXIT` in a scenario script.
@@ -37,6 +47,7 @@ _e2e_vars() {
   E2E_APISERVER_PORT="${E2E_APISERVER_PORT:-6443}"
   E2E_ETCD_PORT="${E2E_ETCD_PORT:-2379}"
   E2E_ETCD_PEER_PORT="${E2E_ETCD_PEER_PORT:-2380}"
+  E2E_KCM_PORT="${E2E_KCM_PORT:-10252}"
   E2E_READY_TIMEOUT="${E2E_READY_TIMEOUT:-120}"
   E2E_PKI="$E2E_WORK/pki"
   E2E_KUBECONFIG="$E2E_WORK/kubeconfig"
@@ -90,6 +101,17 @@ _e2e_ensure_apiserver() {
     return 1
   }
   [[ -x $KUBE_APISERVER ]]
+}
+
+# After _e2e_ensure_apiserver: build-kube-apiserver.sh builds both binaries into one directory.
+_e2e_ensure_controller_manager() {
+  if [[ -z ${KUBE_CONTROLLER_MANAGER:-} ]]; then
+    KUBE_CONTROLLER_MANAGER="$(dirname "$KUBE_APISERVER")/kube-controller-manager-${KUBE_APISERVER##*/kube-apiserver-}"
+  fi
+  [[ -x $KUBE_CONTROLLER_MANAGER ]] || {
+    _e2e_log "ERROR: kube-controller-manager $KUBE_CONTROLLER_MANAGER is not executable (set KUBE_CONTROLLER_MANAGER)"
+    return 1
+  }
 }
 
 # _e2e_sign_cert OUT_PREFIX CN SANS: key + cert signed by the e2e CA
@@ -163,13 +185,16 @@ _e2e_wait() { # _e2e_wait WHAT TIMEOUT PIDFILE NAME LOG CMD...
   done
 }
 
+_e2e_kcm_healthy() { [[ $(curl -s --max-time 2 "http://127.0.0.1:$E2E_KCM_PORT/healthz") == ok ]]; }
+
 _e2e_etcd_healthy() { [[ $(curl -s --max-time 2 "http://127.0.0.1:$E2E_ETCD_PORT/health") == *'"health":"true"'* ]]; }
 
 e2e_start() {
   _e2e_vars
   local t0
   t0=$(date +%s)
-  if _e2e_pid_alive "$E2E_WORK/kube-apiserver.pid" kube-apiserver && e2e_ready; then
+  if _e2e_pid_alive "$E2E_WORK/kube-apiserver.pid" kube-apiserver && e2e_ready &&
+    _e2e_pid_alive "$E2E_WORK/kube-controller-manager.pid" kube-controller-manager && _e2e_kcm_healthy; then
     _e2e_log "already running (KUBECONFIG=$E2E_KUBECONFIG)"
     return 0
   fi
@@ -177,12 +202,13 @@ e2e_start() {
   command -v kubectl >/dev/null 2>&1 || { _e2e_log "ERROR: kubectl not on PATH"; return 1; }
   _e2e_ensure_etcd || return 1
   _e2e_ensure_apiserver || return 1
+  _e2e_ensure_controller_manager || return 1
   mkdir -p "$E2E_WORK"
   _e2e_pki || { _e2e_log "ERROR: PKI generation failed"; return 1; }
   _e2e_write_kubeconfig || { _e2e_log "ERROR: writing kubeconfig failed"; return 1; }
 
   local p
-  for p in "$E2E_ETCD_PORT" "$E2E_ETCD_PEER_PORT" "$E2E_APISERVER_PORT"; do
+  for p in "$E2E_ETCD_PORT" "$E2E_ETCD_PEER_PORT" "$E2E_APISERVER_PORT" "$E2E_KCM_PORT"; do
     if _e2e_port_busy "$p"; then
       _e2e_log "ERROR: port $p on this host is already in use:"
       ss -Htlnp "sport = :$p" >&2
@@ -236,6 +262,27 @@ e2e_start() {
   echo $! >"$E2E_WORK/kube-apiserver.pid"
   _e2e_wait kube-apiserver "$E2E_READY_TIMEOUT" "$E2E_WORK/kube-apiserver.pid" kube-apiserver \
     "$E2E_WORK/kube-apiserver.log" e2e_ready || return 1
+
+  # --- kube-controller-manager ---
+  # Only the controllers that make Pods out of workloads. No leader election (one instance,
+  # and no Lease to wait for), no HTTPS serving (no serving cert, no delegated authn/authz
+  # lookups); the deprecated plain-HTTP port on 127.0.0.1 serves /healthz. The admin
+  # kubeconfig and --use-service-account-credentials=false: one identity for all controllers,
+  # no per-controller ServiceAccount tokens (the tokens controller does not run).
+  _e2e_log "starting kube-controller-manager $("$KUBE_CONTROLLER_MANAGER" --version | awk '{print $2}') (healthz http://127.0.0.1:$E2E_KCM_PORT/healthz, log: $E2E_WORK/kube-controller-manager.log)"
+  "${noproxy[@]}" "$KUBE_CONTROLLER_MANAGER" \
+    --kubeconfig="$E2E_KUBECONFIG" \
+    --controllers=deployment,replicaset,statefulset,daemonset,job,cronjob \
+    --leader-elect=false \
+    --secure-port=0 \
+    --address=127.0.0.1 \
+    --port="$E2E_KCM_PORT" \
+    --use-service-account-credentials=false \
+    --v=2 \
+    </dev/null >"$E2E_WORK/kube-controller-manager.log" 2>&1 &
+  echo $! >"$E2E_WORK/kube-controller-manager.pid"
+  _e2e_wait kube-controller-manager "$E2E_READY_TIMEOUT" "$E2E_WORK/kube-controller-manager.pid" kube-controller-manager \
+    "$E2E_WORK/kube-controller-manager.log" _e2e_kcm_healthy || return 1
   _e2e_log "ready in $(($(date +%s) - t0))s; export KUBECONFIG=$E2E_KUBECONFIG"
 }
 
@@ -244,6 +291,7 @@ _e2e_kill() { # _e2e_kill NAME
   if _e2e_pid_alive "$pidfile" "$name"; then
     pid=$(<"$pidfile")
     kill -TERM "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true # in case it was frozen (e2e_controllers_freeze)
     for _ in $(seq 1 50); do
       [[ -d /proc/$pid ]] || break
       sleep 0.2
@@ -259,9 +307,20 @@ _e2e_kill() { # _e2e_kill NAME
 
 e2e_stop() {
   _e2e_vars
+  _e2e_kill kube-controller-manager
   _e2e_kill kube-apiserver
   _e2e_kill etcd
   return 0
+}
+
+# e2e_controllers_freeze / e2e_controllers_thaw: SIGSTOP / SIGCONT the controller manager, for a
+# scenario about objects that no controller may touch meanwhile. Its watches resume (or re-list)
+# on thaw, and it then catches up with what happened.
+e2e_controllers_freeze() { _e2e_vars; _e2e_signal kube-controller-manager STOP; }
+e2e_controllers_thaw() { _e2e_vars; _e2e_signal kube-controller-manager CONT; }
+_e2e_signal() { # _e2e_signal NAME SIGNAL: signal the recorded PID of NAME
+  _e2e_pid_alive "$E2E_WORK/$1.pid" "$1" || { _e2e_log "ERROR: $1 is not running"; return 1; }
+  kill "-$2" "$(<"$E2E_WORK/$1.pid")"
 }
 
 e2e_env() {
@@ -274,8 +333,8 @@ e2e_env() {
 }
 
 # e2e_ns NAME [KEY=VALUE...]: namespace, with these labels from its creation on
-# (e.g. pinhook.dev/mode=audit), + `default` ServiceAccount (no controller-manager
-# creates it; the ServiceAccount admission plugin rejects pods without it)
+# (e.g. pinhook.dev/mode=audit), + `default` ServiceAccount (the serviceaccount
+# controller does not run; the ServiceAccount admission plugin rejects pods without it)
 e2e_ns() {
   _e2e_vars
   local ns=$1 labels="" kv
@@ -321,7 +380,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     start) e2e_start ;;
     stop) e2e_stop ;;
     env) e2e_env ;;
-    status) if e2e_ready; then echo ready; else echo "not ready"; exit 1; fi ;;
+    status) if e2e_ready && _e2e_kcm_healthy; then echo ready; else echo "not ready"; exit 1; fi ;;
     ns) [[ -n ${2:-} ]] || { echo "usage: $0 ns NAME [KEY=VALUE...]" >&2; exit 2; }; e2e_ns "${@:2}" ;;
     cert) [[ -n ${2:-} ]] || { echo "usage: $0 cert DIR [SAN...]" >&2; exit 2; }; e2e_cert "${@:2}" ;;
     *) echo "usage: $0 start|stop|env|status|ns NAME [KEY=VALUE...]|cert DIR [SAN...]" >&2; exit 2 ;;
