@@ -88,6 +88,10 @@ pub struct Config {
     /// How registries are reached, before the policy's `registries.hosts` are applied.
     pub registry: RegistryConfig,
     pub cache: CacheConfig,
+    /// How long the Pods of one owner revision keep the digest the first of them got.
+    pub owner_revision_ttl: Duration,
+    /// How long a namespace's mode label is cached.
+    pub namespace_label_ttl: Duration,
     /// Where pull secrets, namespace labels and dry-run callers are checked.
     pub kube: KubeAccess,
     /// Node-level docker `config.json`, tried after the pod's own credentials.
@@ -178,7 +182,6 @@ pub async fn build(config: Config) -> Result<App, AppError> {
     // same policy).
     let oci = Arc::new(oci.with_policy(handle.clone()));
     let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(oci.clone(), handle.clone()));
-    let owner_ttl = config.cache.hit_ttl;
     let cache = Arc::new(CachingResolver::new(guarded, config.cache, metrics.clone()));
     let client = kube_client(config.kube).await?;
     let node = node_keyring(config.docker_config.as_deref())?;
@@ -197,7 +200,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         None => Arc::new(NodeOnly { node }),
     });
     let namespaces = namespaces.unwrap_or_else(|| match client {
-        Some(client) => Arc::new(KubeNamespaces::new(client)),
+        Some(client) => Arc::new(KubeNamespaces::with_ttl(client, config.namespace_label_ttl)),
         None => Arc::new(NoNamespaces),
     });
     let pinner = Pinner::new(PinnerParts {
@@ -206,7 +209,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         resolver: cache.clone(),
         secrets,
         namespaces,
-        owner_ttl,
+        owner_ttl: config.owner_revision_ttl,
     });
     let watcher = match config.policy {
         PolicySource::File(path) => Some(PolicyWatcher {
@@ -438,6 +441,8 @@ mod tests {
                 ..RegistryConfig::default()
             },
             cache: CacheConfig::default(),
+            owner_revision_ttl: Duration::from_secs(60),
+            namespace_label_ttl: Duration::from_secs(30),
             kube: KubeAccess::Disabled,
             docker_config: None,
             shutdown_delay: Duration::ZERO,

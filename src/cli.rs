@@ -225,6 +225,12 @@ struct CacheArgs {
     /// Most concurrent calls to one registry.
     #[arg(long, env = "PINHOOK_REGISTRY_CONCURRENCY", default_value_t = 16)]
     registry_concurrency: usize,
+    /// Seconds the Pods of one owner revision keep the digest the first one got.
+    #[arg(long, env = "PINHOOK_OWNER_REVISION_TTL", default_value_t = 86_400)]
+    owner_revision_ttl: u64,
+    /// Seconds a namespace's pinhook.dev/mode label is cached.
+    #[arg(long, env = "PINHOOK_NAMESPACE_CACHE_TTL", default_value_t = 30)]
+    namespace_cache_ttl: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -274,6 +280,8 @@ impl ServeArgs {
             policy,
             registry: self.registry.to_config()?,
             cache: self.cache.to_config(),
+            owner_revision_ttl: Duration::from_secs(self.cache.owner_revision_ttl),
+            namespace_label_ttl: Duration::from_secs(self.cache.namespace_cache_ttl),
             kube,
             docker_config: self.docker_config,
             shutdown_delay: Duration::from_secs(self.shutdown_delay),
@@ -523,6 +531,8 @@ mod tests {
         assert_eq!(config.cache.max_stale, Duration::from_secs(86_400));
         assert_eq!(config.cache.max_entries, 10_000);
         assert_eq!(config.cache.per_registry_concurrency, 16);
+        assert_eq!(config.owner_revision_ttl, Duration::from_secs(86_400));
+        assert_eq!(config.namespace_label_ttl, Duration::from_secs(30));
         assert!(matches!(config.kube, KubeAccess::Infer));
         assert_eq!(config.docker_config, None);
         assert_eq!(config.shutdown_delay, Duration::from_secs(5));
@@ -548,6 +558,8 @@ mod tests {
             "--cache-max-stale=3",
             "--cache-max-entries=4",
             "--registry-concurrency=5",
+            "--owner-revision-ttl=6",
+            "--namespace-cache-ttl=7",
             "--kubeconfig=kube.yaml",
             "--docker-config=docker.json",
             "--shutdown-delay=0",
@@ -571,6 +583,8 @@ mod tests {
         assert_eq!(config.cache.max_stale, Duration::from_secs(3));
         assert_eq!(config.cache.max_entries, 4);
         assert_eq!(config.cache.per_registry_concurrency, 5);
+        assert_eq!(config.owner_revision_ttl, Duration::from_secs(6));
+        assert_eq!(config.namespace_label_ttl, Duration::from_secs(7));
         assert!(matches!(&config.kube, KubeAccess::Kubeconfig(p) if p == Path::new("kube.yaml")));
         assert_eq!(config.docker_config, Some(PathBuf::from("docker.json")));
         assert_eq!(config.shutdown_delay, Duration::ZERO);
@@ -612,6 +626,8 @@ mod tests {
             ("PINHOOK_FORM", "digest"),
             ("PINHOOK_INSECURE_REGISTRY", "x.example,y.example"),
             ("PINHOOK_CACHE_TTL", "7"),
+            ("PINHOOK_OWNER_REVISION_TTL", "8"),
+            ("PINHOOK_NAMESPACE_CACHE_TTL", "3"),
             ("PINHOOK_SHUTDOWN_DELAY", "9"),
             ("PINHOOK_CHECK_OUTPUT", "yaml"),
             ("PINHOOK_CHECK_NAMESPACE", "team"),
@@ -651,6 +667,8 @@ mod tests {
             ["x.example", "y.example"].map(String::from).into()
         );
         assert_eq!(config.cache.hit_ttl, Duration::from_secs(7));
+        assert_eq!(config.owner_revision_ttl, Duration::from_secs(8));
+        assert_eq!(config.namespace_label_ttl, Duration::from_secs(3));
         assert_eq!(config.shutdown_delay, Duration::from_secs(9));
 
         let Command::Serve(args) = serve_flag.expect("serve parses").command else {

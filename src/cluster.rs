@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 
 /// How long a namespace's labels answer before they are read again.
-const NAMESPACE_TTL: Duration = Duration::from_secs(30);
+pub const NAMESPACE_TTL: Duration = Duration::from_secs(30);
 
 /// Source of namespace labels.
 #[async_trait]
@@ -43,11 +43,16 @@ impl NamespaceLabels for NoNamespaces {
 
 impl KubeNamespaces {
     pub fn new(client: kube::Client) -> KubeNamespaces {
+        Self::with_ttl(client, NAMESPACE_TTL)
+    }
+
+    /// Labels are read again once they are `ttl` old (`--namespace-cache-ttl`).
+    pub fn with_ttl(client: kube::Client, ttl: Duration) -> KubeNamespaces {
         KubeNamespaces {
             client,
             cache: moka::future::Cache::builder()
                 .max_capacity(10_000)
-                .time_to_live(NAMESPACE_TTL)
+                .time_to_live(ttl)
                 .build(),
         }
     }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::plan::{self, Object, Plan, Resolutions};
 use crate::cluster::NamespaceLabels;
+use crate::owners;
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle, MODE_LABEL};
 use crate::reference::{Digest, Reference};
 use crate::registry::keyring::Keyring;
@@ -57,7 +58,9 @@ pub struct Pinner {
     dry_run_resolver: Arc<dyn Resolver>,
     secrets: Arc<dyn PullSecrets>,
     namespaces: Arc<dyn NamespaceLabels>,
-    /// `target: pods`: the digest each owner revision got, so all its pods run the same bytes.
+    /// The digest each owner revision got (a ReplicaSet's `pod-template-hash`, a StatefulSet's
+    /// `controller-revision-hash`), so all the Pods of one revision run the same bytes even
+    /// when the tag moves between their creations.
     owners: moka::sync::Cache<(String, String), Digest>,
 }
 
@@ -68,7 +71,7 @@ pub struct PinnerParts {
     pub dry_run_resolver: Arc<dyn Resolver>,
     pub secrets: Arc<dyn PullSecrets>,
     pub namespaces: Arc<dyn NamespaceLabels>,
-    /// How long an owner revision keeps its digests (the cache's hit TTL).
+    /// How long an owner revision keeps its digests (`--owner-revision-ttl`).
     pub owner_ttl: Duration,
 }
 
@@ -241,7 +244,12 @@ impl Pinner {
         keyring: &Keyring,
         deadline: Instant,
     ) -> Resolutions {
-        let owner = owner_revision(target);
+        // Pods only: a template's digests are written into the template, which is the memo.
+        let owner = target
+            .view()
+            .is_pod()
+            .then(|| owners::owner_revision(target.object))
+            .flatten();
         let calls = wanted.iter().map(|reference| {
             let owner = owner.clone();
             async move {
@@ -313,27 +321,6 @@ impl Pinner {
             age: Duration::ZERO,
         })
     }
-}
-
-/// For a pod made by a controller: its owner's uid and revision hash (`pod-template-hash`,
-/// `controller-revision-hash`), so every pod of one revision gets the same digest.
-fn owner_revision(target: &Target<'_>) -> Option<String> {
-    if !target.view().is_pod() {
-        return None;
-    }
-    let metadata = target.object.get("metadata")?;
-    let owner = metadata
-        .get("ownerReferences")?
-        .as_array()?
-        .iter()
-        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?;
-    let uid = owner.get("uid")?.as_str()?;
-    let labels = metadata.get("labels");
-    let revision = ["pod-template-hash", "controller-revision-hash"]
-        .iter()
-        .find_map(|l| labels?.get(*l)?.as_str())
-        .unwrap_or("");
-    Some(format!("{uid}/{revision}"))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use crate::error::error_chain;
+use crate::owners;
 use crate::policy::{mirrors, CompiledPolicy, FailureAction, Mode, PinTarget, ResolveMode};
 use crate::reference::{Digest, Reference};
 use crate::registry::{RegistryError, Resolution, ResolutionSource};
@@ -122,7 +123,8 @@ pub struct Validation<'a> {
 }
 
 enum Stage {
-    /// The namespace is exempt: the empty plan (`Plan::default()`).
+    /// The namespace is exempt, or the object is left to its controller: the empty plan
+    /// (`Plan::default()`).
     Exempt,
     /// Nothing to look at: mode off, a template under `target: pods`, `resolve: Never`, or a
     /// kind that bears no pods.
@@ -185,6 +187,34 @@ impl Object<'_> {
     fn is_skipped_template(&self, policy: &CompiledPolicy) -> bool {
         policy.policy.target == PinTarget::Pods && !self.is_pod()
     }
+
+    /// A pod-bearing object that its controller compares with its own template (a
+    /// Deployment's ReplicaSet): never patched, never denied (see [`owners`]).
+    pub fn is_left_to_controller(&self, policy: &CompiledPolicy) -> bool {
+        policy
+            .kinds
+            .pod_spec_pointer(self.group, self.kind)
+            .is_some()
+            && owners::left_to_controller(self.group, self.kind, self.object).is_some()
+    }
+
+    /// An UPDATE that changes a workload's pod template: a rollout happens anyway, so every
+    /// image of the new template is pinned, not only the ones the update changed.
+    fn changes_template(&self, policy: &CompiledPolicy) -> bool {
+        workload::template_changed(
+            &policy.kinds,
+            self.group,
+            self.kind,
+            self.object,
+            self.old_object,
+        )
+    }
+
+    /// Nothing about it depends on the namespace: an exempt namespace, or an object left to
+    /// its controller.
+    fn is_passed_over(&self, policy: &CompiledPolicy) -> bool {
+        policy.is_exempt_namespace(self.namespace) || self.is_left_to_controller(policy)
+    }
 }
 
 // === impl Mutation ===
@@ -193,13 +223,13 @@ impl<'a> Mutation<'a> {
     /// False when the policy exempts the namespace: the mode is then ignored, so the I/O half
     /// need not read the namespace's label.
     pub fn reads_mode(&self) -> bool {
-        !self.policy.is_exempt_namespace(self.object.namespace)
+        !self.object.is_passed_over(self.policy)
     }
 
     /// Applies the mode and sorts every site by what it needs.
     pub fn triage(self, mode: Mode) -> Result<Triaged<'a>, WorkloadError> {
         let Mutation { policy, object } = self;
-        let stage = if policy.is_exempt_namespace(object.namespace) {
+        let stage = if object.is_passed_over(policy) {
             Stage::Exempt
         } else if mode == Mode::Off
             || object.is_skipped_template(policy)
@@ -207,8 +237,17 @@ impl<'a> Mutation<'a> {
         {
             Stage::Skip
         } else {
+            let whole_template = object.changes_template(policy);
             match object.sites(policy)? {
-                Some(sites) => Stage::Judge(sites.into_iter().map(|s| triage(policy, s)).collect()),
+                Some(sites) => Stage::Judge(
+                    sites
+                        .into_iter()
+                        .map(|mut site| {
+                            site.is_new |= whole_template;
+                            triage(policy, site)
+                        })
+                        .collect(),
+                ),
                 None => Stage::Skip,
             }
         };
@@ -264,7 +303,7 @@ impl Validation<'_> {
     /// False when nothing depends on the mode: an exempt namespace and no mirror
     /// configuration (the mirror guard ignores exemptions).
     pub fn reads_mode(&self) -> bool {
-        self.mirrors.is_some() || !self.policy.is_exempt_namespace(self.object.namespace)
+        self.mirrors.is_some() || !self.object.is_passed_over(self.policy)
     }
 
     /// Checks without any registry call that every image new in this request is pinned: what
@@ -278,7 +317,7 @@ impl Validation<'_> {
         if let Some(messages) = mirrors {
             return Ok(mirror_plan(mode, messages, warnings));
         }
-        if policy.is_exempt_namespace(object.namespace) {
+        if object.is_passed_over(policy) {
             return Ok(Plan::default());
         }
         if mode == Mode::Off || object.is_skipped_template(policy) {

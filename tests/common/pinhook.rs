@@ -100,6 +100,8 @@ impl TestPinhook {
             policy: PolicySource::Fixed(policy),
             registry: registry_config(registry),
             cache: options.cache,
+            owner_revision_ttl: Duration::from_secs(86_400),
+            namespace_label_ttl: pinhook::cluster::NAMESPACE_TTL,
             kube: KubeAccess::Disabled,
             docker_config: None,
             shutdown_delay: Duration::ZERO,

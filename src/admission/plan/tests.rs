@@ -879,3 +879,89 @@ fn what_counts_as_a_pod(#[case] group: &str, #[case] kind: &str, #[case] is_pod:
 fn short_digests_keep_twelve_hex_characters() {
     assert_eq!(short(&digest('a')), "sha256:aaaaaaaaaaaa");
 }
+
+#[test]
+fn a_template_change_pins_every_image_of_the_template_and_validate_judges_only_changes() {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    let db = "registry.example/team/db:1.0";
+    let old = deployment(&[TAG, db]);
+    let mut new = old.clone();
+    new["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "FOO", "value": "bar"}]);
+    let (tags, plan) = mutate(
+        &policy,
+        Mode::Enforce,
+        object(Kind::Deployment, &new, Some(&old)),
+        Answer::Found,
+    );
+    assert_eq!(tags, [TAG, db], "a rollout happens anyway: pin all of it");
+    assert!(
+        plan.outcomes.iter().all(|o| o.action == Action::Pinned),
+        "{plan:?}"
+    );
+
+    // /validate still judges only what the update changed (nothing): an old unpinned template
+    // whose mutation was skipped (`resolve: Never`) can still be edited.
+    let checked = validation(
+        &plain_policy(ResolveMode::Never),
+        object(Kind::Deployment, &new, Some(&old)),
+    )
+    .finish(Mode::Enforce, Vec::new())
+    .expect("readable");
+    assert_eq!(checked.denials().count(), 0, "{checked:?}");
+
+    // The same template with another replica count: nothing to pin.
+    let mut scaled = old.clone();
+    scaled["spec"]["replicas"] = json!(9);
+    let (tags, plan) = mutate(
+        &policy,
+        Mode::Enforce,
+        object(Kind::Deployment, &scaled, Some(&old)),
+        Answer::Found,
+    );
+    assert!(tags.is_empty(), "{tags:?}");
+    assert!(plan.outcomes.iter().all(|o| o.action == Action::Unchanged));
+}
+
+#[rstest]
+fn a_child_left_to_its_controller_is_neither_read_nor_judged(
+    #[values(Mode::Enforce, Mode::Audit)] mode: Mode,
+    #[values(ResolveMode::IfNotPresent, ResolveMode::Always, ResolveMode::Never)]
+    resolve: ResolveMode,
+) {
+    let policy = plain_policy(resolve);
+    let mut replicaset = deployment(&[TAG, "::not-a-reference"]);
+    replicaset["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u1", "controller": true
+    }]);
+    let view = Object {
+        kind: "ReplicaSet",
+        ..object(Kind::Deployment, &replicaset, None)
+    };
+    let check = mutation(&policy, view);
+    assert!(!check.reads_mode());
+    let (tags, plan) = mutate(&policy, mode, view, Answer::Found);
+    assert!(tags.is_empty(), "no registry call: {tags:?}");
+    assert!(
+        plan.outcomes.is_empty() && plan.denial_message().is_none(),
+        "{plan:?}"
+    );
+    let check = validation(&policy, view);
+    assert!(!check.reads_mode());
+    let checked = check.finish(mode, Vec::new()).expect("readable");
+    assert!(
+        checked.outcomes.is_empty() && checked.denial_message().is_none(),
+        "{checked:?}"
+    );
+
+    // The same object without a controller is judged: the invalid reference is refused.
+    replicaset["metadata"]["ownerReferences"][0]["controller"] = json!(false);
+    let view = Object {
+        kind: "ReplicaSet",
+        ..object(Kind::Deployment, &replicaset, None)
+    };
+    let checked = validation(&policy, view)
+        .finish(Mode::Enforce, Vec::new())
+        .expect("readable");
+    assert!(checked.denial_message().is_some(), "{checked:?}");
+}

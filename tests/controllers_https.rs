@@ -1,0 +1,145 @@
+//! Never fight the controllers (issue 9), over HTTPS against a real registry, with reviews the
+//! apiserver sent for objects that kube-controller-manager made: a Deployment's ReplicaSet is
+//! left exactly as the controller wrote it (no patch, no denial, no registry call), its Pods are
+//! pinned, and a change to a workload's template pins the whole template. The e2e tier proves
+//! the same with the controllers running (scenarios m–r).
+
+mod common;
+
+use common::images::{self, PushedIndex};
+use common::pinhook::{apply_response, response_patch, review_fixture, TestPinhook};
+use common::registry::{RegistryAuth, TestRegistry};
+use serde_json::{json, Value};
+
+const REPLICASET: &str = "v1.20/replicaset-create-by-deployment-mutate.json";
+const REPLICASET_VALIDATE: &str = "v1.20/replicaset-create-by-deployment-validate.json";
+const POD: &str = "v1.20/pod-create-by-replicaset-mutate.json";
+const DEPLOYMENT_SET_IMAGE: &str = "v1.26/deployment-update-set-image-mutate.json";
+
+/// `team/init:1.0`, `team/app:1.0` and `team/app:2.0`.
+async fn registry() -> (TestRegistry, [PushedIndex; 3]) {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let init = images::push_multi_arch(&registry, "team/init", "1.0", "init").await;
+    let app = images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    let app2 = images::push_multi_arch(&registry, "team/app", "2.0", "app2").await;
+    (registry, [init, app, app2])
+}
+
+fn template_images(object: &Value) -> (Value, Value) {
+    let spec = &object["spec"]["template"]["spec"];
+    (
+        spec["initContainers"][0]["image"].clone(),
+        spec["containers"][0]["image"].clone(),
+    )
+}
+
+#[tokio::test]
+async fn a_deployments_replicaset_is_left_as_written_and_its_pods_are_pinned() {
+    let (registry, [init, app, _]) = registry().await;
+    let pinhook = TestPinhook::start(&registry).await;
+
+    let replicaset = review_fixture(REPLICASET, &registry);
+    let body = pinhook.mutate(&replicaset).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(
+        response_patch(&body),
+        None,
+        "a pinned ReplicaSet loops the Deployment controller"
+    );
+    assert_eq!(body["response"]["warnings"], Value::Null, "{body}");
+    let validated = pinhook
+        .validate(&review_fixture(REPLICASET_VALIDATE, &registry))
+        .await;
+    assert_eq!(
+        validated["response"]["allowed"], true,
+        "a denied ReplicaSet stalls the rollout: {validated}"
+    );
+    assert_eq!(registry.manifest_heads("team/app", "1.0").await, 0);
+    assert_eq!(registry.manifest_heads("team/init", "1.0").await, 0);
+
+    let pod = review_fixture(POD, &registry);
+    let body = pinhook.mutate(&pod).await;
+    let object = apply_response(&pod, &body);
+    assert_eq!(
+        object["spec"]["initContainers"][0]["image"],
+        init.pinned_with_tag()
+    );
+    assert_eq!(
+        object["spec"]["containers"][0]["image"],
+        app.pinned_with_tag()
+    );
+}
+
+#[tokio::test]
+async fn a_replicaset_without_a_controller_is_pinned_like_any_workload() {
+    let (registry, [init, app, _]) = registry().await;
+    let pinhook = TestPinhook::start(&registry).await;
+    let mut replicaset = review_fixture(REPLICASET, &registry);
+    // Still owned, but not by a controller: nobody compares it with a template.
+    replicaset["request"]["object"]["metadata"]["ownerReferences"][0]["controller"] = json!(false);
+
+    let body = pinhook.mutate(&replicaset).await;
+
+    let object = apply_response(&replicaset, &body);
+    assert_eq!(
+        template_images(&object),
+        (json!(init.pinned_with_tag()), json!(app.pinned_with_tag()))
+    );
+}
+
+#[tokio::test]
+async fn a_template_change_pins_the_whole_template_and_a_scale_pins_nothing() {
+    let (registry, [init, app, app2]) = registry().await;
+    let pinhook = TestPinhook::start(&registry).await;
+
+    // kubectl set image app=…:2.0 on a Deployment whose init container was never pinned.
+    let set_image = review_fixture(DEPLOYMENT_SET_IMAGE, &registry);
+    let body = pinhook.mutate(&set_image).await;
+    assert_eq!(
+        template_images(&apply_response(&set_image, &body)),
+        (json!(init.pinned_with_tag()), json!(app2.pinned_with_tag())),
+        "the unchanged init container is pinned too: the rollout happens anyway"
+    );
+
+    // kubectl set env: no image changes, the template does.
+    let mut set_env = set_image.clone();
+    let old_template = set_env["request"]["oldObject"]["spec"]["template"].clone();
+    set_env["request"]["object"]["spec"]["template"] = old_template.clone();
+    set_env["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "FOO", "value": "bar"}]);
+    let body = pinhook.mutate(&set_env).await;
+    assert_eq!(
+        template_images(&apply_response(&set_env, &body)),
+        (json!(init.pinned_with_tag()), json!(app.pinned_with_tag()))
+    );
+
+    // kubectl scale: the template is as it was, so nothing is pinned and nothing rolls out.
+    let mut scale = set_image.clone();
+    scale["request"]["object"]["spec"]["template"] = old_template;
+    scale["request"]["object"]["spec"]["replicas"] = json!(5);
+    let body = pinhook.mutate(&scale).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(response_patch(&body), None);
+}
+
+#[tokio::test]
+async fn a_job_made_by_a_cronjob_is_pinned() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let job_image = images::push_multi_arch(&registry, "team/job", "1.0", "job").await;
+    let pinhook = TestPinhook::start(&registry).await;
+    let mut job = review_fixture("v1.20/job-create-mutate.json", &registry);
+    // As the CronJob controller and `kubectl create job --from=cronjob/…` write it.
+    job["request"]["object"]["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "batch/v1beta1", "kind": "CronJob", "name": "nightly",
+        "uid": "3c2a4f0e-0000-4000-8000-000000000001", "controller": true,
+        "blockOwnerDeletion": true
+    }]);
+
+    let body = pinhook.mutate(&job).await;
+
+    let object = apply_response(&job, &body);
+    assert_eq!(
+        object["spec"]["template"]["spec"]["containers"][0]["image"],
+        job_image.pinned_with_tag()
+    );
+}
