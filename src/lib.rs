@@ -1,9 +1,24 @@
 //! pinhook: a Kubernetes admission webhook that pins every container image to its digest.
 //!
-//! Layers, from pure to I/O: [`reference`] (image grammar) and [`workload`] (where images live,
-//! JSON Patch) know nothing of the network; [`registry`] resolves tags to digests behind the
-//! [`registry::Resolver`] trait; [`admission`] turns AdmissionReviews into decisions over the
-//! shared pipeline; [`server`] owns sockets, TLS, health and metrics.
+//! Layers, from pure to I/O (pure modules never touch the network, a clock or a client):
+//!
+//! - [`reference`]: image reference grammar and normalisation, pinned rendering (pure).
+//! - [`workload`]: where images live in each pod-bearing kind, template changes, JSON Patch (pure).
+//! - [`owners`]: controller ownerReferences and which children pinhook leaves to them (pure).
+//! - [`policy`]: the policy file, modes, exemptions, host rules, the mirror guard (pure).
+//! - [`documents`]: reading manifests (multi-document YAML, JSON, lists) for dry runs (pure).
+//! - [`error`]: the one-line error chain printer.
+//! - [`registry`]: tag → digest behind the [`registry::Resolver`] trait: client, cache, keyring,
+//!   credentials, pull secrets, the address guard.
+//! - [`cluster`]: namespace labels and dry-run callers through the Kubernetes API.
+//! - [`admission`]: AdmissionReview wire types, the pure decision core, the I/O pipeline,
+//!   `/mutate`, `/validate` and the dry run.
+//! - [`metrics`]: every Prometheus metric pinhook exports.
+//! - [`server`]: HTTPS (axum + rustls), routes, certificate and policy reloads, health, shutdown.
+//! - [`app`]: the composition root, one `build(Config)` for `pinhook serve` and the tests.
+//! - [`cli`]: clap types, a `PINHOOK_*` variable for every flag, flags → each layer's settings.
+//! - [`check`]: `pinhook check`, locally or against a cluster's `/v1/dry-run`.
+//! - [`certs`]: `pinhook certs`, a CA and serving certificate for the webhook Service.
 
 #![forbid(unsafe_code)]
 

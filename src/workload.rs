@@ -129,7 +129,7 @@ impl ImageSite {
 // === impl PodSpecKinds ===
 
 impl PodSpecKinds {
-    /// The built-in kinds of DEVELOPERS.md / facts §3.
+    /// The built-in kinds (`docs/kubernetes-and-registry-facts.md` §3).
     pub fn builtin() -> Self {
         let empty = PodSpecKinds {
             entries: Vec::new(),

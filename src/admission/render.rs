@@ -1,8 +1,8 @@
 //! Turning a [`Plan`] into an AdmissionResponse: deny, patch, warnings, audit annotations.
 //!
-//! Warnings follow the apiserver's rules (facts §1): at most 120 characters each, no control
-//! characters (a warning with a newline is silently dropped), no duplicates, and pinhook's
-//! share of the request's 4096-rune budget kept well below it.
+//! Warnings follow the apiserver's rules (`docs/kubernetes-and-registry-facts.md` §1): at most
+//! 120 characters each, no control characters (a warning with a newline is silently dropped),
+//! no duplicates, and pinhook's share of the request's 4096-rune budget kept well below it.
 
 use std::collections::BTreeMap;
 

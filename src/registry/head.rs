@@ -3,8 +3,8 @@
 //!
 //! Why not oci-client's `fetch_manifest_digest`: it trusts a `Docker-Content-Digest` without a
 //! `Content-Length` (containerd treats such an answer as incomplete and GETs the manifest,
-//! facts §5), and it answers every 401 or 404 with a second request, a manifest GET, which
-//! is what Docker Hub counts as a pull. Here one warm resolution is one HEAD: no `/v2/` ping,
+//! `docs/kubernetes-and-registry-facts.md` §5), and it answers every 401 or 404 with a second
+//! request, a manifest GET, which is what Docker Hub counts as a pull. Here one warm resolution is one HEAD: no `/v2/` ping,
 //! no GET unless the HEAD lacks what pinning needs; a cold one under token auth is HEAD (401),
 //! the token request to the challenge's realm, HEAD.
 
@@ -18,7 +18,8 @@ use super::RegistryError;
 use crate::reference::Reference;
 
 /// Every manifest type pinhook can pin, index and list types first: without them a registry
-/// may answer a multi-arch tag with one platform's manifest (facts §5).
+/// may answer a multi-arch tag with one platform's manifest
+/// (`docs/kubernetes-and-registry-facts.md` §5).
 pub(super) const MANIFEST_TYPES: &[&str] = &[
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
