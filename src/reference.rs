@@ -422,6 +422,19 @@ fn split_docker_domain(name: &str) -> (&str, String) {
     }
 }
 
+/// Whether `domain` is a registry host by the reference grammar (`host[:port]`, a bracketed
+/// IPv6 literal allowed): containers/image checks `unqualified-search-registries` entries and
+/// short-name aliases against it.
+pub(crate) fn is_valid_domain(domain: &str) -> bool {
+    validate_domain(domain).is_ok()
+}
+
+/// Whether `path` is a repository path by the reference grammar (lowercase components joined
+/// by `/`, at most 255 characters).
+pub(crate) fn is_valid_path(path: &str) -> bool {
+    validate_path(path).is_ok()
+}
+
 /// `domain := host [":" port]`, host a DNS-like name or a bracketed IPv6 literal.
 ///
 /// One deliberate difference from Go: a first component such as `my_reg.io` (has a '.', so it

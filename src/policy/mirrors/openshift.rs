@@ -1,44 +1,72 @@
-//! OpenShift mirror kinds: ImageTagMirrorSet and ImageContentPolicy entries as tag mirrors.
+//! OpenShift mirror kinds: ImageTagMirrorSet, ImageContentPolicy and ImageDigestMirrorSet
+//! entries (`{source, mirrors[]}`), judged as runtime-utils renders them into registries.conf
+//! for Linux nodes (openshift/runtime-utils `pkg/registries/registries.go`).
+//!
+//! Owns: reading `spec.<list>[]` (wrong JSON types are [`MirrorError::Malformed`]) and the
+//! Linux verdicts. An ImageTagMirrorSet mirror becomes `pull-from-mirror = "tag-only"`, so every
+//! mirror answers tag pulls for its source, except a mirror equal to the source: that is the
+//! source itself, and `rdmContainsARealMirror` drops an entry whose only mirrors repeat it. An
+//! ImageContentPolicy entry with `allowMirrorByTags: true` makes its mirrors tag mirrors.
+//! ImageDigestMirrorSet mirrors become `digest-only`, and `NeverContactSource` only blocks the
+//! source, so Linux nodes see no tag mirror; with `windowsNodes` both set kinds also go through
+//! `windows.rs`.
 
 use serde_json::{Map, Value};
 
-use super::{malformed, trim_slash, MirrorError, MirrorPolicy, MirrorViolation, RISK};
+use super::{malformed, trim_slash, windows, Judge, MirrorError, RISK};
 
 /// One `{source, mirrors}` entry of an OpenShift mirror list.
-struct MirrorEntry<'a> {
+pub(super) struct MirrorEntry<'a> {
     /// JSON path of the entry, e.g. `spec.imageTagMirrors[0]`.
-    path: String,
-    fields: &'a Map<String, Value>,
-    source: &'a str,
-    mirrors: Vec<&'a str>,
+    pub(super) path: String,
+    pub(super) fields: &'a Map<String, Value>,
+    pub(super) source: &'a str,
+    pub(super) mirrors: Vec<&'a str>,
 }
 
 pub(super) fn image_tag_mirror_set(
-    policy: &MirrorPolicy,
     object: &Value,
-) -> Result<Vec<MirrorViolation>, MirrorError> {
+    judge: &mut Judge<'_>,
+) -> Result<(), MirrorError> {
     const KIND: &str = "ImageTagMirrorSet";
-    let mut found = Vec::new();
-    for entry in mirror_entries(KIND, object, "imageTagMirrors")? {
+    let entries = mirror_entries(KIND, object, "imageTagMirrors")?;
+    for entry in &entries {
         for (j, mirror) in entry.mirrors.iter().enumerate() {
+            if trim_slash(mirror) == trim_slash(entry.source) {
+                continue;
+            }
             let at = format!("{}.mirrors[{j}]", entry.path);
             let message = format!(
                 "{KIND} {at} lets {} serve tag pulls for {}: {RISK}",
                 trim_slash(mirror),
                 trim_slash(entry.source)
             );
-            policy.judge(&mut found, at, entry.source, mirror, message);
+            judge.tag_source(at, entry.source, mirror, message);
         }
     }
-    Ok(found)
+    if judge.policy.windows_nodes {
+        windows::judge_mirror_sets(KIND, &entries, true, judge)?;
+    }
+    Ok(())
+}
+
+pub(super) fn image_digest_mirror_set(
+    object: &Value,
+    judge: &mut Judge<'_>,
+) -> Result<(), MirrorError> {
+    const KIND: &str = "ImageDigestMirrorSet";
+    if judge.policy.windows_nodes {
+        let entries = mirror_entries(KIND, object, "imageDigestMirrors")?;
+        windows::judge_mirror_sets(KIND, &entries, false, judge)?;
+    }
+    Ok(())
 }
 
 pub(super) fn image_content_policy(
-    policy: &MirrorPolicy,
     object: &Value,
-) -> Result<Vec<MirrorViolation>, MirrorError> {
+    judge: &mut Judge<'_>,
+) -> Result<(), MirrorError> {
     const KIND: &str = "ImageContentPolicy";
-    let mut found = Vec::new();
     for entry in mirror_entries(KIND, object, "repositoryDigestMirrors")? {
         let by_tags = match entry.fields.get("allowMirrorByTags") {
             None | Some(Value::Null) => false,
@@ -61,10 +89,10 @@ pub(super) fn image_content_policy(
                 trim_slash(mirror),
                 trim_slash(entry.source)
             );
-            policy.judge(&mut found, at, entry.source, mirror, message);
+            judge.tag_source(at, entry.source, mirror, message);
         }
     }
-    Ok(found)
+    Ok(())
 }
 
 /// Reads `spec.<list>[]` as `{source, mirrors[]}` entries. An absent (or null) object, spec,

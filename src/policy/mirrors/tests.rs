@@ -3,7 +3,7 @@
 use rstest::rstest;
 use serde_json::json;
 
-use super::registries_conf::line_column;
+use super::go_toml::line_column;
 use super::*;
 
 /// `request.object` of a recorded AdmissionReview.
@@ -44,11 +44,11 @@ fn pairs(found: &[MirrorViolation]) -> Vec<(&str, &str)> {
 
 fn allow(source: &str, mirror: &str) -> MirrorPolicy {
     MirrorPolicy {
-        config_map_key: None,
         allow: vec![AllowedMirror {
             source: source.to_string(),
             mirror: mirror.to_string(),
         }],
+        ..MirrorPolicy::default()
     }
 }
 
@@ -351,16 +351,23 @@ fn registries_conf_digest_only_registry_with_pull_from_mirror_is_an_error(
         &one_mirror("mirror-by-digest-only = true", mirror_extra),
     )
     .expect_err("containers/image rejects this");
+    // Issue 17: load errors name the line and the upstream rule, in upstream's words.
     assert_eq!(
         err,
-        MirrorError::DigestOnlyWithPullFromMirror {
-            key: "registries.conf".into(),
+        MirrorError::Unloadable {
+            file: "data[registries.conf]".into(),
+            line: 6,
             entry: "[[registry]] prefix=\"registry.example/team\" mirror[0]".into(),
+            problem: "cannot set mirror usage mirror-by-digest-only for the registry \
+                      (\"registry.example/team\") and pull-from-mirror for per-mirror \
+                      (\"mirror.example/team\") at the same time"
+                .into(),
+            rule: "containers/image sysregistriesv2 postProcessRegistries",
         }
     );
-    assert!(err
-        .to_string()
-        .contains("mirror-by-digest-only cannot be combined with pull-from-mirror"));
+    assert!(err.to_string().contains(
+        "mirror-by-digest-only for the registry (\"registry.example/team\") and pull-from-mirror"
+    ));
 }
 
 #[test]
@@ -372,8 +379,10 @@ fn registries_conf_unknown_pull_from_mirror_is_an_error() {
     .expect_err("unknown value");
     assert_eq!(
         err.to_string(),
-        "ConfigMap data[registries.conf] [[registry]] prefix=\"registry.example/team\" mirror[0]: \
-         unsupported pull-from-mirror value \"tags\" (expected \"all\", \"digest-only\" or \"tag-only\")"
+        "ConfigMap data[registries.conf] line 6, [[registry]] prefix=\"registry.example/team\" mirror[0]: \
+         unsupported pull-from-mirror value \"tags\" for mirror \"mirror.example/team\" (expected \"all\", \
+         \"digest-only\" or \"tag-only\") (CRI-O cannot load it: containers/image sysregistriesv2 \
+         postProcessRegistries)"
     );
 }
 
@@ -446,9 +455,13 @@ fn registries_conf_prefix_defaults_to_location() {
     let found = conf(&MirrorPolicy::default(), text)
         .expect("valid")
         .expect("mine");
+    // Issue 17: the location is a redirect of every pull of the prefix, judged as a tag mirror.
     assert_eq!(
         pairs(&found),
-        vec![("docker.io/library", "mirror.example/dockerhub")]
+        vec![
+            ("docker.io/library", "registry.example/dockerhub"),
+            ("docker.io/library", "mirror.example/dockerhub")
+        ]
     );
 }
 
@@ -476,7 +489,7 @@ fn registries_conf_allowed_pair_is_not_reported() {
 fn registries_conf_custom_key() {
     let policy = MirrorPolicy {
         config_map_key: Some("crio-registries".into()),
-        allow: Vec::new(),
+        ..MirrorPolicy::default()
     };
     let object = configmap("crio-registries", &one_mirror("", ""));
     let found = check(&policy, "", "ConfigMap", &object)
@@ -486,9 +499,16 @@ fn registries_conf_custom_key() {
         found[0].entry,
         "data[crio-registries] [[registry]] prefix=\"registry.example/team\" mirror[0]"
     );
-    // With a custom key, the default key is an ordinary ConfigMap entry.
+    // Issue 17: with a custom key, a registries.conf under another key is a drop-in a node can
+    // receive, and is judged as one.
     let object = configmap("registries.conf", &one_mirror("", ""));
-    assert_eq!(check(&policy, "", "ConfigMap", &object), Ok(None));
+    let found = check(&policy, "", "ConfigMap", &object)
+        .expect("valid")
+        .expect("mine");
+    assert_eq!(
+        found[0].entry,
+        "data[registries.conf] [[registry]] prefix=\"registry.example/team\" mirror[0]"
+    );
 }
 
 #[rstest]
@@ -508,11 +528,13 @@ fn registries_conf_without_tag_mirrors_is_fine(#[case] text: &str) {
 #[rstest]
 #[case::no_prefix_no_location(
     "[[registry]]\ninsecure = true\n",
-    "[[registry]] #0: both prefix and location are unset"
+    "line 1, [[registry]] #0: invalid condition: both location and prefix are unset (CRI-O cannot \
+     load it: containers/image sysregistriesv2 postProcessRegistries)"
 )]
 #[case::mirror_without_location(
     "[[registry]]\nlocation = \"a.example\"\n[[registry.mirror]]\ninsecure = true\n",
-    "[[registry]] location=\"a.example\" mirror[0]: mirror location is unset"
+    "line 3, [[registry]] location=\"a.example\" mirror[0]: invalid condition: mirror location is \
+     unset (CRI-O cannot load it: containers/image sysregistriesv2 postProcessRegistries)"
 )]
 fn registries_conf_that_containers_image_rejects(#[case] text: &str, #[case] expected: &str) {
     let err = conf(&MirrorPolicy::default(), text).expect_err("rejected");
@@ -525,11 +547,26 @@ fn registries_conf_that_containers_image_rejects(#[case] text: &str, #[case] exp
 #[rstest]
 #[case::no_data(json!({"kind": "ConfigMap", "metadata": {"name": "c"}}))]
 #[case::other_keys(json!({"kind": "ConfigMap", "data": {"app.properties": "a=b"}}))]
-#[case::binary_data_is_not_inspected(json!({"kind": "ConfigMap", "binaryData": {"registries.conf": "W1tyZWdpc3RyeV1dCg=="}}))]
 fn configmap_without_the_key_is_not_mine(#[case] object: Value) {
     assert_eq!(
         check(&MirrorPolicy::default(), "", "ConfigMap", &object),
         Ok(None)
+    );
+}
+
+/// Issue 17: `binaryData` is projected as files too, so it is read (this case used to be
+/// "binaryData is not inspected": `[[registry]]` alone is a file CRI-O refuses).
+#[test]
+fn configmap_binary_data_is_read() {
+    let object =
+        json!({"kind": "ConfigMap", "binaryData": {"registries.conf": "W1tyZWdpc3RyeV1dCg=="}});
+    assert_eq!(
+        check(&MirrorPolicy::default(), "", "ConfigMap", &object)
+            .expect_err("unloadable")
+            .to_string(),
+        "ConfigMap binaryData[registries.conf] line 1, [[registry]] #0: invalid condition: both \
+         location and prefix are unset (CRI-O cannot load it: containers/image sysregistriesv2 \
+         postProcessRegistries)"
     );
 }
 
