@@ -175,6 +175,31 @@ fn pod_fixture_is_not_mine() {
     assert_eq!(check_review(&MirrorPolicy::default(), review), None);
 }
 
+/// Issue 17: runtime-utils (`rdmContainsARealMirror`, `topoSortRepos`) keeps a mirror that
+/// repeats the source as the source itself; it is no foreign host.
+#[rstest]
+#[case::source_only(json!(["registry.example/team"]), &[])]
+#[case::source_repeated(json!(["registry.example/team", "registry.example/team/"]), &[])]
+#[case::source_and_a_real_mirror(
+    json!(["registry.example/team", "mirror.example/team"]),
+    &[("registry.example/team", "mirror.example/team")]
+)]
+fn itms_source_among_its_mirrors_is_not_a_mirror(
+    #[case] mirrors: Value,
+    #[case] want: &[(&str, &str)],
+) {
+    let object = json!({"spec": {"imageTagMirrors": [{"source": "registry.example/team", "mirrors": mirrors}]}});
+    let found = check(
+        &MirrorPolicy::default(),
+        "config.openshift.io",
+        "ImageTagMirrorSet",
+        &object,
+    )
+    .expect("judged")
+    .expect("mirror kind");
+    assert_eq!(pairs(&found), want);
+}
+
 // --- ImageContentPolicy ---
 
 fn icp(entry: Value) -> Result<Option<Vec<MirrorViolation>>, MirrorError> {
@@ -602,6 +627,40 @@ fn policy_deserializes_camel_case_and_refuses_unknown_fields() {
         json!({"allow": [{"source": "a", "mirror": "b", "x": 1}]})
     )
     .is_err());
+}
+
+#[test]
+fn policy_defaults_read_every_configmap_and_key_and_assume_no_windows_nodes() {
+    let parsed: MirrorPolicy = serde_json::from_value(json!({})).expect("valid");
+    assert_eq!(parsed, MirrorPolicy::default());
+    assert_eq!(parsed.config_maps, vec!["*"]);
+    assert_eq!(parsed.config_map_keys, vec!["*"]);
+    assert!(!parsed.windows_nodes);
+    let parsed: MirrorPolicy = serde_json::from_value(json!({
+        "configMaps": ["openshift-config/*"],
+        "configMapKeys": ["*.conf", "*hosts.toml"],
+        "windowsNodes": true,
+    }))
+    .expect("valid");
+    assert_eq!(parsed.config_maps, vec!["openshift-config/*"]);
+    assert_eq!(parsed.config_map_keys, vec!["*.conf", "*hosts.toml"]);
+    assert!(parsed.windows_nodes);
+    assert!(serde_json::from_value::<MirrorPolicy>(json!({"windows_nodes": true})).is_err());
+}
+
+#[test]
+fn review_returns_notes_check_only_findings() {
+    let text = "[[registry]]\nlocation = \"quay.io\"\n[[registry]]\nlocation = \"quay.io\"\n[[registry.mirror]]\nlocation = \"m.example\"\n";
+    let object = configmap("registries.conf", text);
+    let review = review(&MirrorPolicy::default(), "", "ConfigMap", &object)
+        .expect("loads")
+        .expect("mine");
+    assert_eq!(review.violations, Vec::new());
+    assert_eq!(review.notes.len(), 1, "{:?}", review.notes);
+    assert_eq!(
+        check(&MirrorPolicy::default(), "", "ConfigMap", &object),
+        Ok(Some(Vec::new()))
+    );
 }
 
 #[test]
