@@ -142,7 +142,7 @@ fn resolves(config: &Table<'_, '_>) -> Option<&'static str> {
 /// Whether containerd can decode the file (`parseHostsFile`): field types and capability names.
 fn decodable(top: &Table<'_, '_>) -> Result<(), String> {
     for (key, value) in top.entries(Keys::GoToml, "server") {
-        expect(key.get_ref(), value.get_ref(), "a string", DeValue::is_str)?;
+        check_type(key.get_ref(), value.get_ref(), "a string", DeValue::is_str)?;
     }
     host_settings(top)?;
     for (key, value) in top.entries(Keys::GoToml, "host") {
@@ -179,7 +179,7 @@ fn host_settings(config: &Table<'_, '_>) -> Result<(), String> {
     }
     for field in BOOL_KEYS {
         for (key, value) in config.entries(Keys::GoToml, field) {
-            expect(
+            check_type(
                 key.get_ref(),
                 value.get_ref(),
                 "a boolean",
@@ -188,14 +188,14 @@ fn host_settings(config: &Table<'_, '_>) -> Result<(), String> {
         }
     }
     for (key, value) in config.entries(Keys::GoToml, "dial_timeout") {
-        expect(key.get_ref(), value.get_ref(), "a string", DeValue::is_str)?;
+        check_type(key.get_ref(), value.get_ref(), "a string", DeValue::is_str)?;
     }
     for (key, value) in config.entries(Keys::GoToml, "header") {
-        expect(key.get_ref(), value.get_ref(), "a table", DeValue::is_table)?;
+        check_type(key.get_ref(), value.get_ref(), "a table", DeValue::is_table)?;
     }
     for field in ["ca", "client"] {
         for (key, value) in config.entries(Keys::GoToml, field) {
-            expect(key.get_ref(), value.get_ref(), "a string or a list", |v| {
+            check_type(key.get_ref(), value.get_ref(), "a string or a list", |v| {
                 v.is_str() || v.is_array()
             })?;
         }
@@ -203,7 +203,7 @@ fn host_settings(config: &Table<'_, '_>) -> Result<(), String> {
     Ok(())
 }
 
-fn expect<'i>(
+fn check_type<'i>(
     key: &str,
     value: &DeValue<'i>,
     what: &str,

@@ -155,7 +155,7 @@ pub(super) fn load(
                 ))
             }
             Some(offset) if !raw.v2_set.is_empty() => return Err(fail(
-                offset.max(raw.v2_set[0]),
+                raw.v2_set.first().map_or(offset, |&v2| offset.max(v2)),
                 String::new(),
                 "mixing sysregistry v1/v2 is not supported ([registries.*] next to v2 settings)"
                     .to_string(),
