@@ -75,10 +75,12 @@ pub enum ReferenceError {
     InvalidDigestLength { algorithm: Algorithm, got: usize },
 }
 
-/// A digest algorithm pinhook accepts (the ones registered by go-digest).
+/// A digest algorithm pinhook accepts: the ones go-digest v1.0.0 registers (`algorithm.go`:
+/// sha256, sha384, sha512), which is the go-digest kubelet and containerd vendor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     Sha256,
+    Sha384,
     Sha512,
 }
 
@@ -119,14 +121,17 @@ impl Algorithm {
     pub fn as_str(self) -> &'static str {
         match self {
             Algorithm::Sha256 => "sha256",
+            Algorithm::Sha384 => "sha384",
             Algorithm::Sha512 => "sha512",
         }
     }
 
-    /// How many hex characters a digest of this algorithm has.
+    /// How many hex characters a digest of this algorithm has: twice the hash size in bytes
+    /// (go-digest `Algorithm.Validate` checks `Size()*2` before the characters).
     pub fn hex_len(self) -> usize {
         match self {
             Algorithm::Sha256 => 64,
+            Algorithm::Sha384 => 96,
             Algorithm::Sha512 => 128,
         }
     }
@@ -134,6 +139,7 @@ impl Algorithm {
     fn from_name(name: &str) -> Option<Algorithm> {
         match name {
             "sha256" => Some(Algorithm::Sha256),
+            "sha384" => Some(Algorithm::Sha384),
             "sha512" => Some(Algorithm::Sha512),
             _ => None,
         }
@@ -192,7 +198,8 @@ impl Digest {
 impl FromStr for Digest {
     type Err = ReferenceError;
 
-    /// Parses `algorithm:hex` as go-digest's `Parse` does, with sha256 and sha512 registered.
+    /// Parses `algorithm:hex` as go-digest v1.0.0's `Parse` does, with sha256, sha384 and sha512
+    /// registered.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (name, hex) = s
             .split_once(':')
@@ -413,6 +420,19 @@ fn split_docker_domain(name: &str) -> (&str, String) {
     } else {
         (domain, path.to_owned())
     }
+}
+
+/// Whether `domain` is a registry host by the reference grammar (`host[:port]`, a bracketed
+/// IPv6 literal allowed): containers/image checks `unqualified-search-registries` entries and
+/// short-name aliases against it.
+pub(crate) fn is_valid_domain(domain: &str) -> bool {
+    validate_domain(domain).is_ok()
+}
+
+/// Whether `path` is a repository path by the reference grammar (lowercase components joined
+/// by `/`, at most 255 characters).
+pub(crate) fn is_valid_path(path: &str) -> bool {
+    validate_path(path).is_ok()
 }
 
 /// `domain := host [":" port]`, host a DNS-like name or a bracketed IPv6 literal.
@@ -942,8 +962,19 @@ mod tests {
                 E::UnsupportedDigestAlgorithm("md5".into()),
             ),
             (
-                format!("sha384:{}", repeat('a', 96)),
-                E::UnsupportedDigestAlgorithm("sha384".into()),
+                format!("sha384:{}", repeat('a', 64)),
+                E::InvalidDigestLength {
+                    algorithm: Algorithm::Sha384,
+                    got: 64,
+                },
+            ),
+            (
+                format!("sha384:{}", repeat('A', 96)),
+                E::InvalidDigestFormat,
+            ),
+            (
+                format!("sha3-384:{}", repeat('a', 96)),
+                E::UnsupportedDigestAlgorithm("sha3-384".into()),
             ),
             (
                 format!("sha256:{}", repeat('a', 65)),
@@ -967,6 +998,37 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(input.parse::<Digest>(), Err(want), "{input:?}");
         }
+    }
+
+    /// go-digest v1.0.0 (`algorithm.go`) registers sha384 next to sha256 and sha512, with
+    /// `^[a-f0-9]{96}$`; kubelet and containerd vendor that version, so such pins pull.
+    #[rstest::rstest]
+    #[case::digest_alone(format!("sha384:{}", "0123456789abcdef".repeat(6)), None)]
+    #[case::in_a_reference(
+        format!("registry.example/team/app@sha384:{}", "0123456789abcdef".repeat(6)),
+        Some("registry.example/team/app")
+    )]
+    #[case::tag_and_digest(
+        format!("nginx:1.25@sha384:{}", "0123456789abcdef".repeat(6)),
+        Some("docker.io/library/nginx")
+    )]
+    fn sha384_is_accepted_as_go_digest_v1_0_0_does(
+        #[case] input: String,
+        #[case] repository: Option<&str>,
+    ) {
+        let hex = "0123456789abcdef".repeat(6);
+        let digest = match repository {
+            None => input.parse::<Digest>().expect("valid sha384 digest"),
+            Some(repository) => {
+                let r = Reference::parse(&input).expect("valid reference");
+                assert_eq!(r.repository(), repository);
+                r.digest().cloned().expect("has a digest")
+            }
+        };
+        assert_eq!(digest.algorithm(), Algorithm::Sha384);
+        assert_eq!(digest.hex(), hex);
+        assert_eq!(digest.to_string(), format!("sha384:{hex}"));
+        assert_eq!(Algorithm::Sha384.hex_len(), 96);
     }
 
     #[test]
