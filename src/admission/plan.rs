@@ -118,8 +118,16 @@ pub struct Triaged<'a> {
 pub struct Validation<'a> {
     policy: &'a CompiledPolicy,
     object: Object<'a>,
-    /// What the mirror guard objects to; `None` when the object configures no mirrors.
-    mirrors: Option<Vec<String>>,
+    /// What the mirror guard found; `None` when the object configures no mirrors.
+    mirrors: Option<MirrorVerdict>,
+}
+
+/// The mirror guard's answer for one object.
+struct MirrorVerdict {
+    /// Each pair that may answer tag pulls and is not allowed, or why the file cannot load.
+    messages: Vec<String>,
+    /// Facts that change nothing on the node, said as warnings.
+    notes: Vec<String>,
 }
 
 enum Stage {
@@ -314,8 +322,8 @@ impl Validation<'_> {
             object,
             mirrors,
         } = self;
-        if let Some(messages) = mirrors {
-            return Ok(mirror_plan(mode, messages, warnings));
+        if let Some(verdict) = mirrors {
+            return Ok(mirror_plan(mode, verdict, warnings));
         }
         if object.is_passed_over(policy) {
             return Ok(Plan::default());
@@ -354,7 +362,13 @@ impl Validation<'_> {
 /// The mirror guard's plan. It guards every image of the cluster, so image exemptions, exempt
 /// namespaces and `target: pods` do not switch it off; only mode `off` (global or the
 /// namespace's label) does.
-fn mirror_plan(mode: Mode, messages: Vec<String>, warnings: Vec<String>) -> Plan {
+fn mirror_plan(mode: Mode, verdict: MirrorVerdict, mut warnings: Vec<String>) -> Plan {
+    // Facts that change nothing on the node (an ignored duplicate entry, a drop-in that
+    // replaces another) are said in every mode but off.
+    if mode != Mode::Off {
+        warnings.extend(verdict.notes.iter().map(|note| format!("pinhook: {note}")));
+    }
+    let messages = verdict.messages;
     let action = match mode {
         Mode::Off => return empty(mode, warnings),
         Mode::Audit => Action::Violation,
@@ -374,17 +388,24 @@ fn mirror_plan(mode: Mode, messages: Vec<String>, warnings: Vec<String>) -> Plan
     }
 }
 
-/// What the mirror guard objects to, or `None` when the object configures no mirrors.
-fn mirror_messages(policy: &CompiledPolicy, object: &Object<'_>) -> Option<Vec<String>> {
-    match mirrors::check(
+/// What the mirror guard objects to (`messages`) and notes, or `None` when the object
+/// configures no mirrors.
+fn mirror_messages(policy: &CompiledPolicy, object: &Object<'_>) -> Option<MirrorVerdict> {
+    match mirrors::review(
         &policy.policy.mirrors,
         object.group,
         object.kind,
         object.object,
     ) {
         Ok(None) => None,
-        Ok(Some(violations)) => Some(violations.into_iter().map(|v| v.message).collect()),
-        Err(e) => Some(vec![e.to_string()]),
+        Ok(Some(review)) => Some(MirrorVerdict {
+            messages: review.violations.into_iter().map(|v| v.message).collect(),
+            notes: review.notes,
+        }),
+        Err(e) => Some(MirrorVerdict {
+            messages: vec![e.to_string()],
+            notes: Vec::new(),
+        }),
     }
 }
 

@@ -965,3 +965,34 @@ fn a_child_left_to_its_controller_is_neither_read_nor_judged(
         .expect("readable");
     assert!(checked.denial_message().is_some(), "{checked:?}");
 }
+
+#[rstest]
+fn mirror_notes_are_warnings_in_every_mode_but_off(
+    #[values(Mode::Enforce, Mode::Audit, Mode::Off)] mode: Mode,
+) {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    // The second [[registry]] repeats the prefix: containers/image never reads it.
+    let text = "[[registry]]\nlocation = \"registry.example\"\nmirror-by-digest-only = true\n\
+                [[registry.mirror]]\nlocation = \"mirror.example\"\n\n\
+                [[registry]]\nlocation = \"registry.example/\"\n";
+    let value = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "registries", "namespace": NAMESPACE},
+        "data": {"registries.conf": text}});
+    let view = Object {
+        kind: "ConfigMap",
+        ..object(Kind::Pod, &value, None)
+    };
+    let plan = validation(&policy, view)
+        .finish(mode, Vec::new())
+        .expect("readable");
+    assert!(plan.findings.is_empty(), "{plan:?}");
+    let want: Vec<String> = match mode {
+        Mode::Off => Vec::new(),
+        _ => vec![
+            "pinhook: ConfigMap data[registries.conf] line 7: [[registry]] prefix=\"registry.example\" \
+             is ignored: containers/image uses the first [[registry]] with that prefix (line 1)"
+                .to_string(),
+        ],
+    };
+    assert_eq!(plan.warnings, want);
+}
