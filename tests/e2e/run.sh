@@ -27,9 +27,10 @@
 #      the same objects stored in a namespace no webhook sees); the missing tag gives one
 #      `Warning: pinhook audit: would deny ...`, the pinnable tags none; no patch answered
 #   j  mirror guard (webhook mirrors.pinhook.dev) on the OpenShift CRDs of tests/fixtures/crds
-#      and a registries.conf ConfigMap: tag mirrors (ImageTagMirrorSet, ImageContentPolicy with
-#      allowMirrorByTags, pull-from-mirror absent) refused with pinhook's message, digest-only
-#      ones stored; the cluster-scoped objects stored are deleted at the end
+#      and registries.conf ConfigMaps: tag mirrors (ImageTagMirrorSet, ImageContentPolicy with
+#      allowMirrorByTags, pull-from-mirror absent, `[[Registry]]` in folded case, a prefix
+#      rewritten to another location in a binaryData drop-in) refused with pinhook's message,
+#      digest-only ones stored; the cluster-scoped objects stored are deleted at the end
 #   k  POST /v1/dry-run through the apiserver's TokenReview/SubjectAccessReview: 200 with the
 #      exact digests for a ServiceAccount allowed to create deployments, 403 naming what is
 #      missing for one that is not, 401 for a garbage token and for none; `pinhook check
@@ -1171,13 +1172,44 @@ EOF
   expect_refused "ConfigMap registries.conf, pull-from-mirror absent" "$dir/cm-all" "$cm_message" \
     -n "$ns" create -f "$dir/cm-all.yaml" || rc=1
   expect_absent configmap tag-mirror "$ns" || rc=1
+  # Read as CRI-O reads it (issue 17): `[[Registry]]` folds to the registry table, and a
+  # prefix whose location differs sends every tag pull of the prefix elsewhere. Both refused.
+  expect_refused "ConfigMap registries.conf with [[Registry]] (key case folded as BurntSushi/toml does)" \
+    "$dir/cm-folded" \
+    "ConfigMap data[registries.conf] [[registry]] location=\"registry.example/team\" mirror[0] lets mirror.example:5000/team serve tag pulls: $MIRROR_RISK" \
+    -n "$ns" create -f - <<EOF || rc=1
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: folded-keys
+data:
+  registries.conf: |
+    [[Registry]]
+    location = "registry.example/team"
+
+    [[Registry.Mirror]]
+    location = "mirror.example:5000/team"
+EOF
+  expect_absent configmap folded-keys "$ns" || rc=1
+  expect_refused "ConfigMap registries.conf whose prefix is rewritten to another location" \
+    "$dir/cm-rewrite" \
+    "ConfigMap binaryData[crio-mirrors.conf] [[registry]] prefix=\"docker.io/library\" redirects tag pulls to its location evil.example/x: $MIRROR_RISK" \
+    -n "$ns" create -f - <<EOF || rc=1
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: prefix-rewrite
+binaryData:
+  crio-mirrors.conf: $(printf '[[registry]]\nprefix = "docker.io/library"\nlocation = "evil.example/x"\n' | base64 -w0)
+EOF
+  expect_absent configmap prefix-rewrite "$ns" || rc=1
   registries_conf_cm digest-mirror digest-only >"$dir/cm-digest.yaml"
   expect_stored "ConfigMap registries.conf, pull-from-mirror digest-only" "$dir/cm-digest" \
     -n "$ns" create -f "$dir/cm-digest.yaml" || rc=1
   expect_contains "stored ConfigMap registries.conf" \
     "$(jp "$ns" configmap digest-mirror '{.data.registries\.conf}')" 'pull-from-mirror = "digest-only"' || rc=1
-  expect_eq "pinhook_policy_violations_total{mode=\"enforce\",reason=\"tag_mirror\"} (delta: the 3 refused creates)" \
-    "$(($(metric_sum pinhook_policy_violations_total 'mode="enforce"' 'reason="tag_mirror"') - denied_before))" 3 || rc=1
+  expect_eq "pinhook_policy_violations_total{mode=\"enforce\",reason=\"tag_mirror\"} (delta: the 5 refused creates)" \
+    "$(($(metric_sum pinhook_policy_violations_total 'mode="enforce"' 'reason="tag_mirror"') - denied_before))" 5 || rc=1
   # An UPDATE that a webhook refuses is admitted TWICE by the apiserver: its first try runs
   # against the object from the watch cache, and on any error the storage layer retries once
   # with the object read from etcd (GuaranteedUpdate), calling the webhooks again.
