@@ -197,3 +197,64 @@ async fn secrets_are_read_once_and_cached_briefly() {
 
     assert_eq!(world.kube.hits("/secrets/regcred"), 1);
 }
+
+/// Kubelet refuses the whole keyring when one docker config secret does not decode
+/// (`MakeDockerKeyring`), so the pull fails even though the other secret would work: enforce
+/// denies naming the secret, audit admits with a warning. A secret of another type kubelet
+/// skips: a warning, and the pod is pinned with the other secret.
+#[tokio::test]
+async fn a_malformed_pull_secret_fails_the_pod_as_kubelet_will() {
+    let world = world().await;
+    let kinds = [
+        (
+            "garbled",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            "{\"auths\": {",
+        ),
+        (
+            "bad-auth",
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            "{\"auths\": {\"x.example\": {\"auth\": \"%%%\"}}}",
+        ),
+        ("opaque", "Opaque", "token", "not a pull secret"),
+    ];
+    for (namespace, secret_type, key, content) in kinds {
+        add_secret(&world, namespace, "regcred", PASS);
+        world
+            .kube
+            .add_raw_secret(namespace, "broken", secret_type, key, content);
+    }
+    let pod = |namespace: &str| {
+        let mut review = pull_secret_pod(&world, namespace);
+        review["request"]["object"]["spec"]["imagePullSecrets"] =
+            json!([{"name": "regcred"}, {"name": "broken"}]);
+        review
+    };
+
+    for namespace in ["garbled", "bad-auth"] {
+        let body = world.pinhook.mutate(&pod(namespace)).await;
+        assert_eq!(body["response"]["allowed"], false, "{body}");
+        let message = message(&body);
+        assert!(
+            message.starts_with(&format!(
+                "imagePullSecret {namespace}/broken is malformed, so kubelet refuses every pull of this pod: "
+            )),
+            "{message}"
+        );
+    }
+
+    let review = pod("opaque");
+    let body = world.pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(
+        warned(&body, "pinhook: imagePullSecret opaque/broken unusable"),
+        "{body}"
+    );
+    let object = apply_response(&review, &body);
+    assert_eq!(
+        object["spec"]["containers"][0]["image"],
+        world.pushed.pinned_with_tag()
+    );
+}

@@ -169,15 +169,18 @@ impl Pinner {
         let triaged = mutation.triage(mode)?;
         let wanted = triaged.wanted();
         let mut resolutions = Resolutions::new();
+        let mut refused = Vec::new();
         if !wanted.is_empty() {
-            let PodKeyring {
-                keyring,
-                warnings: found,
-            } = self.keyring_for(&policy, target, deadline).await;
-            warnings.extend(found);
-            resolutions = self.resolve_all(&wanted, target, &keyring, deadline).await;
+            let pod = self.keyring_for(&policy, target, deadline).await;
+            warnings.extend(pod.warnings);
+            refused = pod.refused;
+            resolutions = self
+                .resolve_all(&wanted, target, &pod.keyring, deadline)
+                .await;
         }
-        Ok(triaged.finish(&resolutions, warnings))
+        Ok(triaged
+            .finish(&resolutions, warnings)
+            .with_refused_pull_secrets(refused))
     }
 
     /// Checks without any registry call that every image new in this request is pinned: what
@@ -232,6 +235,7 @@ impl Pinner {
                 warnings: vec![
                     "pinhook: reading pull secrets timed out; resolved without them".to_string(),
                 ],
+                refused: Vec::new(),
             },
         }
     }

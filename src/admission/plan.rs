@@ -46,6 +46,8 @@ pub enum Reason {
     TagMoved,
     Unpinned,
     TagMirror,
+    /// A pull secret kubelet refuses, failing every pull of the pod.
+    InvalidPullSecret,
 }
 
 /// The outcome for one image site.
@@ -593,6 +595,24 @@ fn failed(policy: &CompiledPolicy, site: ImageSite, text: String) -> ImageOutcom
 // === impl Plan ===
 
 impl Plan {
+    /// Adds a finding per pull secret kubelet will refuse (`refused`, one line each): kubelet
+    /// then fails every pull of the pod, so enforce denies the object and audit reports it.
+    /// Nothing in mode off, where nothing was judged.
+    pub fn with_refused_pull_secrets(mut self, refused: Vec<String>) -> Plan {
+        let action = match self.mode {
+            Mode::Off => return self,
+            Mode::Audit => Action::Violation,
+            Mode::Enforce => Action::Denied,
+        };
+        self.findings
+            .extend(refused.into_iter().map(|message| Finding {
+                action,
+                reason: Reason::InvalidPullSecret,
+                message,
+            }));
+        self
+    }
+
     /// The JSON Patch that applies every `Pinned` outcome.
     pub fn patch(&self) -> Result<json_patch::Patch, WorkloadError> {
         let edits: Vec<(String, String)> = self
@@ -684,6 +704,7 @@ impl Reason {
             Reason::TagMoved => "tag_moved",
             Reason::Unpinned => "unpinned",
             Reason::TagMirror => "tag_mirror",
+            Reason::InvalidPullSecret => "invalid_pull_secret",
         }
     }
 }

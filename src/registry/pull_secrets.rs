@@ -15,7 +15,7 @@ use kube::api::Api;
 use serde_json::Value;
 use tracing::debug;
 
-use super::keyring::Keyring;
+use super::keyring::{Keyring, KeyringError};
 
 /// How long a read Secret or ServiceAccount answers before it is read again.
 const OBJECT_TTL: Duration = Duration::from_secs(30);
@@ -38,6 +38,9 @@ pub struct PodContext<'a> {
 pub struct PodKeyring {
     pub keyring: Keyring,
     pub warnings: Vec<String>,
+    /// Pull secrets kubelet will refuse, failing every pull of the pod (a docker config that
+    /// does not decode): one line each. The admission layer denies (enforce) or reports them.
+    pub refused: Vec<String>,
 }
 
 /// Source of pull credentials.
@@ -67,7 +70,7 @@ impl PullSecrets for NodeOnly {
     async fn keyring_for(&self, _pod: &PodContext<'_>) -> PodKeyring {
         PodKeyring {
             keyring: self.node.clone(),
-            warnings: Vec::new(),
+            ..PodKeyring::default()
         }
     }
 }
@@ -167,6 +170,7 @@ impl KubeSecrets {
 impl PullSecrets for KubeSecrets {
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
         let mut warnings = Vec::new();
+        let mut refused = Vec::new();
         let fetched;
         let spec = match pod.pod_spec {
             Some(spec) => Some(spec),
@@ -181,9 +185,22 @@ impl PullSecrets for KubeSecrets {
             for name in self.secret_names(pod, spec, &mut warnings).await {
                 match self.secret(pod.namespace, &name).await {
                     Ok(secret) => match secret.as_ref() {
-                        Some(secret) => {
-                            add_secret(&mut keyring, pod.namespace, &name, secret, &mut warnings)
-                        }
+                        Some(secret) => match read_secret(secret).inspect_err(|e| {
+                            debug!(namespace = pod.namespace, name, error = %e, "unusable pull secret")
+                        }) {
+                            // kubelet puts all of a pod's secrets into one keyring, sorted
+                            // together.
+                            Ok(parsed) => keyring.merge(parsed),
+                            Err(e) if e.fails_the_pull() => refused.push(format!(
+                                "imagePullSecret {}/{name} is malformed, so kubelet refuses \
+                                 every pull of this pod: {e}",
+                                pod.namespace
+                            )),
+                            Err(e) => warnings.push(format!(
+                                "pinhook: imagePullSecret {}/{name} unusable: {e}",
+                                pod.namespace
+                            )),
+                        },
                         None => warnings.push(format!(
                             "pinhook: imagePullSecret {}/{name} not found",
                             pod.namespace
@@ -198,17 +215,16 @@ impl PullSecrets for KubeSecrets {
             }
         }
         keyring.extend(self.node.clone());
-        PodKeyring { keyring, warnings }
+        PodKeyring {
+            keyring,
+            warnings,
+            refused,
+        }
     }
 }
 
-fn add_secret(
-    keyring: &mut Keyring,
-    namespace: &str,
-    name: &str,
-    secret: &Secret,
-    warnings: &mut Vec<String>,
-) {
+/// The credentials of one Secret, read as kubelet reads it.
+fn read_secret(secret: &Secret) -> Result<Keyring, KeyringError> {
     let data: BTreeMap<String, Vec<u8>> = secret
         .data
         .iter()
@@ -216,16 +232,7 @@ fn add_secret(
         .map(|(k, v)| (k.clone(), v.0.clone()))
         .collect();
     let secret_type = secret.type_.as_deref().unwrap_or("Opaque");
-    match Keyring::from_secret(secret_type, &data) {
-        // kubelet puts all of a pod's secrets into one keyring, sorted together.
-        Ok(parsed) => keyring.merge(parsed),
-        Err(e) => {
-            debug!(namespace, name, error = %e, "unusable pull secret");
-            warnings.push(format!(
-                "pinhook: imagePullSecret {namespace}/{name} unusable: {e}"
-            ));
-        }
-    }
+    Keyring::from_secret(secret_type, &data)
 }
 
 fn object_cache<V: Clone + Send + Sync + 'static>() -> moka::future::Cache<(String, String), V> {

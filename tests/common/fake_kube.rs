@@ -115,6 +115,26 @@ impl FakeKube {
         self.put("secrets", namespace, name, secret);
     }
 
+    /// A Secret of `secret_type` whose data key `key` holds `content` as written (to serve
+    /// malformed pull secrets).
+    pub fn add_raw_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        secret_type: &str,
+        key: &str,
+        content: &str,
+    ) {
+        let secret = json!({
+            "kind": "Secret",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{namespace}-{name}"), "resourceVersion": "1"},
+            "data": {key: b64(content)},
+            "type": secret_type
+        });
+        self.put("secrets", namespace, name, secret);
+    }
+
     pub fn add_service_account(&self, namespace: &str, name: &str, pull_secrets: &[&str]) {
         let refs: Vec<Value> = pull_secrets.iter().map(|s| json!({"name": s})).collect();
         let account = json!({

@@ -996,3 +996,36 @@ fn mirror_notes_are_warnings_in_every_mode_but_off(
     };
     assert_eq!(plan.warnings, want);
 }
+
+#[rstest]
+#[case::enforce_denies(Mode::Enforce, Some(Action::Denied))]
+#[case::audit_reports(Mode::Audit, Some(Action::Violation))]
+#[case::off_says_nothing(Mode::Off, None)]
+fn a_pull_secret_kubelet_refuses_is_judged_by_mode(
+    #[case] mode: Mode,
+    #[case] action: Option<Action>,
+) {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    let value = pod(&[TAG]);
+    let (_, plan) = mutate(
+        &policy,
+        mode,
+        object(Kind::Pod, &value, None),
+        Answer::Found,
+    );
+    let line =
+        "imagePullSecret shop/broken is malformed, so kubelet refuses every pull of this pod";
+    let plan = plan.with_refused_pull_secrets(vec![line.to_string()]);
+    let found: Vec<(Action, Reason, &str)> = plan
+        .findings
+        .iter()
+        .map(|f| (f.action, f.reason, f.message.as_str()))
+        .collect();
+    let want: Vec<(Action, Reason, &str)> = action
+        .map(|a| (a, Reason::InvalidPullSecret, line))
+        .into_iter()
+        .collect();
+    assert_eq!(found, want);
+    let denied = plan.denial_message();
+    assert_eq!(denied.is_some(), mode == Mode::Enforce, "{denied:?}");
+}

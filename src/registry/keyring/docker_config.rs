@@ -80,6 +80,21 @@ pub enum KeyringError {
     },
 }
 
+// === impl KeyringError ===
+
+impl KeyringError {
+    /// Whether kubelet refuses the pod's whole keyring over this secret, so every pull of the
+    /// pod fails: `MakeDockerKeyring` (`pkg/credentialprovider/secrets`) returns the
+    /// `json.Unmarshal` error of a docker config secret, auth decoding included. A secret of
+    /// another type, or without its data key, it skips.
+    pub fn fails_the_pull(&self) -> bool {
+        !matches!(
+            self,
+            KeyringError::UnsupportedType { .. } | KeyringError::MissingData { .. }
+        )
+    }
+}
+
 /// A document's credentials as (registry key as written, credential), in key order; entries
 /// without a credential are left out.
 pub(super) type Credentials = Vec<(String, Credential)>;
