@@ -108,7 +108,7 @@ pub enum PolicySource {
     /// A YAML file, re-read when it changes.
     File(PathBuf),
     /// A policy fixed for the life of the process (the defaults with a `form`, or a test's).
-    Fixed(Policy),
+    Fixed(Box<Policy>),
 }
 
 /// How to reach the Kubernetes API.
@@ -467,7 +467,7 @@ mod tests {
             form: crate::policy::FormSetting::Digest,
             ..Policy::default()
         };
-        let app = build(config(PolicySource::Fixed(policy.clone())))
+        let app = build(config(PolicySource::Fixed(Box::new(policy.clone()))))
             .await
             .expect("builds");
         assert_eq!(app.policy.current().policy, policy);
@@ -494,7 +494,7 @@ mod tests {
         let error = build_error(config(PolicySource::File(missing.join("policy.yaml"))));
         assert!(matches!(error, AppError::Policy(_)), "{error:?}");
 
-        let mut kubeconfig = config(PolicySource::Fixed(Policy::default()));
+        let mut kubeconfig = config(PolicySource::Fixed(Box::default()));
         kubeconfig.kube = KubeAccess::Kubeconfig(missing.join("kubeconfig"));
         let error = build_error(kubeconfig);
         assert_eq!(
@@ -502,7 +502,7 @@ mod tests {
             "failed to read kubeconfig '/nonexistent/pinhook/kubeconfig'"
         );
 
-        let mut docker = config(PolicySource::Fixed(Policy::default()));
+        let mut docker = config(PolicySource::Fixed(Box::default()));
         docker.docker_config = Some(missing.join("config.json"));
         let error = build_error(docker);
         assert_eq!(

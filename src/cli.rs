@@ -264,10 +264,10 @@ impl ServeArgs {
     pub fn into_config(self) -> Result<app::Config, CliError> {
         let policy = match self.policy {
             Some(path) => PolicySource::File(path),
-            None => PolicySource::Fixed(Policy {
+            None => PolicySource::Fixed(Box::new(Policy {
                 form: self.form.into(),
                 ..Policy::default()
-            }),
+            })),
         };
         let kube = match self.kubeconfig {
             Some(path) => KubeAccess::Kubeconfig(path),
@@ -517,10 +517,10 @@ mod tests {
         assert_eq!(config.tls_key, PathBuf::from("tls.key"));
         assert_eq!(
             config.policy,
-            PolicySource::Fixed(Policy {
+            PolicySource::Fixed(Box::new(Policy {
                 form: FormSetting::TagAndDigest,
                 ..Policy::default()
-            })
+            }))
         );
         assert!(config.registry.ca_pems.is_empty());
         assert!(config.registry.insecure_hosts.is_empty());

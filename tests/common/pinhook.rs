@@ -97,7 +97,7 @@ impl TestPinhook {
             listen: "127.0.0.1:0".parse().expect("address"),
             tls_cert: ca.server_cert_path().to_path_buf(),
             tls_key: ca.server_key_path().to_path_buf(),
-            policy: PolicySource::Fixed(policy),
+            policy: PolicySource::Fixed(Box::new(policy)),
             registry: registry_config(registry),
             cache: options.cache,
             owner_revision_ttl: Duration::from_secs(86_400),
