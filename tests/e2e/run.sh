@@ -1080,6 +1080,15 @@ data:
 EOF
   [[ -z ${2:-} ]] || printf '    pull-from-mirror = "%s"\n' "$2"
 }
+# openshift_mirrors KIND NAME LIST [EXTRA]: an OpenShift mirror object whose LIST has one entry,
+# registry.example/team -> mirror.example:5000/team (EXTRA: one more line of that entry)
+openshift_mirrors() {
+  local api=config.openshift.io/v1
+  [[ $1 == ImageContentSourcePolicy ]] && api=operator.openshift.io/v1alpha1
+  printf 'apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\nspec:\n  %s:\n' "$api" "$1" "$2" "$3"
+  printf '    - source: registry.example/team\n      mirrors: [mirror.example:5000/team]\n'
+  [[ -z ${4:-} ]] || printf '      %s\n' "$4"
+}
 scenario_j() {
   local ns=e2e-j rc=0 dir="$RUN/j" crd
   mkdir -p "$dir"
@@ -1093,76 +1102,35 @@ scenario_j() {
   denied_before=$(metric_sum pinhook_policy_violations_total 'mode="enforce"' 'reason="tag_mirror"')
 
   # ImageTagMirrorSet: every mirror serves tag pulls -> refused, nothing stored
+  openshift_mirrors ImageTagMirrorSet e2e-j-tags imageTagMirrors >"$dir/itms.yaml"
   expect_refused "ImageTagMirrorSet" "$dir/itms" \
     "ImageTagMirrorSet spec.imageTagMirrors[0].mirrors[0] lets mirror.example:5000/team serve tag pulls for registry.example/team: $MIRROR_RISK" \
-    create -f - <<EOF || rc=1
-apiVersion: config.openshift.io/v1
-kind: ImageTagMirrorSet
-metadata:
-  name: e2e-j-tags
-spec:
-  imageTagMirrors:
-    - source: registry.example/team
-      mirrors: [mirror.example:5000/team]
-EOF
+    create -f "$dir/itms.yaml" || rc=1
   expect_absent imagetagmirrorset e2e-j-tags || rc=1
   expect_eq "ImageTagMirrorSets stored" "$(K get imagetagmirrorsets -o name | wc -l)" 0 || rc=1
 
   # ImageDigestMirrorSet with the same source and mirror: digest pulls only -> stored
-  expect_stored "ImageDigestMirrorSet" "$dir/idms" create -f - <<EOF || rc=1
-apiVersion: config.openshift.io/v1
-kind: ImageDigestMirrorSet
-metadata:
-  name: e2e-j-digests
-spec:
-  imageDigestMirrors:
-    - source: registry.example/team
-      mirrors: [mirror.example:5000/team]
-EOF
+  openshift_mirrors ImageDigestMirrorSet e2e-j-digests imageDigestMirrors >"$dir/idms.yaml"
+  expect_stored "ImageDigestMirrorSet" "$dir/idms" create -f "$dir/idms.yaml" || rc=1
   expect_eq "stored ImageDigestMirrorSet source -> mirror" \
     "$(K get imagedigestmirrorset e2e-j-digests -o jsonpath='{.spec.imageDigestMirrors[0].source} -> {.spec.imageDigestMirrors[0].mirrors[0]}')" \
     "registry.example/team -> mirror.example:5000/team" || rc=1
 
   # ImageContentPolicy: refused with allowMirrorByTags: true, stored without it
+  openshift_mirrors ImageContentPolicy e2e-j-icp-tags repositoryDigestMirrors "allowMirrorByTags: true" >"$dir/icp-tags.yaml"
   expect_refused "ImageContentPolicy with allowMirrorByTags" "$dir/icp-tags" \
     "ImageContentPolicy spec.repositoryDigestMirrors[0].mirrors[0] has allowMirrorByTags, so mirror.example:5000/team serves tag pulls for registry.example/team: $MIRROR_RISK" \
-    create -f - <<EOF || rc=1
-apiVersion: config.openshift.io/v1
-kind: ImageContentPolicy
-metadata:
-  name: e2e-j-icp-tags
-spec:
-  repositoryDigestMirrors:
-    - source: registry.example/team
-      mirrors: [mirror.example:5000/team]
-      allowMirrorByTags: true
-EOF
+    create -f "$dir/icp-tags.yaml" || rc=1
   expect_absent imagecontentpolicy e2e-j-icp-tags || rc=1
-  expect_stored "ImageContentPolicy without allowMirrorByTags" "$dir/icp" create -f - <<EOF || rc=1
-apiVersion: config.openshift.io/v1
-kind: ImageContentPolicy
-metadata:
-  name: e2e-j-icp
-spec:
-  repositoryDigestMirrors:
-    - source: registry.example/team
-      mirrors: [mirror.example:5000/team]
-EOF
+  openshift_mirrors ImageContentPolicy e2e-j-icp repositoryDigestMirrors >"$dir/icp.yaml"
+  expect_stored "ImageContentPolicy without allowMirrorByTags" "$dir/icp" create -f "$dir/icp.yaml" || rc=1
   expect_eq "stored ImageContentPolicy source -> mirror" \
     "$(K get imagecontentpolicy e2e-j-icp -o jsonpath='{.spec.repositoryDigestMirrors[0].source} -> {.spec.repositoryDigestMirrors[0].mirrors[0]}')" \
     "registry.example/team -> mirror.example:5000/team" || rc=1
 
   # ImageContentSourcePolicy (operator.openshift.io/v1alpha1): digest mirrors by definition -> stored
-  expect_stored "ImageContentSourcePolicy" "$dir/icsp" create -f - <<EOF || rc=1
-apiVersion: operator.openshift.io/v1alpha1
-kind: ImageContentSourcePolicy
-metadata:
-  name: e2e-j-icsp
-spec:
-  repositoryDigestMirrors:
-    - source: registry.example/team
-      mirrors: [mirror.example:5000/team]
-EOF
+  openshift_mirrors ImageContentSourcePolicy e2e-j-icsp repositoryDigestMirrors >"$dir/icsp.yaml"
+  expect_stored "ImageContentSourcePolicy" "$dir/icsp" create -f "$dir/icsp.yaml" || rc=1
 
   # ConfigMap with a registries.conf: a mirror with pull-from-mirror absent (= "all") is
   # refused; the same mirror with "digest-only" is stored; updating the stored one back to
