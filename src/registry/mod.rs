@@ -235,3 +235,44 @@ impl RegistryError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::error_chain;
+
+    /// Each new failure reads as one line naming the registry, every cause once.
+    #[test]
+    fn outbound_failures_name_the_registry_on_one_line() {
+        let not_json =
+            serde_json::from_slice::<serde_json::Value>(b"<html>").expect_err("not JSON");
+        let errors = [
+            RegistryError::InvalidResponse {
+                registry: "reg.example".into(),
+                source: AnswerError::TokenJson(not_json),
+            },
+            RegistryError::Redirected {
+                registry: "reg.example".into(),
+                refusal: RedirectRefusal::TooMany {
+                    from: "https://reg.example".into(),
+                },
+            },
+            RegistryError::TooLarge {
+                registry: "reg.example".into(),
+                what: "a manifest",
+                limit: 4 << 20,
+            },
+        ];
+        let chains: Vec<String> = errors.iter().map(|e| error_chain(e)).collect();
+        assert_eq!(
+            chains,
+            [
+                "registry reg.example sent an invalid answer: the token endpoint's answer is not \
+                 token JSON: expected value at line 1 column 1",
+                "registry reg.example redirected more than 5 times in a row from \
+                 https://reg.example",
+                "registry reg.example sent a manifest larger than 4 MiB, pinhook's limit",
+            ]
+        );
+    }
+}
