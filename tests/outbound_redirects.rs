@@ -7,19 +7,14 @@
 
 mod common;
 
-use std::time::Duration;
-
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, head};
 use axum::Router;
-use common::stand_in::{Canary, StandIn};
+use common::stand_in::{guarded_resolver, Canary, StandIn};
 use common::tls::TestCa;
-use pinhook::policy::{Policy, PolicyHandle};
 use pinhook::reference::{Digest, Reference};
-use pinhook::registry::{
-    Credential, OciResolver, RedirectRefusal, RegistryConfig, RegistryError, Resolver,
-};
+use pinhook::registry::{Credential, OciResolver, RedirectRefusal, RegistryError, Resolver};
 
 const MANIFEST_PATH: &str = "/v2/team/app/manifests/1.0";
 const MANIFEST: &str =
@@ -39,17 +34,7 @@ async fn world(routes: impl FnOnce(&str) -> Router) -> World {
     let ca = TestCa::generate(dir.path());
     let canary = Canary::start().await;
     let registry = StandIn::start(&ca, routes(&canary.host())).await;
-    let mut policy = Policy::default();
-    policy.registries.allow_private = vec![registry.host(), canary.host()];
-    let handle = PolicyHandle::new(policy.compile().expect("policy"));
-    let resolver = OciResolver::new(RegistryConfig {
-        ca_pems: vec![ca.ca_pem().as_bytes().to_vec()],
-        only_configured_cas: true,
-        request_timeout: Duration::from_secs(5),
-        ..RegistryConfig::default()
-    })
-    .expect("resolver")
-    .with_policy(handle);
+    let resolver = guarded_resolver(&ca, vec![registry.host(), canary.host()]);
     World {
         _dir: dir,
         registry,

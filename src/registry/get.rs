@@ -6,12 +6,12 @@
 //! authorization; a `Docker-Content-Digest` the registry sends along must match the bytes.
 //! Error answers are read up to [`body::ERROR`] for the distribution spec's error codes.
 
-use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
-use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, WWW_AUTHENTICATE};
+use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256, Sha384, Sha512};
 
-use super::head::{header, ACCEPT_MANIFESTS, DIGEST_HEADER};
+use super::head::{header, manifest_request, DIGEST_HEADER};
 use super::token::Bearer;
 use super::{body, outbound, AnswerError, RegistryError};
 use crate::reference::{Algorithm, Digest, Reference};
@@ -47,10 +47,7 @@ pub(super) async fn get(
     reference: &Reference,
 ) -> Get {
     let registry = reference.domain();
-    let mut request = http.get(url).header(ACCEPT, ACCEPT_MANIFESTS.as_str());
-    if let Some(value) = authorization {
-        request = request.header(AUTHORIZATION, value);
-    }
+    let request = manifest_request(http, Method::GET, url, authorization);
     let response = match request.send().await {
         Ok(response) => response,
         Err(e) => return Get::Failed(outbound::failed(registry, e)),

@@ -12,7 +12,7 @@
 use std::sync::LazyLock;
 
 use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, WWW_AUTHENTICATE};
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 
 use super::token::Bearer;
 use super::{outbound, RegistryError};
@@ -29,7 +29,7 @@ const MANIFEST_TYPES: &[&str] = &[
 ];
 
 /// [`MANIFEST_TYPES`] as one `Accept` value, joined once rather than per request.
-pub(super) static ACCEPT_MANIFESTS: LazyLock<String> = LazyLock::new(|| MANIFEST_TYPES.join(", "));
+static ACCEPT_MANIFESTS: LazyLock<String> = LazyLock::new(|| MANIFEST_TYPES.join(", "));
 
 pub(super) const DIGEST_HEADER: &str = "docker-content-digest";
 
@@ -53,16 +53,30 @@ pub(super) async fn head(
     authorization: Option<&str>,
     reference: &Reference,
 ) -> Head {
-    let mut request = http.head(url).header(ACCEPT, ACCEPT_MANIFESTS.as_str());
-    if let Some(value) = authorization {
-        request = request.header(AUTHORIZATION, value);
-    }
+    let request = manifest_request(http, Method::HEAD, url, authorization);
     match request.send().await {
         Ok(response) => judge(response.status(), response.headers(), reference),
         Err(e) => match outbound::failed(reference.domain(), e) {
             RegistryError::Redirected { .. } => Head::NeedsGet,
             error => Head::Failed(error),
         },
+    }
+}
+
+/// A manifest request (the HEAD, or [`super::get`]'s GET) accepting every type pinhook pins,
+/// with `authorization` if given.
+pub(super) fn manifest_request(
+    http: &reqwest::Client,
+    method: Method,
+    url: &str,
+    authorization: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let request = http
+        .request(method, url)
+        .header(ACCEPT, ACCEPT_MANIFESTS.as_str());
+    match authorization {
+        Some(value) => request.header(AUTHORIZATION, value),
+        None => request,
     }
 }
 

@@ -2,7 +2,9 @@
 //! (a certificate from a [`TestCa`]) that answers whatever axum `Router` a test scripts and
 //! records every request it gets ([`StandIn`]); a [`Canary`] listener on another port that
 //! counts the connections it accepts, to prove pinhook sent nothing there; and [`huge_body`],
-//! a streamed body of any size, never held in memory, that reports how much of it went out.
+//! a streamed body of any size, never held in memory, that reports how much of it went out;
+//! and pinhook's registry client as `pinhook serve` holds it, trusting a stand-in
+//! ([`guarded_resolver`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -15,6 +17,8 @@ use axum::response::Response;
 use axum::Router;
 use axum_server::tls_rustls::RustlsConfig;
 use futures::stream;
+use pinhook::policy::{Policy, PolicyHandle};
+use pinhook::registry::{OciResolver, RegistryConfig};
 
 use super::tls::{init_crypto, TestCa, SERVER_SANS};
 
@@ -201,4 +205,20 @@ pub fn huge_body(total: u64, stats: Arc<Streamed>) -> Body {
         ))
     });
     Body::from_stream(chunks)
+}
+
+/// pinhook's registry client trusting only `ca`, holding a policy that opts `allow_private`
+/// (the stand-ins' loopback hosts) in.
+pub fn guarded_resolver(ca: &TestCa, allow_private: Vec<String>) -> OciResolver {
+    let mut policy = Policy::default();
+    policy.registries.allow_private = allow_private;
+    let handle = PolicyHandle::new(policy.compile().expect("policy"));
+    OciResolver::new(RegistryConfig {
+        ca_pems: vec![ca.ca_pem().as_bytes().to_vec()],
+        only_configured_cas: true,
+        request_timeout: std::time::Duration::from_secs(5),
+        ..RegistryConfig::default()
+    })
+    .expect("resolver")
+    .with_policy(handle)
 }
