@@ -2,10 +2,17 @@
 //! that keeps a pod spec from making pinhook probe internal addresses (loopback, link-local,
 //! cloud metadata, unspecified) unless a host is opted in explicitly.
 //!
+//! Hosts are compared in normalised form wherever these rules match them, so a spelling cannot
+//! slip past a list: ASCII lower case, no trailing dot, the default port `:443` dropped, and
+//! Docker Hub's other names (`index.docker.io`, which the reference module already writes
+//! `docker.io`, and `registry-1.docker.io`, the host containerd contacts) read as `docker.io`.
+//! A pattern matches a host when it matches any of its spellings (as written, normalised, with
+//! or without `:443`), so normalising never lets through a host a pattern matched before.
+//!
 //! Pure: judges host strings and addresses, and never resolves or contacts anything. Applying
 //! the rules to a host about to be contacted (a registry, or a token realm a registry names),
-//! including every address its name resolves to, is `registry::guard`'s job, the one place that
-//! does it.
+//! including every address its name resolves to, is `registry::guard`'s job before the request
+//! and the HTTP client's resolver's (`registry::dns`) at connect time.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -39,12 +46,12 @@ impl HostRules {
             host: host.to_string(),
             what,
         };
-        if self.deny.iter().any(|p| glob::matches(p, host)) {
+        if matches_any(&self.deny, host) {
             return Err(HostRefusal::Denied {
                 host: host.to_string(),
             });
         }
-        if !self.allow.is_empty() && !self.allow.iter().any(|p| glob::matches(p, host)) {
+        if !self.allow.is_empty() && !matches_any(&self.allow, host) {
             return Err(HostRefusal::NotAllowed {
                 host: host.to_string(),
             });
@@ -59,7 +66,7 @@ impl HostRules {
                 None => Ok(()),
             };
         }
-        let lower = name.to_ascii_lowercase();
+        let lower = normalize_name(name);
         if lower == "localhost" || lower.ends_with(".localhost") {
             return Err(refuse("loopback"));
         }
@@ -75,12 +82,23 @@ impl HostRules {
         if self.is_opted_in(host) {
             return Ok(());
         }
-        match internal_kind(address) {
-            Some(what) => Err(HostRefusal::Internal {
-                host: format!("{host} ({address})"),
-                what,
-            }),
-            None => Ok(()),
+        refuse_internal(host, address)
+    }
+
+    /// Judges one address `name` resolved to when the port is not known: the HTTP client's
+    /// resolver sees only the name. An `allowPrivate` entry for the name opts it in at any
+    /// port; which port may be contacted was judged, with the port, before the request
+    /// ([`Self::check_host`], [`Self::check_address`]).
+    pub fn check_resolved(&self, name: &str, address: IpAddr) -> Result<(), HostRefusal> {
+        let names = spellings(name);
+        let opted_in = self.allow_private.iter().any(|pattern| {
+            let pattern = normalize_pattern(pattern);
+            let pattern = host_without_port(&pattern);
+            names.iter().any(|n| glob::matches(pattern, n))
+        });
+        match opted_in {
+            true => Ok(()),
+            false => refuse_internal(name, address),
         }
     }
 
@@ -96,9 +114,16 @@ impl HostRules {
     }
 
     fn is_opted_in(&self, host: &str) -> bool {
-        self.allow_private.iter().any(|p| glob::matches(p, host))
+        matches_any(&self.allow_private, host)
     }
 }
+
+/// Docker Hub's canonical name, as the reference module writes it.
+const DOCKER_HUB: &str = "docker.io";
+/// Other names of Docker Hub's registry: the legacy index and the API host.
+const DOCKER_HUB_ALIASES: &[&str] = &["index.docker.io", "registry-1.docker.io"];
+/// The port a registry host without one is reached on.
+const DEFAULT_PORT: &str = "443";
 
 const METADATA_NAMES: &[&str] = &[
     "metadata.google.internal",
@@ -151,6 +176,114 @@ fn internal_v6(ip: Ipv6Addr) -> Option<&'static str> {
     }
 }
 
+fn refuse_internal(host: &str, address: IpAddr) -> Result<(), HostRefusal> {
+    match internal_kind(address) {
+        Some(what) => Err(HostRefusal::Internal {
+            host: format!("{host} ({address})"),
+            what,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `host` (`name[:port]`) as the policy compares it: lower case, no trailing dot, no `:443`,
+/// Docker Hub's aliases as `docker.io`. `BAD.corp.example:443` is `bad.corp.example`.
+pub fn normalize_host(host: &str) -> String {
+    let (name, port) = split_port(host);
+    join(&canonical_name(&normalize_name(name)), port)
+}
+
+/// True when `a` and `b` name the same registry host once normalised.
+pub fn same_host(a: &str, b: &str) -> bool {
+    normalize_host(a) == normalize_host(b)
+}
+
+/// True when some pattern matches some spelling of `host`.
+fn matches_any(patterns: &[String], host: &str) -> bool {
+    if patterns.is_empty() {
+        return false;
+    }
+    let spelled = spellings(host);
+    patterns.iter().any(|pattern| {
+        let pattern = normalize_pattern(pattern);
+        spelled.iter().any(|s| glob::matches(&pattern, s))
+    })
+}
+
+/// Every spelling of `host` a pattern may name it by: the name as written and its canonical
+/// name (both lower case, without a trailing dot), each bare and with its port (`:443` when
+/// none is written).
+fn spellings(host: &str) -> Vec<String> {
+    let (name, port) = split_port(host);
+    let written = normalize_name(name);
+    let canonical = canonical_name(&written);
+    let mut names = vec![written];
+    if names[0] != canonical {
+        names.push(canonical);
+    }
+    let mut spelled = Vec::with_capacity(names.len() * 2);
+    for name in names {
+        spelled.push(join(&name, port));
+        spelled.push(format!("{name}:{}", port.unwrap_or(DEFAULT_PORT)));
+    }
+    spelled
+}
+
+/// A list entry in the form hosts are compared in: lower case, and a Docker Hub alias (with
+/// or without `:443`) as `docker.io`. Globs are left as written.
+fn normalize_pattern(pattern: &str) -> String {
+    let lower = pattern.to_ascii_lowercase();
+    let bare = lower
+        .strip_suffix(&format!(":{DEFAULT_PORT}"))
+        .unwrap_or(&lower);
+    match DOCKER_HUB_ALIASES.contains(&bare) {
+        true => DOCKER_HUB.to_string(),
+        false => lower,
+    }
+}
+
+/// A host name in lower case without its trailing dot (`Reg.Example.` is `reg.example`).
+fn normalize_name(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    match lower.strip_suffix('.') {
+        Some(stripped) if !stripped.is_empty() => stripped.to_string(),
+        _ => lower,
+    }
+}
+
+fn canonical_name(name: &str) -> String {
+    match DOCKER_HUB_ALIASES.contains(&name) {
+        true => DOCKER_HUB.to_string(),
+        false => name.to_string(),
+    }
+}
+
+/// `name` and the port of `name[:port]` (IPv6 names keep their brackets); `:443` counts as
+/// no port.
+fn split_port(host: &str) -> (&str, Option<&str>) {
+    let (name, port) = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((_, after)) => {
+                let name = &host[..host.len() - after.len()];
+                (name, after.strip_prefix(':'))
+            }
+            None => (host, None),
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        },
+    };
+    (name, port.filter(|p| *p != DEFAULT_PORT))
+}
+
+fn join(name: &str, port: Option<&str>) -> String {
+    match port {
+        Some(port) => format!("{name}:{port}"),
+        None => name.to_string(),
+    }
+}
+
 /// `host` of `host[:port]`, without IPv6 brackets.
 pub fn host_without_port(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
@@ -161,6 +294,8 @@ pub fn host_without_port(host: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    use rstest::rstest;
+
     use super::*;
 
     fn rules() -> HostRules {
@@ -227,5 +362,107 @@ mod tests {
         assert!(rules().check_address("sneaky.example", loopback).is_err());
         let public: IpAddr = "93.184.216.34".parse().expect("ip");
         assert_eq!(rules().check_address("sneaky.example", public), Ok(()));
+    }
+
+    fn deny(patterns: &[&str]) -> HostRules {
+        HostRules {
+            deny: patterns.iter().map(|p| p.to_string()).collect(),
+            ..HostRules::default()
+        }
+    }
+
+    #[rstest]
+    #[case::upper_case("BAD.corp.example", "bad.corp.example")]
+    #[case::default_port("bad.corp.example:443", "bad.corp.example")]
+    #[case::both("Bad.Corp.Example:443", "bad.corp.example")]
+    #[case::trailing_dot("bad.corp.example.", "bad.corp.example")]
+    #[case::upper_case_pattern("bad.corp.example", "BAD.corp.example")]
+    #[case::pattern_with_default_port("bad.corp.example", "bad.corp.example:443")]
+    #[case::glob_and_default_port("reg.corp.example:443", "*.corp.example")]
+    #[case::hub_api_host("registry-1.docker.io", "docker.io")]
+    #[case::hub_legacy_host("INDEX.docker.io", "docker.io")]
+    #[case::hub_alias_pattern("docker.io", "registry-1.docker.io")]
+    #[case::hub_alias_pattern_with_port("docker.io", "index.docker.io:443")]
+    #[case::ipv6_default_port("[2001:db8::1]:443", "[2001:db8::1]")]
+    fn the_deny_list_matches_every_spelling_of_a_host(#[case] host: &str, #[case] pattern: &str) {
+        assert_eq!(
+            deny(&[pattern]).check_host(host),
+            Err(HostRefusal::Denied {
+                host: host.to_string()
+            }),
+            "{pattern} must deny {host}"
+        );
+    }
+
+    #[rstest]
+    #[case::other_port("bad.corp.example:5000", "bad.corp.example")]
+    #[case::other_host("good.corp.example", "bad.corp.example")]
+    #[case::subdomain_glob_is_not_the_hub("docker.io", "*.docker.io")]
+    #[case::port_pattern_other_port("bad.corp.example:5000", "bad.corp.example:443")]
+    fn normalising_does_not_widen_a_pattern(#[case] host: &str, #[case] pattern: &str) {
+        assert_eq!(
+            deny(&[pattern]).check_host(host),
+            Ok(()),
+            "{pattern} vs {host}"
+        );
+    }
+
+    #[test]
+    fn a_glob_keeps_matching_the_spelling_it_matched_before() {
+        // `*.docker.io` named registry-1.docker.io as written; it still does.
+        assert!(deny(&["*.docker.io"])
+            .check_host("registry-1.docker.io")
+            .is_err());
+    }
+
+    #[test]
+    fn the_allow_list_and_opt_ins_are_normalised_too() {
+        let rules = HostRules {
+            allow: vec!["reg.corp.example".into(), "LOCALHOST:5000".into()],
+            allow_private: vec!["localhost:5000".into()],
+            ..HostRules::default()
+        };
+        assert_eq!(rules.check_host("REG.corp.example:443"), Ok(()));
+        assert_eq!(rules.check_host("LocalHost:5000"), Ok(()));
+        assert!(matches!(
+            rules.check_host("reg.corp.example:5000"),
+            Err(HostRefusal::NotAllowed { .. })
+        ));
+    }
+
+    #[test]
+    fn hosts_normalise_to_one_form() {
+        for (host, normal) in [
+            ("BAD.corp.example:443", "bad.corp.example"),
+            ("bad.corp.example:5000", "bad.corp.example:5000"),
+            ("registry-1.docker.io", "docker.io"),
+            ("Index.Docker.IO:443", "docker.io"),
+            ("[::1]:443", "[::1]"),
+            ("[::1]:5000", "[::1]:5000"),
+            ("reg.example.", "reg.example"),
+        ] {
+            assert_eq!(normalize_host(host), normal, "{host}");
+        }
+        assert!(same_host("REG.example:443", "reg.example"));
+        assert!(!same_host("reg.example:5000", "reg.example"));
+    }
+
+    #[test]
+    fn resolved_addresses_are_opted_in_by_name_at_any_port() {
+        let loopback: IpAddr = "127.0.0.1".parse().expect("ip");
+        let rules = HostRules {
+            allow_private: vec!["Reg.Internal:5000".into()],
+            ..HostRules::default()
+        };
+        assert_eq!(rules.check_resolved("reg.internal", loopback), Ok(()));
+        assert_eq!(
+            rules.check_resolved("other.internal", loopback),
+            Err(HostRefusal::Internal {
+                host: "other.internal (127.0.0.1)".into(),
+                what: "loopback"
+            })
+        );
+        let public: IpAddr = "93.184.216.34".parse().expect("ip");
+        assert_eq!(rules.check_resolved("other.internal", public), Ok(()));
     }
 }

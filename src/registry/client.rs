@@ -1,11 +1,12 @@
-//! The registry [`Resolver`]: a manifest HEAD of pinhook's own ([`super::head`]), a bearer
-//! token when the registry challenges ([`super::token`], its realm checked against the address
-//! guard first), and oci-client for the GET fallback; one `oci_client::Client` per
-//! (registry, credential).
+//! The registry [`Resolver`]: a manifest HEAD ([`super::head`]), a bearer token when the
+//! registry challenges ([`super::token`], its realm checked against the address guard first),
+//! and a manifest GET when the HEAD does not say enough ([`super::get`]); all three through one
+//! HTTP client per registry host ([`super::outbound`]), which holds every hop and every
+//! connected address to the policy.
 //!
-//! Why one client per credential: an oci-client `Client` keeps the first credentials it sees
-//! for a registry and silently ignores later ones, so sharing one client across secrets would
-//! answer one namespace's request with another namespace's secret.
+//! Credentials cross hosts one way only, the way docker and containerd send them: the
+//! registry's Basic credentials go to the token realm it names, over HTTPS (or plain HTTP to a
+//! host marked insecure). A token goes only to the registry it was issued for.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -13,15 +14,15 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
-use oci_client::Client;
-use sha2::{Digest as _, Sha256};
 
+use super::dns::{self, Lookup};
+use super::get::{self, Get};
 use super::guard;
-use super::head::{self, Head, MANIFEST_TYPES};
-use super::token::{TokenCache, TokenKey};
-use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
+use super::head::{self, Head};
+use super::outbound;
+use super::token::{Bearer, TokenCache, TokenKey};
+use super::{Credential, RegistryError, Resolution, ResolutionSource, Resolver};
+use crate::policy::hosts;
 use crate::policy::{HostSettings, PolicyHandle};
 use crate::reference::{Digest, Reference};
 
@@ -38,9 +39,10 @@ const SYSTEM_CA_FILES: &[&str] = &[
 pub struct RegistryConfig {
     /// Extra PEM CA bundles trusted for every registry.
     pub ca_pems: Vec<Vec<u8>>,
-    /// Extra PEM CA bundles trusted for one registry host (`host[:port]`).
+    /// Extra PEM CA bundles trusted for one registry host (`host[:port]`, compared normalised:
+    /// `Reg.Example:443` is `reg.example`).
     pub host_ca_pems: HashMap<String, Vec<Vec<u8>>>,
-    /// Hosts (`host[:port]`) reached over plain HTTP.
+    /// Hosts (`host[:port]`, compared normalised) reached over plain HTTP.
     pub insecure_hosts: HashSet<String>,
     /// Bound on each HTTP call (connect and read).
     pub request_timeout: Duration,
@@ -51,14 +53,23 @@ pub struct RegistryConfig {
 /// Resolves tags against real registries.
 pub struct OciResolver {
     config: RwLock<Arc<RegistryConfig>>,
-    clients: moka::sync::Cache<(String, Fingerprint), Arc<Client>>,
-    /// The HTTP client for pinhook's own HEAD, per registry host (its TLS settings).
+    /// The HTTP client per registry host (its TLS settings), for all of its requests.
     http: moka::sync::Cache<String, reqwest::Client>,
     tokens: TokenCache,
     /// When set, the token realm a registry names must pass the policy's internal-address
     /// guard before pinhook asks it for a token (a registry must not make pinhook probe
-    /// loopback or metadata addresses either).
+    /// loopback or metadata addresses either), and so must every address a client connects to.
     policy: Option<PolicyHandle>,
+    /// How the clients resolve names: the system's resolver.
+    lookup: Lookup,
+}
+
+/// What one credential's attempt logs in with when the registry challenges.
+struct Login<'a> {
+    http: &'a reqwest::Client,
+    key: TokenKey,
+    /// The credential's `Authorization: Basic` value; `None` for anonymous.
+    basic: Option<String>,
 }
 
 // === impl RegistryConfig ===
@@ -91,6 +102,26 @@ impl RegistryConfig {
         }
         Ok(config)
     }
+
+    /// True when `host` (`host[:port]`) is reached over plain HTTP.
+    pub fn is_insecure(&self, host: &str) -> bool {
+        self.insecure_hosts
+            .iter()
+            .any(|insecure| hosts::same_host(insecure, host))
+    }
+
+    /// The CA bundles trusted for `registry`: the global ones, then the host's own.
+    pub(super) fn pems_for<'a>(
+        &'a self,
+        registry: &'a str,
+    ) -> impl Iterator<Item = &'a Vec<u8>> + 'a {
+        let own = self
+            .host_ca_pems
+            .iter()
+            .filter(move |(host, _)| hosts::same_host(host, registry))
+            .flat_map(|(_, pems)| pems);
+        self.ca_pems.iter().chain(own)
+    }
 }
 
 impl Default for RegistryConfig {
@@ -108,27 +139,25 @@ impl Default for RegistryConfig {
 // === impl OciResolver ===
 
 impl OciResolver {
-    /// Checks up front what oci-client would otherwise panic on (no system CA bundle).
+    /// Checks up front that a system CA bundle exists, rather than on the request path.
     pub fn new(config: RegistryConfig) -> Result<OciResolver, RegistryError> {
         if !config.only_configured_cas {
             check_system_roots()?;
         }
         Ok(OciResolver {
             config: RwLock::new(Arc::new(config)),
-            clients: moka::sync::Cache::builder()
-                .max_capacity(1024)
-                .time_to_idle(Duration::from_secs(3600))
-                .build(),
             http: moka::sync::Cache::builder()
                 .max_capacity(1024)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
             tokens: TokenCache::new(),
             policy: None,
+            lookup: dns::system(),
         })
     }
 
-    /// Checks token realms against `policy`'s internal-address guard (see [`Self::policy`]).
+    /// Checks token realms and every address a client connects to against `policy`'s
+    /// internal-address guard (see [`Self::policy`]).
     pub fn with_policy(mut self, policy: PolicyHandle) -> OciResolver {
         self.policy = Some(policy);
         self
@@ -137,7 +166,6 @@ impl OciResolver {
     /// Replaces the configuration (policy reload); clients are rebuilt on next use.
     pub fn reconfigure(&self, config: RegistryConfig) {
         *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
-        self.clients.invalidate_all();
         self.http.invalidate_all();
     }
 
@@ -148,83 +176,22 @@ impl OciResolver {
             .clone()
     }
 
-    fn client_for(
-        &self,
-        registry: &str,
-        credential: &Credential,
-    ) -> Result<Arc<Client>, RegistryError> {
-        // Concurrent first uses build one client (moka runs one init per key), not one each.
-        let key = (registry.to_string(), credential.fingerprint());
-        self.clients
-            .try_get_with(key, || self.build_client(registry).map(Arc::new))
-            .map_err(RegistryError::Shared)
-    }
-
-    fn build_client(&self, registry: &str) -> Result<Client, RegistryError> {
-        let settings = self.config();
-        let certificates: Vec<Certificate> = pems_for(&settings, registry)
-            .map(|pem| Certificate {
-                encoding: CertificateEncoding::Pem,
-                data: pem.clone(),
-            })
-            .collect();
-        let protocol = if settings.insecure_hosts.contains(registry) {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        };
-        let mut config = ClientConfig {
-            protocol,
-            connect_timeout: Some(settings.request_timeout),
-            read_timeout: Some(settings.request_timeout),
-            user_agent: concat!("pinhook/", env!("CARGO_PKG_VERSION")),
-            ..ClientConfig::default()
-        };
-        if settings.only_configured_cas {
-            config.tls_certs_only = certificates;
-        } else {
-            config.extra_root_certificates = certificates;
-        }
-        // `Client::new` swallows configuration errors and falls back to defaults.
-        Client::try_from(config).map_err(|source| RegistryError::ClientConfig {
-            registry: registry.to_string(),
-            source,
-        })
-    }
-
     fn http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
+        // Concurrent first uses build one client (moka runs one init per key), not one each.
         self.http
-            .try_get_with(registry.to_string(), || self.build_http(registry))
+            .try_get_with(registry.to_string(), || {
+                outbound::build(
+                    &self.config(),
+                    registry,
+                    self.policy.as_ref(),
+                    self.lookup.clone(),
+                )
+            })
             .map_err(RegistryError::Shared)
     }
 
-    /// A reqwest client with the same trust as [`Self::build_client`]. Redirects are not
-    /// followed (a manifest HEAD is not redirected; a 3xx falls back to oci-client's GET).
-    fn build_http(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
-        let settings = self.config();
-        let config_error = |source: reqwest::Error| RegistryError::ClientConfig {
-            registry: registry.to_string(),
-            source: OciDistributionError::RequestError(source),
-        };
-        let mut certificates = Vec::new();
-        for pem in pems_for(&settings, registry) {
-            certificates.extend(reqwest::Certificate::from_pem_bundle(pem).map_err(config_error)?);
-        }
-        let builder = reqwest::Client::builder()
-            .connect_timeout(settings.request_timeout)
-            .read_timeout(settings.request_timeout)
-            .user_agent(concat!("pinhook/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::none());
-        let builder = if settings.only_configured_cas {
-            builder.tls_certs_only(certificates)
-        } else {
-            builder.tls_certs_merge(certificates)
-        };
-        builder.build().map_err(config_error)
-    }
-
-    /// One credential's attempt, bounded as a whole: oci-client's timeouts apply per phase
-    /// (token, GET fallback) and each can be hit twice.
+    /// One credential's attempt, bounded as a whole: the client's timeouts apply per connect
+    /// and per read, and an attempt sends up to five requests (HEAD, token, HEAD, GET, GET).
     async fn resolve_with(
         &self,
         reference: &Reference,
@@ -247,53 +214,52 @@ impl OciResolver {
     ) -> Result<Digest, RegistryError> {
         let registry = reference.domain();
         let http = self.http_for(registry)?;
-        let oci_ref = oci_client::Reference::with_tag(
-            registry.to_string(),
-            reference.path().to_string(),
-            reference.effective_tag().to_string(),
-        );
-        let basic = credential.basic_authorization();
-        let scheme = match self.config().insecure_hosts.contains(registry) {
+        let scheme = match self.config().is_insecure(registry) {
             true => "http",
             false => "https",
         };
         let url = format!(
             "{scheme}://{}/v2/{}/manifests/{}",
-            oci_ref.resolve_registry(),
+            api_host(registry),
             reference.path(),
             reference.effective_tag()
         );
-        let token_key = TokenKey {
-            registry: registry.to_string(),
-            credential: credential.fingerprint(),
-            repository: reference.path().to_string(),
+        let login = Login {
+            http: &http,
+            key: TokenKey {
+                registry: registry.to_string(),
+                credential: credential.fingerprint(),
+                repository: reference.path().to_string(),
+            },
+            basic: credential.basic_authorization(),
         };
-        let authorization = self.tokens.bearer(&token_key).or_else(|| basic.clone());
+        let mut authorization = self
+            .tokens
+            .bearer(&login.key)
+            .or_else(|| login.basic.clone());
+        let mut logged_in = false;
         let mut answer = head::head(&http, &url, authorization.as_deref(), reference).await;
         if let Head::Challenge(Some(challenge)) = &answer {
-            guard::check_realm(self.policy.as_ref(), &challenge.realm, registry).await?;
-            let bearer = self
-                .tokens
-                .fetch(token_key, challenge, &http, basic.as_deref())
-                .await?;
-            answer = head::head(&http, &url, Some(&bearer), reference).await;
+            authorization = Some(self.log_in(&login, challenge).await?);
+            logged_in = true;
+            answer = head::head(&http, &url, authorization.as_deref(), reference).await;
         }
         let digest = match answer {
             Head::Digest(digest) => digest,
             Head::NeedsGet => {
-                let client = self.client_for(registry, credential)?;
-                let auth = credential.to_oci_auth();
-                let (bytes, _) = client
-                    .pull_manifest_raw(&oci_ref, &auth, MANIFEST_TYPES)
-                    .await
-                    .map_err(|e| classify(e, reference))?;
-                format!("sha256:{:x}", Sha256::digest(&bytes))
+                let mut got = get::get(&http, &url, authorization.as_deref(), reference).await;
+                // A registry may challenge only the GET (a HEAD answered 405 before any auth).
+                if let (Get::Challenge(Some(challenge)), false) = (&got, logged_in) {
+                    let bearer = self.log_in(&login, challenge).await?;
+                    got = get::get(&http, &url, Some(&bearer), reference).await;
+                }
+                return match got {
+                    Get::Manifest(digest) => Ok(digest),
+                    Get::Challenge(_) => Err(unauthorized(registry)),
+                    Get::Failed(error) => Err(error),
+                };
             }
-            Head::Challenge { .. } => {
-                return Err(RegistryError::Unauthorized {
-                    registry: registry.to_string(),
-                })
-            }
+            Head::Challenge(_) => return Err(unauthorized(registry)),
             Head::Failed(error) => return Err(error),
         };
         digest.parse::<Digest>().map_err(|_| RegistryError::Status {
@@ -302,14 +268,27 @@ impl OciResolver {
             message: format!("registry sent an invalid digest {digest:?}"),
         })
     }
-}
 
-/// The CA bundles trusted for `registry`: the global ones, then the host's own.
-fn pems_for<'a>(settings: &'a RegistryConfig, registry: &str) -> impl Iterator<Item = &'a Vec<u8>> {
-    settings
-        .ca_pems
-        .iter()
-        .chain(settings.host_ca_pems.get(registry).into_iter().flatten())
+    /// Answers a bearer `challenge`: checks its realm, asks it for a token (with the Basic
+    /// credentials if any) and keeps it; the `Authorization` value to retry with.
+    async fn log_in(&self, login: &Login<'_>, challenge: &Bearer) -> Result<String, RegistryError> {
+        let config = self.config();
+        guard::check_realm(
+            self.policy.as_ref(),
+            &challenge.realm,
+            &login.key.registry,
+            |host| config.is_insecure(host),
+        )
+        .await?;
+        self.tokens
+            .fetch(
+                login.key.clone(),
+                challenge,
+                login.http,
+                login.basic.as_deref(),
+            )
+            .await
+    }
 }
 
 #[async_trait]
@@ -351,14 +330,21 @@ impl Resolver for OciResolver {
                 Err(e) => return Err(e),
             }
         }
-        Err(last_error.unwrap_or_else(|| RegistryError::Unauthorized {
-            registry: reference.domain().to_string(),
-        }))
+        Err(last_error.unwrap_or_else(|| unauthorized(reference.domain())))
     }
 }
 
-/// Fails when no system CA bundle exists: oci-client (reqwest with the platform verifier)
-/// would panic building a client, on the request path.
+/// The host that serves `registry`'s API: Docker Hub's references name `docker.io`, its API
+/// answers at `index.docker.io` (where docker's clients, and oci-client before, send it).
+fn api_host(registry: &str) -> &str {
+    match registry {
+        "docker.io" => "index.docker.io",
+        registry => registry,
+    }
+}
+
+/// Fails when no system CA bundle exists: every TLS handshake with a registry would fail later,
+/// on the request path, so pinhook refuses to start instead.
 fn check_system_roots() -> Result<(), RegistryError> {
     let env_file = std::env::var_os("SSL_CERT_FILE");
     let env_dir = std::env::var_os("SSL_CERT_DIR");
@@ -377,63 +363,6 @@ fn check_system_roots() -> Result<(), RegistryError> {
     }
 }
 
-/// Maps oci-client's errors onto what an operator can act on.
-fn classify(error: OciDistributionError, reference: &Reference) -> RegistryError {
-    let registry = reference.domain().to_string();
-    match error {
-        OciDistributionError::ImageManifestNotFoundError(_) => not_found(reference),
-        OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => {
-            RegistryError::Unauthorized { registry }
-        }
-        OciDistributionError::RegistryError { envelope, .. } => {
-            let code = envelope.errors.first().map(|e| &e.code);
-            match code {
-                Some(OciErrorCode::ManifestUnknown)
-                | Some(OciErrorCode::NameUnknown)
-                | Some(OciErrorCode::NotFound) => not_found(reference),
-                Some(OciErrorCode::Unauthorized) => RegistryError::Unauthorized { registry },
-                Some(OciErrorCode::Denied) => RegistryError::Denied {
-                    registry,
-                    repository: reference.path().to_string(),
-                },
-                Some(OciErrorCode::Toomanyrequests) => RegistryError::RateLimited { registry },
-                _ => RegistryError::Status {
-                    registry,
-                    status: 400,
-                    message: envelope.to_string(),
-                },
-            }
-        }
-        OciDistributionError::ServerError { code: 404, .. } => not_found(reference),
-        OciDistributionError::ServerError { code: 401, .. } => {
-            RegistryError::Unauthorized { registry }
-        }
-        OciDistributionError::ServerError { code: 403, .. } => RegistryError::Denied {
-            registry,
-            repository: reference.path().to_string(),
-        },
-        OciDistributionError::ServerError { code: 429, .. } => {
-            RegistryError::RateLimited { registry }
-        }
-        OciDistributionError::ServerError { code, message, .. } => RegistryError::Status {
-            registry,
-            status: code,
-            message: truncate(&message, 200),
-        },
-        e @ (OciDistributionError::RequestError(_) | OciDistributionError::IoError(_)) => {
-            RegistryError::Unreachable {
-                registry,
-                source: e,
-            }
-        }
-        e => RegistryError::InvalidResponse {
-            registry,
-            source: e,
-        },
-    }
-}
-
 fn informativeness(error: &RegistryError) -> u8 {
     match error {
         RegistryError::NotFound { .. } => 3,
@@ -442,16 +371,8 @@ fn informativeness(error: &RegistryError) -> u8 {
     }
 }
 
-fn not_found(reference: &Reference) -> RegistryError {
-    RegistryError::NotFound {
-        repository: reference.repository(),
-        tag: reference.effective_tag().to_string(),
-    }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
+fn unauthorized(registry: &str) -> RegistryError {
+    RegistryError::Unauthorized {
+        registry: registry.to_string(),
     }
 }

@@ -60,15 +60,6 @@ impl Credential {
             }
         }
     }
-
-    pub(crate) fn to_oci_auth(&self) -> oci_client::secrets::RegistryAuth {
-        match self {
-            Credential::Anonymous => oci_client::secrets::RegistryAuth::Anonymous,
-            Credential::Basic { username, password } => {
-                oci_client::secrets::RegistryAuth::Basic(username.clone(), password.clone())
-            }
-        }
-    }
 }
 
 impl fmt::Debug for Credential {

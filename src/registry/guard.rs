@@ -1,20 +1,29 @@
-//! The address guard: the one place that applies the policy's host rules to a host pinhook is
-//! about to contact. A registry named by a pod spec passes it under the cache
+//! The address guard: the one place that applies the policy's host rules to a host before
+//! pinhook sends it anything (the HTTP client's resolver judges the addresses again when it
+//! connects, [`super::dns`]). A registry named by a pod spec passes it under the cache
 //! ([`AddressGuard`]); a token realm, a URL a registry names in its auth challenge, passes it
 //! before the token request ([`check_realm`]). Either way the rules judge the name, then every
 //! address the name resolves to, so neither a pod spec nor a registry can point pinhook at
 //! loopback, link-local or metadata addresses through a name. The rules themselves are pure and
 //! live in [`crate::policy::hosts`].
 //!
-//! Caveat: the HTTP client resolves the name again when it connects; a name that changes its
-//! answer between the two lookups (DNS rebinding) is not caught here.
+//! The HTTP client resolves the name again when it connects; a name that changes its answer
+//! between the two lookups (DNS rebinding) is caught there, by the same rules. Here is where a
+//! host is refused before any connection is tried, and where IP-literal hosts, which the client
+//! never resolves, are judged.
+//!
+//! A realm is also refused when it is clear text (`http://`) on a host not marked insecure: the
+//! token request carries the user's credentials (docker and containerd send them to the realm
+//! whatever its host; so does pinhook, but never in clear text unless the user chose plain
+//! HTTP for that host).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{Credential, RegistryError, Resolution, Resolver};
+use super::dns;
+use super::{Credential, RegistryError, Resolution, Resolver, TransportError};
 use crate::policy::hosts::{self, HostRefusal, HostRules};
 use crate::policy::PolicyHandle;
 use crate::reference::Reference;
@@ -37,6 +46,11 @@ pub enum RealmRefusal {
     },
     #[error("registry {registry} named a token realm that is not http(s): {realm}")]
     NotHttp { registry: String, realm: String },
+    #[error(
+        "registry {registry} named a clear-text token realm {realm}; pinhook sends credentials \
+         over plain HTTP only to hosts marked insecure"
+    )]
+    ClearText { registry: String, realm: String },
     #[error("token realm {realm} has no host")]
     NoHost { realm: String },
     /// The internal-address guard refused the realm's host or an address it resolves to.
@@ -91,23 +105,25 @@ impl Resolver for AddressGuard {
                 },
                 Blocked::Lookup(source) => RegistryError::Unreachable {
                     registry: host.to_string(),
-                    source: oci_client::errors::OciDistributionError::IoError(source),
+                    source: TransportError::Lookup(source),
                 },
             })?;
         self.inner.resolve(reference, credentials).await
     }
 }
 
-/// Refuses a token realm URL that is not http(s), and, when a `policy` is given, one whose host
-/// the policy's internal-address guard refuses (a registry must not make pinhook probe loopback
-/// or metadata addresses either). The registry allow and deny lists do not apply: the realm is
-/// the registry's choice, not the user's.
+/// Refuses a token realm URL that is not http(s); when a `policy` is given, one whose host the
+/// policy's internal-address guard refuses (a registry must not make pinhook probe loopback or
+/// metadata addresses either); and a clear-text one unless `insecure` says its host
+/// (`host[:port]`) is reached over plain HTTP anyway. The registry allow and deny lists do not
+/// apply: the realm is the registry's choice, not the user's.
 pub(super) async fn check_realm(
     policy: Option<&PolicyHandle>,
     realm: &str,
     registry: &str,
+    insecure: impl Fn(&str) -> bool,
 ) -> Result<(), RegistryError> {
-    judge_realm(policy, realm, registry)
+    judge_realm(policy, realm, registry, insecure)
         .await
         .map_err(RegistryError::RealmRefused)
 }
@@ -116,6 +132,7 @@ async fn judge_realm(
     policy: Option<&PolicyHandle>,
     realm: &str,
     registry: &str,
+    insecure: impl Fn(&str) -> bool,
 ) -> Result<(), RealmRefusal> {
     let url = reqwest::Url::parse(realm).map_err(|problem| RealmRefusal::Invalid {
         registry: registry.to_string(),
@@ -128,9 +145,6 @@ async fn judge_realm(
             realm: realm.to_string(),
         });
     }
-    let Some(policy) = policy else {
-        return Ok(());
-    };
     let host = match (url.host_str(), url.port()) {
         (Some(host), Some(port)) => format!("{host}:{port}"),
         (Some(host), None) => host.to_string(),
@@ -140,20 +154,29 @@ async fn judge_realm(
             })
         }
     };
-    let rules = policy.current().hosts.internal_only();
-    check_reachable(&rules, &host)
-        .await
-        .map_err(|blocked| match blocked {
-            Blocked::Refused(reason) => RealmRefusal::Refused {
-                registry: registry.to_string(),
-                reason,
-            },
-            Blocked::Lookup(source) => RealmRefusal::Unresolvable {
-                registry: registry.to_string(),
-                host,
-                source,
-            },
-        })
+    if let Some(policy) = policy {
+        let rules = policy.current().hosts.internal_only();
+        check_reachable(&rules, &host)
+            .await
+            .map_err(|blocked| match blocked {
+                Blocked::Refused(reason) => RealmRefusal::Refused {
+                    registry: registry.to_string(),
+                    reason,
+                },
+                Blocked::Lookup(source) => RealmRefusal::Unresolvable {
+                    registry: registry.to_string(),
+                    host: host.clone(),
+                    source,
+                },
+            })?;
+    }
+    if url.scheme() == "http" && !insecure(&host) {
+        return Err(RealmRefusal::ClearText {
+            registry: registry.to_string(),
+            realm: realm.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Whether pinhook may contact `host` (`name[:port]`): the host rules on the name, then on
@@ -164,16 +187,10 @@ async fn check_reachable(rules: &HostRules, host: &str) -> Result<(), Blocked> {
     if name.parse::<IpAddr>().is_ok() {
         return Ok(());
     }
-    let port = host
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse::<u16>().ok())
-        .unwrap_or(443);
-    let addresses = tokio::net::lookup_host((name, port))
-        .await
-        .map_err(Blocked::Lookup)?;
+    let addresses = dns::system_lookup(name).await.map_err(Blocked::Lookup)?;
     for address in addresses {
         rules
-            .check_address(host, address.ip())
+            .check_address(host, address)
             .map_err(Blocked::Refused)?;
     }
     Ok(())
@@ -224,7 +241,7 @@ mod tests {
         #[case] realm: &str,
         #[case] variant: &str,
     ) {
-        let error = check_realm(Some(&policy()), realm, "registry.example")
+        let error = check_realm(Some(&policy()), realm, "registry.example", |_| false)
             .await
             .expect_err("refused");
         match &error {
@@ -238,9 +255,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_realm_names_the_registry_and_the_reason_once() {
-        let error = check_realm(Some(&policy()), "https://127.0.0.1/token", "reg.example")
-            .await
-            .expect_err("loopback");
+        let error = check_realm(
+            Some(&policy()),
+            "https://127.0.0.1/token",
+            "reg.example",
+            |_| false,
+        )
+        .await
+        .expect_err("loopback");
         assert_eq!(
             error.to_string(),
             "token realm of registry reg.example: registry 127.0.0.1 is a loopback address; \
@@ -251,9 +273,9 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_policy_only_the_realm_url_is_judged() {
-        let internal = check_realm(None, "https://127.0.0.1/token", "reg.example").await;
+        let internal = check_realm(None, "https://127.0.0.1/token", "reg.example", |_| false).await;
         assert!(internal.is_ok(), "{internal:?}");
-        let invalid = check_realm(None, "ftp://auth.example/token", "reg.example").await;
+        let invalid = check_realm(None, "ftp://auth.example/token", "reg.example", |_| false).await;
         assert!(
             matches!(
                 invalid,
@@ -261,5 +283,28 @@ mod tests {
             ),
             "{invalid:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_clear_text_realm_is_refused_unless_its_host_is_marked_insecure() {
+        // An IP literal: the guard judges it without a lookup.
+        let realm = "http://203.0.113.5:8080/token";
+        for policy in [None, Some(policy())] {
+            let error = check_realm(policy.as_ref(), realm, "reg.example", |_| false)
+                .await
+                .expect_err("clear text");
+            assert_eq!(
+                error.to_string(),
+                "registry reg.example named a clear-text token realm \
+                 http://203.0.113.5:8080/token; pinhook sends credentials over plain HTTP only \
+                 to hosts marked insecure"
+            );
+            assert_eq!(error.kind(), "refused");
+        }
+        let marked = check_realm(None, realm, "reg.example", |host| {
+            host == "203.0.113.5:8080"
+        })
+        .await;
+        assert!(marked.is_ok(), "{marked:?}");
     }
 }

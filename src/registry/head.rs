@@ -1,5 +1,6 @@
-//! The manifest HEAD that resolves a tag, sent by pinhook itself (the bearer token it may need
-//! comes from [`super::token`]; oci-client still does the GET fallback).
+//! The manifest HEAD that resolves a tag, sent through pinhook's one HTTP client
+//! ([`super::outbound`]; the bearer token it may need comes from [`super::token`], the GET
+//! fallback is [`super::get`]).
 //!
 //! Why not oci-client's `fetch_manifest_digest`: it trusts a `Docker-Content-Digest` without a
 //! `Content-Length` (containerd treats such an answer as incomplete and GETs the manifest,
@@ -11,16 +12,16 @@
 use std::sync::LazyLock;
 
 use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, WWW_AUTHENTICATE};
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 
 use super::token::Bearer;
-use super::RegistryError;
+use super::{outbound, RegistryError};
 use crate::reference::Reference;
 
 /// Every manifest type pinhook can pin, index and list types first: without them a registry
 /// may answer a multi-arch tag with one platform's manifest
 /// (`docs/kubernetes-and-registry-facts.md` §5).
-pub(super) const MANIFEST_TYPES: &[&str] = &[
+const MANIFEST_TYPES: &[&str] = &[
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.oci.image.manifest.v1+json",
@@ -30,14 +31,15 @@ pub(super) const MANIFEST_TYPES: &[&str] = &[
 /// [`MANIFEST_TYPES`] as one `Accept` value, joined once rather than per request.
 static ACCEPT_MANIFESTS: LazyLock<String> = LazyLock::new(|| MANIFEST_TYPES.join(", "));
 
-const DIGEST_HEADER: &str = "docker-content-digest";
+pub(super) const DIGEST_HEADER: &str = "docker-content-digest";
 
 /// What one HEAD said.
 #[derive(Debug)]
 pub(super) enum Head {
     /// 200 with `Docker-Content-Digest` and `Content-Length`: the digest, as sent.
     Digest(String),
-    /// 200 without one of those headers, 405, or a redirect: GET and hash the exact bytes.
+    /// 200 without one of those headers, 405, or a redirect (one the client does not follow,
+    /// or one without a `Location`): GET and hash the exact bytes.
     NeedsGet,
     /// 401: with a bearer challenge, get a token and try again; otherwise unauthorized.
     Challenge(Option<Bearer>),
@@ -51,13 +53,30 @@ pub(super) async fn head(
     authorization: Option<&str>,
     reference: &Reference,
 ) -> Head {
-    let mut request = http.head(url).header(ACCEPT, ACCEPT_MANIFESTS.as_str());
-    if let Some(value) = authorization {
-        request = request.header(AUTHORIZATION, value);
-    }
+    let request = manifest_request(http, Method::HEAD, url, authorization);
     match request.send().await {
         Ok(response) => judge(response.status(), response.headers(), reference),
-        Err(e) => Head::Failed(RegistryError::unanswered(reference.domain(), e)),
+        Err(e) => match outbound::failed(reference.domain(), e) {
+            RegistryError::Redirected { .. } => Head::NeedsGet,
+            error => Head::Failed(error),
+        },
+    }
+}
+
+/// A manifest request (the HEAD, or [`super::get`]'s GET) accepting every type pinhook pins,
+/// with `authorization` if given.
+pub(super) fn manifest_request(
+    http: &reqwest::Client,
+    method: Method,
+    url: &str,
+    authorization: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let request = http
+        .request(method, url)
+        .header(ACCEPT, ACCEPT_MANIFESTS.as_str());
+    match authorization {
+        Some(value) => request.header(AUTHORIZATION, value),
+        None => request,
     }
 }
 
@@ -95,7 +114,8 @@ fn judge(status: StatusCode, headers: &HeaderMap, reference: &Reference) -> Head
     }
 }
 
-fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+/// A header's value, trimmed; `None` when missing, empty or not text.
+pub(super) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
     let value = headers.get(name)?.to_str().ok()?.trim();
     (!value.is_empty()).then(|| value.to_string())
 }

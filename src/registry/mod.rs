@@ -2,21 +2,30 @@
 //!
 //! Owns: the [`Resolver`] trait every handler talks to and the resolvers stacked behind it, outer
 //! first: the [`cache`], the address [`guard`] (the one place host rules meet what is about to be
-//! contacted), and the registry client ([`OciResolver`]: manifest HEAD, bearer tokens, GET
-//! fallback); pull credentials, their fingerprints, and the [`keyring`] and [`pull_secrets`]
-//! that choose them. The digest returned is always the digest of the top-level manifest the tag
-//! names (for a multi-arch image, the index), never a platform manifest or config digest.
+//! contacted, before the request), and the registry client ([`OciResolver`]: manifest HEAD,
+//! bearer tokens, GET fallback) with the one outbound HTTP path all of its requests take (its
+//! resolver judges the addresses actually connected to, its redirect policy keeps every hop
+//! within the origin, its bodies are bounded); pull credentials, their fingerprints, and the
+//! [`keyring`] and [`pull_secrets`] that choose them. The digest returned is always the digest
+//! of the top-level manifest the tag names (for a multi-arch image, the index), never a platform
+//! manifest or config digest.
 //!
-//! Never: parses objects or decides policy; handlers decide what to do with a failure.
+//! Never: parses objects or decides policy; handlers decide what to do with a failure. Never
+//! sends a request through any HTTP client but the one `outbound` builds.
 
+mod body;
 pub mod cache;
 mod client;
 pub mod credentials;
+mod dns;
+mod get;
 pub mod guard;
 mod head;
 pub mod keyring;
 mod memo;
+mod outbound;
 pub mod pull_secrets;
+mod redirect;
 #[cfg(test)]
 pub(crate) mod testing;
 mod token;
@@ -33,6 +42,7 @@ pub use client::{OciResolver, RegistryConfig};
 pub use credentials::{Credential, Fingerprint};
 pub use guard::RealmRefusal;
 pub use memo::RunMemo;
+pub use redirect::RedirectRefusal;
 
 /// Why a tag could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -58,13 +68,20 @@ pub enum RegistryError {
     Unreachable {
         registry: String,
         #[source]
-        source: oci_client::errors::OciDistributionError,
+        source: TransportError,
     },
     #[error("registry {registry} sent an invalid answer")]
     InvalidResponse {
         registry: String,
         #[source]
-        source: oci_client::errors::OciDistributionError,
+        source: AnswerError,
+    },
+    /// A manifest, token answer or error body over what pinhook reads of it.
+    #[error("registry {registry} sent {what} larger than {}, pinhook's limit", body::size(*.limit))]
+    TooLarge {
+        registry: String,
+        what: &'static str,
+        limit: u64,
     },
     #[error("registry {registry} did not answer within {timeout:?}")]
     Timeout { registry: String, timeout: Duration },
@@ -72,7 +89,7 @@ pub enum RegistryError {
     ClientConfig {
         registry: String,
         #[source]
-        source: oci_client::errors::OciDistributionError,
+        source: reqwest::Error,
     },
     #[error("no system CA bundle found (looked for {looked_at}); install ca-certificates or set SSL_CERT_FILE")]
     NoSystemRoots { looked_at: String },
@@ -88,9 +105,37 @@ pub enum RegistryError {
     /// The address guard refused the token realm the registry's challenge named.
     #[error(transparent)]
     RealmRefused(RealmRefusal),
+    /// The registry or its token realm redirected a request where pinhook does not follow.
+    #[error("registry {registry} {refusal}")]
+    Redirected {
+        registry: String,
+        refusal: RedirectRefusal,
+    },
     /// One failure shared by every admission that waited on the same registry call.
     #[error(transparent)]
     Shared(std::sync::Arc<RegistryError>),
+}
+
+/// Why a request got no answer: the HTTP client's error, or the guard's name lookup.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error(transparent)]
+    Http(reqwest::Error),
+    #[error(transparent)]
+    Lookup(std::io::Error),
+}
+
+/// Why an answer that arrived cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("the token endpoint's answer is not token JSON")]
+    TokenJson(#[source] serde_json::Error),
+    #[error("the manifest's digest is {computed}, not the {announced} its Docker-Content-Digest header announces")]
+    DigestMismatch { announced: String, computed: String },
+    #[error("its Docker-Content-Digest header {0:?} is not a digest")]
+    DigestHeader(String),
+    #[error("the manifest GET answered HTTP {0} instead of 200")]
+    UnexpectedStatus(u16),
 }
 
 /// What a resolution found.
@@ -165,10 +210,13 @@ impl RegistryError {
             RegistryError::Status { .. } => "status",
             RegistryError::Unreachable { .. } => "unreachable",
             RegistryError::InvalidResponse { .. } => "invalid_response",
+            RegistryError::TooLarge { .. } => "too_large",
             RegistryError::Timeout { .. } => "timeout",
             RegistryError::ClientConfig { .. } | RegistryError::NoSystemRoots { .. } => "config",
             RegistryError::BackingOff { .. } => "backing_off",
-            RegistryError::Refused { .. } | RegistryError::RealmRefused(_) => "refused",
+            RegistryError::Refused { .. }
+            | RegistryError::RealmRefused(_)
+            | RegistryError::Redirected { .. } => "refused",
             RegistryError::Shared(inner) => inner.kind(),
         }
     }
@@ -186,13 +234,45 @@ impl RegistryError {
             _ => false,
         }
     }
+}
 
-    /// A request that got no answer (refused, reset, timed out: the source says which); one
-    /// mapping for the manifest HEAD and the token request.
-    fn unanswered(registry: &str, error: reqwest::Error) -> RegistryError {
-        RegistryError::Unreachable {
-            registry: registry.to_string(),
-            source: oci_client::errors::OciDistributionError::RequestError(error),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::error_chain;
+
+    /// Each new failure reads as one line naming the registry, every cause once.
+    #[test]
+    fn outbound_failures_name_the_registry_on_one_line() {
+        let not_json =
+            serde_json::from_slice::<serde_json::Value>(b"<html>").expect_err("not JSON");
+        let errors = [
+            RegistryError::InvalidResponse {
+                registry: "reg.example".into(),
+                source: AnswerError::TokenJson(not_json),
+            },
+            RegistryError::Redirected {
+                registry: "reg.example".into(),
+                refusal: RedirectRefusal::TooMany {
+                    from: "https://reg.example".into(),
+                },
+            },
+            RegistryError::TooLarge {
+                registry: "reg.example".into(),
+                what: "a manifest",
+                limit: 4 << 20,
+            },
+        ];
+        let chains: Vec<String> = errors.iter().map(|e| error_chain(e)).collect();
+        assert_eq!(
+            chains,
+            [
+                "registry reg.example sent an invalid answer: the token endpoint's answer is not \
+                 token JSON: expected value at line 1 column 1",
+                "registry reg.example redirected more than 5 times in a row from \
+                 https://reg.example",
+                "registry reg.example sent a manifest larger than 4 MiB, pinhook's limit",
+            ]
+        );
     }
 }

@@ -4,7 +4,10 @@
 //! HEAD.
 //!
 //! The realm is a URL of the registry's choosing: the resolver checks it against the address
-//! guard before it asks for a token here.
+//! guard before it asks for a token here (and refuses a clear-text realm unless its host is
+//! marked insecure). The request goes through the registry's client ([`super::outbound`]), so
+//! a redirect cannot take it, or the credentials it carries, to another origin; the answer is
+//! read up to [`body::TOKEN`].
 //!
 //! Never: puts a token or a password into an error message.
 
@@ -14,7 +17,8 @@ use std::time::Duration;
 use reqwest::header::AUTHORIZATION;
 use serde::Deserialize;
 
-use super::{Fingerprint, RegistryError};
+use super::guard::RealmRefusal;
+use super::{body, outbound, AnswerError, Fingerprint, RegistryError};
 
 /// How long a registry's bearer token is reused (the token spec's default lifetime is 60 s;
 /// an expired one is answered 401 and fetched anew).
@@ -96,7 +100,7 @@ impl Bearer {
         let response = request
             .send()
             .await
-            .map_err(|e| RegistryError::unanswered(registry, e))?;
+            .map_err(|e| realm_failed(registry, e))?;
         match response.status().as_u16() {
             200 => {}
             401 | 403 => {
@@ -112,15 +116,13 @@ impl Bearer {
                 })
             }
         }
+        let bytes = body::read(response, body::TOKEN, registry).await?;
         // A body that is not the token JSON is an invalid answer, not an unreachable registry.
         let answer: TokenAnswer =
-            response
-                .json()
-                .await
-                .map_err(|e| RegistryError::InvalidResponse {
-                    registry: registry.to_string(),
-                    source: oci_client::errors::OciDistributionError::RequestError(e),
-                })?;
+            serde_json::from_slice(&bytes).map_err(|e| RegistryError::InvalidResponse {
+                registry: registry.to_string(),
+                source: AnswerError::TokenJson(e),
+            })?;
         answer
             .token
             .or(answer.access_token)
@@ -166,6 +168,20 @@ impl TokenCache {
         let bearer = format!("Bearer {token}");
         self.tokens.insert(key, Arc::from(token));
         Ok(bearer)
+    }
+}
+
+/// [`outbound::failed`] for the token request: an address the resolver refused is the realm's,
+/// and reads as a refused realm.
+fn realm_failed(registry: &str, error: reqwest::Error) -> RegistryError {
+    match outbound::failed(registry, error) {
+        RegistryError::Refused { reason, .. } => {
+            RegistryError::RealmRefused(RealmRefusal::Refused {
+                registry: registry.to_string(),
+                reason,
+            })
+        }
+        other => other,
     }
 }
 

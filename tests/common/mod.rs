@@ -19,6 +19,7 @@ pub mod registry;
 pub mod requests;
 pub mod resolving;
 pub mod silent;
+pub mod stand_in;
 pub mod strip_proxy;
 pub mod tls;
 pub mod token;

@@ -1,0 +1,152 @@
+//! Issue 10, item 2: what a registry sends is read up to a limit (4 MiB for a manifest, 64 KiB
+//! for a token answer or an error body) and refused past it, naming the registry, without
+//! holding more. Each stand-in answers 1 GiB, streamed and never materialised on either side;
+//! before, pinhook buffered the whole manifest (1.07 GB peak RSS for one image).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, head};
+use axum::Router;
+use common::stand_in::{guarded_resolver, huge_body, StandIn, Streamed};
+use common::tls::TestCa;
+use pinhook::reference::Reference;
+use pinhook::registry::{Credential, RegistryError, Resolver};
+use rstest::rstest;
+
+const GIB: u64 = 1 << 30;
+const MANIFEST_PATH: &str = "/v2/team/app/manifests/1.0";
+
+/// What to answer with the 1 GiB body.
+#[derive(Clone, Copy)]
+enum Huge {
+    /// The manifest GET, announcing its length.
+    AnnouncedManifest,
+    /// The manifest GET, chunked: the length shows only while reading.
+    ChunkedManifest,
+    /// The manifest GET's 404.
+    ErrorBody,
+    /// The token endpoint's 200.
+    TokenAnswer,
+}
+
+fn huge(status: StatusCode, announce: bool, stats: &Arc<Streamed>) -> Response {
+    let mut response = (status, huge_body(GIB, stats.clone())).into_response();
+    if announce {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(GIB));
+    }
+    response
+}
+
+/// Serves `what` and resolves against it; the error, the stream's account, and how long the
+/// refusal took.
+async fn refused(what: Huge) -> (RegistryError, Arc<Streamed>, Duration, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::generate(dir.path());
+    let stats = Arc::new(Streamed::default());
+    let realm = Arc::new(std::sync::OnceLock::<String>::new());
+    let body_stats = stats.clone();
+    let realm_url = realm.clone();
+    let manifest = head(move || async move {
+        match (what, realm_url.get()) {
+            (Huge::TokenAnswer, Some(realm)) => {
+                let value = format!(r#"Bearer realm="{realm}""#);
+                (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, value)],
+                )
+                    .into_response()
+            }
+            // No digest: the manifest is fetched.
+            _ => StatusCode::OK.into_response(),
+        }
+    })
+    .get(move || async move {
+        match what {
+            Huge::AnnouncedManifest => huge(StatusCode::OK, true, &body_stats),
+            Huge::ChunkedManifest => huge(StatusCode::OK, false, &body_stats),
+            Huge::ErrorBody => huge(StatusCode::NOT_FOUND, false, &body_stats),
+            Huge::TokenAnswer => (StatusCode::OK, Body::empty()).into_response(),
+        }
+    });
+    let token_stats = stats.clone();
+    let routes = Router::new().route(MANIFEST_PATH, manifest).route(
+        "/token",
+        get(move || async move { huge(StatusCode::OK, false, &token_stats) }),
+    );
+    let registry = StandIn::start(&ca, routes).await;
+    realm
+        .set(registry.url("/token"))
+        .expect("set the realm once");
+    let resolver = guarded_resolver(&ca, vec![registry.host()]);
+    let image = Reference::parse(&format!("{}/team/app:1.0", registry.host())).expect("ref");
+
+    let started = Instant::now();
+    let error = resolver
+        .resolve(&image, &[Credential::Anonymous])
+        .await
+        .expect_err("refused");
+    let took = started.elapsed();
+    // Give the server a moment to notice the connection or stream went away.
+    for _ in 0..50 {
+        if stats.dropped() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (error, stats, took, registry.host())
+}
+
+/// Peak resident memory of this test process, from `/proc/self/status` (`VmHWM`).
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kib| kib * 1024)
+        .expect("VmHWM in /proc/self/status")
+}
+
+/// Each 1 GiB answer is refused at its limit, quickly, naming the registry; the stand-in's
+/// stream is cut short (whatever hyper and TLS buffered before the refusal, far below 1 GiB)
+/// and this process never held it.
+#[rstest]
+#[case::announced_manifest(Huge::AnnouncedManifest, "a manifest larger than 4 MiB")]
+#[case::chunked_manifest(Huge::ChunkedManifest, "a manifest larger than 4 MiB")]
+#[case::error_body(Huge::ErrorBody, "an error body larger than 64 KiB")]
+#[case::token_answer(Huge::TokenAnswer, "a token answer larger than 64 KiB")]
+#[tokio::test]
+async fn a_1_gib_answer_is_refused_at_its_limit(#[case] what: Huge, #[case] sent: &str) {
+    let (error, stats, took, registry) = refused(what).await;
+
+    assert!(matches!(error, RegistryError::TooLarge { .. }), "{error:?}");
+    assert_eq!(error.kind(), "too_large");
+    assert_eq!(
+        error.to_string(),
+        format!("registry {registry} sent {sent}, pinhook's limit")
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(stats.dropped(), "the stand-in still holds the body");
+    assert!(!stats.finished(), "the stand-in sent all of it");
+    assert!(
+        stats.sent() <= 16 << 20,
+        "the stand-in sent {}",
+        stats.sent()
+    );
+    let peak = peak_rss_bytes();
+    assert!(peak < 512 << 20, "peak RSS {peak} bytes");
+}
