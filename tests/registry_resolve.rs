@@ -1,4 +1,4 @@
-//! The oci-client backed resolver against a real registry over real HTTPS with htpasswd auth:
+//! pinhook's registry client against a real registry over real HTTPS with htpasswd auth:
 //! which digest a tag resolves to, credentials, errors, trust and deadlines.
 
 mod common;
