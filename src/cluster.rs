@@ -128,13 +128,32 @@ impl KubeAuthorizer {
     pub fn new(client: kube::Client) -> KubeAuthorizer {
         KubeAuthorizer { client }
     }
+
+    /// POSTs a cluster-scoped review object and returns the apiserver's answer.
+    async fn create<K>(
+        &self,
+        review: &K,
+        failed: fn(kube::Error) -> AuthError,
+    ) -> Result<K, AuthError>
+    where
+        K: kube::Resource<Scope = kube::core::ClusterResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+        K::DynamicType: Default,
+    {
+        Api::<K>::all(self.client.clone())
+            .create(&kube::api::PostParams::default(), review)
+            .await
+            .map_err(failed)
+    }
 }
 
 #[async_trait]
 impl Authorizer for KubeAuthorizer {
     async fn authenticate(&self, token: &str) -> Result<Option<Caller>, AuthError> {
         use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-        let api: Api<TokenReview> = Api::all(self.client.clone());
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
@@ -142,10 +161,7 @@ impl Authorizer for KubeAuthorizer {
             },
             ..TokenReview::default()
         };
-        let answer = api
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .map_err(AuthError::TokenReview)?;
+        let answer = self.create(&review, AuthError::TokenReview).await?;
         let Some(status) = answer.status else {
             return Ok(None);
         };
@@ -171,7 +187,6 @@ impl Authorizer for KubeAuthorizer {
         use k8s_openapi::api::authorization::v1::{
             ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(caller.username.clone()),
@@ -189,10 +204,7 @@ impl Authorizer for KubeAuthorizer {
             },
             ..SubjectAccessReview::default()
         };
-        let answer = api
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .map_err(AuthError::SubjectAccessReview)?;
+        let answer = self.create(&review, AuthError::SubjectAccessReview).await?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 }

@@ -594,20 +594,88 @@ mod tests {
 
     // --- every built-in kind on CREATE ---
 
-    #[test]
-    fn pod_basic() {
-        for fixture in [POD_BASIC_120, POD_BASIC_126] {
-            check_fixture(
-                fixture,
-                &[site(
-                    "/spec/containers/0/image",
-                    ImageField::Containers,
-                    "app",
-                    "registry.example/team/app:1.0",
-                    true,
-                )],
-            );
-        }
+    /// Fixtures with one image: where it lives (the ephemeral-container ones: only the debug
+    /// container, `/spec/containers` is left alone on that subresource), and the patch
+    /// rewrites exactly it.
+    #[rstest::rstest]
+    #[case::pod_120(
+        POD_BASIC_120,
+        "/spec/containers/0/image",
+        ImageField::Containers,
+        "app",
+        "registry.example/team/app:1.0"
+    )]
+    #[case::pod_126(
+        POD_BASIC_126,
+        "/spec/containers/0/image",
+        ImageField::Containers,
+        "app",
+        "registry.example/team/app:1.0"
+    )]
+    #[case::podtemplate(
+        PODTEMPLATE,
+        "/template/spec/containers/0/image",
+        ImageField::Containers,
+        "app",
+        "registry.example/team/app:1.0"
+    )]
+    #[case::replicationcontroller(
+        RC,
+        "/spec/template/spec/containers/0/image",
+        ImageField::Containers,
+        "app",
+        "registry.example/team/app:1.0"
+    )]
+    #[case::replicaset(
+        REPLICASET,
+        "/spec/template/spec/containers/0/image",
+        ImageField::Containers,
+        "app",
+        "registry.example/team/app:1.0"
+    )]
+    #[case::statefulset(
+        STATEFULSET,
+        "/spec/template/spec/containers/0/image",
+        ImageField::Containers,
+        "db",
+        "registry.example/team/db:1.0"
+    )]
+    #[case::daemonset(
+        DAEMONSET,
+        "/spec/template/spec/containers/0/image",
+        ImageField::Containers,
+        "agent",
+        "registry.example/team/agent:1.0"
+    )]
+    #[case::job(
+        JOB,
+        "/spec/template/spec/containers/0/image",
+        ImageField::Containers,
+        "job",
+        "registry.example/team/job:1.0"
+    )]
+    #[case::ephemeral_subresource_126(
+        EPHEMERAL_126,
+        "/spec/ephemeralContainers/0/image",
+        ImageField::EphemeralContainers,
+        "debugger",
+        "registry.example/team/debug:1.0"
+    )]
+    #[case::ephemeral_containers_kind_raw_put_120(
+        EPHEMERAL_RAW_PUT_120,
+        "/ephemeralContainers/0/image",
+        ImageField::EphemeralContainers,
+        "debugger",
+        "registry.example/team/debug:1.0"
+    )]
+    fn one_image_fixtures(
+        #[case] fixture: &str,
+        #[case] pointer: &str,
+        #[case] field: ImageField,
+        #[case] name: &str,
+        #[case] image: &str,
+    ) {
+        check_fixture(fixture, &[site(pointer, field, name, image, true)]);
     }
 
     #[test]
@@ -655,34 +723,6 @@ mod tests {
     }
 
     #[test]
-    fn podtemplate() {
-        check_fixture(
-            PODTEMPLATE,
-            &[site(
-                "/template/spec/containers/0/image",
-                ImageField::Containers,
-                "app",
-                "registry.example/team/app:1.0",
-                true,
-            )],
-        );
-    }
-
-    #[test]
-    fn replicationcontroller() {
-        check_fixture(
-            RC,
-            &[site(
-                "/spec/template/spec/containers/0/image",
-                ImageField::Containers,
-                "app",
-                "registry.example/team/app:1.0",
-                true,
-            )],
-        );
-    }
-
-    #[test]
     fn deployment() {
         check_fixture(
             DEPLOYMENT,
@@ -703,28 +743,6 @@ mod tests {
                 ),
             ],
         );
-    }
-
-    #[test]
-    fn replicaset_statefulset_daemonset_job() {
-        let cases = [
-            (REPLICASET, "app", "registry.example/team/app:1.0"),
-            (STATEFULSET, "db", "registry.example/team/db:1.0"),
-            (DAEMONSET, "agent", "registry.example/team/agent:1.0"),
-            (JOB, "job", "registry.example/team/job:1.0"),
-        ];
-        for (fixture, name, image) in cases {
-            check_fixture(
-                fixture,
-                &[site(
-                    "/spec/template/spec/containers/0/image",
-                    ImageField::Containers,
-                    name,
-                    image,
-                    true,
-                )],
-            );
-        }
     }
 
     #[test]
@@ -756,22 +774,15 @@ mod tests {
     // --- ephemeral containers ---
 
     #[test]
-    fn ephemeral_subresource_full_pod_126() {
-        let req = request(EPHEMERAL_126);
-        assert_eq!(str_at(&req, "/subResource"), "ephemeralcontainers");
-        let sites = sites_of(&req).unwrap();
-        // Only the debug container: /spec/containers is left alone on this subresource.
+    fn ephemeral_fixtures_are_the_subresource_and_the_1_20_kind() {
         assert_eq!(
-            sites,
-            [site(
-                "/spec/ephemeralContainers/0/image",
-                ImageField::EphemeralContainers,
-                "debugger",
-                "registry.example/team/debug:1.0",
-                true
-            )]
+            str_at(&request(EPHEMERAL_126), "/subResource"),
+            "ephemeralcontainers"
         );
-        assert_patch_rewrites(&req["object"], &sites);
+        assert_eq!(
+            str_at(&request(EPHEMERAL_RAW_PUT_120), "/kind/kind"),
+            "EphemeralContainers"
+        );
     }
 
     #[test]
@@ -800,24 +811,6 @@ mod tests {
                     true
                 ),
             ]
-        );
-        assert_patch_rewrites(&req["object"], &sites);
-    }
-
-    #[test]
-    fn ephemeral_containers_kind_raw_put_120() {
-        let req = request(EPHEMERAL_RAW_PUT_120);
-        assert_eq!(str_at(&req, "/kind/kind"), "EphemeralContainers");
-        let sites = sites_of(&req).unwrap();
-        assert_eq!(
-            sites,
-            [site(
-                "/ephemeralContainers/0/image",
-                ImageField::EphemeralContainers,
-                "debugger",
-                "registry.example/team/debug:1.0",
-                true
-            )]
         );
         assert_patch_rewrites(&req["object"], &sites);
     }

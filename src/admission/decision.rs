@@ -3,7 +3,7 @@
 //! rendering, so that none of them imports another.
 
 use super::pipeline::Target;
-use super::plan::Plan;
+use super::plan::{Object, Plan};
 use super::review::{AdmissionRequest, AdmissionResponse};
 
 /// The outcome of one review, for the response, logs and metrics.
@@ -32,13 +32,15 @@ pub fn target_of(request: &AdmissionRequest) -> Option<Target<'_>> {
         return None;
     }
     Some(Target {
-        group: &request.kind.group,
-        kind: &request.kind.kind,
-        subresource: &request.sub_resource,
-        namespace: &request.namespace,
+        view: Object {
+            group: &request.kind.group,
+            kind: &request.kind.kind,
+            subresource: &request.sub_resource,
+            namespace: &request.namespace,
+            object,
+            old_object: request.old_object.as_ref(),
+        },
         name: &request.name,
-        object,
-        old_object: request.old_object.as_ref(),
         dry_run: request.is_dry_run(),
         resolver: None,
     })

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::pipeline::{Pinner, Target};
-use super::plan::{Action, ImageOutcome, Plan};
+use super::plan::{Action, ImageOutcome, Object, Plan};
 use crate::documents::Document;
 use crate::error::error_chain;
 use crate::policy::{mirrors, CompiledPolicy};
@@ -133,13 +133,15 @@ async fn plan_document(
     let object = document.object.clone().map_err(&fail)?;
     let identity = Identity::of(&object, default_namespace).map_err(&fail)?;
     let target = Target {
-        group: &identity.group,
-        kind: &identity.kind,
-        subresource: "",
-        namespace: &identity.namespace,
+        view: Object {
+            group: &identity.group,
+            kind: &identity.kind,
+            subresource: "",
+            namespace: &identity.namespace,
+            object: &object,
+            old_object: None,
+        },
         name: &identity.name,
-        object: &object,
-        old_object: None,
         dry_run: true,
         resolver: Some(memo),
     };
@@ -151,7 +153,10 @@ async fn plan_document(
     // `/validate` sees the object after `/mutate` patched it: judge the patched object.
     let validation = pinner
         .check_pinned(&Target {
-            object: &patched,
+            view: Object {
+                object: &patched,
+                ..target.view
+            },
             ..target
         })
         .await

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::plan::{self, Object, Plan, Resolutions};
@@ -26,17 +25,12 @@ use crate::workload::{self, WorkloadError};
 /// `main` prints error chains through this path; the printer lives in [`crate::error`].
 pub use crate::error::error_chain;
 
-/// One object to admit.
+/// One object to admit: what the pure core judges, and how pinhook may resolve for it.
 #[derive(Clone, Copy)]
 pub struct Target<'a> {
-    pub group: &'a str,
-    pub kind: &'a str,
-    pub subresource: &'a str,
-    pub namespace: &'a str,
+    pub view: Object<'a>,
     /// The object's name (empty for `generateName` creations).
     pub name: &'a str,
-    pub object: &'a Value,
-    pub old_object: Option<&'a Value>,
     /// Nothing may be recorded (cache entries, tag moves).
     pub dry_run: bool,
     /// Resolve through this instead of pinhook's own resolvers (a dry run's memo).
@@ -79,22 +73,6 @@ type Resolved = Result<Resolution, RegistryError>;
 
 /// How long the namespace's mode label may take to read (it is cached after that).
 const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(2);
-
-// === impl Target ===
-
-impl<'a> Target<'a> {
-    /// What the pure core judges: the object without the means to resolve.
-    pub fn view(&self) -> Object<'a> {
-        Object {
-            group: self.group,
-            kind: self.kind,
-            subresource: self.subresource,
-            namespace: self.namespace,
-            object: self.object,
-            old_object: self.old_object,
-        }
-    }
-}
 
 // === impl Pinner ===
 
@@ -161,7 +139,7 @@ impl Pinner {
     pub async fn plan(&self, target: &Target<'_>, budget: Duration) -> Result<Plan, PipelineError> {
         let deadline = Instant::now() + budget;
         let policy = self.policy.current();
-        let mutation = plan::mutation(&policy, target.view());
+        let mutation = plan::mutation(&policy, target.view);
         let mut warnings = Vec::new();
         let mode = self
             .mode_if(mutation.reads_mode(), &policy, target, &mut warnings)
@@ -187,7 +165,7 @@ impl Pinner {
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
     pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
         let policy = self.policy.current();
-        let validation = plan::validation(&policy, target.view());
+        let validation = plan::validation(&policy, target.view);
         let mut warnings = Vec::new();
         let mode = self
             .mode_if(validation.reads_mode(), &policy, target, &mut warnings)
@@ -205,7 +183,7 @@ impl Pinner {
         warnings: &mut Vec<String>,
     ) -> Mode {
         match matters {
-            true => self.mode_for(policy, target.namespace, warnings).await,
+            true => self.mode_for(policy, target.view.namespace, warnings).await,
             false => policy.policy.mode,
         }
     }
@@ -217,15 +195,20 @@ impl Pinner {
         deadline: Instant,
     ) -> PodKeyring {
         // The 1.20 EphemeralContainers object has no PodSpec: the pod is read instead.
-        let own_spec = target.kind != workload::EPHEMERAL_CONTAINERS_KIND;
+        let own_spec = target.view.kind != workload::EPHEMERAL_CONTAINERS_KIND;
         let pod = PodContext {
-            namespace: target.namespace,
+            namespace: target.view.namespace,
             pod_spec: own_spec
                 .then(|| {
-                    workload::pod_spec(&policy.kinds, target.group, target.kind, target.object)
+                    workload::pod_spec(
+                        &policy.kinds,
+                        target.view.group,
+                        target.view.kind,
+                        target.view.object,
+                    )
                 })
                 .flatten(),
-            is_pod: target.view().is_pod(),
+            is_pod: target.view.is_pod(),
             pod_name: target.name,
         };
         match tokio::time::timeout_at(deadline, self.secrets.keyring_for(&pod)).await {
@@ -250,9 +233,9 @@ impl Pinner {
     ) -> Resolutions {
         // Pods only: a template's digests are written into the template, which is the memo.
         let owner = target
-            .view()
+            .view
             .is_pod()
-            .then(|| owners::owner_revision(target.object))
+            .then(|| owners::owner_revision(target.view.object))
             .flatten();
         let calls = wanted.iter().map(|reference| {
             let owner = owner.clone();
@@ -284,7 +267,7 @@ impl Pinner {
                 .collect();
             let tag = reference.tag_reference();
             (
-                format!("{}/{o}", target.namespace),
+                format!("{}/{o}", target.view.namespace),
                 format!("{tag} {}", fingerprints.join(",")),
             )
         });
@@ -331,7 +314,7 @@ impl Pinner {
 mod tests {
     use std::sync::atomic::Ordering;
 
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
     use crate::admission::plan::Action;
@@ -365,13 +348,15 @@ mod tests {
             .collect();
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}});
         let target = Target {
-            group: "",
-            kind: "Pod",
-            subresource: "",
-            namespace: "team",
+            view: Object {
+                group: "",
+                kind: "Pod",
+                subresource: "",
+                namespace: "team",
+                object: &pod,
+                old_object: None,
+            },
             name: "p",
-            object: &pod,
-            old_object: None,
             dry_run: false,
             resolver: None,
         };

@@ -16,6 +16,7 @@
 mod body;
 pub mod cache;
 mod client;
+mod config;
 pub mod credentials;
 mod dns;
 mod get;
@@ -38,7 +39,8 @@ use crate::policy::HostRefusal;
 use crate::reference::{Digest, Reference};
 
 pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, TagMove};
-pub use client::{OciResolver, RegistryConfig};
+pub use client::OciResolver;
+pub use config::RegistryConfig;
 pub use credentials::{Credential, Fingerprint};
 pub use guard::RealmRefusal;
 pub use memo::RunMemo;

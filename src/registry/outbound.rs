@@ -17,10 +17,9 @@
 
 use std::sync::Arc;
 
-use super::client::RegistryConfig;
 use super::dns::{AddressRefused, GuardedDns, Lookup};
 use super::redirect::{self, RedirectRefusal};
-use super::{RegistryError, TransportError};
+use super::{RegistryConfig, RegistryError, TransportError};
 use crate::policy::PolicyHandle;
 
 /// The HTTP client for `registry` (`host[:port]`) and the token realms it names: `settings`'

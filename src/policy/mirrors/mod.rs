@@ -64,7 +64,7 @@ mod windows;
 use std::fmt;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// ConfigMap key of the main registries.conf when the policy names none.
 pub const DEFAULT_CONFIG_MAP_KEY: &str = "registries.conf";
@@ -88,6 +88,16 @@ pub struct MirrorPolicy {
     pub windows_nodes: bool,
     /// (source, mirror) pairs that may serve tag pulls.
     pub allow: Vec<AllowedMirror>,
+}
+
+/// One `{source, mirrors}` entry of an OpenShift mirror list (read by `openshift`, judged for
+/// Windows nodes by `windows`).
+pub(super) struct MirrorEntry<'a> {
+    /// JSON path of the entry, e.g. `spec.imageTagMirrors[0]`.
+    pub(super) path: String,
+    pub(super) fields: &'a Map<String, Value>,
+    pub(super) source: &'a str,
+    pub(super) mirrors: Vec<&'a str>,
 }
 
 /// One (source, mirror) pair that may serve tag pulls.

@@ -11,18 +11,9 @@
 //! source, so Linux nodes see no tag mirror; with `windowsNodes` both set kinds also go through
 //! `windows.rs`.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::{malformed, trim_slash, windows, Judge, MirrorError, RISK};
-
-/// One `{source, mirrors}` entry of an OpenShift mirror list.
-pub(super) struct MirrorEntry<'a> {
-    /// JSON path of the entry, e.g. `spec.imageTagMirrors[0]`.
-    pub(super) path: String,
-    pub(super) fields: &'a Map<String, Value>,
-    pub(super) source: &'a str,
-    pub(super) mirrors: Vec<&'a str>,
-}
+use super::{malformed, trim_slash, windows, Judge, MirrorEntry, MirrorError, RISK};
 
 pub(super) fn image_tag_mirror_set(
     object: &Value,

@@ -25,8 +25,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::openshift::MirrorEntry;
-use super::{malformed, trim_slash, Judge, MirrorError, RISK};
+use super::{malformed, trim_slash, Judge, MirrorEntry, MirrorError, RISK};
 
 const NEVER_CONTACT_SOURCE: &str = "NeverContactSource";
 const ALLOW_CONTACTING_SOURCE: &str = "AllowContactingSource";
