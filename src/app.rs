@@ -20,8 +20,11 @@ use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels
 use crate::metrics::Metrics;
 use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
 use crate::reference::{PinForm, Reference};
+use crate::registry::docker_helpers::read_docker_config;
 use crate::registry::guard::AddressGuard;
+use crate::registry::identity_token::IdentityTokens;
 use crate::registry::keyring::{Keyring, KeyringError};
+use crate::registry::provider::{CredentialProviders, ProviderConfigError, ProviderFiles};
 use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use crate::registry::{
     CacheConfig, CachingResolver, OciResolver, RegistryConfig, RegistryError, Resolver,
@@ -54,6 +57,8 @@ pub enum AppError {
     KubeClient(#[source] kube::Error),
     #[error(transparent)]
     DockerConfig(#[from] DockerConfigError),
+    #[error(transparent)]
+    CredentialProviders(#[from] ProviderConfigError),
     #[error(transparent)]
     Server(#[from] ServerError),
 }
@@ -96,6 +101,8 @@ pub struct Config {
     pub kube: KubeAccess,
     /// Node-level docker `config.json`, tried after the pod's own credentials.
     pub docker_config: Option<PathBuf>,
+    /// kubelet credential provider plugins, tried after the docker config.
+    pub credential_providers: Option<ProviderFiles>,
     /// How long to keep serving with readiness off after SIGTERM, before closing the listener.
     pub shutdown_delay: Duration,
     /// Parts supplied from outside instead of built from [`Config::kube`].
@@ -181,10 +188,22 @@ pub async fn build(config: Config) -> Result<App, AppError> {
     // Cache, then the address guard, then the client (which checks token realms against the
     // same policy).
     let oci = Arc::new(oci.with_policy(handle.clone()));
-    let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(oci.clone(), handle.clone()));
+    // Identity tokens are exchanged under the guard, with the client's own trust settings.
+    let exchange_config = config
+        .registry
+        .with_hosts(&handle.current().policy.registries.hosts)
+        .map_err(AppError::PolicyRegistries)?;
+    let exchanging = IdentityTokens::new(oci.clone(), exchange_config, Some(handle.clone()));
+    let guarded: Arc<dyn Resolver> =
+        Arc::new(AddressGuard::new(Arc::new(exchanging), handle.clone()));
     let cache = Arc::new(CachingResolver::new(guarded, config.cache, metrics.clone()));
     let client = kube_client(config.kube).await?;
-    let node = node_keyring(config.docker_config.as_deref())?;
+    let mut node = node_keyring(config.docker_config.as_deref())?;
+    if let Some(files) = &config.credential_providers {
+        let providers = CredentialProviders::load(files, Some(metrics.clone()))?;
+        info!(providers = ?providers.names(), "running kubelet credential provider plugins");
+        node.push_source(Arc::new(providers));
+    }
     let Overrides {
         secrets,
         namespaces,
@@ -257,9 +276,15 @@ pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryEr
     if let Some(digest) = reference.digest() {
         return Ok(Ok(reference.pinned(digest, config.form)));
     }
-    let resolver = OciResolver::new(config.registry.clone())?;
-    // The user's own docker credentials, as `pinhook check` uses them, then anonymous.
-    let credentials = user_keyring()?.lookup(reference);
+    let oci = Arc::new(OciResolver::new(config.registry.clone())?);
+    let resolver = IdentityTokens::new(oci, config.registry.clone(), None);
+    // The user's own docker credentials (helpers asked), as `pinhook check` uses them, then
+    // anonymous.
+    let (keyring, warnings) = user_keyring()?.for_images(&[reference.repository()]).await;
+    for warning in warnings {
+        warn!(warning, "docker credentials");
+    }
+    let credentials = keyring.lookup(reference);
     Ok(resolver
         .resolve(reference, &credentials)
         .await
@@ -267,7 +292,8 @@ pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryEr
 }
 
 /// The user's docker credentials: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`;
-/// an empty keyring when neither exists.
+/// an empty keyring when neither exists. Its `credsStore` / `credHelpers` are a source the
+/// caller asks per image ([`Keyring::for_images`]).
 pub fn user_keyring() -> Result<Keyring, DockerConfigError> {
     let dir = std::env::var_os("DOCKER_CONFIG")
         .map(PathBuf::from)
@@ -278,7 +304,8 @@ pub fn user_keyring() -> Result<Keyring, DockerConfigError> {
     node_keyring(Some(&path))
 }
 
-/// The keyring of a docker `config.json`, or an empty one without a path.
+/// The keyring of a docker `config.json` (helpers and identity tokens included), or an empty
+/// one without a path.
 pub fn node_keyring(docker_config: Option<&Path>) -> Result<Keyring, DockerConfigError> {
     let Some(path) = docker_config else {
         return Ok(Keyring::new());
@@ -287,7 +314,7 @@ pub fn node_keyring(docker_config: Option<&Path>) -> Result<Keyring, DockerConfi
         path: path.to_path_buf(),
         source,
     })?;
-    Keyring::from_docker_config_json(&bytes).map_err(|source| DockerConfigError::Parse {
+    read_docker_config(&bytes).map_err(|source| DockerConfigError::Parse {
         path: path.to_path_buf(),
         source,
     })
@@ -445,6 +472,7 @@ mod tests {
             namespace_label_ttl: Duration::from_secs(30),
             kube: KubeAccess::Disabled,
             docker_config: None,
+            credential_providers: None,
             shutdown_delay: Duration::ZERO,
             overrides: Overrides::default(),
         }

@@ -18,6 +18,7 @@ use crate::certs::{CertRequest, CertsConfig};
 use crate::check::{self, CheckConfig, Remote, Target};
 use crate::policy::{FormSetting, Policy};
 use crate::reference::{PinForm, Reference, ReferenceError};
+use crate::registry::provider::{ProviderFiles, Settings as ProviderSettings};
 use crate::registry::{CacheConfig, RegistryConfig};
 
 /// Why flags could not become settings.
@@ -106,6 +107,20 @@ pub struct ServeArgs {
     /// Node-level docker config.json with credentials tried after the pod's own.
     #[arg(long, env = "PINHOOK_DOCKER_CONFIG")]
     docker_config: Option<PathBuf>,
+    /// kubelet CredentialProviderConfig file (or directory) of plugins tried after those.
+    #[arg(
+        long,
+        env = "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_CONFIG",
+        requires = "image_credential_provider_bin_dir"
+    )]
+    image_credential_provider_config: Option<PathBuf>,
+    /// Directory holding the credential provider plugins' binaries.
+    #[arg(
+        long,
+        env = "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_BIN_DIR",
+        requires = "image_credential_provider_config"
+    )]
+    image_credential_provider_bin_dir: Option<PathBuf>,
     /// Seconds to keep serving after SIGTERM with readiness off, before closing the listener
     /// (so the Service's endpoints drop this pod before it stops answering).
     #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5)]
@@ -284,6 +299,14 @@ impl ServeArgs {
             namespace_label_ttl: Duration::from_secs(self.cache.namespace_cache_ttl),
             kube,
             docker_config: self.docker_config,
+            credential_providers: self
+                .image_credential_provider_config
+                .zip(self.image_credential_provider_bin_dir)
+                .map(|(config, bin_dir)| ProviderFiles {
+                    config,
+                    bin_dir,
+                    settings: ProviderSettings::default(),
+                }),
             shutdown_delay: Duration::from_secs(self.shutdown_delay),
             overrides: Overrides::default(),
         })

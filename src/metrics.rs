@@ -44,6 +44,19 @@ pub struct ViolationLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    /// The provider's name in the credential provider config (set by the operator).
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderErrorLabels {
+    pub provider: String,
+    /// `spawn`, `timeout`, `exit`, `output_too_large`, `io`, `invalid_response`.
+    pub reason: &'static str,
+}
+
 /// All metrics of one process.
 pub struct Metrics {
     registry: Registry,
@@ -54,6 +67,8 @@ pub struct Metrics {
     pub cache_lookups: Family<CacheLabels, Counter>,
     pub tag_moved: Counter,
     pub policy_violations: Family<ViolationLabels, Counter>,
+    pub credential_provider_execs: Family<ProviderLabels, Counter>,
+    pub credential_provider_errors: Family<ProviderErrorLabels, Counter>,
 }
 
 // === impl Metrics ===
@@ -106,8 +121,22 @@ impl Metrics {
             "Images that broke the policy, by mode and reason (denied in enforce, reported in audit)",
             policy_violations.clone(),
         );
+        let credential_provider_execs = Family::<ProviderLabels, Counter>::default();
+        registry.register(
+            "credential_provider_execs",
+            "Credential provider plugin executions, by provider",
+            credential_provider_execs.clone(),
+        );
+        let credential_provider_errors = Family::<ProviderErrorLabels, Counter>::default();
+        registry.register(
+            "credential_provider_errors",
+            "Credential provider plugin executions that gave no credentials, by provider and reason",
+            credential_provider_errors.clone(),
+        );
         Metrics {
             registry,
+            credential_provider_execs,
+            credential_provider_errors,
             policy_violations,
             reviews,
             review_duration,
@@ -121,6 +150,20 @@ impl Metrics {
     pub fn cache(&self, result: &'static str) {
         self.cache_lookups
             .get_or_create(&CacheLabels { result })
+            .inc();
+    }
+
+    pub fn credential_provider_exec(&self, provider: &str) {
+        let provider = provider.to_string();
+        self.credential_provider_execs
+            .get_or_create(&ProviderLabels { provider })
+            .inc();
+    }
+
+    pub fn credential_provider_error(&self, provider: &str, reason: &'static str) {
+        let provider = provider.to_string();
+        self.credential_provider_errors
+            .get_or_create(&ProviderErrorLabels { provider, reason })
             .inc();
     }
 

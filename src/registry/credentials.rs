@@ -2,7 +2,9 @@
 //!
 //! Owns: the [`Credential`] a registry call is made with, and the SHA-256 [`Fingerprint`] that
 //! keys clients and cache entries, so a resolution made with one secret never answers for a
-//! pod that lacks it. Never logs a password.
+//! pod that lacks it. An identity token (docker's OAuth2 refresh token) is a credential too; it
+//! is exchanged for an access token ([`super::identity_token`]) that keeps its fingerprint, so
+//! cache entries outlive the short-lived access tokens. Never logs a password or a token.
 
 use std::fmt;
 
@@ -12,7 +14,21 @@ use sha2::{Digest as _, Sha256};
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Credential {
     Anonymous,
-    Basic { username: String, password: String },
+    Basic {
+        username: String,
+        password: String,
+    },
+    /// A docker identity token (`identitytoken`, or a credential helper's `<token>` user): an
+    /// OAuth2 refresh token for the registry's token service, unusable until exchanged.
+    IdentityToken {
+        token: String,
+    },
+    /// The access token an identity token was exchanged for; fingerprinted as that identity
+    /// token, so every exchange of it keys the same cache entries.
+    AccessToken {
+        identity: Fingerprint,
+        token: String,
+    },
 }
 
 /// SHA-256 of a credential (`anonymous` for none): safe to log, to key caches and clients.
@@ -29,37 +45,54 @@ impl Credential {
         }
     }
 
-    pub fn fingerprint(&self) -> Fingerprint {
-        match self {
-            Credential::Anonymous => Fingerprint("anonymous".to_string()),
-            Credential::Basic { username, password } => {
-                let mut hasher = Sha256::new();
-                hasher.update(username.as_bytes());
-                // A separator no username contains keeps ("a:b","c") and ("a","b:c") apart.
-                hasher.update([0u8]);
-                hasher.update(password.as_bytes());
-                let hex: String = hasher
-                    .finalize()
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                Fingerprint(format!("sha256:{hex}"))
-            }
+    pub fn identity_token(token: impl Into<String>) -> Credential {
+        Credential::IdentityToken {
+            token: token.into(),
         }
     }
 
-    /// The `Authorization` value for HTTP basic auth, `None` for anonymous.
+    pub fn fingerprint(&self) -> Fingerprint {
+        match self {
+            Credential::Anonymous => Fingerprint("anonymous".to_string()),
+            // A separator no username contains keeps ("a:b","c") and ("a","b:c") apart.
+            Credential::Basic { username, password } => {
+                hash(&[username.as_bytes(), b"\0", password.as_bytes()])
+            }
+            // The prefix keeps a token apart from any username/password pair.
+            Credential::IdentityToken { token } => hash(&[b"identitytoken\0", token.as_bytes()]),
+            Credential::AccessToken { identity, .. } => identity.clone(),
+        }
+    }
+
+    /// The `Authorization` value the first request carries: HTTP basic for a username and
+    /// password, the bearer access token an identity token was exchanged for; `None` for
+    /// anonymous and for an identity token not exchanged (it then counts as anonymous).
     pub(crate) fn basic_authorization(&self) -> Option<String> {
         use base64::Engine as _;
         match self {
-            Credential::Anonymous => None,
+            Credential::Anonymous | Credential::IdentityToken { .. } => None,
             Credential::Basic { username, password } => {
                 let pair = format!("{username}:{password}");
                 let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
                 Some(format!("Basic {encoded}"))
             }
+            Credential::AccessToken { token, .. } => Some(format!("Bearer {token}")),
         }
     }
+}
+
+/// `sha256:<hex>` of the concatenated parts.
+fn hash(parts: &[&[u8]]) -> Fingerprint {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Fingerprint(format!("sha256:{hex}"))
 }
 
 impl fmt::Debug for Credential {
@@ -70,6 +103,12 @@ impl fmt::Debug for Credential {
                 .debug_struct("Basic")
                 .field("username", username)
                 .field("password", &"<redacted>")
+                .finish(),
+            Credential::IdentityToken { .. } => f.write_str("IdentityToken(<redacted>)"),
+            Credential::AccessToken { identity, .. } => f
+                .debug_struct("AccessToken")
+                .field("identity", identity)
+                .field("token", &"<redacted>")
                 .finish(),
         }
     }
@@ -105,6 +144,31 @@ mod tests {
         assert_ne!(a.fingerprint(), Fingerprint::anonymous());
         assert!(!format!("{a:?}").contains("p1"));
         assert!(!a.fingerprint().as_str().contains("p1"));
+    }
+
+    #[test]
+    fn an_access_token_answers_for_the_identity_token_it_came_from() {
+        let identity = Credential::identity_token("refresh-me");
+        let access = Credential::AccessToken {
+            identity: identity.fingerprint(),
+            token: "short-lived".to_string(),
+        };
+        assert_eq!(access.fingerprint(), identity.fingerprint());
+        assert_ne!(
+            identity.fingerprint(),
+            Credential::basic("refresh-me", "").fingerprint()
+        );
+        assert_eq!(identity.basic_authorization(), None);
+        assert_eq!(
+            access.basic_authorization().as_deref(),
+            Some("Bearer short-lived")
+        );
+        for shown in [format!("{identity:?}"), format!("{access:?}")] {
+            assert!(
+                !shown.contains("refresh-me") && !shown.contains("short-lived"),
+                "{shown}"
+            );
+        }
     }
 
     #[test]

@@ -19,12 +19,16 @@ mod client;
 mod config;
 pub mod credentials;
 mod dns;
+pub mod docker_helpers;
+mod exec;
 mod get;
 pub mod guard;
 mod head;
+pub mod identity_token;
 pub mod keyring;
 mod memo;
 mod outbound;
+pub mod provider;
 pub mod pull_secrets;
 mod redirect;
 #[cfg(test)]

@@ -2,8 +2,11 @@
 //!
 //! Owns: choosing the secret names the way kubelet and the ServiceAccount admission plugin do,
 //! reading and briefly caching Secrets and ServiceAccounts, and joining the pod's keyring with
-//! the node-level one. A missing secret is not an error (kubelet ignores it too); it becomes a
-//! warning for the user.
+//! the node-level one, kubelet's order: the pod's secrets, then the node's docker config, then
+//! its credential provider plugins. The node's per-image sources (plugins, docker credential
+//! helpers) are asked here about the pod's images, so the keyring handed on answers lookups
+//! without further I/O. A missing secret is not an error (kubelet ignores it too); it becomes a
+//! warning for the user, and so does a plugin that failed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::keyring::{Keyring, KeyringError};
+use crate::reference::Reference;
 
 /// How long a read Secret or ServiceAccount answers before it is read again.
 const OBJECT_TTL: Duration = Duration::from_secs(30);
@@ -67,9 +71,11 @@ pub struct KubeSecrets {
 
 #[async_trait]
 impl PullSecrets for NodeOnly {
-    async fn keyring_for(&self, _pod: &PodContext<'_>) -> PodKeyring {
+    async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
+        let (keyring, warnings) = ask_sources(self.node.clone(), pod.pod_spec).await;
         PodKeyring {
-            keyring: self.node.clone(),
+            keyring,
+            warnings,
             ..PodKeyring::default()
         }
     }
@@ -215,12 +221,37 @@ impl PullSecrets for KubeSecrets {
             }
         }
         keyring.extend(self.node.clone());
+        let (keyring, said) = ask_sources(keyring, spec).await;
+        warnings.extend(said);
         PodKeyring {
             keyring,
             warnings,
             refused,
         }
     }
+}
+
+/// `keyring` with its per-image sources asked about every image of `spec`.
+async fn ask_sources(keyring: Keyring, spec: Option<&Value>) -> (Keyring, Vec<String>) {
+    if !keyring.has_sources() {
+        return (keyring, Vec::new());
+    }
+    keyring.for_images(&images_in(spec)).await
+}
+
+/// The repositories (kubelet's `repoToPull`) of every container of a PodSpec.
+fn images_in(spec: Option<&Value>) -> Vec<String> {
+    let Some(spec) = spec else {
+        return Vec::new();
+    };
+    ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .filter_map(|list| spec.get(list).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|container| container.get("image").and_then(Value::as_str))
+        .filter_map(|image| Reference::parse(image).ok())
+        .map(|reference| reference.repository())
+        .collect()
 }
 
 /// The credentials of one Secret, read as kubelet reads it.

@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod credential_programs;
 pub mod fake_kube;
 pub mod images;
 pub mod pinhook;

@@ -104,6 +104,7 @@ impl TestPinhook {
             namespace_label_ttl: pinhook::cluster::NAMESPACE_TTL,
             kube: KubeAccess::Disabled,
             docker_config: None,
+            credential_providers: None,
             shutdown_delay: Duration::ZERO,
             overrides: Overrides {
                 secrets: Some(options.secrets),

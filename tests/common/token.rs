@@ -10,6 +10,12 @@
 //! - wrong or malformed credentials: 401;
 //! - a `service` other than [`TOKEN_SERVICE`]: 400.
 //!
+//! `POST /token` with a form `grant_type=refresh_token&refresh_token=…&service=…&scope=…`
+//! (the OAuth2 refresh-token grant docker clients use for identity tokens): the server's
+//! [`identity_token`](TokenServer::identity_token) is exchanged as the username's credentials
+//! would be; any other refresh token gets 401. These requests are logged with the username
+//! `<token>`.
+//!
 //! Tokens are ES256 JWTs that distribution 2.8.2 accepts:
 //! header `{"typ":"JWT","alg":"ES256","x5c":[<base64 DER of the signing cert>]}`,
 //! claims `{"iss","sub","aud","exp","nbf","iat","jti","access"}` with `aud` a
@@ -158,7 +164,7 @@ impl TokenServer {
         let addr = listener.local_addr().expect("token server address");
         let handle = axum_server::Handle::new();
         let app = Router::new()
-            .route("/token", get(token_handler))
+            .route("/token", get(token_handler).post(refresh_handler))
             .with_state(state.clone());
         let server = axum_server::from_tcp_rustls(listener, tls)
             .expect("token server from listener")
@@ -188,6 +194,11 @@ impl TokenServer {
 
     pub fn service(&self) -> &'static str {
         TOKEN_SERVICE
+    }
+
+    /// The identity token (OAuth2 refresh token) the server exchanges for the user's tokens.
+    pub fn identity_token(&self) -> String {
+        self.state.identity_token()
     }
 
     pub fn issuer(&self) -> &'static str {
@@ -282,7 +293,53 @@ async fn token_handler(
     outcome
 }
 
+async fn refresh_handler(State(state): State<Arc<TokenState>>, body: String) -> Response {
+    let form: Vec<(String, String)> = form_urlencoded::parse(body.as_bytes())
+        .into_owned()
+        .collect();
+    let field = |name: &str| form.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let query: String = form
+        .iter()
+        .filter(|(k, _)| k == "service" || k == "scope")
+        .map(|(k, v)| {
+            format!(
+                "{k}={}",
+                form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    let (service, scopes) = parse_query(&query);
+    let mut entry = TokenRequest {
+        username: Some("<token>".to_string()),
+        service: service.clone(),
+        scopes: scopes.clone(),
+        status: 200,
+        granted: Vec::new(),
+    };
+    let outcome = match (field("grant_type").as_deref(), field("refresh_token")) {
+        (Some("refresh_token"), Some(token)) if token == state.identity_token() => {
+            let mut headers = HeaderMap::new();
+            let basic = STANDARD.encode(format!("{}:{}", state.username, state.password));
+            let value = format!("Basic {basic}").parse().expect("a header value");
+            headers.insert(header::AUTHORIZATION, value);
+            let mut ignored = entry.clone();
+            let answer = state.answer(&headers, service.as_deref(), &scopes, &mut ignored);
+            entry.granted = ignored.granted;
+            answer
+        }
+        _ => unauthorized("invalid refresh token"),
+    };
+    entry.status = outcome.status().as_u16();
+    state.log.lock().expect("token log lock").push(entry);
+    outcome
+}
+
 impl TokenState {
+    fn identity_token(&self) -> String {
+        format!("identity-token-of-{}", self.username)
+    }
+
     fn answer(
         &self,
         headers: &HeaderMap,

@@ -16,16 +16,25 @@
 //! matching key is used, in reverse string order (most specific first). When none matches, a
 //! Docker Hub image falls back to the key `index.docker.io` (written `https://index.docker.io/v1/`).
 //!
-//! Never: does I/O, logs, or puts a password or an `auth` value into an error message.
+//! Some credentials exist only per image: kubelet's credential provider plugins and docker's
+//! credential helpers are asked for one image at a time. They are layers too, [`sources`]:
+//! [`Keyring::for_images`] asks each for the images of a pod, and a lookup then sees, for each
+//! image, exactly what the source answered for that image (kubelet builds a fresh
+//! `BasicDockerKeyring` from the providers' answers on every lookup).
+//!
+//! Never: does I/O itself (a source does its own), logs, or puts a password or an `auth` value
+//! into an error message.
 
 mod docker_config;
 mod go_glob;
 mod go_url;
+mod sources;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
+use std::sync::Arc;
 
 use self::go_glob::go_filepath_match;
 use self::go_url::{go_split_host_port, parse_go_url, GoUrl};
@@ -36,6 +45,7 @@ pub use self::docker_config::{
     KeyringError, DOCKERCFG_KEY, DOCKER_CONFIG_JSON_KEY, SECRET_TYPE_DOCKERCFG,
     SECRET_TYPE_DOCKER_CONFIG_JSON,
 };
+pub use self::sources::{CredentialSource, Provided};
 
 /// kubelet's `defaultRegistryHost`: the stored form of the `https://index.docker.io/v1/` key.
 const DEFAULT_REGISTRY_HOST: &[u8] = b"index.docker.io";
@@ -53,10 +63,19 @@ pub struct Keyring {
     layers: Vec<Layer>,
 }
 
+#[derive(Clone)]
+enum Layer {
+    Basic(Basic),
+    /// Asked per image by [`Keyring::for_images`]; adds nothing to a lookup until then.
+    Source(Arc<dyn CredentialSource>),
+    /// What a source answered, per image (normalised repository): each looked up on its own.
+    Answered(Arc<BTreeMap<String, Basic>>),
+}
+
 /// One kubelet `BasicDockerKeyring`: stored key → its credentials, in the order they were added.
 /// A `BTreeMap` over bytes iterates in Go's string order, which `Lookup` walks in reverse.
 #[derive(Clone, Default)]
-struct Layer {
+struct Basic {
     index: BTreeMap<Vec<u8>, Slot>,
 }
 
@@ -95,8 +114,8 @@ impl Keyring {
     }
 
     /// Adds one credential under `key` as written in a docker config (`quay.io/org`,
-    /// `https://index.docker.io/v1/`, `*.example.com:5000`), to the last layer. A key Go's URL
-    /// parser rejects is ignored, as kubelet ignores it.
+    /// `https://index.docker.io/v1/`, `*.example.com:5000`), to the last layer (a new one when
+    /// the last is a source). A key Go's URL parser rejects is ignored, as kubelet ignores it.
     pub fn add(&mut self, key: &str, credential: Credential) {
         self.last_layer().add(key, credential);
     }
@@ -105,10 +124,16 @@ impl Keyring {
     /// pull secrets to one `BasicDockerKeyring`: their keys are then ordered together (a
     /// `quay.io/org` key of the second secret comes before a `quay.io` key of the first) and the
     /// Docker Hub fallback applies only if no key of any of them matched.
+    /// Sources in `other` stay layers of their own, after the merged entries.
     pub fn merge(&mut self, other: Keyring) {
-        let layer = self.last_layer();
+        let mut rest = Vec::new();
         for other_layer in other.layers {
-            for (key, slot) in other_layer.index {
+            let Layer::Basic(basic) = other_layer else {
+                rest.push(other_layer);
+                continue;
+            };
+            let layer = self.last_layer();
+            for (key, slot) in basic.index {
                 match layer.index.get_mut(&key) {
                     Some(existing) => existing.credentials.extend(slot.credentials),
                     None => {
@@ -117,6 +142,12 @@ impl Keyring {
                 }
             }
         }
+        self.layers.extend(rest);
+    }
+
+    /// Appends a layer whose credentials `source` gives per image (see [`Keyring::for_images`]).
+    pub fn push_source(&mut self, source: Arc<dyn CredentialSource>) {
+        self.layers.push(Layer::Source(source));
     }
 
     /// Appends `other`'s layers after this keyring's, as kubelet's union of the pod's keyring
@@ -136,7 +167,15 @@ impl Keyring {
         let mut seen = HashSet::new();
         let mut found = Vec::new();
         for layer in &self.layers {
-            for credential in layer.lookup(&image, target.as_ref()) {
+            let basic = match layer {
+                Layer::Basic(basic) => basic,
+                Layer::Answered(per_image) => match per_image.get(&image) {
+                    Some(basic) => basic,
+                    None => continue,
+                },
+                Layer::Source(_) => continue,
+            };
+            for credential in basic.lookup(&image, target.as_ref()) {
                 if seen.insert(credential) {
                     found.push(credential.clone());
                 }
@@ -145,27 +184,30 @@ impl Keyring {
         found
     }
 
-    /// True when no layer holds any credential.
+    /// True when no layer holds any credential (a source not yet asked counts as some).
     pub fn is_empty(&self) -> bool {
-        self.layers.iter().all(|layer| layer.index.is_empty())
+        self.layers.iter().all(|layer| match layer {
+            Layer::Basic(basic) => basic.index.is_empty(),
+            Layer::Answered(per_image) => per_image.values().all(|b| b.index.is_empty()),
+            Layer::Source(_) => false,
+        })
     }
 
-    fn last_layer(&mut self) -> &mut Layer {
-        if self.layers.is_empty() {
-            self.layers.push(Layer::default());
+    fn last_layer(&mut self) -> &mut Basic {
+        if !matches!(self.layers.last(), Some(Layer::Basic(_))) {
+            self.layers.push(Layer::Basic(Basic::default()));
         }
-        let last = self.layers.len() - 1;
-        &mut self.layers[last]
+        match self.layers.last_mut() {
+            Some(Layer::Basic(basic)) => basic,
+            // Unreachable: a basic layer was pushed just above when the last was not one.
+            _ => unreachable!("the last layer is basic"),
+        }
     }
 
     /// One layer holding a document's credentials, added in the order given.
     fn from_credentials(credentials: docker_config::Credentials) -> Keyring {
-        let mut layer = Layer::default();
-        for (registry, credential) in credentials {
-            layer.add(&registry, credential);
-        }
         Keyring {
-            layers: vec![layer],
+            layers: vec![Layer::Basic(Basic::from_entries(credentials))],
         }
     }
 }
@@ -176,9 +218,28 @@ impl fmt::Debug for Keyring {
     }
 }
 
-// === impl Layer ===
+impl fmt::Debug for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Layer::Basic(basic) => basic.fmt(f),
+            Layer::Source(source) => write!(f, "Source({})", source.name()),
+            Layer::Answered(per_image) => f.debug_map().entries(per_image.iter()).finish(),
+        }
+    }
+}
 
-impl Layer {
+// === impl Basic ===
+
+impl Basic {
+    /// A layer holding `entries` (key as written, credential), added in the order given.
+    fn from_entries(entries: impl IntoIterator<Item = (String, Credential)>) -> Basic {
+        let mut basic = Basic::default();
+        for (key, credential) in entries {
+            basic.add(&key, credential);
+        }
+        basic
+    }
+
     /// kubelet `BasicDockerKeyring.Add` for one entry.
     fn add(&mut self, key: &str, credential: Credential) {
         let Some(stored) = stored_key(key) else {
@@ -217,7 +278,7 @@ impl Layer {
     }
 }
 
-impl fmt::Debug for Layer {
+impl fmt::Debug for Basic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map()
             .entries(
@@ -249,6 +310,25 @@ fn stored_key(loc: &str) -> Option<Vec<u8>> {
         key.extend_from_slice(path);
     }
     Some(key)
+}
+
+/// kubelet's `URLsMatchStr(pattern, image)`, which decides whether a credential provider's
+/// `matchImages` entry covers an image: both parsed as schemeless URLs, then [`urls_match`].
+/// False when either does not parse.
+pub(crate) fn image_matches(pattern: &str, image: &str) -> bool {
+    match (
+        parse_schemeless_url(pattern.as_bytes()),
+        parse_schemeless_url(image.as_bytes()),
+    ) {
+        (Some(glob), Some(target)) => urls_match(&glob, &target),
+        _ => false,
+    }
+}
+
+/// Whether kubelet's config validation accepts `pattern` as a `matchImages` entry
+/// (`ParseSchemelessURL` succeeds).
+pub(crate) fn is_valid_image_pattern(pattern: &str) -> bool {
+    parse_schemeless_url(pattern.as_bytes()).is_some()
 }
 
 /// `ParseSchemelessURL`: `url.Parse("https://" + s)` (the scheme is then dropped; unused here).

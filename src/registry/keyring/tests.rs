@@ -23,6 +23,7 @@ fn usernames(credentials: Vec<Credential>) -> Vec<String> {
         .map(|credential| match credential {
             Credential::Basic { username, .. } => username,
             Credential::Anonymous => "<anonymous>".to_owned(),
+            other => format!("{other:?}"),
         })
         .collect()
 }

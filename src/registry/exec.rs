@@ -1,0 +1,231 @@
+//! Running a credential program (a kubelet credential provider plugin, a docker credential
+//! helper) the one way pinhook runs them: request on stdin, answer on stdout, bounded in time
+//! and in output size, killed when the bound is hit or the caller goes away.
+//!
+//! Owns: spawning, feeding, reading and reaping the child, and [`ExecError`], which names the
+//! program and how it failed but never carries what it printed: a credential program's output
+//! is a secret, and its stderr may quote it.
+//!
+//! Never: logs, interprets the answer, or leaves a child running.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// What to run and within which bounds.
+#[derive(Debug, Clone)]
+pub(crate) struct Program<'a> {
+    pub path: &'a Path,
+    pub args: &'a [String],
+    /// Set on top of pinhook's own environment (a later entry wins, as Go's `exec` does).
+    pub env: &'a [(String, String)],
+    pub timeout: Duration,
+    /// Bytes of stdout (and of stderr, separately) read before the program is judged broken.
+    pub max_output: usize,
+}
+
+/// Why a credential program gave no answer. Never holds its output.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("failed to start {program}")]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{program} did not finish within {timeout:?}")]
+    Timeout { program: PathBuf, timeout: Duration },
+    #[error("{program} printed more than {limit} bytes")]
+    OutputTooLarge { program: PathBuf, limit: usize },
+    #[error("{program} exited with {status}")]
+    Exit {
+        program: PathBuf,
+        status: ExitStatus,
+        /// Its stdout, for the caller to recognise a documented answer ("credentials not
+        /// found"); never to be logged or shown.
+        stdout: Vec<u8>,
+    },
+    #[error("failed to talk to {program}")]
+    Io {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+// === impl ExecError ===
+
+impl ExecError {
+    /// A fixed-vocabulary label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ExecError::Spawn { .. } => "spawn",
+            ExecError::Timeout { .. } => "timeout",
+            ExecError::OutputTooLarge { .. } => "output_too_large",
+            ExecError::Exit { .. } => "exit",
+            ExecError::Io { .. } => "io",
+        }
+    }
+}
+
+/// Runs `program` with `stdin` and returns its stdout when it exits 0.
+pub(crate) async fn run(program: &Program<'_>, stdin: &[u8]) -> Result<Vec<u8>, ExecError> {
+    let name = program.path.to_path_buf();
+    let mut child = Command::new(program.path)
+        .args(program.args)
+        .envs(program.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Dropping the future (timeout, caller gone) must not leave the program running.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ExecError::Spawn {
+            program: name.clone(),
+            source,
+        })?;
+    let io = |source| ExecError::Io {
+        program: name.clone(),
+        source,
+    };
+    let (Some(mut input), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(io(std::io::Error::other("child pipes missing")));
+    };
+    let limit = program.max_output;
+    let talk = async {
+        let feed = async {
+            // A program that exits without reading its stdin is not an error here; its exit
+            // status and output say what happened.
+            let _ = input.write_all(stdin).await;
+            drop(input);
+            Ok::<(), std::io::Error>(())
+        };
+        let (_, out, err, status) = tokio::try_join!(
+            feed,
+            read_bounded(stdout, limit),
+            read_bounded(stderr, limit),
+            child.wait()
+        )?;
+        Ok::<_, std::io::Error>((out, err, status))
+    };
+    let (out, err, status) = match tokio::time::timeout(program.timeout, talk).await {
+        Err(_) => {
+            return Err(ExecError::Timeout {
+                program: name,
+                timeout: program.timeout,
+            })
+        }
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            return Err(ExecError::OutputTooLarge {
+                program: name,
+                limit,
+            })
+        }
+        Ok(Err(e)) => return Err(io(e)),
+        Ok(Ok(done)) => done,
+    };
+    // stderr is read only so the program cannot block on a full pipe; it is never shown.
+    drop(err);
+    if !status.success() {
+        return Err(ExecError::Exit {
+            program: name,
+            status,
+            stdout: out,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads `reader` to its end, failing with `FileTooLarge` past `limit` bytes.
+async fn read_bounded(reader: impl AsyncRead + Unpin, limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    reader.take(cap).read_to_end(&mut buffer).await?;
+    if buffer.len() > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            "output over the limit",
+        ));
+    }
+    Ok(buffer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(
+        script: &str,
+        timeout: Duration,
+        max_output: usize,
+    ) -> (PathBuf, Vec<String>, Duration, usize) {
+        (
+            PathBuf::from("/bin/sh"),
+            vec!["-c".to_string(), script.to_string()],
+            timeout,
+            max_output,
+        )
+    }
+
+    async fn run_sh(
+        script: &str,
+        timeout: Duration,
+        max_output: usize,
+    ) -> Result<Vec<u8>, ExecError> {
+        let (path, args, timeout, max_output) = sh(script, timeout, max_output);
+        let env = vec![("PINHOOK_TEST_VAR".to_string(), "set".to_string())];
+        let program = Program {
+            path: &path,
+            args: &args,
+            env: &env,
+            timeout,
+            max_output,
+        };
+        run(&program, b"request").await
+    }
+
+    #[tokio::test]
+    async fn stdin_in_stdout_out_with_the_extra_environment() {
+        let out = run_sh(
+            "cat; echo \" $PINHOOK_TEST_VAR\"",
+            Duration::from_secs(5),
+            100,
+        )
+        .await;
+        assert_eq!(out.ok(), Some(b"request set\n".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn bounds_and_failures_never_carry_the_output_in_their_message() {
+        let secs = Duration::from_secs(5);
+        let slow = run_sh("sleep 5", Duration::from_millis(100), 100).await;
+        assert!(matches!(slow, Err(ExecError::Timeout { .. })), "{slow:?}");
+        let big = run_sh("head -c 1000 /dev/zero", secs, 100).await;
+        assert!(
+            matches!(big, Err(ExecError::OutputTooLarge { .. })),
+            "{big:?}"
+        );
+        let failed = run_sh("echo hunter2; echo hunter2 >&2; exit 3", secs, 100).await;
+        match failed {
+            Err(e @ ExecError::Exit { .. }) => {
+                assert_eq!(e.reason(), "exit");
+                assert!(!e.to_string().contains("hunter2"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let missing = Program {
+            path: Path::new("/nonexistent/plugin"),
+            args: &[],
+            env: &[],
+            timeout: secs,
+            max_output: 100,
+        };
+        let spawn = run(&missing, b"").await;
+        assert!(matches!(spawn, Err(ExecError::Spawn { .. })), "{spawn:?}");
+    }
+}

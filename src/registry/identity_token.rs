@@ -1,0 +1,257 @@
+//! Identity tokens: the OAuth2 refresh tokens `docker login` stores for registries whose token
+//! service issues them (`identitytoken` in `config.json`, or a credential helper answering the
+//! user `<token>`), exchanged for a pull token the way the docker CLI and containerd do: the
+//! registry's `/v2/` answers 401 with a bearer challenge, and its realm is sent a `POST` with
+//! `grant_type=refresh_token` (the distribution token spec's OAuth2 flow,
+//! <https://distribution.github.io/distribution/spec/auth/oauth/>).
+//!
+//! Owns: [`IdentityTokens`], a [`Resolver`] between the address guard and the registry client
+//! that replaces each [`Credential::IdentityToken`] with the [`Credential::AccessToken`] it is
+//! exchanged for (kept per registry, token and repository for [`ACCESS_TTL`]); the realm passes
+//! the address guard first, as every realm does ([`super::guard::check_realm`]).
+//!
+//! Never: puts a token into a log or an error message. A token that cannot be exchanged is left
+//! out, and the next credential (at last anonymous) is tried, as after a refused password.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
+use serde::Deserialize;
+use tracing::warn;
+
+use super::dns::{self, Lookup};
+use super::token::Bearer;
+use super::{body, guard, outbound};
+use super::{Credential, Fingerprint, RegistryConfig, RegistryError, Resolution, Resolver};
+use crate::policy::PolicyHandle;
+use crate::reference::Reference;
+
+/// How long an access token is reused (token services issue them for 60 s at least).
+const ACCESS_TTL: Duration = Duration::from_secs(50);
+/// The `client_id` sent with the grant (the spec requires one).
+const CLIENT_ID: &str = "pinhook";
+
+/// Exchanges identity tokens, then resolves through `inner`.
+pub struct IdentityTokens {
+    inner: Arc<dyn Resolver>,
+    config: RegistryConfig,
+    policy: Option<PolicyHandle>,
+    /// The outbound path's clients (guarded resolver, redirect policy), one per registry.
+    http: moka::sync::Cache<String, reqwest::Client>,
+    lookup: Lookup,
+    access: moka::future::Cache<(String, Fingerprint, String), Arc<str>>,
+}
+
+/// The token endpoint's answer to the grant.
+#[derive(Deserialize)]
+struct Grant {
+    access_token: Option<String>,
+    token: Option<String>,
+}
+
+// === impl IdentityTokens ===
+
+impl IdentityTokens {
+    /// `config` is how registries are reached (the client's own settings); `policy`, when
+    /// given, guards the token realms.
+    pub fn new(
+        inner: Arc<dyn Resolver>,
+        config: RegistryConfig,
+        policy: Option<PolicyHandle>,
+    ) -> IdentityTokens {
+        IdentityTokens {
+            inner,
+            config,
+            policy,
+            http: moka::sync::Cache::new(1_000),
+            lookup: dns::system(),
+            access: moka::future::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(ACCESS_TTL)
+                .build(),
+        }
+    }
+
+    /// The credentials with identity tokens exchanged; those that cannot be are left out.
+    async fn exchanged(
+        &self,
+        reference: &Reference,
+        credentials: &[Credential],
+    ) -> Vec<Credential> {
+        let mut out = Vec::with_capacity(credentials.len());
+        for credential in credentials {
+            let Credential::IdentityToken { token } = credential else {
+                out.push(credential.clone());
+                continue;
+            };
+            let identity = credential.fingerprint();
+            let key = (
+                reference.domain().to_string(),
+                identity.clone(),
+                reference.path().to_string(),
+            );
+            let access = self
+                .access
+                .try_get_with(key, self.exchange(reference, token))
+                .await;
+            match access {
+                Ok(token) => out.push(Credential::AccessToken {
+                    identity,
+                    token: token.to_string(),
+                }),
+                Err(e) => warn!(
+                    registry = reference.domain(),
+                    credential = %identity,
+                    error = %e,
+                    "identity token not exchanged; trying the next credential"
+                ),
+            }
+        }
+        out
+    }
+
+    /// `/v2/`'s challenge, then the refresh-token grant at its realm.
+    async fn exchange(
+        &self,
+        reference: &Reference,
+        refresh: &str,
+    ) -> Result<Arc<str>, RegistryError> {
+        let registry = reference.domain();
+        let http = self.http_for(registry)?;
+        let scheme = match self.config.is_insecure(registry) {
+            true => "http",
+            false => "https",
+        };
+        let host = match registry {
+            "docker.io" => "index.docker.io",
+            other => other,
+        };
+        let ping = http
+            .get(format!("{scheme}://{host}/v2/"))
+            .send()
+            .await
+            .map_err(|e| outbound::failed(registry, e))?;
+        let challenge = ping
+            .headers()
+            .get(WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(Bearer::parse)
+            .ok_or_else(|| RegistryError::Status {
+                registry: registry.to_string(),
+                status: ping.status().as_u16(),
+                message: "no bearer token service to exchange an identity token at".to_string(),
+            })?;
+        let insecure = |host: &str| self.config.is_insecure(host);
+        guard::check_realm(self.policy.as_ref(), &challenge.realm, registry, insecure).await?;
+        let body = grant_form(refresh, reference.path(), challenge.service.as_deref());
+        let answer = http
+            .post(&challenge.realm)
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| outbound::failed(registry, e))?;
+        match answer.status().as_u16() {
+            200 => {}
+            400 | 401 | 403 => {
+                return Err(RegistryError::Unauthorized {
+                    registry: registry.to_string(),
+                })
+            }
+            status => {
+                return Err(RegistryError::Status {
+                    registry: registry.to_string(),
+                    status,
+                    message: format!("token endpoint {} answered {status}", challenge.realm),
+                })
+            }
+        }
+        let bytes = body::read(answer, body::TOKEN, registry).await?;
+        let grant: Grant = serde_json::from_slice(&bytes).map_err(|_| RegistryError::Status {
+            registry: registry.to_string(),
+            status: 200,
+            message: format!(
+                "token endpoint {} sent an unreadable answer",
+                challenge.realm
+            ),
+        })?;
+        grant
+            .access_token
+            .or(grant.token)
+            .filter(|t| !t.is_empty())
+            .map(Arc::from)
+            .ok_or_else(|| RegistryError::Status {
+                registry: registry.to_string(),
+                status: 200,
+                message: format!("token endpoint {} sent no access token", challenge.realm),
+            })
+    }
+
+    /// The outbound path's client for `registry`: its trust, the guarded resolver, the
+    /// redirect policy.
+    fn http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
+        self.http
+            .try_get_with(registry.to_string(), || {
+                outbound::build(
+                    &self.config,
+                    registry,
+                    self.policy.as_ref(),
+                    self.lookup.clone(),
+                )
+            })
+            .map_err(RegistryError::Shared)
+    }
+}
+
+/// The refresh-token grant's form body, scoped to pulling `path`.
+fn grant_form(refresh: &str, path: &str, service: Option<&str>) -> String {
+    let scope = format!("repository:{path}:pull");
+    let mut form = form_urlencoded::Serializer::new(String::new());
+    form.append_pair("grant_type", "refresh_token")
+        .append_pair("refresh_token", refresh)
+        .append_pair("client_id", CLIENT_ID)
+        .append_pair("scope", &scope);
+    if let Some(service) = service {
+        form.append_pair("service", service);
+    }
+    form.finish()
+}
+
+#[async_trait]
+impl Resolver for IdentityTokens {
+    async fn resolve(
+        &self,
+        reference: &Reference,
+        credentials: &[Credential],
+    ) -> Result<Resolution, RegistryError> {
+        if !credentials
+            .iter()
+            .any(|c| matches!(c, Credential::IdentityToken { .. }))
+        {
+            return self.inner.resolve(reference, credentials).await;
+        }
+        let credentials = self.exchanged(reference, credentials).await;
+        self.inner.resolve(reference, &credentials).await
+    }
+
+    fn last_known(&self, reference: &Reference, credentials: &[Credential]) -> Option<Resolution> {
+        self.inner.last_known(reference, credentials)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grant_is_the_oauth2_refresh_token_form() {
+        assert_eq!(
+            grant_form("a+b/c=", "team/app", Some("registry.example")),
+            "grant_type=refresh_token&refresh_token=a%2Bb%2Fc%3D&client_id=pinhook\
+             &scope=repository%3Ateam%2Fapp%3Apull&service=registry.example"
+        );
+        assert!(!grant_form("t", "app", None).contains("service"));
+    }
+}

@@ -1,0 +1,490 @@
+//! kubelet's `CredentialProviderConfig` (`kubelet.config.k8s.io/v1`), read and validated as
+//! kubelet reads it (kubernetes `pkg/credentialprovider/plugin/config.go`:
+//! `readCredentialProviderConfig`, `decode`, `validateCredentialProviderConfig`), so the file a
+//! node's kubelet runs with is the file pinhook runs with.
+//!
+//! Owns: the file format (a file, or a directory of `*.json`/`*.yaml`/`*.yml` files merged in
+//! name order, as kubelet 1.34 allows), its validation, the refusal of `tokenAttributes`, and Go
+//! duration strings. Never: runs a plugin.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::registry::keyring::is_valid_image_pattern;
+
+/// The config API versions kubelet decodes (all three share this shape).
+const CONFIG_API_VERSIONS: &[&str] = &[
+    "kubelet.config.k8s.io/v1",
+    "kubelet.config.k8s.io/v1beta1",
+    "kubelet.config.k8s.io/v1alpha1",
+];
+/// The plugin protocol versions kubelet speaks (`apiVersions` in plugin.go).
+pub(super) const PROTOCOL_API_VERSIONS: &[&str] = &[
+    "credentialprovider.kubelet.k8s.io/v1",
+    "credentialprovider.kubelet.k8s.io/v1beta1",
+    "credentialprovider.kubelet.k8s.io/v1alpha1",
+];
+
+/// Why the credential provider config cannot be used; pinhook refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderConfigError {
+    #[error("failed to read credential provider config '{path}'")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("credential provider config directory '{path}' holds no .json, .yaml or .yml file")]
+    EmptyDirectory { path: PathBuf },
+    #[error("failed to parse credential provider config '{path}'")]
+    Parse {
+        path: PathBuf,
+        // Boxed: the YAML error is large, and this error travels up to `AppError`.
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    #[error("credential provider config '{path}': {problem}")]
+    Invalid { path: PathBuf, problem: String },
+    /// kubelet 1.33+ can mint a ServiceAccount token for the pod and hand it to the plugin;
+    /// pinhook has no pod yet (it admits the pod) and must not mint tokens for workloads.
+    #[error(
+        "credential provider {provider:?} asks for ServiceAccount tokens (tokenAttributes); \
+         pinhook does not mint ServiceAccount tokens, so it cannot run this provider: \
+         remove it from the config pinhook reads"
+    )]
+    ServiceAccountTokens { provider: String },
+    #[error("credential provider binary directory '{path}' does not exist")]
+    MissingBinDir { path: PathBuf },
+    #[error("credential provider {provider:?}: no executable '{path}'")]
+    MissingBinary { provider: String, path: PathBuf },
+}
+
+/// One provider as configured, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSpec {
+    pub name: String,
+    pub match_images: Vec<String>,
+    pub default_cache_duration: Duration,
+    /// The protocol version requests are sent in, and answers must carry.
+    pub api_version: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// `bin_dir/name`.
+    pub path: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ConfigFile {
+    api_version: String,
+    kind: String,
+    #[serde(default)]
+    providers: Vec<RawProvider>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawProvider {
+    name: String,
+    #[serde(default)]
+    match_images: Vec<String>,
+    default_cache_duration: Option<String>,
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: Vec<RawEnv>,
+    token_attributes: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnv {
+    name: String,
+    value: String,
+}
+
+/// Reads `config` (a file or a directory) and checks every provider's binary in `bin_dir`.
+pub fn load(config: &Path, bin_dir: &Path) -> Result<Vec<ProviderSpec>, ProviderConfigError> {
+    if !bin_dir.is_dir() {
+        return Err(ProviderConfigError::MissingBinDir {
+            path: bin_dir.to_path_buf(),
+        });
+    }
+    let mut specs = Vec::new();
+    let mut seen = HashSet::new();
+    for file in config_files(config)? {
+        let text = std::fs::read_to_string(&file).map_err(|source| ProviderConfigError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        for spec in parse(&file, &text, bin_dir)? {
+            if !seen.insert(spec.name.clone()) {
+                return Err(invalid(
+                    &file,
+                    format!("duplicate provider name {:?}", spec.name),
+                ));
+            }
+            specs.push(spec);
+        }
+    }
+    for spec in &specs {
+        if !is_executable(&spec.path) {
+            return Err(ProviderConfigError::MissingBinary {
+                provider: spec.name.clone(),
+                path: spec.path.clone(),
+            });
+        }
+    }
+    Ok(specs)
+}
+
+/// The providers of one config document, validated as kubelet validates them.
+pub(super) fn parse(
+    path: &Path,
+    text: &str,
+    bin_dir: &Path,
+) -> Result<Vec<ProviderSpec>, ProviderConfigError> {
+    let file: ConfigFile =
+        serde_saphyr::from_str(text).map_err(|source| ProviderConfigError::Parse {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })?;
+    if file.kind != "CredentialProviderConfig" {
+        return Err(invalid(
+            path,
+            format!("kind {:?} is not CredentialProviderConfig", file.kind),
+        ));
+    }
+    if !CONFIG_API_VERSIONS.contains(&file.api_version.as_str()) {
+        return Err(invalid(
+            path,
+            format!(
+                "apiVersion {:?} is not one of {CONFIG_API_VERSIONS:?}",
+                file.api_version
+            ),
+        ));
+    }
+    if file.providers.is_empty() {
+        return Err(invalid(
+            path,
+            "at least 1 item in providers is required".into(),
+        ));
+    }
+    file.providers
+        .into_iter()
+        .map(|raw| validate(path, raw, bin_dir))
+        .collect()
+}
+
+fn validate(
+    path: &Path,
+    raw: RawProvider,
+    bin_dir: &Path,
+) -> Result<ProviderSpec, ProviderConfigError> {
+    let name = raw.name;
+    if raw.token_attributes.is_some() {
+        return Err(ProviderConfigError::ServiceAccountTokens { provider: name });
+    }
+    let problem = |what: String| invalid(path, format!("provider {name:?}: {what}"));
+    if name.is_empty() || name.contains(['/', ' ']) || name == "." || name == ".." {
+        return Err(problem(
+            "name must be non-empty, not '.' or '..', without '/' or spaces".into(),
+        ));
+    }
+    if !PROTOCOL_API_VERSIONS.contains(&raw.api_version.as_str()) {
+        return Err(problem(format!(
+            "apiVersion {:?} is not one of {PROTOCOL_API_VERSIONS:?}",
+            raw.api_version
+        )));
+    }
+    if raw.match_images.is_empty() {
+        return Err(problem("at least 1 item in matchImages is required".into()));
+    }
+    if let Some(bad) = raw.match_images.iter().find(|p| !is_valid_image_pattern(p)) {
+        return Err(problem(format!("match image {bad:?} is invalid")));
+    }
+    let default_cache_duration = match raw.default_cache_duration.as_deref() {
+        None => return Err(problem("defaultCacheDuration is required".into())),
+        Some(text) => match parse_go_duration(text) {
+            Some(GoDuration::NonNegative(duration)) => duration,
+            Some(GoDuration::Negative) => {
+                return Err(problem("defaultCacheDuration must be at least 0".into()))
+            }
+            None => {
+                return Err(problem(format!(
+                    "defaultCacheDuration {text:?} is not a duration"
+                )))
+            }
+        },
+    };
+    Ok(ProviderSpec {
+        path: bin_dir.join(&name),
+        name,
+        match_images: raw.match_images,
+        default_cache_duration,
+        api_version: raw.api_version,
+        args: raw.args,
+        env: raw.env.into_iter().map(|e| (e.name, e.value)).collect(),
+    })
+}
+
+/// The file, or the directory's config files in name order.
+fn config_files(config: &Path) -> Result<Vec<PathBuf>, ProviderConfigError> {
+    let read_error = |source| ProviderConfigError::Read {
+        path: config.to_path_buf(),
+        source,
+    };
+    let metadata = std::fs::metadata(config).map_err(read_error)?;
+    if !metadata.is_dir() {
+        return Ok(vec![config.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(config).map_err(read_error)? {
+        let path = entry.map_err(read_error)?.path();
+        let wanted = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("json" | "yaml" | "yml")
+        );
+        if wanted && !path.is_dir() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(ProviderConfigError::EmptyDirectory {
+            path: config.to_path_buf(),
+        });
+    }
+    Ok(files)
+}
+
+fn invalid(path: &Path, problem: String) -> ProviderConfigError {
+    ProviderConfigError::Invalid {
+        path: path.to_path_buf(),
+        problem,
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A Go duration's sign: kubelet refuses a negative `defaultCacheDuration` by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GoDuration {
+    NonNegative(Duration),
+    Negative,
+}
+
+/// Go's `time.ParseDuration`: an optional sign, then one or more decimal numbers each with a
+/// unit (`ns`, `us`, `µs`, `μs`, `ms`, `s`, `m`, `h`), such as `300ms`, `1.5h` or `2h45m`; `0`
+/// alone is zero. `None` for anything else.
+pub(super) fn parse_go_duration(text: &str) -> Option<GoDuration> {
+    let (negative, mut rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if rest == "0" {
+        return Some(GoDuration::NonNegative(Duration::ZERO));
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let mut nanos: f64 = 0.0;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number = &rest[..number_end];
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return None;
+        }
+        let value: f64 = number.parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        nanos += value * scale;
+        rest = &rest[unit_end..];
+    }
+    // Go refuses durations past ~292 years.
+    if !nanos.is_finite() || nanos > i64::MAX as f64 {
+        return None;
+    }
+    Some(match negative && nanos > 0.0 {
+        true => GoDuration::Negative,
+        false => GoDuration::NonNegative(Duration::from_nanos(nanos as u64)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    const BIN: &str = "/usr/libexec/kubernetes/kubelet-plugins";
+
+    fn parsed(text: &str) -> Result<Vec<ProviderSpec>, ProviderConfigError> {
+        parse(Path::new("config.yaml"), text, Path::new(BIN))
+    }
+
+    #[test]
+    fn the_eks_config_reads_as_kubelet_reads_it() {
+        let text = r#"
+apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: ecr-credential-provider
+    matchImages:
+      - "*.dkr.ecr.*.amazonaws.com"
+      - "*.dkr.ecr.*.amazonaws.com.cn"
+    defaultCacheDuration: "12h"
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    args: [get-credentials]
+    env:
+      - name: AWS_PROFILE
+        value: node
+"#;
+        let specs = parsed(text).expect("valid");
+        assert_eq!(
+            specs,
+            vec![ProviderSpec {
+                name: "ecr-credential-provider".into(),
+                match_images: vec![
+                    "*.dkr.ecr.*.amazonaws.com".into(),
+                    "*.dkr.ecr.*.amazonaws.com.cn".into()
+                ],
+                default_cache_duration: Duration::from_secs(12 * 3600),
+                api_version: "credentialprovider.kubelet.k8s.io/v1".into(),
+                args: vec!["get-credentials".into()],
+                env: vec![("AWS_PROFILE".into(), "node".into())],
+                path: Path::new(BIN).join("ecr-credential-provider"),
+            }]
+        );
+    }
+
+    #[test]
+    fn service_account_token_providers_are_refused_by_name() {
+        let text = r#"{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig",
+          "providers":[{"name":"acr","matchImages":["*.azurecr.io"],"defaultCacheDuration":"1m",
+          "apiVersion":"credentialprovider.kubelet.k8s.io/v1",
+          "tokenAttributes":{"serviceAccountTokenAudience":"api://AzureADTokenExchange",
+          "requireServiceAccount":true,"cacheType":"ServiceAccount"}}]}"#;
+        let error = parsed(text).expect_err("refused");
+        assert!(
+            matches!(error, ProviderConfigError::ServiceAccountTokens { ref provider } if provider == "acr")
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("does not mint ServiceAccount tokens"),
+            "{error}"
+        );
+    }
+
+    #[rstest]
+    #[case::no_providers("providers: []", "at least 1 item in providers")]
+    #[case::slash_in_name("providers: [{name: a/b, matchImages: [x], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]", "name")]
+    #[case::dot_name("providers: [{name: '..', matchImages: [x], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]", "name")]
+    #[case::no_match_images("providers: [{name: a, defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]", "matchImages")]
+    #[case::bad_match_image("providers: [{name: a, matchImages: ['%zz'], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]", "match image")]
+    #[case::no_cache_duration("providers: [{name: a, matchImages: [x], apiVersion: credentialprovider.kubelet.k8s.io/v1}]", "defaultCacheDuration is required")]
+    #[case::negative_cache_duration("providers: [{name: a, matchImages: [x], defaultCacheDuration: -1s, apiVersion: credentialprovider.kubelet.k8s.io/v1}]", "at least 0")]
+    #[case::bad_api_version(
+        "providers: [{name: a, matchImages: [x], defaultCacheDuration: 1m, apiVersion: v2}]",
+        "apiVersion"
+    )]
+    fn invalid_providers_are_refused_with_the_field(#[case] providers: &str, #[case] says: &str) {
+        let text = format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n{providers}\n"
+        );
+        let error = parsed(&text).expect_err("invalid");
+        assert!(error.to_string().contains(says), "{error}");
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_kinds_are_errors_as_in_kubelets_strict_decoder() {
+        let unknown = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: a, matchImages: [x], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1, cacheKeyType: Image}]\n";
+        assert!(matches!(
+            parsed(unknown),
+            Err(ProviderConfigError::Parse { .. })
+        ));
+        let kind =
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\nproviders: []\n";
+        assert!(parsed(kind).expect_err("kind").to_string().contains("kind"));
+    }
+
+    #[rstest]
+    #[case("0", Some(GoDuration::NonNegative(Duration::ZERO)))]
+    #[case("0s", Some(GoDuration::NonNegative(Duration::ZERO)))]
+    #[case("12h", Some(GoDuration::NonNegative(Duration::from_secs(43_200))))]
+    #[case("1h30m", Some(GoDuration::NonNegative(Duration::from_secs(5_400))))]
+    #[case("5m0s", Some(GoDuration::NonNegative(Duration::from_secs(300))))]
+    #[case("1.5s", Some(GoDuration::NonNegative(Duration::from_millis(1_500))))]
+    #[case("300ms", Some(GoDuration::NonNegative(Duration::from_millis(300))))]
+    #[case("-1s", Some(GoDuration::Negative))]
+    #[case("", None)]
+    #[case("1", None)]
+    #[case("1d", None)]
+    #[case("s", None)]
+    #[case("1..5s", None)]
+    fn go_durations(#[case] text: &str, #[case] expected: Option<GoDuration>) {
+        assert_eq!(parse_go_duration(text), expected, "{text:?}");
+    }
+
+    #[test]
+    fn a_directory_is_read_in_name_order_and_binaries_must_exist() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).expect("bin");
+        let conf = dir.path().join("conf.d");
+        std::fs::create_dir(&conf).expect("conf");
+        let provider = |name: &str| {
+            format!("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{{name: {name}, matchImages: [x], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}}]\n")
+        };
+        std::fs::write(conf.join("20-b.yaml"), provider("b")).expect("write");
+        std::fs::write(conf.join("10-a.json"), provider("a")).expect("write");
+        std::fs::write(conf.join("README"), "ignored").expect("write");
+        let missing = load(&conf, &bin).expect_err("no binaries yet");
+        assert!(
+            matches!(missing, ProviderConfigError::MissingBinary { ref provider, .. } if provider == "a")
+        );
+        for name in ["a", "b"] {
+            std::fs::write(bin.join(name), "#!/bin/sh\n").expect("write");
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        let names: Vec<String> = load(&conf, &bin)
+            .expect("loads")
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        std::fs::write(conf.join("30-a-again.yml"), provider("a")).expect("write");
+        assert!(load(&conf, &bin)
+            .expect_err("duplicate")
+            .to_string()
+            .contains("duplicate"));
+        assert!(matches!(
+            load(&conf, &dir.path().join("nope")),
+            Err(ProviderConfigError::MissingBinDir { .. })
+        ));
+    }
+}
