@@ -29,7 +29,7 @@ use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use crate::registry::{
     CacheConfig, CachingResolver, OciResolver, RegistryConfig, RegistryError, Resolver,
 };
-use crate::server::{self, AppState, RunningServer, ServerConfig, ServerError};
+use crate::server::{self, AppState, ConnectionLimits, RunningServer, ServerConfig, ServerError};
 
 /// Why pinhook could not be put together or could not run.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +105,8 @@ pub struct Config {
     pub credential_providers: Option<ProviderFiles>,
     /// How long to keep serving with readiness off after SIGTERM, before closing the listener.
     pub shutdown_delay: Duration,
+    /// Bounds on the clients' connections and requests.
+    pub limits: ConnectionLimits,
     /// Parts supplied from outside instead of built from [`Config::kube`].
     pub overrides: Overrides,
 }
@@ -249,6 +251,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
             listen: config.listen,
             tls_cert: config.tls_cert,
             tls_key: config.tls_key,
+            limits: config.limits,
         },
         state,
         resolver: cache,
@@ -474,6 +477,7 @@ mod tests {
             docker_config: None,
             credential_providers: None,
             shutdown_delay: Duration::ZERO,
+            limits: ConnectionLimits::default(),
             overrides: Overrides::default(),
         }
     }

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing::warn;
 
@@ -20,6 +21,7 @@ use crate::policy::{FormSetting, Policy};
 use crate::reference::{PinForm, Reference, ReferenceError};
 use crate::registry::provider::{ProviderFiles, Settings as ProviderSettings};
 use crate::registry::{CacheConfig, RegistryConfig};
+use crate::server::ConnectionLimits;
 
 /// Why flags could not become settings.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +32,11 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "--idle-timeout ({idle:?}) must be longer than --request-timeout ({request:?}): an \
+         idle connection would be closed under a request still being answered"
+    )]
+    IdleNotAboveRequest { idle: Duration, request: Duration },
     #[error("invalid image reference {image:?}")]
     InvalidReference {
         image: String,
@@ -123,8 +130,30 @@ pub struct ServeArgs {
     image_credential_provider_bin_dir: Option<PathBuf>,
     /// Seconds to keep serving after SIGTERM with readiness off, before closing the listener
     /// (so the Service's endpoints drop this pod before it stops answering).
-    #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5)]
+    #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5, value_parser = seconds_flag())]
     shutdown_delay: u64,
+    #[command(flatten)]
+    connections: ConnectionArgs,
+}
+
+/// Bounds on the clients of `pinhook serve`.
+#[derive(Debug, Args)]
+struct ConnectionArgs {
+    /// Client connections open at once; past it a new connection is closed as soon as it is
+    /// accepted.
+    #[arg(long, env = "PINHOOK_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
+    max_connections: usize,
+    /// Seconds to receive a request's headers (HTTP/1.1; also the longest wait for the next
+    /// request on a kept-alive connection) and the longest pause inside a request body.
+    #[arg(long, env = "PINHOOK_HEADER_READ_TIMEOUT", default_value = "10", value_parser = parse_timeout)]
+    header_read_timeout: Duration,
+    /// Seconds one request may take, body and answer included (then 408).
+    #[arg(long, env = "PINHOOK_REQUEST_TIMEOUT", default_value = "70", value_parser = parse_timeout)]
+    request_timeout: Duration,
+    /// Seconds a connection may stay open with no byte crossing it; longer than
+    /// --request-timeout.
+    #[arg(long, env = "PINHOOK_IDLE_TIMEOUT", default_value = "120", value_parser = parse_timeout)]
+    idle_timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -150,7 +179,7 @@ pub struct CertsArgs {
     #[arg(long = "san", env = "PINHOOK_CERT_SANS", value_delimiter = ',')]
     sans: Vec<String>,
     /// Validity of both certificates, in days.
-    #[arg(long, env = "PINHOOK_CERT_DAYS", default_value_t = 365)]
+    #[arg(long, env = "PINHOOK_CERT_DAYS", default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=MAX_CERT_DAYS))]
     days: u32,
     /// Directory to write ca.crt, ca.key, tls.crt and tls.key into.
     #[arg(long, env = "PINHOOK_CERT_OUT", default_value = "certs")]
@@ -191,7 +220,7 @@ pub struct CheckArgs {
     #[arg(long, env = "PINHOOK_SERVER_CA", requires = "server")]
     server_ca: Option<PathBuf>,
     /// Seconds the whole check may take.
-    #[arg(long, env = "PINHOOK_CHECK_TIMEOUT", default_value_t = 120)]
+    #[arg(long, env = "PINHOOK_CHECK_TIMEOUT", default_value_t = 120, value_parser = seconds_flag())]
     timeout: u64,
     #[command(flatten)]
     registry: RegistryArgs,
@@ -226,25 +255,25 @@ struct RegistryArgs {
 #[derive(Debug, Args)]
 struct CacheArgs {
     /// Seconds a resolved digest answers without asking the registry.
-    #[arg(long, env = "PINHOOK_CACHE_TTL", default_value_t = 300)]
+    #[arg(long, env = "PINHOOK_CACHE_TTL", default_value_t = 300, value_parser = seconds_flag())]
     cache_ttl: u64,
     /// Seconds "not found" and "unauthorized" answers are remembered.
-    #[arg(long, env = "PINHOOK_CACHE_FAILURE_TTL", default_value_t = 30)]
+    #[arg(long, env = "PINHOOK_CACHE_FAILURE_TTL", default_value_t = 30, value_parser = seconds_flag())]
     cache_failure_ttl: u64,
     /// Seconds a last known digest may serve while its registry is down.
-    #[arg(long, env = "PINHOOK_CACHE_MAX_STALE", default_value_t = 86_400)]
+    #[arg(long, env = "PINHOOK_CACHE_MAX_STALE", default_value_t = 86_400, value_parser = seconds_flag())]
     cache_max_stale: u64,
     /// Most cached resolutions kept.
     #[arg(long, env = "PINHOOK_CACHE_MAX_ENTRIES", default_value_t = 10_000)]
     cache_max_entries: u64,
     /// Most concurrent calls to one registry.
-    #[arg(long, env = "PINHOOK_REGISTRY_CONCURRENCY", default_value_t = 16)]
+    #[arg(long, env = "PINHOOK_REGISTRY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
     registry_concurrency: usize,
     /// Seconds the Pods of one owner revision keep the digest the first one got.
-    #[arg(long, env = "PINHOOK_OWNER_REVISION_TTL", default_value_t = 86_400)]
+    #[arg(long, env = "PINHOOK_OWNER_REVISION_TTL", default_value_t = 86_400, value_parser = seconds_flag())]
     owner_revision_ttl: u64,
     /// Seconds a namespace's pinhook.dev/mode label is cached.
-    #[arg(long, env = "PINHOOK_NAMESPACE_CACHE_TTL", default_value_t = 30)]
+    #[arg(long, env = "PINHOOK_NAMESPACE_CACHE_TTL", default_value_t = 30, value_parser = seconds_flag())]
     namespace_cache_ttl: u64,
 }
 
@@ -263,13 +292,40 @@ enum OutputArg {
     Yaml,
 }
 
-/// A duration in (fractional) seconds, e.g. `2.5`.
+/// The longest any seconds-valued flag may be (100 years): longer values would overflow the
+/// clock arithmetic they feed, and mean "forever" anyway.
+const MAX_SECONDS: u64 = 100 * 365 * 86_400;
+/// The longest validity `pinhook certs` writes (100 years).
+const MAX_CERT_DAYS: i64 = 36_500;
+/// The longest connection or request timeout (a day).
+const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
+
+/// Whole seconds, at most [`MAX_SECONDS`].
+fn seconds_flag() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(..=MAX_SECONDS)
+}
+
+/// A duration in (fractional) seconds, e.g. `2.5`, at most [`MAX_SECONDS`].
 fn parse_seconds(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text
         .parse()
         .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !(0.0..=MAX_SECONDS as f64).contains(&seconds) {
+        return Err(format!("must be from 0 to {MAX_SECONDS} seconds"));
+    }
     Duration::try_from_secs_f64(seconds)
         .map_err(|_| "must be a positive number of seconds".to_string())
+}
+
+/// A connection or request timeout: more than 0, at most a day.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let duration = parse_seconds(text)?;
+    if duration.is_zero() || duration.as_secs_f64() > MAX_TIMEOUT_SECONDS {
+        return Err(format!(
+            "must be more than 0 and at most {MAX_TIMEOUT_SECONDS} seconds"
+        ));
+    }
+    Ok(duration)
 }
 
 // === impl ServeArgs ===
@@ -308,7 +364,27 @@ impl ServeArgs {
                     settings: ProviderSettings::default(),
                 }),
             shutdown_delay: Duration::from_secs(self.shutdown_delay),
+            limits: self.connections.to_limits()?,
             overrides: Overrides::default(),
+        })
+    }
+}
+
+// === impl ConnectionArgs ===
+
+impl ConnectionArgs {
+    fn to_limits(&self) -> Result<ConnectionLimits, CliError> {
+        if self.idle_timeout <= self.request_timeout {
+            return Err(CliError::IdleNotAboveRequest {
+                idle: self.idle_timeout,
+                request: self.request_timeout,
+            });
+        }
+        Ok(ConnectionLimits {
+            max_connections: self.max_connections,
+            header_read_timeout: self.header_read_timeout,
+            request_timeout: self.request_timeout,
+            idle_timeout: self.idle_timeout,
         })
     }
 }
@@ -559,6 +635,16 @@ mod tests {
         assert!(matches!(config.kube, KubeAccess::Infer));
         assert_eq!(config.docker_config, None);
         assert_eq!(config.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(config.limits, ConnectionLimits::default());
+        assert_eq!(
+            config.limits,
+            ConnectionLimits {
+                max_connections: 1024,
+                header_read_timeout: Duration::from_secs(10),
+                request_timeout: Duration::from_secs(70),
+                idle_timeout: Duration::from_secs(120),
+            }
+        );
         assert!(config.overrides.secrets.is_none());
         assert!(config.overrides.namespaces.is_none());
         assert!(config.overrides.authorizer.is_none());
@@ -586,6 +672,10 @@ mod tests {
             "--kubeconfig=kube.yaml",
             "--docker-config=docker.json",
             "--shutdown-delay=0",
+            "--max-connections=8",
+            "--header-read-timeout=1.5",
+            "--request-timeout=3",
+            "--idle-timeout=4",
         ]);
         assert_eq!(
             config.listen,
@@ -611,6 +701,46 @@ mod tests {
         assert!(matches!(&config.kube, KubeAccess::Kubeconfig(p) if p == Path::new("kube.yaml")));
         assert_eq!(config.docker_config, Some(PathBuf::from("docker.json")));
         assert_eq!(config.shutdown_delay, Duration::ZERO);
+        assert_eq!(
+            config.limits,
+            ConnectionLimits {
+                max_connections: 8,
+                header_read_timeout: Duration::from_millis(1500),
+                request_timeout: Duration::from_secs(3),
+                idle_timeout: Duration::from_secs(4),
+            }
+        );
+    }
+
+    /// Values that overflowed the clock arithmetic they feed (exit 101) are usage errors (2).
+    #[rstest::rstest]
+    #[case::cache_ttl(&["serve", "--tls-cert=c", "--tls-key=k", "--cache-ttl=18446744073709551615"])]
+    #[case::cache_max_stale(&["serve", "--tls-cert=c", "--tls-key=k", "--cache-max-stale=3155760001"])]
+    #[case::owner_revision_ttl(&["serve", "--tls-cert=c", "--tls-key=k", "--owner-revision-ttl=18446744073709551615"])]
+    #[case::registry_timeout(&["serve", "--tls-cert=c", "--tls-key=k", "--registry-timeout=1e300"])]
+    #[case::registry_concurrency_zero(&["serve", "--tls-cert=c", "--tls-key=k", "--registry-concurrency=0"])]
+    #[case::no_connections(&["serve", "--tls-cert=c", "--tls-key=k", "--max-connections=0"])]
+    #[case::zero_header_timeout(&["serve", "--tls-cert=c", "--tls-key=k", "--header-read-timeout=0"])]
+    #[case::idle_of_a_year(&["serve", "--tls-cert=c", "--tls-key=k", "--idle-timeout=31536000"])]
+    #[case::cert_days(&["certs", "--days=4294967295"])]
+    #[case::check_timeout(&["check", "--timeout=18446744073709551615", "-"])]
+    fn out_of_range_values_are_usage_errors(#[case] args: &[&str]) {
+        assert_eq!(error_kind(args), ErrorKind::ValueValidation);
+    }
+
+    #[test]
+    fn an_idle_timeout_not_above_the_request_timeout_is_refused() {
+        let mut all = vec!["serve", "--tls-cert", "c", "--tls-key", "k"];
+        all.extend(["--request-timeout=30", "--idle-timeout=30"]);
+        let Command::Serve(args) = parse(&all).expect("parses").command else {
+            panic!("not serve");
+        };
+        let error = args.into_config().err().expect("refused");
+        assert_eq!(
+            error.to_string(),
+            "--idle-timeout (30s) must be longer than --request-timeout (30s): an idle \
+             connection would be closed under a request still being answered"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -69,6 +70,8 @@ pub struct Metrics {
     pub policy_violations: Family<ViolationLabels, Counter>,
     pub credential_provider_execs: Family<ProviderLabels, Counter>,
     pub credential_provider_errors: Family<ProviderErrorLabels, Counter>,
+    pub connections_open: Gauge,
+    pub connections_refused: Counter,
 }
 
 // === impl Metrics ===
@@ -133,8 +136,22 @@ impl Metrics {
             "Credential provider plugin executions that gave no credentials, by provider and reason",
             credential_provider_errors.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Client connections open on the HTTPS listener",
+            connections_open.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Client connections closed at once because --max-connections were open",
+            connections_refused.clone(),
+        );
         Metrics {
             registry,
+            connections_open,
+            connections_refused,
             credential_provider_execs,
             credential_provider_errors,
             policy_violations,

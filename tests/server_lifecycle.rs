@@ -18,7 +18,7 @@ use pinhook::metrics::Metrics;
 use pinhook::policy::PolicyHandle;
 use pinhook::registry::pull_secrets::NodeOnly;
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig};
-use pinhook::server::{self, AppState, ServerConfig};
+use pinhook::server::{self, AppState, ConnectionLimits, ServerConfig};
 
 fn client(ca: &TestCa) -> reqwest::Client {
     reqwest::Client::builder()
@@ -96,6 +96,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
         listen: "127.0.0.1:0".parse().expect("addr"),
         tls_cert: cert_path.clone(),
         tls_key: key_path.clone(),
+        limits: ConnectionLimits::default(),
     };
     let running = server::start(config, state(Duration::from_secs(2)))
         .await
@@ -172,6 +173,7 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
         listen: "127.0.0.1:0".parse().expect("addr"),
         tls_cert: ca.server_cert_path().to_path_buf(),
         tls_key: ca.server_key_path().to_path_buf(),
+        limits: ConnectionLimits::default(),
     };
     let state = state(Duration::from_secs(1));
     let ready = state.ready.clone();
@@ -252,6 +254,7 @@ async fn certificates_from_pinhook_certs_serve_the_service_names() {
         listen: "127.0.0.1:0".parse().expect("addr"),
         tls_cert: files.cert,
         tls_key: files.key,
+        limits: ConnectionLimits::default(),
     };
     let running = server::start(config, state(Duration::from_secs(1)))
         .await

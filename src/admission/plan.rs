@@ -48,6 +48,8 @@ pub enum Reason {
     TagMirror,
     /// A pull secret kubelet refuses, failing every pull of the pod.
     InvalidPullSecret,
+    /// More distinct images to resolve than the policy's `limits.maxImagesPerObject`.
+    TooManyImages,
 }
 
 /// The outcome for one image site.
@@ -98,6 +100,9 @@ pub struct Object<'a> {
     pub object: &'a Value,
     pub old_object: Option<&'a Value>,
 }
+
+/// How many denied images (and findings) a denial message names before `and N more`.
+pub const LISTED_IN_MESSAGE: usize = 10;
 
 /// The registry's answer per tag, keyed by [`Reference::tag_reference`].
 pub type Resolutions = HashMap<String, Result<Resolution, RegistryError>>;
@@ -249,7 +254,8 @@ impl<'a> Mutation<'a> {
         } else {
             let whole_template = object.changes_template(policy);
             match object.sites(policy)? {
-                Some(sites) => Stage::Judge(
+                Some(sites) => Stage::Judge(within_limit(
+                    policy,
                     sites
                         .into_iter()
                         .map(|mut site| {
@@ -257,7 +263,7 @@ impl<'a> Mutation<'a> {
                             triage(policy, site)
                         })
                         .collect(),
-                ),
+                )),
                 None => Stage::Skip,
             }
         };
@@ -275,18 +281,10 @@ impl Triaged<'_> {
     /// The distinct tags to resolve, first site first: one registry call each. Empty when
     /// the plan needs no registry (nor pull secrets).
     pub fn wanted(&self) -> Vec<&Reference> {
-        let Stage::Judge(triaged) = &self.stage else {
-            return Vec::new();
-        };
-        let mut seen = HashSet::new();
-        triaged
-            .iter()
-            .filter_map(|t| match t {
-                Triage::Resolve(_, reference) | Triage::Verify(_, reference, _) => Some(reference),
-                _ => None,
-            })
-            .filter(|reference| seen.insert(reference.tag_reference()))
-            .collect()
+        match &self.stage {
+            Stage::Judge(triaged) => distinct_wanted(triaged),
+            _ => Vec::new(),
+        }
     }
 
     /// The plan, given the answers for [`Triaged::wanted`] (a missing answer counts as a
@@ -448,6 +446,44 @@ fn triage(policy: &CompiledPolicy, site: ImageSite) -> Triage {
         Ok(()) => Triage::Resolve(site, reference),
         Err(e) => Triage::Refuse(site, Reason::RegistryDenied, e.to_string()),
     }
+}
+
+/// The triaged sites, unless they ask for more distinct images than the policy's
+/// `limits.maxImagesPerObject`: then every site that needed the registry is refused, naming
+/// the limit, and nothing is resolved (one object cannot make pinhook send thousands of
+/// requests, nor hold the review past the apiserver's deadline).
+fn within_limit(policy: &CompiledPolicy, triaged: Vec<Triage>) -> Vec<Triage> {
+    let limit = policy.policy.limits.max_images_per_object;
+    let distinct = distinct_wanted(&triaged).len();
+    if distinct <= limit {
+        return triaged;
+    }
+    let text = format!(
+        "the object names {distinct} distinct images to resolve, more than the policy's limit of \
+         {limit} (limits.maxImagesPerObject); none was resolved"
+    );
+    triaged
+        .into_iter()
+        .map(|t| match t {
+            Triage::Resolve(site, _) | Triage::Verify(site, _, _) => {
+                Triage::Refuse(site, Reason::TooManyImages, text.clone())
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// The distinct tags among `triaged` that need the registry, first site first.
+fn distinct_wanted(triaged: &[Triage]) -> Vec<&Reference> {
+    let mut seen = HashSet::new();
+    triaged
+        .iter()
+        .filter_map(|t| match t {
+            Triage::Resolve(_, reference) | Triage::Verify(_, reference, _) => Some(reference),
+            _ => None,
+        })
+        .filter(|reference| seen.insert(reference.tag_reference()))
+        .collect()
 }
 
 fn outcome(policy: &CompiledPolicy, triage: Triage, resolutions: &Resolutions) -> ImageOutcome {
@@ -637,22 +673,25 @@ impl Plan {
 
     /// One line per denied image (which container, where, which image, why) and per denied
     /// finding.
+    /// Why the object is denied, one clause per denied image or finding: the first
+    /// [`LISTED_IN_MESSAGE`], then `and N more`, so the answer does not grow with the object.
     pub fn denial_message(&self) -> Option<String> {
-        let lines: Vec<String> = self
-            .denials()
-            .map(ImageOutcome::describe)
-            .chain(
-                self.findings
-                    .iter()
-                    .filter(|f| f.action == Action::Denied)
-                    .map(|f| f.message.clone()),
-            )
-            .collect();
-        if lines.is_empty() {
-            None
-        } else {
-            Some(lines.join("; "))
+        let mut lines = self.denials().map(ImageOutcome::describe).chain(
+            self.findings
+                .iter()
+                .filter(|f| f.action == Action::Denied)
+                .map(|f| f.message.clone()),
+        );
+        let listed: Vec<String> = lines.by_ref().take(LISTED_IN_MESSAGE).collect();
+        if listed.is_empty() {
+            return None;
         }
+        let more = lines.count();
+        let mut message = listed.join("; ");
+        if more > 0 {
+            message.push_str(&format!("; and {more} more"));
+        }
+        Some(message)
     }
 }
 
@@ -705,6 +744,7 @@ impl Reason {
             Reason::Unpinned => "unpinned",
             Reason::TagMirror => "tag_mirror",
             Reason::InvalidPullSecret => "invalid_pull_secret",
+            Reason::TooManyImages => "too_many_images",
         }
     }
 }

@@ -17,6 +17,8 @@ const WARNING_MAX_CHARS: usize = 120;
 const WARNING_BUDGET: usize = 2048;
 /// Audit annotation values are not limited by the apiserver, but audit logs are read by humans.
 const ANNOTATION_MAX_CHARS: usize = 1024;
+/// Audit annotations per review: `violation-1` … `violation-20`, then `violations-omitted`.
+const ANNOTATIONS_MAX: usize = 20;
 
 /// The response for a planned object.
 pub fn decide(uid: &str, plan: Plan) -> Decision {
@@ -81,6 +83,7 @@ fn all_warnings(plan: &Plan) -> Vec<String> {
 pub fn shape_warnings(warnings: Vec<String>) -> Vec<String> {
     let mut shaped: Vec<String> = Vec::new();
     let mut used = 0;
+    let mut omitted = 0;
     for warning in warnings {
         let clean: String = warning
             .chars()
@@ -92,11 +95,16 @@ pub fn shape_warnings(warnings: Vec<String>) -> Vec<String> {
             continue;
         }
         if used + size > WARNING_BUDGET {
-            shaped.push("pinhook: more warnings omitted (see pinhook's log)".to_string());
-            break;
+            omitted += 1;
+            continue;
         }
         used += size;
         shaped.push(clean);
+    }
+    if omitted > 0 {
+        shaped.push(format!(
+            "pinhook: and {omitted} more warnings (see pinhook's log)"
+        ));
     }
     shaped
 }
@@ -116,14 +124,24 @@ fn audit_annotations(plan: &Plan) -> BTreeMap<String, String> {
         .findings
         .iter()
         .map(|f| format!("{}: {}", f.reason.as_str(), f.message));
-    images
-        .chain(findings)
+    let mut all = images.chain(findings);
+    let mut annotations: BTreeMap<String, String> = all
+        .by_ref()
+        .take(ANNOTATIONS_MAX)
         .enumerate()
         .map(|(i, value)| {
             let key = format!("violation-{}", i + 1);
             (key, truncate_chars(&value, ANNOTATION_MAX_CHARS))
         })
-        .collect()
+        .collect();
+    let more = all.count();
+    if more > 0 {
+        annotations.insert(
+            "violations-omitted".to_string(),
+            format!("and {more} more (see pinhook's log)"),
+        );
+    }
+    annotations
 }
 
 fn truncate_chars(text: &str, max: usize) -> String {
@@ -157,6 +175,16 @@ mod tests {
         let shaped = shape_warnings(many);
         let total: usize = shaped.iter().map(|w| w.chars().count()).sum();
         assert!(total <= WARNING_BUDGET + 100, "{total}");
-        assert!(shaped.last().is_some_and(|w| w.contains("omitted")));
+        let kept = shaped.len() - 1;
+        assert_eq!(
+            shaped.last().map(String::as_str),
+            Some(
+                format!(
+                    "pinhook: and {} more warnings (see pinhook's log)",
+                    100 - kept
+                )
+                .as_str()
+            )
+        );
     }
 }

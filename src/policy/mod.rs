@@ -124,6 +124,17 @@ pub struct Policy {
     /// Extra pod-bearing kinds (e.g. Argo Rollouts).
     #[serde(default)]
     pub kinds: Vec<ExtraKind>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Bounds on the work one object may ask of pinhook.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Limits {
+    /// Distinct image references one object may ask pinhook to resolve. An object naming more
+    /// is refused (reported in audit) without any registry call.
+    pub max_images_per_object: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -208,6 +219,16 @@ impl PolicyHandle {
     }
 }
 
+// === impl Limits ===
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_images_per_object: 100,
+        }
+    }
+}
+
 // === impl Policy ===
 
 impl Policy {
@@ -271,6 +292,12 @@ impl Policy {
                     "needs both source and mirror",
                 ));
             }
+        }
+        if self.limits.max_images_per_object == 0 {
+            return Err(invalid(
+                "limits.maxImagesPerObject".to_string(),
+                "must be at least 1",
+            ));
         }
         let hosts = HostRules {
             allow: self.registries.allow.clone(),

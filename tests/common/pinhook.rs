@@ -12,7 +12,7 @@ use pinhook::policy::{FormSetting, Policy, PolicyHandle};
 use pinhook::reference::PinForm;
 use pinhook::registry::pull_secrets::{NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
-use pinhook::server::RunningServer;
+use pinhook::server::{ConnectionLimits, RunningServer};
 
 use super::registry::TestRegistry;
 use super::tls::TestCa;
@@ -52,6 +52,8 @@ pub struct Options {
     pub secrets: Arc<dyn PullSecrets>,
     pub namespaces: Arc<dyn NamespaceLabels>,
     pub authorizer: Option<Arc<dyn Authorizer>>,
+    /// Bounds on the test clients' connections and requests.
+    pub limits: ConnectionLimits,
 }
 
 impl Default for Options {
@@ -62,6 +64,7 @@ impl Default for Options {
             secrets: Arc::new(NodeOnly::default()),
             namespaces: Arc::new(NoNamespaces),
             authorizer: None,
+            limits: ConnectionLimits::default(),
         }
     }
 }
@@ -106,6 +109,7 @@ impl TestPinhook {
             docker_config: None,
             credential_providers: None,
             shutdown_delay: Duration::ZERO,
+            limits: options.limits,
             overrides: Overrides {
                 secrets: Some(options.secrets),
                 namespaces: Some(options.namespaces),

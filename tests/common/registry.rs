@@ -312,8 +312,23 @@ impl TestRegistry {
 
     /// Freezes the registry process (SIGSTOP): the kernel still accepts connections on its
     /// port, but nothing answers, as with a hung registry. [`resume`](Self::resume) thaws it.
+    /// Returns once the kernel reports the process stopped (`T` in `/proc/PID/stat`): `kill`
+    /// returns before a busy process has stopped, and on a loaded machine one more request
+    /// could be answered after it.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        let pid = self.signal("-STOP");
+        let stat = format!("/proc/{pid}/stat");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            let state = std::fs::read_to_string(&stat).unwrap_or_default();
+            // `pid (comm) S ...`: the state follows the last ')'.
+            let state = state.rsplit(')').next().unwrap_or_default().trim_start();
+            if state.starts_with('T') {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        self.fail("the registry did not stop within 5 s of SIGSTOP");
     }
 
     /// Thaws a [`pause`](Self::pause)d registry (SIGCONT).
@@ -321,7 +336,7 @@ impl TestRegistry {
         self.signal("-CONT");
     }
 
-    fn signal(&self, signal: &str) {
+    fn signal(&self, signal: &str) -> u32 {
         let pid = match self.child.lock().expect("registry child lock").as_ref() {
             Some(child) => child.id(),
             None => self.fail("the registry is not running"),
@@ -331,6 +346,7 @@ impl TestRegistry {
             .status()
             .expect("run kill");
         assert!(status.success(), "kill {signal} {pid} failed");
+        pid
     }
 
     /// Starts the process again on the same port and storage and waits until

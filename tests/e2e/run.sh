@@ -958,8 +958,8 @@ spec_json() { K -n "$1" get "$2" "$3" -o json | jq -S .spec; } # spec_json NS KI
 # deny becomes a warning `pinhook audit: would deny <container kind> <name>: <why> (image <image>)`
 # (cut to 120 characters), an audit annotation, a `policy violation` log line and
 # pinhook_policy_violations_total{mode="audit"}; an image that enforce would pin becomes
-# `Unchanged` ("audit mode: would pin to sha256:…"): no warning, an `audit: would pin image`
-# log line with the digest.
+# `Unchanged` ("audit mode: would pin to sha256:…"): no warning, counted as `would_pin` in the
+# review's one summary log line (the per-image `audit: would pin image` line is at debug).
 scenario_i() {
   local ns=e2e-i ref=e2e-i-ref rc=0 dir="$RUN/i"
   mkdir -p "$dir"
@@ -1024,15 +1024,19 @@ EOF
   for field in 'mode=audit' 'violation="resolution_failed"' 'admitted=true' "image=$(image app does-not-exist)"; do
     expect_contains "pinhook log: policy violation" "$violations" "$field" || rc=1
   done
-  expect_eq "pinhook log: 'pinned image' lines" "$(grep -c 'pinned image' <<<"$new" || true)" 0 || rc=1
-  # what enforce would have pinned is logged (info), one line per image of the Deployment
-  local would_pin
+  # one summary line per review at info (issue 10): the Deployment's says what enforce would
+  # have pinned; per-image lines are at debug
+  local summary
   # (the ReplicaSet and Pod the controllers make of the Deployment are reviewed too, with lines
   # of their own: kind=ReplicaSet, kind=Pod in the review span; counted apart, not asserted)
-  would_pin=$(grep 'audit: would pin image' <<<"$new" | grep ' kind=Deployment ' || true)
-  expect_eq "pinhook log: 'audit: would pin image' lines of the Deployment's review" "$(grep -c . <<<"$would_pin" || true)" 3 || rc=1
-  log "  note: 'audit: would pin image' lines of the controllers' ReplicaSet and Pod so far: $(grep 'audit: would pin image' <<<"$new" | grep -c -e ' kind=ReplicaSet ' -e ' kind=Pod ' || true)"
-  expect_contains "pinhook log: would pin" "$would_pin" "digest=${DIGEST_app_1_0}" || rc=1
+  summary=$(grep ': review ' <<<"$new" | grep ' kind=Deployment ' || true)
+  expect_eq "pinhook log: summary lines of the Deployment's review" "$(grep -c . <<<"$summary" || true)" 1 || rc=1
+  for field in 'mode=audit' 'pinned=0' 'would_pin=3' 'violations=0'; do
+    expect_contains "pinhook log: the Deployment's review" "$summary" "$field" || rc=1
+  done
+  expect_eq "pinhook log: per-image lines at info ('pinned image', 'audit: would pin image')" \
+    "$(grep -c -e 'pinned image' -e 'audit: would pin image' <<<"$new" || true)" 0 || rc=1
+  log "  note: summary lines of the controllers' ReplicaSet and Pod reviews so far: $(grep ': review ' <<<"$new" | grep -c -e ' kind=ReplicaSet ' -e ' kind=Pod ' || true)"
   return "$rc"
 }
 
@@ -1644,10 +1648,6 @@ no_digest_in() { # no_digest_in NS RESOURCE...: occurrences of '@sha256' in the 
   for r in "${@:2}"; do n=$((n + $(K -n "$1" get "$r" -o json | grep -c '@sha256' || true))); done
   echo "$n"
 }
-pinhook_lines() { # pinhook_lines LINES_BEFORE NS TEXT: new pinhook log lines with TEXT for NS
-  log_since "$1" | grep -F " namespace=$2 " | grep -cF "$3" || true
-}
-
 # --- m: audit -> enforce, then a template change (issue 9's loop) ---
 # The Deployment is admitted as written in audit. After the namespace moves to enforce,
 # `kubectl set env` changes the template but no image: a pinhook that pins the controller's
@@ -1927,8 +1927,9 @@ scenario_r() {
   expect_eq "Pods, $ns = $ref (no webhook)" "$(count "$ns" pods)" "$(count "$ref" pods)" || rc=1
   expect_eq "occurrences of '@sha256' in the stored Deployment, ReplicaSets and Pods" "$(no_digest_in "$ns" deployments rs pods)" 0 || rc=1
   same_object "stored Deployment spec, $ns vs $ref (no webhook)" "$(spec_json "$ref" deployment web)" "$(spec_json "$ns" deployment web)" || rc=1
-  expect_eq "pinhook log: 'pinned image' lines for $ns" "$(pinhook_lines "$lines_before" "$ns" 'pinned image')" 0 || rc=1
-  ok "pinhook log: 'audit: would pin image' lines for $ns: $(pinhook_lines "$lines_before" "$ns" 'audit: would pin image')"
+  expect_eq "pinhook log: reviews in $ns that pinned something" \
+    "$(log_since "$lines_before" | grep -F " namespace=$ns " | grep -F ': review ' | grep -vcF ' pinned=0 ' || true)" 0 || rc=1
+  ok "pinhook log: reviews in $ns that would have pinned in enforce: $(log_since "$lines_before" | grep -F " namespace=$ns " | grep -F ': review ' | grep -vcF ' would_pin=0 ' || true)"
   log_counts "$ns" "$ref" rs pods
   return "$rc"
 }

@@ -1029,3 +1029,107 @@ fn a_pull_secret_kubelet_refuses_is_judged_by_mode(
     let denied = plan.denial_message();
     assert_eq!(denied.is_some(), mode == Mode::Enforce, "{denied:?}");
 }
+
+fn capped_policy(limit: usize) -> CompiledPolicy {
+    Policy {
+        limits: crate::policy::Limits {
+            max_images_per_object: limit,
+        },
+        ..Policy::default()
+    }
+    .compile()
+    .expect("a valid policy")
+}
+
+/// Four distinct tags (five sites) and one digest-pinned image, under a limit of 3.
+fn four_distinct_tags() -> Value {
+    pod(&[
+        "registry.example/team/a:1",
+        "registry.example/team/b:1",
+        "registry.example/team/a:1",
+        "registry.example/team/c:1",
+        "registry.example/team/d:1",
+        &format!("{REPOSITORY}@sha256:{}", hex('d')),
+    ])
+}
+
+#[rstest]
+#[case::enforce(Mode::Enforce, Action::Denied)]
+#[case::audit(Mode::Audit, Action::Violation)]
+fn more_distinct_images_than_the_limit_are_refused_without_the_registry(
+    #[case] mode: Mode,
+    #[case] action: Action,
+) {
+    let policy = capped_policy(3);
+    let value = four_distinct_tags();
+    let triaged = mutation(&policy, object(Kind::Pod, &value, None))
+        .triage(mode)
+        .expect("readable");
+    assert!(triaged.wanted().is_empty(), "nothing may be resolved");
+    let plan = triaged.finish(&Resolutions::new(), Vec::new());
+    let text = "the object names 4 distinct images to resolve, more than the policy's limit of 3 \
+                (limits.maxImagesPerObject); none was resolved";
+    let got: Vec<(Action, Option<Reason>, Option<&str>)> = plan
+        .outcomes
+        .iter()
+        .map(|o| (o.action, o.violation, o.reason.as_deref()))
+        .collect();
+    let refused = (action, Some(Reason::TooManyImages), Some(text));
+    assert_eq!(
+        got,
+        [
+            refused,
+            refused,
+            refused,
+            refused,
+            refused,
+            (Action::Unchanged, None, Some("already pinned to a digest")),
+        ]
+    );
+    assert_eq!(Reason::TooManyImages.as_str(), "too_many_images");
+}
+
+#[test]
+fn exactly_the_limit_is_resolved() {
+    let policy = capped_policy(4);
+    let value = four_distinct_tags();
+    let (tags, plan) = mutate(
+        &policy,
+        Mode::Enforce,
+        object(Kind::Pod, &value, None),
+        Answer::Found,
+    );
+    assert_eq!(tags.len(), 4);
+    assert_eq!(plan.denial_message(), None);
+}
+
+#[test]
+fn a_limit_of_zero_is_refused_by_the_policy() {
+    let error = Policy::parse("limits:\n  maxImagesPerObject: 0\n")
+        .expect_err("zero would refuse every object");
+    assert_eq!(
+        error.to_string(),
+        "policy is not valid: limits.maxImagesPerObject: must be at least 1"
+    );
+}
+
+#[test]
+fn a_denial_names_ten_images_then_counts_the_rest() {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    let images: Vec<String> = (0..25)
+        .map(|i| format!("registry.example/team/app{i}:1"))
+        .collect();
+    let images: Vec<&str> = images.iter().map(String::as_str).collect();
+    let value = pod(&images);
+    let (_, plan) = mutate(
+        &policy,
+        Mode::Enforce,
+        object(Kind::Pod, &value, None),
+        Answer::NotFound,
+    );
+    let message = plan.denial_message().expect("denied");
+    assert_eq!(message.matches("; ").count(), LISTED_IN_MESSAGE);
+    assert!(message.ends_with("; and 15 more"), "{message}");
+    assert!(message.contains("app9:1"), "{message}");
+    assert!(!message.contains("app10:1"), "{message}");
+}

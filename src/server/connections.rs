@@ -1,0 +1,287 @@
+//! Bounds on the clients' connections to the HTTPS listener: how many may be open at once
+//! (counted from the TCP accept, so TLS handshakes count too) and how long one may stay open
+//! with no byte crossing it either way. A client that opens connections and sends nothing
+//! (idle TLS connections by the thousand, a slowloris) cannot take the file descriptors
+//! `/healthz` and the apiservers need.
+//!
+//! The bounds on requests (header read time, 413 on an announced body over the limit, body and
+//! request timeouts) are hyper's and tower-http's, set up in [`super::start`] with
+//! [`ConnectionLimits`]'s values.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum_server::accept::Accept;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+/// Bounds on the clients' connections and requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once; past it a new connection is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// Time to receive a request's headers over HTTP/1.1 (also the longest wait for the next
+    /// request on a kept-alive connection), and the longest gap between two pieces of a body.
+    pub header_read_timeout: Duration,
+    /// Time a whole request may take, body and answer included (answered 408).
+    pub request_timeout: Duration,
+    /// A connection on which no byte crossed either way for this long is closed. Longer than
+    /// `request_timeout`, so that no answer being computed is cut off.
+    pub idle_timeout: Duration,
+}
+
+/// Wraps an acceptor: takes a connection slot first (closing the connection when there is
+/// none), then hands the connection, watched for idleness, to the inner acceptor.
+#[derive(Clone)]
+pub struct LimitedAcceptor<A> {
+    inner: A,
+    slots: Arc<Semaphore>,
+    idle_timeout: Duration,
+    open: Gauge,
+    refused: Counter,
+}
+
+/// A connection that holds its slot until it is dropped and fails its next read once nothing
+/// has crossed it for the idle timeout.
+pub struct Watched<T> {
+    inner: T,
+    _slot: OwnedSemaphorePermit,
+    _open: OpenGuard,
+    idle_timeout: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+/// Counts a connection in the `open` gauge for as long as it lives.
+struct OpenGuard(Gauge);
+
+// === impl ConnectionLimits ===
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(70),
+            idle_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+// === impl LimitedAcceptor ===
+
+impl<A> LimitedAcceptor<A> {
+    /// `open` and `refused` are the connection metrics the acceptor keeps up to date.
+    pub fn new(inner: A, limits: &ConnectionLimits, open: Gauge, refused: Counter) -> Self {
+        LimitedAcceptor {
+            inner,
+            slots: Arc::new(Semaphore::new(limits.max_connections)),
+            idle_timeout: limits.idle_timeout,
+            open,
+            refused,
+        }
+    }
+}
+
+impl<A, I, S> Accept<I, S> for LimitedAcceptor<A>
+where
+    A: Accept<I, S>,
+    A::Future: Send + 'static,
+    A::Stream: Send + 'static,
+    A::Service: Send + 'static,
+{
+    type Stream = Watched<A::Stream>;
+    type Service = A::Service;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            // Dropping the stream closes the connection: the client sees it closed at once,
+            // nothing is read from it.
+            self.refused.inc();
+            drop(stream);
+            return Box::pin(std::future::ready(Err(io::Error::other(
+                "connection limit reached",
+            ))));
+        };
+        let open = OpenGuard::new(self.open.clone());
+        let idle_timeout = self.idle_timeout;
+        let accepted = self.inner.accept(stream, service);
+        Box::pin(async move {
+            let (stream, service) = accepted.await?;
+            Ok((Watched::new(stream, slot, open, idle_timeout), service))
+        })
+    }
+}
+
+// === impl OpenGuard ===
+
+impl OpenGuard {
+    fn new(gauge: Gauge) -> OpenGuard {
+        gauge.inc();
+        OpenGuard(gauge)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+// === impl Watched ===
+
+impl<T> Watched<T> {
+    fn new(
+        inner: T,
+        slot: OwnedSemaphorePermit,
+        open: OpenGuard,
+        idle_timeout: Duration,
+    ) -> Watched<T> {
+        Watched {
+            inner,
+            _slot: slot,
+            _open: open,
+            idle_timeout,
+            deadline: Box::pin(tokio::time::sleep(idle_timeout)),
+        }
+    }
+
+    /// Something crossed the connection: it is not idle.
+    fn touch(&mut self) {
+        let next = Instant::now() + self.idle_timeout;
+        self.deadline.as_mut().reset(next);
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    this.touch();
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection idle for longer than the idle timeout",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.touch();
+        }
+        written
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.touch();
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn watched(
+        stream: tokio::io::DuplexStream,
+        idle: Duration,
+    ) -> (Watched<tokio::io::DuplexStream>, Arc<Semaphore>) {
+        let slots = Arc::new(Semaphore::new(1));
+        let slot = slots.clone().try_acquire_owned().unwrap();
+        let open = OpenGuard::new(Gauge::default());
+        (Watched::new(stream, slot, open, idle), slots)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_fails_its_read_at_the_idle_timeout() {
+        let (ours, _theirs) = tokio::io::duplex(64);
+        let (mut conn, _) = watched(ours, Duration::from_secs(120));
+        let started = Instant::now();
+        let err = conn.read_u8().await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(120));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_byte_either_way_restarts_the_idle_clock() {
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let (mut conn, _) = watched(ours, Duration::from_secs(10));
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        conn.write_all(b"x").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        theirs.write_all(b"y").await.unwrap();
+        assert_eq!(conn.read_u8().await.unwrap(), b'y');
+        let err = conn.read_u8().await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        // Idle from the read at 16 s: fails at 26 s, not at 10 s.
+        assert_eq!(started.elapsed(), Duration::from_secs(26));
+    }
+
+    #[tokio::test]
+    async fn the_slot_and_the_open_count_go_with_the_connection() {
+        let (ours, _theirs) = tokio::io::duplex(64);
+        let gauge = Gauge::default();
+        let slots = Arc::new(Semaphore::new(1));
+        let slot = slots.clone().try_acquire_owned().unwrap();
+        let conn = Watched::new(
+            ours,
+            slot,
+            OpenGuard::new(gauge.clone()),
+            Duration::from_secs(1),
+        );
+        assert_eq!((slots.available_permits(), gauge.get()), (0, 1));
+        drop(conn);
+        assert_eq!((slots.available_permits(), gauge.get()), (1, 0));
+    }
+}

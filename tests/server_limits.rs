@@ -1,0 +1,230 @@
+//! The bounds on clients, against pinhook's real HTTPS listener (issue 10 item 3): each test
+//! is the input that got no answer, or kept its connection, before the bounds existed.
+//! Every client here is a raw TLS connection on 127.0.0.1, so it can lie about its body and
+//! stall where a real HTTP client would not.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::pinhook::{Options, TestPinhook};
+use common::registry::{RegistryAuth, TestRegistry};
+use common::tls::init_crypto;
+use pinhook::server::ConnectionLimits;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+
+/// Short bounds, so that each test takes seconds.
+fn short_limits() -> ConnectionLimits {
+    ConnectionLimits {
+        max_connections: 4,
+        header_read_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(3),
+        idle_timeout: Duration::from_secs(4),
+    }
+}
+
+async fn start(limits: ConnectionLimits) -> (TestRegistry, TestPinhook) {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let options = Options {
+        limits,
+        ..Options::default()
+    };
+    let pinhook = TestPinhook::start_with(&registry, options).await;
+    (registry, pinhook)
+}
+
+/// A TLS connection to pinhook that speaks HTTP/1.1 (no ALPN).
+async fn connect(pinhook: &TestPinhook) -> std::io::Result<TlsStream<TcpStream>> {
+    init_crypto();
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    let mut pem = pinhook.ca_pem().as_bytes();
+    for cert in rustls_pemfile::certs(&mut pem) {
+        roots.add(cert?).map_err(std::io::Error::other)?;
+    }
+    let config = tokio_rustls::rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let port = pinhook.base.rsplit(':').next().unwrap_or_default();
+    let tcp = TcpStream::connect(format!("127.0.0.1:{port}")).await?;
+    let name = ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
+    TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// Reads until the server closes the connection (or `limit` passes); returns what it sent
+/// and when it closed.
+async fn read_until_closed(
+    conn: &mut TlsStream<TcpStream>,
+    limit: Duration,
+) -> (String, Option<Duration>) {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(
+            tokio::time::Instant::from_std(started + limit),
+            conn.read(&mut buf),
+        )
+        .await
+        {
+            Err(_) => return (String::from_utf8_lossy(&seen).into(), None),
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                return (
+                    String::from_utf8_lossy(&seen).into(),
+                    Some(started.elapsed()),
+                )
+            }
+            Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announced_body_over_the_limit_gets_413_without_being_sent() {
+    let (_registry, pinhook) = start(short_limits()).await;
+    let mut conn = connect(&pinhook).await.expect("TLS connection");
+    let started = Instant::now();
+    conn.write_all(
+        b"POST /mutate HTTP/1.1\r\nhost: pinhook\r\ncontent-type: application/json\r\n\
+          content-length: 99999999\r\n\r\n{",
+    )
+    .await
+    .expect("request head");
+    let (answer, _) = read_until_closed(&mut conn, Duration::from_secs(10)).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "answered after {:?}: {answer:?}",
+        started.elapsed()
+    );
+    // Well before the 1 s body timeout: the length alone decided.
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_sent_a_line_at_a_time_are_cut_off_at_the_header_read_timeout() {
+    let (_registry, pinhook) = start(short_limits()).await;
+    let conn = connect(&pinhook).await.expect("TLS connection");
+    let (mut reader, mut writer) = tokio::io::split(conn);
+    let started = Instant::now();
+    // A slowloris: one header line every 300 ms, never the blank line that ends them.
+    let slow = tokio::spawn(async move {
+        writer
+            .write_all(b"POST /mutate HTTP/1.1\r\nhost: pinhook\r\n")
+            .await?;
+        for i in 0..40 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            writer
+                .write_all(format!("x-slow-{i}: y\r\n").as_bytes())
+                .await?;
+            writer.flush().await?;
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    let mut buf = [0u8; 1024];
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(12), reader.read(&mut buf)).await {
+            Err(_) => panic!("still open after 12 s of header lines"),
+            Ok(Ok(0)) | Ok(Err(_)) => break started.elapsed(),
+            Ok(Ok(_)) => continue,
+        }
+    };
+    slow.abort();
+    assert!(
+        closed >= Duration::from_millis(900) && closed < Duration::from_secs(4),
+        "closed after {closed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stalls_is_refused_and_the_connection_closed() {
+    let (_registry, pinhook) = start(short_limits()).await;
+    let mut conn = connect(&pinhook).await.expect("TLS connection");
+    conn.write_all(
+        b"POST /mutate HTTP/1.1\r\nhost: pinhook\r\ncontent-type: application/json\r\n\
+          content-length: 1000\r\n\r\n{",
+    )
+    .await
+    .expect("request head");
+    let (answer, closed) = read_until_closed(&mut conn, Duration::from_secs(10)).await;
+    let status = answer.lines().next().unwrap_or_default();
+    assert!(
+        status.starts_with("HTTP/1.1 4"),
+        "a stalled body must get a client error, got {answer:?}"
+    );
+    let closed = closed.expect("the connection is closed");
+    assert!(
+        closed >= Duration::from_millis(900) && closed < Duration::from_secs(5),
+        "answered {status:?} and closed after {closed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_at_the_idle_timeout() {
+    let (_registry, pinhook) = start(ConnectionLimits {
+        // Longer than idle, so that only the idle timeout can close it.
+        header_read_timeout: Duration::from_secs(30),
+        ..short_limits()
+    })
+    .await;
+    let mut conn = connect(&pinhook).await.expect("TLS connection");
+    let (_, closed) = read_until_closed(&mut conn, Duration::from_secs(15)).await;
+    let closed = closed.expect("an idle connection stays open past 15 s");
+    assert!(
+        closed >= Duration::from_millis(3_500) && closed < Duration::from_secs(8),
+        "closed after {closed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_new_ones_are_closed_and_a_freed_slot_serves_again() {
+    let (_registry, pinhook) = start(ConnectionLimits {
+        header_read_timeout: Duration::from_secs(30),
+        request_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
+        ..short_limits()
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(connect(&pinhook).await.expect("within the limit"));
+    }
+    // The fifth is closed before (or right after) its handshake: it gets no answer.
+    let fifth = async {
+        let mut conn = connect(&pinhook).await?;
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: pinhook\r\n\r\n")
+            .await?;
+        let (answer, _) = read_until_closed(&mut conn, Duration::from_secs(3)).await;
+        Ok::<String, std::io::Error>(answer)
+    };
+    // An error is a close during the handshake; an answer must be empty.
+    if let Ok(answer) = fifth.await {
+        assert!(answer.is_empty(), "answered past the limit: {answer:?}");
+    }
+    // The limit counts open connections: two closed, two more are served (the metrics
+    // scrape keeps one).
+    drop(held.pop());
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let metrics = pinhook.scrape_metrics().await;
+    assert!(
+        metrics.contains("pinhook_connections_refused_total 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pinhook_connections_open 3"), "{metrics}");
+    let mut conn = connect(&pinhook).await.expect("a freed slot");
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: pinhook\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let (answer, _) = read_until_closed(&mut conn, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}
