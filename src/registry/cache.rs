@@ -6,13 +6,18 @@
 //!   succeeded). A lookup only consults the fingerprints of the credentials the caller holds
 //!   (plus anonymous), so a namespace without a secret is never answered from an entry made
 //!   with another namespace's secret.
-//! - Concurrent lookups of the same (tag, candidate credentials) cause one registry call.
+//! - Concurrent lookups of the same (tag, candidate credentials) cause one registry call, and
+//!   that call is cancelled once every lookup waiting on it has given up (its review answered
+//!   at its deadline): nobody's abandoned lookups hold a registry's call slots.
+//! - A registry that stops answering trips its breaker ([`super::breaker`]): lookups on it
+//!   fail at once (or serve the last known digest) instead of queueing for its slots.
 //! - Only "not found" and "unauthorized/denied" answers are cached as failures; transport
 //!   errors and 5xx never are. They instead serve the last known digest (up to `max_stale`)
 //!   and push the key into exponential backoff.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
@@ -20,6 +25,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::Semaphore;
 use tracing::warn;
 
+use super::breaker::{BreakerSettings, Breakers, Health};
 use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::metrics::{Metrics, RegistryLabels};
 use crate::reference::{Digest, Reference};
@@ -42,6 +48,8 @@ pub struct CacheConfig {
     pub per_registry_concurrency: usize,
     /// How many tag moves are kept in memory.
     pub moved_history: usize,
+    /// When a registry that stops answering is left alone for a while.
+    pub breaker: BreakerSettings,
 }
 
 /// A tag found pointing elsewhere than before.
@@ -66,7 +74,9 @@ struct SharedState {
     digests: moka::sync::Cache<EntryKey, Arc<Record>>,
     failures: moka::sync::Cache<FlightKey, Arc<FailureRecord>>,
     backoff: moka::sync::Cache<FlightKey, Arc<Backoff>>,
-    in_flight: Mutex<HashMap<FlightKey, Flight>>,
+    in_flight: Mutex<HashMap<FlightKey, InFlight>>,
+    next_flight: AtomicU64,
+    breakers: Breakers,
     /// Per registry host; bounded, since hosts come from pod specs.
     limits: moka::sync::Cache<String, Arc<Semaphore>>,
     /// Registries named in metric labels so far (bounded: hosts come from pod specs).
@@ -78,6 +88,21 @@ type EntryKey = (String, Fingerprint);
 /// (tag reference, fingerprints of every candidate credential in order).
 type FlightKey = (String, Vec<Fingerprint>);
 type Flight = Shared<BoxFuture<'static, Result<Resolution, Arc<RegistryError>>>>;
+
+/// A registry call under way and who still waits on it.
+struct InFlight {
+    /// Tells this flight from a later one for the same key.
+    id: u64,
+    flight: Flight,
+    /// Alive while a lookup waits; when the last one gives up, the call is cancelled.
+    interest: Weak<Interest>,
+}
+
+/// Held by each lookup waiting on a flight; the last one dropped cancels the call.
+struct Interest {
+    call: tokio::task::AbortHandle,
+    metrics: Arc<Metrics>,
+}
 
 struct Record {
     digest: Digest,
@@ -107,6 +132,7 @@ impl Default for CacheConfig {
             backoff_cap: Duration::from_secs(60),
             per_registry_concurrency: 16,
             moved_history: 256,
+            breaker: BreakerSettings::default(),
         }
     }
 }
@@ -127,6 +153,7 @@ impl CachingResolver {
             .max_capacity(config.max_entries)
             .time_to_live(config.backoff_cap * 2)
             .build();
+        let breakers = Breakers::new(config.breaker);
         CachingResolver {
             inner,
             shared: Arc::new(SharedState {
@@ -136,6 +163,8 @@ impl CachingResolver {
                 failures,
                 backoff,
                 in_flight: Mutex::new(HashMap::new()),
+                next_flight: AtomicU64::new(0),
+                breakers,
                 limits: moka::sync::Cache::builder()
                     .max_capacity(4096)
                     .time_to_idle(Duration::from_secs(3600))
@@ -177,31 +206,40 @@ impl CachingResolver {
         self.shared.failures.invalidate_all();
     }
 
+    /// The flight for `key` and this lookup's interest in it: the running one, or a new one.
     fn join_or_lead(
         &self,
         key: FlightKey,
         reference: &Reference,
         candidates: Vec<Credential>,
-    ) -> Flight {
+    ) -> (Flight, Option<Arc<Interest>>) {
         let mut flights = lock(&self.shared.in_flight);
-        if let Some(flight) = flights.get(&key) {
-            self.shared.metrics.cache("coalesced");
-            return flight.clone();
+        // A flight whose interest is gone is being cancelled: lead a new one instead.
+        if let Some(running) = flights.get(&key) {
+            if let Some(interest) = running.interest.upgrade() {
+                self.shared.metrics.cache("coalesced");
+                return (running.flight.clone(), Some(interest));
+            }
         }
         // A flight that ended between our lookup and this lock has recorded its answer (it
         // records before it leaves `in_flight`): use that rather than asking again.
         if let Some(answer) = self.shared.remembered(&key) {
             self.shared.metrics.cache("coalesced");
-            return futures::future::ready(answer).boxed().shared();
+            return (futures::future::ready(answer).boxed().shared(), None);
         }
         self.shared.metrics.cache("miss");
+        let id = self.shared.next_flight.fetch_add(1, Ordering::Relaxed);
         let task = tokio::spawn(lead(
             self.inner.clone(),
             self.shared.clone(),
-            key.clone(),
+            (key.clone(), id),
             reference.clone(),
             candidates,
         ));
+        let interest = Arc::new(Interest {
+            call: task.abort_handle(),
+            metrics: self.shared.metrics.clone(),
+        });
         let flight: Flight = async move {
             match task.await {
                 Ok(result) => result,
@@ -214,8 +252,13 @@ impl CachingResolver {
         }
         .boxed()
         .shared();
-        flights.insert(key, flight.clone());
-        flight
+        let running = InFlight {
+            id,
+            flight: flight.clone(),
+            interest: Arc::downgrade(&interest),
+        };
+        flights.insert(key, running);
+        (flight, Some(interest))
     }
 }
 
@@ -233,7 +276,12 @@ impl Resolver for CachingResolver {
         if let Some(backoff) = self.shared.active_backoff(&key) {
             return self.shared.stale_or(&key, backoff);
         }
-        let flight = self.join_or_lead(key.clone(), reference, candidates);
+        if let Err(silent) = self.shared.breakers.check(reference.domain()) {
+            self.shared.metrics.cache("breaker_open");
+            return self.shared.stale_or(&key, silent);
+        }
+        // `_interest` lives as long as this lookup waits: dropped with it at the deadline.
+        let (flight, _interest) = self.join_or_lead(key.clone(), reference, candidates);
         match flight.await {
             Ok(resolution) => Ok(resolution),
             Err(error) if error.is_unavailable() => {
@@ -285,14 +333,16 @@ impl Resolver for ReadOnlyCache {
 async fn lead(
     inner: Arc<dyn Resolver>,
     shared: Arc<SharedState>,
-    key: FlightKey,
+    (key, id): (FlightKey, u64),
     reference: Reference,
     candidates: Vec<Credential>,
 ) -> Result<Resolution, Arc<RegistryError>> {
-    // Leaves `in_flight` however the call ends, panics included, so a key never stays stuck.
+    // Leaves `in_flight` however the call ends, panics and cancellation included, so a key
+    // never stays stuck.
     let _leave = LeaveFlight {
         shared: shared.clone(),
         key: key.clone(),
+        id,
     };
     let registry = reference.domain().to_string();
     let started = Instant::now();
@@ -300,8 +350,24 @@ async fn lead(
         let limit = shared.limit_for(&registry);
         // The semaphore is never closed, so acquire only fails if it were; then go unlimited.
         let _permit = limit.acquire_owned().await.ok();
-        inner.resolve(&reference, &candidates).await
+        // The breaker may have opened while this call waited for its slot.
+        if let Some(paused) = shared.breakers.paused(&registry) {
+            shared.metrics.cache("breaker_open");
+            return Err(Arc::new(paused));
+        }
+        let mut call = CallWatch {
+            shared: &shared,
+            registry: &registry,
+            since: Instant::now(),
+            ended: false,
+        };
+        let result = inner.resolve(&reference, &candidates).await;
+        call.ended = true;
+        result
     };
+    if let Some(health) = Health::of(&result) {
+        shared.breakers.record(&registry, health);
+    }
     shared
         .metrics
         .registry_duration
@@ -325,15 +391,50 @@ async fn lead(
     }
 }
 
-/// Removes a flight from `in_flight` when its leader finishes (after it recorded its answer).
+/// Removes a flight from `in_flight` when its leader finishes (after it recorded its answer)
+/// or is cancelled; only this flight, not a later one for the same key.
 struct LeaveFlight {
     shared: Arc<SharedState>,
     key: FlightKey,
+    id: u64,
 }
 
 impl Drop for LeaveFlight {
     fn drop(&mut self) {
-        lock(&self.shared.in_flight).remove(&self.key);
+        let mut flights = lock(&self.shared.in_flight);
+        if flights.get(&self.key).is_some_and(|f| f.id == self.id) {
+            flights.remove(&self.key);
+        }
+    }
+}
+
+/// A call that is cancelled (nobody waits any more) after talking to its registry for
+/// [`SILENT_AFTER`] got no answer in that time: the breaker counts it, so a registry that
+/// hangs past every review's deadline still trips it.
+struct CallWatch<'a> {
+    shared: &'a SharedState,
+    registry: &'a str,
+    since: Instant,
+    ended: bool,
+}
+
+/// A registry answers a manifest HEAD in well under this.
+const SILENT_AFTER: Duration = Duration::from_secs(1);
+
+impl Drop for CallWatch<'_> {
+    fn drop(&mut self) {
+        if !self.ended && self.since.elapsed() >= SILENT_AFTER {
+            self.shared.breakers.record(self.registry, Health::Silent);
+        }
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        if !self.call.is_finished() {
+            self.call.abort();
+            self.metrics.cache("cancelled");
+        }
     }
 }
 
@@ -723,5 +824,118 @@ mod tests {
         assert!(results.iter().all(Result::is_ok));
         assert_eq!(inner.calls(), 8);
         assert_eq!(inner.most_at_once.load(Ordering::SeqCst), 2);
+    }
+
+    fn cache_lookups(cache: &CachingResolver, result: &str) -> String {
+        let text = cache.shared.metrics.encode().unwrap_or_default();
+        let prefix = format!("pinhook_cache_lookups_total{{result=\"{result}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or("0")
+            .to_string()
+    }
+
+    #[tokio::test]
+    async fn a_call_nobody_waits_for_any_more_is_cancelled_and_the_next_lookup_asks_again() {
+        let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_secs(30));
+        let cache = cache(inner.clone(), CacheConfig::default());
+        let image = reference("registry.example/team/app:1.0");
+        let waits = (0..3)
+            .map(|_| tokio::time::timeout(Duration::from_millis(100), cache.resolve(&image, &[])));
+        let gave_up = futures::future::join_all(waits).await;
+        assert!(
+            gave_up.iter().all(Result::is_err),
+            "all three hit their deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            (inner.calls(), inner.running(), inner.finished()),
+            (1, 0, 0),
+            "one call for the three, dropped when the last gave up"
+        );
+        assert_eq!(cache_lookups(&cache, "cancelled"), "1");
+        assert!(lock(&cache.shared.in_flight).is_empty());
+        // A later lookup is not stuck on the cancelled flight: it leads a new one.
+        let again = tokio::time::timeout(Duration::from_millis(100), cache.resolve(&image, &[]));
+        assert!(again.await.is_err());
+        assert_eq!(inner.calls(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_one_lookup_still_waits_for_goes_on() {
+        let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_millis(300));
+        let cache = cache(inner.clone(), CacheConfig::default());
+        let image = reference("registry.example/team/app:1.0");
+        let impatient = tokio::time::timeout(Duration::from_millis(50), cache.resolve(&image, &[]));
+        let patient = cache.resolve(&image, &[]);
+        let (impatient, patient) = tokio::join!(impatient, patient);
+        assert!(impatient.is_err());
+        assert_eq!(patient.map(|r| r.digest).ok(), Some(digest('a')));
+        assert_eq!((inner.calls(), inner.finished()), (1, 1));
+        assert_eq!(cache_lookups(&cache, "cancelled"), "0");
+    }
+
+    #[tokio::test]
+    async fn a_registry_that_stops_answering_trips_its_breaker_and_no_other() {
+        let inner = Scripted::new(&[Answer::Unreachable]);
+        let config = CacheConfig {
+            breaker: BreakerSettings {
+                threshold: 3,
+                pause: Duration::from_secs(30),
+                pause_cap: Duration::from_secs(60),
+            },
+            ..CacheConfig::default()
+        };
+        let cache = cache(inner.clone(), config);
+        for i in 0..3 {
+            let image = reference(&format!("hung.example/team/app{i}:1.0"));
+            assert!(cache.resolve(&image, &[]).await.is_err());
+        }
+        assert_eq!(inner.calls(), 3);
+        let refused = cache
+            .resolve(&reference("hung.example/team/other:1.0"), &[])
+            .await;
+        assert!(
+            matches!(&refused, Err(RegistryError::NotAnswering { silent: 3, .. })),
+            "{refused:?}"
+        );
+        assert_eq!(inner.calls(), 3, "no call while the breaker is open");
+        assert_eq!(cache_lookups(&cache, "breaker_open"), "1");
+        let elsewhere = cache
+            .resolve(&reference("fine.example/team/app:1.0"), &[])
+            .await;
+        assert!(elsewhere.is_err());
+        assert_eq!(inner.calls(), 4, "another registry is still asked");
+    }
+
+    #[tokio::test]
+    async fn a_call_cancelled_after_hanging_a_second_counts_as_silent() {
+        let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_secs(30));
+        let config = CacheConfig {
+            breaker: BreakerSettings {
+                threshold: 2,
+                pause: Duration::from_secs(30),
+                pause_cap: Duration::from_secs(60),
+            },
+            ..CacheConfig::default()
+        };
+        let cache = cache(inner.clone(), config);
+        let hung = (0..2).map(|i| {
+            let image = reference(&format!("hung.example/team/app{i}:1.0"));
+            let cache = &cache;
+            async move {
+                tokio::time::timeout(Duration::from_millis(1100), cache.resolve(&image, &[])).await
+            }
+        });
+        futures::future::join_all(hung).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let refused = cache
+            .resolve(&reference("hung.example/team/other:1.0"), &[])
+            .await;
+        assert!(
+            matches!(&refused, Err(RegistryError::NotAnswering { silent: 2, .. })),
+            "{refused:?}"
+        );
+        assert_eq!(inner.calls(), 2);
     }
 }

@@ -1,7 +1,8 @@
 //! Registry: turning a tag into the digest it points at.
 //!
 //! Owns: the [`Resolver`] trait every handler talks to and the resolvers stacked behind it, outer
-//! first: the [`cache`], the address [`guard`] (the one place host rules meet what is about to be
+//! first: the [`cache`] (its single-flight lookups cancelled once nobody waits, and each
+//! registry's breaker), the address [`guard`] (the one place host rules meet what is about to be
 //! contacted, before the request), and the registry client ([`OciResolver`]: manifest HEAD,
 //! bearer tokens, GET fallback) with the one outbound HTTP path all of its requests take (its
 //! resolver judges the addresses actually connected to, its redirect policy keeps every hop
@@ -14,6 +15,7 @@
 //! sends a request through any HTTP client but the one `outbound` builds.
 
 mod body;
+mod breaker;
 pub mod cache;
 mod client;
 mod config;
@@ -42,6 +44,7 @@ use async_trait::async_trait;
 use crate::policy::HostRefusal;
 use crate::reference::{Digest, Reference};
 
+pub use breaker::BreakerSettings;
 pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, TagMove};
 pub use client::OciResolver;
 pub use config::RegistryConfig;
@@ -104,6 +107,13 @@ pub enum RegistryError {
         registry: String,
         retry_in: Duration,
         last: String,
+    },
+    /// The registry's breaker is open: it did not answer `silent` calls in a row.
+    #[error("registry {registry} did not answer {silent} times in a row; pinhook asks it again in {retry_in:.1?}")]
+    NotAnswering {
+        registry: String,
+        silent: u32,
+        retry_in: Duration,
     },
     /// The address guard refused the registry host, or an address its name resolves to.
     #[error("{reason}")]
@@ -220,6 +230,7 @@ impl RegistryError {
             RegistryError::Timeout { .. } => "timeout",
             RegistryError::ClientConfig { .. } | RegistryError::NoSystemRoots { .. } => "config",
             RegistryError::BackingOff { .. } => "backing_off",
+            RegistryError::NotAnswering { .. } => "not_answering",
             RegistryError::Refused { .. }
             | RegistryError::RealmRefused(_)
             | RegistryError::Redirected { .. } => "refused",
@@ -235,7 +246,8 @@ impl RegistryError {
             RegistryError::Unreachable { .. }
             | RegistryError::Timeout { .. }
             | RegistryError::RateLimited { .. }
-            | RegistryError::BackingOff { .. } => true,
+            | RegistryError::BackingOff { .. }
+            | RegistryError::NotAnswering { .. } => true,
             RegistryError::Status { status, .. } => *status >= 500,
             _ => false,
         }

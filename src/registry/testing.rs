@@ -1,5 +1,5 @@
-//! Test doubles for the registry layer: a scripted registry stand-in that counts its calls
-//! and how many overlap. For unit tests of the cache and the pipeline (integration tests use
+//! Test doubles for the registry layer: a scripted registry stand-in that counts its calls,
+//! how many overlap and how many ran to their answer. For unit tests of the cache and the pipeline (integration tests use
 //! a real registry).
 
 use std::collections::VecDeque;
@@ -19,6 +19,7 @@ pub(crate) struct Scripted {
     last: Mutex<Answer>,
     calls: AtomicUsize,
     running: AtomicUsize,
+    finished: AtomicUsize,
     pub most_at_once: AtomicUsize,
     delay: Duration,
 }
@@ -41,6 +42,7 @@ impl Scripted {
             last: Mutex::new(script.last().cloned().unwrap_or(Answer::NotFound)),
             calls: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
             most_at_once: AtomicUsize::new(0),
             delay,
         })
@@ -48,6 +50,25 @@ impl Scripted {
 
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Calls under way (a cancelled call stops counting when it is dropped).
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// Calls that ran to their answer.
+    pub fn finished(&self) -> usize {
+        self.finished.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts a call as running until it is dropped, answered or not.
+struct Running<'a>(&'a AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -60,9 +81,11 @@ impl Resolver for Scripted {
     ) -> Result<Resolution, RegistryError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        let running = Running(&self.running);
         self.most_at_once.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
-        self.running.fetch_sub(1, Ordering::SeqCst);
+        drop(running);
+        self.finished.fetch_add(1, Ordering::SeqCst);
         let answer = lock(&self.answers)
             .pop_front()
             .unwrap_or_else(|| lock(&self.last).clone());
