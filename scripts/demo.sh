@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
 cargo build --quiet --bin pinhook --example demo
-exec target/debug/examples/demo target/debug/pinhook
+target="${CARGO_TARGET_DIR:-target}"
+exec "$target/debug/examples/demo" "$target/debug/pinhook"
