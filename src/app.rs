@@ -177,6 +177,7 @@ pub struct ResolveConfig {
 struct PolicyWatcher {
     path: PathBuf,
     oci: Arc<OciResolver>,
+    exchanging: Arc<IdentityTokens>,
     base_registry: RegistryConfig,
 }
 
@@ -195,9 +196,13 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         .registry
         .with_hosts(&handle.current().policy.registries.hosts)
         .map_err(AppError::PolicyRegistries)?;
-    let exchanging = IdentityTokens::new(oci.clone(), exchange_config, Some(handle.clone()));
+    let exchanging = Arc::new(IdentityTokens::new(
+        oci.clone(),
+        exchange_config,
+        Some(handle.clone()),
+    ));
     let guarded: Arc<dyn Resolver> =
-        Arc::new(AddressGuard::new(Arc::new(exchanging), handle.clone()));
+        Arc::new(AddressGuard::new(exchanging.clone(), handle.clone()));
     let cache = Arc::new(CachingResolver::new(guarded, config.cache, metrics.clone()));
     let client = kube_client(config.kube).await?;
     let mut node = node_keyring(config.docker_config.as_deref())?;
@@ -236,6 +241,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         PolicySource::File(path) => Some(PolicyWatcher {
             path,
             oci,
+            exchanging,
             base_registry: config.registry,
         }),
         PolicySource::Fixed(_) => None,
@@ -410,10 +416,12 @@ impl App {
             let PolicyWatcher {
                 path,
                 oci,
+                exchanging,
                 base_registry,
             } = watcher;
             let reconfigure = move |compiled: &CompiledPolicy| {
                 let config = base_registry.with_hosts(&compiled.policy.registries.hosts)?;
+                exchanging.reconfigure(config.clone());
                 oci.reconfigure(config);
                 Ok(())
             };

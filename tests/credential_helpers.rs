@@ -192,6 +192,37 @@ async fn resolve_exchanges_an_identitytoken_from_config_json() {
     assert!(text(&output).contains("unauthorized"), "{}", text(&output));
 }
 
+/// `pinhook check` (local) exchanges an identity token too; before, it treated it as no
+/// credential and the private image was refused. (Multi-threaded: the in-process token
+/// server must answer while this thread waits for pinhook.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_exchanges_an_identitytoken_from_config_json() {
+    let (registry, pushed) = private(RegistryAuth::token(USER, PASS)).await;
+    let identity = registry
+        .token_server()
+        .expect("token auth")
+        .identity_token();
+    let desk = Desk::new(json!({"auths": {registry.host(): {"identitytoken": identity}}}));
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: one\nspec:\n  containers:\n  - name: a\n    image: {}\n",
+        pushed.reference
+    );
+    let mut child = desk
+        .command("check", &registry, &[])
+        .args(["-", "-o", "yaml"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pinhook runs");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), manifest.as_bytes())
+        .expect("stdin");
+    let output = child.wait_with_output().expect("pinhook finishes");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains(&pushed.pinned_with_tag()), "{stdout}");
+}
+
 #[tokio::test]
 async fn a_failing_or_garbled_helper_is_reported_and_its_secret_never_shown() {
     let (registry, pushed) = private(RegistryAuth::htpasswd(USER, PASS)).await;

@@ -14,6 +14,7 @@ use crate::documents::Document;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, PolicyHandle};
 use crate::registry::pull_secrets::NodeOnly;
+use crate::registry::identity_token::IdentityTokens;
 use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, Resolver};
 
 /// Runs the dry run over `documents` with the policy file (or the defaults).
@@ -32,7 +33,13 @@ pub(super) async fn check(
     // what the user's own manifests name.
     policy.registries.allow_private.push("*".to_string());
     let compiled = policy.compile().map_err(AppError::from)?;
-    let oci: Arc<dyn Resolver> = Arc::new(app::registry_client(registry, &compiled)?);
+    // Identity tokens (`identitytoken`, a helper's `<token>` user) are exchanged first, as
+    // `pinhook resolve` and `serve` do.
+    let oci = Arc::new(app::registry_client(registry, &compiled)?);
+    let exchange_config = registry
+        .with_hosts(&compiled.policy.registries.hosts)
+        .map_err(AppError::PolicyRegistries)?;
+    let oci: Arc<dyn Resolver> = Arc::new(IdentityTokens::new(oci, exchange_config, None));
     let handle = PolicyHandle::new(compiled);
     let metrics = Arc::new(Metrics::new());
     let cache = CachingResolver::new(oci, CacheConfig::default(), metrics);

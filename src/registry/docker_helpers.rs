@@ -208,7 +208,7 @@ async fn ask(helper: &str, server: &str) -> Result<Option<Credential>, HelperErr
         Ok(stdout) => stdout,
         // docker-credential-helpers' `credentials.ErrCredentialsNotFound`, printed on stdout.
         Err(ExecError::Exit { stdout, .. })
-            if String::from_utf8_lossy(&stdout).contains("credentials not found") =>
+            if String::from_utf8_lossy(&stdout.0).contains("credentials not found") =>
         {
             return Ok(None)
         }

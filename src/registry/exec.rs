@@ -45,8 +45,8 @@ pub enum ExecError {
         program: PathBuf,
         status: ExitStatus,
         /// Its stdout, for the caller to recognise a documented answer ("credentials not
-        /// found"); never to be logged or shown.
-        stdout: Vec<u8>,
+        /// found"); never to be logged or shown (its `Debug` prints only its length).
+        stdout: Output,
     },
     #[error("failed to talk to {program}")]
     Io {
@@ -54,6 +54,17 @@ pub enum ExecError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// A program's output: readable by the code that asked for it, never printed (it may hold a
+/// credential), not even by `{:?}`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Output(pub Vec<u8>);
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes, not shown>", self.0.len())
+    }
 }
 
 // === impl ExecError ===
@@ -135,7 +146,7 @@ pub(crate) async fn run(program: &Program<'_>, stdin: &[u8]) -> Result<Vec<u8>, 
         return Err(ExecError::Exit {
             program: name,
             status,
-            stdout: out,
+            stdout: Output(out),
         });
     }
     Ok(out)
@@ -215,6 +226,9 @@ mod tests {
             Err(e @ ExecError::Exit { .. }) => {
                 assert_eq!(e.reason(), "exit");
                 assert!(!e.to_string().contains("hunter2"), "{e}");
+                let debug = format!("{e:?}");
+                assert!(!debug.contains("hunter2"), "{debug}");
+                assert!(debug.contains("<8 bytes, not shown>"), "{debug}");
             }
             other => panic!("{other:?}"),
         }

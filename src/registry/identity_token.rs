@@ -13,7 +13,7 @@
 //! Never: puts a token into a log or an error message. A token that cannot be exchanged is left
 //! out, and the next credential (at last anonymous) is tried, as after a refused password.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,7 +36,8 @@ const CLIENT_ID: &str = "pinhook";
 /// Exchanges identity tokens, then resolves through `inner`.
 pub struct IdentityTokens {
     inner: Arc<dyn Resolver>,
-    config: RegistryConfig,
+    /// Replaced on a policy reload, with the client's own ([`IdentityTokens::reconfigure`]).
+    config: RwLock<Arc<RegistryConfig>>,
     policy: Option<PolicyHandle>,
     /// The outbound path's clients (guarded resolver, redirect policy), one per registry.
     http: moka::sync::Cache<String, reqwest::Client>,
@@ -63,7 +64,7 @@ impl IdentityTokens {
     ) -> IdentityTokens {
         IdentityTokens {
             inner,
-            config,
+            config: RwLock::new(Arc::new(config)),
             policy,
             http: moka::sync::Cache::new(1_000),
             lookup: dns::system(),
@@ -72,6 +73,19 @@ impl IdentityTokens {
                 .time_to_live(ACCESS_TTL)
                 .build(),
         }
+    }
+
+    /// Reaches registries with `config` from now on (a reloaded policy's `registries.hosts`).
+    pub fn reconfigure(&self, config: RegistryConfig) {
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        self.http.invalidate_all();
+    }
+
+    fn config(&self) -> Arc<RegistryConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The credentials with identity tokens exchanged; those that cannot be are left out.
@@ -120,7 +134,8 @@ impl IdentityTokens {
     ) -> Result<Arc<str>, RegistryError> {
         let registry = reference.domain();
         let http = self.http_for(registry)?;
-        let scheme = match self.config.is_insecure(registry) {
+        let config = self.config();
+        let scheme = match config.is_insecure(registry) {
             true => "http",
             false => "https",
         };
@@ -143,7 +158,7 @@ impl IdentityTokens {
                 status: ping.status().as_u16(),
                 message: "no bearer token service to exchange an identity token at".to_string(),
             })?;
-        let insecure = |host: &str| self.config.is_insecure(host);
+        let insecure = |host: &str| config.is_insecure(host);
         guard::check_realm(self.policy.as_ref(), &challenge.realm, registry, insecure).await?;
         let body = grant_form(refresh, reference.path(), challenge.service.as_deref());
         let answer = http
@@ -195,7 +210,7 @@ impl IdentityTokens {
         self.http
             .try_get_with(registry.to_string(), || {
                 outbound::build(
-                    &self.config,
+                    &self.config(),
                     registry,
                     self.policy.as_ref(),
                     self.lookup.clone(),

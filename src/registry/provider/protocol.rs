@@ -43,10 +43,11 @@ pub(super) struct Response {
 pub enum ResponseError {
     #[error("the answer is not a JSON object with apiVersion and kind")]
     NotAnObject,
-    #[error("the answer's apiVersion {found:?} is not the configured {expected:?}")]
-    ApiVersion { expected: String, found: String },
-    #[error("the answer's kind {found:?} is not CredentialProviderResponse")]
-    Kind { found: String },
+    /// The plugin's own value is not kept: a plugin's output never reaches a log.
+    #[error("the answer's apiVersion is not the configured {expected:?}")]
+    ApiVersion { expected: String },
+    #[error("the answer's kind is not CredentialProviderResponse")]
+    Kind,
     /// The JSON category and position only: the decoder's own message may quote a value.
     #[error("the answer does not decode as a CredentialProviderResponse ({problem} at line {line}, column {column})")]
     Decode {
@@ -66,7 +67,7 @@ impl ResponseError {
         match self {
             ResponseError::NotAnObject => "answer is not JSON",
             ResponseError::ApiVersion { .. } => "answer has the wrong apiVersion",
-            ResponseError::Kind { .. } => "answer has the wrong kind",
+            ResponseError::Kind => "answer has the wrong kind",
             ResponseError::Decode { .. } => "answer is not a CredentialProviderResponse",
             ResponseError::CacheDuration => "answer has an invalid cacheDuration",
         }
@@ -131,11 +132,10 @@ pub(super) fn decode(stdout: &[u8], api_version: &str) -> Result<Response, Respo
     if meta.api_version != api_version {
         return Err(ResponseError::ApiVersion {
             expected: api_version.to_string(),
-            found: meta.api_version,
         });
     }
     if meta.kind != "CredentialProviderResponse" {
-        return Err(ResponseError::Kind { found: meta.kind });
+        return Err(ResponseError::Kind);
     }
     let raw: RawResponse = serde_json::from_slice(stdout).map_err(|e| ResponseError::Decode {
         problem: match e.classify() {
