@@ -8,13 +8,13 @@
 //! - [`policy`]: the policy file, modes, exemptions, host rules, the mirror guard (pure).
 //! - [`documents`]: reading manifests (multi-document YAML, JSON, lists) for dry runs (pure).
 //! - [`error`]: the one-line error chain printer.
-//! - [`registry`]: tag → digest behind the [`registry::Resolver`] trait: client, cache, keyring,
-//!   credentials, pull secrets, the address guard.
+//! - [`registry`]: tag → digest behind the [`registry::Resolver`] trait: client, cache, breaker,
+//!   keyring, credentials and credential plugins, pull secrets, the address guard.
 //! - [`cluster`]: namespace labels and dry-run callers through the Kubernetes API.
 //! - [`admission`]: AdmissionReview wire types, the pure decision core, the I/O pipeline,
 //!   `/mutate`, `/validate` and the dry run.
 //! - [`metrics`]: every Prometheus metric pinhook exports.
-//! - [`server`]: HTTPS (axum + rustls), routes, certificate and policy reloads, health, shutdown.
+//! - [`server`]: HTTPS (axum + rustls), connection bounds, routes, reloads, health, shutdown.
 //! - [`app`]: the composition root, one `build(Config)` for `pinhook serve` and the tests.
 //! - [`cli`]: clap types, a `PINHOOK_*` variable for every flag, flags → each layer's settings.
 //! - [`check`]: `pinhook check`, locally or against a cluster's `/v1/dry-run`.

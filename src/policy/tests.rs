@@ -1,3 +1,6 @@
+//! Policy file tests: parsing a complete file, defaults, and each validation error with its
+//! exact message.
+
 use super::*;
 
 const COMPLETE: &str = r#"
