@@ -5,28 +5,12 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-
+use common::logs::Captured;
 use common::pinhook::{Options, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
 use common::requests::{message, pod_review};
 use pinhook::policy::{Policy, Registries};
 use serde_json::{json, Value};
-
-/// Collects every log line of the process.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// The basic Pod review with `images`, one container each.
 fn pod_with(registry: &TestRegistry, images: impl Iterator<Item = String>) -> Value {
@@ -42,14 +26,7 @@ fn pod_with(registry: &TestRegistry, images: impl Iterator<Item = String>) -> Va
 // One test in this binary: it installs the process-wide log subscriber.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_and_logs_stay_small_whatever_the_object_holds() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+    let captured = Captured::install(tracing::Level::INFO);
 
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let options = Options {
@@ -89,7 +66,7 @@ async fn answers_and_logs_stay_small_whatever_the_object_holds() {
         annotations["violations-omitted"],
         "and 19980 more (see pinhook's log)"
     );
-    let logs = String::from_utf8_lossy(&captured.0.lock().expect("log lock")).into_owned();
+    let logs = captured.text();
     let violations = logs.matches(": policy violation ").count();
     assert_eq!(violations, 10, "one line each for the first ten: {logs}");
     assert!(
@@ -128,12 +105,11 @@ async fn answers_and_logs_stay_small_whatever_the_object_holds() {
     );
 
     // 3. One summary line per review at info: the pinned image is not a line of its own.
-    let before = captured.0.lock().expect("log lock").len();
+    let before = captured.len();
     let app = common::images::push_multi_arch(&registry, "team/app", "1.0", "a").await;
     let body = pinhook.mutate(&pod_review(&registry, &app.reference)).await;
     assert_eq!(body["response"]["allowed"], true);
-    let logs =
-        String::from_utf8_lossy(&captured.0.lock().expect("log lock")[before..]).into_owned();
+    let logs = captured.text_from(before);
     let reviews: Vec<&str> = logs
         .lines()
         .filter(|l| l.contains(" review ") || l.ends_with(" review"))

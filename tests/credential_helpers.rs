@@ -68,6 +68,26 @@ impl Desk {
         command
     }
 
+    /// `pinhook check - -o yaml` as this user, `manifest` on stdin.
+    fn check_stdin(
+        &self,
+        registry: &TestRegistry,
+        helper_env: &[(&str, &str)],
+        manifest: &str,
+    ) -> Output {
+        let mut child = self
+            .command("check", registry, helper_env)
+            .args(["-", "-o", "yaml"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pinhook runs");
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), manifest.as_bytes())
+            .expect("stdin");
+        child.wait_with_output().expect("pinhook finishes")
+    }
+
     fn resolve(&self, registry: &TestRegistry, image: &str, helper_env: &[(&str, &str)]) -> Output {
         let mut command = self.command("resolve", registry, helper_env);
         command.arg(image).output().expect("pinhook runs")
@@ -112,17 +132,7 @@ async fn check_asks_the_creds_store_once_per_registry() {
         pushed.reference, other.reference
     );
     let env = answering(&registry);
-    let mut child = desk
-        .command("check", &registry, &pairs(&env))
-        .args(["-", "-o", "yaml"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pinhook runs");
-    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), manifest.as_bytes())
-        .expect("stdin");
-    let output = child.wait_with_output().expect("pinhook finishes");
+    let output = desk.check_stdin(&registry, &pairs(&env), &manifest);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains(&pushed.pinned_with_tag()), "{stdout}");
@@ -207,17 +217,7 @@ async fn check_exchanges_an_identitytoken_from_config_json() {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: one\nspec:\n  containers:\n  - name: a\n    image: {}\n",
         pushed.reference
     );
-    let mut child = desk
-        .command("check", &registry, &[])
-        .args(["-", "-o", "yaml"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pinhook runs");
-    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), manifest.as_bytes())
-        .expect("stdin");
-    let output = child.wait_with_output().expect("pinhook finishes");
+    let output = desk.check_stdin(&registry, &[], &manifest);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains(&pushed.pinned_with_tag()), "{stdout}");

@@ -6,13 +6,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::credential_programs::{PluginSetup, Provider};
 use common::fake_kube::FakeKube;
 use common::fake_kube::PullSecretFormat::DockerConfigJson;
 use common::images::{self, PushedIndex};
+use common::logs::Captured;
 use common::pinhook::{Options, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
 use common::requests::{fixture_with_image, image_after, message, pod_review, warned, warnings};
@@ -339,33 +340,10 @@ async fn a_pod_pull_secret_is_tried_before_the_plugin() {
     assert_eq!(refused, 0, "the pod's secret answered first");
 }
 
-/// Collects every log line of the process.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn no_credential_reaches_any_log_at_trace_level() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    // Global, not scoped to this thread: tracing caches each call site's interest process-wide,
-    // and a thread-local subscriber can miss events another test's thread registered first.
-    // The other tests of this file then log here too, which only widens the check.
-    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+    // The other tests of this file log here too, which only widens the check.
+    let captured = Captured::install(tracing::Level::TRACE);
 
     let (registry, app, _) = private_registry(RegistryAuth::htpasswd(USER, PASS)).await;
     let host = registry.host();
@@ -378,7 +356,7 @@ async fn no_credential_reaches_any_log_at_trace_level() {
     let body = pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
 
-    let logs = String::from_utf8_lossy(&captured.0.lock().expect("log lock")).into_owned();
+    let logs = captured.text();
     assert!(
         logs.contains("credential provider failed"),
         "the failure is logged: {logs}"

@@ -2,7 +2,8 @@
 //! process ([`registry`]) with its token server ([`token`]) and helpers that push images to it
 //! ([`images`]); a fake Kubernetes API ([`fake_kube`]); a proxy that strips response headers
 //! ([`strip_proxy`]); pinhook itself over HTTPS ([`pinhook`]), the reviews sent to it
-//! ([`requests`]) and its registry client driven directly ([`resolving`]).
+//! ([`requests`]), its registry client driven directly ([`resolving`]) and its log lines
+//! captured ([`logs`]).
 //!
 //! The harness's own checks live in `tests/harness_selftest.rs`, counted apart from pinhook's.
 
@@ -15,6 +16,7 @@ pub mod cli;
 pub mod credential_programs;
 pub mod fake_kube;
 pub mod images;
+pub mod logs;
 pub mod pinhook;
 pub mod registry;
 pub mod requests;
