@@ -13,8 +13,8 @@ use crate::cluster::NoNamespaces;
 use crate::documents::Document;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, PolicyHandle};
-use crate::registry::pull_secrets::NodeOnly;
 use crate::registry::identity_token::IdentityTokens;
+use crate::registry::pull_secrets::NodeOnly;
 use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, Resolver};
 
 /// Runs the dry run over `documents` with the policy file (or the defaults).
