@@ -312,6 +312,10 @@ async fn a_pod_pull_secret_is_tried_before_the_plugin() {
         pod_spec: Some(&object["spec"]),
         is_pod: true,
         pod_name: "",
+        images: &[pinhook::reference::Reference::parse(&app.reference)
+            .expect("parses")
+            .repository()],
+        sources_deadline: None,
     };
     let keyring = secrets.keyring_for(&pod).await.keyring;
     let reference = pinhook::reference::Reference::parse(&app.reference).expect("parses");
@@ -368,4 +372,72 @@ async fn no_credential_reaches_any_log_at_trace_level() {
     for secret in [PASS, basic.as_str()] {
         assert!(!logs.contains(secret), "{secret} leaked into the logs");
     }
+}
+
+/// A plugin slower than the review's budget costs its own answer, not the pod's secret: with a
+/// 2 s deadline and a plugin that sleeps 3 s (inside its 5 s wait), the pod's pull secret
+/// still pins the image. Before, the whole keyring was given up at the deadline ("reading
+/// pull secrets timed out") and the private image was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_plugin_does_not_cost_the_pods_own_secret() {
+    let (registry, app, _) = private_registry(RegistryAuth::htpasswd(USER, PASS)).await;
+    let host = registry.host();
+    let env = [GOOD[0], GOOD[1], ("PLUGIN_SLEEP_MS", "3000")];
+    let setup = PluginSetup::new().provider(for_host("slow-plugin", &[&host], &env));
+    let kube = FakeKube::start().await;
+    kube.add_pull_secret(DockerConfigJson, "default", "regcred", &host, (USER, PASS));
+    let secrets = KubeSecrets::new(kube.client(), node_keyring(&setup, Settings::default()));
+    let options = Options {
+        secrets: Arc::new(secrets),
+        ..Options::default()
+    };
+    let pinhook = TestPinhook::start_with(&registry, options).await;
+    let mut review = fixture_with_image(
+        "v1.26/pod-create-pullsecrets-mutate.json",
+        &registry,
+        &app.reference,
+    );
+    review["request"]["namespace"] = json!("default");
+    let started = std::time::Instant::now();
+    let body = pinhook.review("/mutate?timeout=2s", &review).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(image_after(&review, &body), app.pinned_with_tag());
+    assert!(
+        warned(
+            &body,
+            "credential plugins and helpers did not answer in time"
+        ),
+        "{body}"
+    );
+    assert!(!warned(&body, "reading pull secrets timed out"), "{body}");
+}
+
+/// `kubectl debug` on a 1.20 apiserver sends an EphemeralContainers object with no PodSpec:
+/// the plugin is asked about the debug container's image all the same (it was asked about the
+/// images of no spec, so a private debug image was refused).
+#[tokio::test]
+async fn an_ephemeral_debug_container_gets_the_plugins_credential() {
+    let (registry, _, _) = private_registry(RegistryAuth::htpasswd(USER, PASS)).await;
+    let debug = images::push_multi_arch(&registry, "team/debug", "1.0", "debug").await;
+    let host = registry.host();
+    let setup = PluginSetup::new().provider(for_host("node-plugin", &[&host], &GOOD));
+    let pinhook = pinhook_with(&registry, node_keyring(&setup, Settings::default())).await;
+    let review = common::pinhook::review_fixture(
+        "v1.20/ephemeralcontainers-update-raw-put-mutate.json",
+        &registry,
+    );
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let patched = common::pinhook::apply_response(&review, &body);
+    assert_eq!(
+        patched["ephemeralContainers"][0]["image"],
+        debug.pinned_with_tag(),
+        "{body}"
+    );
+    assert_eq!(setup.runs("node-plugin"), 1);
 }

@@ -149,7 +149,7 @@ impl Pinner {
         let mut resolutions = Resolutions::new();
         let mut refused = Vec::new();
         if !wanted.is_empty() {
-            let pod = self.keyring_for(&policy, target, deadline).await;
+            let pod = self.keyring_for(&policy, target, &wanted, deadline).await;
             warnings.extend(pod.warnings);
             refused = pod.refused;
             resolutions = self
@@ -192,8 +192,10 @@ impl Pinner {
         &self,
         policy: &CompiledPolicy,
         target: &Target<'_>,
+        wanted: &[&Reference],
         deadline: Instant,
     ) -> PodKeyring {
+        let images: Vec<String> = wanted.iter().map(|r| r.repository()).collect();
         // The 1.20 EphemeralContainers object has no PodSpec: the pod is read instead.
         let own_spec = target.view.kind != workload::EPHEMERAL_CONTAINERS_KIND;
         let pod = PodContext {
@@ -210,6 +212,12 @@ impl Pinner {
                 .flatten(),
             is_pod: target.view.is_pod(),
             pod_name: target.name,
+            images: &images,
+            // Half of what is left for plugins and helpers: the pod's own secrets and the
+            // registry calls keep the rest.
+            sources_deadline: Some(
+                Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2,
+            ),
         };
         match tokio::time::timeout_at(deadline, self.secrets.keyring_for(&pod)).await {
             Ok(keyring) => keyring,

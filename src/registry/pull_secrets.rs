@@ -19,7 +19,6 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::keyring::{Keyring, KeyringError};
-use crate::reference::Reference;
 
 /// How long a read Secret or ServiceAccount answers before it is read again.
 const OBJECT_TTL: Duration = Duration::from_secs(30);
@@ -35,6 +34,15 @@ pub struct PodContext<'a> {
     pub is_pod: bool,
     /// The pod's name, to read its spec when the object has none (1.20 EphemeralContainers).
     pub pod_name: &'a str,
+    /// The repositories (kubelet's `repoToPull`) that will be resolved: what credential
+    /// sources (plugins, helpers) are asked about. Not read from the spec: an ephemeral
+    /// container being added is not in the stored pod's spec yet, and an image already pinned
+    /// by digest is not resolved.
+    pub images: &'a [String],
+    /// When credential sources (plugins, helpers) must have answered: past it the keyring is
+    /// used without them, so a slow plugin cannot cost the pod's own secrets. `None`: no bound
+    /// but the sources' own.
+    pub sources_deadline: Option<tokio::time::Instant>,
 }
 
 /// The keyring for one pod and what the user should hear about it.
@@ -72,7 +80,8 @@ pub struct KubeSecrets {
 #[async_trait]
 impl PullSecrets for NodeOnly {
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
-        let (keyring, warnings) = ask_sources(self.node.clone(), pod.pod_spec).await;
+        let (keyring, warnings) =
+            ask_sources(self.node.clone(), pod.images, pod.sources_deadline).await;
         PodKeyring {
             keyring,
             warnings,
@@ -221,7 +230,7 @@ impl PullSecrets for KubeSecrets {
             }
         }
         keyring.extend(self.node.clone());
-        let (keyring, said) = ask_sources(keyring, spec).await;
+        let (keyring, said) = ask_sources(keyring, pod.images, pod.sources_deadline).await;
         warnings.extend(said);
         PodKeyring {
             keyring,
@@ -231,27 +240,31 @@ impl PullSecrets for KubeSecrets {
     }
 }
 
-/// `keyring` with its per-image sources asked about every image of `spec`.
-async fn ask_sources(keyring: Keyring, spec: Option<&Value>) -> (Keyring, Vec<String>) {
+/// `keyring` with its per-image sources asked about `images`; past `deadline`,
+/// `keyring` as it is (its pull secrets and static credentials) with a warning.
+async fn ask_sources(
+    keyring: Keyring,
+    images: &[String],
+    deadline: Option<tokio::time::Instant>,
+) -> (Keyring, Vec<String>) {
     if !keyring.has_sources() {
         return (keyring, Vec::new());
     }
-    keyring.for_images(&images_in(spec)).await
-}
-
-/// The repositories (kubelet's `repoToPull`) of every container of a PodSpec.
-fn images_in(spec: Option<&Value>) -> Vec<String> {
-    let Some(spec) = spec else {
-        return Vec::new();
+    let asked = keyring.for_images(images);
+    let Some(deadline) = deadline else {
+        return asked.await;
     };
-    ["initContainers", "containers", "ephemeralContainers"]
-        .iter()
-        .filter_map(|list| spec.get(list).and_then(Value::as_array))
-        .flatten()
-        .filter_map(|container| container.get("image").and_then(Value::as_str))
-        .filter_map(|image| Reference::parse(image).ok())
-        .map(|reference| reference.repository())
-        .collect()
+    match tokio::time::timeout_at(deadline, asked).await {
+        Ok(answered) => answered,
+        Err(_) => (
+            keyring,
+            vec![
+                "pinhook: credential plugins and helpers did not answer in time; resolved \
+                 without them"
+                    .to_string(),
+            ],
+        ),
+    }
 }
 
 /// The credentials of one Secret, read as kubelet reads it.
