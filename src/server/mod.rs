@@ -426,15 +426,10 @@ fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: b
     let mode = plan.mode.to_string();
     let mut tally = Tally::default();
     let mut violation_lines = 0usize;
-    let mut log_violation = |violation: &str,
-                             admitted: bool,
-                             image: &str,
-                             pointer: &str,
-                             reason: &str| {
+    // True for the first LOGGED_VIOLATIONS violations of the review: those get a line each.
+    let mut log_this = || {
         violation_lines += 1;
-        if violation_lines <= LOGGED_VIOLATIONS {
-            warn!(mode = %mode, violation, admitted, pointer, image, reason, "policy violation");
-        }
+        violation_lines <= LOGGED_VIOLATIONS
     };
     for outcome in &plan.outcomes {
         let reason = outcome.reason.as_deref().unwrap_or("");
@@ -446,9 +441,17 @@ fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: b
             }
             admission::Action::Denied | admission::Action::Violation => {
                 tally.violations += 1;
-                let violation = outcome.violation.map(|r| r.as_str()).unwrap_or("");
-                let admitted = outcome.action == admission::Action::Violation;
-                log_violation(violation, admitted, image, pointer, reason);
+                if log_this() {
+                    warn!(
+                        mode = %mode,
+                        violation = outcome.violation.map(|r| r.as_str()).unwrap_or(""),
+                        admitted = outcome.action == admission::Action::Violation,
+                        %pointer,
+                        %image,
+                        reason,
+                        "policy violation"
+                    );
+                }
             }
             // Audit mode resolved the tag and left it: say what enforce would have written.
             admission::Action::Unchanged
@@ -467,8 +470,15 @@ fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: b
     }
     for finding in &plan.findings {
         tally.violations += 1;
-        let admitted = finding.action == admission::Action::Violation;
-        log_violation(finding.reason.as_str(), admitted, "", "", &finding.message);
+        if log_this() {
+            warn!(
+                mode = %mode,
+                violation = finding.reason.as_str(),
+                admitted = finding.action == admission::Action::Violation,
+                reason = %finding.message,
+                "policy violation"
+            );
+        }
         if !dry_run {
             count_violation(state, &mode, finding.reason);
         }
