@@ -1,5 +1,6 @@
 //! What pinhook asks the Kubernetes API besides pull secrets: namespace labels (the
-//! per-namespace `pinhook.dev/mode` override), cached briefly; and who a dry-run caller is and
+//! per-namespace `pinhook.dev/mode` override), cached briefly, their last read kept for when
+//! the API cannot answer; and who a dry-run caller is and
 //! what it may create (TokenReview, SubjectAccessReview), never cached.
 //!
 //! Never: decides policy, or maps a failure to an HTTP status (that is
@@ -20,6 +21,12 @@ pub const NAMESPACE_TTL: Duration = Duration::from_secs(30);
 pub trait NamespaceLabels: Send + Sync {
     /// The value of `label` on `namespace`; `Err` with a short reason when it cannot be read.
     async fn label(&self, namespace: &str, label: &str) -> Result<Option<String>, String>;
+
+    /// The value `label` had when `namespace` was last read successfully (within a day);
+    /// `None` when it never was. For when [`NamespaceLabels::label`] fails or is too slow.
+    fn last_known(&self, _namespace: &str, _label: &str) -> Option<Option<String>> {
+        None
+    }
 }
 
 /// No Kubernetes API: no namespace has labels.
@@ -30,7 +37,12 @@ pub struct NoNamespaces;
 pub struct KubeNamespaces {
     client: kube::Client,
     cache: moka::future::Cache<String, Arc<Option<Namespace>>>,
+    /// Every namespace's last successful read, kept a day.
+    last_read: moka::sync::Cache<String, Arc<Option<Namespace>>>,
 }
+
+/// How long a namespace's last successful read may stand in for a failed one.
+const LAST_READ_TTL: Duration = Duration::from_secs(24 * 3600);
 
 #[async_trait]
 impl NamespaceLabels for NoNamespaces {
@@ -54,6 +66,10 @@ impl KubeNamespaces {
                 .max_capacity(10_000)
                 .time_to_live(ttl)
                 .build(),
+            last_read: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(LAST_READ_TTL)
+                .build(),
         }
     }
 }
@@ -63,23 +79,34 @@ impl NamespaceLabels for KubeNamespaces {
     async fn label(&self, namespace: &str, label: &str) -> Result<Option<String>, String> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let name = namespace.to_string();
+        let last_read = self.last_read.clone();
         let found = self
             .cache
             .try_get_with(name.clone(), async move {
-                api.get_opt(&name).await.map(Arc::new)
+                let found = Arc::new(api.get_opt(&name).await?);
+                last_read.insert(name, found.clone());
+                Ok::<_, kube::Error>(found)
             })
             .await
             .map_err(|e| match e.as_ref() {
                 kube::Error::Api(status) => status.message.clone(),
                 other => other.to_string(),
             })?;
-        Ok(found
-            .as_ref()
-            .as_ref()
-            .and_then(|ns| ns.metadata.labels.as_ref())
-            .and_then(|labels| labels.get(label))
-            .cloned())
+        Ok(label_of(&found, label))
     }
+
+    fn last_known(&self, namespace: &str, label: &str) -> Option<Option<String>> {
+        let found = self.last_read.get(namespace)?;
+        Some(label_of(&found, label))
+    }
+}
+
+fn label_of(namespace: &Option<Namespace>, label: &str) -> Option<String> {
+    namespace
+        .as_ref()
+        .and_then(|ns| ns.metadata.labels.as_ref())
+        .and_then(|labels| labels.get(label))
+        .cloned()
 }
 
 /// Who called the dry-run endpoint, as the apiserver's TokenReview says.

@@ -101,30 +101,45 @@ impl Pinner {
     }
 
     /// The mode for a namespace (its label, else the policy's), with a warning when the label
-    /// cannot be read or is not a mode.
+    /// cannot be read (within `wait`) or is not a mode. A label that cannot be read now is
+    /// taken as last read, when it was: an API hiccup must not move an enforcing namespace to
+    /// the policy's mode (audit, as shipped) for the admissions that happen during it.
     pub async fn mode_for(
         &self,
         policy: &CompiledPolicy,
         namespace: &str,
+        wait: Duration,
         warnings: &mut Vec<String>,
     ) -> Mode {
         if namespace.is_empty() {
             return policy.policy.mode;
         }
         let read = self.namespaces.label(namespace, MODE_LABEL);
-        let label = match tokio::time::timeout(NAMESPACE_READ_TIMEOUT, read).await {
-            Ok(Ok(label)) => label,
-            Ok(Err(e)) => {
-                warnings.push(format!("pinhook: cannot read namespace {namespace}: {e}"));
-                None
-            }
-            Err(_) => {
-                warnings.push(format!(
-                    "pinhook: reading namespace {namespace} timed out; using the policy's mode"
-                ));
-                None
-            }
+        let failure = match tokio::time::timeout(wait, read).await {
+            Ok(Ok(label)) => return self.mode_of(policy, namespace, label, warnings),
+            Ok(Err(e)) => format!("cannot read namespace {namespace}: {e}"),
+            Err(_) => format!("reading namespace {namespace} took longer than {wait:?}"),
         };
+        match self.namespaces.last_known(namespace, MODE_LABEL) {
+            Some(label) => {
+                warnings.push(format!("pinhook: {failure}; using its labels as last read"));
+                self.mode_of(policy, namespace, label, warnings)
+            }
+            None => {
+                warnings.push(format!("pinhook: {failure}; using the policy's mode"));
+                policy.policy.mode
+            }
+        }
+    }
+
+    /// The mode `label` selects, else the policy's with a warning.
+    fn mode_of(
+        &self,
+        policy: &CompiledPolicy,
+        namespace: &str,
+        label: Option<String>,
+        warnings: &mut Vec<String>,
+    ) -> Mode {
         policy.mode_for(label.as_deref()).unwrap_or_else(|e| {
             warnings.push(format!(
                 "pinhook: namespace {namespace}: {e}; using {}",
@@ -141,8 +156,17 @@ impl Pinner {
         let policy = self.policy.current();
         let mutation = plan::mutation(&policy, target.view);
         let mut warnings = Vec::new();
+        // The label read gets a quarter of the budget at most: pull secrets and the registry
+        // calls need the rest.
+        let label_wait = NAMESPACE_READ_TIMEOUT.min(budget / 4);
         let mode = self
-            .mode_if(mutation.reads_mode(), &policy, target, &mut warnings)
+            .mode_if(
+                mutation.reads_mode(),
+                &policy,
+                target,
+                label_wait,
+                &mut warnings,
+            )
             .await;
         let triaged = mutation.triage(mode)?;
         let wanted = triaged.wanted();
@@ -168,7 +192,13 @@ impl Pinner {
         let validation = plan::validation(&policy, target.view);
         let mut warnings = Vec::new();
         let mode = self
-            .mode_if(validation.reads_mode(), &policy, target, &mut warnings)
+            .mode_if(
+                validation.reads_mode(),
+                &policy,
+                target,
+                NAMESPACE_READ_TIMEOUT,
+                &mut warnings,
+            )
             .await;
         Ok(validation.finish(mode, warnings)?)
     }
@@ -180,10 +210,14 @@ impl Pinner {
         matters: bool,
         policy: &CompiledPolicy,
         target: &Target<'_>,
+        wait: Duration,
         warnings: &mut Vec<String>,
     ) -> Mode {
         match matters {
-            true => self.mode_for(policy, target.view.namespace, warnings).await,
+            true => {
+                self.mode_for(policy, target.view.namespace, wait, warnings)
+                    .await
+            }
             false => policy.policy.mode,
         }
     }
@@ -196,6 +230,8 @@ impl Pinner {
         deadline: Instant,
     ) -> PodKeyring {
         let images: Vec<String> = wanted.iter().map(|r| r.repository()).collect();
+        let now = Instant::now();
+        let left = deadline.saturating_duration_since(now);
         // The 1.20 EphemeralContainers object has no PodSpec: the pod is read instead.
         let own_spec = target.view.kind != workload::EPHEMERAL_CONTAINERS_KIND;
         let pod = PodContext {
@@ -213,13 +249,12 @@ impl Pinner {
             is_pod: target.view.is_pod(),
             pod_name: target.name,
             images: &images,
-            // Half of what is left for plugins and helpers: the pod's own secrets and the
-            // registry calls keep the rest.
-            sources_deadline: Some(
-                Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2,
-            ),
+            // Plugins and helpers must answer within 3/8 of what is left, the pod's secrets and
+            // ServiceAccounts within half: the registry calls keep the other half, and a slow
+            // plugin costs only its own answer.
+            sources_deadline: Some(now + left * 3 / 8),
         };
-        match tokio::time::timeout_at(deadline, self.secrets.keyring_for(&pod)).await {
+        match tokio::time::timeout_at(now + left / 2, self.secrets.keyring_for(&pod)).await {
             Ok(keyring) => keyring,
             Err(_) => PodKeyring {
                 keyring: Keyring::new(),

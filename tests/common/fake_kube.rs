@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -35,16 +36,29 @@ pub enum PullSecretFormat {
     DockerCfg,
 }
 
+/// How the fake fails every request once told to ([`FakeKube::set_fault`]), for fault tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeFault {
+    /// `503 Service Unavailable` with the apiserver's `v1 Status` body.
+    Unavailable,
+    /// The request is read and never answered.
+    Hang,
+}
+
 /// The fake API server.
 pub struct FakeKube {
     pub url: String,
     store: Arc<Mutex<Store>>,
     task: tokio::task::JoinHandle<()>,
+    fault: Arc<Mutex<Option<KubeFault>>>,
+    /// Fired by [`FakeKube::stop`]: stop accepting, close idle connections.
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl FakeKube {
     pub async fn start() -> FakeKube {
         let store = Arc::new(Mutex::new(Store::default()));
+        let fault = Arc::new(Mutex::new(None));
         let app = Router::new()
             .route(
                 "/api/v1/namespaces/{ns}/{resource}/{name}",
@@ -59,15 +73,45 @@ impl FakeKube {
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                 post(access_review),
             )
-            .with_state(store.clone());
+            .with_state(store.clone())
+            .layer(middleware::from_fn_with_state(fault.clone(), apply_fault));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
         });
-        FakeKube { url, store, task }
+        FakeKube {
+            url,
+            store,
+            task,
+            fault,
+            stop: Mutex::new(Some(stop)),
+        }
+    }
+
+    /// From now on every request fails as `fault` says (`None`: answered again).
+    pub fn set_fault(&self, fault: Option<KubeFault>) {
+        *self.fault.lock().expect("fault") = fault;
+    }
+
+    /// Stops the fake for good, as an API server that went away: the listener is closed (new
+    /// connections are refused) and kept-alive idle connections are closed. Idempotent.
+    pub fn stop(&self) {
+        if let Some(stop) = self.stop.lock().expect("stop").take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Whether the fake has stopped accepting connections (some time after [`FakeKube::stop`]).
+    pub fn is_stopped(&self) -> bool {
+        self.task.is_finished()
     }
 
     /// A kube client pointed at the fake.
@@ -202,6 +246,31 @@ impl FakeKube {
 impl Drop for FakeKube {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Fails every request as the current [`KubeFault`] says, else passes it on.
+async fn apply_fault(
+    State(fault): State<Arc<Mutex<Option<KubeFault>>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let current = *fault.lock().expect("fault");
+    match current {
+        None => next.run(request).await,
+        Some(KubeFault::Hang) => std::future::pending().await,
+        Some(KubeFault::Unavailable) => {
+            let status = json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "the server is currently unable to handle the request",
+                "reason": "ServiceUnavailable",
+                "code": 503
+            });
+            (StatusCode::SERVICE_UNAVAILABLE, Json(status)).into_response()
+        }
     }
 }
 

@@ -16,6 +16,7 @@ pub mod cli;
 pub mod credential_programs;
 pub mod fake_kube;
 pub mod images;
+pub mod load;
 pub mod logs;
 pub mod pinhook;
 pub mod registry;
