@@ -3,6 +3,8 @@
 # installs etcd and builds a kube-apiserver), checks formatting and lints, runs unit and
 # integration tests against a real registry, the local demo, then the end-to-end tier on a
 # real kube-apiserver. Set PINHOOK_SKIP_E2E=1 to stop before the end-to-end tier.
+# A short coverage-guided fuzzing pass (scripts/fuzz.sh, PINHOOK_FUZZ_SECONDS per target,
+# default 5; 0 skips it) runs after the demo; its targets count in the total.
 # The last line is the total: `total: N passed, M failed` (pinhook's cargo tests + e2e
 # scenarios); the line before it counts the harness's self-tests (tests/harness_selftest.rs),
 # which test the test harness, not pinhook: `harness self-tests: N passed, M failed`.
@@ -28,6 +30,15 @@ read -r passed failed harness_passed harness_failed < <(awk '
     END { print p + 0, f + 0, hp + 0, hf + 0 }' "$out/cargo.log")
 log "the local demo (scripts/demo.sh), as README's first command runs it"
 scripts/demo.sh
+fuzz_seconds=${PINHOOK_FUZZ_SECONDS:-5}
+if ((fuzz_seconds > 0)); then
+    log "fuzzing, ${fuzz_seconds} s per target (scripts/fuzz.sh)"
+    scripts/fuzz.sh "$fuzz_seconds" | tee "$out/fuzz.log"
+    # its last line: `fuzz: N passed, M failed`
+    read -r fuzz_passed fuzz_failed < <(tail -n1 "$out/fuzz.log" | awk '{ print $2 + 0, $4 + 0 }')
+    passed=$((passed + fuzz_passed))
+    failed=$((failed + fuzz_failed))
+fi
 if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
     log "end-to-end tier"
     bash tests/e2e/run.sh | tee "$out/e2e.log"
