@@ -1,6 +1,7 @@
 //! Registry helper for the end-to-end tier (`tests/e2e/run.sh`): starts a real registry
 //! (Debian's docker-registry, TLS from a generated CA, no auth) on 127.0.0.1, pushes the
-//! multi-arch images the scenarios use, writes an env file, then serves commands read from
+//! multi-arch images the scenarios use, and a second, private one (htpasswd, the same CA) with
+//! `team/private:1.0` for the credential provider scenario; writes an env file, then serves commands read from
 //! its stdin until stdin reaches EOF, it gets SIGTERM/SIGINT, or its parent process exits
 //! (checked every second, so a `kill -9` of run.sh does not leave a registry behind). It then
 //! drops the registry, whose `Drop` kills the docker-registry process and removes its tempdir.
@@ -24,6 +25,10 @@
 //! REGISTRY_ACCESS_LOG=/tmp/pinhook-registry-XXXX/access.log
 //! DIGEST_app_1_0=sha256:...      # index digest of team/app:1.0 (`.` and `-` in names -> `_`)
 //! ...
+//! PRIVATE_HOST=127.0.0.1:PORT    # the htpasswd registry
+//! PRIVATE_USER=...
+//! PRIVATE_PASSWORD=...
+//! DIGEST_private_1_0=sha256:...  # index digest of PRIVATE_HOST/team/private:1.0
 //! ```
 
 #[path = "../tests/common/mod.rs"]
@@ -53,6 +58,10 @@ const IMAGES: &[(&str, &str)] = &[
     // cannot leak into their expectations.
     ("team/roll", "1.0"),
 ];
+
+/// The private registry's only user (htpasswd).
+const PRIVATE_USER: &str = "e2e-private";
+const PRIVATE_PASSWORD: &str = "e2e-private-secret";
 
 /// A command read from stdin.
 #[derive(Debug, PartialEq, Eq)]
@@ -106,6 +115,28 @@ async fn main() -> Result<()> {
             pushed.reference, pushed.index_digest
         );
     }
+    let private = TestRegistry::start_with_ca(
+        RegistryAuth::htpasswd(PRIVATE_USER, PRIVATE_PASSWORD),
+        registry.ca().clone(),
+    )
+    .await;
+    let pushed = tokio::select! {
+        pushed = images::push_multi_arch(&private, "team/private", "1.0", "private") => pushed,
+        _ = sigterm.recv() => { eprintln!("e2e_registry: SIGTERM while pushing"); return Ok(()); }
+        _ = sigint.recv() => { eprintln!("e2e_registry: SIGINT while pushing"); return Ok(()); }
+    };
+    eprintln!(
+        "e2e_registry: private registry on {}, pushed {} -> {}",
+        private.host(),
+        pushed.reference,
+        pushed.index_digest
+    );
+    env.push_str(&format!(
+        "PRIVATE_HOST={}\nPRIVATE_USER={PRIVATE_USER}\nPRIVATE_PASSWORD={PRIVATE_PASSWORD}\n\
+         DIGEST_private_1_0={}\n",
+        private.host(),
+        pushed.index_digest
+    ));
     write_atomically(&env_path, &env)?;
     eprintln!("e2e_registry: wrote {}", env_path.display());
 
@@ -155,9 +186,10 @@ async fn main() -> Result<()> {
             registry.log_tail(20)
         );
     }
+    drop(private);
     drop(registry);
     let _ = std::fs::remove_file(&env_path);
-    eprintln!("e2e_registry: registry stopped");
+    eprintln!("e2e_registry: registries stopped");
     // Exit right away: the stdin thread may still be blocked in read().
     std::process::exit(0)
 }

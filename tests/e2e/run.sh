@@ -96,7 +96,7 @@ ROOT="$(cd "$E2E_DIR/../.." && pwd)"
 
 export E2E_WORK="${E2E_WORK:-/tmp/pinhook-e2e-run}"
 RUN="$E2E_WORK/run"
-ALL_SCENARIOS=(a b c d e f g h i j k l m n o p q r)
+ALL_SCENARIOS=(a b c d e f g h i j k l m n o p q r s)
 declare -A SCENARIO_TITLE=(
   [a]="Deployment: initContainer and container pinned in the stored template"
   [b]="bare Pod pinned"
@@ -116,6 +116,7 @@ declare -A SCENARIO_TITLE=(
   [p]="StatefulSet, DaemonSet, Job and Job-from-CronJob Pods carry the template's digest"
   [q]="target: pods: one digest per owner revision across a re-push of the tag"
   [r]="audit namespace with controllers: nothing mutated, no extra ReplicaSets"
+  [s]="private image, no pull secret: pinned with a kubelet credential provider plugin's credentials"
 )
 
 T_START=$(date +%s)
@@ -280,14 +281,16 @@ done
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 PINHOOK_BIN="${PINHOOK_BIN:-$TARGET_DIR/debug/pinhook}"
 E2E_REGISTRY_BIN="${E2E_REGISTRY_BIN:-$TARGET_DIR/debug/examples/e2e_registry}"
+PROVIDER_BIN="${PROVIDER_BIN:-$TARGET_DIR/debug/examples/credential_provider}"
 if [[ ${E2E_SKIP_BUILD:-0} != 1 ]]; then
   t=$(date +%s)
-  log "cargo build --bin pinhook --example e2e_registry"
-  cargo build --quiet --bin pinhook --example e2e_registry || die "cargo build failed"
+  log "cargo build --bin pinhook --example e2e_registry --example credential_provider"
+  cargo build --quiet --bin pinhook --example e2e_registry --example credential_provider || die "cargo build failed"
   log "cargo build done ($(($(date +%s) - t))s)"
 fi
 [[ -x $PINHOOK_BIN ]] || die "no pinhook binary at $PINHOOK_BIN"
 [[ -x $E2E_REGISTRY_BIN ]] || die "no e2e_registry binary at $E2E_REGISTRY_BIN"
+[[ -x $PROVIDER_BIN ]] || die "no credential_provider binary at $PROVIDER_BIN"
 
 # Everything below talks to 127.0.0.1 only: no proxy may see it.
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
@@ -336,7 +339,7 @@ registry_env_ready() { alive "$REGISTRY_PID" && [[ -s $RUN/registry.env ]]; }
 WAIT_PID=$REGISTRY_PID wait_until 60 "the registry helper's env file" registry_env_ready || die "registry helper did not come up"
 # shellcheck disable=SC1091
 source "$RUN/registry.env"
-: "${REGISTRY_HOST:?}" "${REGISTRY_CA:?}" "${DIGEST_app_1_0:?}"
+: "${REGISTRY_HOST:?}" "${REGISTRY_CA:?}" "${DIGEST_app_1_0:?}" "${PRIVATE_HOST:?}" "${DIGEST_private_1_0:?}"
 log "registry $REGISTRY_HOST ready with images pushed ($(($(date +%s) - t))s)"
 
 pinned() { # pinned REPO TAG -> 127.0.0.1:PORT/team/REPO:TAG@sha256:...
@@ -432,7 +435,26 @@ log "pinhook talks to the apiserver as $PINHOOK_USER ($PINHOOK_KUBECONFIG)"
 cat >"$RUN/policy.yaml" <<EOF
 mode: enforce
 registries:
-  allowPrivate: ["$REGISTRY_HOST"]
+  allowPrivate: ["$REGISTRY_HOST", "$PRIVATE_HOST"]
+EOF
+# The node's kubelet credential provider plugins, as pinhook reads them (s): the example plugin
+# answers the private registry's htpasswd user for images that match its host; no other
+# scenario's image matches, so it never runs for them.
+PROVIDERS="$RUN/providers"
+mkdir -p "$PROVIDERS/bin"
+cp "$PROVIDER_BIN" "$PROVIDERS/bin/e2e-provider"
+cat >"$PROVIDERS/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: e2e-provider
+    matchImages: ["$PRIVATE_HOST"]
+    defaultCacheDuration: "5m"
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    env:
+      - {name: PLUGIN_USERNAME, value: "$PRIVATE_USER"}
+      - {name: PLUGIN_PASSWORD, value: "$PRIVATE_PASSWORD"}
+      - {name: PLUGIN_COUNT_FILE, value: "$PROVIDERS/runs"}
 EOF
 # start_pinhook NAME PORT CERT_DIR POLICY [SERVE-ARGS...]: `pinhook serve` in the background
 # (log $RUN/NAME.log, PID in $RUN/NAME.pid and STARTED_PID), then wait for its /readyz
@@ -472,7 +494,9 @@ wait_effective() { # wait_effective NS: up to 30 s for probe_pinned NS
   log "webhook effective in $1 ($(($(date +%s) - t))s after pinhook was ready)"
 }
 
-start_pinhook pinhook "$PINHOOK_PORT" "$CERT_DIR" "$RUN/policy.yaml"
+start_pinhook pinhook "$PINHOOK_PORT" "$CERT_DIR" "$RUN/policy.yaml" \
+  --image-credential-provider-config "$PROVIDERS/config.yaml" \
+  --image-credential-provider-bin-dir "$PROVIDERS/bin"
 PINHOOK_PID=$STARTED_PID
 e2e_ns e2e-probe || die "cannot create namespace e2e-probe"
 wait_effective e2e-probe
@@ -1931,6 +1955,46 @@ scenario_r() {
     "$(log_since "$lines_before" | grep -F " namespace=$ns " | grep -F ': review ' | grep -vcF ' pinned=0 ' || true)" 0 || rc=1
   ok "pinhook log: reviews in $ns that would have pinned in enforce: $(log_since "$lines_before" | grep -F " namespace=$ns " | grep -F ': review ' | grep -vcF ' would_pin=0 ' || true)"
   log_counts "$ns" "$ref" rs pods
+  return "$rc"
+}
+
+# --- s: a private image with no pull secret, pinned through a credential provider plugin ---
+# (issue 12) pinhook runs the node's kubelet credential provider plugins: here the example
+# plugin (examples/credential_provider.rs) configured in $PROVIDERS/config.yaml, matching the
+# private htpasswd registry only. A Pod with that registry's image and no imagePullSecrets is
+# stored pinned to the exact index digest; the plugin ran (and no more than once for the
+# same image: Image cache key, 5m); its password is in no log line of pinhook.
+scenario_s() {
+  local ns=e2e-s rc=0 runs_before runs_after
+  e2e_ns "$ns"
+  runs_before=$(grep -c . "$PROVIDERS/runs" 2>/dev/null || true)
+  klog -n "$ns" create -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: private
+spec:
+  containers:
+    - name: app
+      image: $PRIVATE_HOST/team/private:1.0
+EOF
+  expect_eq "pull secrets of the pod" "$(jp "$ns" pod private '{.spec.imagePullSecrets}')" "" || rc=1
+  expect_eq "stored pod containers[0].image" "$(jp "$ns" pod private '{.spec.containers[0].image}')" \
+    "$PRIVATE_HOST/team/private:1.0@$DIGEST_private_1_0" || rc=1
+  klog -n "$ns" create -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: private-again
+spec:
+  containers:
+    - name: app
+      image: $PRIVATE_HOST/team/private:1.0
+EOF
+  runs_after=$(grep -c . "$PROVIDERS/runs" 2>/dev/null || true)
+  expect_eq "plugin runs for the two Pods (Image cache key, cached 5m)" "$((runs_after - runs_before))" 1 || rc=1
+  expect_eq "pinhook log lines with the plugin's password" "$(grep -cF "$PRIVATE_PASSWORD" "$RUN/pinhook.log" || true)" 0 || rc=1
+  ok "pinhook_credential_provider_execs_total: $(metric_sum pinhook_credential_provider_execs_total 'provider="e2e-provider"')"
   return "$rc"
 }
 
