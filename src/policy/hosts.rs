@@ -1,6 +1,7 @@
 //! Which registry hosts pinhook may contact for a pod spec: allow and deny lists, and a guard
 //! that keeps a pod spec from making pinhook probe internal addresses (loopback, link-local,
-//! cloud metadata, unspecified) unless a host is opted in explicitly.
+//! cloud metadata, unspecified; with `denyPrivateNetworks`, also RFC 1918, 100.64/10 and
+//! fc00::/7) unless a host is opted in explicitly.
 //!
 //! Hosts are compared in normalised form wherever these rules match them, so a spelling cannot
 //! slip past a list: ASCII lower case, no trailing dot, the default port `:443` dropped, and
@@ -35,6 +36,8 @@ pub struct HostRules {
     pub allow: Vec<String>,
     pub deny: Vec<String>,
     pub allow_private: Vec<String>,
+    /// Private networks (RFC 1918, 100.64.0.0/10, fc00::/7) are internal too.
+    pub deny_private_networks: bool,
 }
 
 // === impl HostRules ===
@@ -61,7 +64,7 @@ impl HostRules {
         }
         let name = host_without_port(host);
         if let Ok(ip) = name.parse::<IpAddr>() {
-            return match internal_kind(ip) {
+            return match internal_kind(ip, self.deny_private_networks) {
                 Some(what) => Err(refuse(what)),
                 None => Ok(()),
             };
@@ -82,7 +85,7 @@ impl HostRules {
         if self.is_opted_in(host) {
             return Ok(());
         }
-        refuse_internal(host, address)
+        refuse_internal(host, address, self.deny_private_networks)
     }
 
     /// Judges one address `name` resolved to when the port is not known: the HTTP client's
@@ -98,7 +101,7 @@ impl HostRules {
         });
         match opted_in {
             true => Ok(()),
-            false => refuse_internal(name, address),
+            false => refuse_internal(name, address, self.deny_private_networks),
         }
     }
 
@@ -110,6 +113,7 @@ impl HostRules {
             allow: Vec::new(),
             deny: Vec::new(),
             allow_private: self.allow_private.clone(),
+            deny_private_networks: self.deny_private_networks,
         }
     }
 
@@ -132,13 +136,26 @@ const METADATA_NAMES: &[&str] = &[
     "instance-data.ec2.internal",
 ];
 
-/// What kind of internal address `ip` is, if it is one.
-fn internal_kind(ip: IpAddr) -> Option<&'static str> {
-    match ip {
+/// What kind of internal address `ip` is, if it is one; private networks only when `private`.
+fn internal_kind(ip: IpAddr, private: bool) -> Option<&'static str> {
+    let kind = match ip {
         IpAddr::V4(v4) => internal_v4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => internal_v4(v4),
             None => internal_v6(v6),
+        },
+    };
+    kind.or_else(|| (private && is_private_network(ip)).then_some("private network"))
+}
+
+/// RFC 1918, the shared address space of RFC 6598 (100.64.0.0/10) and IPv6 unique local
+/// addresses (fc00::/7): where in-cluster and VPC registries live, and other internal services.
+fn is_private_network(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_private() || (v4.octets()[0] == 100 && v4.octets()[1] & 0xc0 == 64),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_private_network(IpAddr::V4(v4)),
+            None => v6.segments()[0] & 0xfe00 == 0xfc00,
         },
     }
 }
@@ -176,8 +193,8 @@ fn internal_v6(ip: Ipv6Addr) -> Option<&'static str> {
     }
 }
 
-fn refuse_internal(host: &str, address: IpAddr) -> Result<(), HostRefusal> {
-    match internal_kind(address) {
+fn refuse_internal(host: &str, address: IpAddr, private: bool) -> Result<(), HostRefusal> {
+    match internal_kind(address, private) {
         Some(what) => Err(HostRefusal::Internal {
             host: format!("{host} ({address})"),
             what,
@@ -300,6 +317,60 @@ mod tests {
 
     fn rules() -> HostRules {
         HostRules::default()
+    }
+
+    /// Private networks are contacted by default (registries live there) and refused with
+    /// `denyPrivateNetworks`, unless opted in; the other internal kinds are refused either way.
+    #[rstest::rstest]
+    #[case::rfc1918_10("10.1.2.3", "private network")]
+    #[case::rfc1918_172("172.16.0.1:5000", "private network")]
+    #[case::rfc1918_172_top("172.31.255.254", "private network")]
+    #[case::rfc1918_192("192.168.1.1", "private network")]
+    #[case::cgnat("100.64.0.1", "private network")]
+    #[case::cgnat_top("100.127.255.254", "private network")]
+    #[case::ula("[fd12:3456::1]", "private network")]
+    #[case::ula_fc("[fc00::1]:5000", "private network")]
+    #[case::mapped("[::ffff:10.0.0.1]", "private network")]
+    fn private_networks_are_one_switch(#[case] host: &str, #[case] what: &str) {
+        assert_eq!(rules().check_host(host), Ok(()), "allowed by default");
+        let strict = HostRules {
+            deny_private_networks: true,
+            ..rules()
+        };
+        assert_eq!(
+            strict.check_host(host).map_err(|e| e.to_string()),
+            Err(format!(
+                "registry {host} is a {what} address; pinhook does not contact it unless \
+                 registries.allowPrivate names it"
+            ))
+        );
+        let opted_in = HostRules {
+            allow_private: vec![host.to_string()],
+            ..strict.clone()
+        };
+        assert_eq!(opted_in.check_host(host), Ok(()));
+        let address: IpAddr = host_without_port(host)
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse()
+            .expect("an address");
+        assert!(strict.check_resolved("reg.example", address).is_err());
+        assert_eq!(rules().check_resolved("reg.example", address), Ok(()));
+    }
+
+    #[rstest::rstest]
+    #[case("172.32.0.1")]
+    #[case("172.15.255.255")]
+    #[case("100.128.0.1")]
+    #[case("100.63.255.255")]
+    #[case("192.169.0.1")]
+    #[case("[fe00::1]")]
+    #[case("8.8.8.8")]
+    fn neighbours_of_private_networks_are_public(#[case] host: &str) {
+        let strict = HostRules {
+            deny_private_networks: true,
+            ..rules()
+        };
+        assert_eq!(strict.check_host(host), Ok(()));
     }
 
     #[test]

@@ -161,6 +161,10 @@ pub struct Registries {
     /// Per-host TLS settings.
     #[serde(default)]
     pub hosts: BTreeMap<String, HostSettings>,
+    /// Also refuse private networks (RFC 1918, 100.64.0.0/10, fc00::/7) unless `allowPrivate`
+    /// names the host. Off by default: in-cluster and VPC registries live there.
+    #[serde(default)]
+    pub deny_private_networks: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -303,6 +307,7 @@ impl Policy {
             allow: self.registries.allow.clone(),
             deny: self.registries.deny.clone(),
             allow_private: self.registries.allow_private.clone(),
+            deny_private_networks: self.registries.deny_private_networks,
         };
         Ok(CompiledPolicy {
             policy: self,

@@ -107,3 +107,12 @@ fn a_parse_error_keeps_the_parser_error_and_prints_it_once() {
     let expected = "policy is not valid: line 1 column 7: unknown variant `strict`, expected one of enforce, audit, off";
     assert_eq!(error, Some((expected.to_string(), expected.to_string())));
 }
+
+#[test]
+fn deny_private_networks_reaches_the_host_rules() {
+    let compiled = Policy::parse("registries:\n  denyPrivateNetworks: true\n").expect("valid");
+    assert!(compiled.hosts.deny_private_networks);
+    assert!(compiled.hosts.check_host("10.0.0.1").is_err());
+    let default = Policy::parse("").expect("valid");
+    assert_eq!(default.hosts.check_host("10.0.0.1"), Ok(()));
+}
