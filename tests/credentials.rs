@@ -258,3 +258,37 @@ async fn a_malformed_pull_secret_fails_the_pod_as_kubelet_will() {
         world.pushed.pinned_with_tag()
     );
 }
+
+/// Names from the object under review go into API paths only when they are valid object names:
+/// a crafted `imagePullSecrets[].name` or template `serviceAccountName` reads nothing.
+#[tokio::test]
+async fn names_that_are_not_object_names_are_never_put_into_an_api_path() {
+    let world = world().await;
+    let mut review = pull_secret_pod(&world, "team-a");
+    review["request"]["object"]["spec"]["imagePullSecrets"] =
+        json!([{"name": "../../secrets/admin"}]);
+    let body = world.pinhook.mutate(&review).await;
+    assert!(
+        warned(
+            &body,
+            "pinhook: imagePullSecret name \"../../secrets/admin\" is not a valid object name; not read"
+        ),
+        "{body}"
+    );
+    let mut deployment = review_fixture("v1.20/deployment-create-mutate.json", &world.registry);
+    deployment["request"]["object"]["spec"]["template"]["spec"]["serviceAccountName"] =
+        json!("../secrets/admin");
+    let body = world.pinhook.mutate(&deployment).await;
+    assert!(
+        warned(
+            &body,
+            "pinhook: serviceAccountName \"../secrets/admin\" is not a valid object name; not read"
+        ),
+        "{body}"
+    );
+    assert_eq!(
+        world.kube.hits("admin"),
+        0,
+        "no request named the crafted object"
+    );
+}

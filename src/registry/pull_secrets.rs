@@ -152,6 +152,12 @@ impl KubeSecrets {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .unwrap_or("default");
+        if !is_object_name(account) {
+            warnings.push(format!(
+                "pinhook: serviceAccountName {account:?} is not a valid object name; not read"
+            ));
+            return Vec::new();
+        }
         match self.service_account(pod.namespace, account).await {
             Ok(sa) => match sa.as_ref() {
                 Some(sa) => sa
@@ -198,6 +204,14 @@ impl PullSecrets for KubeSecrets {
         let mut keyring = Keyring::new();
         if let Some(spec) = spec {
             for name in self.secret_names(pod, spec, &mut warnings).await {
+                // The name comes from the object under review (not validated yet when a
+                // mutating webhook sees it) and goes into an API path: only valid names.
+                if !is_object_name(&name) {
+                    warnings.push(format!(
+                        "pinhook: imagePullSecret name {name:?} is not a valid object name; not read"
+                    ));
+                    continue;
+                }
                 match self.secret(pod.namespace, &name).await {
                     Ok(secret) => match secret.as_ref() {
                         Some(secret) => match read_secret(secret).inspect_err(|e| {
@@ -286,6 +300,17 @@ fn object_cache<V: Clone + Send + Sync + 'static>() -> moka::future::Cache<(Stri
         .build()
 }
 
+/// A DNS-1123 subdomain, what the apiserver accepts as a Secret or ServiceAccount name: at
+/// most 253 characters of `a-z`, `0-9`, `-` and `.`, starting and ending alphanumeric.
+fn is_object_name(name: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let bytes = name.as_bytes();
+    (1..=253).contains(&bytes.len())
+        && bytes.first().copied().is_some_and(alnum)
+        && bytes.last().copied().is_some_and(alnum)
+        && bytes.iter().all(|&c| alnum(c) || c == b'-' || c == b'.')
+}
+
 fn names_in(list: Option<&Value>) -> Vec<String> {
     list.and_then(Value::as_array)
         .into_iter()
@@ -309,5 +334,28 @@ fn short_error(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => status.message.clone(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_object_name;
+
+    #[rstest::rstest]
+    #[case("regcred", true)]
+    #[case("reg-cred.v2", true)]
+    #[case("0abc", true)]
+    #[case("", false)]
+    #[case("../../configmaps/x", false)]
+    #[case("a/b", false)]
+    #[case("RegCred", false)]
+    #[case("-regcred", false)]
+    #[case("regcred.", false)]
+    #[case("reg%2Fcred", false)]
+    #[case("reg cred", false)]
+    fn only_valid_object_names_go_into_api_paths(#[case] name: &str, #[case] valid: bool) {
+        assert_eq!(is_object_name(name), valid);
+        assert!(!is_object_name(&"a".repeat(254)));
+        assert!(is_object_name(&"a".repeat(253)));
     }
 }
