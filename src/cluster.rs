@@ -127,6 +127,9 @@ pub enum AuthError {
     TokenReview(#[source] kube::Error),
     #[error("SubjectAccessReview failed")]
     SubjectAccessReview(#[source] kube::Error),
+    /// A TokenReview failure shared by the callers that waited on the same review.
+    #[error("TokenReview failed: {0}")]
+    Shared(String),
 }
 
 /// Authentication and authorisation of dry-run callers by the cluster itself.
@@ -147,13 +150,25 @@ pub trait Authorizer: Send + Sync {
 /// TokenReview and SubjectAccessReview through the API.
 pub struct KubeAuthorizer {
     client: kube::Client,
+    /// TokenReview answers by the token's SHA-256, for [`TOKEN_REVIEW_TTL`]: a CI job's calls
+    /// (and a flood of one garbage token) cost one TokenReview, not one each.
+    reviewed: moka::future::Cache<[u8; 32], Option<Caller>>,
 }
+
+/// How long a TokenReview's answer (authenticated or not) is reused.
+pub const TOKEN_REVIEW_TTL: Duration = Duration::from_secs(10);
 
 // === impl KubeAuthorizer ===
 
 impl KubeAuthorizer {
     pub fn new(client: kube::Client) -> KubeAuthorizer {
-        KubeAuthorizer { client }
+        KubeAuthorizer {
+            client,
+            reviewed: moka::future::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(TOKEN_REVIEW_TTL)
+                .build(),
+        }
     }
 
     /// POSTs a cluster-scoped review object and returns the apiserver's answer.
@@ -175,11 +190,9 @@ impl KubeAuthorizer {
             .await
             .map_err(failed)
     }
-}
 
-#[async_trait]
-impl Authorizer for KubeAuthorizer {
-    async fn authenticate(&self, token: &str) -> Result<Option<Caller>, AuthError> {
+    /// Asks the apiserver who `token` is (TokenReview).
+    async fn review_token(&self, token: &str) -> Result<Option<Caller>, AuthError> {
         use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -202,6 +215,22 @@ impl Authorizer for KubeAuthorizer {
             groups: user.groups.unwrap_or_default(),
             extra: user.extra.unwrap_or_default(),
         }))
+    }
+}
+
+#[async_trait]
+impl Authorizer for KubeAuthorizer {
+    async fn authenticate(&self, token: &str) -> Result<Option<Caller>, AuthError> {
+        use sha2::Digest as _;
+        let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        // Errors are not cached: the next call asks again.
+        self.reviewed
+            .try_get_with(key, self.review_token(token))
+            .await
+            .map_err(|e| match Arc::try_unwrap(e) {
+                Ok(e) => e,
+                Err(shared) => AuthError::Shared(shared.to_string()),
+            })
     }
 
     async fn can_create(

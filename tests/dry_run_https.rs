@@ -261,3 +261,20 @@ async fn pinhook_check_server_mode_calls_the_endpoint() {
         assert_eq!(object["source"], file_name.as_ref(), "{report}");
     }
 }
+
+/// A CI job's calls, and a flood of one garbage token, cost one TokenReview each per
+/// `TOKEN_REVIEW_TTL`, not one per call (they were never cached).
+#[tokio::test]
+async fn token_reviews_are_reused_for_a_few_seconds() {
+    let world = world().await;
+    for _ in 0..3 {
+        let (status, report) =
+            dry_run(&world, Some("ci-token"), manifests(&world.registry.host())).await;
+        assert_eq!(status, 200, "{report}");
+    }
+    for _ in 0..5 {
+        let (status, _) = dry_run(&world, Some("garbage"), "{}".to_string()).await;
+        assert_eq!(status, 401);
+    }
+    assert_eq!(world.kube.token_reviews(), 2, "one per token");
+}

@@ -23,6 +23,8 @@ struct Store {
     tokens: HashMap<String, String>,
     /// (username, group, resource, namespace) allowed to `create`
     grants: Vec<(String, String, String, String)>,
+    /// TokenReviews received.
+    token_reviews: usize,
     /// Every SubjectAccessReview spec received.
     access_reviews: Vec<Value>,
 }
@@ -231,6 +233,11 @@ impl FakeKube {
         ));
     }
 
+    /// TokenReviews received (POSTs: not counted in [`FakeKube::hits`]).
+    pub fn token_reviews(&self) -> usize {
+        self.store.lock().expect("store").token_reviews
+    }
+
     /// How many GETs reached a path containing `fragment`.
     pub fn hits(&self, fragment: &str) -> usize {
         let store = self.store.lock().expect("store");
@@ -313,7 +320,11 @@ async fn token_review(
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let user = store.lock().expect("store").tokens.get(&token).cloned();
+    let user = {
+        let mut store = store.lock().expect("store");
+        store.token_reviews += 1;
+        store.tokens.get(&token).cloned()
+    };
     review["status"] = match user {
         Some(username) => json!({
             "authenticated": true,
