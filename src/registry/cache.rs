@@ -175,8 +175,9 @@ impl CachingResolver {
         }
     }
 
-    /// A view for dry runs: answers from the cache, asks the registry on a miss, and records
-    /// nothing (no entries, no moves, no backoff).
+    /// A view for dry runs: answers from the cache, asks the registry on a miss within the same
+    /// per-registry limit, backoff and breaker as admission, and records nothing (no entries,
+    /// no moves, no backoff).
     pub fn read_only(&self) -> ReadOnlyCache {
         ReadOnlyCache {
             inner: self.inner.clone(),
@@ -317,6 +318,15 @@ impl Resolver for ReadOnlyCache {
             Lookup::Answered(answer) => return answer,
             Lookup::Miss(key, candidates) => (key, candidates),
         };
+        // The same limits as admission's lookups (not recorded: a dry run changes nothing).
+        if let Some(backoff) = self.shared.active_backoff(&key) {
+            return self.shared.stale_or(&key, backoff);
+        }
+        if let Some(paused) = self.shared.breakers.paused(reference.domain()) {
+            return self.shared.stale_or(&key, paused);
+        }
+        let limit = self.shared.limit_for(reference.domain());
+        let _permit = limit.acquire_owned().await.ok();
         match self.inner.resolve(reference, &candidates).await {
             Ok(resolution) => Ok(resolution),
             Err(error) if error.is_unavailable() => self.shared.stale_or(&key, error),
@@ -937,5 +947,39 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(inner.calls(), 2);
+    }
+
+    #[tokio::test]
+    async fn dry_runs_keep_to_the_registry_limit_backoff_and_breaker() {
+        let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_millis(50));
+        let config = CacheConfig {
+            per_registry_concurrency: 2,
+            ..CacheConfig::default()
+        };
+        let cache = cache(inner.clone(), config);
+        let dry = cache.read_only();
+        let images: Vec<Reference> = (0..6)
+            .map(|i| reference(&format!("registry.example/team/app:{i}")))
+            .collect();
+        let results = futures::future::join_all(images.iter().map(|i| dry.resolve(i, &[]))).await;
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(
+            inner.most_at_once.load(Ordering::SeqCst),
+            2,
+            "the registry's limit"
+        );
+
+        // A key admission found failing is backing off for dry runs too.
+        let failing = Scripted::new(&[Answer::Unreachable]);
+        let cache = super::tests::cache(failing.clone(), quick());
+        let image = reference("registry.example/team/down:1.0");
+        assert!(cache.resolve(&image, &[]).await.is_err());
+        let dry = cache.read_only();
+        let backing_off = dry.resolve(&image, &[]).await;
+        assert!(
+            matches!(backing_off, Err(RegistryError::BackingOff { .. })),
+            "{backing_off:?}"
+        );
+        assert_eq!(failing.calls(), 1, "no call while backing off");
     }
 }
