@@ -39,7 +39,7 @@ log() { printf '==> %s %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 max_len_of() {
     case "$1" in
         admission_review | check_manifests | mirror_objects) echo 16384 ;;
-        image_reference | keyring_match | apiserver_timeout) echo 1024 ;;
+        image_reference | keyring_match | apiserver_timeout | www_authenticate) echo 1024 ;;
         *) echo 8192 ;;
     esac
 }

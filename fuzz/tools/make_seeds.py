@@ -365,6 +365,34 @@ REGISTRY_ANSWERS = [
 for answers in REGISTRY_ANSWERS:
     add("registry_answers", SEP.join(answers))
 
+# --- www_authenticate: challenges as registries write them --------------------------------------
+
+for challenge in [
+    'Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/nginx:pull"',
+    "bearer realm=https://r.example/token",
+    'Bearer service="x", realm="https://a.example/t", scope="repository:a/b:pull,push"',
+    'Basic realm="Registry Realm"',
+    'Bearer realm=""',
+    'Bearer realm="http://127.0.0.1:1/token",error="invalid_token"',
+    'BEARER   realm = "https://a.example/t" , service = "s"',
+    'Bearer realm="a\\"b",service="c"',
+]:
+    add("www_authenticate", challenge)
+
+# --- provider_response: what credential provider plugins print ----------------------------------
+
+V1 = "credentialprovider.kubelet.k8s.io/v1"
+for answer_text in [
+    '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"Image","cacheDuration":"5m","auth":{"registry.example":{"username":"u","password":"AbCdEfGhIjKlMnOp"}}}' % V1,
+    '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"Registry","auth":{"*.dkr.ecr.*.amazonaws.com":{"username":"AWS","password":"x"}}}' % V1,
+    '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1beta1","kind":"CredentialProviderResponse","cacheKeyType":"Global","cacheDuration":"0s","auth":{}}',
+    '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"Nope","auth":null}' % V1,
+    '{"apiVersion":"v1","kind":"Pod"}',
+    '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"Image","cacheDuration":"-1h","auth":{}}' % V1,
+    "not json at all SECRETSECRETSECRET",
+]:
+    add("provider_response", answer_text)
+
 # --- write ---------------------------------------------------------------------------------
 
 if __name__ == "__main__":

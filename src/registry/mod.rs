@@ -52,6 +52,7 @@ pub use credentials::{Credential, Fingerprint};
 pub use guard::RealmRefusal;
 pub use memo::RunMemo;
 pub use redirect::RedirectRefusal;
+pub use token::Bearer;
 
 /// Why a tag could not be resolved.
 #[derive(Debug, thiserror::Error)]

@@ -26,7 +26,7 @@ const TOKEN_TTL: Duration = Duration::from_secs(50);
 
 /// A `WWW-Authenticate: Bearer realm="…",service="…",scope="…"` challenge (RFC 6750 §3).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Bearer {
+pub struct Bearer {
     pub realm: String,
     pub service: Option<String>,
     pub scope: Option<String>,

@@ -25,6 +25,8 @@
 pub mod config;
 mod protocol;
 
+pub use protocol::ResponseError;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,7 +37,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tracing::{debug, warn};
 
 use self::config::ProviderSpec;
-use self::protocol::{CacheKeyType, Response, ResponseError};
+use self::protocol::{CacheKeyType, Response};
 use super::credentials::Credential;
 use super::exec::{self, ExecError, Program};
 use super::keyring::{image_matches, CredentialSource, Provided};
@@ -123,6 +125,13 @@ impl Default for Settings {
             max_output: 1024 * 1024,
         }
     }
+}
+
+/// Reads a plugin's stdout as [`CredentialProviders`] does (checked against `api_version`,
+/// decoded strictly) and counts its `auth` entries: the protocol parser's public face, for
+/// fuzzing and tests. Never quotes the answer in its error.
+pub fn parse_response(stdout: &[u8], api_version: &str) -> Result<usize, ResponseError> {
+    protocol::decode(stdout, api_version).map(|response| response.auth.len())
 }
 
 // === impl CredentialProviders ===
