@@ -40,15 +40,24 @@ async fn start(limits: ConnectionLimits) -> (TestRegistry, TestPinhook) {
 
 /// A TLS connection to pinhook that speaks HTTP/1.1 (no ALPN).
 async fn connect(pinhook: &TestPinhook) -> std::io::Result<TlsStream<TcpStream>> {
+    connect_alpn(pinhook, &[]).await
+}
+
+/// A TLS connection to pinhook offering `alpn` (e.g. `h2`).
+async fn connect_alpn(
+    pinhook: &TestPinhook,
+    alpn: &[&[u8]],
+) -> std::io::Result<TlsStream<TcpStream>> {
     init_crypto();
     let mut roots = tokio_rustls::rustls::RootCertStore::empty();
     let mut pem = pinhook.ca_pem().as_bytes();
     for cert in rustls_pemfile::certs(&mut pem) {
         roots.add(cert?).map_err(std::io::Error::other)?;
     }
-    let config = tokio_rustls::rustls::ClientConfig::builder()
+    let mut config = tokio_rustls::rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let port = pinhook.base.rsplit(':').next().unwrap_or_default();
     let tcp = TcpStream::connect(format!("127.0.0.1:{port}")).await?;
     let name = ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
@@ -227,4 +236,62 @@ async fn past_max_connections_new_ones_are_closed_and_a_freed_slot_serves_again(
         .expect("request");
     let (answer, _) = read_until_closed(&mut conn, Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}
+
+/// Checked and fine before (keep it so): HTTP/2 "rapid reset" (CVE-2023-44487). A client that
+/// opens streams and resets them at once is sent GOAWAY after a few dozen, long before the
+/// thousand it tries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_rapid_reset_gets_goaway() {
+    let (_registry, pinhook) = start(ConnectionLimits::default()).await;
+    let tls = connect_alpn(&pinhook, &[b"h2"])
+        .await
+        .expect("TLS connection");
+    let (client, connection) = h2::client::handshake(tls).await.expect("h2 handshake");
+    let driver = tokio::spawn(connection);
+    let mut client = client;
+    let mut sent = 0;
+    for _ in 0..1000 {
+        let Ok(ready) = client.clone().ready().await else {
+            break;
+        };
+        client = ready;
+        let request = http::Request::post("/mutate").body(()).expect("request");
+        let Ok((response, mut stream)) = client.send_request(request, false) else {
+            break;
+        };
+        stream.send_reset(h2::Reason::CANCEL);
+        drop(response);
+        sent += 1;
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(10), driver)
+        .await
+        .expect("the connection ends");
+    let error = ended
+        .expect("the driver task")
+        .expect_err("the server ends the connection with an error (GOAWAY)");
+    assert!(
+        sent < 1000,
+        "{sent} streams opened and reset without GOAWAY"
+    );
+    assert!(
+        error.is_go_away() || error.is_io() || error.is_remote(),
+        "{error:?}"
+    );
+}
+
+/// Checked and fine before (keep it so): JSON nested deeper than serde_json's recursion
+/// limit is a 400 naming the problem, not a stack overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_json_is_a_400() {
+    let (_registry, pinhook) = start(ConnectionLimits::default()).await;
+    let depth = 100_000;
+    let body = format!(
+        "{{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{}{}}}",
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    let (status, text) = pinhook.post("/mutate?timeout=10s", body).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("recursion limit exceeded"), "{text}");
 }
