@@ -41,7 +41,9 @@
 #      security settings); everything a 1.20 apiserver serves accepted by `kubectl apply
 #      --dry-run=server` (the policy/v1 PDB, the only other object, as policy/v1beta1) with no field
 #      dropped, nothing stored, the registered webhooks unchanged; overlays/cert-manager rendered
-#      (Certificate, Issuers, inject-ca-from on every webhook configuration); render.sh again
+#      (Certificate, Issuers, inject-ca-from on every webhook configuration);
+#      overlays/node-credential-providers rendered (provider env vars, read-only hostPath
+#      mounts) and its Deployment accepted by a server-side dry run; render.sh again
 #      changes nothing
 #   m  issue 9: a Deployment admitted in audit, namespace moved to enforce, `kubectl set env`:
 #      at most 2 ReplicaSets for 60 s (fails as soon as there are 3: the controller fighting
@@ -1552,6 +1554,22 @@ scenario_l() {
   expect_eq "cert-manager webhooks: those with a caBundle (cainjector sets it), those excluding namespace cert-manager" \
     "$(jq -r '[.[] | .webhooks[]?] | "\(map(select(.clientConfig.caBundle)) | length) of \(length), \(map(select(any(.namespaceSelector.matchExpressions[]; .operator == "NotIn" and any(.values[]; . == "cert-manager")))) | length) of \(length)"' "$C")" \
     "0 of 3, 3 of 3" || rc=1
+
+  # 3b. overlays/node-credential-providers (cert-manager + the component, issue 12): rendered,
+  # the Deployment mounts the node's provider config and plugin directory read-only (EKS's
+  # paths) and points pinhook at them, and the apiserver accepts it (server-side dry run)
+  local N="$dir/node-credential-providers.json"
+  code=0
+  kubectl kustomize "$m/overlays/node-credential-providers" >"$dir/ncp.yaml" 2>"$dir/ncp.err" || code=$?
+  expect_eq "kubectl kustomize overlays/node-credential-providers: exit code" "$code" 0 || { log "  stderr: $(<"$dir/ncp.err")"; return 1; }
+  objects_json "$dir/ncp.yaml" >"$N"
+  expect_eq "node-credential-providers Deployment: provider env vars, their mounts read-only, hostPaths" \
+    "$(jq -r '.[] | select(.kind == "Deployment") | .spec.template.spec as $s |
+      "\($s.containers[0].env | map(select(.name | startswith("PINHOOK_IMAGE_CREDENTIAL_PROVIDER"))) | length) \([$s.containers[0].volumeMounts[] | select(.name | startswith("node-credential-provider")) | .readOnly] | map(tostring) | join(",")) \([$s.volumes[] | select(.hostPath) | .hostPath.path] | join(","))"' "$N")" \
+    "2 true,true /etc/eks/image-credential-provider/config.json,/etc/eks/image-credential-provider" || rc=1
+  code=0
+  jq '.[] | select(.kind == "Deployment")' "$N" | K apply --dry-run=server -f - >"$dir/ncp-apply.out" 2>&1 || code=$?
+  expect_eq "kubectl apply --dry-run=server of the node-credential-providers Deployment: exit code" "$code" 0 || { log "  $(<"$dir/ncp-apply.out")"; rc=1; }
 
   # 4. render.sh again: reuses certs/, so nothing changes
   local ca_sum gen_before
