@@ -1696,7 +1696,7 @@ no_digest_in() { # no_digest_in NS RESOURCE...: occurrences of '@sha256' in the 
 # ReplicaSet instead of the template makes the Deployment controller create ReplicaSet after
 # ReplicaSet (72 in 20 s in the issue). Expected: at most 2 for 60 s, the template pinned, the
 # new ReplicaSet's Pods pinned.
-# pinhook caches namespace labels for 30 s (src/cluster.rs NAMESPACE_TTL; no flag shortens it),
+# pinhook caches namespace labels for 30 s (--namespace-cache-ttl; the tier keeps the default),
 # so m's first half, up to the label change, runs before the first scenario (m_start) and the
 # cache ages while the others run; m itself polls until pinhook applies enforce.
 m_start() {
@@ -1895,8 +1895,8 @@ scenario_p() {
 
 # --- q: target: pods, one digest per owner revision across a re-push ---
 # The second pinhook (set-up 6b: policy `target: pods`, its own webhooks for namespaces labelled
-# pinhook.dev/e2e-instance=pods) runs with --cache-ttl $PODS_CACHE_TTL, and its owner-revision
-# memo lives as long (src/main.rs: owner_ttl = the cache's hit TTL), but from the first Pod of
+# pinhook.dev/e2e-instance=pods) runs with --cache-ttl $PODS_CACHE_TTL; its owner-revision
+# memo lives --owner-revision-ttl (24 h by default), from the first Pod of
 # the revision on, while the cache entry was made earlier, by a bare Pod: after the re-push the
 # cache answers the new digest while the revision still holds the old one. Timeline (T = TTL):
 #   0      bare Pod `warm`: cache miss, resolved to D1 (cache entry ages from here)
