@@ -12,7 +12,10 @@ use std::process::{Command, Output, Stdio};
 use common::cli::pinhook_command;
 use common::credential_programs::{helper_dir, runs};
 use common::images::{self, PushedIndex};
+use common::pinhook::{Options, TestPinhook};
 use common::registry::{RegistryAuth, TestRegistry};
+use common::requests::{image_after, pod_review};
+use pinhook::policy::Policy;
 use serde_json::json;
 use tempfile::TempDir;
 
@@ -263,4 +266,33 @@ fn the_helper_example_speaks_dockers_protocol() {
         answer,
         json!({"ServerURL": "registry.example", "Username": "u", "Secret": "s"})
     );
+}
+
+/// `serve --docker-config` with an `identitytoken`: pinhook exchanges the node-level docker
+/// config's identity token the same way (its realm passes the address guard), and pins the
+/// private image with no pull secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_exchanges_an_identitytoken_from_its_docker_config() {
+    let (registry, pushed) = private(RegistryAuth::token(USER, PASS)).await;
+    let tokens = registry.token_server().expect("token auth");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.json");
+    let docker = json!({"auths": {registry.host(): {"identitytoken": tokens.identity_token()}}});
+    std::fs::write(&config, docker.to_string()).expect("write config.json");
+    let mut policy = Policy::default();
+    // The token server listens on loopback too.
+    policy
+        .registries
+        .allow_private
+        .push(tokens.addr().to_string());
+    let options = Options {
+        policy,
+        docker_config: Some(config),
+        ..Options::default()
+    };
+    let pinhook = TestPinhook::start_with(&registry, options).await;
+    let review = pod_review(&registry, &pushed.reference);
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(image_after(&review, &body), pushed.pinned_with_tag());
 }

@@ -54,6 +54,9 @@ pub struct Options {
     pub authorizer: Option<Arc<dyn Authorizer>>,
     /// Bounds on the test clients' connections and requests.
     pub limits: ConnectionLimits,
+    /// `serve --docker-config`: node-level credentials as `pinhook serve` reads them. When set,
+    /// pinhook builds its own node-only pull secrets from it and `secrets` is not used.
+    pub docker_config: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -65,6 +68,7 @@ impl Default for Options {
             namespaces: Arc::new(NoNamespaces),
             authorizer: None,
             limits: ConnectionLimits::default(),
+            docker_config: None,
         }
     }
 }
@@ -106,12 +110,15 @@ impl TestPinhook {
             owner_revision_ttl: Duration::from_secs(86_400),
             namespace_label_ttl: pinhook::cluster::NAMESPACE_TTL,
             kube: KubeAccess::Disabled,
-            docker_config: None,
+            docker_config: options.docker_config.clone(),
             credential_providers: None,
             shutdown_delay: Duration::ZERO,
             limits: options.limits,
             overrides: Overrides {
-                secrets: Some(options.secrets),
+                secrets: match options.docker_config {
+                    Some(_) => None,
+                    None => Some(options.secrets),
+                },
                 namespaces: Some(options.namespaces),
                 authorizer: options.authorizer,
             },
