@@ -63,6 +63,9 @@ if ((${#targets[@]} == 0)); then
 fi
 
 export RUSTC_BOOTSTRAP=1
+# The instrumented build has flags of its own: keep it apart from the main build, whatever
+# CARGO_TARGET_DIR the caller set (the binaries are looked for there).
+export CARGO_TARGET_DIR="$root/fuzz/target"
 build_args=(--sanitizer "$sanitizer")
 [[ -n "${PINHOOK_FUZZ_JOBS:-}" ]] && export CARGO_BUILD_JOBS=$PINHOOK_FUZZ_JOBS
 log "building ${#targets[@]} fuzz targets (sanitizer: $sanitizer)"
