@@ -177,7 +177,6 @@ pub struct ResolveConfig {
 struct PolicyWatcher {
     path: PathBuf,
     oci: Arc<OciResolver>,
-    exchanging: Arc<IdentityTokens>,
     base_registry: RegistryConfig,
 }
 
@@ -191,16 +190,8 @@ pub async fn build(config: Config) -> Result<App, AppError> {
     // Cache, then the address guard, then the client (which checks token realms against the
     // same policy).
     let oci = Arc::new(oci.with_policy(handle.clone()));
-    // Identity tokens are exchanged under the guard, with the client's own trust settings.
-    let exchange_config = config
-        .registry
-        .with_hosts(&handle.current().policy.registries.hosts)
-        .map_err(AppError::PolicyRegistries)?;
-    let exchanging = Arc::new(IdentityTokens::new(
-        oci.clone(),
-        exchange_config,
-        Some(handle.clone()),
-    ));
+    // Identity tokens are exchanged under the guard, through the client's own HTTP clients.
+    let exchanging = Arc::new(IdentityTokens::new(oci.clone()));
     let guarded: Arc<dyn Resolver> =
         Arc::new(AddressGuard::new(exchanging.clone(), handle.clone()));
     let cache = Arc::new(CachingResolver::new(guarded, config.cache, metrics.clone()));
@@ -241,7 +232,6 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         PolicySource::File(path) => Some(PolicyWatcher {
             path,
             oci,
-            exchanging,
             base_registry: config.registry,
         }),
         PolicySource::Fixed(_) => None,
@@ -286,7 +276,7 @@ pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryEr
         return Ok(Ok(reference.pinned(digest, config.form)));
     }
     let oci = Arc::new(OciResolver::new(config.registry.clone())?);
-    let resolver = IdentityTokens::new(oci, config.registry.clone(), None);
+    let resolver = IdentityTokens::new(oci);
     // The user's own docker credentials (helpers asked), as `pinhook check` uses them, then
     // anonymous.
     let (keyring, warnings) = user_keyring()?.for_images(&[reference.repository()]).await;
@@ -416,12 +406,10 @@ impl App {
             let PolicyWatcher {
                 path,
                 oci,
-                exchanging,
                 base_registry,
             } = watcher;
             let reconfigure = move |compiled: &CompiledPolicy| {
                 let config = base_registry.with_hosts(&compiled.policy.registries.hosts)?;
-                exchanging.reconfigure(config.clone());
                 oci.reconfigure(config);
                 Ok(())
             };

@@ -36,10 +36,7 @@ pub(super) async fn check(
     // Identity tokens (`identitytoken`, a helper's `<token>` user) are exchanged first, as
     // `pinhook resolve` and `serve` do.
     let oci = Arc::new(app::registry_client(registry, &compiled)?);
-    let exchange_config = registry
-        .with_hosts(&compiled.policy.registries.hosts)
-        .map_err(AppError::PolicyRegistries)?;
-    let oci: Arc<dyn Resolver> = Arc::new(IdentityTokens::new(oci, exchange_config, None));
+    let oci: Arc<dyn Resolver> = Arc::new(IdentityTokens::new(oci));
     let handle = PolicyHandle::new(compiled);
     let metrics = Arc::new(Metrics::new());
     let cache = CachingResolver::new(oci, CacheConfig::default(), metrics);

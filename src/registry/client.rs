@@ -87,14 +87,22 @@ impl OciResolver {
         self.http.invalidate_all();
     }
 
-    fn config(&self) -> Arc<RegistryConfig> {
+    /// The settings in force (replaced by [`OciResolver::reconfigure`]).
+    pub(super) fn config(&self) -> Arc<RegistryConfig> {
         self.config
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    fn http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
+    /// The guard the client's requests are held to (`None`: no policy).
+    pub(super) fn policy(&self) -> Option<&PolicyHandle> {
+        self.policy.as_ref()
+    }
+
+    /// The outbound path's client for `registry`, shared by every request to it (the token
+    /// exchange of identity tokens included).
+    pub(super) fn http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
         // Concurrent first uses build one client (moka runs one init per key), not one each.
         self.http
             .try_get_with(registry.to_string(), || {

@@ -8,12 +8,13 @@
 //! Owns: [`IdentityTokens`], a [`Resolver`] between the address guard and the registry client
 //! that replaces each [`Credential::IdentityToken`] with the [`Credential::AccessToken`] it is
 //! exchanged for (kept per registry, token and repository for [`ACCESS_TTL`]); the realm passes
-//! the address guard first, as every realm does ([`super::guard::check_realm`]).
+//! the address guard first, as every realm does ([`super::guard::check_realm`]), and every
+//! request goes through the registry client's own HTTP clients and settings.
 //!
 //! Never: puts a token into a log or an error message. A token that cannot be exchanged is left
 //! out, and the next credential (at last anonymous) is tried, as after a refused password.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,11 +22,9 @@ use reqwest::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
 use serde::Deserialize;
 use tracing::warn;
 
-use super::dns::{self, Lookup};
-use super::token::Bearer;
+use super::token::{self, Bearer};
 use super::{body, guard, outbound};
-use super::{Credential, Fingerprint, RegistryConfig, RegistryError, Resolution, Resolver};
-use crate::policy::PolicyHandle;
+use super::{Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver};
 use crate::reference::Reference;
 
 /// How long an access token is reused (token services issue them for 60 s at least).
@@ -33,15 +32,10 @@ const ACCESS_TTL: Duration = Duration::from_secs(50);
 /// The `client_id` sent with the grant (the spec requires one).
 const CLIENT_ID: &str = "pinhook";
 
-/// Exchanges identity tokens, then resolves through `inner`.
+/// Exchanges identity tokens, then resolves through the registry client, whose HTTP clients,
+/// settings (reloaded with the policy) and address guard the exchange uses too.
 pub struct IdentityTokens {
-    inner: Arc<dyn Resolver>,
-    /// Replaced on a policy reload, with the client's own ([`IdentityTokens::reconfigure`]).
-    config: RwLock<Arc<RegistryConfig>>,
-    policy: Option<PolicyHandle>,
-    /// The outbound path's clients (guarded resolver, redirect policy), one per registry.
-    http: moka::sync::Cache<String, reqwest::Client>,
-    lookup: Lookup,
+    oci: Arc<OciResolver>,
     access: moka::future::Cache<(String, Fingerprint, String), Arc<str>>,
 }
 
@@ -55,37 +49,14 @@ struct Grant {
 // === impl IdentityTokens ===
 
 impl IdentityTokens {
-    /// `config` is how registries are reached (the client's own settings); `policy`, when
-    /// given, guards the token realms.
-    pub fn new(
-        inner: Arc<dyn Resolver>,
-        config: RegistryConfig,
-        policy: Option<PolicyHandle>,
-    ) -> IdentityTokens {
+    pub fn new(oci: Arc<OciResolver>) -> IdentityTokens {
         IdentityTokens {
-            inner,
-            config: RwLock::new(Arc::new(config)),
-            policy,
-            http: moka::sync::Cache::new(1_000),
-            lookup: dns::system(),
+            oci,
             access: moka::future::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(ACCESS_TTL)
                 .build(),
         }
-    }
-
-    /// Reaches registries with `config` from now on (a reloaded policy's `registries.hosts`).
-    pub fn reconfigure(&self, config: RegistryConfig) {
-        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
-        self.http.invalidate_all();
-    }
-
-    fn config(&self) -> Arc<RegistryConfig> {
-        self.config
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
     }
 
     /// The credentials with identity tokens exchanged; those that cannot be are left out.
@@ -133,8 +104,8 @@ impl IdentityTokens {
         refresh: &str,
     ) -> Result<Arc<str>, RegistryError> {
         let registry = reference.domain();
-        let http = self.http_for(registry)?;
-        let config = self.config();
+        let http = self.oci.http_for(registry)?;
+        let config = self.oci.config();
         let scheme = match config.is_insecure(registry) {
             true => "http",
             false => "https",
@@ -159,7 +130,7 @@ impl IdentityTokens {
                 message: "no bearer token service to exchange an identity token at".to_string(),
             })?;
         let insecure = |host: &str| config.is_insecure(host);
-        guard::check_realm(self.policy.as_ref(), &challenge.realm, registry, insecure).await?;
+        guard::check_realm(self.oci.policy(), &challenge.realm, registry, insecure).await?;
         let body = grant_form(refresh, reference.path(), challenge.service.as_deref());
         let answer = http
             .post(&challenge.realm)
@@ -168,21 +139,13 @@ impl IdentityTokens {
             .send()
             .await
             .map_err(|e| outbound::failed(registry, e))?;
-        match answer.status().as_u16() {
-            200 => {}
-            400 | 401 | 403 => {
-                return Err(RegistryError::Unauthorized {
-                    registry: registry.to_string(),
-                })
-            }
-            status => {
-                return Err(RegistryError::Status {
-                    registry: registry.to_string(),
-                    status,
-                    message: format!("token endpoint {} answered {status}", challenge.realm),
-                })
-            }
-        }
+        // OAuth2 answers a refused refresh token 400 (invalid_grant).
+        token::answered(
+            registry,
+            &challenge.realm,
+            answer.status().as_u16(),
+            &[400, 401, 403],
+        )?;
         let bytes = body::read(answer, body::TOKEN, registry).await?;
         let grant: Grant = serde_json::from_slice(&bytes).map_err(|_| RegistryError::Status {
             registry: registry.to_string(),
@@ -202,21 +165,6 @@ impl IdentityTokens {
                 status: 200,
                 message: format!("token endpoint {} sent no access token", challenge.realm),
             })
-    }
-
-    /// The outbound path's client for `registry`: its trust, the guarded resolver, the
-    /// redirect policy.
-    fn http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
-        self.http
-            .try_get_with(registry.to_string(), || {
-                outbound::build(
-                    &self.config(),
-                    registry,
-                    self.policy.as_ref(),
-                    self.lookup.clone(),
-                )
-            })
-            .map_err(RegistryError::Shared)
     }
 }
 
@@ -245,14 +193,14 @@ impl Resolver for IdentityTokens {
             .iter()
             .any(|c| matches!(c, Credential::IdentityToken { .. }))
         {
-            return self.inner.resolve(reference, credentials).await;
+            return self.oci.resolve(reference, credentials).await;
         }
         let credentials = self.exchanged(reference, credentials).await;
-        self.inner.resolve(reference, &credentials).await
+        self.oci.resolve(reference, &credentials).await
     }
 
     fn last_known(&self, reference: &Reference, credentials: &[Credential]) -> Option<Resolution> {
-        self.inner.last_known(reference, credentials)
+        self.oci.last_known(reference, credentials)
     }
 }
 

@@ -101,21 +101,12 @@ impl Bearer {
             .send()
             .await
             .map_err(|e| realm_failed(registry, e))?;
-        match response.status().as_u16() {
-            200 => {}
-            401 | 403 => {
-                return Err(RegistryError::Unauthorized {
-                    registry: registry.to_string(),
-                })
-            }
-            status => {
-                return Err(RegistryError::Status {
-                    registry: registry.to_string(),
-                    status,
-                    message: format!("token endpoint {} answered {status}", self.realm),
-                })
-            }
-        }
+        answered(
+            registry,
+            &self.realm,
+            response.status().as_u16(),
+            &[401, 403],
+        )?;
         let bytes = body::read(response, body::TOKEN, registry).await?;
         // A body that is not the token JSON is an invalid answer, not an unreachable registry.
         let answer: TokenAnswer =
@@ -215,6 +206,27 @@ fn auth_params(text: &str) -> Vec<(String, String)> {
         params.push((key.trim().to_string(), value.trim().to_string()));
     }
     params
+}
+
+/// A token endpoint's status: 200 goes on, one of `refusals` means the credential was refused,
+/// anything else is an error naming the realm.
+pub(super) fn answered(
+    registry: &str,
+    realm: &str,
+    status: u16,
+    refusals: &[u16],
+) -> Result<(), RegistryError> {
+    match status {
+        200 => Ok(()),
+        s if refusals.contains(&s) => Err(RegistryError::Unauthorized {
+            registry: registry.to_string(),
+        }),
+        status => Err(RegistryError::Status {
+            registry: registry.to_string(),
+            status,
+            message: format!("token endpoint {realm} answered {status}"),
+        }),
+    }
 }
 
 #[cfg(test)]
