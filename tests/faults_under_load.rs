@@ -470,38 +470,23 @@ impl Summary {
 
 // === the faults ===
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn registry_killed_mid_load_cached_images_stay_pinned_and_new_tags_are_refused_in_time() {
-    let _serial = SERIAL.lock().await;
-    let registry = TestRegistry::start(RegistryAuth::None).await;
-    let images = push_images(&registry).await;
-    let pinhook = TestPinhook::start_with(&registry, options()).await;
-    let mix = Mix::new(&registry, &images, &[]);
-    let replicas = [replica(&pinhook)];
-    warm(&replicas, &mix).await;
-
-    let (records, fault) = under_load(&replicas, &mix, || async {
-        registry.stop();
-        pinhook.resolver.expire_all();
-    })
-    .await;
-
-    let summary = Summary::of("registry-killed", &records, fault, Registry::Gone).count_warnings(
-        &records,
-        fault,
-        &["registry unavailable"],
-    );
-    summary.report();
-    let (_, stale) = summary.warned("registry unavailable");
-    assert!(
-        stale > 0,
-        "the last known digests were served: {}",
-        summary.line()
-    );
+/// How the registry goes away mid-load.
+#[derive(Debug, Clone, Copy)]
+enum RegistryFault {
+    /// SIGKILL: connections refused from then on.
+    Killed,
+    /// SIGSTOP: connections accepted, nothing answered (resumed at the end).
+    Hanging,
 }
 
+#[rstest::rstest]
+#[case::killed(RegistryFault::Killed, "registry-killed")]
+#[case::hanging(RegistryFault::Hanging, "registry-hanging")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn registry_hanging_mid_load_cached_images_stay_pinned_and_new_tags_are_refused_in_time() {
+async fn registry_gone_mid_load_cached_images_stay_pinned_and_new_tags_are_refused_in_time(
+    #[case] fault_kind: RegistryFault,
+    #[case] name: &'static str,
+) {
     let _serial = SERIAL.lock().await;
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let images = push_images(&registry).await;
@@ -511,13 +496,18 @@ async fn registry_hanging_mid_load_cached_images_stay_pinned_and_new_tags_are_re
     warm(&replicas, &mix).await;
 
     let (records, fault) = under_load(&replicas, &mix, || async {
-        registry.pause();
+        match fault_kind {
+            RegistryFault::Killed => registry.stop(),
+            RegistryFault::Hanging => registry.pause(),
+        }
         pinhook.resolver.expire_all();
     })
     .await;
-    registry.resume();
+    if let RegistryFault::Hanging = fault_kind {
+        registry.resume();
+    }
 
-    let summary = Summary::of("registry-hanging", &records, fault, Registry::Gone).count_warnings(
+    let summary = Summary::of(name, &records, fault, Registry::Gone).count_warnings(
         &records,
         fault,
         &["registry unavailable"],
