@@ -97,6 +97,15 @@ impl Desk {
     }
 }
 
+/// A user whose `config.json` holds the token server's identity token for `registry`.
+fn identity_token_desk(registry: &TestRegistry) -> Desk {
+    let identity = registry
+        .token_server()
+        .expect("token auth")
+        .identity_token();
+    Desk::new(json!({"auths": {registry.host(): {"identitytoken": identity}}}))
+}
+
 fn text(output: &Output) -> String {
     format!(
         "status {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -191,11 +200,7 @@ async fn resolve_exchanges_a_helpers_identity_token_at_the_token_service() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolve_exchanges_an_identitytoken_from_config_json() {
     let (registry, pushed) = private(RegistryAuth::token(USER, PASS)).await;
-    let identity = registry
-        .token_server()
-        .expect("token auth")
-        .identity_token();
-    let desk = Desk::new(json!({"auths": {registry.host(): {"identitytoken": identity}}}));
+    let desk = identity_token_desk(&registry);
     let output = desk.resolve(&registry, &pushed.reference, &[]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
 
@@ -211,11 +216,7 @@ async fn resolve_exchanges_an_identitytoken_from_config_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_exchanges_an_identitytoken_from_config_json() {
     let (registry, pushed) = private(RegistryAuth::token(USER, PASS)).await;
-    let identity = registry
-        .token_server()
-        .expect("token auth")
-        .identity_token();
-    let desk = Desk::new(json!({"auths": {registry.host(): {"identitytoken": identity}}}));
+    let desk = identity_token_desk(&registry);
     let manifest = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: one\nspec:\n  containers:\n  - name: a\n    image: {}\n",
         pushed.reference

@@ -468,6 +468,17 @@ impl Summary {
     }
 }
 
+/// The pull Secret the load's pods name, in `namespace`, for the test registry.
+fn add_pull_secret(kube: &FakeKube, registry: &TestRegistry, namespace: &str) {
+    kube.add_pull_secret(
+        PullSecretFormat::DockerConfigJson,
+        namespace,
+        PULL_SECRET,
+        &registry.host(),
+        (PULL_USER, PULL_PASS),
+    );
+}
+
 // === the faults ===
 
 /// How the registry goes away mid-load.
@@ -571,13 +582,7 @@ async fn kube_outage_under_load(
     let namespaces: Vec<String> = (0..128).map(|i| format!("team-{i}")).collect();
     for namespace in &namespaces {
         kube.add_namespace(namespace, json!({"pinhook.dev/mode": "enforce"}));
-        kube.add_pull_secret(
-            PullSecretFormat::DockerConfigJson,
-            namespace,
-            PULL_SECRET,
-            &registry.host(),
-            (PULL_USER, PULL_PASS),
-        );
+        add_pull_secret(&kube, registry, namespace);
     }
     let options = Options {
         secrets: Arc::new(KubeSecrets::new(kube.client(), Keyring::new())),
@@ -897,13 +902,7 @@ async fn an_unreadable_pull_secret_during_a_registry_outage_hides_the_cached_dig
     let known = images::push_multi_arch(&registry, "team/known", "1.0", "k").await;
     let kube = FakeKube::start().await;
     for namespace in ["team-a", "team-b"] {
-        kube.add_pull_secret(
-            PullSecretFormat::DockerConfigJson,
-            namespace,
-            PULL_SECRET,
-            &registry.host(),
-            (PULL_USER, PULL_PASS),
-        );
+        add_pull_secret(&kube, &registry, namespace);
     }
     let options = Options {
         secrets: Arc::new(KubeSecrets::new(kube.client(), Keyring::new())),
