@@ -242,7 +242,7 @@ async fn mutate_handler(
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state, &decision, request.is_dry_run()));
+    span.in_scope(|| observe_decision(&state, "mutate", &decision, request.is_dry_run()));
     record_review(&state, "mutate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
 }
@@ -259,7 +259,7 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state, &decision, request.is_dry_run()));
+    span.in_scope(|| observe_decision(&state, "validate", &decision, request.is_dry_run()));
     record_review(&state, "validate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
 }
@@ -417,11 +417,16 @@ fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
     )
 }
 
-/// Logs one summary line per review (counts at info, or warn when anything broke the policy),
-/// the first [`LOGGED_VIOLATIONS`] violations one line each at warn, every image's outcome at
-/// debug; and counts policy violations. A dry-run request (e.g. `kubectl apply
+/// Logs one summary line per review, naming the endpoint (counts at info, or warn when anything
+/// broke the policy), the first [`LOGGED_VIOLATIONS`] violations one line each at warn, every
+/// image's outcome at debug; and counts policy violations. A dry-run request (e.g. `kubectl apply
 /// --dry-run=server` in CI) is logged but not counted: it changed nothing.
-fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: bool) {
+fn observe_decision(
+    state: &AppState,
+    endpoint: &'static str,
+    decision: &admission::Decision,
+    dry_run: bool,
+) {
     let Some(plan) = &decision.plan else { return };
     let mode = plan.mode.to_string();
     let mut tally = Tally::default();
@@ -498,9 +503,9 @@ fn observe_decision(state: &AppState, decision: &admission::Decision, dry_run: b
         violations,
     } = tally;
     if violations > 0 {
-        warn!(mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
+        warn!(%endpoint, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
     } else {
-        info!(mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
+        info!(%endpoint, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
     }
 }
 

@@ -1055,14 +1055,14 @@ EOF
   local summary
   # (the ReplicaSet and Pod the controllers make of the Deployment are reviewed too, with lines
   # of their own: kind=ReplicaSet, kind=Pod in the review span; counted apart, not asserted)
-  summary=$(grep ': review ' <<<"$new" | grep ' kind=Deployment ' || true)
-  expect_eq "pinhook log: summary lines of the Deployment's review" "$(grep -c . <<<"$summary" || true)" 1 || rc=1
+  summary=$(grep ': review endpoint=mutate ' <<<"$new" | grep ' kind=Deployment ' || true)
+  expect_eq "pinhook log: summary lines of the Deployment's /mutate review" "$(grep -c . <<<"$summary" || true)" 1 || rc=1
   for field in 'mode=audit' 'pinned=0' 'would_pin=3' 'violations=0'; do
     expect_contains "pinhook log: the Deployment's review" "$summary" "$field" || rc=1
   done
   expect_eq "pinhook log: per-image lines at info ('pinned image', 'audit: would pin image')" \
     "$(grep -c -e 'pinned image' -e 'audit: would pin image' <<<"$new" || true)" 0 || rc=1
-  log "  note: summary lines of the controllers' ReplicaSet and Pod reviews so far: $(grep ': review ' <<<"$new" | grep -c -e ' kind=ReplicaSet ' -e ' kind=Pod ' || true)"
+  log "  note: /mutate summary lines of the controllers' ReplicaSet and Pod reviews so far: $(grep ': review endpoint=mutate ' <<<"$new" | grep -c -e ' kind=ReplicaSet ' -e ' kind=Pod ' || true)"
   return "$rc"
 }
 
