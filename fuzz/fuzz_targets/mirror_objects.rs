@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pinhook::policy::mirrors::{resource_of, review};
+use pinhook::policy::mirrors::resource_of;
 use serde_json::Value;
 
 const KINDS: [(&str, &str); 5] = [
@@ -22,19 +22,6 @@ fuzz_target!(|data: &[u8]| {
     };
     for (group, kind) in KINDS {
         let _ = resource_of(group, kind);
-        for policy in pinhook_fuzz::mirror_policies() {
-            match review(policy, group, kind, &object) {
-                Ok(Some(review)) => {
-                    for v in &review.violations {
-                        let _ = format!("{} {} {} {}", v.entry, v.source, v.mirror, v.message);
-                    }
-                    let _ = review.notes.join("; ");
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    let _ = e.to_string();
-                }
-            }
-        }
+        pinhook_fuzz::judge_mirrors(group, kind, &object);
     }
 });

@@ -330,8 +330,14 @@ pub fn split_files(text: &str, first_key: &str) -> Vec<(String, String)> {
 
 /// Judges a ConfigMap under every mirror policy and renders each finding, note and error.
 pub fn judge_config_map(object: &Value) {
+    judge_mirrors("", "ConfigMap", object);
+}
+
+/// Judges `object` as `group`/`kind` under every mirror policy and renders each finding, note
+/// and error.
+pub fn judge_mirrors(group: &str, kind: &str, object: &Value) {
     for policy in mirror_policies() {
-        match pinhook::policy::mirrors::review(policy, "", "ConfigMap", object) {
+        match pinhook::policy::mirrors::review(policy, group, kind, object) {
             Ok(Some(review)) => {
                 for v in &review.violations {
                     let _ = format!("{} {} {} {}", v.entry, v.source, v.mirror, v.message);
