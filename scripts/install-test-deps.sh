@@ -2,7 +2,8 @@
 # Installs what the tests run besides cargo: Debian's `docker-registry`
 # (distribution 2.8.x, /usr/bin/docker-registry), which tests/common/registry.rs
 # starts as a real OCI registry on 127.0.0.1, and the command-line tools the
-# end-to-end tier uses (curl, openssl, ss, jq). The tier's build script installs
+# end-to-end tier uses (curl, openssl, ss, jq), and g++ for libFuzzer, which cargo fuzz's
+# libfuzzer-sys compiles from C++ source. The tier's build script installs
 # its own Go toolchain and etcd.
 #
 # Idempotent and quiet: does nothing when everything is already there.
@@ -16,7 +17,7 @@ readonly BIN=/usr/bin/docker-registry
 # Command -> Debian package, for the tools the end-to-end tier and the demo call.
 # (kubectl is not here: Debian's kubernetes-client is 1.20, whose kustomize cannot render the
 # manifests' `patches`; the machine image ships kubectl 1.32.)
-declare -A TOOLS=([curl]=curl [openssl]=openssl [ss]=iproute2 [jq]=jq)
+declare -A TOOLS=([curl]=curl [openssl]=openssl [ss]=iproute2 [jq]=jq [g++]=g++)
 missing=()
 [[ -x "$BIN" ]] || missing+=("$PKG")
 for tool in "${!TOOLS[@]}"; do
