@@ -127,8 +127,9 @@ pub enum AuthError {
     TokenReview(#[source] kube::Error),
     #[error("SubjectAccessReview failed")]
     SubjectAccessReview(#[source] kube::Error),
-    /// A TokenReview failure shared by the callers that waited on the same review.
-    #[error("TokenReview failed: {0}")]
+    /// A TokenReview failure shared by the callers that waited on the same review: the whole
+    /// chain of the one failure, as text (the shared error cannot be moved out).
+    #[error("{0}")]
     Shared(String),
 }
 
@@ -229,7 +230,8 @@ impl Authorizer for KubeAuthorizer {
             .await
             .map_err(|e| match Arc::try_unwrap(e) {
                 Ok(e) => e,
-                Err(shared) => AuthError::Shared(shared.to_string()),
+                // `to_string` would keep only "TokenReview failed" and lose why.
+                Err(shared) => AuthError::Shared(crate::error::error_chain(shared.as_ref())),
             })
     }
 
