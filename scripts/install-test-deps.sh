@@ -10,6 +10,7 @@
 # Works as root (no sudo needed) or as a user with sudo. Exits non-zero on
 # any failure.
 set -euo pipefail
+"$(dirname "${BASH_SOURCE[0]}")/install-helm.sh" # helm3, helm4 and the chart checks' Python tools
 
 readonly PKG=docker-registry
 readonly BIN=/usr/bin/docker-registry
