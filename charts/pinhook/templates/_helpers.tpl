@@ -1,0 +1,259 @@
+{{/*
+Helpers for names, labels and the webhook configurations' shared parts.
+
+Nothing here may depend on the time, randomness or the cluster's current state (no now,
+randAlphaNum, genCA, lookup): two renders of the same values must be byte-identical, which is
+what lets Argo CD and Helm 4's server-side apply own every field the chart renders while
+pinhook owns the ones it writes at run time (caBundle and the TLS Secret's data in managed
+mode).
+*/}}
+
+{{/* The app name: the chart name unless nameOverride. */}}
+{{- define "pinhook.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The base name of every object: the release name when it contains the app name (release
+`pinhook` gives `pinhook`), else `<release>-<name>`. At most 52 characters, so that the longest
+suffix (`-selfsigned`) still fits a 63-character name.
+*/}}
+{{- define "pinhook.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "pinhook.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pinhook.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Labels of every object, as YAML. Call with (dict "ctx" $ "component" "webhook"); component is
+optional. The chart's own labels win over commonLabels, so selectors cannot be broken by them.
+*/}}
+{{- define "pinhook.labels" -}}
+{{- $ctx := .ctx -}}
+{{- $own := dict "app.kubernetes.io/name" (include "pinhook.name" $ctx) -}}
+{{- with .component -}}
+{{- $_ := set $own "app.kubernetes.io/component" . -}}
+{{- end -}}
+{{- if $ctx.Values.helmLabels -}}
+{{- $_ := set $own "app.kubernetes.io/instance" $ctx.Release.Name -}}
+{{- $_ := set $own "app.kubernetes.io/version" ($ctx.Values.image.tag | default $ctx.Chart.AppVersion | trunc 63 | trimSuffix "-") -}}
+{{- $_ := set $own "app.kubernetes.io/managed-by" $ctx.Release.Service -}}
+{{- $_ := set $own "helm.sh/chart" (include "pinhook.chart" $ctx) -}}
+{{- end -}}
+{{- toYaml (merge $own (deepCopy ($ctx.Values.commonLabels | default dict))) -}}
+{{- end -}}
+
+{{/*
+The webhook pods' selector. Without Helm's labels (helmLabels: false, manifests/base) it is
+name + component, as the kustomize base has always had: a Deployment's selector is immutable.
+*/}}
+{{- define "pinhook.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pinhook.name" . }}
+{{- if .Values.helmLabels }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{/*
+metadata.annotations of every object (commonAnnotations) at indent 2 with a leading newline, or
+nothing: use as `{{- include "pinhook.annotations" . }}` right after the labels.
+*/}}
+{{- define "pinhook.annotations" -}}
+{{- with .Values.commonAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end -}}
+
+{{/* registry/repository:tag@digest; tag defaults to appVersion, digest is optional. */}}
+{{- define "pinhook.image" -}}
+{{- $i := .Values.image -}}
+{{- $name := $i.repository -}}
+{{- if $i.registry -}}
+{{- $name = printf "%s/%s" $i.registry $i.repository -}}
+{{- end -}}
+{{- printf "%s:%s" $name ($i.tag | default .Chart.AppVersion) -}}
+{{- with $i.digest -}}@{{ . }}{{- end -}}
+{{- end -}}
+
+{{/* The same image by tag alone: what the helm test asks pinhook to pin. */}}
+{{- define "pinhook.imageByTag" -}}
+{{- $i := .Values.image -}}
+{{- $name := $i.repository -}}
+{{- if $i.registry -}}
+{{- $name = printf "%s/%s" $i.registry $i.repository -}}
+{{- end -}}
+{{- printf "%s:%s" $name ($i.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "pinhook.serviceName" -}}
+{{- include "pinhook.fullname" . -}}
+{{- end -}}
+
+{{- define "pinhook.serviceAccountName" -}}
+{{- include "pinhook.fullname" . -}}
+{{- end -}}
+
+{{- define "pinhook.policyConfigMapName" -}}
+{{- printf "%s-policy" (include "pinhook.fullname" .) -}}
+{{- end -}}
+
+{{/* Both webhook configurations (cluster-scoped) are named after the release. */}}
+{{- define "pinhook.webhookConfigName" -}}
+{{- include "pinhook.fullname" . -}}
+{{- end -}}
+
+{{- define "pinhook.tlsSecretName" -}}
+{{- if eq .Values.tls.mode "existingSecret" -}}
+{{- .Values.tls.existingSecret.name -}}
+{{- else -}}
+{{- .Values.tls.secretName | default (printf "%s-tls" (include "pinhook.fullname" .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Lease the replicas elect the one that writes certificates with (managed mode). */}}
+{{- define "pinhook.tlsLeaseName" -}}
+{{- printf "%s-tls" (include "pinhook.fullname" .) -}}
+{{- end -}}
+
+{{- define "pinhook.servingCertificateName" -}}
+{{- printf "%s-serving" (include "pinhook.fullname" .) -}}
+{{- end -}}
+
+{{/* <service>.<namespace>.svc: the name the apiserver verifies the serving certificate for. */}}
+{{- define "pinhook.serviceHost" -}}
+{{- printf "%s.%s.svc" (include "pinhook.serviceName" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+"true" on a cluster older than 1.21 (the end-to-end tier's 1.20): no policy/v1, no batch/v1
+CronJob. A real install reads both from the apiserver's discovery; `helm template` has the
+built-in API list, so --kube-version decides there.
+*/}}
+{{- define "pinhook.before121" -}}
+{{- if or (semverCompare "<1.21.0-0" .Capabilities.KubeVersion.Version) (not (.Capabilities.APIVersions.Has "policy/v1")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Every namespace the webhooks skip by name: kube-system, kube-public, kube-node-lease and the
+release's own namespace always (values cannot remove them), cert-manager's in certManager
+mode, then webhook.excludeNamespaces.
+*/}}
+{{- define "pinhook.excludedNamespaces" -}}
+{{- $ns := list "kube-system" "kube-public" "kube-node-lease" .Release.Namespace -}}
+{{- if and (eq .Values.tls.mode "certManager") .Values.tls.certManager.namespace -}}
+{{- $ns = append $ns .Values.tls.certManager.namespace -}}
+{{- end -}}
+{{- $ns = concat $ns .Values.webhook.excludeNamespaces -}}
+{{- toYaml (uniq $ns) -}}
+{{- end -}}
+
+{{/* namespaceSelector of all three webhooks. */}}
+{{- define "pinhook.namespaceSelector" -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      {{- include "pinhook.excludedNamespaces" . | nindent 6 }}
+  - key: pinhook.dev/ignore
+    operator: NotIn
+    values: ["true"]
+  {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .Values.webhook.namespaceSelector.matchLabels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+clientConfig of a webhook: the Service, or webhook.url (pinhook outside the cluster). Call with
+(dict "ctx" $ "path" "/mutate").
+*/}}
+{{- define "pinhook.clientConfig" -}}
+{{- $ctx := .ctx -}}
+{{- if $ctx.Values.webhook.url -}}
+url: {{ printf "%s%s" $ctx.Values.webhook.url .path }}
+{{- else -}}
+service:
+  name: {{ include "pinhook.serviceName" $ctx }}
+  namespace: {{ $ctx.Release.Namespace }}
+  path: {{ .path }}
+  port: 443
+{{- end }}
+{{- if and (eq $ctx.Values.tls.mode "existingSecret") (not $ctx.Values.tls.existingSecret.externalCaBundle) }}
+caBundle: {{ $ctx.Values.tls.existingSecret.caBundle }}
+{{- else if eq $ctx.Values.tls.mode "managed" }}
+# caBundle: written by pinhook at run time (tls.mode managed), never rendered
+{{- else if eq $ctx.Values.tls.mode "certManager" }}
+# caBundle: injected by cert-manager's cainjector (cert-manager.io/inject-ca-from)
+{{- else }}
+# caBundle: added by an overlay (generated-certs patch or cert-manager CA injection)
+{{- end }}
+{{- end -}}
+
+{{/* metadata.annotations of both webhook configurations (indent 2, leading newline), or nothing. */}}
+{{- define "pinhook.webhookAnnotations" -}}
+{{- $a := deepCopy (.Values.commonAnnotations | default dict) -}}
+{{- $a = merge (deepCopy (.Values.webhook.annotations | default dict)) $a -}}
+{{- if eq .Values.tls.mode "certManager" -}}
+{{- $_ := set $a "cert-manager.io/inject-ca-from" (printf "%s/%s" .Release.Namespace (include "pinhook.servingCertificateName" .)) -}}
+{{- end -}}
+{{- with $a }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end -}}
+
+{{/* metadata.labels of both webhook configurations (indent 2, leading newline). */}}
+{{- define "pinhook.webhookLabels" -}}
+{{- $l := merge (include "pinhook.labels" (dict "ctx" .) | fromYaml) (deepCopy (.Values.webhook.labels | default dict)) }}
+  labels:
+    {{- toYaml $l | nindent 4 }}
+{{- end -}}
+
+{{/* The pod-bearing rules of pin.pinhook.dev and validate.pinhook.dev. */}}
+{{- define "pinhook.podRules" -}}
+- apiGroups: [""]
+  apiVersions: ["v1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["pods", "podtemplates", "replicationcontrollers"]
+  scope: Namespaced
+- apiGroups: [""]
+  apiVersions: ["v1"]
+  operations: ["UPDATE"]
+  resources: ["pods/ephemeralcontainers"]
+  scope: Namespaced
+- apiGroups: ["apps"]
+  apiVersions: ["v1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["deployments", "replicasets", "statefulsets", "daemonsets"]
+  scope: Namespaced
+{{- if include "pinhook.before121" . }}
+# batch/v1beta1 too: before 1.21 CronJob is served only there, and a v1-only rule never
+# matches it, even with matchPolicy Equivalent.
+- apiGroups: ["batch"]
+  apiVersions: ["v1", "v1beta1"]
+{{- else }}
+- apiGroups: ["batch"]
+  apiVersions: ["v1"]
+{{- end }}
+  operations: ["CREATE", "UPDATE"]
+  resources: ["jobs", "cronjobs"]
+  scope: Namespaced
+{{- end -}}
