@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# Static checks of the Helm chart (charts/pinhook), no cluster needed. One line per check
+# (`ok   ...` or `FAIL ...` with the output indented below), then, as the last line,
+# `chart: N passed, M failed`; exits 1 if any check failed.
+#
+#   - helm lint --strict, with Helm 3 and Helm 4, of every charts/pinhook/ci/*-values.yaml;
+#   - each value set rendered twice by each Helm: byte-identical, and Helm 3 = Helm 4; no
+#     template calls a function whose result changes between renders (now, rand*, gen*, uuidv4,
+#     lookup);
+#   - the rendered objects validated strictly (kubernetes-validate --strict, unknown fields
+#     refused) against Kubernetes 1.20 (rendered with --kube-version 1.20.2: the e2e tier's
+#     apiserver), 1.25 and 1.37; custom resources (ServiceMonitor, cert-manager) are skipped
+#     with a note;
+#   - values.yaml and the ci value sets pass values.schema.json (check-jsonschema); every file
+#     of charts/pinhook/tests-invalid/ is refused by check-jsonschema and by helm;
+#   - settings templates/validate.yaml must stop (kube-system, existingSecret without its
+#     Secret, webhook.url not https, ...) fail with their message;
+#   - helm package builds the archive, without tests-invalid/;
+#   - manifests/base is what the chart renders (scripts/render-base.sh --check), every overlay
+#     still renders, and the README's values table is current (scripts/chart-values-table.py
+#     --check).
+#
+# Tools: scripts/install-helm.sh (helm3, helm4, and the Python tools under PINHOOK_TOOLS,
+# default /usr/local/lib/pinhook-tools); kubectl for the overlays.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+readonly CHART=charts/pinhook
+readonly TOOLS=${PINHOOK_TOOLS:-/usr/local/lib/pinhook-tools}
+readonly KV_NEW=$TOOLS/py/bin/kubernetes-validate
+readonly KV_OLD=$TOOLS/py-k8s-1.20/bin/kubernetes-validate
+readonly PY=$TOOLS/py/bin/python
+readonly CHECK_JSONSCHEMA=$TOOLS/py/bin/check-jsonschema
+readonly HELMS=(helm3 helm4)
+readonly RELEASE=pinhook NS=pinhook-system
+
+passed=0
+failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# check NAME CMD...: one line for CMD's verdict; its output, indented, when it failed
+check() {
+    local name=$1 out
+    shift
+    if out=$("$@" 2>&1); then
+        echo "ok   $name"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name"
+        printf '%s\n' "$out" | tail -n 25 | sed 's/^/       /'
+        failed=$((failed + 1))
+    fi
+}
+
+# expect_fail MESSAGE CMD...: CMD must fail, and say MESSAGE
+expect_fail() {
+    local want=$1 out
+    shift
+    if out=$("$@" 2>&1); then
+        echo "succeeded, but should have failed with: $want"
+        return 1
+    fi
+    if [[ $out != *"$want"* ]]; then
+        printf 'failed, but without %q:\n%s\n' "$want" "$out"
+        return 1
+    fi
+}
+
+tools_present() {
+    local missing=() t
+    for t in "${HELMS[@]}" kubectl; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+    for t in "$KV_NEW" "$KV_OLD" "$CHECK_JSONSCHEMA" "$PY"; do [[ -x $t ]] || missing+=("$t"); done
+    ((${#missing[@]} == 0)) || { echo "missing: ${missing[*]} (run scripts/install-helm.sh)"; return 1; }
+}
+check "tools: helm3, helm4, kubectl, kubernetes-validate (1.20 and 1.25-1.37), check-jsonschema" tools_present
+
+values_sets=()
+for f in "$CHART"/ci/*-values.yaml; do values_sets+=("$f"); done
+name_of() { basename "$1" -values.yaml; }
+
+# --- lint ------------------------------------------------------------------------------------
+for helm in "${HELMS[@]}"; do
+    for v in "${values_sets[@]}"; do
+        check "$helm lint --strict ($(name_of "$v"))" \
+            "$helm" lint --strict "$CHART" --namespace "$NS" --values "$v"
+    done
+done
+
+# --- reproducible renders --------------------------------------------------------------------
+render() { # render HELM VALUES OUT [helm args...]
+    local helm=$1 v=$2 out=$3
+    shift 3
+    "$helm" template "$RELEASE" "$CHART" --namespace "$NS" --values "$v" "$@" >"$out"
+}
+identical() { # identical A B: byte-identical files, else the start of their diff
+    cmp -s "$1" "$2" || { diff "$1" "$2" | head -n 20; return 1; }
+}
+same_documents() { # same_documents A B: the same YAML documents, byte for byte, in any order
+    # (Helm 4 sorts kinds it has no install order for, the custom resources, after the webhook
+    # configurations; Helm 3 before them)
+    python3 - "$1" "$2" <<'PY'
+import sys
+docs = [sorted(open(f).read().split("\n---\n")) for f in sys.argv[1:]]
+if docs[0] != docs[1]:
+    only = lambda a, b: [d.splitlines()[0:2] for d in a if d not in b]
+    print("only in helm3:", only(docs[0], docs[1]), "only in helm4:", only(docs[1], docs[0]))
+    sys.exit(1)
+PY
+}
+twice() { # twice HELM VALUES NAME: two renders, byte-identical
+    render "$1" "$2" "$tmp/$3.1.yaml" && render "$1" "$2" "$tmp/$3.2.yaml" &&
+        identical "$tmp/$3.1.yaml" "$tmp/$3.2.yaml"
+}
+for v in "${values_sets[@]}"; do
+    n=$(name_of "$v")
+    for helm in "${HELMS[@]}"; do
+        check "$helm template twice, byte-identical ($n)" twice "$helm" "$v" "$n.$helm"
+    done
+    check "helm3 and helm4 render the same documents ($n)" \
+        same_documents "$tmp/$n.helm3.1.yaml" "$tmp/$n.helm4.1.yaml"
+done
+no_unstable_functions() {
+    # now/date, rand*, uuidv4, gen* (keys and certificates) and lookup make renders differ
+    # (or depend on the cluster); pinhook writes what must be generated at run time.
+    ! grep -rnE '\{\{[^}]*\b(now|date|dateInZone|randAlpha|randAlphaNum|randNumeric|randAscii|randBytes|randInt|uuidv4|genCA|genCAWithKey|genPrivateKey|genSelfSignedCert|genSelfSignedCertWithKey|genSignedCert|genSignedCertWithKey|lookup)\b' \
+        "$CHART/templates"
+}
+check "templates call none of now, rand*, uuidv4, gen*, lookup" no_unstable_functions
+
+# --- Kubernetes schemas ----------------------------------------------------------------------
+# split_builtin IN OUT: the objects of built-in kinds into OUT; custom resources are named on
+# stdout (kubernetes-validate knows only the built-in API)
+split_builtin() {
+    "$PY" - "$1" "$2" <<'PY'
+import sys, yaml
+builtin = ("v1", "apps/", "policy/", "rbac.authorization.k8s.io/", "admissionregistration.k8s.io/",
+           "networking.k8s.io/", "batch/", "coordination.k8s.io/")
+keep, skipped = [], []
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if not doc:
+        continue
+    api = doc.get("apiVersion", "")
+    (keep if api == "v1" or api.startswith(builtin[1:]) else skipped).append(doc)
+with open(sys.argv[2], "w") as out:
+    yaml.safe_dump_all(keep, out, sort_keys=False)
+for doc in skipped:
+    print(f"{doc['apiVersion']} {doc['kind']}/{doc['metadata']['name']}")
+PY
+}
+validate() { # validate KV K8S_VERSION FILE
+    local out
+    out=$("$1" --strict --quiet -k "$2" "$3" 2>&1) || { printf '%s\n' "$out"; return 1; }
+    [[ $(grep -c . "$3") -gt 0 ]] || { echo "nothing to validate"; return 1; }
+}
+for v in "${values_sets[@]}"; do
+    n=$(name_of "$v")
+    render helm3 "$v" "$tmp/$n.k120.yaml" --kube-version 1.20.2 || true
+    skipped=$(split_builtin "$tmp/$n.helm3.1.yaml" "$tmp/$n.builtin.yaml")
+    split_builtin "$tmp/$n.k120.yaml" "$tmp/$n.k120.builtin.yaml" >/dev/null
+    [[ -z $skipped ]] || echo "note: not validated (custom resources, $n): $(tr '\n' ' ' <<<"$skipped")"
+    check "kubernetes-validate --strict 1.20.0, rendered --kube-version 1.20.2 ($n)" \
+        validate "$KV_OLD" 1.20.0 "$tmp/$n.k120.builtin.yaml"
+    for k in 1.25.0 1.37.0; do
+        check "kubernetes-validate --strict $k ($n)" validate "$KV_NEW" "$k" "$tmp/$n.builtin.yaml"
+    done
+done
+
+# --- values.schema.json ----------------------------------------------------------------------
+schema_ok() { "$CHECK_JSONSCHEMA" --schemafile "$CHART/values.schema.json" "$@"; }
+check "check-jsonschema: values.yaml and ci/*-values.yaml pass" schema_ok "$CHART/values.yaml" "${values_sets[@]}"
+refused() { # refused FILE: check-jsonschema and helm both refuse FILE
+    local out
+    if out=$(schema_ok "$1" 2>&1); then echo "check-jsonschema accepted it"; return 1; fi
+    expect_fail "values don't meet the specifications of the schema" \
+        helm3 template "$RELEASE" "$CHART" --namespace "$NS" --values "$1"
+}
+for f in "$CHART"/tests-invalid/*.yaml; do
+    check "refused by check-jsonschema and helm3: tests-invalid/$(basename "$f")" refused "$f"
+done
+
+# --- templates/validate.yaml -----------------------------------------------------------------
+refuse() { # refuse MESSAGE NAMESPACE HELM-ARGS...: helm template refuses with MESSAGE
+    local want=$1 ns=$2
+    shift 2
+    expect_fail "$want" helm3 template "$RELEASE" "$CHART" --namespace "$ns" "$@"
+}
+for ns in kube-system kube-public kube-node-lease; do
+    check "fail: installing into $ns" refuse "pinhook must not be installed into $ns" "$ns"
+done
+check "fail: existingSecret without a name" \
+    refuse "tls.mode=existingSecret needs tls.existingSecret.name" "$NS" --set tls.mode=existingSecret
+check "fail: existingSecret without a caBundle" \
+    refuse "tls.mode=existingSecret needs tls.existingSecret.caBundle" "$NS" \
+    --set tls.mode=existingSecret,tls.existingSecret.name=tls
+check "fail: existingSecret caBundle that is no PEM certificate" \
+    refuse "is not base64 of a PEM certificate" "$NS" \
+    --set tls.mode=existingSecret,tls.existingSecret.name=tls,tls.existingSecret.caBundle=bm90IGEgY2VydA==
+check "fail: tls.existingSecret.name while tls.mode is managed" \
+    refuse "set tls.mode=existingSecret to use it" "$NS" --set tls.existingSecret.name=tls
+check "fail: webhook.url not https (--set, past the schema's own check)" \
+    refuse "webhook.url must be an https:// URL" "$NS" --skip-schema-validation --set webhook.url=http://127.0.0.1:8443
+check "fail: webhook.url with a trailing slash" \
+    refuse "no trailing slash" "$NS" --skip-schema-validation --set webhook.url=https://127.0.0.1:8443/ \
+    --set 'tls.managed.extraSANs={127.0.0.1}'
+check "fail: managed TLS with webhook.url whose host no SAN covers" \
+    refuse "tls.managed.extraSANs does not hold its host 127.0.0.1" "$NS" --set webhook.url=https://127.0.0.1:8443
+check "fail: webhook.url with tls.mode certManager" \
+    refuse "webhook.url does not work with tls.mode=certManager" "$NS" \
+    --set webhook.url=https://pinhook.example,tls.mode=certManager
+check "fail: replicaCount 1 with PDB maxUnavailable 0" \
+    refuse "podDisruptionBudget.maxUnavailable=0 with replicaCount=1" "$NS" \
+    --set replicaCount=1,podDisruptionBudget.maxUnavailable=0
+check "fail: PDB minAvailable equal to replicaCount" \
+    refuse "podDisruptionBudget.minAvailable=2 with replicaCount=2" "$NS" --set podDisruptionBudget.minAvailable=2
+
+# --- package ---------------------------------------------------------------------------------
+packaged() {
+    local out="$tmp/package" tgz files
+    mkdir -p "$out"
+    helm3 package "$CHART" --destination "$out" >/dev/null || return 1
+    tgz=$out/pinhook-$(awk '$1 == "version:" { print $2 }' "$CHART/Chart.yaml").tgz
+    [[ -s $tgz ]] || { echo "no $tgz"; ls "$out"; return 1; }
+    files=$(tar -tzf "$tgz") || return 1
+    grep -qx 'pinhook/values.schema.json' <<<"$files" || { echo "values.schema.json missing from $tgz"; return 1; }
+    ! grep '^pinhook/tests-invalid/' <<<"$files" || { echo "tests-invalid/ packaged (.helmignore)"; return 1; }
+    helm4 template "$RELEASE" "$tgz" --namespace "$NS" >/dev/null
+}
+check "helm package: the archive, with values.schema.json, without tests-invalid/, renders" packaged
+
+# --- one source of truth: manifests/base, the overlays, the README's values table ------------
+check "manifests/base is what the chart renders (scripts/render-base.sh --check)" scripts/render-base.sh --check
+for o in base overlays/cert-manager overlays/local-url overlays/node-credential-providers; do
+    check "kubectl kustomize manifests/$o" kubectl kustomize "manifests/$o"
+done
+check "charts/pinhook/README.md values table is current (scripts/chart-values-table.py --check)" \
+    python3 scripts/chart-values-table.py --check
+
+echo "chart: $passed passed, $failed failed"
+((failed == 0))
