@@ -1,6 +1,7 @@
 //! The composition root: turns a [`Config`] into a running webhook. [`build`] wires every layer
 //! exactly once (metrics, policy, registry client behind the address guard and the cache, the
-//! Kubernetes API or its absence, credentials, the pinner, the policy file watcher) for both
+//! Kubernetes API or its absence, credentials, the pinner, the policy file watcher, the
+//! self-managed certificates when asked for) for both
 //! `pinhook serve` and the integration tests, so what the tests start is what ships. Also
 //! builds the resolver `pinhook resolve` uses and loads docker credential files.
 //!
@@ -16,6 +17,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::admission::{Pinner, PinnerParts};
+use crate::certs::managed::{ManagedConfig, ManagedTls};
 use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
 use crate::metrics::Metrics;
 use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
@@ -29,7 +31,9 @@ use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use crate::registry::{
     CacheConfig, CachingResolver, OciResolver, RegistryConfig, RegistryError, Resolver,
 };
-use crate::server::{self, AppState, ConnectionLimits, RunningServer, ServerConfig, ServerError};
+use crate::server::{
+    self, AppState, ConnectionLimits, RunningServer, ServerConfig, ServerError, ServerTls,
+};
 
 /// Why pinhook could not be put together or could not run.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +65,8 @@ pub enum AppError {
     CredentialProviders(#[from] ProviderConfigError),
     #[error(transparent)]
     Server(#[from] ServerError),
+    #[error("self-managed TLS (--tls-secret) needs the Kubernetes API, and none is configured")]
+    ManagedTlsWithoutKube,
 }
 
 /// Why a docker `config.json` could not be used as a keyring.
@@ -84,10 +90,8 @@ pub enum DockerConfigError {
 pub struct Config {
     /// Address of the HTTPS listener (port 0 picks a free port).
     pub listen: SocketAddr,
-    /// PEM certificate chain served to the apiserver (reloaded when it changes).
-    pub tls_cert: PathBuf,
-    /// PEM private key of `tls_cert`.
-    pub tls_key: PathBuf,
+    /// Where the serving certificate comes from.
+    pub tls: TlsSource,
     /// The policy in force at start-up.
     pub policy: PolicySource,
     /// How registries are reached, before the policy's `registries.hosts` are applied.
@@ -109,6 +113,15 @@ pub struct Config {
     pub limits: ConnectionLimits,
     /// Parts supplied from outside instead of built from [`Config::kube`].
     pub overrides: Overrides,
+}
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum TlsSource {
+    /// PEM files, reloaded when they change.
+    Files { cert: PathBuf, key: PathBuf },
+    /// A Secret pinhook keeps itself, with the webhook configurations' caBundle.
+    Managed(ManagedConfig),
 }
 
 /// Where the policy comes from.
@@ -142,9 +155,17 @@ pub struct Overrides {
     pub authorizer: Option<Arc<dyn Authorizer>>,
 }
 
+/// The serving certificate's source once wired.
+enum AppTls {
+    Files { cert: PathBuf, key: PathBuf },
+    Managed(kube::Client, Box<ManagedConfig>),
+}
+
 /// pinhook, wired and not yet listening.
 pub struct App {
-    server: ServerConfig,
+    listen: SocketAddr,
+    tls: AppTls,
+    limits: ConnectionLimits,
     state: AppState,
     resolver: Arc<CachingResolver>,
     policy: PolicyHandle,
@@ -160,6 +181,8 @@ pub struct RunningApp {
     pub resolver: Arc<CachingResolver>,
     pub policy: PolicyHandle,
     watcher: Option<tokio::task::JoinHandle<()>>,
+    /// Keeps the managed certificates while it lives.
+    _managed: Option<ManagedTls>,
     shutdown_delay: Duration,
 }
 
@@ -196,6 +219,13 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         Arc::new(AddressGuard::new(exchanging.clone(), handle.clone()));
     let cache = Arc::new(CachingResolver::new(guarded, config.cache, metrics.clone()));
     let client = kube_client(config.kube).await?;
+    let tls = match config.tls {
+        TlsSource::Files { cert, key } => AppTls::Files { cert, key },
+        TlsSource::Managed(managed) => match client.clone() {
+            Some(client) => AppTls::Managed(client, Box::new(managed)),
+            None => return Err(AppError::ManagedTlsWithoutKube),
+        },
+    };
     let mut node = node_keyring(config.docker_config.as_deref())?;
     if let Some(files) = &config.credential_providers {
         let providers = CredentialProviders::load(files, Some(metrics.clone()))?;
@@ -243,12 +273,9 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         authorizer,
     };
     Ok(App {
-        server: ServerConfig {
-            listen: config.listen,
-            tls_cert: config.tls_cert,
-            tls_key: config.tls_key,
-            limits: config.limits,
-        },
+        listen: config.listen,
+        tls,
+        limits: config.limits,
         state,
         resolver: cache,
         policy: handle,
@@ -398,10 +425,29 @@ impl PolicySource {
 // === impl App ===
 
 impl App {
-    /// Binds the HTTPS listener and starts watching the policy file.
+    /// Binds the HTTPS listener and starts watching the policy file. With self-managed TLS,
+    /// first waits (readiness stays off) until the Secret holds a serving certificate.
     pub async fn start(self) -> Result<RunningApp, AppError> {
         let metrics = self.state.metrics.clone();
-        let server = server::start(self.server, self.state).await?;
+        let (tls, managed) = match self.tls {
+            AppTls::Files { cert, key } => (ServerTls::Files { cert, key }, None),
+            AppTls::Managed(client, config) => {
+                info!(
+                    secret = %format!("{}/{}", config.namespace, config.secret),
+                    webhooks = %config.webhooks.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                    "self-managed TLS: waiting for the Secret to hold a serving certificate"
+                );
+                let mut managed = ManagedTls::start(client, *config);
+                managed.first().await;
+                (ServerTls::Watched(managed.serving.clone()), Some(managed))
+            }
+        };
+        let config = ServerConfig {
+            listen: self.listen,
+            tls,
+            limits: self.limits,
+        };
+        let server = server::start(config, self.state).await?;
         let watcher = self.watcher.map(|watcher| {
             let PolicyWatcher {
                 path,
@@ -421,6 +467,7 @@ impl App {
             resolver: self.resolver,
             policy: self.policy,
             watcher,
+            _managed: managed,
             shutdown_delay: self.shutdown_delay,
         })
     }
@@ -458,8 +505,10 @@ mod tests {
     fn config(policy: PolicySource) -> Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            tls_cert: PathBuf::from("tls.crt"),
-            tls_key: PathBuf::from("tls.key"),
+            tls: TlsSource::Files {
+                cert: PathBuf::from("tls.crt"),
+                key: PathBuf::from("tls.key"),
+            },
             policy,
             // No system roots: a unit test must not depend on the machine's CA bundle.
             registry: RegistryConfig {
@@ -501,7 +550,7 @@ mod tests {
         assert_eq!(app.policy.current().policy, policy);
         assert!(app.watcher.is_none(), "a fixed policy is not watched");
         assert!(app.state.authorizer.is_none());
-        assert_eq!(app.server.listen, SocketAddr::from(([127, 0, 0, 1], 0)));
+        assert_eq!(app.listen, SocketAddr::from(([127, 0, 0, 1], 0)));
     }
 
     #[tokio::test]

@@ -4,7 +4,8 @@
 //!
 //! Parsing reads only the arguments and `PINHOOK_*` variables, so `--help` and `--version` work
 //! in a broken environment; clap rejects bad values and combinations as usage errors. The
-//! conversions read the files the flags name (registry CAs) and nothing else.
+//! conversions read the files the flags name (registry CAs) and, for a self-managed
+//! certificate's Lease identity without --pod-name, `HOSTNAME`; nothing else.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,7 +15,9 @@ use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing::warn;
 
-use crate::app::{self, KubeAccess, Overrides, PolicySource, ResolveConfig};
+use crate::app::{self, KubeAccess, Overrides, PolicySource, ResolveConfig, TlsSource};
+use crate::certs::managed::{ManagedConfig, WebhookRef};
+use crate::certs::rotation::Settings;
 use crate::certs::{CertRequest, CertsConfig};
 use crate::check::{self, CheckConfig, Remote, Target};
 use crate::policy::{FormSetting, Policy};
@@ -37,6 +40,17 @@ pub enum CliError {
          idle connection would be closed under a request still being answered"
     )]
     IdleNotAboveRequest { idle: Duration, request: Duration },
+    #[error(
+        "--tls-cert-lifetime ({cert:?}) must be shorter than --tls-ca-lifetime ({ca:?}), and \
+         --tls-ca-grace ({grace:?}) shorter than a third of the CA's lifetime"
+    )]
+    TlsLifetimes {
+        ca: Duration,
+        cert: Duration,
+        grace: Duration,
+    },
+    #[error("give --tls-secret, or --tls-cert and --tls-key")]
+    NoTls,
     #[error("invalid image reference {image:?}")]
     InvalidReference {
         image: String,
@@ -67,7 +81,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the admission webhook over HTTPS.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Resolve one image reference and print it pinned.
     Resolve(ResolveArgs),
     /// Generate a CA and a serving certificate for the webhook Service.
@@ -88,11 +102,18 @@ pub struct ServeArgs {
     #[arg(long, env = "PINHOOK_LISTEN", default_value = "0.0.0.0:8443")]
     listen: SocketAddr,
     /// PEM certificate chain served to the apiserver (reloaded when it changes).
-    #[arg(long, env = "PINHOOK_TLS_CERT")]
-    tls_cert: PathBuf,
+    #[arg(
+        long,
+        env = "PINHOOK_TLS_CERT",
+        required_unless_present = "tls_secret",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert.
-    #[arg(long, env = "PINHOOK_TLS_KEY")]
-    tls_key: PathBuf,
+    #[arg(long, env = "PINHOOK_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    managed_tls: ManagedTlsArgs,
     /// How pinned references are written (without --policy; the policy's `form` otherwise).
     #[arg(
         long,
@@ -134,6 +155,50 @@ pub struct ServeArgs {
     shutdown_delay: u64,
     #[command(flatten)]
     connections: ConnectionArgs,
+}
+
+/// Self-managed certificates (`--tls-secret`), instead of --tls-cert and --tls-key.
+#[derive(Debug, Args)]
+struct ManagedTlsArgs {
+    /// Secret (in --tls-namespace) in which pinhook keeps its own CA and serving certificate,
+    /// one replica writing (elected by the --tls-lease Lease), every replica serving it.
+    #[arg(long, env = "PINHOOK_TLS_SECRET", conflicts_with_all = ["tls_cert", "tls_key"], requires = "tls_webhooks")]
+    tls_secret: Option<String>,
+    /// Namespace of the Secret and the Lease (the pod's own).
+    #[arg(long, env = "PINHOOK_TLS_NAMESPACE", default_value = "pinhook-system")]
+    tls_namespace: String,
+    /// Service the certificate is for (<service>, .<namespace>, .svc, .svc.cluster.local).
+    #[arg(long, env = "PINHOOK_TLS_SERVICE", default_value = "pinhook")]
+    tls_service: String,
+    /// More names (or IP addresses) for the certificate, e.g. a webhook URL's host.
+    #[arg(long = "tls-san", env = "PINHOOK_TLS_SANS", value_delimiter = ',')]
+    tls_sans: Vec<String>,
+    /// Webhook configurations whose caBundle pinhook writes: mutating/NAME, validating/NAME.
+    #[arg(
+        long = "tls-webhook",
+        env = "PINHOOK_TLS_WEBHOOKS",
+        value_delimiter = ','
+    )]
+    tls_webhooks: Vec<WebhookRef>,
+    /// coordination.k8s.io Lease electing the replica that writes.
+    #[arg(long, env = "PINHOOK_TLS_LEASE", default_value = "pinhook-tls")]
+    tls_lease: String,
+    /// This replica's name in the Lease (default: the host name).
+    #[arg(long, env = "PINHOOK_POD_NAME")]
+    pod_name: Option<String>,
+    /// Lifetime of the CA (<n>s, m, h or d); a next CA is published with a third left.
+    #[arg(long, env = "PINHOOK_TLS_CA_LIFETIME", default_value = "730d", value_parser = parse_lifetime)]
+    tls_ca_lifetime: Duration,
+    /// Lifetime of the serving certificate; reissued with a third left.
+    #[arg(long, env = "PINHOOK_TLS_CERT_LIFETIME", default_value = "90d", value_parser = parse_lifetime)]
+    tls_cert_lifetime: Duration,
+    /// How long a next CA is in every caBundle before it signs the serving certificate.
+    #[arg(long, env = "PINHOOK_TLS_CA_GRACE", default_value = "60s", value_parser = parse_lifetime)]
+    tls_ca_grace: Duration,
+    /// How often the writer renews its Lease and checks the certificates (the Lease lasts
+    /// three times this).
+    #[arg(long, env = "PINHOOK_TLS_INTERVAL", default_value = "5s", value_parser = parse_lifetime)]
+    tls_interval: Duration,
 }
 
 /// Bounds on the clients of `pinhook serve`.
@@ -328,6 +393,73 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// `<n>s`, `<n>m`, `<n>h` or `<n>d`: at least a second, at most ten years.
+fn parse_lifetime(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let unit = text.chars().last().ok_or("empty duration")?;
+    let seconds_per = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err(format!("{text:?}: give a number then s, m, h or d")),
+    };
+    let count: u64 = text[..text.len() - 1]
+        .parse()
+        .map_err(|_| format!("{text:?}: give a number then s, m, h or d"))?;
+    let seconds = count.saturating_mul(seconds_per);
+    if seconds == 0 || seconds > 10 * 366 * 86_400 {
+        return Err(format!("{text:?}: must be at least 1s and at most 3660d"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+// === impl ManagedTlsArgs ===
+
+impl ManagedTlsArgs {
+    /// The managed-certificate settings, when --tls-secret is given.
+    fn to_config(&self) -> Result<Option<ManagedConfig>, CliError> {
+        let Some(secret) = &self.tls_secret else {
+            return Ok(None);
+        };
+        let (ca, cert, grace) = (
+            self.tls_ca_lifetime,
+            self.tls_cert_lifetime,
+            self.tls_ca_grace,
+        );
+        if cert >= ca || grace >= ca / 3 {
+            return Err(CliError::TlsLifetimes { ca, cert, grace });
+        }
+        let request = CertRequest {
+            service: self.tls_service.clone(),
+            namespace: self.tls_namespace.clone(),
+            extra_sans: self.tls_sans.clone(),
+            validity_days: 0,
+        };
+        let identity = self
+            .pod_name
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| format!("pinhook-{}", std::process::id()));
+        Ok(Some(ManagedConfig {
+            namespace: self.tls_namespace.clone(),
+            secret: secret.clone(),
+            lease: self.tls_lease.clone(),
+            identity,
+            webhooks: self.tls_webhooks.clone(),
+            settings: Settings {
+                names: request.subject_alt_names(),
+                common_name: format!("{}.{}.svc", self.tls_service, self.tls_namespace),
+                ca_lifetime: ca,
+                cert_lifetime: cert,
+                grace,
+            },
+            interval: self.tls_interval,
+        }))
+    }
+}
+
 // === impl ServeArgs ===
 
 impl ServeArgs {
@@ -344,10 +476,15 @@ impl ServeArgs {
             Some(path) => KubeAccess::Kubeconfig(path),
             None => KubeAccess::Infer,
         };
+        // clap has checked: --tls-secret, or both --tls-cert and --tls-key.
+        let tls = match (self.managed_tls.to_config()?, self.tls_cert, self.tls_key) {
+            (Some(managed), _, _) => TlsSource::Managed(managed),
+            (None, Some(cert), Some(key)) => TlsSource::Files { cert, key },
+            (None, _, _) => return Err(CliError::NoTls),
+        };
         Ok(app::Config {
             listen: self.listen,
-            tls_cert: self.tls_cert,
-            tls_key: self.tls_key,
+            tls,
             policy,
             registry: self.registry.to_config()?,
             cache: self.cache.to_config(),
@@ -554,6 +691,136 @@ mod tests {
         }
     }
 
+    fn tls_files(config: &app::Config) -> (PathBuf, PathBuf) {
+        match &config.tls {
+            TlsSource::Files { cert, key } => (cert.clone(), key.clone()),
+            TlsSource::Managed(m) => panic!("managed TLS, not files: {m:?}"),
+        }
+    }
+
+    fn managed(args: &[&str]) -> Result<app::Config, String> {
+        let mut all = vec!["serve"];
+        all.extend_from_slice(args);
+        match parse(&all).map_err(|e| e.to_string())?.command {
+            Command::Serve(args) => args.into_config().map_err(|e| e.to_string()),
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn serve_with_a_managed_secret() {
+        let config = managed(&[
+            "--tls-secret=pinhook-tls",
+            "--tls-namespace=hooks",
+            "--tls-service=hook",
+            "--tls-webhook=mutating/m,validating/v",
+            "--tls-san=127.0.0.1",
+            "--pod-name=hook-0",
+            "--tls-ca-lifetime=3m",
+            "--tls-cert-lifetime=1m",
+            "--tls-ca-grace=10s",
+        ])
+        .expect("managed TLS");
+        let TlsSource::Managed(m) = config.tls else {
+            panic!("not managed");
+        };
+        assert_eq!(
+            (m.namespace.as_str(), m.secret.as_str()),
+            ("hooks", "pinhook-tls")
+        );
+        assert_eq!(m.lease, "pinhook-tls");
+        assert_eq!(m.identity, "hook-0");
+        assert_eq!(
+            m.webhooks,
+            vec![
+                WebhookRef::Mutating("m".into()),
+                WebhookRef::Validating("v".into())
+            ]
+        );
+        assert_eq!(
+            m.settings.names,
+            [
+                "hook",
+                "hook.hooks",
+                "hook.hooks.svc",
+                "hook.hooks.svc.cluster.local",
+                "127.0.0.1"
+            ]
+        );
+        assert_eq!(m.settings.ca_lifetime, Duration::from_secs(180));
+        assert_eq!(m.settings.cert_lifetime, Duration::from_secs(60));
+        assert_eq!(m.settings.grace, Duration::from_secs(10));
+        assert_eq!(m.interval, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn managed_tls_refuses_what_cannot_work() {
+        let cases: [(&[&str], &str); 7] = [
+            (&["--tls-secret=s"], "--tls-webhook"),
+            (
+                &["--tls-secret=s", "--tls-webhook=mutating/m", "--tls-cert=c"],
+                "cannot be used",
+            ),
+            (
+                &["--tls-secret=s", "--tls-webhook=other/x"],
+                "is not mutating/NAME",
+            ),
+            (
+                &[
+                    "--tls-secret=s",
+                    "--tls-webhook=mutating/m",
+                    "--tls-ca-lifetime=1d",
+                    "--tls-cert-lifetime=2d",
+                ],
+                "must be shorter",
+            ),
+            (
+                &[
+                    "--tls-secret=s",
+                    "--tls-webhook=mutating/m",
+                    "--tls-ca-lifetime=3m",
+                    "--tls-ca-grace=1m",
+                ],
+                "must be shorter",
+            ),
+            (
+                &[
+                    "--tls-secret=s",
+                    "--tls-webhook=mutating/m",
+                    "--tls-cert-lifetime=0s",
+                ],
+                "at least 1s",
+            ),
+            (&[], "--tls-cert"),
+        ];
+        for (args, needle) in cases {
+            let Err(err) = managed(args) else {
+                panic!("{args:?}: accepted");
+            };
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn lifetimes_take_a_unit() {
+        assert_eq!(parse_lifetime("90d"), Ok(Duration::from_secs(90 * 86_400)));
+        assert_eq!(parse_lifetime("2h"), Ok(Duration::from_secs(7_200)));
+        assert_eq!(parse_lifetime("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_lifetime("30s"), Ok(Duration::from_secs(30)));
+        for bad in [
+            "",
+            "d",
+            "90",
+            "1y",
+            "-1d",
+            "3661d",
+            "99999999999999999999d",
+            "1.5h",
+        ] {
+            assert!(parse_lifetime(bad).is_err(), "{bad:?}");
+        }
+    }
+
     fn check(args: &[&str]) -> CheckConfig {
         let mut all = vec!["check"];
         all.extend_from_slice(args);
@@ -612,8 +879,7 @@ mod tests {
             config.listen,
             "0.0.0.0:8443".parse::<SocketAddr>().expect("addr")
         );
-        assert_eq!(config.tls_cert, PathBuf::from("tls.crt"));
-        assert_eq!(config.tls_key, PathBuf::from("tls.key"));
+        assert_eq!(tls_files(&config), ("tls.crt".into(), "tls.key".into()));
         assert_eq!(
             config.policy,
             PolicySource::Fixed(Box::new(Policy {
@@ -812,8 +1078,7 @@ mod tests {
             config.listen,
             "127.0.0.1:7000".parse::<SocketAddr>().expect("addr")
         );
-        assert_eq!(config.tls_cert, PathBuf::from("env.crt"));
-        assert_eq!(config.tls_key, PathBuf::from("env.key"));
+        assert_eq!(tls_files(&config), ("env.crt".into(), "env.key".into()));
         assert_eq!(fixed_form(&config), FormSetting::Digest);
         assert_eq!(
             config.registry.insecure_hosts,

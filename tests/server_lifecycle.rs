@@ -18,7 +18,7 @@ use pinhook::metrics::Metrics;
 use pinhook::policy::PolicyHandle;
 use pinhook::registry::pull_secrets::NodeOnly;
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig};
-use pinhook::server::{self, AppState, ConnectionLimits, ServerConfig};
+use pinhook::server::{self, AppState, ConnectionLimits, ServerConfig, ServerTls};
 
 fn client(ca: &TestCa) -> reqwest::Client {
     reqwest::Client::builder()
@@ -94,8 +94,10 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
     std::fs::write(&cert_path, &first.cert_pem).expect("cert");
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: cert_path.clone(),
-        tls_key: key_path.clone(),
+        tls: ServerTls::Files {
+            cert: cert_path.clone(),
+            key: key_path.clone(),
+        },
         limits: ConnectionLimits::default(),
     };
     let running = server::start(config, state(Duration::from_secs(2)))
@@ -171,8 +173,10 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
     let ca = TestCa::generate(dir.path());
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: ca.server_cert_path().to_path_buf(),
-        tls_key: ca.server_key_path().to_path_buf(),
+        tls: ServerTls::Files {
+            cert: ca.server_cert_path().to_path_buf(),
+            key: ca.server_key_path().to_path_buf(),
+        },
         limits: ConnectionLimits::default(),
     };
     let state = state(Duration::from_secs(1));
@@ -252,8 +256,10 @@ async fn certificates_from_pinhook_certs_serve_the_service_names() {
     let files = certs.write(dir.path()).expect("writes");
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: files.cert,
-        tls_key: files.key,
+        tls: ServerTls::Files {
+            cert: files.cert,
+            key: files.key,
+        },
         limits: ConnectionLimits::default(),
     };
     let running = server::start(config, state(Duration::from_secs(1)))

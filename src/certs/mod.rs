@@ -1,7 +1,13 @@
-//! Development and bootstrap certificates: a CA and a serving certificate for the webhook's
-//! Service (`<service>.<namespace>.svc`), plus the caBundle to put in the webhook
-//! configurations, and `pinhook certs`, which issues and writes them ([`issue`]). Production
-//! clusters may use cert-manager instead (see `manifests/`).
+//! Certificates pinhook makes: a CA and a serving certificate for the webhook's Service
+//! (`<service>.<namespace>.svc`), the caBundle to put in the webhook configurations, and
+//! `pinhook certs`, which issues and writes them ([`issue`]). [`rotation`] decides when
+//! self-managed certificates change, [`managed`] keeps them in a Secret and the webhook
+//! configurations through the Kubernetes API, with one writer elected by a [`lease`].
+//! Clusters may use cert-manager instead (see `manifests/` and the chart).
+
+pub mod lease;
+pub mod managed;
+pub mod rotation;
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +22,8 @@ use rcgen::{
 pub enum CertError {
     #[error("failed to generate certificates")]
     Generate(#[from] rcgen::Error),
+    #[error("a certificate just generated does not parse")]
+    Unparsable,
     #[error("failed to write '{path}'")]
     Write {
         path: PathBuf,
@@ -85,33 +93,82 @@ impl CertRequest {
     }
 }
 
+/// A CA certificate and its private key, PEM.
+#[derive(Debug, Clone)]
+pub struct CaPem {
+    pub cert: String,
+    pub key: String,
+}
+
 /// Issues a fresh CA and a serving certificate for `request`.
 pub fn generate(request: &CertRequest) -> Result<GeneratedCerts, CertError> {
-    let ca_key = KeyPair::generate()?;
-    let ca_key_pem = ca_key.serialize_pem();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.distinguished_name = name("pinhook webhook CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    set_validity(&mut ca_params, request.validity_days);
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
+    let now = time::OffsetDateTime::now_utc();
+    // A little back-dating tolerates clock skew between nodes.
+    let not_before = now - time::Duration::minutes(5);
+    let not_after = now + time::Duration::days(i64::from(request.validity_days));
+    let ca = new_ca(not_before, not_after)?;
+    let common_name = format!("{}.{}.svc", request.service, request.namespace);
+    let (cert_pem, key_pem) = new_leaf(
+        &ca,
+        &request.subject_alt_names(),
+        &common_name,
+        not_before,
+        not_after,
+    )?;
+    Ok(GeneratedCerts {
+        ca_cert_pem: ca.cert,
+        ca_key_pem: ca.key,
+        cert_pem,
+        key_pem,
+    })
+}
 
+/// A self-signed CA valid from `not_before` to `not_after`.
+pub fn new_ca(
+    not_before: time::OffsetDateTime,
+    not_after: time::OffsetDateTime,
+) -> Result<CaPem, CertError> {
+    let ca_key = KeyPair::generate()?;
+    let key = ca_key.serialize_pem();
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    // The start time in the name makes each CA's subject distinct, so a bundle holding two
+    // CAs never leaves a verifier choosing between same-named issuers.
+    params.distinguished_name = name(&format!(
+        "pinhook webhook CA {}",
+        not_before.unix_timestamp()
+    ));
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params.not_before = not_before;
+    params.not_after = not_after;
+    let ca = CertifiedIssuer::self_signed(params, ca_key)?;
+    Ok(CaPem {
+        cert: ca.pem(),
+        key,
+    })
+}
+
+/// A serving certificate for `names` signed by `ca`: (certificate PEM, key PEM).
+pub fn new_leaf(
+    ca: &CaPem,
+    names: &[String],
+    common_name: &str,
+    not_before: time::OffsetDateTime,
+    not_after: time::OffsetDateTime,
+) -> Result<(String, String), CertError> {
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca.cert, KeyPair::from_pem(&ca.key)?)?;
     let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(request.subject_alt_names())?;
-    params.distinguished_name = name(&format!("{}.{}.svc", request.service, request.namespace));
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params.distinguished_name = name(common_name);
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    set_validity(&mut params, request.validity_days);
-    let cert = params.signed_by(&key, &ca)?;
-    Ok(GeneratedCerts {
-        ca_cert_pem: ca.pem(),
-        ca_key_pem,
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
+    params.not_before = not_before;
+    params.not_after = not_after;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// Issues a fresh CA and serving certificate and writes them into `config.out`.
@@ -129,13 +186,6 @@ fn name(common_name: &str) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
     dn
-}
-
-fn set_validity(params: &mut CertificateParams, days: u32) {
-    let now = time::OffsetDateTime::now_utc();
-    // A little back-dating tolerates clock skew between nodes.
-    params.not_before = now - time::Duration::minutes(5);
-    params.not_after = now + time::Duration::days(i64::from(days));
 }
 
 // === impl GeneratedCerts ===

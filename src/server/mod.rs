@@ -1,4 +1,5 @@
-//! HTTPS server: routes, handlers, TLS with certificate reload, health, metrics, shutdown.
+//! HTTPS server: routes, handlers, TLS with certificate reload (from files, or from the
+//! self-managed Secret as it changes), health, metrics, shutdown.
 //!
 //! Owns: sockets and TLS (axum + rustls through axum-server), the bounds on clients'
 //! connections and requests ([`connections`]), the request span and review metrics, and the
@@ -37,6 +38,7 @@ use connections::LimitedAcceptor;
 
 use crate::admission::dry_run::{self, Identity};
 use crate::admission::{self, Failure, Pinner};
+use crate::certs::managed::Serving;
 use crate::cluster::{Authorizer, Caller};
 use crate::documents::{self, Document};
 use crate::error::error_chain;
@@ -66,6 +68,10 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to load the TLS certificate from the managed Secret")]
+    LoadManagedTls(#[source] std::io::Error),
+    #[error("the managed TLS Secret's certificate stopped being watched before it held one")]
+    NoManagedTls,
     #[error("failed to bind {addr}")]
     Bind {
         addr: SocketAddr,
@@ -77,12 +83,20 @@ pub enum ServerError {
 }
 
 /// Where to listen and with which certificate.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    pub tls_cert: PathBuf,
-    pub tls_key: PathBuf,
+    pub tls: ServerTls,
     pub limits: ConnectionLimits,
+}
+
+/// Where the serving certificate comes from.
+#[derive(Debug)]
+pub enum ServerTls {
+    /// PEM files, re-read when they change (a mounted Secret is updated in place).
+    Files { cert: PathBuf, key: PathBuf },
+    /// The pairs a [`crate::certs::managed::ManagedTls`] sends, served from the first on.
+    Watched(tokio::sync::watch::Receiver<Option<Serving>>),
 }
 
 /// Shared state of the handlers.
@@ -141,13 +155,30 @@ pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
 
 /// Loads the certificate, binds, and serves until [`RunningServer::shutdown`].
 pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServer, ServerError> {
-    let tls = RustlsConfig::from_pem_file(&config.tls_cert, &config.tls_key)
-        .await
-        .map_err(|source| ServerError::LoadTls {
-            cert: config.tls_cert.clone(),
-            key: config.tls_key.clone(),
-            source,
-        })?;
+    let (tls, reloader) = match config.tls {
+        ServerTls::Files { cert, key } => {
+            let tls = RustlsConfig::from_pem_file(&cert, &key)
+                .await
+                .map_err(|source| ServerError::LoadTls {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    source,
+                })?;
+            let reloader = tokio::spawn(watch_certificates(tls.clone(), cert, key));
+            (tls, reloader)
+        }
+        ServerTls::Watched(mut pairs) => {
+            let first = pairs
+                .borrow_and_update()
+                .clone()
+                .ok_or(ServerError::NoManagedTls)?;
+            let tls = RustlsConfig::from_pem(first.cert.into_bytes(), first.key.into_bytes())
+                .await
+                .map_err(ServerError::LoadManagedTls)?;
+            let reloader = tokio::spawn(follow_certificates(tls.clone(), pairs));
+            (tls, reloader)
+        }
+    };
     let listener =
         std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
             addr: config.listen,
@@ -194,7 +225,6 @@ pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServe
             .await
             .map_err(|source| ServerError::Bind { addr, source })
     });
-    let reloader = tokio::spawn(watch_certificates(tls, config.tls_cert, config.tls_key));
     state.ready.store(true, Ordering::SeqCst);
     info!(%addr, "listening");
     Ok(RunningServer {
@@ -611,6 +641,29 @@ async fn watch_certificates(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
                 cert = %cert.display(),
                 error = %e,
                 "new TLS certificate rejected, still serving the previous one"
+            ),
+        }
+    }
+}
+
+/// Serves each new pair the managed Secret holds, as soon as it arrives. A pair rustls
+/// refuses keeps the previous one serving; existing connections are not touched.
+async fn follow_certificates(
+    tls: RustlsConfig,
+    mut pairs: tokio::sync::watch::Receiver<Option<Serving>>,
+) {
+    while pairs.changed().await.is_ok() {
+        let Some(pair) = pairs.borrow_and_update().clone() else {
+            continue;
+        };
+        match tls
+            .reload_from_pem(pair.cert.into_bytes(), pair.key.into_bytes())
+            .await
+        {
+            Ok(()) => info!("serving the TLS Secret's new certificate"),
+            Err(e) => warn!(
+                error = %e,
+                "the TLS Secret's new certificate was rejected, still serving the previous one"
             ),
         }
     }

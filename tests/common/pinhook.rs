@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pinhook::app::{self, KubeAccess, Overrides, PolicySource};
+use pinhook::app::{self, KubeAccess, Overrides, PolicySource, TlsSource};
 use pinhook::cluster::{Authorizer, NamespaceLabels, NoNamespaces};
 use pinhook::metrics::Metrics;
 use pinhook::policy::{FormSetting, Policy, PolicyHandle};
@@ -102,8 +102,10 @@ impl TestPinhook {
         policy.registries.allow_private.push(registry.host());
         let config = app::Config {
             listen: "127.0.0.1:0".parse().expect("address"),
-            tls_cert: ca.server_cert_path().to_path_buf(),
-            tls_key: ca.server_key_path().to_path_buf(),
+            tls: TlsSource::Files {
+                cert: ca.server_cert_path().to_path_buf(),
+                key: ca.server_key_path().to_path_buf(),
+            },
             policy: PolicySource::Fixed(Box::new(policy)),
             registry: registry_config(registry),
             cache: options.cache,

@@ -1,0 +1,240 @@
+use super::*;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn settings() -> Settings {
+    Settings {
+        names: vec![
+            "pinhook".into(),
+            "pinhook.pinhook-system.svc".into(),
+            "127.0.0.1".into(),
+        ],
+        common_name: "pinhook.pinhook-system.svc".into(),
+        ca_lifetime: 3 * HOUR,
+        cert_lifetime: HOUR,
+        grace: Duration::from_secs(60),
+    }
+}
+
+fn written(step: Step) -> (Contents, Vec<&'static str>) {
+    match step {
+        Step::Write { contents, reasons } => (contents, reasons),
+        Step::Keep => panic!("expected a write, got Keep"),
+    }
+}
+
+fn after(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
+    now + d
+}
+
+fn bundle_of(contents: &Contents, now: OffsetDateTime) -> Vec<Parsed> {
+    valid_bundle(contents.data.get(BUNDLE), now)
+}
+
+fn cert(contents: &Contents, key: &str) -> Parsed {
+    parse_one(&contents.data[key]).expect("parses")
+}
+
+/// A fresh Secret at `now`.
+fn start(now: OffsetDateTime) -> Contents {
+    written(plan(&Contents::default(), now, &settings(), false).expect("plans")).0
+}
+
+#[test]
+fn an_empty_secret_gets_a_ca_and_a_serving_certificate_it_signed_then_stays() {
+    let now = OffsetDateTime::now_utc();
+    let (contents, reasons) =
+        written(plan(&Contents::default(), now, &settings(), false).expect("plans"));
+    assert!(reasons.iter().any(|r| r.contains("new CA")), "{reasons:?}");
+    let signer = cert(&contents, SIGNER_CERT);
+    let leaf = cert(&contents, CERT);
+    assert!(signer.is_ca && !leaf.is_ca);
+    assert!(signed_by(&leaf, &signer));
+    assert!(key_matches(&leaf, &contents.data[KEY]));
+    assert_eq!(names_of(&leaf), expected_names(&settings().names));
+    assert_eq!(bundle_of(&contents, now).len(), 1);
+    assert_eq!(contents.data[BUNDLE], signer.pem);
+    assert!(serving_pair(&contents.data).is_some());
+    // Nothing to do a minute later, whether or not the webhooks carry the bundle yet.
+    for in_sync in [false, true] {
+        let step = plan(
+            &contents,
+            after(now, Duration::from_secs(60)),
+            &settings(),
+            in_sync,
+        );
+        assert!(matches!(step, Ok(Step::Keep)), "{step:?}");
+    }
+}
+
+#[test]
+fn a_serving_certificate_near_expiry_is_reissued_by_the_same_ca() {
+    let now = OffsetDateTime::now_utc();
+    let contents = start(now);
+    // 1 h lifetime: renewed once less than 20 min remain.
+    let later = after(now, Duration::from_secs(41 * 60));
+    let (renewed, reasons) = written(plan(&contents, later, &settings(), true).expect("plans"));
+    assert_eq!(
+        reasons,
+        vec!["serving certificate missing, wrong or near expiry: reissued"]
+    );
+    assert_ne!(renewed.data[CERT], contents.data[CERT]);
+    assert_eq!(renewed.data[SIGNER_CERT], contents.data[SIGNER_CERT]);
+    assert_eq!(renewed.data[BUNDLE], contents.data[BUNDLE]);
+    assert!(signed_by(
+        &cert(&renewed, CERT),
+        &cert(&renewed, SIGNER_CERT)
+    ));
+}
+
+#[test]
+fn a_ca_rotates_in_two_steps_and_the_previous_ca_stays_trusted() {
+    let now = OffsetDateTime::now_utc();
+    let contents = start(now);
+    let old_ca = cert(&contents, SIGNER_CERT);
+    // 3 h CA: a next CA is published once less than 1 h remains.
+    let t1 = after(now, Duration::from_secs(2 * 3600 + 60));
+    let (published, reasons) = written(plan(&contents, t1, &settings(), true).expect("plans"));
+    assert!(
+        reasons.contains(&"CA near expiry: next CA published"),
+        "{reasons:?}"
+    );
+    assert_eq!(published.published_at, Some(t1));
+    let next = cert(&published, NEXT_CERT);
+    let bundle = bundle_of(&published, t1);
+    assert_eq!(bundle.len(), 2);
+    assert!(bundle_has(&bundle, &old_ca) && bundle_has(&bundle, &next));
+    // The serving certificate is still the old CA's: no apiserver has the new bundle yet.
+    assert!(signed_by(&cert(&published, CERT), &old_ca));
+
+    // Within the grace period, or before the webhooks carry the bundle: nothing moves.
+    let early = after(t1, Duration::from_secs(30));
+    assert!(matches!(
+        plan(&published, early, &settings(), true),
+        Ok(Step::Keep)
+    ));
+    let due = after(t1, Duration::from_secs(61));
+    assert!(matches!(
+        plan(&published, due, &settings(), false),
+        Ok(Step::Keep)
+    ));
+
+    let (promoted, reasons) = written(plan(&published, due, &settings(), true).expect("plans"));
+    assert!(reasons.contains(&"next CA now signs"), "{reasons:?}");
+    assert_eq!(promoted.data[SIGNER_CERT], next.pem);
+    assert!(!promoted.data.contains_key(NEXT_CERT) && !promoted.data.contains_key(NEXT_KEY));
+    assert_eq!(promoted.published_at, None);
+    assert!(signed_by(&cert(&promoted, CERT), &next));
+    // Replicas still serving the old CA's certificate stay trusted while they switch.
+    let bundle = bundle_of(&promoted, due);
+    assert!(bundle_has(&bundle, &old_ca) && bundle_has(&bundle, &next));
+
+    // Once the old CA has expired it leaves the bundle.
+    let expired = after(now, 3 * HOUR + Duration::from_secs(60));
+    let (pruned, _) = written(plan(&promoted, expired, &settings(), true).expect("plans"));
+    let bundle = bundle_of(&pruned, expired);
+    assert!(!bundle.iter().any(|c| c.der == old_ca.der));
+    assert!(bundle_has(&bundle, &next));
+}
+
+#[test]
+fn hostile_or_broken_contents_are_replaced_not_trusted() {
+    let now = OffsetDateTime::now_utc();
+    let good = start(now);
+    let other = start(now);
+    let cases: Vec<(&str, Contents)> = vec![
+        ("garbage everywhere", {
+            let mut c = Contents::default();
+            for key in [BUNDLE, SIGNER_CERT, SIGNER_KEY, CERT, KEY] {
+                c.data.insert(
+                    key.into(),
+                    "-----BEGIN CERTIFICATE-----\nnot base64\n".into(),
+                );
+            }
+            c
+        }),
+        ("signer key of another CA", {
+            let mut c = good.clone();
+            c.data
+                .insert(SIGNER_KEY.into(), other.data[SIGNER_KEY].clone());
+            c
+        }),
+        ("serving key of another certificate", {
+            let mut c = good.clone();
+            c.data.insert(KEY.into(), other.data[KEY].clone());
+            c
+        }),
+        ("serving certificate of another CA", {
+            let mut c = good.clone();
+            c.data.insert(CERT.into(), other.data[CERT].clone());
+            c.data.insert(KEY.into(), other.data[KEY].clone());
+            c
+        }),
+        ("a serving certificate as signer", {
+            let mut c = good.clone();
+            c.data.insert(SIGNER_CERT.into(), good.data[CERT].clone());
+            c.data.insert(SIGNER_KEY.into(), good.data[KEY].clone());
+            c
+        }),
+        ("huge bundle", {
+            let mut c = good.clone();
+            c.data.insert(BUNDLE.into(), good.data[BUNDLE].repeat(200));
+            c
+        }),
+    ];
+    for (name, contents) in cases {
+        let (fixed, _) = written(plan(&contents, now, &settings(), true).expect(name));
+        let signer = cert(&fixed, SIGNER_CERT);
+        let leaf = cert(&fixed, CERT);
+        assert!(signer.is_ca, "{name}");
+        assert!(key_matches(&signer, &fixed.data[SIGNER_KEY]), "{name}");
+        assert!(signed_by(&leaf, &signer), "{name}");
+        assert!(key_matches(&leaf, &fixed.data[KEY]), "{name}");
+        let bundle = bundle_of(&fixed, now);
+        assert!(
+            bundle_has(&bundle, &signer) && bundle.len() <= MAX_BUNDLE,
+            "{name}"
+        );
+        assert!(fixed.data[BUNDLE].len() < 8 << 10, "{name}");
+    }
+}
+
+#[test]
+fn changed_names_reissue_the_serving_certificate() {
+    let now = OffsetDateTime::now_utc();
+    let contents = start(now);
+    let mut more = settings();
+    more.names.push("pinhook.example".into());
+    let (renamed, _) = written(plan(&contents, now, &more, true).expect("plans"));
+    assert_eq!(renamed.data[SIGNER_CERT], contents.data[SIGNER_CERT]);
+    assert!(names_of(&cert(&renamed, CERT)).contains(&"pinhook.example".to_string()));
+}
+
+#[test]
+fn the_bundle_keeps_at_most_three_cas_newest_first() {
+    let now = OffsetDateTime::now_utc();
+    let cas: Vec<Contents> = (0..5)
+        .map(|i| start(now + Duration::from_secs(i)))
+        .collect();
+    let mut contents = cas[4].clone();
+    let bundle: String = cas.iter().map(|c| c.data[BUNDLE].clone()).collect();
+    contents.data.insert(BUNDLE.into(), bundle);
+    let (fixed, _) =
+        written(plan(&contents, now + Duration::from_secs(10), &settings(), true).expect("plans"));
+    let kept = bundle_of(&fixed, now);
+    assert_eq!(kept.len(), MAX_BUNDLE);
+    assert!(bundle_has(&kept, &cert(&cas[4], SIGNER_CERT)));
+    assert!(bundle_has(&kept, &cert(&cas[3], SIGNER_CERT)));
+}
+
+#[test]
+fn a_replica_serves_only_a_pair_whose_key_matches() {
+    let now = OffsetDateTime::now_utc();
+    let good = start(now);
+    let other = start(now);
+    assert!(serving_pair(&good.data).is_some());
+    let mut mixed = good.data.clone();
+    mixed.insert(KEY.into(), other.data[KEY].clone());
+    assert!(serving_pair(&mixed).is_none());
+    assert!(serving_pair(&BTreeMap::new()).is_none());
+}
