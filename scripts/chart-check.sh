@@ -208,6 +208,8 @@ check "fail: managed TLS with webhook.url whose host no SAN covers" \
 check "fail: webhook.url with tls.mode certManager" \
     refuse "webhook.url does not work with tls.mode=certManager" "$NS" \
     --set webhook.url=https://pinhook.example,tls.mode=certManager
+check "fail: a managed-mode lifetime longer than pinhook accepts" \
+    refuse "tls.managed.caLifetime=3661d is longer than pinhook accepts" "$NS" --set tls.managed.caLifetime=3661d
 check "fail: replicaCount 1 with PDB maxUnavailable 0" \
     refuse "podDisruptionBudget.maxUnavailable=0 with replicaCount=1" "$NS" \
     --set replicaCount=1,podDisruptionBudget.maxUnavailable=0
