@@ -115,8 +115,10 @@ pub fn plan(
         reasons.push("next CA without publication time: dropped");
         next = None;
     }
-    if next.is_none() && remaining(&signer.cert, now) < settings.ca_lifetime / 3 {
-        reasons.push("CA near expiry: next CA published");
+    let ca_due = remaining(&signer.cert, now) < settings.ca_lifetime / 3
+        || longer_than(&signer.cert, settings.ca_lifetime);
+    if next.is_none() && ca_due {
+        reasons.push("CA near expiry or longer-lived than configured: next CA published");
         next = Some(fresh_ca(now, settings)?);
         published_at = Some(now);
     }
@@ -217,13 +219,21 @@ fn leaf(
     let pem = contents.data.get(CERT)?;
     let key = contents.data.get(KEY)?;
     let parsed = parse_one(pem)?;
-    let fresh = remaining(&parsed, now) >= settings.cert_lifetime / 3;
+    let fresh = remaining(&parsed, now) >= settings.cert_lifetime / 3
+        && !longer_than(&parsed, settings.cert_lifetime);
     let right = valid_at(&parsed, now)
         && fresh
         && key_matches(&parsed, key)
         && signed_by(&parsed, &signer.cert)
         && names_of(&parsed) == expected_names(&settings.names);
     right.then(|| (pem.clone(), key.clone()))
+}
+
+/// Whether `cert` lasts longer than `lifetime` (plus back-dating and a minute's slack): the
+/// lifetime was shortened since it was issued, and a shorter one takes effect at once.
+fn longer_than(cert: &Parsed, lifetime: Duration) -> bool {
+    let span = cert.not_after - cert.not_before;
+    span > BACKDATE + time::Duration::minutes(1) + lifetime
 }
 
 fn valid_at(cert: &Parsed, now: OffsetDateTime) -> bool {

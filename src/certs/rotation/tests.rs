@@ -96,7 +96,7 @@ fn a_ca_rotates_in_two_steps_and_the_previous_ca_stays_trusted() {
     let t1 = after(now, Duration::from_secs(2 * 3600 + 60));
     let (published, reasons) = written(plan(&contents, t1, &settings(), true).expect("plans"));
     assert!(
-        reasons.contains(&"CA near expiry: next CA published"),
+        reasons.contains(&"CA near expiry or longer-lived than configured: next CA published"),
         "{reasons:?}"
     );
     assert_eq!(published.published_at, Some(t1));
@@ -237,4 +237,32 @@ fn a_replica_serves_only_a_pair_whose_key_matches() {
     mixed.insert(KEY.into(), other.data[KEY].clone());
     assert!(serving_pair(&mixed).is_none());
     assert!(serving_pair(&BTreeMap::new()).is_none());
+}
+
+#[test]
+fn shorter_lifetimes_take_effect_at_once() {
+    let now = OffsetDateTime::now_utc();
+    let contents = start(now);
+    let mut shorter = settings();
+    shorter.ca_lifetime = Duration::from_secs(90);
+    shorter.cert_lifetime = Duration::from_secs(30);
+    shorter.grace = Duration::from_secs(5);
+    let (published, reasons) = written(plan(&contents, now, &shorter, true).expect("plans"));
+    assert!(
+        reasons.iter().any(|r| r.contains("next CA published")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("reissued")),
+        "{reasons:?}"
+    );
+    let leaf = cert(&published, CERT);
+    assert!(leaf.not_after <= now + Duration::from_secs(31));
+    // The next CA, once it signs, is not itself "longer-lived than configured".
+    let due = now + Duration::from_secs(6);
+    let (promoted, _) = written(plan(&published, due, &shorter, true).expect("plans"));
+    assert!(matches!(
+        plan(&promoted, due, &shorter, true),
+        Ok(Step::Keep)
+    ));
 }
