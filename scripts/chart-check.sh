@@ -101,7 +101,7 @@ same_documents() { # same_documents A B: the same YAML documents, byte for byte,
     # configurations; Helm 3 before them)
     python3 - "$1" "$2" <<'PY'
 import sys
-docs = [sorted(open(f).read().split("\n---\n")) for f in sys.argv[1:]]
+docs = [sorted(d.strip() for d in open(f).read().split("\n---\n")) for f in sys.argv[1:]]
 if docs[0] != docs[1]:
     only = lambda a, b: [d.splitlines()[0:2] for d in a if d not in b]
     print("only in helm3:", only(docs[0], docs[1]), "only in helm4:", only(docs[1], docs[0]))

@@ -155,6 +155,12 @@ fn managed_tls_renders_no_ca_bundle_and_an_empty_secret() {
     assert_eq!(secret["type"], "Opaque");
     let fields: Vec<&String> = secret.as_object().expect("Secret").keys().collect();
     assert_eq!(fields, ["apiVersion", "kind", "metadata", "type"]);
+    let lease = get(&objects, "Lease", "pinhook-tls");
+    assert_eq!(
+        lease["spec"],
+        serde_json::json!({}),
+        "the Lease is pinhook's to fill"
+    );
 
     let pod = &get(&objects, "Deployment", "pinhook")["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
