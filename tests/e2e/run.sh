@@ -61,6 +61,12 @@
 #      templates as written
 #   r  audit namespace with the controllers running: nothing stored carries a digest, pinhook
 #      pinned nothing there, as many ReplicaSets and Pods as without pinhook
+#   t  the Helm chart with Helm 3 (tests/e2e/helm.sh): `helm install` (url mode, tls.mode managed),
+#      pinhook (run as the chart's ServiceAccount) fills the Secret and every caBundle, a
+#      Deployment stored pinned, `helm upgrade` with changed values keeps the Secret and the
+#      caBundles, a CA rotation and certificate reissues under a stream of dry-run creates refuse
+#      none, `helm uninstall` leaves no webhook configuration and Pods are admitted again
+#   u  the same with Helm 4 (server-side apply)
 #
 # Scenarios m-r each run the same steps in a twin namespace that no webhook sees
 # (pinhook.dev/ignore=true) and log the `counts:` of both.
@@ -79,6 +85,7 @@
 #   KUBE_CONTROLLER_MANAGER
 #                       use this kube-controller-manager binary (default: beside the apiserver)
 #   E2E_LOOP_WATCH      seconds m watches the ReplicaSet count after `set env` (default 60)
+#   HELM_STREAM_SECONDS seconds t and u stream dry-run creates through the rotations (default 75)
 #   PODS_CACHE_TTL      --cache-ttl of q's `target: pods` pinhook (default 16; q takes about T + 5 s)
 #   E2E_SKIP_BUILD=1    do not run cargo; use PINHOOK_BIN / E2E_REGISTRY_BIN (default
 #                       target/debug/pinhook and target/debug/examples/e2e_registry)
@@ -98,7 +105,7 @@ ROOT="$(cd "$E2E_DIR/../.." && pwd)"
 
 export E2E_WORK="${E2E_WORK:-/tmp/pinhook-e2e-run}"
 RUN="$E2E_WORK/run"
-ALL_SCENARIOS=(a b c d e f g h i j k l m n o p q r s)
+ALL_SCENARIOS=(a b c d e f g h i j k l m n o p q r s t u)
 declare -A SCENARIO_TITLE=(
   [a]="Deployment: initContainer and container pinned in the stored template"
   [b]="bare Pod pinned"
@@ -118,6 +125,8 @@ declare -A SCENARIO_TITLE=(
   [p]="StatefulSet, DaemonSet, Job and Job-from-CronJob Pods carry the template's digest"
   [q]="target: pods: one digest per owner revision across a re-push of the tag"
   [r]="audit namespace with controllers: nothing mutated, no extra ReplicaSets"
+  [t]="Helm 3: install, self-managed caBundle, upgrade keeps certs, rotation drops nothing, uninstall"
+  [u]="Helm 4: install, self-managed caBundle, upgrade keeps certs, rotation drops nothing, uninstall"
   [s]="private image, no pull secret: pinned with a kubelet credential provider plugin's credentials"
 )
 
@@ -249,6 +258,9 @@ cleanup() {
     log "E2E_KEEP=1: leaving pinhook (pid ${PINHOOK_PID:-none}${PODS_PINHOOK_PID:+, target: pods $PODS_PINHOOK_PID}), registry helper (pid ${REGISTRY_PID:-none}) and the cluster running"
     log "  export KUBECONFIG=$E2E_WORK/kubeconfig; stop with: kill ${PINHOOK_PID:-} ${PODS_PINHOOK_PID:-} ${REGISTRY_PID:-}; E2E_WORK=$E2E_WORK $E2E_DIR/cluster.sh stop"
   else
+    for pidfile in "$RUN"/helm*/pinhook.pid; do
+      [[ -s $pidfile ]] && stop_pid "$(<"$pidfile")" "pinhook of a Helm release" 25
+    done
     stop_pid "$PODS_PINHOOK_PID" "pinhook (target: pods)" 25
     stop_pid "$PINHOOK_PID" pinhook 25
     stop_pid "$REGISTRY_PID" "registry helper" 10
@@ -2015,6 +2027,9 @@ EOF
   ok "pinhook_credential_provider_execs_total: $(metric_sum pinhook_credential_provider_execs_total 'provider="e2e-provider"')"
   return "$rc"
 }
+
+# shellcheck source=tests/e2e/helm.sh
+source "$E2E_DIR/helm.sh"
 
 run_scenario() { # run_scenario LETTER
   local s=$1 t0 rc=0
