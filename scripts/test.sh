@@ -3,6 +3,8 @@
 # installs etcd and builds a kube-apiserver), checks formatting and lints, runs unit and
 # integration tests against a real registry, the local demo, then the end-to-end tier on a
 # real kube-apiserver. Set PINHOOK_SKIP_E2E=1 to stop before the end-to-end tier.
+# The Helm chart's checks (scripts/chart-check.sh) run after the cargo tests; their count is in
+# the total.
 # A short coverage-guided fuzzing pass (scripts/fuzz.sh, PINHOOK_FUZZ_SECONDS per target,
 # default 5; 0 skips it) runs after the demo; its targets count in the total.
 # The last line is the total: `total: N passed, M failed` (pinhook's cargo tests + e2e
@@ -41,6 +43,12 @@ if short_of_disk; then
         find "${CARGO_TARGET_DIR:-target}/debug/deps" -maxdepth 1 -type f -name "${t%.rs}-*" ! -name '*.*' -delete
     done
 fi
+log "the Helm chart (scripts/chart-check.sh: lint, renders, schemas, the kustomize base)"
+scripts/chart-check.sh | tee "$out/chart.log"
+# its last line: `chart: N passed, M failed`
+read -r chart_passed chart_failed < <(tail -n1 "$out/chart.log" | awk '{ print $2 + 0, $4 + 0 }')
+passed=$((passed + chart_passed))
+failed=$((failed + chart_failed))
 log "the local demo (scripts/demo.sh), as README's first command runs it"
 scripts/demo.sh
 fuzz_seconds=${PINHOOK_FUZZ_SECONDS:-5}
