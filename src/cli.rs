@@ -287,6 +287,10 @@ pub struct CheckArgs {
     /// Seconds the whole check may take.
     #[arg(long, env = "PINHOOK_CHECK_TIMEOUT", default_value_t = 120, value_parser = seconds_flag())]
     timeout: u64,
+    /// Exit 1 unless every image resolved to a digest (pinned, or would be pinned in audit),
+    /// and at least one image was seen: what `helm test` asks.
+    #[arg(long, env = "PINHOOK_REQUIRE_DIGEST")]
+    require_digest: bool,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -584,6 +588,7 @@ impl CheckArgs {
             namespace: self.namespace,
             timeout: Duration::from_secs(self.timeout),
             target,
+            require_digest: self.require_digest,
         })
     }
 }

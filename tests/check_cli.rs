@@ -350,3 +350,62 @@ async fn output_snapshots() {
         );
     }
 }
+
+#[tokio::test]
+async fn require_digest_passes_only_when_every_image_resolved() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    let host = registry.host();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = dir.path().join("app.yaml");
+    std::fs::write(&app, deployment(&host, "app", "team/app:1.0")).expect("write");
+    let app = app.to_str().expect("path");
+    let policy = |mode: &str| {
+        let path = dir.path().join(format!("{mode}.yaml"));
+        std::fs::write(
+            &path,
+            format!("mode: {mode}\nregistries:\n  allowPrivate: [\"{host}\"]\n"),
+        )
+        .expect("write");
+        path.to_str().expect("path").to_string()
+    };
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // Enforce pins it; audit would (the digest is known): both pass.
+    for mode in ["enforce", "audit"] {
+        let output = pinhook(
+            &registry,
+            &[app, "--require-digest", "--policy", &policy(mode)],
+            None,
+        );
+        assert_eq!(output.status.code(), Some(0), "{mode}: {}", stderr(&output));
+    }
+    // Off resolves nothing: a check that proves nothing fails.
+    let output = pinhook(
+        &registry,
+        &[app, "--require-digest", "--policy", &policy("off")],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    assert!(
+        stderr(&output).contains("--require-digest: no image was checked"),
+        "{}",
+        stderr(&output)
+    );
+    // No image at all: without the flag all good, with it a failure saying so.
+    let empty = dir.path().join("cm.yaml");
+    std::fs::write(
+        &empty,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n",
+    )
+    .expect("write");
+    let empty = empty.to_str().expect("path");
+    assert_eq!(pinhook(&registry, &[empty], None).status.code(), Some(0));
+    let output = pinhook(&registry, &[empty, "--require-digest"], None);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("no image was checked"),
+        "{}",
+        stderr(&output)
+    );
+}

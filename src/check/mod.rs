@@ -104,6 +104,8 @@ pub struct CheckConfig {
     /// Bound on the whole check.
     pub timeout: Duration,
     pub target: Target,
+    /// Fail (1) unless every image resolved to a digest (`--require-digest`).
+    pub require_digest: bool,
 }
 
 /// Where the admission pipeline runs.
@@ -161,7 +163,50 @@ pub async fn run(config: CheckConfig) -> Result<u8, CheckError> {
             eprintln!("pinhook: {line}");
         }
     }
-    Ok(exit_code(&report))
+    let undigested = if config.require_digest {
+        without_digest(&report)
+    } else {
+        Vec::new()
+    };
+    for line in &undigested {
+        eprintln!("pinhook: --require-digest: {line}");
+    }
+    let code = exit_code(&report);
+    Ok(if code == 0 && !undigested.is_empty() {
+        1
+    } else {
+        code
+    })
+}
+
+/// What `--require-digest` refuses: each image that did not resolve to a digest, or a note
+/// that no image was checked at all (a check that saw nothing proves nothing).
+pub fn without_digest(report: &Report) -> Vec<String> {
+    let images: Vec<_> = report
+        .objects
+        .iter()
+        .flat_map(|o| o.images.iter().map(move |i| (o, i)))
+        .collect();
+    if images.is_empty() {
+        return vec![
+            "no image was checked (none in the input, or the namespace's mode is off)".to_string(),
+        ];
+    }
+    images
+        .into_iter()
+        .filter(|(_, image)| image.digest.is_none())
+        .map(|(object, image)| {
+            format!(
+                "{} {}/{} container {}: {} has no digest ({})",
+                object.kind,
+                object.namespace,
+                object.name,
+                image.container,
+                image.original,
+                image.reason.as_deref().unwrap_or(&image.action)
+            )
+        })
+        .collect()
 }
 
 /// 0 all good, 1 violations or unresolvable images, 2 input errors.
