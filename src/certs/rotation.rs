@@ -106,14 +106,32 @@ pub fn plan(
             let published_at = next.as_ref().and(current.published_at);
             (signer, next, published_at)
         }
-        None => {
-            reasons.push("no usable signing CA: new CA");
-            (fresh_ca(now, settings)?, None, None)
-        }
+        None => match ca(current, NEXT_CERT, NEXT_KEY, now)
+            .filter(|next| current.published_at.is_some() && bundle_has(&bundle, &next.cert))
+        {
+            // Already in every bundle: it signs now rather than a CA nobody trusts yet.
+            Some(next) => {
+                reasons.push("signing CA unusable: the published next CA signs");
+                (next, None, None)
+            }
+            None => {
+                reasons.push("no usable signing CA: new CA");
+                (fresh_ca(now, settings)?, None, None)
+            }
+        },
     };
     if next.is_some() && published_at.is_none() {
         reasons.push("next CA without publication time: dropped");
         next = None;
+    }
+    // A publication time in the future (beyond clock skew), or so far ahead that adding the
+    // grace overflows, is not one this writer made: drop it rather than wait for it.
+    let impossible =
+        |at: OffsetDateTime| at.checked_add(grace(settings)).is_none() || at > now + BACKDATE;
+    if published_at.is_some_and(impossible) {
+        reasons.push("next CA with an impossible publication time: dropped");
+        next = None;
+        published_at = None;
     }
     let ca_due = remaining(&signer.cert, now) < settings.ca_lifetime / 3
         || longer_than(&signer.cert, settings.ca_lifetime);
@@ -123,7 +141,7 @@ pub fn plan(
         published_at = Some(now);
     }
     if let (Some(candidate), Some(at)) = (&next, published_at) {
-        let due = at + settings.grace;
+        let due = at.checked_add(grace(settings)).unwrap_or(at);
         if now >= due && webhooks_in_sync && bundle_has(&bundle, &candidate.cert) {
             reasons.push("next CA now signs");
             signer = candidate.clone();
@@ -182,6 +200,10 @@ pub fn serving_pair(contents: &BTreeMap<String, String>) -> Option<(String, Stri
     key_matches(&parsed, key).then(|| (cert.clone(), key.clone()))
 }
 
+fn grace(settings: &Settings) -> time::Duration {
+    time::Duration::try_from(settings.grace).unwrap_or(time::Duration::MAX)
+}
+
 /// Back-dating of new certificates, for clock skew between nodes.
 const BACKDATE: time::Duration = time::Duration::minutes(5);
 
@@ -219,7 +241,10 @@ fn leaf(
     let pem = contents.data.get(CERT)?;
     let key = contents.data.get(KEY)?;
     let parsed = parse_one(pem)?;
-    let fresh = remaining(&parsed, now) >= settings.cert_lifetime / 3
+    // Capped at the signer's expiry, a certificate cannot be renewed into a longer one until
+    // the CA rotates: reissuing it would only rewrite the Secret every interval.
+    let capped = parsed.not_after >= signer.cert.not_after;
+    let fresh = (remaining(&parsed, now) >= settings.cert_lifetime / 3 || capped)
         && !longer_than(&parsed, settings.cert_lifetime);
     let right = valid_at(&parsed, now)
         && fresh

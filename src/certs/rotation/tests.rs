@@ -266,3 +266,64 @@ fn shorter_lifetimes_take_effect_at_once() {
         Ok(Step::Keep)
     ));
 }
+
+#[test]
+fn an_impossible_publication_time_is_dropped_not_waited_for_and_never_panics() {
+    let now = OffsetDateTime::now_utc();
+    let contents = start(now);
+    let t1 = now + 2 * HOUR + Duration::from_secs(60);
+    let (published, _) = written(plan(&contents, t1, &settings(), true).expect("plans"));
+    for at in [
+        time::macros::datetime!(9999-12-31 23:59:59 UTC),
+        t1 + Duration::from_secs(3600),
+    ] {
+        let mut odd = published.clone();
+        odd.published_at = Some(at);
+        let (fixed, reasons) = written(plan(&odd, t1, &settings(), true).expect("plans"));
+        assert!(
+            reasons.contains(&"next CA with an impossible publication time: dropped"),
+            "{reasons:?}"
+        );
+        // A next CA is published afresh, at now.
+        assert_eq!(fixed.published_at, Some(t1));
+    }
+}
+
+#[test]
+fn an_expired_signer_hands_over_to_the_published_next_ca() {
+    let now = OffsetDateTime::now_utc();
+    let contents = start(now);
+    let t1 = now + 2 * HOUR + Duration::from_secs(60);
+    let (published, _) = written(plan(&contents, t1, &settings(), false).expect("plans"));
+    let next = cert(&published, NEXT_CERT);
+    // The webhooks never caught up, and the signer expired meanwhile.
+    let late = now + 3 * HOUR + Duration::from_secs(60);
+    let (handed, reasons) = written(plan(&published, late, &settings(), false).expect("plans"));
+    assert!(
+        reasons.contains(&"signing CA unusable: the published next CA signs"),
+        "{reasons:?}"
+    );
+    assert_eq!(handed.data[SIGNER_CERT], next.pem);
+    assert!(signed_by(&cert(&handed, CERT), &next));
+}
+
+#[test]
+fn a_certificate_capped_at_the_ca_expiry_is_not_rewritten_every_pass() {
+    let now = OffsetDateTime::now_utc();
+    let contents = start(now);
+    // Promotion held back (webhooks never in sync): the CA nears expiry, the serving
+    // certificate is capped at it and cannot get longer.
+    let t1 = now + 2 * HOUR + Duration::from_secs(60);
+    let (published, _) = written(plan(&contents, t1, &settings(), false).expect("plans"));
+    // Reissued at t1 (the first one had expired), capped at the CA's expiry.
+    assert_eq!(
+        cert(&published, CERT).not_after,
+        cert(&published, SIGNER_CERT).not_after
+    );
+    // 10 min left of a 1 h lifetime would ask for a reissue; a capped one is kept.
+    let t3 = now + 2 * HOUR + Duration::from_secs(50 * 60);
+    assert!(matches!(
+        plan(&published, t3, &settings(), false),
+        Ok(Step::Keep)
+    ));
+}
