@@ -17,34 +17,43 @@
 #      this pinhook reviewed it;
 #   4. `helm upgrade` with changed values succeeds, changes those values, and leaves the Secret's
 #      data and every caBundle as they were;
-#   5. pinhook restarted with short lifetimes (CA 90 s, certificate 30 s, grace 5 s): for 75 s a
-#      stream of server-side dry-run Pod creates through the apiserver, none refused and all
-#      pinned, while the CA rotates (next CA published, then signing) and the serving
-#      certificate is reissued several times;
+#   5. pinhook restarted with short lifetimes (CA 90 s, certificate 30 s, grace 5 s) and a second
+#      replica beside it: for 75 s a stream of server-side dry-run Pod creates through the
+#      apiserver, none refused and all pinned, while the CA rotates (next CA published, then
+#      signing) and the serving certificate is reissued several times; both replicas serve the
+#      same successive certificates and only the Lease holder writes; the holder stops and the
+#      other replica takes the Lease and writes the Secret;
 #   6. pinhook stopped: a Pod is refused (failurePolicy Fail, the webhook unreachable);
 #      `helm uninstall`: neither webhook configuration is left, and the same Pod is admitted.
 
 HELM_STREAM_SECONDS="${HELM_STREAM_SECONDS:-75}"
 
-# helm_pinhook_start DIR PORT NS FULL [SERVE-ARGS...]: pinhook as the chart's Deployment runs it
+# [REPLICA=N] helm_pinhook_start DIR PORT NS FULL [SERVE-ARGS...]: pinhook as the chart's
+# Deployment runs it, as replica N (default 0: pod name FULL-N, log DIR/pinhook[-N].log, PID in
+# DIR/pinhook[-N].pid)
 helm_pinhook_start() {
-  local dir=$1 port=$2 ns=$3 full=$4
+  local dir=$1 port=$2 ns=$3 full=$4 r=${REPLICA:-0} name=pinhook
+  [[ $r == 0 ]] || name=pinhook-$r
   shift 4
   NO_COLOR=1 PINHOOK_LOG=info "$PINHOOK_BIN" serve \
     --listen "127.0.0.1:$port" \
     --tls-secret "$full-tls" --tls-namespace "$ns" --tls-service "$full" \
     --tls-webhook "mutating/$full,validating/$full" --tls-lease "$full-tls" \
-    --tls-san 127.0.0.1 --pod-name "$full-0" \
+    --tls-san 127.0.0.1 --pod-name "$full-$r" \
     --registry-ca "$REGISTRY_CA" --policy "$RUN/policy.yaml" --kubeconfig "$dir/kubeconfig" \
-    "$@" </dev/null >>"$dir/pinhook.log" 2>&1 3>&- &
-  echo $! >"$dir/pinhook.pid"
-  log "  started pinhook for the release on $port (pid $!, log $dir/pinhook.log)"
+    "$@" </dev/null >>"$dir/$name.log" 2>&1 3>&- &
+  echo $! >"$dir/$name.pid"
+  log "  started pinhook replica $r for the release on $port (pid $!, log $dir/$name.log)"
 }
-helm_pinhook_stop() { # helm_pinhook_stop DIR
-  [[ -s $1/pinhook.pid ]] || return 0
-  stop_pid "$(<"$1/pinhook.pid")" "pinhook of the release" 25
-  rm -f "$1/pinhook.pid"
+helm_pinhook_stop() { # helm_pinhook_stop DIR [REPLICA]
+  local name=pinhook
+  [[ ${2:-0} == 0 ]] || name=pinhook-$2
+  [[ -s $1/$name.pid ]] || return 0
+  stop_pid "$(<"$1/$name.pid")" "pinhook replica ${2:-0} of the release" 25
+  rm -f "$1/$name.pid"
 }
+helm_lease_holder() { K -n "$1" get lease "$2" -o jsonpath='{.spec.holderIdentity}'; }
+helm_holder_is() { [[ $(helm_lease_holder "$1" "$2") == "$3" ]]; } # helm_holder_is NS LEASE ID
 helm_readyz() { [[ $(curl -sk --max-time 2 "https://127.0.0.1:$1/readyz") == ok* ]]; }
 # helm_secret_ca NS SECRET OUT: the Secret's ca.crt into OUT (fails while it has none)
 helm_secret_ca() {
@@ -177,6 +186,14 @@ EOF
     --tls-ca-lifetime 90s --tls-cert-lifetime 30s --tls-ca-grace 5s --tls-interval 1s
   WAIT_PID=$(<"$dir/pinhook.pid") wait_until 60 "pinhook of $rel ready again" helm_readyz "$port" ||
     { bad "pinhook did not come back"; return 1; }
+  # A second replica, as the Deployment's second pod: it waits on the Lease and serves what the
+  # Secret holds (the webhooks call the first one's port; its certificate is read directly).
+  local port2
+  port2=$(free_port)
+  REPLICA=1 helm_pinhook_start "$dir" "$port2" "$ns" "$full" \
+    --tls-ca-lifetime 90s --tls-cert-lifetime 30s --tls-ca-grace 5s --tls-interval 1s
+  WAIT_PID=$(<"$dir/pinhook-1.pid") wait_until 60 "replica 1 of $rel ready" helm_readyz "$port2" ||
+    { bad "replica 1 did not become ready"; return 1; }
   cat >"$dir/pod.yaml" <<EOF
 apiVersion: v1
 kind: Pod
@@ -187,7 +204,7 @@ spec:
     - name: app
       image: $(image app 1.0)
 EOF
-  local end=$(($(date +%s) + HELM_STREAM_SECONDS)) got prints=()
+  local end=$(($(date +%s) + HELM_STREAM_SECONDS)) got prints=() prints2=()
   : >"$dir/stream.log"
   while (($(date +%s) < end)); do
     if got=$(K -n "$apps" create --dry-run=server -f "$dir/pod.yaml" -o jsonpath='{.spec.containers[0].image}' 2>&1) &&
@@ -197,6 +214,7 @@ EOF
       echo "FAIL $(tr '\n' ' ' <<<"$got")" >>"$dir/stream.log"
     fi
     prints+=("$(helm_served_fingerprint "$port")")
+    prints2+=("$(helm_served_fingerprint "$port2")")
   done
   local total fails distinct promotions reissues
   total=$(grep -c . "$dir/stream.log" || true)
@@ -214,9 +232,34 @@ EOF
     bad "no CA promotion in ${HELM_STREAM_SECONDS}s" || rc=1
   ((distinct >= 3)) && ok "pinhook served $distinct different certificates during the stream" ||
     bad "only $distinct serving certificate(s) seen" || rc=1
-
-  # 6. stop, then uninstall
+  # Both replicas follow the Secret: the same certificates, and the same one at the end.
+  local seen1 seen2 common
+  seen1=$(printf '%s\n' "${prints[@]}" | grep . | sort -u)
+  seen2=$(printf '%s\n' "${prints2[@]}" | grep . | sort -u)
+  common=$(comm -12 <(echo "$seen1") <(echo "$seen2") | grep -c . || true)
+  log "  replica 0 served $(grep -c . <<<"$seen1") certificates, replica 1 $(grep -c . <<<"$seen2"), $common in common"
+  ((common >= 3)) && ok "both replicas served the Secret's successive certificates ($common in common)" ||
+    bad "the replicas did not serve the same certificates ($common in common)" || rc=1
+  expect_eq "writes of the Secret by replica 1 while replica 0 held the Lease" \
+    "$(grep -c 'TLS Secret written' "$dir/pinhook-1.log" || true)" 0 || rc=1
+  # The holder stops: the other replica takes the Lease (15 s lease) and keeps the certificates.
+  expect_eq "Lease holder before the takeover" "$(helm_lease_holder "$ns" "$full-tls")" "$full-0" || rc=1
   helm_pinhook_stop "$dir"
+  local t_stop
+  t_stop=$(date +%s)
+  if wait_until 40 "replica 1 to take the Lease" helm_holder_is "$ns" "$full-tls" "$full-1"; then
+    ok "replica 1 took the Lease $(($(date +%s) - t_stop)) s after the holder stopped"
+  else
+    bad "replica 1 did not take the Lease" || rc=1
+  fi
+  if wait_until 40 "replica 1 to write the Secret" grep -q 'TLS Secret written' "$dir/pinhook-1.log"; then
+    ok "replica 1 keeps the certificates: $(grep 'TLS Secret written' "$dir/pinhook-1.log" | head -n1 | grep -o 'reasons=.*' | cut -c1-110)"
+  else
+    bad "replica 1 never wrote the Secret after taking over" || rc=1
+  fi
+  helm_pinhook_stop "$dir" 1
+
+  # 6. stopped (above), then uninstall
   if K -n "$apps" run refused --image="$(image app 1.0)" --restart=Never >"$dir/refused.out" 2>&1; then
     bad "a Pod was admitted while the release's webhook could not be reached" || rc=1
   else

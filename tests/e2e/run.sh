@@ -258,7 +258,7 @@ cleanup() {
     log "E2E_KEEP=1: leaving pinhook (pid ${PINHOOK_PID:-none}${PODS_PINHOOK_PID:+, target: pods $PODS_PINHOOK_PID}), registry helper (pid ${REGISTRY_PID:-none}) and the cluster running"
     log "  export KUBECONFIG=$E2E_WORK/kubeconfig; stop with: kill ${PINHOOK_PID:-} ${PODS_PINHOOK_PID:-} ${REGISTRY_PID:-}; E2E_WORK=$E2E_WORK $E2E_DIR/cluster.sh stop"
   else
-    for pidfile in "$RUN"/helm*/pinhook.pid; do
+    for pidfile in "$RUN"/helm*/pinhook*.pid; do
       [[ -s $pidfile ]] && stop_pid "$(<"$pidfile")" "pinhook of a Helm release" 25
     done
     stop_pid "$PODS_PINHOOK_PID" "pinhook (target: pods)" 25
