@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Warm admission side by side with a floor, driven by an external load generator (issue 13).
+#
+#   benches/load.sh [ROUNDS] [SECONDS]      (default 3 rounds of 5 s)
+#
+# Builds the release binary, the floor (examples/floor.rs: bare axum + rustls, parses the body
+# into serde_json::Value, answers a canned body) and the registry helper
+# (examples/e2e_registry.rs: Debian's docker-registry over TLS with multi-arch images); starts
+# pinhook (release, default logging, policy enforce) and the floor with the same certificate;
+# warms pinhook's cache with the captured 1.26 Deployment review
+# (tests/fixtures/admissionreview/v1.26/deployment-create-mutate.json, every container on
+# 127.0.0.1:PORT/team/app:1.0); gives the floor pinhook's own answer; then runs wrk (Debian's;
+# installed when missing) in its own process, 2 threads and 16 keep-alive TLS connections,
+# against the floor and pinhook in interleaved rounds. Prints req/s, p50 and p99 per round and
+# the ratios of the medians, and the registry requests pinhook made during the load (0: all of
+# it is pinhook's own CPU). Everything on 127.0.0.1, bounded in rounds and seconds.
+#
+# Environment: PINHOOK_LOG (pinhook's log filter, default info), LOAD_THREADS (2),
+# LOAD_CONNECTIONS (16).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+seconds=${2:-5}
+((rounds >= 1 && rounds <= 10)) || { echo "ROUNDS must be 1-10" >&2; exit 2; }
+((seconds >= 1 && seconds <= 60)) || { echo "SECONDS must be 1-60" >&2; exit 2; }
+threads=${LOAD_THREADS:-2}
+connections=${LOAD_CONNECTIONS:-16}
+log() { printf '==> %s\n' "$*" >&2; }
+
+if ! command -v wrk >/dev/null; then
+    log "installing wrk"
+    apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq wrk >/dev/null; }
+fi
+for tool in wrk jq curl docker-registry; do
+    command -v "$tool" >/dev/null || { echo "$tool not found (scripts/install-test-deps.sh installs docker-registry, jq, curl)" >&2; exit 2; }
+done
+
+log "cargo build --release (pinhook, examples floor and e2e_registry)"
+cargo build --release --quiet --bin pinhook --example floor --example e2e_registry
+target=${CARGO_TARGET_DIR:-target}/release
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() { # wait_for SECONDS CMD...
+    local deadline=$(($(date +%s) + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        (($(date +%s) < deadline)) || return 1
+        sleep 0.2
+    done
+}
+
+# The registry helper keeps running while its stdin is open: a FIFO held by this script.
+mkfifo "$work/registry.stdin"
+exec 3<>"$work/registry.stdin"
+"$target/examples/e2e_registry" "$work/registry.env" <"$work/registry.stdin" >"$work/registry.log" 2>&1 &
+pids+=($!)
+wait_for 60 test -s "$work/registry.env" || { cat "$work/registry.log" >&2; exit 1; }
+# shellcheck disable=SC1091
+source "$work/registry.env"
+
+"$target/pinhook" certs --san 127.0.0.1 --out "$work/tls" >/dev/null
+cat >"$work/policy.yaml" <<EOF
+mode: enforce
+registries:
+  allowPrivate: ["$REGISTRY_HOST"]
+EOF
+pinhook_port=$(free_port)
+floor_port=$(free_port)
+HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "$target/pinhook" serve --listen "127.0.0.1:$pinhook_port" \
+    --tls-cert "$work/tls/tls.crt" --tls-key "$work/tls/tls.key" \
+    --policy "$work/policy.yaml" --registry-ca "$REGISTRY_CA" \
+    >"$work/pinhook.log" 2>&1 &
+pids+=($!)
+ready() { [[ $(curl -s --cacert "$work/tls/ca.crt" "https://127.0.0.1:$pinhook_port/readyz") == ok* ]]; }
+wait_for 30 ready || { tail -n 20 "$work/pinhook.log" >&2; exit 1; }
+
+jq --arg image "$REGISTRY_HOST/team/app:1.0" \
+    '(.request.object.spec.template.spec | (.containers, .initContainers) // [] | .[] | .image) |= $image' \
+    tests/fixtures/admissionreview/v1.26/deployment-create-mutate.json >"$work/review.json"
+curl -s --cacert "$work/tls/ca.crt" -H 'Content-Type: application/json' --data-binary @"$work/review.json" \
+    "https://127.0.0.1:$pinhook_port/mutate?timeout=10s" >"$work/answer.json"
+jq -e '.response.allowed and (.response.patch | length > 0)' "$work/answer.json" >/dev/null ||
+    { echo "pinhook did not pin the review: $(head -c 300 "$work/answer.json")" >&2; exit 1; }
+
+"$target/examples/floor" "127.0.0.1:$floor_port" "$work/tls/tls.crt" "$work/tls/tls.key" "$work/answer.json" >"$work/floor.log" 2>&1 &
+pids+=($!)
+wait_for 10 grep -q listening "$work/floor.log" || { cat "$work/floor.log" >&2; exit 1; }
+
+cat >"$work/post.lua" <<'EOF'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open(os.getenv("LOAD_BODY"), "rb")
+wrk.body = f:read("*a")
+f:close()
+EOF
+registry_requests() {
+    curl -s --cacert "$work/tls/ca.crt" "https://127.0.0.1:$pinhook_port/metrics" |
+        awk '/^pinhook_registry_requests_total/ { s += $NF } END { print s + 0 }'
+}
+
+# run NAME PORT: one wrk round; prints "req/s p50_ms p99_ms"
+run() {
+    LOAD_BODY="$work/review.json" wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency \
+        -s "$work/post.lua" "https://127.0.0.1:$2/mutate?timeout=10s" >"$work/wrk-$1.txt" 2>&1
+    awk '
+        function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
+        /Requests\/sec/ { rps = $2 }
+        $1 == "50%" { p50 = ms($2) }
+        $1 == "99%" { p99 = ms($2) }
+        /Non-2xx/ { bad = $NF }
+        END { printf "%.0f %.2f %.2f %d\n", rps, p50, p99, bad + 0 }' "$work/wrk-$1.txt"
+}
+
+log "warm /mutate: $rounds rounds x ${seconds}s, wrk -t$threads -c$connections, $(wc -c <"$work/review.json") byte review, $(wc -c <"$work/answer.json") byte answer"
+before=$(registry_requests)
+printf '%-8s %5s %10s %9s %9s %6s\n' server round req/s p50_ms p99_ms non2xx
+declare -A rps p50 p99
+for r in $(seq 1 "$rounds"); do
+    for server in floor pinhook; do
+        port=$floor_port
+        [[ $server == pinhook ]] && port=$pinhook_port
+        read -r q a b bad < <(run "$server" "$port")
+        printf '%-8s %5s %10s %9s %9s %6s\n' "$server" "$r" "$q" "$a" "$b" "$bad"
+        ((bad == 0)) || { echo "$server answered $bad non-2xx responses" >&2; exit 1; }
+        rps[$server]+="$q "
+        p50[$server]+="$a "
+        p99[$server]+="$b "
+    done
+done
+after=$(registry_requests)
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+fr=$(median <<<"${rps[floor]}")
+pr=$(median <<<"${rps[pinhook]}")
+f99=$(median <<<"${p99[floor]}")
+p99p=$(median <<<"${p99[pinhook]}")
+f50=$(median <<<"${p50[floor]}")
+p50p=$(median <<<"${p50[pinhook]}")
+echo "medians: floor $fr req/s p50 $f50 ms p99 $f99 ms; pinhook $pr req/s p50 $p50p ms p99 $p99p ms"
+awk -v pr="$pr" -v fr="$fr" -v p="$p99p" -v f="$f99" \
+    'BEGIN { printf "ratio: throughput %.2f x floor, p99 %.2f x floor\n", pr / fr, p / f }'
+echo "registry requests by pinhook during the load: $((after - before))"

@@ -1,0 +1,53 @@
+//! The floor of `benches/load.sh`: a bare axum + axum-server/rustls server with pinhook's TLS
+//! settings (ring provider, HTTP/1.1 and HTTP/2, TCP_NODELAY) that parses each POST body into a
+//! `serde_json::Value` and answers a canned body, the answer pinhook gave to the same review.
+//! What TLS, HTTP and JSON parsing cost on their own: pinhook's warm path is measured against it.
+//!
+//! Usage: `floor LISTEN CERT KEY ANSWER_FILE` (prints `listening on ADDR` once it listens).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use axum_server::accept::NoDelayAcceptor;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [listen, cert, key, answer] = args.as_slice() else {
+        anyhow::bail!("usage: floor LISTEN CERT KEY ANSWER_FILE");
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listen: SocketAddr = listen.parse()?;
+    let answer = Arc::new(Bytes::from(std::fs::read(answer)?));
+    let tls = RustlsConfig::from_pem_file(cert, key).await?;
+    let app = Router::new().route(
+        "/mutate",
+        post(move |body: Bytes| {
+            let answer = answer.clone();
+            async move { respond(&body, &answer) }
+        }),
+    );
+    let listener = std::net::TcpListener::bind(listen)?;
+    listener.set_nonblocking(true)?;
+    println!("listening on {}", listener.local_addr()?);
+    // TCP_NODELAY, as pinhook sets it (without it a small answer waits for a delayed ACK).
+    let acceptor = RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new());
+    axum_server::from_tcp(listener)?
+        .acceptor(acceptor)
+        .serve(app.into_make_service())
+        .await?;
+    Ok(())
+}
+
+fn respond(body: &[u8], answer: &Bytes) -> Response {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(_) => ([(header::CONTENT_TYPE, "application/json")], answer.clone()).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    }
+}
