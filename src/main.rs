@@ -1,4 +1,5 @@
-//! The `pinhook` binary: parses the command line, starts logging and the async runtime, and
+//! The `pinhook` binary: parses the command line, starts logging (a non-blocking writer) and
+//! the async runtime, and
 //! hands each subcommand to the library. Prints errors on one line; exits 2 on usage or
 //! start-up errors, 1 when `resolve` cannot resolve, and `check`'s own code.
 
@@ -13,7 +14,8 @@ use pinhook::{app, certs, check};
 fn main() -> ExitCode {
     // First, before anything that could fail: `--help` and `--version` must always work.
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    // Flushes the log lines still queued when it is dropped, at the end of main.
+    let _log_guard = init_tracing(cli.log_format);
     pinhook::install_crypto_provider();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -31,16 +33,27 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+/// Logs to stderr through a dedicated writer thread: a request's worker only queues its line
+/// (the write syscall per review line cost about a sixth of warm throughput, issue 13). Lines
+/// are never dropped: a full queue (128k lines) makes the logging thread wait, as a direct
+/// write would. Colours only on a terminal, and not with `NO_COLOR`.
+fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PINHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stderr());
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(ansi)
+        .with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    guard
 }
 
 async fn run(command: Command) -> Result<ExitCode> {
