@@ -16,7 +16,8 @@
 # it is pinhook's own CPU). Everything on 127.0.0.1, bounded in rounds and seconds.
 #
 # Environment: PINHOOK_LOG (pinhook's log filter, default info), LOAD_THREADS (2),
-# LOAD_CONNECTIONS (16).
+# LOAD_CONNECTIONS (16), LOAD_PERF=FILE (run pinhook under `perf record -F 999` into FILE, for
+# `perf report -i FILE --no-children --sort symbol`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -42,7 +43,11 @@ target=${CARGO_TARGET_DIR:-target}/release
 work=$(mktemp -d)
 pids=()
 cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    # Children first: under LOAD_PERF, perf record finishes its file once pinhook has exited.
+    for pid in "${pids[@]}"; do
+        pkill -TERM -P "$pid" 2>/dev/null || true
+        kill -TERM "$pid" 2>/dev/null || true
+    done
     wait 2>/dev/null || true
     rm -rf "$work"
 }
@@ -75,7 +80,9 @@ registries:
 EOF
 pinhook_port=$(free_port)
 floor_port=$(free_port)
-HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "$target/pinhook" serve --listen "127.0.0.1:$pinhook_port" \
+perf=()
+[[ -z ${LOAD_PERF:-} ]] || perf=(perf record -F 999 -o "$LOAD_PERF" --)
+HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "${perf[@]}" "$target/pinhook" serve --listen "127.0.0.1:$pinhook_port" \
     --tls-cert "$work/tls/tls.crt" --tls-key "$work/tls/tls.key" \
     --policy "$work/policy.yaml" --registry-ca "$REGISTRY_CA" \
     >"$work/pinhook.log" 2>&1 &
