@@ -6,7 +6,8 @@
 # pinhook the webhooks call is started by the scenario, with the flags the chart's Deployment
 # passes (PINHOOK_TLS_*), as the chart's own ServiceAccount (a TokenRequest token), so the
 # chart's RBAC is what is tested. Uses run.sh's helpers (K, klog, log, ok, bad, expect_eq,
-# wait_until, free_port, stop_pid, image, pinned, deployment_yaml, $RUN, $ROOT, $PINHOOK_BIN).
+# wait_until, free_port, stop_pid, token_kubeconfig, image, pinned, deployment_yaml, $RUN, $ROOT,
+# $PINHOOK_BIN).
 #
 # Steps, each asserted:
 #   1. `helm install` (release namespace created by helm): the rendered manifest has no caBundle
@@ -114,26 +115,7 @@ EOF
   # 2. pinhook as the chart's ServiceAccount
   local token
   token=$(K -n "$ns" create token "$full" --duration=1h) || { bad "kubectl create token $full failed"; return 1; }
-  (
-    umask 077
-    cat >"$dir/kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-  - name: e2e
-    cluster:
-      server: $E2E_APISERVER_URL
-      certificate-authority-data: $(base64 -w0 <"$E2E_CA_CERT")
-users:
-  - name: pinhook
-    user:
-      token: $token
-contexts:
-  - name: pinhook
-    context: {cluster: e2e, user: pinhook}
-current-context: pinhook
-EOF
-  )
+  token_kubeconfig "$token" "$dir/kubeconfig"
   helm_pinhook_start "$dir" "$port" "$ns" "$full"
   WAIT_PID=$(<"$dir/pinhook.pid") wait_until 60 "pinhook of $rel ready" helm_readyz "$port" ||
     { bad "pinhook of the release did not become ready"; tail -n 20 "$dir/pinhook.log" >&2; return 1; }

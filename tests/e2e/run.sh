@@ -405,16 +405,11 @@ spec:
   token: "$(<"$1")"
 EOF
 }
-PINHOOK_USER="system:serviceaccount:pinhook-system:pinhook"
-case ${E2E_PINHOOK_IDENTITY:=serviceaccount} in
-  serviceaccount)
-    (umask 077 && K -n pinhook-system create token pinhook --duration=2h >"$RUN/pinhook.token") ||
-      die "kubectl create token -n pinhook-system pinhook failed"
-    user=$(tokenreview_user "$RUN/pinhook.token") || die "TokenReview of pinhook's token failed"
-    [[ $user == "$PINHOOK_USER" ]] || die "pinhook's token authenticates as '$user', not $PINHOOK_USER"
-    (
-      umask 077
-      cat >"$RUN/pinhook.kubeconfig" <<EOF
+# token_kubeconfig TOKEN FILE: a kubeconfig (mode 600) for the e2e apiserver with that bearer token
+token_kubeconfig() {
+  (
+    umask 077
+    cat >"$2" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -425,13 +420,22 @@ clusters:
 users:
   - name: pinhook
     user:
-      token: $(<"$RUN/pinhook.token")
+      token: $1
 contexts:
   - name: pinhook
     context: {cluster: e2e, user: pinhook}
 current-context: pinhook
 EOF
-    )
+  )
+}
+PINHOOK_USER="system:serviceaccount:pinhook-system:pinhook"
+case ${E2E_PINHOOK_IDENTITY:=serviceaccount} in
+  serviceaccount)
+    (umask 077 && K -n pinhook-system create token pinhook --duration=2h >"$RUN/pinhook.token") ||
+      die "kubectl create token -n pinhook-system pinhook failed"
+    user=$(tokenreview_user "$RUN/pinhook.token") || die "TokenReview of pinhook's token failed"
+    [[ $user == "$PINHOOK_USER" ]] || die "pinhook's token authenticates as '$user', not $PINHOOK_USER"
+    token_kubeconfig "$(<"$RUN/pinhook.token")" "$RUN/pinhook.kubeconfig"
     PINHOOK_KUBECONFIG="$RUN/pinhook.kubeconfig"
     ;;
   admin)
