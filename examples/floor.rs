@@ -1,6 +1,7 @@
 //! The floor of `benches/load.sh`: a bare axum + axum-server/rustls server with pinhook's TLS
-//! settings (ring provider, HTTP/1.1 and HTTP/2, TCP_NODELAY) that parses each POST body into a
-//! `serde_json::Value` and answers a canned body, the answer pinhook gave to the same review.
+//! settings (ring provider, HTTP/1.1 and HTTP/2, TCP_NODELAY) and allocator (mimalloc) that
+//! parses each POST body into a `serde_json::Value` and answers a canned body, the answer
+//! pinhook gave to the same review.
 //! What TLS, HTTP and JSON parsing cost on their own: pinhook's warm path is measured against it.
 //!
 //! Usage: `floor LISTEN CERT KEY ANSWER_FILE` (prints `listening on ADDR` once it listens).
@@ -15,6 +16,11 @@ use axum::routing::post;
 use axum::Router;
 use axum_server::accept::NoDelayAcceptor;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+
+/// The allocator pinhook's binary uses, so the floor differs from pinhook only in what pinhook
+/// does.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
