@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 
 use super::lease::LeaseLock;
 use super::rotation::{self, Contents, Settings, Step};
+use crate::error::error_chain;
 
 /// The field manager of every write.
 const MANAGER: &str = "pinhook";
@@ -204,7 +205,7 @@ async fn lead(client: kube::Client, config: ManagedConfig) {
                 }
                 if leading {
                     if let Err(e) = reconcile(&client, &config).await {
-                        warn!(error = %e, "cannot keep the TLS Secret and caBundle");
+                        warn!(error = %error_chain(&e), "cannot keep the TLS Secret and caBundle");
                     }
                 }
             }
@@ -239,7 +240,8 @@ async fn reconcile(client: &kube::Client, config: &ManagedConfig) -> Result<(), 
         .get(rotation::BUNDLE)
         .cloned()
         .unwrap_or_default();
-    let in_sync = !bundle.is_empty() && webhooks_carry(client, &config.webhooks, &bundle).await?;
+    let carried = read_bundles(client, &config.webhooks).await?;
+    let in_sync = !bundle.is_empty() && all_carry(&carried, &bundle);
     let now = OffsetDateTime::now_utc();
     let bundle = match rotation::plan(&current, now, &config.settings, in_sync)? {
         Step::Keep => bundle,
@@ -256,7 +258,7 @@ async fn reconcile(client: &kube::Client, config: &ManagedConfig) -> Result<(), 
                 .unwrap_or_default()
         }
     };
-    sync_webhooks(client, &config.webhooks, &bundle).await?;
+    sync_webhooks(client, &carried, &bundle).await?;
     Ok(())
 }
 
@@ -343,47 +345,53 @@ async fn bundles_of(
         .collect())
 }
 
-async fn webhooks_carry(
+/// Each configured configuration's webhooks with their caBundle, read once per pass; `None`
+/// for a configuration that does not exist (deleted by hand: it calls nobody, so it neither
+/// holds a rotation back nor gets written).
+type Carried = Vec<(WebhookRef, Option<Vec<(String, Option<String>)>>)>;
+
+async fn read_bundles(
     client: &kube::Client,
     webhooks: &[WebhookRef],
-    bundle: &str,
-) -> Result<bool, kube::Error> {
+) -> Result<Carried, kube::Error> {
+    let mut carried = Vec::with_capacity(webhooks.len());
     for webhook in webhooks {
-        // A configuration deleted by hand calls nobody: it cannot hold a rotation back (and
-        // sync_webhooks skips it too).
-        let carried = match bundles_of(client, webhook).await {
-            Ok(carried) => carried,
-            Err(kube::Error::Api(status)) if status.code == 404 => continue,
+        let bundles = match bundles_of(client, webhook).await {
+            Ok(bundles) => Some(bundles),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                warn!(configuration = %webhook, "webhook configuration not found; its caBundle is not kept");
+                None
+            }
             Err(e) => return Err(e),
         };
-        if carried.iter().any(|(_, b)| b.as_deref() != Some(bundle)) {
-            return Ok(false);
-        }
+        carried.push((webhook.clone(), bundles));
     }
-    Ok(true)
+    Ok(carried)
+}
+
+/// Whether every webhook of every existing configuration carries `bundle`.
+fn all_carry(carried: &Carried, bundle: &str) -> bool {
+    carried
+        .iter()
+        .filter_map(|(_, bundles)| bundles.as_ref())
+        .flatten()
+        .all(|(_, b)| b.as_deref() == Some(bundle))
 }
 
 /// Writes `bundle` into every webhook of the configured configurations that lacks it.
 async fn sync_webhooks(
     client: &kube::Client,
-    webhooks: &[WebhookRef],
+    carried: &Carried,
     bundle: &str,
 ) -> Result<(), kube::Error> {
     if bundle.is_empty() {
         return Ok(());
     }
     let encoded = base64::engine::general_purpose::STANDARD.encode(bundle);
-    for webhook in webhooks {
-        let carried = match bundles_of(client, webhook).await {
-            Ok(carried) => carried,
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                warn!(configuration = %webhook, "webhook configuration not found; its caBundle is not kept");
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let stale: Vec<Value> = carried
+    for (webhook, bundles) in carried {
+        let stale: Vec<Value> = bundles
             .iter()
+            .flatten()
             .filter(|(_, current)| current.as_deref() != Some(bundle))
             .map(|(name, _)| json!({"name": name, "clientConfig": {"caBundle": encoded}}))
             .collect();
@@ -412,6 +420,18 @@ async fn sync_webhooks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_configuration_holds_nothing_back_and_any_stale_webhook_does() {
+        let hook = |b: Option<&str>| ("w".to_string(), b.map(str::to_string));
+        let m = WebhookRef::Mutating("m".into());
+        let v = WebhookRef::Validating("v".into());
+        let carried: Carried = vec![(m.clone(), Some(vec![hook(Some("B"))])), (v.clone(), None)];
+        assert!(all_carry(&carried, "B"));
+        assert!(!all_carry(&carried, "other"));
+        let stale: Carried = vec![(m, Some(vec![hook(Some("B")), hook(None)])), (v, None)];
+        assert!(!all_carry(&stale, "B"));
+    }
 
     #[test]
     fn webhook_refs_parse_and_print_back() {
