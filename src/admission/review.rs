@@ -126,10 +126,7 @@ pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest, ReviewError> {
     if kind != KIND {
         return Err(ReviewError::WrongKind(kind));
     }
-    let request = envelope
-        .request
-        .filter(|raw| raw.get() != "null")
-        .ok_or(ReviewError::MissingRequest)?;
+    let request = envelope.request.ok_or(ReviewError::MissingRequest)?;
     let request: AdmissionRequest =
         serde_json::from_str(request.get()).map_err(ReviewError::MalformedRequest)?;
     if request.uid.is_empty() {
@@ -205,6 +202,30 @@ impl AdmissionResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_absent_or_null_request_is_missing_and_a_non_object_is_malformed() {
+        let envelope = |request: &str| {
+            format!(r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"{request}}}"#)
+        };
+        for body in [envelope(""), envelope(r#","request":null"#)] {
+            assert!(
+                matches!(
+                    parse_review(body.as_bytes()),
+                    Err(ReviewError::MissingRequest)
+                ),
+                "{body}"
+            );
+        }
+        let body = envelope(r#","request":[1]"#);
+        assert!(
+            matches!(
+                parse_review(body.as_bytes()),
+                Err(ReviewError::MalformedRequest(_))
+            ),
+            "{body}"
+        );
+    }
 
     #[test]
     fn names_what_is_wrong() {
