@@ -7,6 +7,8 @@
 //! - [`owners`]: controller ownerReferences and which children pinhook leaves to them (pure).
 //! - [`policy`]: the policy file, modes, exemptions, host rules, the mirror guard (pure).
 //! - [`documents`]: reading manifests (multi-document YAML, JSON, lists) for dry runs (pure).
+//! - [`watch`]: the pure core of `pinhook watch`: the record kept per Pod, image states,
+//!   PolicyReports, Events and the inventory (pure).
 //! - [`error`]: the one-line error chain printer.
 //! - [`registry`]: tag → digest behind the [`registry::Resolver`] trait: client, cache, breaker,
 //!   keyring, credentials and credential plugins, pull secrets, the address guard.
@@ -36,6 +38,7 @@ pub mod policy;
 pub mod reference;
 pub mod registry;
 pub mod server;
+pub mod watch;
 pub mod workload;
 
 /// Installs rustls' `ring` provider as the process default. Call first thing in `main` and in

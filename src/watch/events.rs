@@ -1,0 +1,231 @@
+//! Which Event (`events.k8s.io/v1`) an image's state calls for, on its workload.
+//!
+//! Owns: the reasons, their type and their note. Pure: emitting, deduplicating and rate
+//! limiting Events is the controller's.
+//!
+//! | state | enforce | audit | off |
+//! |---|---|---|---|
+//! | tag-moved | `TagMoved` | `TagMoved` | — |
+//! | unpinned | — | `Unpinned` | — |
+//! | unresolvable | `ResolutionFailed` | `ResolutionFailed` | — |
+//! | pinned-current, digest-only, exempt | — | — | — |
+//!
+//! `Unpinned` only in audit namespaces: there pinhook admits unpinned Pods by design and the
+//! Event is how it tells the workload's owner; in enforce namespaces an unpinned Pod predates
+//! pinhook or was admitted while it was down, which the PolicyReport already lists as `fail`.
+//! Every Event is `Warning`: each names something to act on. The note stays within the 1 KiB
+//! `events.k8s.io/v1` allows.
+
+use crate::policy::Mode;
+
+use super::classify::{ClassifiedImage, ImageState};
+use super::pod::WorkloadRef;
+
+/// The `action` of every Event the watch emits (required by `events.k8s.io/v1`).
+pub const ACTION: &str = "Watch";
+/// `events.k8s.io/v1` refuses a longer `note`.
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+/// An Event's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    TagMoved,
+    Unpinned,
+    ResolutionFailed,
+}
+
+/// An Event's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// The Event to emit: what the controller needs besides its own identity and the clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    pub reason: EventReason,
+    pub type_: EventType,
+    pub note: String,
+    /// The object the Event is about (`regarding`).
+    pub regarding: WorkloadRef,
+}
+
+/// The Event `image`'s state calls for in a namespace of `mode`, if any (module docs: table).
+pub fn event_for(image: &ClassifiedImage, mode: Mode) -> Option<EventSpec> {
+    let runs = format!("{} runs {}", image.site.describe(), image.site.image);
+    let (reason, note) = match (&image.state, mode) {
+        (_, Mode::Off) => return None,
+        (ImageState::TagMoved { pinned, now }, _) => (
+            EventReason::TagMoved,
+            format!("{runs}: its tag now resolves to {now}, not the pinned {pinned}"),
+        ),
+        (ImageState::Unpinned { .. }, Mode::Audit) => (
+            EventReason::Unpinned,
+            format!("{runs} by tag, not pinned to a digest"),
+        ),
+        (ImageState::Unresolvable { reason, .. }, _) => (
+            EventReason::ResolutionFailed,
+            format!("{runs}: cannot be checked: {reason}"),
+        ),
+        _ => return None,
+    };
+    Some(EventSpec {
+        reason,
+        type_: EventType::Warning,
+        note: truncated(note, MAX_NOTE_BYTES),
+        regarding: image.workload.clone(),
+    })
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut.
+fn truncated(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let ellipsis = '…';
+    let mut end = max - ellipsis.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push(ellipsis);
+    text
+}
+
+// === impl EventReason ===
+
+impl EventReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventReason::TagMoved => "TagMoved",
+            EventReason::Unpinned => "Unpinned",
+            EventReason::ResolutionFailed => "ResolutionFailed",
+        }
+    }
+}
+
+// === impl EventType ===
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+    use crate::reference::Digest;
+    use crate::watch::pod::PodImage;
+    use crate::workload::ImageField;
+
+    fn digest(c: char) -> Digest {
+        Digest::new_sha256(&c.to_string().repeat(64)).expect("valid sha256")
+    }
+
+    fn image(image: &str, state: ImageState) -> ClassifiedImage {
+        ClassifiedImage {
+            pod_uid: "pod-uid".into(),
+            workload: WorkloadRef {
+                namespace: "shop".into(),
+                kind: "Deployment".into(),
+                name: "web".into(),
+                api_version: "apps/v1".into(),
+                uid: None,
+            },
+            site: PodImage {
+                field: ImageField::Containers,
+                name: "app".into(),
+                image: image.into(),
+            },
+            state,
+        }
+    }
+
+    fn moved() -> ImageState {
+        ImageState::TagMoved {
+            pinned: digest('a'),
+            now: digest('b'),
+        }
+    }
+
+    fn unresolvable() -> ImageState {
+        ImageState::Unresolvable {
+            reason: "registry docker.io: timeout".into(),
+            pinned: Some(digest('a')),
+        }
+    }
+
+    #[rstest]
+    #[case::moved_enforce(moved(), Mode::Enforce, Some(EventReason::TagMoved))]
+    #[case::moved_audit(moved(), Mode::Audit, Some(EventReason::TagMoved))]
+    #[case::moved_off(moved(), Mode::Off, None)]
+    #[case::unpinned_audit(ImageState::Unpinned { current: None }, Mode::Audit, Some(EventReason::Unpinned))]
+    #[case::unpinned_enforce(ImageState::Unpinned { current: None }, Mode::Enforce, None)]
+    #[case::unresolvable_enforce(
+        unresolvable(),
+        Mode::Enforce,
+        Some(EventReason::ResolutionFailed)
+    )]
+    #[case::unresolvable_audit(unresolvable(), Mode::Audit, Some(EventReason::ResolutionFailed))]
+    #[case::current(ImageState::PinnedCurrent { digest: digest('a') }, Mode::Audit, None)]
+    #[case::digest_only(ImageState::DigestOnly { digest: digest('a') }, Mode::Audit, None)]
+    #[case::exempt(ImageState::Exempt { why: "x".into() }, Mode::Audit, None)]
+    fn which_states_raise_an_event(
+        #[case] state: ImageState,
+        #[case] mode: Mode,
+        #[case] expected: Option<EventReason>,
+    ) {
+        let event = event_for(&image("nginx:1.25", state), mode);
+        assert_eq!(event.as_ref().map(|e| e.reason), expected);
+        if let Some(event) = event {
+            assert_eq!(event.type_, EventType::Warning);
+            assert_eq!(event.regarding.describe(), "shop/Deployment/web");
+        }
+    }
+
+    #[test]
+    fn notes_name_the_container_image_and_digests() {
+        let pinned = format!("nginx:1.25@{}", digest('a'));
+        let event = event_for(&image(&pinned, moved()), Mode::Enforce);
+        assert_eq!(
+            event.map(|e| (e.reason.as_str(), e.type_.as_str(), e.note)),
+            Some((
+                "TagMoved",
+                "Warning",
+                format!(
+                    "containers[app] runs {pinned}: its tag now resolves to {}, not the pinned {}",
+                    digest('b'),
+                    digest('a')
+                )
+            ))
+        );
+        let event = event_for(&image(&pinned, unresolvable()), Mode::Enforce);
+        assert_eq!(
+            event.map(|e| e.note),
+            Some(format!(
+                "containers[app] runs {pinned}: cannot be checked: registry docker.io: timeout"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_long_note_is_cut_within_the_api_limit_on_a_character_boundary() {
+        let long = format!("registry.example/{}é:1", "a".repeat(1100));
+        let event = event_for(
+            &image(&long, ImageState::Unpinned { current: None }),
+            Mode::Audit,
+        );
+        let note = event.map(|e| e.note).unwrap_or_default();
+        assert!(note.len() <= MAX_NOTE_BYTES, "{}", note.len());
+        assert!(note.ends_with('…'));
+        assert_eq!(truncated("é".repeat(10), 6), "é…");
+        assert_eq!(truncated("short".into(), 6), "short");
+    }
+}

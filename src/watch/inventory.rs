@@ -1,0 +1,393 @@
+//! The inventory behind `pinhook inventory`: every running image with its digests, state, and
+//! the workloads and Pods that run it, to answer "where does `sha256:…` run?".
+//!
+//! Owns: aggregating classified images into rows, the `--digest` filter and the two renderings
+//! (a kubectl-style table and JSON). Pure: works on what the caller classified.
+//!
+//! **Rows.** One row per distinct (image, pinned digest, state, current digest, reason), so a
+//! row's state is never ambiguous: the same image exempt in one namespace and unpinned in
+//! another is two rows. Images are normalised (`nginx:1.25` and
+//! `docker.io/library/nginx:1.25` are one image); one that does not parse is shown as written.
+//! Rows are sorted by image, then digest; each row's workloads are deduplicated and sorted by
+//! namespace, kind, name; `pods` counts distinct Pods.
+//!
+//! **Digests.** `digest` is the digest the image is pinned to; `currentDigest` what its tag
+//! resolves to now. For an unpinned image the latter says what a new Pod would pull, not
+//! necessarily what a running one pulled earlier: the filter matches it so that a digest an
+//! unpinned tag points at is found, and the state (`unpinned`) tells the reader how far to trust
+//! it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::reference::{Digest, Reference};
+
+use super::classify::ClassifiedImage;
+use super::pod::WorkloadRef;
+
+/// Every row, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Inventory {
+    pub images: Vec<InventoryRow>,
+}
+
+/// One image in one state, and who runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryRow {
+    /// The normalised reference (`docker.io/library/nginx:1.25@sha256:…`).
+    pub image: String,
+    /// The digest the image is pinned to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// What the image's tag resolves to now, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_digest: Option<String>,
+    /// `unpinned`, `pinned-current`, `tag-moved`, `digest-only`, `unresolvable` or `exempt`.
+    pub state: &'static str,
+    /// Why it is unresolvable or exempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Distinct Pods running it.
+    pub pods: usize,
+    pub workloads: Vec<WorkloadRef>,
+}
+
+/// What makes a row distinct, in row order.
+type RowKey = (
+    String,
+    Option<String>,
+    &'static str,
+    Option<String>,
+    Option<String>,
+);
+
+#[derive(Default)]
+struct Users {
+    pods: BTreeSet<String>,
+    workloads: BTreeSet<WorkloadRef>,
+}
+
+/// Padding between table columns, and the narrowest column: kubectl's tabwriter settings
+/// (`printers.GetNewTabWriter`).
+const PADDING: usize = 3;
+const MIN_WIDTH: usize = 6;
+const NONE: &str = "<none>";
+
+// === impl Inventory ===
+
+impl Inventory {
+    /// Aggregates classified images (from any number of Pods and namespaces) into rows.
+    pub fn from_images(images: &[ClassifiedImage]) -> Inventory {
+        let mut rows: BTreeMap<RowKey, Users> = BTreeMap::new();
+        for image in images {
+            let state = &image.state;
+            let key = (
+                normalised(&image.site.image),
+                state.pinned().map(Digest::to_string),
+                state.as_str(),
+                state.current().map(Digest::to_string),
+                state.detail().map(str::to_string),
+            );
+            let users = rows.entry(key).or_default();
+            users.pods.insert(image.pod_uid.clone());
+            users.workloads.insert(image.workload.clone());
+        }
+        let images = rows
+            .into_iter()
+            .map(
+                |((image, digest, state, current_digest, reason), users)| InventoryRow {
+                    image,
+                    digest,
+                    current_digest,
+                    state,
+                    reason,
+                    pods: users.pods.len(),
+                    workloads: users.workloads.into_iter().collect(),
+                },
+            )
+            .collect();
+        Inventory { images }
+    }
+
+    /// The rows where `digest` runs: pinned to it, or the tag's current digest.
+    pub fn with_digest(&self, digest: &Digest) -> Inventory {
+        let wanted = digest.to_string();
+        let matches = |d: &Option<String>| d.as_deref() == Some(wanted.as_str());
+        Inventory {
+            images: self
+                .images
+                .iter()
+                .filter(|row| matches(&row.digest) || matches(&row.current_digest))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// A fixed-width table as kubectl prints one: a header, one line per row, columns padded by
+    /// three spaces, `<none>` for an empty cell, full digests (so they can be pasted into
+    /// `--digest`). Workloads are `namespace/Kind/name`, comma-separated. An empty inventory is
+    /// the header alone; what to say about it is the caller's.
+    pub fn to_table(&self) -> String {
+        let header = ["IMAGE", "STATE", "DIGEST", "CURRENT", "PODS", "WORKLOADS"].map(String::from);
+        let mut lines = vec![header];
+        for row in &self.images {
+            let workloads: Vec<String> = row.workloads.iter().map(WorkloadRef::describe).collect();
+            lines.push([
+                row.image.clone(),
+                row.state.to_string(),
+                row.digest.clone().unwrap_or_else(|| NONE.to_string()),
+                row.current_digest
+                    .clone()
+                    .unwrap_or_else(|| NONE.to_string()),
+                row.pods.to_string(),
+                if workloads.is_empty() {
+                    NONE.to_string()
+                } else {
+                    workloads.join(",")
+                },
+            ]);
+        }
+        let columns = lines[0].len();
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| {
+                let widest = lines
+                    .iter()
+                    .map(|l| l[c].chars().count())
+                    .max()
+                    .unwrap_or(0);
+                (widest + PADDING).max(MIN_WIDTH)
+            })
+            .collect();
+        let mut out = String::new();
+        for line in &lines {
+            for (c, cell) in line.iter().enumerate() {
+                if c + 1 == columns {
+                    out.push_str(cell);
+                } else {
+                    out.push_str(&format!("{cell:<width$}", width = widths[c]));
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The inventory as pretty JSON: `{"images": [{"image", "digest"?, "currentDigest"?,
+    /// "state", "reason"?, "pods", "workloads": [{"namespace", "kind", "name", "apiVersion",
+    /// "uid"?}]}]}`.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+}
+
+/// The fully normalised reference, or the string as written when it does not parse.
+fn normalised(image: &str) -> String {
+    Reference::parse(image).map_or_else(|_| image.to_string(), |r| r.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::classify::{classify_image, ImageState, TagLookup};
+    use crate::watch::pod::PodImage;
+    use crate::workload::ImageField;
+
+    fn digest(c: char) -> Digest {
+        Digest::new_sha256(&c.to_string().repeat(64)).expect("valid sha256")
+    }
+
+    fn workload(namespace: &str, kind: &str, name: &str) -> WorkloadRef {
+        WorkloadRef {
+            namespace: namespace.into(),
+            kind: kind.into(),
+            name: name.into(),
+            api_version: "apps/v1".into(),
+            uid: None,
+        }
+    }
+
+    fn seen(pod: &str, workload: &WorkloadRef, image: &str, state: ImageState) -> ClassifiedImage {
+        ClassifiedImage {
+            pod_uid: pod.into(),
+            workload: workload.clone(),
+            site: PodImage {
+                field: ImageField::Containers,
+                name: "app".into(),
+                image: image.into(),
+            },
+            state,
+        }
+    }
+
+    fn fixture() -> Vec<ClassifiedImage> {
+        let web = workload("shop", "Deployment", "web");
+        let api = workload("shop", "Deployment", "api");
+        let batch = workload("jobs", "Job", "nightly");
+        let pinned = format!("nginx:1.25@{}", digest('a'));
+        let moved = ImageState::TagMoved {
+            pinned: digest('a'),
+            now: digest('b'),
+        };
+        vec![
+            seen("p1", &web, &pinned, moved.clone()),
+            seen("p2", &web, &pinned, moved.clone()),
+            // Same image written in full: one row.
+            seen(
+                "p3",
+                &api,
+                &format!("docker.io/library/nginx:1.25@{}", digest('a')),
+                moved,
+            ),
+            seen(
+                "p4",
+                &batch,
+                "busybox:1.36",
+                ImageState::Unpinned {
+                    current: Some(digest('b')),
+                },
+            ),
+            seen(
+                "p5",
+                &batch,
+                "Bad:Ref",
+                classify_image("Bad:Ref", None, TagLookup::NotLooked),
+            ),
+        ]
+    }
+
+    #[test]
+    fn rows_aggregate_pods_and_workloads_per_image_and_state() {
+        let inventory = Inventory::from_images(&fixture());
+        let summary: Vec<_> = inventory
+            .images
+            .iter()
+            .map(|r| (r.image.as_str(), r.state, r.pods, r.workloads.len()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("Bad:Ref", "unresolvable", 1, 1),
+                ("docker.io/library/busybox:1.36", "unpinned", 1, 1),
+                (
+                    &*format!("docker.io/library/nginx:1.25@{}", digest('a')),
+                    "tag-moved",
+                    3,
+                    2
+                ),
+            ]
+        );
+        let nginx = &inventory.images[2];
+        assert_eq!(nginx.digest, Some(digest('a').to_string()));
+        assert_eq!(nginx.current_digest, Some(digest('b').to_string()));
+        let names: Vec<_> = nginx.workloads.iter().map(WorkloadRef::describe).collect();
+        assert_eq!(names, ["shop/Deployment/api", "shop/Deployment/web"]);
+        assert!(inventory.images[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("invalid image reference")));
+    }
+
+    #[test]
+    fn one_image_in_two_states_is_two_rows() {
+        let a = workload("kube-system", "DaemonSet", "proxy");
+        let b = workload("shop", "Deployment", "web");
+        let images = [
+            seen(
+                "p1",
+                &a,
+                "nginx:1.25",
+                ImageState::Exempt {
+                    why: "namespace kube-system is exempt".into(),
+                },
+            ),
+            seen(
+                "p2",
+                &b,
+                "nginx:1.25",
+                ImageState::Unpinned { current: None },
+            ),
+        ];
+        let states: Vec<_> = Inventory::from_images(&images)
+            .images
+            .iter()
+            .map(|r| r.state)
+            .collect();
+        assert_eq!(states, ["exempt", "unpinned"]);
+    }
+
+    #[test]
+    fn the_digest_filter_matches_pinned_and_current_digests() {
+        let inventory = Inventory::from_images(&fixture());
+        let images = |d: char| -> Vec<String> {
+            inventory
+                .with_digest(&digest(d))
+                .images
+                .into_iter()
+                .map(|r| r.image)
+                .collect()
+        };
+        assert_eq!(
+            images('a'),
+            [format!("docker.io/library/nginx:1.25@{}", digest('a'))]
+        );
+        // The tag now points at b: the moved nginx and the unpinned busybox.
+        assert_eq!(images('b').len(), 2);
+        assert!(images('c').is_empty());
+    }
+
+    #[test]
+    fn the_table_is_aligned_like_kubectl() {
+        let inventory = Inventory::from_images(&fixture()).with_digest(&digest('b'));
+        let table = inventory.to_table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3);
+        let image_width = format!("docker.io/library/nginx:1.25@{}", digest('a')).len() + PADDING;
+        assert_eq!(
+            lines[0],
+            format!(
+                "{:<image_width$}{:<12}{:<74}{:<74}{:<7}WORKLOADS",
+                "IMAGE", "STATE", "DIGEST", "CURRENT", "PODS"
+            )
+        );
+        assert_eq!(
+            lines[1],
+            format!(
+                "{:<image_width$}{:<12}{:<74}{:<74}{:<7}jobs/Job/nightly",
+                "docker.io/library/busybox:1.36",
+                "unpinned",
+                NONE,
+                digest('b').to_string(),
+                1
+            )
+        );
+        assert!(lines[2].ends_with("   3      shop/Deployment/api,shop/Deployment/web"));
+        let empty = Inventory::default().to_table();
+        assert_eq!(
+            empty,
+            "IMAGE   STATE   DIGEST   CURRENT   PODS   WORKLOADS\n"
+        );
+    }
+
+    #[test]
+    fn json_names_every_field_in_camel_case() {
+        let inventory = Inventory::from_images(&fixture()).with_digest(&digest('a'));
+        let json: serde_json::Value =
+            serde_json::from_str(&inventory.to_json().expect("serialises")).expect("JSON");
+        assert_eq!(
+            json,
+            serde_json::json!({"images": [{
+                "image": format!("docker.io/library/nginx:1.25@{}", digest('a')),
+                "digest": digest('a').to_string(),
+                "currentDigest": digest('b').to_string(),
+                "state": "tag-moved",
+                "pods": 3,
+                "workloads": [
+                    {"namespace": "shop", "kind": "Deployment", "name": "api", "apiVersion": "apps/v1"},
+                    {"namespace": "shop", "kind": "Deployment", "name": "web", "apiVersion": "apps/v1"}
+                ]
+            }]})
+        );
+    }
+}

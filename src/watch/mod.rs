@@ -1,0 +1,72 @@
+//! Drift watch, the pure core (issue 14): what `pinhook watch` keeps of each running Pod, how it
+//! classifies each image, and what it writes about them: PolicyReports, Events and the inventory.
+//!
+//! Owns, in pipeline order:
+//! - [`pod`]: the slim [`PodRecord`] kept per Pod (namespace, owner and workload, image sites,
+//!   pull secrets, service account), bounded, read from the Pod's JSON;
+//! - [`classify`](mod@classify): the [`ImageState`] of one image, from its parsed reference, the caller's
+//!   exemption and the outcome of re-resolving its tag;
+//! - [`report`]: the `wgpolicyk8s.io/v1alpha2` PolicyReport of a namespace and the
+//!   ClusterPolicyReport of tag-mirror objects, built so that an unchanged cluster yields an
+//!   unchanged report, and the write (create, update, delete, nothing) that brings the cluster's
+//!   copy to it;
+//! - [`events`]: which Event, if any, an image's state calls for;
+//! - [`inventory`]: running images aggregated by digest with the workloads that run them, as a
+//!   table or JSON.
+//!
+//! Invariants: everything here is a plain function over data. It never does I/O, never holds a
+//! Kubernetes or registry client and never reads a clock: tag resolutions, namespace modes,
+//! exemptions and the current time are the caller's arguments. Hostile input is an error, never
+//! a panic, and what is kept per Pod is bounded ([`pod`] documents the bounds).
+
+pub mod classify;
+pub mod events;
+pub mod inventory;
+pub mod pod;
+pub mod report;
+
+use crate::workload::WorkloadError;
+
+pub use classify::{
+    classify, classify_image, classify_pod, ClassifiedImage, ImageState, TagLookup,
+};
+pub use events::{event_for, EventReason, EventSpec, EventType};
+pub use inventory::{Inventory, InventoryRow};
+pub use pod::{OwnerRef, PodImage, PodRecord, WorkloadRef};
+pub use report::{
+    mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, PolicyReport,
+    ReportWrite, Timestamp, Verdict,
+};
+
+/// Why a Pod (or a mirror-configuring object) cannot be read into what the watch keeps.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatchError {
+    /// A required field is absent, null or empty.
+    #[error("{field} is missing")]
+    Missing { field: &'static str },
+    /// A field has the wrong JSON type or a value the API never stores.
+    #[error("{field} is not {expected}")]
+    Invalid {
+        field: String,
+        expected: &'static str,
+    },
+    /// A string is longer than the API lets that field be (see [`pod`] for each bound).
+    #[error("{field} is {len} bytes long, more than the {max} the watch keeps")]
+    TooLong {
+        field: String,
+        len: usize,
+        max: usize,
+    },
+    /// A list has more entries than the watch keeps per Pod.
+    #[error("{field} has {count} entries, more than the {max} the watch keeps")]
+    TooMany {
+        field: &'static str,
+        count: usize,
+        max: usize,
+    },
+    /// The PodSpec's image lists cannot be walked.
+    #[error("cannot read the pod's images")]
+    Spec(#[source] WorkloadError),
+}
+
+pub type Result<T, E = WatchError> = std::result::Result<T, E>;

@@ -1,0 +1,735 @@
+//! PolicyReports (`wgpolicyk8s.io/v1alpha2`, the CRD in
+//! `manifests/components/policy-reports/crd.yaml`): one PolicyReport named `pinhook` per
+//! namespace with results per workload, and one ClusterPolicyReport named `pinhook-mirrors` for
+//! tag-mirror objects found in the cluster.
+//!
+//! Owns: the report's wire types (field names exactly as the CRD's), the state → result
+//! mapping, the order of results, and the decision whether the cluster's copy needs a write.
+//! Pure: the caller supplies the namespace's mode, the classified images, the time and the
+//! report currently stored; nothing here reads a clock or talks to the apiserver.
+//!
+//! **Mapping.** Every result has `policy: pinhook`, `source: pinhook`, `category: Supply Chain
+//! Security`, the workload in `resources`, and `properties` with `state`, `container`, `image`,
+//! and, when known, `pinnedDigest`, `currentDigest` and `reason`. Rule `pinned` has severity
+//! `high`, `tag-current` `medium` (only the three values every v1alpha2 CRD accepts are used).
+//!
+//! | state | `pinned` | `tag-current` |
+//! |---|---|---|
+//! | unpinned | fail | — |
+//! | pinned-current | pass | pass |
+//! | tag-moved | pass | fail |
+//! | digest-only | pass | skip (no tag to check) |
+//! | unresolvable, pin kept | pass | error |
+//! | unresolvable, image does not parse | error | — |
+//! | exempt | skip | — |
+//!
+//! `error` rather than `warn` for an unresolvable tag: the CRD defines `error` as "policies that
+//! could not be evaluated", which is exactly a registry that did not answer; `warn` is for
+//! requirements that were evaluated and not met. In an `audit` namespace every `fail` becomes
+//! `warn` and `scored` is false (the CRD: warn counts "non-scored policies whose requirements
+//! were not met"), as audit reports every violation as a warning (`policy::Mode::Audit`). In an
+//! `off` namespace each image gets one `pinned` result, `skip`, that still names its state.
+//! Unpinned images get no `tag-current` result: with no pin there is nothing to compare.
+//!
+//! **Stable reports, no idle writes.** Results are sorted (workload by namespace, kind, name;
+//! then the Pod's site order; image; rule `pinned` first) and deduplicated, so the Pods of one
+//! workload add one result per site, not one per Pod, and scaling or restarting Pods changes
+//! nothing. A result depends only on the workload, the site, the image and its state: Pod names,
+//! Pod counts and an unpinned tag's current digest are left out (the inventory has them). Each
+//! result's `timestamp` (when it was first found) is carried over from the stored report when
+//! the same result, timestamps aside, is there, so an unchanged cluster rebuilds a report equal to
+//! the stored one; [`plan`] also compares ignoring timestamps, so even a caller that lost the
+//! stored copy writes nothing. The only volatile input left is the caller's `reason` for an
+//! unresolvable tag, which must be stable ([`TagLookup::Failed`](super::TagLookup::Failed)).
+//!
+//! **Bounds.** An object in etcd is at most 1.5 MiB; a result is well under 1 KiB, so a report
+//! keeps at most [`MAX_RESULTS`]. Over that, `pass` and `skip` results are dropped first (order
+//! kept), the count of dropped results goes in the annotation `pinhook.dev/omitted-results`, and
+//! `summary` counts the results listed.
+//!
+//! **Mirrors.** [`mirror_findings`] judges one object with `policy::mirrors::review`, the same
+//! judgement the validating webhook applies, so the watch reports exactly what admission would
+//! deny: each (source, mirror) pair that can serve tag pulls is a `fail` result of rule
+//! `mirror-by-digest-only`, and an object no node can load is an `error`. [`mirror_report`]
+//! builds the ClusterPolicyReport from them with the same stability rules.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::policy::{mirrors, MirrorPolicy, Mode};
+
+use super::classify::{ClassifiedImage, ImageState};
+use super::pod::WorkloadRef;
+use super::WatchError;
+
+pub const API_VERSION: &str = "wgpolicyk8s.io/v1alpha2";
+pub const POLICY_REPORT_KIND: &str = "PolicyReport";
+pub const CLUSTER_POLICY_REPORT_KIND: &str = "ClusterPolicyReport";
+/// The name of pinhook's PolicyReport in each namespace.
+pub const REPORT_NAME: &str = "pinhook";
+/// The name of pinhook's ClusterPolicyReport of tag-mirror objects.
+pub const MIRROR_REPORT_NAME: &str = "pinhook-mirrors";
+pub const POLICY: &str = "pinhook";
+pub const SOURCE: &str = "pinhook";
+pub const RULE_PINNED: &str = "pinned";
+pub const RULE_TAG_CURRENT: &str = "tag-current";
+pub const RULE_MIRRORS: &str = "mirror-by-digest-only";
+pub const CATEGORY: &str = "Supply Chain Security";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "pinhook";
+pub const OMITTED_ANNOTATION: &str = "pinhook.dev/omitted-results";
+/// Most results one report lists (module docs: bounds).
+pub const MAX_RESULTS: usize = 1000;
+
+/// A PolicyReport or ClusterPolicyReport, as written and as read back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyReport {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ReportMetadata,
+    #[serde(default)]
+    pub results: Vec<ReportResult>,
+    #[serde(default)]
+    pub summary: Summary,
+}
+
+/// The metadata pinhook sets; everything else the apiserver adds is ignored when read back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportMetadata {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// `PolicyReportResult`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportResult {
+    pub policy: String,
+    #[serde(default)]
+    pub rule: String,
+    pub result: Verdict,
+    #[serde(default)]
+    pub scored: bool,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ObjectRef>,
+    #[serde(default)]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<Severity>,
+    #[serde(default)]
+    pub category: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+    #[serde(default)]
+    pub timestamp: Timestamp,
+}
+
+/// The subset of `ObjectReference` a result names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+/// The result enum of the CRD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    Warn,
+    Error,
+    Skip,
+}
+
+/// The severities every v1alpha2 CRD accepts (Kyverno's adds `critical` and `info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    High,
+    Medium,
+    Low,
+}
+
+/// A protobuf-style timestamp, as the CRD has it. The caller's clock, never read here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Timestamp {
+    pub seconds: i64,
+    pub nanos: i32,
+}
+
+/// Result counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    #[serde(default)]
+    pub pass: u64,
+    #[serde(default)]
+    pub fail: u64,
+    #[serde(default)]
+    pub warn: u64,
+    #[serde(default)]
+    pub error: u64,
+    #[serde(default)]
+    pub skip: u64,
+}
+
+/// What to do to the cluster's copy of a report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportWrite {
+    /// No report stored and there are results.
+    Create(PolicyReport),
+    /// The stored report differs (timestamps aside); write this one over it (server-side apply
+    /// with field manager `pinhook` replaces exactly what pinhook owns).
+    Update(PolicyReport),
+    /// The last result is gone: delete the stored report.
+    Delete,
+    /// Nothing to write.
+    Unchanged,
+}
+
+/// One tag-mirror finding on one object, for the ClusterPolicyReport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorFinding {
+    pub object: ObjectRef,
+    /// `Fail` for a pair that can serve tag pulls, `Error` for an object no node can load.
+    pub verdict: Verdict,
+    pub message: String,
+    /// Where in the object, the source and the mirror (absent for an `Error`).
+    pub entry: Option<String>,
+    pub source: Option<String>,
+    pub mirror: Option<String>,
+}
+
+/// Which rule a result is for, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Rule {
+    Pinned,
+    TagCurrent,
+}
+
+/// A result with the key it is sorted by.
+struct Keyed<K> {
+    key: K,
+    result: ReportResult,
+}
+
+// === impl PolicyReport ===
+
+impl PolicyReport {
+    /// Whether two reports say the same thing: results and summary equal with timestamps
+    /// ignored, and the same pinhook-owned label and annotation.
+    pub fn same_content(&self, other: &PolicyReport) -> bool {
+        let owned = |r: &PolicyReport| {
+            (
+                r.metadata.labels.get(MANAGED_BY_LABEL).cloned(),
+                r.metadata.annotations.get(OMITTED_ANNOTATION).cloned(),
+            )
+        };
+        self.summary == other.summary
+            && owned(self) == owned(other)
+            && self.results.len() == other.results.len()
+            && self
+                .results
+                .iter()
+                .zip(&other.results)
+                .all(|(a, b)| a.without_timestamp() == b.without_timestamp())
+    }
+}
+
+// === impl ReportResult ===
+
+impl ReportResult {
+    fn without_timestamp(&self) -> ReportResult {
+        ReportResult {
+            timestamp: Timestamp::default(),
+            ..self.clone()
+        }
+    }
+}
+
+// === impl Verdict ===
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Warn => "warn",
+            Verdict::Error => "error",
+            Verdict::Skip => "skip",
+        }
+    }
+
+    /// Fail, warn and error: what is kept first when a report is over [`MAX_RESULTS`].
+    fn is_finding(self) -> bool {
+        matches!(self, Verdict::Fail | Verdict::Warn | Verdict::Error)
+    }
+
+    /// What a `fail` is in `mode`; other verdicts are the same in every mode.
+    fn in_mode(self, mode: Mode) -> Verdict {
+        match (self, mode) {
+            (Verdict::Fail, Mode::Audit) => Verdict::Warn,
+            (verdict, _) => verdict,
+        }
+    }
+}
+
+// === impl Timestamp ===
+
+impl Timestamp {
+    pub fn new(seconds: i64, nanos: i32) -> Timestamp {
+        Timestamp { seconds, nanos }
+    }
+
+    /// The caller's clock reading as a timestamp; a time before the epoch counts back with
+    /// non-negative nanos, as the CRD requires.
+    pub fn from_system_time(time: std::time::SystemTime) -> Timestamp {
+        let clamp = |secs: u64| i64::try_from(secs).unwrap_or(i64::MAX);
+        match time.duration_since(std::time::UNIX_EPOCH) {
+            Ok(after) => Timestamp::new(clamp(after.as_secs()), nanos_of(after)),
+            Err(before) => {
+                let before = before.duration();
+                match nanos_of(before) {
+                    0 => Timestamp::new(-clamp(before.as_secs()), 0),
+                    n => Timestamp::new(-clamp(before.as_secs()) - 1, 1_000_000_000 - n),
+                }
+            }
+        }
+    }
+}
+
+fn nanos_of(duration: std::time::Duration) -> i32 {
+    // subsec_nanos is below 10^9, which fits an i32.
+    i32::try_from(duration.subsec_nanos()).unwrap_or(0)
+}
+
+// === impl ObjectRef ===
+
+impl From<&WorkloadRef> for ObjectRef {
+    fn from(workload: &WorkloadRef) -> Self {
+        ObjectRef {
+            api_version: workload.api_version.clone(),
+            kind: workload.kind.clone(),
+            namespace: Some(workload.namespace.clone()),
+            name: workload.name.clone(),
+            uid: workload.uid.clone(),
+        }
+    }
+}
+
+/// The PolicyReport of `namespace`: every image in `images` whose workload is in `namespace`
+/// (others are not this report's), mapped for `mode`. `now` stamps results that are new since
+/// `previous`, the report currently stored.
+pub fn namespace_report(
+    namespace: &str,
+    mode: Mode,
+    images: &[ClassifiedImage],
+    now: Timestamp,
+    previous: Option<&PolicyReport>,
+) -> PolicyReport {
+    let mut keyed = Vec::new();
+    for image in images.iter().filter(|i| i.workload.namespace == namespace) {
+        for (rule, verdict, message) in image_results(image, mode) {
+            let key = (
+                image.workload.clone(),
+                image.site.field_rank(),
+                image.site.name.clone(),
+                image.site.image.clone(),
+                rule,
+            );
+            let result = ReportResult {
+                policy: POLICY.to_string(),
+                rule: rule.name().to_string(),
+                result: verdict,
+                scored: mode == Mode::Enforce,
+                message,
+                resources: vec![ObjectRef::from(&image.workload)],
+                source: SOURCE.to_string(),
+                severity: Some(rule.severity()),
+                category: CATEGORY.to_string(),
+                properties: image_properties(image),
+                timestamp: now,
+            };
+            keyed.push(Keyed { key, result });
+        }
+    }
+    assemble(
+        POLICY_REPORT_KIND,
+        REPORT_NAME,
+        Some(namespace),
+        keyed,
+        now,
+        previous,
+    )
+}
+
+/// Every finding of the mirror guard on `object` (any kind; kinds the guard does not judge,
+/// and clean objects, have none). The object's own `apiVersion`, `kind` and `metadata` name it.
+pub fn mirror_findings(
+    policy: &MirrorPolicy,
+    object: &Value,
+) -> Result<Vec<MirrorFinding>, WatchError> {
+    let text = |pointer: &str, field: &'static str| -> Result<Option<String>, WatchError> {
+        match object.pointer(pointer) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(WatchError::Invalid {
+                field: field.to_string(),
+                expected: "a string",
+            }),
+        }
+    };
+    let required = |pointer: &str, field: &'static str| {
+        text(pointer, field)?.ok_or(WatchError::Missing { field })
+    };
+    let api_version = required("/apiVersion", "apiVersion")?;
+    let kind = required("/kind", "kind")?;
+    let name = required("/metadata/name", "metadata.name")?;
+    let namespace = text("/metadata/namespace", "metadata.namespace")?;
+    let uid = text("/metadata/uid", "metadata.uid")?;
+    let group = api_version.split_once('/').map_or("", |(group, _)| group);
+    let reviewed = mirrors::review(policy, group, &kind, object);
+    let object_ref = ObjectRef {
+        api_version: api_version.clone(),
+        kind: kind.clone(),
+        namespace,
+        name,
+        uid,
+    };
+    let findings = match reviewed {
+        Ok(None) => Vec::new(),
+        Ok(Some(review)) => review
+            .violations
+            .into_iter()
+            .map(|v| MirrorFinding {
+                object: object_ref.clone(),
+                verdict: Verdict::Fail,
+                message: v.message,
+                entry: Some(v.entry),
+                source: Some(v.source),
+                mirror: Some(v.mirror),
+            })
+            .collect(),
+        Err(error) => vec![MirrorFinding {
+            object: object_ref,
+            verdict: Verdict::Error,
+            message: error.to_string(),
+            entry: None,
+            source: None,
+            mirror: None,
+        }],
+    };
+    Ok(findings)
+}
+
+/// The ClusterPolicyReport of tag-mirror findings, mapped for the policy's `mode` as namespace
+/// reports are (audit: warn, off: skip).
+pub fn mirror_report(
+    mode: Mode,
+    findings: &[MirrorFinding],
+    now: Timestamp,
+    previous: Option<&PolicyReport>,
+) -> PolicyReport {
+    let keyed = findings
+        .iter()
+        .map(|finding| {
+            let verdict = match mode {
+                Mode::Off => Verdict::Skip,
+                _ => finding.verdict.in_mode(mode),
+            };
+            let mut properties = BTreeMap::new();
+            let optional = [
+                ("entry", &finding.entry),
+                ("source", &finding.source),
+                ("mirror", &finding.mirror),
+            ];
+            for (key, value) in optional {
+                if let Some(value) = value {
+                    properties.insert(key.to_string(), value.clone());
+                }
+            }
+            let o = &finding.object;
+            let key = (
+                o.kind.clone(),
+                o.namespace.clone(),
+                o.name.clone(),
+                finding.entry.clone(),
+                finding.message.clone(),
+            );
+            let result = ReportResult {
+                policy: POLICY.to_string(),
+                rule: RULE_MIRRORS.to_string(),
+                result: verdict,
+                scored: mode == Mode::Enforce,
+                message: finding.message.clone(),
+                resources: vec![finding.object.clone()],
+                source: SOURCE.to_string(),
+                severity: Some(Severity::High),
+                category: CATEGORY.to_string(),
+                properties,
+                timestamp: now,
+            };
+            Keyed { key, result }
+        })
+        .collect();
+    assemble(
+        CLUSTER_POLICY_REPORT_KIND,
+        MIRROR_REPORT_NAME,
+        None,
+        keyed,
+        now,
+        previous,
+    )
+}
+
+/// The write that brings the stored report (`existing`) to `desired`: create, update, delete
+/// when `desired` has no result left, or nothing when they say the same thing.
+pub fn plan(existing: Option<&PolicyReport>, desired: PolicyReport) -> ReportWrite {
+    match existing {
+        None if desired.results.is_empty() => ReportWrite::Unchanged,
+        None => ReportWrite::Create(desired),
+        Some(_) if desired.results.is_empty() => ReportWrite::Delete,
+        Some(stored) if stored.same_content(&desired) => ReportWrite::Unchanged,
+        Some(_) => ReportWrite::Update(desired),
+    }
+}
+
+// === building helpers ===
+
+/// The (rule, verdict, message) results of one image (module docs: the mapping).
+fn image_results(image: &ClassifiedImage, mode: Mode) -> Vec<(Rule, Verdict, String)> {
+    let state = &image.state;
+    let runs = format!("{} runs {}", image.site.describe(), image.site.image);
+    if mode == Mode::Off {
+        let message = format!("{runs}: pinhook is off in this namespace (image {state})");
+        return vec![(Rule::Pinned, Verdict::Skip, message)];
+    }
+    let pinned_pass = |digest: &dyn std::fmt::Display| {
+        (
+            Rule::Pinned,
+            Verdict::Pass,
+            format!("{runs}, pinned to {digest}"),
+        )
+    };
+    let results = match state {
+        ImageState::Unpinned { .. } => vec![(
+            Rule::Pinned,
+            Verdict::Fail,
+            format!("{runs} by tag, not pinned to a digest"),
+        )],
+        ImageState::PinnedCurrent { digest } => vec![
+            pinned_pass(digest),
+            (
+                Rule::TagCurrent,
+                Verdict::Pass,
+                format!("{runs}: its tag still resolves to {digest}"),
+            ),
+        ],
+        ImageState::TagMoved { pinned, now } => vec![
+            pinned_pass(pinned),
+            (
+                Rule::TagCurrent,
+                Verdict::Fail,
+                format!("{runs}: its tag now resolves to {now}, not the pinned {pinned}"),
+            ),
+        ],
+        ImageState::DigestOnly { digest } => vec![
+            pinned_pass(digest),
+            (
+                Rule::TagCurrent,
+                Verdict::Skip,
+                format!("{runs}: no tag to check"),
+            ),
+        ],
+        ImageState::Unresolvable {
+            reason,
+            pinned: Some(pinned),
+        } => vec![
+            pinned_pass(pinned),
+            (
+                Rule::TagCurrent,
+                Verdict::Error,
+                format!("{runs}: its tag could not be checked: {reason}"),
+            ),
+        ],
+        ImageState::Unresolvable {
+            reason,
+            pinned: None,
+        } => vec![(Rule::Pinned, Verdict::Error, format!("{runs}: {reason}"))],
+        ImageState::Exempt { why } => vec![(
+            Rule::Pinned,
+            Verdict::Skip,
+            format!("{runs}: exempt: {why}"),
+        )],
+    };
+    results
+        .into_iter()
+        .map(|(rule, verdict, message)| (rule, verdict.in_mode(mode), message))
+        .collect()
+}
+
+/// Properties of every result of one image. An unpinned tag's current digest is left out: it
+/// is not part of any verdict, and a moving `latest` would rewrite the report on every move.
+fn image_properties(image: &ClassifiedImage) -> BTreeMap<String, String> {
+    let state = &image.state;
+    let mut properties = BTreeMap::from([
+        ("state".to_string(), state.as_str().to_string()),
+        ("container".to_string(), image.site.describe()),
+        ("image".to_string(), image.site.image.clone()),
+    ]);
+    if let Some(pinned) = state.pinned() {
+        properties.insert("pinnedDigest".to_string(), pinned.to_string());
+    }
+    if let (Some(current), false) = (
+        state.current(),
+        matches!(state, ImageState::Unpinned { .. }),
+    ) {
+        properties.insert("currentDigest".to_string(), current.to_string());
+    }
+    if let Some(detail) = state.detail() {
+        properties.insert("reason".to_string(), detail.to_string());
+    }
+    properties
+}
+
+/// Sorts, deduplicates and bounds the results, carries timestamps over from `previous`, and
+/// wraps them in a report.
+fn assemble<K: Ord>(
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+    keyed: Vec<Keyed<K>>,
+    now: Timestamp,
+    previous: Option<&PolicyReport>,
+) -> PolicyReport {
+    // Results with equal keys (one site of one workload in two states, say) are ordered by
+    // their own JSON, so the order never depends on the order Pods were seen in; that also
+    // makes equal results adjacent for `dedup`.
+    let mut keyed: Vec<(K, String, ReportResult)> = keyed
+        .into_iter()
+        .map(|k| {
+            let canonical = serde_json::to_string(&k.result).unwrap_or_default();
+            (k.key, canonical, k.result)
+        })
+        .collect();
+    keyed.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    keyed.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    let results: Vec<ReportResult> = keyed.into_iter().map(|(_, _, result)| result).collect();
+    let (results, omitted) = bound(results);
+
+    let found_at: HashMap<ReportResult, Timestamp> = previous
+        .map(|p| {
+            p.results
+                .iter()
+                .map(|r| (r.without_timestamp(), r.timestamp))
+                .collect()
+        })
+        .unwrap_or_default();
+    let results: Vec<ReportResult> = results
+        .into_iter()
+        .map(|result| {
+            let timestamp = found_at
+                .get(&result.without_timestamp())
+                .copied()
+                .unwrap_or(now);
+            ReportResult {
+                timestamp,
+                ..result
+            }
+        })
+        .collect();
+
+    let mut summary = Summary::default();
+    for result in &results {
+        *match result.result {
+            Verdict::Pass => &mut summary.pass,
+            Verdict::Fail => &mut summary.fail,
+            Verdict::Warn => &mut summary.warn,
+            Verdict::Error => &mut summary.error,
+            Verdict::Skip => &mut summary.skip,
+        } += 1;
+    }
+    let mut annotations = BTreeMap::new();
+    if omitted > 0 {
+        annotations.insert(OMITTED_ANNOTATION.to_string(), omitted.to_string());
+    }
+    PolicyReport {
+        api_version: API_VERSION.to_string(),
+        kind: kind.to_string(),
+        metadata: ReportMetadata {
+            name: name.to_string(),
+            namespace: namespace.map(str::to_string),
+            labels: BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())]),
+            annotations,
+        },
+        results,
+        summary,
+    }
+}
+
+/// At most [`MAX_RESULTS`], findings kept before passes and skips, order kept; and how many
+/// were dropped.
+fn bound(results: Vec<ReportResult>) -> (Vec<ReportResult>, usize) {
+    if results.len() <= MAX_RESULTS {
+        return (results, 0);
+    }
+    let omitted = results.len() - MAX_RESULTS;
+    let findings = results.iter().filter(|r| r.result.is_finding()).count();
+    let mut room_for_findings = MAX_RESULTS;
+    let mut room_for_others = MAX_RESULTS.saturating_sub(findings);
+    let kept = results
+        .into_iter()
+        .filter(|r| {
+            let room = if r.result.is_finding() {
+                &mut room_for_findings
+            } else {
+                &mut room_for_others
+            };
+            let keep = *room > 0;
+            *room = room.saturating_sub(1);
+            keep
+        })
+        .collect();
+    (kept, omitted)
+}
+
+// === impl Rule ===
+
+impl Rule {
+    fn name(self) -> &'static str {
+        match self {
+            Rule::Pinned => RULE_PINNED,
+            Rule::TagCurrent => RULE_TAG_CURRENT,
+        }
+    }
+
+    fn severity(self) -> Severity {
+        match self {
+            Rule::Pinned => Severity::High,
+            Rule::TagCurrent => Severity::Medium,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
