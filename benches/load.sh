@@ -17,7 +17,8 @@
 #
 # Environment: PINHOOK_LOG (pinhook's log filter, default info), LOAD_THREADS (2),
 # LOAD_CONNECTIONS (16), LOAD_PERF=FILE (run pinhook under `perf record -F 999` into FILE, for
-# `perf report -i FILE --no-children --sort symbol`).
+# `perf report -i FILE --no-children --sort symbol`), LOAD_PERF_CALLS=1 (with LOAD_PERF: record
+# call graphs by DWARF unwinding at 199 Hz, for `perf report -i FILE --children`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -81,12 +82,17 @@ EOF
 pinhook_port=$(free_port)
 floor_port=$(free_port)
 perf=()
-[[ -z ${LOAD_PERF:-} ]] || perf=(perf record -F 999 -o "$LOAD_PERF" --)
+if [[ -n ${LOAD_PERF:-} && -n ${LOAD_PERF_CALLS:-} ]]; then
+    perf=(perf record -F 199 --call-graph dwarf,16384 -o "$LOAD_PERF" --)
+elif [[ -n ${LOAD_PERF:-} ]]; then
+    perf=(perf record -F 999 -o "$LOAD_PERF" --)
+fi
 HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "${perf[@]}" "$target/pinhook" serve --listen "127.0.0.1:$pinhook_port" \
     --tls-cert "$work/tls/tls.crt" --tls-key "$work/tls/tls.key" \
     --policy "$work/policy.yaml" --registry-ca "$REGISTRY_CA" \
     >"$work/pinhook.log" 2>&1 &
 pids+=($!)
+pinhook_pid=$!
 ready() { [[ $(curl -s --cacert "$work/tls/ca.crt" "https://127.0.0.1:$pinhook_port/readyz") == ok* ]]; }
 wait_for 30 ready || { tail -n 20 "$work/pinhook.log" >&2; exit 1; }
 
@@ -100,6 +106,7 @@ jq -e '.response.allowed and (.response.patch | length > 0)' "$work/answer.json"
 
 "$target/examples/floor" "127.0.0.1:$floor_port" "$work/tls/tls.crt" "$work/tls/tls.key" "$work/answer.json" >"$work/floor.log" 2>&1 &
 pids+=($!)
+floor_pid=$!
 wait_for 10 grep -q listening "$work/floor.log" || { cat "$work/floor.log" >&2; exit 1; }
 
 cat >"$work/post.lua" <<'EOF'
@@ -114,8 +121,23 @@ registry_requests() {
         awk '/^pinhook_registry_requests_total/ { s += $NF } END { print s + 0 }'
 }
 
-# run NAME PORT: one wrk round; prints "req/s p50_ms p99_ms"
+# usage PID: "cpu_ticks context_switches" of a process and all its threads so far (under
+# LOAD_PERF the process is perf's: its child is the server).
+usage() {
+    local pid=$1 child
+    child=$(pgrep -P "$pid" | head -n 1 || true)
+    [[ -z $child ]] || pid=$child
+    local ticks switches
+    ticks=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    switches=$(cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }')
+    echo "$ticks $switches"
+}
+hz=$(getconf CLK_TCK)
+
+# run NAME PORT PID: one wrk round; prints "req/s p50_ms p99_ms non2xx cpu_us/req switches/req"
 run() {
+    local before after
+    before=$(usage "$3")
     LOAD_BODY="$work/review.json" wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency \
         -s "$work/post.lua" "https://127.0.0.1:$2/mutate?timeout=10s" >"$work/wrk-$1.txt" 2>&1
     awk '
@@ -124,23 +146,31 @@ run() {
         $1 == "50%" { p50 = ms($2) }
         $1 == "99%" { p99 = ms($2) }
         /Non-2xx/ { bad = $NF }
-        END { printf "%.0f %.2f %.2f %d\n", rps, p50, p99, bad + 0 }' "$work/wrk-$1.txt"
+        /requests in/ { n = $1 }
+        END { printf "%.0f %.2f %.2f %d %d\n", rps, p50, p99, bad + 0, n }' "$work/wrk-$1.txt" >"$work/round.txt"
+    after=$(usage "$3")
+    read -r q a b bad n <"$work/round.txt"
+    read -r t0 s0 <<<"$before"
+    read -r t1 s1 <<<"$after"
+    awk -v q="$q" -v a="$a" -v b="$b" -v bad="$bad" -v n="$n" -v dt=$((t1 - t0)) -v ds=$((s1 - s0)) -v hz="$hz" \
+        'BEGIN { printf "%s %s %s %s %.1f %.2f\n", q, a, b, bad, dt * 1e6 / hz / (n > 0 ? n : 1), ds / (n > 0 ? n : 1) }'
 }
 
 log "warm /mutate: $rounds rounds x ${seconds}s, wrk -t$threads -c$connections, $(wc -c <"$work/review.json") byte review, $(wc -c <"$work/answer.json") byte answer"
 before=$(registry_requests)
-printf '%-8s %5s %10s %9s %9s %6s\n' server round req/s p50_ms p99_ms non2xx
-declare -A rps p50 p99
+printf '%-8s %5s %10s %9s %9s %6s %11s %11s\n' server round req/s p50_ms p99_ms non2xx cpu_us/req switch/req
+declare -A rps p50 p99 cpu
 for r in $(seq 1 "$rounds"); do
     for server in floor pinhook; do
-        port=$floor_port
-        [[ $server == pinhook ]] && port=$pinhook_port
-        read -r q a b bad < <(run "$server" "$port")
-        printf '%-8s %5s %10s %9s %9s %6s\n' "$server" "$r" "$q" "$a" "$b" "$bad"
+        port=$floor_port pid=$floor_pid
+        [[ $server == pinhook ]] && port=$pinhook_port pid=$pinhook_pid
+        read -r q a b bad c w < <(run "$server" "$port" "$pid")
+        printf '%-8s %5s %10s %9s %9s %6s %11s %11s\n' "$server" "$r" "$q" "$a" "$b" "$bad" "$c" "$w"
         ((bad == 0)) || { echo "$server answered $bad non-2xx responses" >&2; exit 1; }
         rps[$server]+="$q "
         p50[$server]+="$a "
         p99[$server]+="$b "
+        cpu[$server]+="$c "
     done
 done
 after=$(registry_requests)
@@ -151,7 +181,10 @@ f99=$(median <<<"${p99[floor]}")
 p99p=$(median <<<"${p99[pinhook]}")
 f50=$(median <<<"${p50[floor]}")
 p50p=$(median <<<"${p50[pinhook]}")
-echo "medians: floor $fr req/s p50 $f50 ms p99 $f99 ms; pinhook $pr req/s p50 $p50p ms p99 $p99p ms"
+fc=$(median <<<"${cpu[floor]}")
+pc=$(median <<<"${cpu[pinhook]}")
+echo "medians: floor $fr req/s p50 $f50 ms p99 $f99 ms ${fc} us CPU/req; pinhook $pr req/s p50 $p50p ms p99 $p99p ms ${pc} us CPU/req"
 awk -v pr="$pr" -v fr="$fr" -v p="$p99p" -v f="$f99" \
-    'BEGIN { printf "ratio: throughput %.2f x floor, p99 %.2f x floor\n", pr / fr, p / f }'
+    -v pc="$pc" -v fc="$fc" \
+    'BEGIN { printf "ratio: throughput %.2f x floor, p99 %.2f x floor, CPU per request %.2f x floor\n", pr / fr, p / f, pc / fc }'
 echo "registry requests by pinhook during the load: $((after - before))"

@@ -57,9 +57,10 @@ pub struct AdmissionRequest {
     pub namespace: String,
     #[serde(default)]
     pub operation: String,
-    #[serde(default)]
+    /// Without `metadata.managedFields` (see the module header).
+    #[serde(default, deserialize_with = "objects::without_managed_fields")]
     pub object: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects::without_managed_fields")]
     pub old_object: Option<Value>,
     #[serde(default)]
     pub dry_run: Option<bool>,
@@ -96,6 +97,16 @@ pub struct Status {
     pub status: String,
 }
 
+/// The whole review in one pass: the fast path for a well-formed body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Review {
+    api_version: Option<String>,
+    kind: Option<String>,
+    request: Option<AdmissionRequest>,
+}
+
+/// The envelope alone, for naming what is wrong with a body the one-pass read refused.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Envelope<'a> {
@@ -117,6 +128,28 @@ struct ResponseEnvelope<'a> {
 
 /// Parses an AdmissionReview body, naming what is wrong.
 pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest, ReviewError> {
+    let Ok(review) = serde_json::from_slice::<Review>(body) else {
+        return parse_review_stepwise(body);
+    };
+    let api_version = review.api_version.unwrap_or_default();
+    if api_version != API_VERSION {
+        return Err(ReviewError::WrongApiVersion(api_version));
+    }
+    let kind = review.kind.unwrap_or_default();
+    if kind != KIND {
+        return Err(ReviewError::WrongKind(kind));
+    }
+    let request = review.request.ok_or(ReviewError::MissingRequest)?;
+    if request.uid.is_empty() {
+        return Err(ReviewError::MissingUid);
+    }
+    Ok(request)
+}
+
+/// The envelope first, then the request: what [`parse_review`] does when the one-pass read
+/// fails, so the error names the part that is wrong (the JSON, the version, the kind, the
+/// request). It gives the same answer as the one-pass read for every body that passes it.
+fn parse_review_stepwise(body: &[u8]) -> Result<AdmissionRequest, ReviewError> {
     let envelope: Envelope = serde_json::from_slice(body).map_err(ReviewError::MalformedJson)?;
     let api_version = envelope.api_version.unwrap_or_default();
     if api_version != API_VERSION {
@@ -142,6 +175,109 @@ pub fn review_body(response: &AdmissionResponse) -> Result<Vec<u8>, serde_json::
         kind: KIND,
         response,
     })
+}
+
+mod objects {
+    //! `request.object` / `request.oldObject` as a [`Value`], without `metadata.managedFields`.
+
+    use std::fmt;
+
+    use serde::de::{
+        self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+    };
+    use serde_json::{Map, Value};
+
+    pub fn without_managed_fields<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Value>, D::Error> {
+        deserializer.deserialize_any(Object { depth: 0 })
+    }
+
+    /// The object (depth 0) or its `metadata` (depth 1): a map whose entries are kept as
+    /// [`Value`]s, except `managedFields` in `metadata`. Anything else is kept whole, as a
+    /// plain `Value` read would.
+    struct Object {
+        depth: u8,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Object {
+        type Value = Option<Value>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Object {
+        type Value = Option<Value>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Value>, A::Error> {
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                match (self.depth, key.as_str()) {
+                    (0, "metadata") => {
+                        let metadata = map.next_value_seed(Object { depth: 1 })?;
+                        out.insert(key, metadata.unwrap_or(Value::Null));
+                    }
+                    (1, "managedFields") => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                    _ => {
+                        let value = map.next_value::<Value>()?;
+                        out.insert(key, value);
+                    }
+                }
+            }
+            Ok(Some(Value::Object(out)))
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Option<Value>, E> {
+            Ok(match self.depth {
+                0 => None,
+                _ => Some(Value::Null),
+            })
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Option<Value>, E> {
+            self.visit_unit()
+        }
+
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Option<Value>, E> {
+            Ok(Some(Value::Bool(v)))
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<Value>, E> {
+            Ok(Some(Value::from(v)))
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<Value>, E> {
+            Ok(Some(Value::from(v)))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<Value>, E> {
+            Ok(Some(Value::from(v)))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<Value>, E> {
+            Ok(Some(Value::String(v.to_string())))
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Option<Value>, E> {
+            Ok(Some(Value::String(v)))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Value>, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element::<Value>()? {
+                items.push(item);
+            }
+            Ok(Some(Value::Array(items)))
+        }
+    }
 }
 
 // === impl AdmissionRequest ===
@@ -225,6 +361,114 @@ mod tests {
             ),
             "{body}"
         );
+    }
+
+    /// `value` without `metadata.managedFields`, as the one-pass read keeps it.
+    fn without_managed_fields(value: &Option<Value>) -> Option<Value> {
+        let mut value = value.clone();
+        if let Some(Value::Object(metadata)) = value.as_mut().and_then(|v| v.get_mut("metadata")) {
+            metadata.remove("managedFields");
+        }
+        value
+    }
+
+    /// The one-pass read and the stepwise read give the same request for every review the
+    /// apiservers sent (1.20 and 1.26, all kinds and operations), `managedFields` apart.
+    #[test]
+    fn one_pass_and_stepwise_reads_agree_on_every_captured_review() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admissionreview");
+        let (mut reviews, mut with_managed_fields) = (0, 0);
+        for version in ["v1.20", "v1.26"] {
+            let entries = std::fs::read_dir(root.join(version)).expect("fixture directory");
+            for entry in entries {
+                let path = entry.expect("entry").path();
+                let body = std::fs::read(&path).expect("fixture");
+                let fast = parse_review(&body).expect("one pass");
+                let slow = parse_review_stepwise(&body).expect("stepwise");
+                let name = path.display();
+                assert_eq!(fast.uid, slow.uid, "{name}");
+                assert_eq!(fast.kind, slow.kind, "{name}");
+                assert_eq!(fast.sub_resource, slow.sub_resource, "{name}");
+                assert_eq!(
+                    (&fast.name, &fast.namespace, &fast.operation),
+                    (&slow.name, &slow.namespace, &slow.operation),
+                    "{name}"
+                );
+                assert_eq!(fast.dry_run, slow.dry_run, "{name}");
+                assert_eq!(fast.user_info, slow.user_info, "{name}");
+                // The objects as a plain `Value` read has them, managedFields apart.
+                let raw: Value = serde_json::from_slice(&body).expect("json");
+                let plain = |key: &str| raw["request"].get(key).filter(|v| !v.is_null()).cloned();
+                for (key, fast, slow) in [
+                    ("object", &fast.object, &slow.object),
+                    ("oldObject", &fast.old_object, &slow.old_object),
+                ] {
+                    assert_eq!(fast, slow, "{name} {key}");
+                    assert_eq!(*fast, without_managed_fields(&plain(key)), "{name} {key}");
+                    if plain(key)
+                        .and_then(|o| o.pointer("/metadata/managedFields").cloned())
+                        .is_some()
+                    {
+                        with_managed_fields += 1;
+                    }
+                }
+                reviews += 1;
+            }
+        }
+        assert!(reviews >= 100, "only {reviews} captured reviews read");
+        assert!(
+            with_managed_fields >= 10,
+            "only {with_managed_fields} had managedFields"
+        );
+    }
+
+    /// A body the one-pass read refuses is named exactly as the stepwise read names it, and a
+    /// non-object `object` or `metadata` is kept as it came.
+    #[test]
+    fn refused_bodies_are_named_by_the_stepwise_read_and_odd_objects_kept() {
+        let envelope = |request: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request}}}"#
+            )
+        };
+        let deep = format!(
+            r#"{{"uid":"u","object":{}1{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for body in [
+            envelope(r#"{"uid":"u","object":{"metadata":{"managedFields":[{"a":"#),
+            envelope(
+                r#"{"uid":"u","object":{"metadata":{"managedFields":5,"name":7}},"dryRun":"x"}"#,
+            ),
+            envelope(&deep),
+            r#"{"apiVersion":"v0","kind":"AdmissionReview","request":{"uid":5}}"#.to_string(),
+        ] {
+            let fast = parse_review(body.as_bytes()).err().map(|e| e.to_string());
+            let slow = parse_review_stepwise(body.as_bytes())
+                .err()
+                .map(|e| e.to_string());
+            assert!(fast.is_some(), "{body}");
+            assert_eq!(fast, slow, "{body}");
+        }
+        for (object, kept) in [
+            (r#""text""#, Some(Value::from("text"))),
+            ("[1,2]", Some(serde_json::json!([1, 2]))),
+            ("null", None),
+            (
+                r#"{"metadata":null,"spec":{"managedFields":1}}"#,
+                Some(serde_json::json!({"metadata": null, "spec": {"managedFields": 1}})),
+            ),
+            (
+                r#"{"metadata":{"name":"n","managedFields":[{"manager":"kubectl"}]}}"#,
+                Some(serde_json::json!({"metadata": {"name": "n"}})),
+            ),
+        ] {
+            let body = envelope(&format!(r#"{{"uid":"u","object":{object}}}"#));
+            let request = parse_review(body.as_bytes()).expect("parses");
+            assert_eq!(request.object, kept, "{object}");
+        }
     }
 
     #[test]
