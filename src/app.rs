@@ -346,9 +346,14 @@ pub fn node_keyring(docker_config: Option<&Path>) -> Result<Keyring, DockerConfi
     })
 }
 
+/// The client `access` names, `None` when none is configured (`pinhook inventory`).
+pub async fn client_for(access: KubeAccess) -> Result<Option<kube::Client>, AppError> {
+    kube_client(access).await
+}
+
 /// The client `access` names; `None` when there is none to use: pinhook still serves, with
 /// node-level credentials only.
-async fn kube_client(access: KubeAccess) -> Result<Option<kube::Client>, AppError> {
+pub(crate) async fn kube_client(access: KubeAccess) -> Result<Option<kube::Client>, AppError> {
     let config = match access {
         KubeAccess::Disabled => return Ok(None),
         KubeAccess::Client(client) => return Ok(Some(client)),
@@ -379,7 +384,7 @@ async fn kube_client(access: KubeAccess) -> Result<Option<kube::Client>, AppErro
     Ok(Some(client))
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -407,7 +412,7 @@ async fn shutdown_signal() {
 
 impl PolicySource {
     /// The policy in force at start-up.
-    fn load(&self) -> Result<CompiledPolicy, PolicyError> {
+    pub(crate) fn load(&self) -> Result<CompiledPolicy, PolicyError> {
         match self {
             PolicySource::File(path) => {
                 let compiled = Policy::load(path)?;

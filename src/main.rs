@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 
-use pinhook::cli::{Cli, Command, LogFormat};
+use pinhook::cli::{Cli, Command, InventoryArgs, InventoryOutput, LogFormat};
 use pinhook::{app, certs, check};
 
 /// mimalloc instead of glibc's malloc: malloc and free were about 12 % of the warm path's CPU
@@ -94,5 +94,35 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(args) => Ok(ExitCode::from(check::run(args.into_config()?).await?)),
+        Command::Watch(args) => {
+            pinhook::watch::controller::run(args.into_config()?).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inventory(args) => inventory(args).await,
     }
+}
+
+/// `pinhook inventory`: 0 with rows, 1 when nothing matched, 2 when the cluster cannot be read.
+async fn inventory(args: InventoryArgs) -> Result<ExitCode> {
+    let access = match args.kubeconfig {
+        Some(path) => app::KubeAccess::Kubeconfig(path),
+        None => app::KubeAccess::Infer,
+    };
+    let Some(client) = app::client_for(access).await? else {
+        anyhow::bail!("no Kubernetes API configured (give --kubeconfig or set KUBECONFIG)");
+    };
+    let mut inventory =
+        pinhook::watch::controller::inventory::read(&client, args.namespace.as_deref()).await?;
+    if let Some(digest) = &args.digest {
+        inventory = inventory.with_digest(digest);
+    }
+    match args.output {
+        InventoryOutput::Table => print!("{}", inventory.to_table()),
+        InventoryOutput::Json => println!("{}", inventory.to_json()?),
+    }
+    if inventory.images.is_empty() {
+        eprintln!("pinhook: no running image matched");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -46,6 +46,13 @@ pub struct ViolationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// An image state of `pinhook watch`: `unpinned`, `pinned-current`, `tag-moved`,
+    /// `digest-only`, `unresolvable`, `exempt`.
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderLabels {
     /// The provider's name in the credential provider config (set by the operator).
     pub provider: String,
@@ -72,6 +79,12 @@ pub struct Metrics {
     pub credential_provider_errors: Family<ProviderErrorLabels, Counter>,
     pub connections_open: Gauge,
     pub connections_refused: Counter,
+    /// `pinhook watch`: running images (one per container of each Pod) by state, as the last
+    /// recheck found them.
+    pub running_images: Family<StateLabels, Gauge>,
+    /// `pinhook watch`: running images found with a moved tag that the previous recheck had
+    /// not found so.
+    pub tag_moved_running: Counter,
 }
 
 // === impl Metrics ===
@@ -148,8 +161,22 @@ impl Metrics {
             "Client connections closed at once because --max-connections were open",
             connections_refused.clone(),
         );
+        let running_images = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "running_images",
+            "Running images (per container of each Pod) by state, as pinhook watch last found them",
+            running_images.clone(),
+        );
+        let tag_moved_running = Counter::default();
+        registry.register(
+            "tag_moved_running",
+            "Running images pinhook watch found with a tag that moved since it was pinned (counted when first found)",
+            tag_moved_running.clone(),
+        );
         Metrics {
             registry,
+            running_images,
+            tag_moved_running,
             connections_open,
             connections_refused,
             credential_provider_execs,
@@ -168,6 +195,13 @@ impl Metrics {
         self.cache_lookups
             .get_or_create(&CacheLabels { result })
             .inc();
+    }
+
+    /// The gauge of running images in `state`.
+    pub fn running_image_gauge(&self, state: &'static str) -> Gauge {
+        self.running_images
+            .get_or_create(&StateLabels { state })
+            .clone()
     }
 
     pub fn credential_provider_exec(&self, provider: &str) {

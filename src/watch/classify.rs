@@ -145,6 +145,16 @@ pub fn classify_pod(
 // === impl ImageState ===
 
 impl ImageState {
+    /// Every state's name, in the order of the table in the module docs.
+    pub const NAMES: [&'static str; 6] = [
+        "unpinned",
+        "pinned-current",
+        "tag-moved",
+        "digest-only",
+        "unresolvable",
+        "exempt",
+    ];
+
     /// The state's name in reports, events and the inventory.
     pub fn as_str(&self) -> &'static str {
         match self {

@@ -14,12 +14,16 @@
 //! - [`inventory`]: running images aggregated by digest with the workloads that run them, as a
 //!   table or JSON.
 //!
-//! Invariants: everything here is a plain function over data. It never does I/O, never holds a
+//! The I/O edge, `pinhook watch` and `pinhook inventory` themselves, is [`controller`]: it
+//! feeds this core Pods, namespace modes and tag resolutions and writes what it returns.
+//!
+//! Invariants: everything here but [`controller`] is a plain function over data. It never does I/O, never holds a
 //! Kubernetes or registry client and never reads a clock: tag resolutions, namespace modes,
 //! exemptions and the current time are the caller's arguments. Hostile input is an error, never
 //! a panic, and what is kept per Pod is bounded ([`pod`] documents the bounds).
 
 pub mod classify;
+pub mod controller;
 pub mod events;
 pub mod inventory;
 pub mod pod;

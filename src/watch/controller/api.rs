@@ -1,0 +1,281 @@
+//! What the watch reads and writes through the Kubernetes API besides Pods: its PolicyReports
+//! and ClusterPolicyReport (`wgpolicyk8s.io/v1alpha2`, read back as the pure core's
+//! [`PolicyReport`]), the objects that configure tag mirrors, and `events.k8s.io/v1` Events.
+//!
+//! Reports are written with server-side apply (field manager `pinhook-watch`, forced): a
+//! create and an update are the same request, and a replica that took the Lease over writes
+//! without first having to know the stored resourceVersion. Whether to write at all is the pure
+//! [`plan`](crate::watch::plan)'s decision, never this module's.
+//!
+//! Events: one per (workload, reason, note). A repeat within [`SERIES_WINDOW`] is the same
+//! Event with its `series` counted up (a patch), as client-go's event recorder does; kube's
+//! `Recorder` was not used because its series key leaves out the note, so two containers of one
+//! Deployment whose tags moved would read as one repeated Event.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use tokio::sync::Mutex;
+
+use crate::watch::events::{EventSpec, ACTION};
+use crate::watch::report::{
+    PolicyReport, CLUSTER_POLICY_REPORT_KIND, MANAGED_BY, MANAGED_BY_LABEL, POLICY_REPORT_KIND,
+};
+
+/// The field manager of every report write.
+pub const FIELD_MANAGER: &str = "pinhook-watch";
+/// `reportingController` of the watch's Events.
+pub const REPORTING_CONTROLLER: &str = "pinhook.dev/watch";
+/// How long a repeated Event is counted in the same series (client-go uses 6 minutes too).
+pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// The resource of a (Cluster)PolicyReport.
+pub fn report_resource(kind: &str) -> ApiResource {
+    let plural = if kind == CLUSTER_POLICY_REPORT_KIND {
+        "clusterpolicyreports"
+    } else {
+        "policyreports"
+    };
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", kind),
+        plural,
+    )
+}
+
+/// pinhook's PolicyReports in every namespace, by namespace. Reports that do not read as a
+/// PolicyReport are left out (and so never overwritten by mistake... but also never deleted);
+/// the apiserver's schema keeps them from existing.
+pub async fn namespace_reports(
+    client: &kube::Client,
+) -> Result<HashMap<String, PolicyReport>, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &report_resource(POLICY_REPORT_KIND));
+    let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let mut reports = HashMap::new();
+    for object in api.list(&params).await?.items {
+        let Some(namespace) = object.metadata.namespace.clone() else {
+            continue;
+        };
+        if let Some(report) = as_report(object, POLICY_REPORT_KIND) {
+            reports.insert(namespace, report);
+        }
+    }
+    Ok(reports)
+}
+
+/// The cluster's ClusterPolicyReport `name`, if any.
+pub async fn cluster_report(
+    client: &kube::Client,
+    name: &str,
+) -> Result<Option<PolicyReport>, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &report_resource(CLUSTER_POLICY_REPORT_KIND));
+    Ok(api
+        .get_opt(name)
+        .await?
+        .and_then(|o| as_report(o, CLUSTER_POLICY_REPORT_KIND)))
+}
+
+fn as_report(object: DynamicObject, kind: &str) -> Option<PolicyReport> {
+    let mut value = serde_json::to_value(object).ok()?;
+    // A listed item carries no kind of its own.
+    if let Some(map) = value.as_object_mut() {
+        map.insert("kind".into(), kind.into());
+        map.insert(
+            "apiVersion".into(),
+            crate::watch::report::API_VERSION.into(),
+        );
+    }
+    serde_json::from_value(value).ok()
+}
+
+/// Applies `report` (creates or updates it).
+pub async fn apply_report(client: &kube::Client, report: &PolicyReport) -> Result<(), kube::Error> {
+    let resource = report_resource(&report.kind);
+    let api: Api<DynamicObject> = match &report.metadata.namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&report.metadata.name, &params, &Patch::Apply(report))
+        .await?;
+    Ok(())
+}
+
+/// Deletes the report `name` (in `namespace`, or the cluster's); gone already is fine.
+pub async fn delete_report(
+    client: &kube::Client,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<(), kube::Error> {
+    let resource = report_resource(kind);
+    let api: Api<DynamicObject> = match namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every object of `group/version` `plural` in the cluster, as JSON with its kind set. `None`
+/// when the API does not serve the resource (no such CRD: not an OpenShift cluster).
+pub async fn list_all(
+    client: &kube::Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Result<Option<Vec<serde_json::Value>>, kube::Error> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let list = match api.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let api_version = resource.api_version.clone();
+    Ok(Some(
+        list.items
+            .into_iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .map(|mut v| {
+                if let Some(map) = v.as_object_mut() {
+                    map.insert("kind".into(), kind.into());
+                    map.insert("apiVersion".into(), api_version.clone().into());
+                }
+                v
+            })
+            .collect(),
+    ))
+}
+
+/// Publishes `events.k8s.io/v1` Events, counting repeats as a series.
+pub struct EventPublisher {
+    client: kube::Client,
+    /// This replica's name (`reportingInstance`).
+    instance: String,
+    series: Mutex<HashMap<EventKey, Published>>,
+}
+
+type EventKey = (String, &'static str, String);
+
+struct Published {
+    name: String,
+    namespace: String,
+    count: i32,
+    last: Instant,
+}
+
+// === impl EventPublisher ===
+
+impl EventPublisher {
+    pub fn new(client: kube::Client, instance: &str) -> EventPublisher {
+        EventPublisher {
+            client,
+            instance: instance.to_string(),
+            series: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The uid of `workload`, read through the API; `None` when it cannot be read.
+    async fn uid_of(&self, workload: &crate::watch::WorkloadRef) -> Option<String> {
+        let (group, version) = match workload.api_version.split_once('/') {
+            Some((group, version)) => (group, version),
+            None => ("", workload.api_version.as_str()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, &workload.kind);
+        let plural = format!("{}s", workload.kind.to_ascii_lowercase());
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &workload.namespace, &resource);
+        api.get_opt(&workload.name).await.ok()??.metadata.uid
+    }
+
+    /// Creates the Event `spec` calls for, or counts it again in its series.
+    pub async fn publish(&self, spec: &EventSpec) -> Result<(), kube::Error> {
+        let key = (
+            spec.regarding.describe(),
+            spec.reason.as_str(),
+            spec.note.clone(),
+        );
+        let mut series = self.series.lock().await;
+        series.retain(|_, p| p.last.elapsed() < SERIES_WINDOW);
+        let now = Timestamp::now();
+        if let Some(published) = series.get_mut(&key) {
+            let api: Api<Event> = Api::namespaced(self.client.clone(), &published.namespace);
+            let count = published.count.saturating_add(1);
+            let patch = Event {
+                series: Some(EventSeries {
+                    count,
+                    last_observed_time: MicroTime(now),
+                }),
+                ..Event::default()
+            };
+            api.patch(
+                &published.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+            published.count = count;
+            published.last = Instant::now();
+            return Ok(());
+        }
+        let regarding = &spec.regarding;
+        // Event names are at most 253 characters, like any object's.
+        let base: String = regarding.name.chars().take(200).collect();
+        let name = format!("{base}.{:x}", now.as_nanosecond());
+        // kubectl describe finds Events by the regarding object's uid too; the Deployment a
+        // Pod's ReplicaSet belongs to is known by name only, so read its uid.
+        let uid = match &regarding.uid {
+            Some(uid) => Some(uid.clone()),
+            None => self.uid_of(regarding).await,
+        };
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(regarding.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            action: Some(ACTION.to_string()),
+            reason: Some(spec.reason.as_str().to_string()),
+            note: Some(spec.note.clone()),
+            type_: Some(spec.type_.as_str().to_string()),
+            event_time: Some(MicroTime(now)),
+            reporting_controller: Some(REPORTING_CONTROLLER.to_string()),
+            reporting_instance: Some(self.instance.clone()),
+            regarding: Some(ObjectReference {
+                api_version: Some(regarding.api_version.clone()),
+                kind: Some(regarding.kind.clone()),
+                namespace: Some(regarding.namespace.clone()),
+                name: Some(regarding.name.clone()),
+                uid,
+                ..ObjectReference::default()
+            }),
+            ..Event::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &regarding.namespace);
+        api.create(&Default::default(), &event).await?;
+        series.insert(
+            key,
+            Published {
+                name,
+                namespace: regarding.namespace.clone(),
+                count: 1,
+                last: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+}

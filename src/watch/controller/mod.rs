@@ -1,0 +1,283 @@
+//! `pinhook watch`, the I/O edge of the drift watch: the Pod watch ([`pods`]), the recheck
+//! cycle ([`cycle`]), the API reads and writes ([`api`]), the Lease that lets one replica of
+//! several write, the plain-HTTP port (`/metrics`, `/healthz`, `/readyz`, `/inventory`) and
+//! `pinhook inventory` ([`inventory`]).
+//!
+//! **One writer.** Every replica watches Pods (a standby takes over with its store warm), but
+//! only the holder of the `coordination.k8s.io` Lease resolves and writes. The Lease is
+//! pinhook's own [`LeaseLock`] (the one the self-managed certificates use, tested there): no
+//! new dependency, and kube-runtime offers no leader election. The holder renews every third
+//! of the lease duration; a cycle under way when the Lease is lost is abandoned at once.
+//!
+//! **Never**: decides anything about an image (that is the pure [`crate::watch`] core), or
+//! writes when nothing changed.
+
+pub mod api;
+pub mod cycle;
+pub mod inventory;
+pub mod pods;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::app::{self, AppError, KubeAccess, PolicySource};
+use crate::certs::lease::LeaseLock;
+use crate::cluster::KubeNamespaces;
+use crate::error::error_chain;
+use crate::metrics::Metrics;
+use crate::policy::PolicyHandle;
+use crate::registry::guard::AddressGuard;
+use crate::registry::identity_token::IdentityTokens;
+use crate::registry::provider::{CredentialProviders, ProviderFiles};
+use crate::registry::pull_secrets::KubeSecrets;
+use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, Resolver};
+
+pub use cycle::{CycleSettings, CycleSummary, Watch};
+pub use pods::PodStore;
+
+/// Everything `pinhook watch` needs to know.
+pub struct WatchConfig {
+    /// The plain-HTTP port: metrics, health, inventory.
+    pub listen: SocketAddr,
+    pub policy: PolicySource,
+    pub registry: RegistryConfig,
+    /// The watch's own cache; its `hit_ttl` is the recheck interval.
+    pub cache: CacheConfig,
+    pub recheck_interval: Duration,
+    pub kube: KubeAccess,
+    pub docker_config: Option<std::path::PathBuf>,
+    pub credential_providers: Option<ProviderFiles>,
+    pub lease: LeaseConfig,
+    pub cycle: CycleSettings,
+    pub namespace_label_ttl: Duration,
+}
+
+/// The Lease the replicas share.
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    /// This replica's name in the Lease (its pod name).
+    pub identity: String,
+    pub duration: Duration,
+}
+
+/// Why the watch could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchRunError {
+    #[error(transparent)]
+    App(#[from] AppError),
+    #[error("pinhook watch needs the Kubernetes API, and none is configured")]
+    NoKube,
+    #[error("failed to bind {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the HTTP server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Shared with the HTTP handlers.
+#[derive(Clone)]
+struct HttpState {
+    metrics: Arc<Metrics>,
+    watch: Arc<Watch>,
+    store: PodStore,
+}
+
+/// Wires the watch from `config` (the same registry chain, credentials and namespace labels as
+/// `pinhook serve`) without starting anything.
+pub async fn build(config: &WatchConfig) -> Result<(Arc<Watch>, kube::Client), WatchRunError> {
+    let metrics = Arc::new(Metrics::new());
+    let policy = config.policy.load().map_err(AppError::from)?;
+    let oci = app::registry_client(&config.registry, &policy)?;
+    let handle = PolicyHandle::new(policy);
+    let oci = Arc::new(oci.with_policy(handle.clone()));
+    let exchanging = Arc::new(IdentityTokens::new(oci));
+    let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(exchanging, handle.clone()));
+    let resolver = Arc::new(CachingResolver::new(
+        guarded,
+        config.cache.clone(),
+        metrics.clone(),
+    ));
+    let client = app::kube_client(config.kube.clone())
+        .await?
+        .ok_or(WatchRunError::NoKube)?;
+    let mut node = app::node_keyring(config.docker_config.as_deref()).map_err(AppError::from)?;
+    if let Some(files) = &config.credential_providers {
+        let providers =
+            CredentialProviders::load(files, Some(metrics.clone())).map_err(AppError::from)?;
+        node.push_source(Arc::new(providers));
+    }
+    let watch = Watch::new(
+        client.clone(),
+        handle,
+        resolver,
+        Arc::new(KubeSecrets::new(client.clone(), node)),
+        Arc::new(KubeNamespaces::with_ttl(
+            client.clone(),
+            config.namespace_label_ttl,
+        )),
+        metrics,
+        &config.lease.identity,
+        config.cycle.clone(),
+    );
+    Ok((Arc::new(watch), client))
+}
+
+/// Runs the watch until SIGTERM or Ctrl-C.
+pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
+    let (watch, client) = build(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| WatchRunError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    info!(listen = %config.listen, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, "pinhook watch");
+    let store = PodStore::default();
+    let pods = tokio::spawn(store.clone().run(client.clone()));
+    let (leading_tx, leading_rx) = watch::channel(false);
+    let lease = tokio::spawn(hold_lease(client, config.lease.clone(), leading_tx));
+    let cycles = tokio::spawn(cycles(
+        watch.clone(),
+        store.clone(),
+        leading_rx,
+        config.recheck_interval,
+    ));
+    let state = HttpState {
+        metrics: watch.metrics.clone(),
+        watch,
+        store,
+    };
+    let router = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready_handler))
+        .route("/inventory", get(inventory_handler))
+        .with_state(state);
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(crate::app::shutdown_signal())
+        .await;
+    for task in [pods, lease, cycles] {
+        task.abort();
+    }
+    info!("stopped");
+    served.map_err(WatchRunError::Serve)
+}
+
+/// Takes and renews the Lease; tells the cycles whether this replica leads.
+async fn hold_lease(client: kube::Client, config: LeaseConfig, leading: watch::Sender<bool>) {
+    let leases: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let lock = LeaseLock::new(leases, &config.name, &config.identity, config.duration);
+    let renew = (config.duration / 3).max(Duration::from_millis(200));
+    loop {
+        let now_leading = match lock.try_acquire_or_renew().await {
+            Ok(held) => held,
+            Err(error) => {
+                warn!(lease = %config.name, error = %error, "cannot take or renew the watch Lease");
+                // Without a renewal the Lease lapses: stop writing before another replica
+                // may start.
+                false
+            }
+        };
+        if now_leading != *leading.borrow() {
+            info!(lease = %config.name, identity = %config.identity, leading = now_leading, "watch Lease");
+            leading.send_replace(now_leading);
+        }
+        tokio::time::sleep(renew).await;
+    }
+}
+
+/// Runs a cycle every `interval` while this replica leads and the Pod store is complete.
+async fn cycles(
+    watch: Arc<Watch>,
+    store: PodStore,
+    mut leading: watch::Receiver<bool>,
+    interval: Duration,
+) {
+    store.wait_ready().await;
+    loop {
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        // A new term: the Events the previous leader published are not known here.
+        watch.forget().await;
+        loop {
+            let pods = store.snapshot();
+            tokio::select! {
+                result = watch.recheck(&pods) => {
+                    if let Err(error) = result {
+                        warn!(error = %error_chain(&error), "recheck failed");
+                    }
+                }
+                _ = leading.wait_for(|l| !*l) => {
+                    info!("watch Lease lost: cycle abandoned");
+                    break;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = leading.wait_for(|l| !*l) => break,
+            }
+        }
+    }
+}
+
+async fn metrics_handler(State(state): State<HttpState>) -> Response {
+    match state.metrics.encode() {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn ready_handler(State(state): State<HttpState>) -> Response {
+    if state.store.is_ready() {
+        "ok".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "pods not listed yet").into_response()
+    }
+}
+
+/// The last cycle's inventory as JSON; 503 on a replica that has run none (a standby).
+async fn inventory_handler(State(state): State<HttpState>) -> Response {
+    let inventory = state
+        .watch
+        .inventory
+        .read()
+        .ok()
+        .and_then(|i| i.as_ref().map(|i| i.to_json()));
+    match inventory {
+        Some(Ok(json)) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            json,
+        )
+            .into_response(),
+        Some(Err(_)) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no recheck done on this replica (it does not hold the Lease)",
+        )
+            .into_response(),
+    }
+}
