@@ -1,0 +1,543 @@
+//! `pinhook watch`'s recheck cycle against an in-process fake Kubernetes API and a scripted
+//! registry: classification into PolicyReports, their writes (none when nothing changed),
+//! Events, gauges, lookups per (tag, credentials), the mirror ClusterPolicyReport, and
+//! `pinhook inventory`'s join of Pods and reports.
+
+#[path = "watch_support/fake_api.rs"]
+mod fake_api;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use fake_api::FakeApi;
+use pinhook::cluster::KubeNamespaces;
+use pinhook::metrics::Metrics;
+use pinhook::policy::{Policy, PolicyHandle};
+use pinhook::reference::{Digest, Reference};
+use pinhook::registry::keyring::Keyring;
+use pinhook::registry::pull_secrets::KubeSecrets;
+use pinhook::registry::{
+    CacheConfig, CachingResolver, Credential, Fingerprint, RegistryError, Resolution,
+    ResolutionSource, Resolver,
+};
+use pinhook::watch::controller::{inventory, CycleSettings, Watch};
+use pinhook::watch::PodRecord;
+
+const REPORTS: &str = "apis/wgpolicyk8s.io/v1alpha2";
+
+fn digest(c: char) -> Digest {
+    Digest::new_sha256(&c.to_string().repeat(64)).expect("valid sha256")
+}
+
+/// A registry whose tags point where the test says; counts calls per (tag, credentials).
+#[derive(Default)]
+struct Tags {
+    tags: Mutex<HashMap<String, Digest>>,
+    calls: Mutex<Vec<(String, Vec<Fingerprint>)>>,
+}
+
+impl Tags {
+    fn point(&self, tag_reference: &str, to: Digest) {
+        self.tags
+            .lock()
+            .expect("tags")
+            .insert(tag_reference.to_string(), to);
+    }
+
+    fn take_calls(&self) -> Vec<(String, Vec<Fingerprint>)> {
+        let mut calls = std::mem::take(&mut *self.calls.lock().expect("calls"));
+        calls.sort();
+        calls
+    }
+}
+
+#[async_trait]
+impl Resolver for Tags {
+    async fn resolve(
+        &self,
+        reference: &Reference,
+        credentials: &[Credential],
+    ) -> Result<Resolution, RegistryError> {
+        let key = reference.tag_reference();
+        self.calls.lock().expect("calls").push((
+            key.clone(),
+            credentials.iter().map(Credential::fingerprint).collect(),
+        ));
+        let found = self.tags.lock().expect("tags").get(&key).cloned();
+        match found {
+            Some(digest) => Ok(Resolution {
+                digest,
+                credential: Fingerprint::anonymous(),
+                source: ResolutionSource::Registry,
+                moved_from: None,
+                age: Duration::ZERO,
+            }),
+            None => Err(RegistryError::NotFound {
+                repository: reference.repository(),
+                tag: reference.effective_tag().to_string(),
+            }),
+        }
+    }
+}
+
+struct Rig {
+    api: FakeApi,
+    tags: Arc<Tags>,
+    watch: Watch,
+    metrics: Arc<Metrics>,
+}
+
+async fn rig(policy: Policy) -> Rig {
+    let api = FakeApi::start().await;
+    let tags = Arc::new(Tags::default());
+    let metrics = Arc::new(Metrics::new());
+    let client = api.client();
+    let cache = CacheConfig {
+        hit_ttl: Duration::from_secs(600),
+        ..CacheConfig::default()
+    };
+    let resolver = Arc::new(CachingResolver::new(tags.clone(), cache, metrics.clone()));
+    let watch = Watch::new(
+        client.clone(),
+        PolicyHandle::new(policy.compile().expect("policy")),
+        resolver,
+        Arc::new(KubeSecrets::new(client.clone(), Keyring::new())),
+        Arc::new(KubeNamespaces::with_ttl(client, Duration::ZERO)),
+        metrics.clone(),
+        "watch-0",
+        CycleSettings {
+            events_per_workload: 5,
+            mirrors: true,
+            mirror_config_maps: false,
+        },
+    );
+    Rig {
+        api,
+        tags,
+        watch,
+        metrics,
+    }
+}
+
+/// A Pod of Deployment `deployment` (through its ReplicaSet) running `images` (name, image).
+fn deployment_pod(namespace: &str, deployment: &str, n: u32, images: &[(&str, &str)]) -> Value {
+    let containers: Vec<Value> = images
+        .iter()
+        .map(|(name, image)| json!({"name": name, "image": image}))
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "namespace": namespace, "name": format!("{deployment}-7d9f-{n}"), "uid": format!("{namespace}-{deployment}-{n}"),
+            "labels": {"pod-template-hash": "7d9f"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{deployment}-7d9f"), "uid": "rs-uid", "controller": true}],
+        },
+        "spec": {"containers": containers},
+    })
+}
+
+fn record(pod: &Value) -> PodRecord {
+    PodRecord::from_pod(pod).expect("a readable pod")
+}
+
+fn report(api: &FakeApi, namespace: &str) -> Option<Value> {
+    api.get(&format!(
+        "{REPORTS}/namespaces/{namespace}/policyreports/pinhook"
+    ))
+}
+
+/// (rule, result, message) of each result of `report`.
+fn results(report: &Value) -> Vec<(String, String, String)> {
+    report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| {
+            (
+                r["rule"].as_str().unwrap_or_default().to_string(),
+                r["result"].as_str().unwrap_or_default().to_string(),
+                r["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn gauge(metrics: &Metrics, line_start: &str) -> String {
+    let text = metrics.encode().expect("encode");
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .unwrap_or_default()
+        .to_string()
+}
+
+const APP: &str = "reg.example/team/app:1.4";
+const APP_TAG: &str = "reg.example/team/app:1.4";
+
+#[tokio::test]
+async fn a_tag_moved_under_a_running_pin_fails_tag_current_with_both_digests_and_is_an_event() {
+    let rig = rig(Policy::default()).await;
+    let pinned = format!("{APP}@{}", digest('a'));
+    let pods = vec![
+        record(&deployment_pod("shop", "web", 1, &[("app", &pinned)])),
+        record(&deployment_pod("shop", "web", 2, &[("app", &pinned)])),
+    ];
+    rig.tags.point(APP_TAG, digest('a'));
+
+    let first = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(first.lookups, 1, "two Pods, one (tag, credentials) key");
+    assert_eq!(rig.tags.take_calls().len(), 1);
+    assert_eq!(first.states.get("pinned-current"), Some(&2));
+    let stored = report(&rig.api, "shop").expect("the namespace's report");
+    assert_eq!(
+        results(&stored)
+            .iter()
+            .map(|(rule, result, _)| format!("{rule}={result}"))
+            .collect::<Vec<_>>(),
+        ["pinned=pass", "tag-current=pass"]
+    );
+    assert!(rig.api.all("events").is_empty(), "nothing worth an Event");
+
+    // The tag is re-pushed: the next cycle asks the registry again and sees it.
+    rig.tags.point(APP_TAG, digest('b'));
+    let second = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(rig.tags.take_calls().len(), 1, "one lookup again");
+    assert_eq!(second.states.get("tag-moved"), Some(&2));
+    let stored = report(&rig.api, "shop").expect("the namespace's report");
+    let (rule, result, message) = results(&stored)[1].clone();
+    assert_eq!((rule.as_str(), result.as_str()), ("tag-current", "fail"));
+    assert_eq!(
+        message,
+        format!(
+            "containers[app] runs {pinned}: its tag now resolves to {}, not the pinned {}",
+            digest('b'),
+            digest('a')
+        )
+    );
+    assert_eq!(
+        stored["results"][1]["properties"]["currentDigest"],
+        json!(digest('b').to_string())
+    );
+    assert_eq!(
+        stored["results"][1]["resources"][0],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "shop", "name": "web"})
+    );
+
+    let events = rig.api.all("events");
+    assert_eq!(events.len(), 1, "one Event for the Deployment: {events:?}");
+    let event = &events[0];
+    assert_eq!(event["reason"], "TagMoved");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["regarding"]["kind"], "Deployment");
+    assert_eq!(event["regarding"]["name"], "web");
+    assert_eq!(event["reportingController"], "pinhook.dev/watch");
+    assert_eq!(event["reportingInstance"], "watch-0");
+
+    assert_eq!(
+        gauge(&rig.metrics, "pinhook_running_images{state=\"tag-moved\"}"),
+        "pinhook_running_images{state=\"tag-moved\"} 2"
+    );
+    assert_eq!(
+        gauge(
+            &rig.metrics,
+            "pinhook_running_images{state=\"pinned-current\"}"
+        ),
+        "pinhook_running_images{state=\"pinned-current\"} 0"
+    );
+    assert_eq!(
+        gauge(&rig.metrics, "pinhook_tag_moved_running_total"),
+        "pinhook_tag_moved_running_total 2"
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_cluster_costs_one_lookup_per_key_and_no_write() {
+    let rig = rig(Policy::default()).await;
+    let pinned = format!("{APP}@{}", digest('a'));
+    let db = format!("reg.example/team/db:2@{}", digest('c'));
+    let pods = vec![
+        record(&deployment_pod("shop", "web", 1, &[("app", &pinned)])),
+        record(&deployment_pod(
+            "shop",
+            "api",
+            1,
+            &[("app", &pinned), ("db", &db)],
+        )),
+        record(&deployment_pod("blog", "web", 1, &[("app", &pinned)])),
+    ];
+    rig.tags.point(APP_TAG, digest('a'));
+    rig.tags.point("reg.example/team/db:2", digest('d'));
+    rig.watch.recheck(&pods).await.expect("cycle");
+    let writes = rig.api.writes().len();
+    assert!(writes >= 2, "two reports and an Event: {writes}");
+    rig.tags.take_calls();
+
+    for _ in 0..3 {
+        let again = rig.watch.recheck(&pods).await.expect("cycle");
+        assert_eq!(again.report_writes, 0);
+        assert_eq!(again.events, 0);
+        assert_eq!(
+            rig.tags.take_calls().len(),
+            2,
+            "app:1.4 and db:2, once each"
+        );
+    }
+    assert_eq!(
+        rig.api.writes().len(),
+        writes,
+        "no write to the apiserver when nothing changed: {:?}",
+        &rig.api.writes()[writes..]
+    );
+}
+
+#[tokio::test]
+async fn an_unpinned_image_in_an_audit_namespace_warns_and_is_an_unpinned_event() {
+    let rig = rig(Policy::default()).await;
+    rig.api.put(
+        "api/v1/namespaces/legacy",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "legacy", "labels": {"pinhook.dev/mode": "audit"}}}),
+    );
+    let pods = vec![record(&deployment_pod(
+        "legacy",
+        "old",
+        1,
+        &[("app", "reg.example/team/app:1.4")],
+    ))];
+    let summary = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(summary.lookups, 0, "an unpinned image needs no lookup");
+    assert_eq!(rig.tags.take_calls().len(), 0);
+    let stored = report(&rig.api, "legacy").expect("report");
+    assert_eq!(
+        results(&stored),
+        [(
+            "pinned".to_string(),
+            "warn".to_string(),
+            "containers[app] runs reg.example/team/app:1.4 by tag, not pinned to a digest"
+                .to_string()
+        )]
+    );
+    assert_eq!(stored["results"][0]["properties"]["state"], "unpinned");
+    let events = rig.api.all("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["reason"], "Unpinned");
+    assert_eq!(events[0]["regarding"]["name"], "old");
+}
+
+#[tokio::test]
+async fn the_report_goes_with_the_namespace_last_pod_and_a_returning_finding_is_a_series() {
+    let rig = rig(Policy::default()).await;
+    rig.api.put(
+        "api/v1/namespaces/legacy",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "legacy", "labels": {"pinhook.dev/mode": "audit"}}}),
+    );
+    let pods = vec![record(&deployment_pod(
+        "legacy",
+        "old",
+        1,
+        &[("app", "reg.example/team/app:1.4")],
+    ))];
+    rig.watch.recheck(&pods).await.expect("cycle");
+    assert!(report(&rig.api, "legacy").is_some());
+
+    let gone = rig.watch.recheck(&[]).await.expect("cycle");
+    assert_eq!(gone.report_writes, 1);
+    assert_eq!(
+        report(&rig.api, "legacy"),
+        None,
+        "deleted with its last Pod"
+    );
+    assert_eq!(
+        rig.api.writes().last().map(|w| w.0.as_str()),
+        Some("DELETE")
+    );
+
+    // The Pod comes back: same Event, counted in its series (a patch, not a second Event).
+    rig.watch.recheck(&pods).await.expect("cycle");
+    let events = rig.api.all("events");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["series"]["count"], 2);
+}
+
+#[tokio::test]
+async fn the_namespace_mode_off_skips_and_exempt_namespaces_and_images_are_not_looked_up() {
+    let policy =
+        Policy::parse("exempt:\n  namespaces: [kube-*]\n  images: ['reg.example/team/tool*']\n")
+            .expect("policy")
+            .policy;
+    let rig = rig(policy).await;
+    rig.api.put(
+        "api/v1/namespaces/quiet",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "quiet", "labels": {"pinhook.dev/mode": "off"}}}),
+    );
+    let pinned = format!("{APP}@{}", digest('a'));
+    let tool = format!("reg.example/team/tool:1@{}", digest('e'));
+    let pods = vec![
+        record(&deployment_pod(
+            "kube-system",
+            "dns",
+            1,
+            &[("app", &pinned)],
+        )),
+        record(&deployment_pod("quiet", "web", 1, &[("app", &pinned)])),
+        record(&deployment_pod("shop", "web", 1, &[("tool", &tool)])),
+    ];
+    let summary = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(summary.lookups, 0);
+    assert_eq!(summary.states.get("exempt"), Some(&2));
+    let quiet = report(&rig.api, "quiet").expect("report");
+    assert_eq!(results(&quiet)[0].1, "skip");
+    assert!(rig.api.all("events").is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_lookup_is_unresolvable_with_a_stable_reason() {
+    let rig = rig(Policy::default()).await;
+    let pinned = format!("reg.example/team/gone:1@{}", digest('a'));
+    let pods = vec![record(&deployment_pod(
+        "shop",
+        "web",
+        1,
+        &[("app", &pinned)],
+    ))];
+    rig.watch.recheck(&pods).await.expect("cycle");
+    let stored = report(&rig.api, "shop").expect("report");
+    assert_eq!(
+        results(&stored)[1],
+        (
+            "tag-current".to_string(),
+            "error".to_string(),
+            format!("containers[app] runs {pinned}: its tag could not be checked: registry reg.example: not found")
+        )
+    );
+    let writes = rig.api.writes().len();
+    rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(
+        rig.api.writes().len(),
+        writes,
+        "the same failure is no change"
+    );
+    let events = rig.api.all("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["reason"], "ResolutionFailed");
+}
+
+#[tokio::test]
+async fn pods_with_different_pull_secrets_are_looked_up_once_per_credential() {
+    let rig = rig(Policy::default()).await;
+    for (ns, user) in [("shop", "alice"), ("blog", "bob")] {
+        let auth = base64_of(&format!("{user}:secret"));
+        let config = json!({"auths": {"reg.example": {"auth": auth}}}).to_string();
+        rig.api.put(
+            &format!("api/v1/namespaces/{ns}/secrets/pull"),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                   "metadata": {"name": "pull", "namespace": ns},
+                   "data": {".dockerconfigjson": base64_of(&config)}}),
+        );
+    }
+    let pinned = format!("{APP}@{}", digest('a'));
+    let mut pods = Vec::new();
+    for ns in ["shop", "blog"] {
+        for n in 0..3 {
+            let mut pod = deployment_pod(ns, "web", n, &[("app", &pinned)]);
+            pod["spec"]["imagePullSecrets"] = json!([{"name": "pull"}]);
+            pods.push(record(&pod));
+        }
+    }
+    rig.tags.point(APP_TAG, digest('a'));
+    let summary = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(summary.lookups, 2);
+    let calls = rig.tags.take_calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_ne!(calls[0].1, calls[1].1, "each namespace's own credential");
+    assert!(calls
+        .iter()
+        .all(|(_, fingerprints)| !fingerprints.is_empty()));
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[tokio::test]
+async fn an_image_tag_mirror_set_fails_the_cluster_policy_report() {
+    let rig = rig(Policy::default()).await;
+    rig.api.put(
+        "apis/config.openshift.io/v1/imagetagmirrorsets/legacy-mirror",
+        json!({"apiVersion": "config.openshift.io/v1", "kind": "ImageTagMirrorSet",
+               "metadata": {"name": "legacy-mirror", "uid": "itms-uid"},
+               "spec": {"imageTagMirrors": [{"source": "docker.io/library", "mirrors": ["mirror.example/library"]}]}}),
+    );
+    let summary = rig.watch.recheck(&[]).await.expect("cycle");
+    assert_eq!(summary.report_writes, 1);
+    let stored = rig
+        .api
+        .get(&format!("{REPORTS}/clusterpolicyreports/pinhook-mirrors"))
+        .expect("the ClusterPolicyReport");
+    assert_eq!(stored["kind"], "ClusterPolicyReport");
+    assert_eq!(stored["results"][0]["result"], "fail");
+    assert_eq!(stored["results"][0]["rule"], "mirror-by-digest-only");
+    assert_eq!(
+        stored["results"][0]["resources"][0]["kind"],
+        "ImageTagMirrorSet"
+    );
+    let again = rig.watch.recheck(&[]).await.expect("cycle");
+    assert_eq!(again.report_writes, 0, "unchanged: not written again");
+}
+
+#[tokio::test]
+async fn the_inventory_joins_pods_with_the_reports_and_finds_where_a_digest_runs() {
+    let rig = rig(Policy::default()).await;
+    let pinned = format!("{APP}@{}", digest('a'));
+    let pods = vec![
+        record(&deployment_pod("shop", "web", 1, &[("app", &pinned)])),
+        record(&deployment_pod("shop", "web", 2, &[("app", &pinned)])),
+        record(&deployment_pod(
+            "blog",
+            "cms",
+            1,
+            &[("app", "reg.example/team/cms:3")],
+        )),
+    ];
+    rig.tags.point(APP_TAG, digest('b'));
+    rig.watch.recheck(&pods).await.expect("cycle");
+    let reports: Vec<pinhook::watch::PolicyReport> = ["shop", "blog"]
+        .iter()
+        .map(|ns| serde_json::from_value(report(&rig.api, ns).expect("report")).expect("a report"))
+        .collect();
+    let joined = inventory::join(&pods, &reports);
+    let rows: Vec<(String, &str, usize)> = joined
+        .images
+        .iter()
+        .map(|r| (r.image.clone(), r.state, r.pods))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (
+                "reg.example/team/app:1.4@".to_string() + &digest('a').to_string(),
+                "tag-moved",
+                2
+            ),
+            ("reg.example/team/cms:3".to_string(), "unpinned", 1),
+        ]
+    );
+    assert_eq!(
+        joined.images[0].current_digest,
+        Some(digest('b').to_string())
+    );
+    // The watch's own inventory says the same.
+    let own = rig
+        .watch
+        .inventory
+        .read()
+        .expect("inventory")
+        .clone()
+        .expect("a cycle ran");
+    assert_eq!(own, joined);
+    assert_eq!(joined.with_digest(&digest('b')).images.len(), 1);
+    assert!(joined.with_digest(&digest('f')).images.is_empty());
+}
