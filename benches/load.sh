@@ -11,11 +11,16 @@
 # (tests/fixtures/admissionreview/v1.26/deployment-create-mutate.json, every container on
 # 127.0.0.1:PORT/team/app:1.0); gives the floor pinhook's own answer; then runs wrk (Debian's;
 # installed when missing) in its own process, 2 threads and 16 keep-alive TLS connections,
-# against the floor and pinhook in interleaved rounds. Prints req/s, p50 and p99 per round and
-# the ratios of the medians, and the registry requests pinhook made during the load (0: all of
-# it is pinhook's own CPU). Everything on 127.0.0.1, bounded in rounds and seconds.
+# against the floor, pinhook and a second pinhook whose cache TTL is 2 s (`ttl`: its run
+# crosses a TTL boundary every 2 s, and refresh-ahead must keep its tail where pinhook's is) in
+# interleaved rounds. Prints per round req/s, p50, p99 and max latency, and the server's CPU
+# time and context switches per request (from /proc); then the ratios of the medians and the
+# registry requests each pinhook made during the load (0 for pinhook: all of it is its own
+# CPU; about one per 1.5 s for `ttl`, its refreshes). Everything on 127.0.0.1, bounded in
+# rounds and seconds.
 #
-# Environment: PINHOOK_LOG (pinhook's log filter, default info), LOAD_THREADS (2),
+# Environment: PINHOOK_LOG (pinhook's log filter, default info), LOAD_TTL (2, the `ttl`
+# server's --cache-ttl in seconds), LOAD_THREADS (2),
 # LOAD_CONNECTIONS (16), LOAD_PERF=FILE (run pinhook under `perf record -F 999` into FILE, for
 # `perf report -i FILE --no-children --sort symbol`), LOAD_PERF_CALLS=1 (with LOAD_PERF: record
 # call graphs by DWARF unwinding at 199 Hz, for `perf report -i FILE --children`).
@@ -87,14 +92,26 @@ if [[ -n ${LOAD_PERF:-} && -n ${LOAD_PERF_CALLS:-} ]]; then
 elif [[ -n ${LOAD_PERF:-} ]]; then
     perf=(perf record -F 999 -o "$LOAD_PERF" --)
 fi
-HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "${perf[@]}" "$target/pinhook" serve --listen "127.0.0.1:$pinhook_port" \
-    --tls-cert "$work/tls/tls.crt" --tls-key "$work/tls/tls.key" \
-    --policy "$work/policy.yaml" --registry-ca "$REGISTRY_CA" \
-    >"$work/pinhook.log" 2>&1 &
-pids+=($!)
-pinhook_pid=$!
-ready() { [[ $(curl -s --cacert "$work/tls/ca.crt" "https://127.0.0.1:$pinhook_port/readyz") == ok* ]]; }
-wait_for 30 ready || { tail -n 20 "$work/pinhook.log" >&2; exit 1; }
+# start_pinhook NAME PORT [FLAGS...]: one pinhook; sets ${NAME}_pid.
+start_pinhook() {
+    local name=$1 port=$2
+    shift 2
+    HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "${perf[@]}" "$target/pinhook" serve --listen "127.0.0.1:$port" \
+        --tls-cert "$work/tls/tls.crt" --tls-key "$work/tls/tls.key" \
+        --policy "$work/policy.yaml" --registry-ca "$REGISTRY_CA" "$@" \
+        >"$work/$name.log" 2>&1 &
+    pids+=($!)
+    printf -v "${name}_pid" '%s' "$!"
+    ready() { [[ $(curl -s --cacert "$work/tls/ca.crt" "https://127.0.0.1:$port/readyz") == ok* ]]; }
+    wait_for 30 ready || { tail -n 20 "$work/$name.log" >&2; exit 1; }
+}
+start_pinhook pinhook "$pinhook_port"
+# The same pinhook with a 2 s cache TTL: its run crosses a TTL boundary every 2 s, and
+# refresh-ahead is what keeps those boundaries out of its tail (issue 13, item 3).
+ttl=${LOAD_TTL:-2}
+ttl_port=$(free_port)
+perf=()
+start_pinhook ttl "$ttl_port" --cache-ttl "$ttl"
 
 jq --arg image "$REGISTRY_HOST/team/app:1.0" \
     '(.request.object.spec.template.spec | (.containers, .initContainers) // [] | .[] | .image) |= $image' \
@@ -103,6 +120,9 @@ curl -s --cacert "$work/tls/ca.crt" -H 'Content-Type: application/json' --data-b
     "https://127.0.0.1:$pinhook_port/mutate?timeout=10s" >"$work/answer.json"
 jq -e '.response.allowed and (.response.patch | length > 0)' "$work/answer.json" >/dev/null ||
     { echo "pinhook did not pin the review: $(head -c 300 "$work/answer.json")" >&2; exit 1; }
+curl -s --cacert "$work/tls/ca.crt" -H 'Content-Type: application/json' --data-binary @"$work/review.json" \
+    "https://127.0.0.1:$ttl_port/mutate?timeout=10s" | cmp -s - "$work/answer.json" ||
+    { echo "the ${ttl} s TTL pinhook answered differently" >&2; exit 1; }
 
 "$target/examples/floor" "127.0.0.1:$floor_port" "$work/tls/tls.crt" "$work/tls/tls.key" "$work/answer.json" >"$work/floor.log" 2>&1 &
 pids+=($!)
@@ -116,8 +136,8 @@ local f = io.open(os.getenv("LOAD_BODY"), "rb")
 wrk.body = f:read("*a")
 f:close()
 EOF
-registry_requests() {
-    curl -s --cacert "$work/tls/ca.crt" "https://127.0.0.1:$pinhook_port/metrics" |
+registry_requests() { # registry_requests PORT
+    curl -s --cacert "$work/tls/ca.crt" "https://127.0.0.1:$1/metrics" |
         awk '/^pinhook_registry_requests_total/ { s += $NF } END { print s + 0 }'
 }
 
@@ -147,25 +167,30 @@ run() {
         $1 == "99%" { p99 = ms($2) }
         /Non-2xx/ { bad = $NF }
         /requests in/ { n = $1 }
-        END { printf "%.0f %.2f %.2f %d %d\n", rps, p50, p99, bad + 0, n }' "$work/wrk-$1.txt" >"$work/round.txt"
+        $1 == "Latency" && $2 != "Distribution" { max = ms($4) }
+        END { printf "%.0f %.2f %.2f %d %d %.2f\n", rps, p50, p99, bad + 0, n, max }' "$work/wrk-$1.txt" >"$work/round.txt"
     after=$(usage "$3")
-    read -r q a b bad n <"$work/round.txt"
+    read -r q a b bad n m <"$work/round.txt"
     read -r t0 s0 <<<"$before"
     read -r t1 s1 <<<"$after"
-    awk -v q="$q" -v a="$a" -v b="$b" -v bad="$bad" -v n="$n" -v dt=$((t1 - t0)) -v ds=$((s1 - s0)) -v hz="$hz" \
-        'BEGIN { printf "%s %s %s %s %.1f %.2f\n", q, a, b, bad, dt * 1e6 / hz / (n > 0 ? n : 1), ds / (n > 0 ? n : 1) }'
+    awk -v q="$q" -v a="$a" -v b="$b" -v bad="$bad" -v n="$n" -v m="$m" -v dt=$((t1 - t0)) -v ds=$((s1 - s0)) -v hz="$hz" \
+        'BEGIN { printf "%s %s %s %s %.1f %.2f %s\n", q, a, b, bad, dt * 1e6 / hz / (n > 0 ? n : 1), ds / (n > 0 ? n : 1), m }'
 }
 
 log "warm /mutate: $rounds rounds x ${seconds}s, wrk -t$threads -c$connections, $(wc -c <"$work/review.json") byte review, $(wc -c <"$work/answer.json") byte answer"
-before=$(registry_requests)
-printf '%-8s %5s %10s %9s %9s %6s %11s %11s\n' server round req/s p50_ms p99_ms non2xx cpu_us/req switch/req
+before=$(registry_requests "$pinhook_port")
+ttl_before=$(registry_requests "$ttl_port")
+printf '%-8s %5s %10s %9s %9s %9s %6s %11s %11s\n' server round req/s p50_ms p99_ms max_ms non2xx cpu_us/req switch/req
 declare -A rps p50 p99 cpu
 for r in $(seq 1 "$rounds"); do
-    for server in floor pinhook; do
-        port=$floor_port pid=$floor_pid
-        [[ $server == pinhook ]] && port=$pinhook_port pid=$pinhook_pid
-        read -r q a b bad c w < <(run "$server" "$port" "$pid")
-        printf '%-8s %5s %10s %9s %9s %6s %11s %11s\n' "$server" "$r" "$q" "$a" "$b" "$bad" "$c" "$w"
+    for server in floor pinhook ttl; do
+        case $server in
+            floor) port=$floor_port pid=$floor_pid ;;
+            pinhook) port=$pinhook_port pid=$pinhook_pid ;;
+            ttl) port=$ttl_port pid=$ttl_pid ;;
+        esac
+        read -r q a b bad c w m < <(run "$server" "$port" "$pid")
+        printf '%-8s %5s %10s %9s %9s %9s %6s %11s %11s\n' "$server" "$r" "$q" "$a" "$b" "$m" "$bad" "$c" "$w"
         ((bad == 0)) || { echo "$server answered $bad non-2xx responses" >&2; exit 1; }
         rps[$server]+="$q "
         p50[$server]+="$a "
@@ -173,7 +198,8 @@ for r in $(seq 1 "$rounds"); do
         cpu[$server]+="$c "
     done
 done
-after=$(registry_requests)
+after=$(registry_requests "$pinhook_port")
+ttl_after=$(registry_requests "$ttl_port")
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 fr=$(median <<<"${rps[floor]}")
 pr=$(median <<<"${rps[pinhook]}")
@@ -188,3 +214,9 @@ awk -v pr="$pr" -v fr="$fr" -v p="$p99p" -v f="$f99" \
     -v pc="$pc" -v fc="$fc" \
     'BEGIN { printf "ratio: throughput %.2f x floor, p99 %.2f x floor, CPU per request %.2f x floor\n", pr / fr, p / f, pc / fc }'
 echo "registry requests by pinhook during the load: $((after - before))"
+t99=$(median <<<"${p99[ttl]}")
+tr_=$(median <<<"${rps[ttl]}")
+awk -v t="$t99" -v p="$p99p" -v tr="$tr_" -v pr="$pr" -v ttl="$ttl" -v n=$((ttl_after - ttl_before)) \
+    -v secs="$seconds" -v total=$((rounds * seconds)) \
+    'BEGIN { printf "%s s cache TTL (%d TTL boundaries per round): %.0f req/s, p99 %.2f ms = %.2f x the p99 of the run that crosses none; %d registry requests in %d s of load\n", ttl, secs / ttl, tr, t, t / p, n, total }'
+

@@ -1,0 +1,455 @@
+//! Unit tests of the cache against a scripted registry stand-in.
+use std::sync::atomic::Ordering;
+
+use super::*;
+use crate::registry::testing::{digest, reference, Answer, Scripted};
+
+fn cache(inner: Arc<Scripted>, config: CacheConfig) -> CachingResolver {
+    CachingResolver::new(inner, config, Arc::new(Metrics::new()))
+}
+
+fn quick() -> CacheConfig {
+    CacheConfig {
+        hit_ttl: Duration::from_millis(250),
+        failure_ttl: Duration::from_millis(500),
+        backoff_base: Duration::from_millis(200),
+        backoff_cap: Duration::from_millis(500),
+        ..CacheConfig::default()
+    }
+}
+
+#[test]
+fn backoff_doubles_per_failure_up_to_the_cap() {
+    let config = CacheConfig::default();
+    let secs = |failures| backoff_delay(&config, failures).as_secs();
+    assert_eq!(
+        [1, 2, 3, 4, 6, 7, 8, 1000].map(secs),
+        [1, 2, 4, 8, 32, 60, 60, 60]
+    );
+}
+
+#[tokio::test]
+async fn not_found_is_remembered_for_the_failure_ttl_then_asked_again() {
+    let inner = Scripted::new(&[Answer::NotFound, Answer::Digest('a')]);
+    let cache = cache(inner.clone(), quick());
+    let image = reference("registry.example/team/app:1.0");
+    for _ in 0..3 {
+        assert!(cache.resolve(&image, &[]).await.is_err());
+    }
+    assert_eq!(inner.calls(), 1, "the failure answers for its TTL");
+    tokio::time::sleep(Duration::from_millis(750)).await;
+    let resolution = cache.resolve(&image, &[]).await;
+    assert_eq!(resolution.map(|r| r.digest).ok(), Some(digest('a')));
+    assert_eq!(inner.calls(), 2);
+}
+
+#[tokio::test]
+async fn transport_errors_are_not_cached_but_back_off_and_success_resets_the_backoff() {
+    let script = [
+        Answer::Unreachable,
+        Answer::Unreachable,
+        Answer::Digest('a'),
+        Answer::Unreachable,
+        Answer::Digest('a'),
+    ];
+    let inner = Scripted::new(&script);
+    let cache = cache(inner.clone(), quick());
+    let image = reference("registry.example/team/app:1.0");
+
+    assert!(cache.resolve(&image, &[]).await.is_err());
+    let backing_off = cache.resolve(&image, &[]).await;
+    assert!(
+        matches!(backing_off, Err(RegistryError::BackingOff { .. })),
+        "{backing_off:?}"
+    );
+    assert_eq!(inner.calls(), 1, "no call while backing off");
+    tokio::time::sleep(Duration::from_millis(250)).await; // past 200 ms
+    assert!(cache.resolve(&image, &[]).await.is_err());
+    assert_eq!(
+        inner.calls(),
+        2,
+        "a transport error is not remembered as an answer"
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await; // past 400 ms (doubled)
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    assert_eq!(inner.calls(), 3);
+
+    // After a success the next outage starts again at the base delay, not at 800 ms
+    // (capped 500 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await; // past hit_ttl
+    let stale = cache.resolve(&image, &[]).await;
+    assert_eq!(
+        stale.map(|r| r.source).ok(),
+        Some(ResolutionSource::Stale),
+        "the failure is answered with the last known digest"
+    );
+    assert_eq!(inner.calls(), 4);
+    tokio::time::sleep(Duration::from_millis(250)).await; // past 200 ms only
+    let fresh = cache.resolve(&image, &[]).await;
+    assert_eq!(
+        fresh.map(|r| r.source).ok(),
+        Some(ResolutionSource::Registry)
+    );
+    assert_eq!(inner.calls(), 5);
+}
+
+#[tokio::test]
+async fn a_stale_digest_is_served_only_within_max_stale() {
+    let inner = Scripted::new(&[Answer::Digest('a'), Answer::Unreachable]);
+    let config = CacheConfig {
+        max_stale: Duration::from_millis(1000),
+        backoff_base: Duration::ZERO,
+        ..quick()
+    };
+    let cache = cache(inner.clone(), config);
+    let image = reference("registry.example/team/app:1.0");
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(300)).await; // past hit_ttl
+    let stale = cache.resolve(&image, &[]).await;
+    assert_eq!(stale.map(|r| r.source).ok(), Some(ResolutionSource::Stale));
+    assert!(cache.last_known(&image, &[]).is_some());
+    tokio::time::sleep(Duration::from_millis(1000)).await; // past max_stale
+    assert!(cache.resolve(&image, &[]).await.is_err());
+    assert!(cache.last_known(&image, &[]).is_none());
+}
+
+#[tokio::test]
+async fn another_credential_never_sees_an_entry_it_did_not_make() {
+    let inner = Scripted::new(&[Answer::Digest('a'), Answer::NotFound]);
+    let cache = cache(inner.clone(), CacheConfig::default());
+    let image = reference("registry.example/team/app:1.0");
+    let secret = Credential::basic("team-a", "s3cret");
+    assert!(cache
+        .resolve(&image, std::slice::from_ref(&secret))
+        .await
+        .is_ok());
+    assert!(cache.resolve(&image, &[secret]).await.is_ok());
+    assert_eq!(inner.calls(), 1);
+    assert!(
+        cache.resolve(&image, &[]).await.is_err(),
+        "without the secret the registry is asked, and says no"
+    );
+    assert!(cache.last_known(&image, &[]).is_none());
+}
+
+#[tokio::test]
+async fn registry_labels_are_bounded() {
+    let inner = Scripted::new(&[Answer::NotFound]);
+    let cache = cache(inner, CacheConfig::default());
+    for i in 0..(MAX_REGISTRY_LABELS + 10) {
+        let image = reference(&format!("registry{i}.example/team/app:1.0"));
+        assert!(cache.resolve(&image, &[]).await.is_err());
+    }
+    let text = cache.shared.metrics.encode().unwrap_or_default();
+    let labelled = text
+        .lines()
+        .filter(|l| l.starts_with("pinhook_registry_requests_total{"))
+        .count();
+    assert_eq!(labelled, MAX_REGISTRY_LABELS + 1, "{text}");
+    assert!(text.contains("registry=\"other\""), "{text}");
+}
+
+#[tokio::test]
+async fn calls_to_one_registry_are_limited() {
+    let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_millis(50));
+    let config = CacheConfig {
+        per_registry_concurrency: 2,
+        ..CacheConfig::default()
+    };
+    let cache = cache(inner.clone(), config);
+    let images: Vec<Reference> = (0..8)
+        .map(|i| reference(&format!("registry.example/team/app:{i}")))
+        .collect();
+    let calls = images.iter().map(|image| cache.resolve(image, &[]));
+    let results = futures::future::join_all(calls).await;
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(inner.calls(), 8);
+    assert_eq!(inner.most_at_once.load(Ordering::SeqCst), 2);
+}
+
+fn cache_lookups(cache: &CachingResolver, result: &str) -> String {
+    let text = cache.shared.metrics.encode().unwrap_or_default();
+    let prefix = format!("pinhook_cache_lookups_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or("0")
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_call_nobody_waits_for_any_more_is_cancelled_and_the_next_lookup_asks_again() {
+    let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_secs(30));
+    let cache = cache(inner.clone(), CacheConfig::default());
+    let image = reference("registry.example/team/app:1.0");
+    let waits = (0..3)
+        .map(|_| tokio::time::timeout(Duration::from_millis(100), cache.resolve(&image, &[])));
+    let gave_up = futures::future::join_all(waits).await;
+    assert!(
+        gave_up.iter().all(Result::is_err),
+        "all three hit their deadline"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        (inner.calls(), inner.running(), inner.finished()),
+        (1, 0, 0),
+        "one call for the three, dropped when the last gave up"
+    );
+    assert_eq!(cache_lookups(&cache, "cancelled"), "1");
+    assert!(lock(&cache.shared.in_flight).is_empty());
+    // A later lookup is not stuck on the cancelled flight: it leads a new one.
+    let again = tokio::time::timeout(Duration::from_millis(100), cache.resolve(&image, &[]));
+    assert!(again.await.is_err());
+    assert_eq!(inner.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_call_that_one_lookup_still_waits_for_goes_on() {
+    let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_millis(300));
+    let cache = cache(inner.clone(), CacheConfig::default());
+    let image = reference("registry.example/team/app:1.0");
+    let impatient = tokio::time::timeout(Duration::from_millis(50), cache.resolve(&image, &[]));
+    let patient = cache.resolve(&image, &[]);
+    let (impatient, patient) = tokio::join!(impatient, patient);
+    assert!(impatient.is_err());
+    assert_eq!(patient.map(|r| r.digest).ok(), Some(digest('a')));
+    assert_eq!((inner.calls(), inner.finished()), (1, 1));
+    assert_eq!(cache_lookups(&cache, "cancelled"), "0");
+}
+
+#[tokio::test]
+async fn a_registry_that_stops_answering_trips_its_breaker_and_no_other() {
+    let inner = Scripted::new(&[Answer::Unreachable]);
+    let config = CacheConfig {
+        breaker: BreakerSettings {
+            threshold: 3,
+            pause: Duration::from_secs(30),
+            pause_cap: Duration::from_secs(60),
+        },
+        ..CacheConfig::default()
+    };
+    let cache = cache(inner.clone(), config);
+    for i in 0..3 {
+        let image = reference(&format!("hung.example/team/app{i}:1.0"));
+        assert!(cache.resolve(&image, &[]).await.is_err());
+    }
+    assert_eq!(inner.calls(), 3);
+    let refused = cache
+        .resolve(&reference("hung.example/team/other:1.0"), &[])
+        .await;
+    assert!(
+        matches!(&refused, Err(RegistryError::NotAnswering { silent: 3, .. })),
+        "{refused:?}"
+    );
+    assert_eq!(inner.calls(), 3, "no call while the breaker is open");
+    assert_eq!(cache_lookups(&cache, "breaker_open"), "1");
+    let elsewhere = cache
+        .resolve(&reference("fine.example/team/app:1.0"), &[])
+        .await;
+    assert!(elsewhere.is_err());
+    assert_eq!(inner.calls(), 4, "another registry is still asked");
+}
+
+#[tokio::test]
+async fn a_call_cancelled_after_hanging_a_second_counts_as_silent() {
+    let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_secs(30));
+    let config = CacheConfig {
+        breaker: BreakerSettings {
+            threshold: 2,
+            pause: Duration::from_secs(30),
+            pause_cap: Duration::from_secs(60),
+        },
+        ..CacheConfig::default()
+    };
+    let cache = cache(inner.clone(), config);
+    let hung = (0..2).map(|i| {
+        let image = reference(&format!("hung.example/team/app{i}:1.0"));
+        let cache = &cache;
+        async move {
+            tokio::time::timeout(Duration::from_millis(1100), cache.resolve(&image, &[])).await
+        }
+    });
+    futures::future::join_all(hung).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let refused = cache
+        .resolve(&reference("hung.example/team/other:1.0"), &[])
+        .await;
+    assert!(
+        matches!(&refused, Err(RegistryError::NotAnswering { silent: 2, .. })),
+        "{refused:?}"
+    );
+    assert_eq!(inner.calls(), 2);
+}
+
+#[tokio::test]
+async fn dry_runs_keep_to_the_registry_limit_backoff_and_breaker() {
+    let inner = Scripted::slow(&[Answer::Digest('a')], Duration::from_millis(50));
+    let config = CacheConfig {
+        per_registry_concurrency: 2,
+        ..CacheConfig::default()
+    };
+    let cache = cache(inner.clone(), config);
+    let dry = cache.read_only();
+    let images: Vec<Reference> = (0..6)
+        .map(|i| reference(&format!("registry.example/team/app:{i}")))
+        .collect();
+    let results = futures::future::join_all(images.iter().map(|i| dry.resolve(i, &[]))).await;
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(
+        inner.most_at_once.load(Ordering::SeqCst),
+        2,
+        "the registry's limit"
+    );
+
+    // A key admission found failing is backing off for dry runs too.
+    let failing = Scripted::new(&[Answer::Unreachable]);
+    let cache = super::tests::cache(failing.clone(), quick());
+    let image = reference("registry.example/team/down:1.0");
+    assert!(cache.resolve(&image, &[]).await.is_err());
+    let dry = cache.read_only();
+    let backing_off = dry.resolve(&image, &[]).await;
+    assert!(
+        matches!(backing_off, Err(RegistryError::BackingOff { .. })),
+        "{backing_off:?}"
+    );
+    assert_eq!(failing.calls(), 1, "no call while backing off");
+}
+
+/// Waits (up to 2 s) until `inner` has answered `calls` calls.
+async fn answered(inner: &Scripted, calls: usize) {
+    for _ in 0..200 {
+        if inner.finished() >= calls {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn refreshing() -> CacheConfig {
+    CacheConfig {
+        hit_ttl: Duration::from_millis(400),
+        ..CacheConfig::default()
+    }
+}
+
+/// A used entry is re-resolved once in its TTL's last quarter, in the background: every
+/// lookup is answered from the cache at once, the entry stays fresh across the TTL boundary,
+/// and a tag that moved is noticed and recorded.
+#[tokio::test]
+async fn a_used_entry_is_refreshed_once_ahead_of_its_ttl_and_a_move_is_noticed() {
+    let inner = Scripted::slow(
+        &[Answer::Digest('a'), Answer::Digest('b')],
+        Duration::from_millis(50),
+    );
+    let cache = cache(inner.clone(), refreshing());
+    let image = reference("registry.example/team/app:1.0");
+    assert_eq!(
+        cache.resolve(&image, &[]).await.map(|r| r.digest).ok(),
+        Some(digest('a'))
+    );
+    tokio::time::sleep(Duration::from_millis(320)).await; // past 3/4 of 400 ms
+    for _ in 0..10 {
+        let started = std::time::Instant::now();
+        let hit = cache.resolve(&image, &[]).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(40),
+            "waited on the refresh"
+        );
+        assert_eq!(
+            hit.as_ref().map(|r| r.source).ok(),
+            Some(ResolutionSource::Cache)
+        );
+        assert_eq!(hit.map(|r| r.digest).ok(), Some(digest('a')));
+    }
+    answered(&inner, 2).await;
+    assert_eq!(
+        inner.calls(),
+        2,
+        "ten lookups in the last quarter: one refresh"
+    );
+    assert_eq!(cache_lookups(&cache, "refresh"), "1");
+    let moves = cache.recent_moves();
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(
+        (moves[0].from.clone(), moves[0].to.clone()),
+        (digest('a'), digest('b'))
+    );
+
+    // Past the first entry's TTL the refreshed one answers, fresh: no lookup waits.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let hit = cache.resolve(&image, &[]).await;
+    assert_eq!(
+        hit.as_ref().map(|r| r.source).ok(),
+        Some(ResolutionSource::Cache)
+    );
+    assert_eq!(hit.map(|r| r.digest).ok(), Some(digest('b')));
+    assert_eq!(inner.calls(), 2);
+}
+
+/// An entry nobody uses in its last quarter is not refreshed: it ends at its TTL and the next
+/// lookup takes the miss path.
+#[tokio::test]
+async fn an_unused_entry_is_not_refreshed() {
+    let inner = Scripted::new(&[Answer::Digest('a')]);
+    let cache = cache(inner.clone(), refreshing());
+    let image = reference("registry.example/team/app:1.0");
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(100)).await; // only a quarter in
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(500)).await; // past the TTL, unused meanwhile
+    assert_eq!(inner.calls(), 1, "nothing was refreshed");
+    let miss = cache.resolve(&image, &[]).await;
+    assert_eq!(
+        miss.map(|r| r.source).ok(),
+        Some(ResolutionSource::Registry)
+    );
+    assert_eq!(inner.calls(), 2);
+    assert_eq!(cache_lookups(&cache, "refresh"), "0");
+}
+
+/// A refresh that fails leaves the entry to answer until its TTL, backs the key off like any
+/// failure, and is not retried by later lookups of the same entry.
+#[tokio::test]
+async fn a_failed_refresh_is_not_retried_and_the_entry_serves_its_ttl() {
+    let inner = Scripted::new(&[Answer::Digest('a'), Answer::Unreachable]);
+    let cache = cache(inner.clone(), refreshing());
+    let image = reference("registry.example/team/app:1.0");
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(320)).await;
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    answered(&inner, 2).await;
+    for _ in 0..5 {
+        let hit = cache.resolve(&image, &[]).await;
+        assert_eq!(hit.map(|r| r.source).ok(), Some(ResolutionSource::Cache));
+    }
+    assert_eq!(inner.calls(), 2, "one refresh, not retried per lookup");
+    let key = flight_key(&image, &[]);
+    assert!(
+        cache.shared.active_backoff(&key).is_some(),
+        "the failure backs the key off"
+    );
+}
+
+/// Dry runs read the cache without refreshing it, and `refresh_ahead: false` turns it off.
+#[tokio::test]
+async fn dry_runs_and_a_disabled_refresh_ahead_never_refresh() {
+    let image = reference("registry.example/team/app:1.0");
+    let inner = Scripted::new(&[Answer::Digest('a')]);
+    let dry = cache(inner.clone(), refreshing());
+    assert!(dry.resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(320)).await;
+    assert!(dry.read_only().resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(inner.calls(), 1, "a dry run does not refresh");
+
+    let inner = Scripted::new(&[Answer::Digest('a')]);
+    let config = CacheConfig {
+        refresh_ahead: false,
+        ..refreshing()
+    };
+    let cache = cache(inner.clone(), config);
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(320)).await;
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(inner.calls(), 1, "refresh-ahead is off");
+}
