@@ -57,6 +57,8 @@ const IMAGES: &[(&str, &str)] = &[
     // Re-pushed by scenario q (`repush`); no other scenario uses it, so its moving digest
     // cannot leak into their expectations.
     ("team/roll", "1.0"),
+    // Re-pushed by the watch's scenario v (tests/e2e/watch.sh), for the same reason.
+    ("team/drift", "1.0"),
 ];
 
 /// The private registry's only user (htpasswd).

@@ -67,6 +67,11 @@
 #      caBundles, a CA rotation and certificate reissues under a stream of dry-run creates refuse
 #      none, `helm uninstall` leaves no webhook configuration and Pods are admitted again
 #   u  the same with Helm 4 (server-side apply)
+#   v-y `pinhook watch` (tests/e2e/watch.sh), run as the shipped pinhook-watch ServiceAccount
+#      with the PolicyReport CRDs: v a re-pushed tag under a pinned Deployment is reported
+#      tag-moved with both digests, an Event and the gauge, then nothing more is written; w an
+#      audit-namespace Pod is reported unpinned; x tag mirrors that predate pinhook fail the
+#      ClusterPolicyReport; y the Lease holder killed, the other replica takes over and writes
 #
 # Scenarios m-r each run the same steps in a twin namespace that no webhook sees
 # (pinhook.dev/ignore=true) and log the `counts:` of both.
@@ -105,7 +110,7 @@ ROOT="$(cd "$E2E_DIR/../.." && pwd)"
 
 export E2E_WORK="${E2E_WORK:-/tmp/pinhook-e2e-run}"
 RUN="$E2E_WORK/run"
-ALL_SCENARIOS=(a b c d e f g h i j k l m n o p q r s t u)
+ALL_SCENARIOS=(a b c d e f g h i j k l m n o p q r s t u v w x y)
 declare -A SCENARIO_TITLE=(
   [a]="Deployment: initContainer and container pinned in the stored template"
   [b]="bare Pod pinned"
@@ -128,6 +133,10 @@ declare -A SCENARIO_TITLE=(
   [t]="Helm 3: install, self-managed caBundle, upgrade keeps certs, rotation drops nothing, uninstall"
   [u]="Helm 4: install, self-managed caBundle, upgrade keeps certs, rotation drops nothing, uninstall"
   [s]="private image, no pull secret: pinned with a kubelet credential provider plugin's credentials"
+  [v]="watch: a pinned Deployment's tag re-pushed -> PolicyReport tag-moved with both digests, Event, gauge; then no writes"
+  [w]="watch: an audit-namespace Pod admitted unpinned -> PolicyReport warn unpinned, Unpinned Event"
+  [x]="watch: ImageTagMirrorSet and ImageContentPolicy that predate pinhook -> ClusterPolicyReport fail"
+  [y]="watch: two replicas, one Lease holder writes; the holder killed, the other takes over and writes"
 )
 
 T_START=$(date +%s)
@@ -247,6 +256,7 @@ cleanup() {
   if ((rc != 0 || failed > 0)); then
     tail_log "$RUN/pinhook.log" 60
     tail_log "$RUN/pinhook-pods.log" 20
+    for f in "$RUN"/watch/watch-*.log; do tail_log "$f" 30; done
     tail_log "$RUN/registry-helper.log" 20
     tail_log "${REGISTRY_LOG:-}" 20
     tail_log "${REGISTRY_ACCESS_LOG:-}" 10
@@ -258,6 +268,9 @@ cleanup() {
     log "E2E_KEEP=1: leaving pinhook (pid ${PINHOOK_PID:-none}${PODS_PINHOOK_PID:+, target: pods $PODS_PINHOOK_PID}), registry helper (pid ${REGISTRY_PID:-none}) and the cluster running"
     log "  export KUBECONFIG=$E2E_WORK/kubeconfig; stop with: kill ${PINHOOK_PID:-} ${PODS_PINHOOK_PID:-} ${REGISTRY_PID:-}; E2E_WORK=$E2E_WORK $E2E_DIR/cluster.sh stop"
   else
+    for pidfile in "$RUN"/watch/watch-*.pid; do
+      [[ -s $pidfile ]] && stop_pid "$(<"$pidfile")" "pinhook watch" 10
+    done
     for pidfile in "$RUN"/helm*/pinhook*.pid; do
       [[ -s $pidfile ]] && stop_pid "$(<"$pidfile")" "pinhook of a Helm release" 25
     done
@@ -2034,6 +2047,8 @@ EOF
 
 # shellcheck source=tests/e2e/helm.sh
 source "$E2E_DIR/helm.sh"
+# shellcheck source=tests/e2e/watch.sh
+source "$E2E_DIR/watch.sh"
 
 run_scenario() { # run_scenario LETTER
   local s=$1 t0 rc=0
