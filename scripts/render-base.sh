@@ -15,7 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 readonly FILES=(serviceaccount.yaml rbac.yaml policy-configmap.yaml deployment.yaml service.yaml
-    pdb.yaml mutatingwebhookconfiguration.yaml validatingwebhookconfiguration.yaml)
+    pdb.yaml mutatingwebhookconfiguration.yaml validatingwebhookconfiguration.yaml
+    watch-rbac.yaml watch-deployment.yaml)
 readonly BASE=manifests/base
 helm=${PINHOOK_HELM:-helm3}
 

@@ -1477,7 +1477,7 @@ scenario_l() {
     "pin.pinhook.dev->pinhook-system/pinhook:443/mutate validate.pinhook.dev->pinhook-system/pinhook:443/validate mirrors.pinhook.dev->pinhook-system/pinhook:443/validate" || rc=1
   expect_eq "Service pinhook-system/pinhook: port -> targetPort, container port of that name" \
     "$(jq -r '(.[] | select(.kind == "Service" and .metadata.name == "pinhook") | .spec.ports[0] | "\(.port)->\(.targetPort)"),
-      (.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0].ports[] | "\(.name)=\(.containerPort)")' "$G" | tr '\n' ' ')" \
+      (.[] | select(.kind == "Deployment" and .metadata.name == "pinhook") | .spec.template.spec.containers[0].ports[] | "\(.name)=\(.containerPort)")' "$G" | tr '\n' ' ')" \
     "443->https https=8443 " || rc=1
 
   # the Deployment: the image kustomization.yaml's `images:` sets, 2 replicas, locked down
@@ -1593,11 +1593,11 @@ scenario_l() {
   expect_eq "kubectl kustomize overlays/node-credential-providers: exit code" "$code" 0 || { log "  stderr: $(<"$dir/ncp.err")"; return 1; }
   objects_json "$dir/ncp.yaml" >"$N"
   expect_eq "node-credential-providers Deployment: provider env vars, their mounts read-only, hostPaths" \
-    "$(jq -r '.[] | select(.kind == "Deployment") | .spec.template.spec as $s |
+    "$(jq -r '.[] | select(.kind == "Deployment" and .metadata.name == "pinhook") | .spec.template.spec as $s |
       "\($s.containers[0].env | map(select(.name | startswith("PINHOOK_IMAGE_CREDENTIAL_PROVIDER"))) | length) \([$s.containers[0].volumeMounts[] | select(.name | startswith("node-credential-provider")) | .readOnly] | map(tostring) | join(",")) \([$s.volumes[] | select(.hostPath) | .hostPath.path] | join(","))"' "$N")" \
     "2 true,true /etc/eks/image-credential-provider/config.json,/etc/eks/image-credential-provider" || rc=1
   code=0
-  jq '.[] | select(.kind == "Deployment")' "$N" | K apply --dry-run=server -f - >"$dir/ncp-apply.out" 2>&1 || code=$?
+  jq '.[] | select(.kind == "Deployment" and .metadata.name == "pinhook")' "$N" | K apply --dry-run=server -f - >"$dir/ncp-apply.out" 2>&1 || code=$?
   expect_eq "kubectl apply --dry-run=server of the node-credential-providers Deployment: exit code" "$code" 0 || { log "  $(<"$dir/ncp-apply.out")"; rc=1; }
 
   # 4. render.sh again: reuses certs/, so nothing changes
