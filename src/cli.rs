@@ -955,6 +955,69 @@ mod tests {
     }
 
     #[test]
+    fn watch_flags_become_the_watch_config() {
+        let config = match parse(&[
+            "watch",
+            "--recheck-interval=30s",
+            "--pod-name=watch-1",
+            "--lease=drift",
+            "--lease-namespace=hooks",
+            "--lease-duration=9s",
+            "--events-per-workload=2",
+            "--no-mirror-report",
+        ])
+        .expect("parses")
+        .command
+        {
+            Command::Watch(args) => args.into_config().expect("converts"),
+            other => panic!("not watch: {other:?}"),
+        };
+        assert_eq!(config.recheck_interval, Duration::from_secs(30));
+        // The watch's own cache is fresh for exactly one interval (each cycle expires it).
+        assert_eq!(config.cache.hit_ttl, Duration::from_secs(30));
+        assert_eq!(
+            (
+                config.lease.name.as_str(),
+                config.lease.namespace.as_str(),
+                config.lease.identity.as_str(),
+                config.lease.duration
+            ),
+            ("drift", "hooks", "watch-1", Duration::from_secs(9))
+        );
+        assert_eq!(config.cycle.events_per_workload, 2);
+        assert!(!config.cycle.mirrors);
+        assert!(!config.cycle.mirror_config_maps);
+        assert_eq!(config.listen, "0.0.0.0:8080".parse().expect("addr"));
+        assert!(matches!(config.kube, KubeAccess::Infer));
+
+        let defaults = match parse(&["watch"]).expect("parses").command {
+            Command::Watch(args) => args.into_config().expect("converts"),
+            other => panic!("not watch: {other:?}"),
+        };
+        assert_eq!(defaults.recheck_interval, Duration::from_secs(600));
+        assert_eq!(defaults.lease.name, "pinhook-watch");
+        assert!(defaults.cycle.mirrors);
+        assert!(parse(&["watch", "--recheck-interval=0s"]).is_err());
+    }
+
+    #[test]
+    fn inventory_takes_an_output_a_namespace_and_a_digest() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        match parse(&["inventory", "-o", "json", "-n", "shop", "--digest", &digest])
+            .expect("parses")
+            .command
+        {
+            Command::Inventory(args) => {
+                assert_eq!(args.output, InventoryOutput::Json);
+                assert_eq!(args.namespace.as_deref(), Some("shop"));
+                assert_eq!(args.digest.map(|d| d.to_string()), Some(digest));
+            }
+            other => panic!("not inventory: {other:?}"),
+        }
+        assert!(parse(&["inventory", "--digest", "sha256:nothex"]).is_err());
+    }
+
+    #[test]
     fn lifetimes_take_a_unit() {
         assert_eq!(parse_lifetime("90d"), Ok(Duration::from_secs(90 * 86_400)));
         assert_eq!(parse_lifetime("2h"), Ok(Duration::from_secs(7_200)));
