@@ -16,6 +16,9 @@
 //!   `error: <why>` when the command cannot be done. `REPO` must be one of the pushed
 //!   repositories (`team/roll`...).
 //!
+//! With `E2E_SCALE_IMAGES=N`, also `team/scale:1` .. `team/scale:N` (`DIGEST_scale_<i>`), for
+//! the watch's scale scenario z.
+//!
 //! The env file (written atomically: complete once it exists) holds shell-sourceable lines:
 //!
 //! ```text
@@ -116,6 +119,23 @@ async fn main() -> Result<()> {
             "e2e_registry: pushed {} -> {}",
             pushed.reference, pushed.index_digest
         );
+    }
+    // E2E_SCALE_IMAGES=N (the watch's scale scenario z): N more images, team/scale:1..N.
+    let scale: usize = std::env::var("E2E_SCALE_IMAGES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    for i in 1..=scale {
+        let (tag, seed) = (i.to_string(), format!("scale:{i}"));
+        let pushed = tokio::select! {
+            pushed = images::push_multi_arch(&registry, "team/scale", &tag, &seed) => pushed,
+            _ = sigterm.recv() => { eprintln!("e2e_registry: SIGTERM while pushing"); return Ok(()); }
+            _ = sigint.recv() => { eprintln!("e2e_registry: SIGINT while pushing"); return Ok(()); }
+        };
+        env.push_str(&format!("DIGEST_scale_{i}={}\n", pushed.index_digest));
+    }
+    if scale > 0 {
+        eprintln!("e2e_registry: pushed team/scale:1..{scale}");
     }
     let private = TestRegistry::start_with_ca(
         RegistryAuth::htpasswd(PRIVATE_USER, PRIVATE_PASSWORD),
