@@ -48,14 +48,17 @@ pub fn report_resource(kind: &str) -> ApiResource {
     )
 }
 
-/// pinhook's PolicyReports in every namespace, by namespace. Reports that do not read as a
-/// PolicyReport are left out (and so never overwritten by mistake... but also never deleted);
-/// the apiserver's schema keeps them from existing.
+/// pinhook's PolicyReports in every namespace (or in `only`), by namespace. A report that does
+/// not read as a PolicyReport is left out; the CRD's schema keeps such reports from existing.
 pub async fn namespace_reports(
     client: &kube::Client,
+    only: Option<&str>,
 ) -> Result<HashMap<String, PolicyReport>, kube::Error> {
-    let api: Api<DynamicObject> =
-        Api::all_with(client.clone(), &report_resource(POLICY_REPORT_KIND));
+    let resource = report_resource(POLICY_REPORT_KIND);
+    let api: Api<DynamicObject> = match only {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
     let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let mut reports = HashMap::new();
     for object in api.list(&params).await?.items {

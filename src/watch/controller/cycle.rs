@@ -353,7 +353,7 @@ impl Watch {
         images: &[ClassifiedImage],
         modes: &HashMap<String, Option<Mode>>,
     ) -> Result<usize, CycleError> {
-        let existing = api::namespace_reports(&self.client)
+        let existing = api::namespace_reports(&self.client, None)
             .await
             .map_err(CycleError::ListReports)?;
         let mut by_namespace: BTreeMap<&str, Vec<ClassifiedImage>> = BTreeMap::new();

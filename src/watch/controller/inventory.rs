@@ -62,7 +62,7 @@ pub async fn read(
             .and_then(|v| PodRecord::from_pod(&v).ok());
         records.extend(record.filter(|r| !r.terminal));
     }
-    let reports = api::namespace_reports(client)
+    let reports = api::namespace_reports(client, namespace)
         .await
         .map_err(InventoryError::ListReports)?;
     Ok(join(&records, reports.values()))

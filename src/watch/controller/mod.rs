@@ -41,7 +41,7 @@ use crate::registry::guard::AddressGuard;
 use crate::registry::identity_token::IdentityTokens;
 use crate::registry::provider::{CredentialProviders, ProviderFiles};
 use crate::registry::pull_secrets::KubeSecrets;
-use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, Resolver};
+use crate::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
 
 pub use cycle::{CycleSettings, CycleSummary, Watch};
 pub use pods::PodStore;
@@ -98,15 +98,23 @@ struct HttpState {
     store: PodStore,
 }
 
+/// The watch, wired and not yet running.
+pub struct Built {
+    pub watch: Arc<Watch>,
+    pub client: kube::Client,
+    /// The registry client, reconfigured when the policy file's `registries.hosts` change.
+    oci: Arc<OciResolver>,
+}
+
 /// Wires the watch from `config` (the same registry chain, credentials and namespace labels as
 /// `pinhook serve`) without starting anything.
-pub async fn build(config: &WatchConfig) -> Result<(Arc<Watch>, kube::Client), WatchRunError> {
+pub async fn build(config: &WatchConfig) -> Result<Built, WatchRunError> {
     let metrics = Arc::new(Metrics::new());
     let policy = config.policy.load().map_err(AppError::from)?;
     let oci = app::registry_client(&config.registry, &policy)?;
     let handle = PolicyHandle::new(policy);
     let oci = Arc::new(oci.with_policy(handle.clone()));
-    let exchanging = Arc::new(IdentityTokens::new(oci));
+    let exchanging = Arc::new(IdentityTokens::new(oci.clone()));
     let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(exchanging, handle.clone()));
     let resolver = Arc::new(CachingResolver::new(
         guarded,
@@ -135,12 +143,16 @@ pub async fn build(config: &WatchConfig) -> Result<(Arc<Watch>, kube::Client), W
         &config.lease.identity,
         config.cycle.clone(),
     );
-    Ok((Arc::new(watch), client))
+    Ok(Built {
+        watch: Arc::new(watch),
+        client,
+        oci,
+    })
 }
 
 /// Runs the watch until SIGTERM or Ctrl-C.
 pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
-    let (watch, client) = build(&config).await?;
+    let Built { watch, client, oci } = build(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| WatchRunError::Bind {
@@ -150,6 +162,23 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
     info!(listen = %config.listen, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, "pinhook watch");
     let store = PodStore::default();
     let pods = tokio::spawn(store.clone().run(client.clone()));
+    // The policy file is re-read when it changes, as `pinhook serve` does (the chart mounts
+    // the same ConfigMap).
+    let policy_watch = match &config.policy {
+        PolicySource::File(path) => {
+            let base = config.registry.clone();
+            let reconfigure = move |compiled: &crate::policy::CompiledPolicy| {
+                oci.reconfigure(base.with_hosts(&compiled.policy.registries.hosts)?);
+                Ok(())
+            };
+            Some(tokio::spawn(crate::server::watch_policy(
+                path.clone(),
+                watch.policy.clone(),
+                reconfigure,
+            )))
+        }
+        PolicySource::Fixed(_) => None,
+    };
     let (leading_tx, leading_rx) = watch::channel(false);
     let lease = tokio::spawn(hold_lease(client, config.lease.clone(), leading_tx));
     let cycles = tokio::spawn(cycles(
@@ -172,7 +201,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(crate::app::shutdown_signal())
         .await;
-    for task in [pods, lease, cycles] {
+    for task in [pods, lease, cycles].into_iter().chain(policy_watch) {
         task.abort();
     }
     info!("stopped");
