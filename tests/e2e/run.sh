@@ -1596,10 +1596,13 @@ scenario_l() {
   kubectl kustomize "$m/overlays/node-credential-providers" >"$dir/ncp.yaml" 2>"$dir/ncp.err" || code=$?
   expect_eq "kubectl kustomize overlays/node-credential-providers: exit code" "$code" 0 || { log "  stderr: $(<"$dir/ncp.err")"; return 1; }
   objects_json "$dir/ncp.yaml" >"$N"
-  expect_eq "node-credential-providers Deployment: provider env vars, their mounts read-only, hostPaths" \
-    "$(jq -r '.[] | select(.kind == "Deployment" and .metadata.name == "pinhook") | .spec.template.spec as $s |
-      "\($s.containers[0].env | map(select(.name | startswith("PINHOOK_IMAGE_CREDENTIAL_PROVIDER"))) | length) \([$s.containers[0].volumeMounts[] | select(.name | startswith("node-credential-provider")) | .readOnly] | map(tostring) | join(",")) \([$s.volumes[] | select(.hostPath) | .hostPath.path] | join(","))"' "$N")" \
-    "2 true,true /etc/eks/image-credential-provider/config.json,/etc/eks/image-credential-provider" || rc=1
+  local d
+  for d in pinhook pinhook-watch; do
+    expect_eq "node-credential-providers Deployment $d: provider env vars, their mounts read-only, hostPaths" \
+      "$(jq -r --arg d "$d" '.[] | select(.kind == "Deployment" and .metadata.name == $d) | .spec.template.spec as $s |
+        "\($s.containers[0].env | map(select(.name | startswith("PINHOOK_IMAGE_CREDENTIAL_PROVIDER"))) | length) \([$s.containers[0].volumeMounts[] | select(.name | startswith("node-credential-provider")) | .readOnly] | map(tostring) | join(",")) \([$s.volumes[] | select(.hostPath) | .hostPath.path] | join(","))"' "$N")" \
+      "2 true,true /etc/eks/image-credential-provider/config.json,/etc/eks/image-credential-provider" || rc=1
+  done
   code=0
   jq '.[] | select(.kind == "Deployment" and .metadata.name == "pinhook")' "$N" | K apply --dry-run=server -f - >"$dir/ncp-apply.out" 2>&1 || code=$?
   expect_eq "kubectl apply --dry-run=server of the node-credential-providers Deployment: exit code" "$code" 0 || { log "  $(<"$dir/ncp-apply.out")"; rc=1; }
