@@ -274,6 +274,7 @@ async fn an_unchanged_cluster_costs_one_lookup_per_key_and_no_write() {
     let writes = rig.api.writes().len();
     assert!(writes >= 2, "two reports and an Event: {writes}");
     rig.tags.take_calls();
+    let reads = rig.api.reads().len();
 
     for _ in 0..3 {
         let again = rig.watch.recheck(&pods).await.expect("cycle");
@@ -290,6 +291,16 @@ async fn an_unchanged_cluster_costs_one_lookup_per_key_and_no_write() {
         writes,
         "no write to the apiserver when nothing changed: {:?}",
         &rig.api.writes()[writes..]
+    );
+    let report_reads: Vec<String> = rig.api.reads()[reads..]
+        .iter()
+        .filter(|path| path.ends_with("/policyreports/pinhook"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        report_reads,
+        Vec::<String>::new(),
+        "unchanged reports are compared by their digest, never read whole"
     );
 }
 

@@ -80,6 +80,10 @@ pub const CATEGORY: &str = "Supply Chain Security";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "pinhook";
 pub const OMITTED_ANNOTATION: &str = "pinhook.dev/omitted-results";
+/// sha256 of what the report says (results without timestamps, summary, omitted count): lets
+/// the watch tell an unchanged report from the object's metadata alone, without reading its
+/// results.
+pub const CONTENT_ANNOTATION: &str = "pinhook.dev/content-sha256";
 /// Most results one report lists (module docs: bounds).
 pub const MAX_RESULTS: usize = 1000;
 
@@ -242,6 +246,7 @@ impl PolicyReport {
             (
                 r.metadata.labels.get(MANAGED_BY_LABEL).cloned(),
                 r.metadata.annotations.get(OMITTED_ANNOTATION).cloned(),
+                r.metadata.annotations.get(CONTENT_ANNOTATION).cloned(),
             )
         };
         self.summary == other.summary
@@ -673,6 +678,10 @@ fn assemble<K: Ord>(
     if omitted > 0 {
         annotations.insert(OMITTED_ANNOTATION.to_string(), omitted.to_string());
     }
+    annotations.insert(
+        CONTENT_ANNOTATION.to_string(),
+        content_digest(&results, &summary, omitted),
+    );
     PolicyReport {
         api_version: API_VERSION.to_string(),
         kind: kind.to_string(),
@@ -685,6 +694,26 @@ fn assemble<K: Ord>(
         results,
         summary,
     }
+}
+
+/// The [`CONTENT_ANNOTATION`] of a report: hex sha256 of its results' JSON without
+/// timestamps, its summary and the omitted count.
+fn content_digest(results: &[ReportResult], summary: &Summary, omitted: usize) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    for result in results {
+        // Serialising these plain structs (string maps are BTreeMaps) cannot fail.
+        let json = serde_json::to_vec(&result.without_timestamp()).unwrap_or_default();
+        hasher.update(&json);
+        hasher.update(b"\n");
+    }
+    hasher.update(serde_json::to_vec(summary).unwrap_or_default());
+    hasher.update(omitted.to_string().as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// At most [`MAX_RESULTS`], findings kept before passes and skips, order kept; and how many

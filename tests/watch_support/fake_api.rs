@@ -2,7 +2,7 @@
 //! resource (core or group), namespaced or cluster-scoped, stored as JSON; `GET` of an object or
 //! a list (all namespaces, or one; `labelSelector=k=v`), `POST`, `PUT`, `PATCH` (server-side
 //! apply replaces the object, a merge patch merges), `DELETE`. Errors are `v1 Status`. Every
-//! write is recorded (method, path), so a test can count what the watch wrote.
+//! write (method, path) and every read (path) is recorded, so a test can count them.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,8 @@ type Key = (String, String, String, String);
 struct Store {
     objects: BTreeMap<Key, Value>,
     writes: Vec<(String, String)>,
+    /// Every GET's path.
+    reads: Vec<String>,
     version: u64,
 }
 
@@ -73,6 +75,11 @@ impl FakeApi {
             .filter(|(k, _)| k.1 == resource)
             .map(|(_, v)| v.clone())
             .collect()
+    }
+
+    /// The paths read (GET) so far.
+    pub fn reads(&self) -> Vec<String> {
+        self.store.lock().expect("store").reads.clone()
     }
 
     /// The writes so far: (method, path).
@@ -157,7 +164,9 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, request: Request) -> Res
         return status(StatusCode::NOT_FOUND, "NotFound", "no such path");
     };
     let mut store = store.lock().expect("store");
-    if method != Method::GET {
+    if method == Method::GET {
+        store.reads.push(path.clone());
+    } else {
         store.writes.push((method.to_string(), path.clone()));
     }
     store.version += 1;

@@ -25,7 +25,8 @@ use tokio::sync::Mutex;
 
 use crate::watch::events::{EventSpec, ACTION};
 use crate::watch::report::{
-    PolicyReport, CLUSTER_POLICY_REPORT_KIND, MANAGED_BY, MANAGED_BY_LABEL, POLICY_REPORT_KIND,
+    PolicyReport, CLUSTER_POLICY_REPORT_KIND, CONTENT_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL,
+    POLICY_REPORT_KIND, REPORT_NAME,
 };
 
 /// The field manager of every report write.
@@ -70,6 +71,48 @@ pub async fn namespace_reports(
         }
     }
     Ok(reports)
+}
+
+/// The [`CONTENT_ANNOTATION`] of each of pinhook's PolicyReports (`None`: a report without it),
+/// by namespace, read from the objects' metadata only: an unchanged report's results are never
+/// transferred.
+pub async fn namespace_report_digests(
+    client: &kube::Client,
+) -> Result<HashMap<String, Option<String>>, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &report_resource(POLICY_REPORT_KIND));
+    let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    Ok(api
+        .list_metadata(&params)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|o| {
+            let digest = o
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CONTENT_ANNOTATION))
+                .cloned();
+            o.metadata.namespace.map(|ns| (ns, digest))
+        })
+        .collect())
+}
+
+/// pinhook's PolicyReport in `namespace`, if any.
+pub async fn namespace_report(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Option<PolicyReport>, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &report_resource(POLICY_REPORT_KIND),
+    );
+    Ok(api
+        .get_opt(REPORT_NAME)
+        .await?
+        .and_then(|o| as_report(o, POLICY_REPORT_KIND)))
 }
 
 /// The cluster's ClusterPolicyReport `name`, if any.

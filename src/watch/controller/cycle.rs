@@ -348,39 +348,61 @@ impl Watch {
     }
 
     /// Brings every namespace's PolicyReport to what `images` say; returns the writes sent.
+    /// The stored reports are compared by their content digest (metadata only); a report is
+    /// read whole only when it is about to change, to keep the first-found time of the
+    /// results that stay.
     async fn write_reports(
         &self,
         images: &[ClassifiedImage],
         modes: &HashMap<String, Option<Mode>>,
     ) -> Result<usize, CycleError> {
-        let existing = api::namespace_reports(&self.client, None)
+        let stored = api::namespace_report_digests(&self.client)
             .await
             .map_err(CycleError::ListReports)?;
-        let mut by_namespace: BTreeMap<&str, Vec<ClassifiedImage>> = BTreeMap::new();
+        let mut by_namespace: BTreeMap<&str, Vec<&ClassifiedImage>> = BTreeMap::new();
         for image in images {
             by_namespace
                 .entry(image.workload.namespace.as_str())
                 .or_default()
-                .push(image.clone());
+                .push(image);
         }
         let mut namespaces: Vec<&str> = by_namespace.keys().copied().collect();
-        namespaces.extend(existing.keys().map(String::as_str));
+        namespaces.extend(stored.keys().map(String::as_str));
         namespaces.sort_unstable();
         namespaces.dedup();
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
         let mut writes = 0;
         for namespace in namespaces {
-            let stored = existing.get(namespace);
-            let desired = match (by_namespace.get(namespace), modes.get(namespace)) {
-                (Some(images), Some(Some(mode))) => {
-                    namespace_report(namespace, *mode, images, now, stored)
-                }
-                // Pods whose namespace's mode is unknown this cycle: leave the report.
-                (Some(_), _) | (None, Some(None)) => continue,
-                // No running images left: the report goes.
-                (None, _) => namespace_report(namespace, Mode::Enforce, &[], now, stored),
+            let (mode, images): (Mode, Vec<ClassifiedImage>) =
+                match (by_namespace.get(namespace), modes.get(namespace)) {
+                    (Some(images), Some(Some(mode))) => {
+                        (*mode, images.iter().map(|i| (*i).clone()).collect())
+                    }
+                    // Pods whose namespace's mode is unknown this cycle: leave the report.
+                    (Some(_), _) | (None, Some(None)) => continue,
+                    // No running images left: the report goes.
+                    (None, _) => (Mode::Enforce, Vec::new()),
+                };
+            let fresh = namespace_report(namespace, mode, &images, now, None);
+            let stored_digest = stored.get(namespace);
+            if stored_digest.is_some_and(|d| d.is_some() && d.as_ref() == content_of(&fresh)) {
+                continue;
+            }
+            let previous = match stored_digest {
+                None => None,
+                Some(_) => match api::namespace_report(&self.client, namespace).await {
+                    Ok(previous) => previous,
+                    Err(error) => {
+                        warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
+                        continue;
+                    }
+                },
             };
-            let result = match plan(stored, desired) {
+            let desired = match &previous {
+                Some(previous) => namespace_report(namespace, mode, &images, now, Some(previous)),
+                None => fresh,
+            };
+            let result = match plan(previous.as_ref(), desired) {
                 ReportWrite::Unchanged => continue,
                 ReportWrite::Create(report) | ReportWrite::Update(report) => {
                     api::apply_report(&self.client, &report).await
@@ -528,6 +550,14 @@ impl Watch {
         }
         1
     }
+}
+
+/// A report's content digest annotation.
+fn content_of(report: &crate::watch::PolicyReport) -> Option<&String> {
+    report
+        .metadata
+        .annotations
+        .get(crate::watch::report::CONTENT_ANNOTATION)
 }
 
 /// The lookups of one cycle.

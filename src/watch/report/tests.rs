@@ -129,6 +129,8 @@ fn a_tag_moved_report_is_exactly_this_json() {
                 "name": "pinhook",
                 "namespace": "shop",
                 "labels": {"app.kubernetes.io/managed-by": "pinhook"},
+                "annotations": {"pinhook.dev/content-sha256":
+                    "f12b1931c441dd5562e990cb8566d6c337230066facdb8570b2e85a3ed0340e1"},
             },
             "results": [
                 result("pinned", "pass", "high",
@@ -494,7 +496,9 @@ fn the_mirror_report_is_a_cluster_report_of_failures() {
     assert_eq!(value["kind"], "ClusterPolicyReport");
     assert_eq!(
         value["metadata"],
-        json!({"name": "pinhook-mirrors", "labels": {"app.kubernetes.io/managed-by": "pinhook"}})
+        json!({"name": "pinhook-mirrors", "labels": {"app.kubernetes.io/managed-by": "pinhook"},
+               "annotations": {"pinhook.dev/content-sha256":
+                   "8b25be2934750e3f2204fccf3445594de7558cf92b1f2ac803d52b005bad676b"}})
     );
     assert_eq!(
         value["results"][0],
@@ -636,4 +640,32 @@ fn reports_conform_to_the_crds_the_manifests_install() {
         conforms(&schema_of("ClusterPolicyReport"), &extra, "r"),
         Err("r.results[0].pods: not in the CRD".to_string())
     );
+}
+
+#[test]
+fn the_content_digest_follows_what_the_report_says_not_when() {
+    let image = format!("nginx:1.25@{}", digest('a'));
+    let digest_of = |report: &PolicyReport| {
+        report
+            .metadata
+            .annotations
+            .get(CONTENT_ANNOTATION)
+            .cloned()
+            .expect("every report carries its content digest")
+    };
+    let first = namespace_report("shop", Mode::Enforce, &[app(&image, moved())], T1, None);
+    let later = Timestamp::new(T1.seconds + 600, 0);
+    let again = namespace_report("shop", Mode::Enforce, &[app(&image, moved())], later, None);
+    assert_eq!(
+        digest_of(&first),
+        digest_of(&again),
+        "timestamps do not count"
+    );
+    assert_eq!(digest_of(&first).len(), 64);
+    let audit = namespace_report("shop", Mode::Audit, &[app(&image, moved())], T1, None);
+    assert_ne!(digest_of(&first), digest_of(&audit), "fail became warn");
+    // A stored report without the digest (written before it existed) is brought up to date.
+    let mut old = first.clone();
+    old.metadata.annotations.remove(CONTENT_ANNOTATION);
+    assert!(matches!(plan(Some(&old), again), ReportWrite::Update(_)));
 }
