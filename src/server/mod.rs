@@ -272,7 +272,7 @@ async fn mutate_handler(
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state, "mutate", &decision, request.is_dry_run()));
+    span.in_scope(|| observe_decision(&state, "mutate", &request, &decision));
     record_review(&state, "mutate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
 }
@@ -289,7 +289,7 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state, "validate", &decision, request.is_dry_run()));
+    span.in_scope(|| observe_decision(&state, "validate", &request, &decision));
     record_review(&state, "validate", &request.operation, result, started);
     json_response(admission::review_body(&decision.response))
 }
@@ -435,8 +435,12 @@ fn reject(
     failure_text(&failure)
 }
 
+/// The review's span, at debug: with `PINHOOK_LOG=debug` every line logged while deciding a
+/// review (registry, pull secrets, each image) names it. At info it is disabled and costs
+/// nothing (it was created, formatted and entered on every poll of every review, issue
+/// 13): the summary and violation lines carry the review's identity themselves.
 fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
-    tracing::info_span!(
+    tracing::debug_span!(
         "review",
         uid = %request.uid,
         namespace = %request.namespace,
@@ -454,9 +458,12 @@ fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
 fn observe_decision(
     state: &AppState,
     endpoint: &'static str,
+    request: &admission::AdmissionRequest,
     decision: &admission::Decision,
-    dry_run: bool,
 ) {
+    let dry_run = request.is_dry_run();
+    let (uid, namespace, kind) = (&request.uid, &request.namespace, &request.kind.kind);
+    let result = decision.result.as_str();
     let Some(plan) = &decision.plan else { return };
     let mode = plan.mode.to_string();
     let mut tally = Tally::default();
@@ -478,6 +485,9 @@ fn observe_decision(
                 tally.violations += 1;
                 if log_this() {
                     warn!(
+                        %uid,
+                        %namespace,
+                        %kind,
                         mode = %mode,
                         violation = outcome.violation.map(|r| r.as_str()).unwrap_or(""),
                         admitted = outcome.action == admission::Action::Violation,
@@ -507,6 +517,9 @@ fn observe_decision(
         tally.violations += 1;
         if log_this() {
             warn!(
+                %uid,
+                %namespace,
+                %kind,
                 mode = %mode,
                 violation = finding.reason.as_str(),
                 admitted = finding.action == admission::Action::Violation,
@@ -520,6 +533,7 @@ fn observe_decision(
     }
     if violation_lines > LOGGED_VIOLATIONS {
         warn!(
+            %uid,
             mode = %mode,
             omitted = violation_lines - LOGGED_VIOLATIONS,
             "more policy violations in this review, not logged one by one"
@@ -532,10 +546,11 @@ fn observe_decision(
         exempt,
         violations,
     } = tally;
+    let operation = &request.operation;
     if violations > 0 {
-        warn!(%endpoint, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
+        warn!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
     } else {
-        info!(%endpoint, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
+        info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
     }
 }
 
