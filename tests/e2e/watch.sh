@@ -330,8 +330,9 @@ scenario_z() {
   keys=$(sed -E 's/.*lookups=([0-9]+).*/\1/' <<<"$line")
   log "  scale: recheck: $(sed -E 's/.*(pods=.*)/\1/' <<<"$line")"
   log "  scale: registry requests in one recheck: $((m2 - m1)) for $keys distinct (image, credential) keys"
-  expect_eq "registry requests in one recheck" "$((m2 - m1))" "$images" || rc=1
-  expect_eq "distinct (image, credential) keys" "$keys" "$images" || rc=1
+  expect_eq "registry requests in one recheck" "$((m2 - m1))" "$keys" || rc=1
+  # (other scenarios' Pods add their own keys when z runs after them)
+  if ((keys >= images)); then ok "distinct (image, credential) keys: $keys (>= $images)"; else bad "distinct keys: $keys < $images"; rc=1; fi
   expect_eq "report writes and Events of the unchanged recheck" "$(last_cycle "$log")" "0 0" || rc=1
   expect_eq "reports' resourceVersions across it (any write changes one)" "$versions2" "$versions1" || rc=1
   log "  scale: watch RSS after the second recheck $(awk '/VmRSS/ {print $2, $3}' "/proc/$pid/status")"
