@@ -8,7 +8,8 @@
 //! - [`policy`]: the policy file, modes, exemptions, host rules, the mirror guard (pure).
 //! - [`documents`]: reading manifests (multi-document YAML, JSON, lists) for dry runs (pure).
 //! - [`watch`]: the pure core of `pinhook watch`: the record kept per Pod, image states,
-//!   PolicyReports, Events and the inventory (pure).
+//!   PolicyReports, Events and the inventory (pure); its I/O edge, `pinhook watch` and
+//!   `pinhook inventory`, is `watch::controller`.
 //! - [`error`]: the one-line error chain printer.
 //! - [`registry`]: tag → digest behind the [`registry::Resolver`] trait: client, cache, breaker,
 //!   keyring, credentials and credential plugins, pull secrets, the address guard.
