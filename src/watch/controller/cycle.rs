@@ -134,6 +134,7 @@ impl Watch {
 
     /// One cycle over `pods` (the running Pods as the Pod watch has them).
     pub async fn recheck(&self, pods: &[PodRecord]) -> Result<CycleSummary, CycleError> {
+        let started = std::time::Instant::now();
         let policy = self.policy.current();
         let pods: Vec<&PodRecord> = pods.iter().filter(|p| !p.terminal).collect();
         let mut summary = CycleSummary {
@@ -205,6 +206,7 @@ impl Watch {
             report_writes = summary.report_writes,
             events = summary.events,
             states = ?summary.states,
+            seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
             "recheck done"
         );
         Ok(summary)

@@ -15,7 +15,7 @@ use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt as _;
 use tokio::sync::watch;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::watch::PodRecord;
 
@@ -98,7 +98,10 @@ impl PodStore {
             match event {
                 Ok(Event::Init) => listing.clear(),
                 Ok(Event::InitApply(pod)) => listing.extend(record_of(&pod)),
-                Ok(Event::InitDone) => self.replace(std::mem::take(&mut listing)),
+                Ok(Event::InitDone) => {
+                    info!(pods = listing.len(), "pod list complete");
+                    self.replace(std::mem::take(&mut listing));
+                }
                 Ok(Event::Apply(pod)) => {
                     if let Some(record) = record_of(&pod) {
                         self.apply(record);
