@@ -40,6 +40,8 @@ use crate::watch::{event_for, ClassifiedImage, ImageState, Inventory, PodRecord,
 
 /// Concurrent lookups a cycle starts (the cache's per-registry limit still applies).
 const LOOKUP_CONCURRENCY: usize = 32;
+/// Namespaces whose reports are read and written at once.
+const REPORT_WRITE_CONCURRENCY: usize = 4;
 
 /// What a cycle did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -373,7 +375,7 @@ impl Watch {
         namespaces.sort_unstable();
         namespaces.dedup();
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
-        let mut writes = 0;
+        let mut jobs = Vec::new();
         for namespace in namespaces {
             let (mode, images): (Mode, Vec<ClassifiedImage>) =
                 match (by_namespace.get(namespace), modes.get(namespace)) {
@@ -385,46 +387,67 @@ impl Watch {
                     // No running images left: the report goes.
                     (None, _) => (Mode::Enforce, Vec::new()),
                 };
-            let fresh = namespace_report(namespace, mode, &images, now, None);
-            let stored_digest = stored.get(namespace);
-            if stored_digest.is_some_and(|d| d.is_some() && d.as_ref() == content_of(&fresh)) {
-                continue;
-            }
-            let previous = match stored_digest {
-                None => None,
-                Some(_) => match api::namespace_report(&self.client, namespace).await {
-                    Ok(previous) => previous,
-                    Err(error) => {
-                        warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
-                        continue;
-                    }
-                },
-            };
-            let desired = match &previous {
-                Some(previous) => namespace_report(namespace, mode, &images, now, Some(previous)),
-                None => fresh,
-            };
-            let result = match plan(previous.as_ref(), desired) {
-                ReportWrite::Unchanged => continue,
-                ReportWrite::Create(report) | ReportWrite::Update(report) => {
-                    api::apply_report(&self.client, &report).await
-                }
-                ReportWrite::Delete => {
-                    api::delete_report(
-                        &self.client,
-                        POLICY_REPORT_KIND,
-                        Some(namespace),
-                        REPORT_NAME,
-                    )
-                    .await
-                }
-            };
-            writes += 1;
-            if let Err(error) = result {
-                warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
+            let stored = stored.get(namespace).cloned();
+            jobs.push(self.sync_report(namespace, mode, images, stored, now));
+        }
+        // A few namespaces at a time: one report can be a large object for the apiserver.
+        let writes: Vec<usize> = futures::stream::iter(jobs)
+            .buffer_unordered(REPORT_WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        Ok(writes.into_iter().sum())
+    }
+
+    /// Brings `namespace`'s report to what `images` say; 1 when it sent a write. `stored` is
+    /// the stored report's content digest: `None` when there is no report, `Some(None)` when
+    /// it has no digest.
+    async fn sync_report(
+        &self,
+        namespace: &str,
+        mode: Mode,
+        images: Vec<ClassifiedImage>,
+        stored: Option<Option<String>>,
+        now: Timestamp,
+    ) -> usize {
+        let fresh = namespace_report(namespace, mode, &images, now, None);
+        if let Some(Some(digest)) = &stored {
+            if content_of(&fresh) == Some(digest) {
+                return 0;
             }
         }
-        Ok(writes)
+        let previous = match stored {
+            None => None,
+            Some(_) => match api::namespace_report(&self.client, namespace).await {
+                Ok(previous) => previous,
+                Err(error) => {
+                    warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
+                    return 0;
+                }
+            },
+        };
+        let desired = match &previous {
+            Some(previous) => namespace_report(namespace, mode, &images, now, Some(previous)),
+            None => fresh,
+        };
+        let result = match plan(previous.as_ref(), desired) {
+            ReportWrite::Unchanged => return 0,
+            ReportWrite::Create(report) | ReportWrite::Update(report) => {
+                api::apply_report(&self.client, &report).await
+            }
+            ReportWrite::Delete => {
+                api::delete_report(
+                    &self.client,
+                    POLICY_REPORT_KIND,
+                    Some(namespace),
+                    REPORT_NAME,
+                )
+                .await
+            }
+        };
+        if let Err(error) = result {
+            warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
+        }
+        1
     }
 
     /// Publishes the Events of findings new since the previous cycle; returns how many.
