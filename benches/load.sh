@@ -20,7 +20,8 @@
 # rounds and seconds.
 #
 # Environment: PINHOOK_LOG (pinhook's log filter, default info), LOAD_TTL (2, the `ttl`
-# server's --cache-ttl in seconds), LOAD_THREADS (2),
+# server's --cache-ttl in seconds), LOAD_TTL_REFRESH (true; false runs the `ttl` server
+# without refresh-ahead, for comparison), LOAD_THREADS (2),
 # LOAD_CONNECTIONS (16), LOAD_PERF=FILE (run pinhook under `perf record -F 999` into FILE, for
 # `perf report -i FILE --no-children --sort symbol`), LOAD_PERF_CALLS=1 (with LOAD_PERF: record
 # call graphs by DWARF unwinding at 199 Hz, for `perf report -i FILE --children`).
@@ -111,7 +112,7 @@ start_pinhook pinhook "$pinhook_port"
 ttl=${LOAD_TTL:-2}
 ttl_port=$(free_port)
 perf=()
-start_pinhook ttl "$ttl_port" --cache-ttl "$ttl"
+start_pinhook ttl "$ttl_port" --cache-ttl "$ttl" --cache-refresh-ahead "${LOAD_TTL_REFRESH:-true}"
 
 jq --arg image "$REGISTRY_HOST/team/app:1.0" \
     '(.request.object.spec.template.spec | (.containers, .initContainers) // [] | .[] | .image) |= $image' \

@@ -428,6 +428,10 @@ struct CacheArgs {
     /// Most cached resolutions kept.
     #[arg(long, env = "PINHOOK_CACHE_MAX_ENTRIES", default_value_t = 10_000)]
     cache_max_entries: u64,
+    /// Re-resolve a used tag in the background in the last quarter of its TTL, so admissions
+    /// never wait on the registry when it ends (`false` turns it off).
+    #[arg(long, env = "PINHOOK_CACHE_REFRESH_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
+    cache_refresh_ahead: bool,
     /// Most concurrent calls to one registry.
     #[arg(long, env = "PINHOOK_REGISTRY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
     registry_concurrency: usize,
@@ -775,6 +779,7 @@ impl CacheArgs {
             max_stale: Duration::from_secs(self.cache_max_stale),
             max_entries: self.cache_max_entries,
             per_registry_concurrency: self.registry_concurrency,
+            refresh_ahead: self.cache_refresh_ahead,
             ..CacheConfig::default()
         }
     }
@@ -1112,6 +1117,7 @@ mod tests {
         assert_eq!(config.cache.max_stale, Duration::from_secs(86_400));
         assert_eq!(config.cache.max_entries, 10_000);
         assert_eq!(config.cache.per_registry_concurrency, 16);
+        assert!(config.cache.refresh_ahead);
         assert_eq!(config.owner_revision_ttl, Duration::from_secs(86_400));
         assert_eq!(config.namespace_label_ttl, Duration::from_secs(30));
         assert!(matches!(config.kube, KubeAccess::Infer));
@@ -1148,6 +1154,7 @@ mod tests {
             "--cache-failure-ttl=2",
             "--cache-max-stale=3",
             "--cache-max-entries=4",
+            "--cache-refresh-ahead=false",
             "--registry-concurrency=5",
             "--owner-revision-ttl=6",
             "--namespace-cache-ttl=7",
@@ -1174,6 +1181,7 @@ mod tests {
         );
         assert_eq!(config.registry.request_timeout, Duration::from_millis(2500));
         assert_eq!(config.cache.hit_ttl, Duration::from_secs(1));
+        assert!(!config.cache.refresh_ahead);
         assert_eq!(config.cache.failure_ttl, Duration::from_secs(2));
         assert_eq!(config.cache.max_stale, Duration::from_secs(3));
         assert_eq!(config.cache.max_entries, 4);
