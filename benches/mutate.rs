@@ -179,19 +179,9 @@ async fn cold_wan(registry: &TestRegistry, proxy: &DelayProxy) {
             assert!(text.contains("\"patch\""), "{text}");
             direct.push(registry_alone_at(registry, &proxy.host(), images).await);
         }
-        let (pinhook, alone) = (percentile(&times, 0.5), percentile(&direct, 0.5));
-        println!(
-            "  {images:>2} distinct image(s) in one pod: {pinhook:>8.1} µs   (registry alone, {images:>2} concurrent HEADs: {alone:>8.1} µs)"
-        );
-        medians.push((pinhook, alone));
+        medians.push(cold_row(images, &times, &direct));
     }
-    if let [(p1, r1), (p10, r10)] = medians[..] {
-        println!(
-            "  10 / 1: pinhook {:.2} x (goal <= 1.5), the registry alone {:.2} x",
-            p10 / p1,
-            r10 / r1
-        );
-    }
+    cold_ratios(&medians);
 }
 
 /// Median `/mutate` time of a pod with 1 and with 10 distinct images on a cold cache: a fresh
@@ -226,12 +216,22 @@ async fn cold(registry: &TestRegistry, keep_connections: bool) {
         for _ in 0..COLD_ROUNDS {
             direct.push(registry_alone(registry, images).await);
         }
-        let (pinhook, alone) = (percentile(&times, 0.5), percentile(&direct, 0.5));
-        println!(
-            "  {images:>2} distinct image(s) in one pod: {pinhook:>8.1} µs   (registry alone, {images:>2} concurrent HEADs: {alone:>8.1} µs)"
-        );
-        medians.push((pinhook, alone));
+        medians.push(cold_row(images, &times, &direct));
     }
+    cold_ratios(&medians);
+}
+
+/// Prints one cold row (medians of pinhook's and the registry's times) and returns them.
+fn cold_row(images: usize, times: &[f64], direct: &[f64]) -> (f64, f64) {
+    let (pinhook, alone) = (percentile(times, 0.5), percentile(direct, 0.5));
+    println!(
+        "  {images:>2} distinct image(s) in one pod: {pinhook:>8.1} µs   (registry alone, {images:>2} concurrent HEADs: {alone:>8.1} µs)"
+    );
+    (pinhook, alone)
+}
+
+/// Prints 10 / 1 for pinhook and for the registry alone, from the rows for 1 and 10 images.
+fn cold_ratios(medians: &[(f64, f64)]) {
     if let [(p1, r1), (p10, r10)] = medians[..] {
         println!(
             "  10 / 1: pinhook {:.2} x (goal <= 1.5), the registry alone {:.2} x",

@@ -137,23 +137,8 @@ pub struct ServeArgs {
     /// Kubeconfig for reading pull secrets (default: $KUBECONFIG or ~/.kube/config, else in-cluster).
     #[arg(long, env = "PINHOOK_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
-    /// Node-level docker config.json with credentials tried after the pod's own.
-    #[arg(long, env = "PINHOOK_DOCKER_CONFIG")]
-    docker_config: Option<PathBuf>,
-    /// kubelet CredentialProviderConfig file (or directory) of plugins tried after those.
-    #[arg(
-        long,
-        env = "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_CONFIG",
-        requires = "image_credential_provider_bin_dir"
-    )]
-    image_credential_provider_config: Option<PathBuf>,
-    /// Directory holding the credential provider plugins' binaries.
-    #[arg(
-        long,
-        env = "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_BIN_DIR",
-        requires = "image_credential_provider_config"
-    )]
-    image_credential_provider_bin_dir: Option<PathBuf>,
+    #[command(flatten)]
+    node_credentials: NodeCredentialArgs,
     /// Seconds to keep serving after SIGTERM with readiness off, before closing the listener
     /// (so the Service's endpoints drop this pod before it stops answering).
     #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5, value_parser = seconds_flag())]
@@ -242,23 +227,8 @@ pub struct WatchArgs {
     /// Kubeconfig (default: $KUBECONFIG or ~/.kube/config, else in-cluster).
     #[arg(long, env = "PINHOOK_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
-    /// Node-level docker config.json with credentials tried after the pod's own.
-    #[arg(long, env = "PINHOOK_DOCKER_CONFIG")]
-    docker_config: Option<PathBuf>,
-    /// kubelet CredentialProviderConfig file (or directory) of plugins tried after those.
-    #[arg(
-        long,
-        env = "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_CONFIG",
-        requires = "image_credential_provider_bin_dir"
-    )]
-    image_credential_provider_config: Option<PathBuf>,
-    /// Directory holding the credential provider plugins' binaries.
-    #[arg(
-        long,
-        env = "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_BIN_DIR",
-        requires = "image_credential_provider_config"
-    )]
-    image_credential_provider_bin_dir: Option<PathBuf>,
+    #[command(flatten)]
+    node_credentials: NodeCredentialArgs,
     /// Most concurrent calls to one registry.
     #[arg(long, env = "PINHOOK_REGISTRY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
     registry_concurrency: usize,
@@ -412,6 +382,28 @@ struct RegistryArgs {
         value_parser = parse_seconds
     )]
     registry_timeout: Duration,
+}
+
+/// Credentials a node has, tried after a pod's own: `serve` and `watch` read them alike.
+#[derive(Debug, Args)]
+struct NodeCredentialArgs {
+    /// Node-level docker config.json with credentials tried after the pod's own.
+    #[arg(long, env = "PINHOOK_DOCKER_CONFIG")]
+    docker_config: Option<PathBuf>,
+    /// kubelet CredentialProviderConfig file (or directory) of plugins tried after those.
+    #[arg(
+        long,
+        env = "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_CONFIG",
+        requires = "image_credential_provider_bin_dir"
+    )]
+    image_credential_provider_config: Option<PathBuf>,
+    /// Directory holding the credential provider plugins' binaries.
+    #[arg(
+        long,
+        env = "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_BIN_DIR",
+        requires = "image_credential_provider_config"
+    )]
+    image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -592,15 +584,8 @@ impl ServeArgs {
             owner_revision_ttl: Duration::from_secs(self.cache.owner_revision_ttl),
             namespace_label_ttl: Duration::from_secs(self.cache.namespace_cache_ttl),
             kube,
-            docker_config: self.docker_config,
-            credential_providers: self
-                .image_credential_provider_config
-                .zip(self.image_credential_provider_bin_dir)
-                .map(|(config, bin_dir)| ProviderFiles {
-                    config,
-                    bin_dir,
-                    settings: ProviderSettings::default(),
-                }),
+            credential_providers: self.node_credentials.providers(),
+            docker_config: self.node_credentials.docker_config,
             shutdown_delay: Duration::from_secs(self.shutdown_delay),
             limits: self.connections.to_limits()?,
             overrides: Overrides::default(),
@@ -638,15 +623,8 @@ impl WatchArgs {
                 Some(path) => KubeAccess::Kubeconfig(path),
                 None => KubeAccess::Infer,
             },
-            docker_config: self.docker_config,
-            credential_providers: self
-                .image_credential_provider_config
-                .zip(self.image_credential_provider_bin_dir)
-                .map(|(config, bin_dir)| ProviderFiles {
-                    config,
-                    bin_dir,
-                    settings: ProviderSettings::default(),
-                }),
+            credential_providers: self.node_credentials.providers(),
+            docker_config: self.node_credentials.docker_config,
             lease: LeaseConfig {
                 namespace: self.lease_namespace,
                 name: self.lease,
@@ -782,6 +760,21 @@ impl CacheArgs {
             refresh_ahead: self.cache_refresh_ahead,
             ..CacheConfig::default()
         }
+    }
+}
+
+// === impl NodeCredentialArgs ===
+
+impl NodeCredentialArgs {
+    /// The credential provider plugins, when both their config and binaries are given.
+    fn providers(&self) -> Option<ProviderFiles> {
+        let config = self.image_credential_provider_config.clone()?;
+        let bin_dir = self.image_credential_provider_bin_dir.clone()?;
+        Some(ProviderFiles {
+            config,
+            bin_dir,
+            settings: ProviderSettings::default(),
+        })
     }
 }
 
