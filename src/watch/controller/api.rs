@@ -25,8 +25,8 @@ use tokio::sync::Mutex;
 
 use crate::watch::events::{EventSpec, ACTION};
 use crate::watch::report::{
-    PolicyReport, CLUSTER_POLICY_REPORT_KIND, CONTENT_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL,
-    POLICY_REPORT_KIND, REPORT_NAME,
+    PolicyReport, ReportWrite, CLUSTER_POLICY_REPORT_KIND, CONTENT_ANNOTATION, MANAGED_BY,
+    MANAGED_BY_LABEL, POLICY_REPORT_KIND, REPORT_NAME,
 };
 
 /// The field manager of every report write.
@@ -142,7 +142,7 @@ fn as_report(object: DynamicObject, kind: &str) -> Option<PolicyReport> {
 }
 
 /// Applies `report` (creates or updates it).
-pub async fn apply_report(client: &kube::Client, report: &PolicyReport) -> Result<(), kube::Error> {
+async fn apply_report(client: &kube::Client, report: &PolicyReport) -> Result<(), kube::Error> {
     let resource = report_resource(&report.kind);
     let api: Api<DynamicObject> = match &report.metadata.namespace {
         Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
@@ -155,7 +155,26 @@ pub async fn apply_report(client: &kube::Client, report: &PolicyReport) -> Resul
 }
 
 /// Deletes the report `name` (in `namespace`, or the cluster's); gone already is fine.
-pub async fn delete_report(
+/// Carries out one planned report write: server-side apply for a new or changed report, delete
+/// for one with no finding left. `target` is (kind, namespace, name) of the report a delete
+/// removes. `Ok(false)`: nothing to write.
+pub async fn write_report(
+    client: &kube::Client,
+    write: ReportWrite,
+    (kind, namespace, name): (&str, Option<&str>, &str),
+) -> Result<bool, kube::Error> {
+    match write {
+        ReportWrite::Unchanged => Ok(false),
+        ReportWrite::Create(report) | ReportWrite::Update(report) => {
+            apply_report(client, &report).await.map(|()| true)
+        }
+        ReportWrite::Delete => delete_report(client, kind, namespace, name)
+            .await
+            .map(|()| true),
+    }
+}
+
+async fn delete_report(
     client: &kube::Client,
     kind: &str,
     namespace: Option<&str>,

@@ -33,7 +33,7 @@ use crate::registry::pull_secrets::{PodContext, PullSecrets};
 use crate::registry::{CachingResolver, Fingerprint, ResolutionSource, Resolver};
 use crate::watch::classify::{classify, classify_image, classify_pod};
 use crate::watch::report::{
-    mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, ReportWrite, Timestamp,
+    mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, Timestamp,
     CLUSTER_POLICY_REPORT_KIND, MIRROR_REPORT_NAME, POLICY_REPORT_KIND, REPORT_NAME,
 };
 use crate::watch::{event_for, ClassifiedImage, ImageState, Inventory, PodRecord, TagLookup};
@@ -429,25 +429,15 @@ impl Watch {
             Some(previous) => namespace_report(namespace, mode, &images, now, Some(previous)),
             None => fresh,
         };
-        let result = match plan(previous.as_ref(), desired) {
-            ReportWrite::Unchanged => return 0,
-            ReportWrite::Create(report) | ReportWrite::Update(report) => {
-                api::apply_report(&self.client, &report).await
+        let write = plan(previous.as_ref(), desired);
+        let target = (POLICY_REPORT_KIND, Some(namespace), REPORT_NAME);
+        match api::write_report(&self.client, write, target).await {
+            Ok(wrote) => usize::from(wrote),
+            Err(error) => {
+                warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
+                1
             }
-            ReportWrite::Delete => {
-                api::delete_report(
-                    &self.client,
-                    POLICY_REPORT_KIND,
-                    Some(namespace),
-                    REPORT_NAME,
-                )
-                .await
-            }
-        };
-        if let Err(error) = result {
-            warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
         }
-        1
     }
 
     /// Publishes the Events of findings new since the previous cycle; returns how many.
@@ -555,25 +545,15 @@ impl Watch {
         };
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
         let desired = mirror_report(policy.policy.mode, &findings, now, stored.as_ref());
-        let result = match plan(stored.as_ref(), desired) {
-            ReportWrite::Unchanged => return 0,
-            ReportWrite::Create(report) | ReportWrite::Update(report) => {
-                api::apply_report(&self.client, &report).await
+        let write = plan(stored.as_ref(), desired);
+        let target = (CLUSTER_POLICY_REPORT_KIND, None, MIRROR_REPORT_NAME);
+        match api::write_report(&self.client, write, target).await {
+            Ok(wrote) => usize::from(wrote),
+            Err(error) => {
+                warn!(error = %error_chain(&error), "cannot write the ClusterPolicyReport");
+                1
             }
-            ReportWrite::Delete => {
-                api::delete_report(
-                    &self.client,
-                    CLUSTER_POLICY_REPORT_KIND,
-                    None,
-                    MIRROR_REPORT_NAME,
-                )
-                .await
-            }
-        };
-        if let Err(error) = result {
-            warn!(error = %error_chain(&error), "cannot write the ClusterPolicyReport");
         }
-        1
     }
 }
 
