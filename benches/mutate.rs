@@ -167,16 +167,7 @@ async fn cold_wan(registry: &TestRegistry, proxy: &DelayProxy) {
             options.policy.registries.allow_private.push(proxy.host());
             let fresh = TestPinhook::start_with(registry, options).await;
             let review = pod_review_on(registry, &proxy.host(), images);
-            let started = Instant::now();
-            let (status, text) = fresh
-                .post(
-                    "/mutate?timeout=10s",
-                    serde_json::to_vec(&review).unwrap_or_default(),
-                )
-                .await;
-            times.push(started.elapsed().as_secs_f64() * 1e6);
-            assert!(status == 200 && text.contains("\"allowed\":true"), "{text}");
-            assert!(text.contains("\"patch\""), "{text}");
+            times.push(timed_mutate(&fresh, &review).await);
             direct.push(registry_alone_at(registry, &proxy.host(), images).await);
         }
         medians.push(cold_row(images, &times, &direct));
@@ -202,15 +193,7 @@ async fn cold(registry: &TestRegistry, keep_connections: bool) {
                 assert!(status == 200 && text.contains("\"allowed\":true"), "{text}");
                 fresh.resolver.expire_all();
             }
-            let started = Instant::now();
-            let (status, text) = fresh
-                .post(
-                    "/mutate?timeout=10s",
-                    serde_json::to_vec(&review).unwrap_or_default(),
-                )
-                .await;
-            times.push(started.elapsed().as_secs_f64() * 1e6);
-            assert!(status == 200 && text.contains("\"allowed\":true"), "{text}");
+            times.push(timed_mutate(&fresh, &review).await);
         }
         let mut direct = Vec::new();
         for _ in 0..COLD_ROUNDS {
@@ -219,6 +202,17 @@ async fn cold(registry: &TestRegistry, keep_connections: bool) {
         medians.push(cold_row(images, &times, &direct));
     }
     cold_ratios(&medians);
+}
+
+/// Microseconds `/mutate` took to pin `review` (asserted: allowed, with a patch).
+async fn timed_mutate(pinhook: &TestPinhook, review: &Value) -> f64 {
+    let body = serde_json::to_vec(review).unwrap_or_default();
+    let started = Instant::now();
+    let (status, text) = pinhook.post("/mutate?timeout=10s", body).await;
+    let took = started.elapsed().as_secs_f64() * 1e6;
+    assert!(status == 200 && text.contains("\"allowed\":true"), "{text}");
+    assert!(text.contains("\"patch\""), "{text}");
+    took
 }
 
 /// Prints one cold row (medians of pinhook's and the registry's times) and returns them.
