@@ -327,19 +327,13 @@ impl SharedState {
             }
             return Lookup::Answered(Ok(hit));
         }
-        let count = record;
-        match self.remembered(&key) {
-            Some(Ok(hit)) => {
-                if count {
-                    self.metrics.cache("hit");
-                }
-                Lookup::Answered(Ok(hit))
-            }
-            Some(Err(failure)) => {
-                if count {
+        // No fresh entry (just looked): only a remembered failure can answer now.
+        match self.failures.get(&key) {
+            Some(failure) => {
+                if record {
                     self.metrics.cache("negative_hit");
                 }
-                Lookup::Answered(Err(RegistryError::Shared(failure)))
+                Lookup::Answered(Err(RegistryError::Shared(failure.error.clone())))
             }
             None => Lookup::Miss(key, candidates),
         }

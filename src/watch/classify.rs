@@ -212,11 +212,8 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::registry::testing::digest;
     use crate::workload::ImageField;
-
-    fn digest(c: char) -> Digest {
-        Digest::new_sha256(&c.to_string().repeat(64)).expect("valid sha256")
-    }
 
     fn reference(image: &str) -> Reference {
         Reference::parse(image).expect("valid reference")

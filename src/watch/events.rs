@@ -121,13 +121,9 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::reference::Digest;
+    use crate::registry::testing::digest;
     use crate::watch::pod::PodImage;
     use crate::workload::ImageField;
-
-    fn digest(c: char) -> Digest {
-        Digest::new_sha256(&c.to_string().repeat(64)).expect("valid sha256")
-    }
 
     fn image(image: &str, state: ImageState) -> ClassifiedImage {
         ClassifiedImage {

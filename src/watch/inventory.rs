@@ -190,13 +190,10 @@ fn normalised(image: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::testing::digest;
     use crate::watch::classify::{classify_image, ImageState, TagLookup};
     use crate::watch::pod::PodImage;
     use crate::workload::ImageField;
-
-    fn digest(c: char) -> Digest {
-        Digest::new_sha256(&c.to_string().repeat(64)).expect("valid sha256")
-    }
 
     fn workload(namespace: &str, kind: &str, name: &str) -> WorkloadRef {
         WorkloadRef {

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::*;
 use crate::policy::mirrors::AllowedMirror;
-use crate::reference::Digest;
+use crate::registry::testing::digest;
 use crate::watch::pod::PodImage;
 use crate::workload::ImageField;
 
@@ -19,10 +19,6 @@ const T2: Timestamp = Timestamp {
     seconds: 1_700_000_600,
     nanos: 5,
 };
-
-fn digest(c: char) -> Digest {
-    Digest::new_sha256(&c.to_string().repeat(64)).expect("valid sha256")
-}
 
 fn workload(namespace: &str, kind: &str, name: &str) -> WorkloadRef {
     WorkloadRef {
