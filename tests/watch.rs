@@ -304,8 +304,9 @@ async fn an_unchanged_cluster_costs_one_lookup_per_key_and_no_write() {
     );
 }
 
-#[tokio::test]
-async fn an_unpinned_image_in_an_audit_namespace_warns_and_is_an_unpinned_event() {
+/// A rig whose namespace `legacy` is in audit mode, and the record of a Deployment's Pod there
+/// running `reg.example/team/app:1.4` by tag.
+async fn audit_namespace_with_an_unpinned_pod() -> (Rig, Vec<PodRecord>) {
     let rig = rig(Policy::default()).await;
     rig.api.put(
         "api/v1/namespaces/legacy",
@@ -317,6 +318,12 @@ async fn an_unpinned_image_in_an_audit_namespace_warns_and_is_an_unpinned_event(
         1,
         &[("app", "reg.example/team/app:1.4")],
     ))];
+    (rig, pods)
+}
+
+#[tokio::test]
+async fn an_unpinned_image_in_an_audit_namespace_warns_and_is_an_unpinned_event() {
+    let (rig, pods) = audit_namespace_with_an_unpinned_pod().await;
     let summary = rig.watch.recheck(&pods).await.expect("cycle");
     assert_eq!(summary.lookups, 0, "an unpinned image needs no lookup");
     assert_eq!(rig.tags.take_calls().len(), 0);
@@ -339,17 +346,7 @@ async fn an_unpinned_image_in_an_audit_namespace_warns_and_is_an_unpinned_event(
 
 #[tokio::test]
 async fn the_report_goes_with_the_namespace_last_pod_and_a_returning_finding_is_a_series() {
-    let rig = rig(Policy::default()).await;
-    rig.api.put(
-        "api/v1/namespaces/legacy",
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "legacy", "labels": {"pinhook.dev/mode": "audit"}}}),
-    );
-    let pods = vec![record(&deployment_pod(
-        "legacy",
-        "old",
-        1,
-        &[("app", "reg.example/team/app:1.4")],
-    ))];
+    let (rig, pods) = audit_namespace_with_an_unpinned_pod().await;
     rig.watch.recheck(&pods).await.expect("cycle");
     assert!(report(&rig.api, "legacy").is_some());
 
