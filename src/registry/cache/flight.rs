@@ -93,10 +93,10 @@ impl CachingResolver {
         let flight: Flight = async move {
             match task.await {
                 Ok(result) => result,
-                Err(_) => Err(Arc::new(RegistryError::Status {
+                Err(e) => Err(Arc::new(RegistryError::Status {
                     registry: String::new(),
                     status: 500,
-                    message: "resolution task failed".to_string(),
+                    message: format!("resolution task failed: {e}"),
                 })),
             }
         }

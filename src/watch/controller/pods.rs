@@ -40,18 +40,29 @@ impl Default for PodStore {
 impl PodStore {
     /// Every Pod's record, in no particular order.
     pub fn snapshot(&self) -> Vec<PodRecord> {
-        self.pods
-            .read()
-            .map(|pods| pods.values().cloned().collect())
-            .unwrap_or_default()
+        self.read().values().cloned().collect()
     }
 
     pub fn len(&self) -> usize {
-        self.pods.read().map(|pods| pods.len()).unwrap_or(0)
+        self.read().len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The records. A poisoned lock only means a thread panicked mid-update of a plain map:
+    /// reading it as empty instead would make the next recheck delete every report.
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, PodRecord>> {
+        self.pods
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, PodRecord>> {
+        self.pods
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether a complete list has been read.
@@ -69,22 +80,16 @@ impl PodStore {
     pub fn replace(&self, records: impl IntoIterator<Item = PodRecord>) {
         let fresh: HashMap<String, PodRecord> =
             records.into_iter().map(|r| (r.uid.clone(), r)).collect();
-        if let Ok(mut pods) = self.pods.write() {
-            *pods = fresh;
-        }
+        *self.write() = fresh;
         self.ready.send_replace(true);
     }
 
     pub fn apply(&self, record: PodRecord) {
-        if let Ok(mut pods) = self.pods.write() {
-            pods.insert(record.uid.clone(), record);
-        }
+        self.write().insert(record.uid.clone(), record);
     }
 
     pub fn remove(&self, uid: &str) {
-        if let Ok(mut pods) = self.pods.write() {
-            pods.remove(uid);
-        }
+        self.write().remove(uid);
     }
 
     /// Keeps the store in step with the cluster's Pods until the task is dropped; the watcher
