@@ -22,9 +22,10 @@
 # Environment: PINHOOK_LOG (pinhook's log filter, default info), LOAD_TTL (2, the `ttl`
 # server's --cache-ttl in seconds), LOAD_TTL_REFRESH (true; false runs the `ttl` server
 # without refresh-ahead, for comparison), LOAD_THREADS (2),
-# LOAD_CONNECTIONS (16), LOAD_PERF=FILE (run pinhook under `perf record -F 999` into FILE, for
-# `perf report -i FILE --no-children --sort symbol`), LOAD_PERF_CALLS=1 (with LOAD_PERF: record
-# call graphs by DWARF unwinding at 199 Hz, for `perf report -i FILE --children`).
+# LOAD_CONNECTIONS (16), LOAD_PERF=FILE (run pinhook under `perf record -F 999` into FILE,
+# and the floor into FILE.floor, for `perf report -i FILE --no-children --sort symbol`),
+# LOAD_PERF_CALLS=1 (with LOAD_PERF: record call graphs by DWARF unwinding at 199 Hz, for
+# `perf report -i FILE --children`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -87,12 +88,17 @@ registries:
 EOF
 pinhook_port=$(free_port)
 floor_port=$(free_port)
+# perf_for FILE: sets perf to the `perf record` prefix writing FILE (nothing without LOAD_PERF).
 perf=()
-if [[ -n ${LOAD_PERF:-} && -n ${LOAD_PERF_CALLS:-} ]]; then
-    perf=(perf record -F 199 --call-graph dwarf,16384 -o "$LOAD_PERF" --)
-elif [[ -n ${LOAD_PERF:-} ]]; then
-    perf=(perf record -F 999 -o "$LOAD_PERF" --)
-fi
+perf_for() {
+    perf=()
+    if [[ -n ${LOAD_PERF:-} && -n ${LOAD_PERF_CALLS:-} ]]; then
+        perf=(perf record -F 199 --call-graph dwarf,16384 -o "$1" --)
+    elif [[ -n ${LOAD_PERF:-} ]]; then
+        perf=(perf record -F 999 -o "$1" --)
+    fi
+}
+perf_for "${LOAD_PERF:-}"
 # start_pinhook NAME PORT [FLAGS...]: one pinhook; sets ${NAME}_pid.
 start_pinhook() {
     local name=$1 port=$2
@@ -125,7 +131,8 @@ curl -s --cacert "$work/tls/ca.crt" -H 'Content-Type: application/json' --data-b
     "https://127.0.0.1:$ttl_port/mutate?timeout=10s" | cmp -s - "$work/answer.json" ||
     { echo "the ${ttl} s TTL pinhook answered differently" >&2; exit 1; }
 
-"$target/examples/floor" "127.0.0.1:$floor_port" "$work/tls/tls.crt" "$work/tls/tls.key" "$work/answer.json" >"$work/floor.log" 2>&1 &
+perf_for "${LOAD_PERF:-}.floor"
+"${perf[@]}" "$target/examples/floor" "127.0.0.1:$floor_port" "$work/tls/tls.crt" "$work/tls/tls.key" "$work/answer.json" >"$work/floor.log" 2>&1 &
 pids+=($!)
 floor_pid=$!
 wait_for 10 grep -q listening "$work/floor.log" || { cat "$work/floor.log" >&2; exit 1; }

@@ -1,0 +1,142 @@
+//! `cargo run --release --example warm_path [ITERATIONS]`: the CPU of each stage of a warm
+//! `/mutate` in process, one thread, no HTTP (issue 13, item 2).
+//!
+//! Runs the captured 1.26 Deployment review (every container on one cached tag, as
+//! `benches/load.sh` sends it) through the stages `mutate_handler` runs: `parse_review`,
+//! `mutate` (policy, keyring, cache lookup, patch) and `review_body`, with pinhook's allocator
+//! and the cache `pinhook serve` uses in front of a stand-in registry that answers at once.
+//! Prints the median time per stage over ITERATIONS (default 200,000) reviews. A profile of
+//! this loop (`perf record -g target/release/examples/warm_path`) shows pinhook's own code
+//! without the TLS, HTTP and kernel costs around it, which `benches/load.sh` measures.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pinhook::admission::{self, Pinner, PinnerParts};
+use pinhook::cluster::NoNamespaces;
+use pinhook::metrics::Metrics;
+use pinhook::policy::{Policy, PolicyHandle};
+use pinhook::reference::{Digest, Reference};
+use pinhook::registry::keyring::Keyring;
+use pinhook::registry::pull_secrets::NodeOnly;
+use pinhook::registry::{
+    CacheConfig, CachingResolver, Credential, RegistryError, Resolution, ResolutionSource, Resolver,
+};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const REVIEW: &str =
+    include_str!("../tests/fixtures/admissionreview/v1.26/deployment-create-mutate.json");
+const IMAGE: &str = "127.0.0.1:5000/team/app:1.0";
+
+/// A registry that answers every tag at once with a digest of its name.
+struct Instant_;
+
+#[async_trait]
+impl Resolver for Instant_ {
+    async fn resolve(
+        &self,
+        reference: &Reference,
+        _credentials: &[Credential],
+    ) -> Result<Resolution, RegistryError> {
+        Ok(Resolution {
+            digest: Digest::sha256_of(reference.tag_reference().as_bytes()),
+            credential: Credential::Anonymous.fingerprint(),
+            source: ResolutionSource::Registry,
+            moved_from: None,
+            age: Duration::ZERO,
+        })
+    }
+}
+
+/// The review `benches/load.sh` sends: every container's image replaced by [`IMAGE`].
+fn review() -> anyhow::Result<Vec<u8>> {
+    let mut review: serde_json::Value = serde_json::from_str(REVIEW)?;
+    let spec = review
+        .pointer_mut("/request/object/spec/template/spec")
+        .ok_or_else(|| anyhow::anyhow!("the fixture has no pod template"))?;
+    for list in ["containers", "initContainers"] {
+        for container in spec[list].as_array_mut().into_iter().flatten() {
+            container["image"] = IMAGE.into();
+        }
+    }
+    Ok(serde_json::to_vec(&review)?)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let iterations: usize = match std::env::args().nth(1) {
+        Some(n) => n.parse()?,
+        None => 200_000,
+    };
+    let policy =
+        Policy::parse("mode: enforce\nregistries:\n  allowPrivate: [\"127.0.0.1:5000\"]\n")?;
+    let resolver = Arc::new(CachingResolver::new(
+        Arc::new(Instant_),
+        CacheConfig::default(),
+        Arc::new(Metrics::new()),
+    ));
+    let pinner = Pinner::new(PinnerParts {
+        policy: PolicyHandle::new(policy),
+        resolver: resolver.clone(),
+        dry_run_resolver: resolver,
+        secrets: Arc::new(NodeOnly {
+            node: Keyring::new(),
+        }),
+        namespaces: Arc::new(NoNamespaces),
+        owner_ttl: Duration::from_secs(60),
+    });
+    let body = review()?;
+    let budget = Duration::from_secs(10);
+
+    let mut stages = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..iterations + 1_000 {
+        let t0 = Instant::now();
+        let request = admission::parse_review(&body)?;
+        let t1 = Instant::now();
+        let decision = admission::mutate(&pinner, &request, budget).await;
+        let t2 = Instant::now();
+        let answer = admission::review_body(&decision.response)?;
+        let t3 = Instant::now();
+        drop((request, decision, answer));
+        let t4 = Instant::now();
+        if i == 0 && decision_patch_missing(&pinner, &body, budget).await? {
+            anyhow::bail!("the warm-up review was not pinned");
+        }
+        if i >= 1_000 {
+            for (stage, took) in stages.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2, t4 - t3]) {
+                stage.push(took);
+            }
+        }
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64() * 1e6
+    };
+    let names = ["parse_review", "mutate", "review_body", "drop"];
+    let mut total = 0.0;
+    for (name, stage) in names.iter().zip(stages.iter_mut()) {
+        let m = median(stage);
+        total += m;
+        println!("{name:<14} {m:7.2} us");
+    }
+    println!(
+        "{:<14} {total:7.2} us ({} byte review, {iterations} iterations)",
+        "sum",
+        body.len()
+    );
+    Ok(())
+}
+
+/// True when mutating the review gives no patch.
+async fn decision_patch_missing(
+    pinner: &Pinner,
+    body: &[u8],
+    budget: Duration,
+) -> anyhow::Result<bool> {
+    let request = admission::parse_review(body)?;
+    let decision = admission::mutate(pinner, &request, budget).await;
+    Ok(decision.response.patch.is_none())
+}
