@@ -42,7 +42,8 @@ pub struct ControllerRef<'a> {
 /// The object's controller, if it has one (at most one entry may say `controller: true`).
 pub fn controller_of(object: &Value) -> Option<ControllerRef<'_>> {
     let owner = object
-        .pointer("/metadata/ownerReferences")?
+        .get("metadata")?
+        .get("ownerReferences")?
         .as_array()?
         .iter()
         .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?;
@@ -79,7 +80,7 @@ pub fn left_to_controller<'a>(
 /// controller sets none, as a Job's), so every Pod of one revision gets the same digest.
 pub fn owner_revision(object: &Value) -> Option<String> {
     let owner = controller_of(object)?;
-    let labels = object.pointer("/metadata/labels");
+    let labels = object.get("metadata").and_then(|m| m.get("labels"));
     let revision = REVISION_LABELS
         .iter()
         .find_map(|l| labels?.get(*l)?.as_str())

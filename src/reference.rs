@@ -310,12 +310,27 @@ impl Reference {
 
     /// `domain/path`, the normalised repository (what kubelet matches credentials against).
     pub fn repository(&self) -> String {
-        format!("{}/{}", self.domain, self.path)
+        self.joined(None)
     }
 
     /// `domain/path:effective_tag`: what is resolved and cached.
     pub fn tag_reference(&self) -> String {
-        format!("{}:{}", self.repository(), self.effective_tag())
+        self.joined(Some(self.effective_tag()))
+    }
+
+    /// `domain/path`, then `:tag` when given, in one allocation: both run several times per
+    /// image on every review (issue 13).
+    fn joined(&self, tag: Option<&str>) -> String {
+        let tag_len = tag.map_or(0, |t| t.len() + 1);
+        let mut joined = String::with_capacity(self.domain.len() + 1 + self.path.len() + tag_len);
+        joined.push_str(&self.domain);
+        joined.push('/');
+        joined.push_str(&self.path);
+        if let Some(tag) = tag {
+            joined.push(':');
+            joined.push_str(tag);
+        }
+        joined
     }
 
     /// The reference as it is written back after pinning: the user's own name, the effective tag

@@ -3,18 +3,27 @@
 
 /// True when `text` matches `pattern`.
 pub fn matches(pattern: &str, text: &str) -> bool {
+    // ASCII (every registry host and image name) is matched in place; otherwise by `char`, so
+    // `?` stands for one character, not one byte.
+    if pattern.is_ascii() && text.is_ascii() {
+        return matches_units(pattern.as_bytes(), text.as_bytes(), b'*', b'?');
+    }
     let pattern: Vec<char> = pattern.chars().collect();
     let text: Vec<char> = text.chars().collect();
-    // Classic linear-time wildcard matching with one backtrack point.
+    matches_units(&pattern, &text, '*', '?')
+}
+
+/// Classic linear-time wildcard matching with one backtrack point.
+fn matches_units<T: Copy + PartialEq>(pattern: &[T], text: &[T], any_run: T, any_one: T) -> bool {
     let (mut p, mut t) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
         match pattern.get(p) {
-            Some('*') => {
+            Some(&c) if c == any_run => {
                 star = Some((p, t));
                 p += 1;
             }
-            Some(&c) if c == '?' || c == text[t] => {
+            Some(&c) if c == any_one || c == text[t] => {
                 p += 1;
                 t += 1;
             }
@@ -28,7 +37,9 @@ pub fn matches(pattern: &str, text: &str) -> bool {
             },
         }
     }
-    pattern[p.min(pattern.len())..].iter().all(|&c| c == '*')
+    pattern[p.min(pattern.len())..]
+        .iter()
+        .all(|&c| c == any_run)
 }
 
 #[cfg(test)]
@@ -54,5 +65,15 @@ mod tests {
         assert!(!matches("a*b*c", "aXbYbZ"));
         assert!(matches("exact", "exact"));
         assert!(!matches("exact", "exactly"));
+    }
+
+    /// Outside ASCII `?` is one character, not one byte, and a literal matches only itself.
+    #[test]
+    fn non_ascii_is_matched_by_character() {
+        assert!(matches("kube-?", "kube-é"));
+        assert!(!matches("kube-??", "kube-é"));
+        assert!(matches("ns-*", "ns-日本"));
+        assert!(matches("ns-日?", "ns-日本"));
+        assert!(!matches("ns-日", "ns-本"));
     }
 }

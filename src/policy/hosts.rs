@@ -15,6 +15,7 @@
 //! including every address its name resolves to, is `registry::guard`'s job before the request
 //! and the HTTP client's resolver's (`registry::dns`) at connect time.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::glob;
@@ -248,13 +249,19 @@ fn spellings(host: &str) -> Vec<String> {
 
 /// A list entry in the form hosts are compared in: lower case, and a Docker Hub alias (with
 /// or without `:443`) as `docker.io`. Globs are left as written.
-fn normalize_pattern(pattern: &str) -> String {
-    let lower = pattern.to_ascii_lowercase();
+/// Borrows when the entry is already in that form, as entries usually are: this runs for
+/// every entry on every image of every review (issue 13).
+fn normalize_pattern(pattern: &str) -> Cow<'_, str> {
+    let lower = match pattern.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => Cow::Owned(pattern.to_ascii_lowercase()),
+        false => Cow::Borrowed(pattern),
+    };
     let bare = lower
-        .strip_suffix(&format!(":{DEFAULT_PORT}"))
+        .strip_suffix(DEFAULT_PORT)
+        .and_then(|rest| rest.strip_suffix(':'))
         .unwrap_or(&lower);
     match DOCKER_HUB_ALIASES.contains(&bare) {
-        true => DOCKER_HUB.to_string(),
+        true => Cow::Borrowed(DOCKER_HUB),
         false => lower,
     }
 }

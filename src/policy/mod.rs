@@ -362,6 +362,9 @@ impl CompiledPolicy {
 
     /// Exempt images are matched on the normalised reference, with and without digest.
     pub fn is_exempt_image(&self, reference: &Reference) -> bool {
+        if self.policy.exempt.images.is_empty() {
+            return false;
+        }
         let full = reference.to_string();
         let tagged = reference.tag_reference();
         self.policy

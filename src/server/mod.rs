@@ -142,14 +142,15 @@ pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
         .route("/healthz", get(healthz_handler))
         .route("/readyz", get(readyz_handler))
         .route("/metrics", get(metrics_handler))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(RequestBodyTimeoutLayer::new(limits.header_read_timeout))
-        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            limits.request_timeout,
+        // One layer, outermost first: each `Router::layer` call boxes the routes again, and
+        // every box is a clone and an allocation per request (issue 13).
+        .layer((
+            tower_http::catch_panic::CatchPanicLayer::new(),
+            TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout),
+            RequestBodyLimitLayer::new(MAX_BODY_BYTES),
+            RequestBodyTimeoutLayer::new(limits.header_read_timeout),
+            DefaultBodyLimit::max(MAX_BODY_BYTES),
         ))
-        .layer(tower_http::catch_panic::CatchPanicLayer::new())
         .with_state(state)
 }
 

@@ -161,6 +161,9 @@ impl Keyring {
     /// does and the image is on Docker Hub, the `index.docker.io` entries. A credential that
     /// appears twice is kept only at its first place.
     pub fn lookup(&self, reference: &Reference) -> Vec<Credential> {
+        if self.layers.is_empty() {
+            return Vec::new();
+        }
         // kubelet looks up `named.Name()`: the normalised repository without tag or digest.
         let image = reference.repository();
         let target = parse_schemeless_url(image.as_bytes());
