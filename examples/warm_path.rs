@@ -3,9 +3,12 @@
 //!
 //! Runs the captured 1.26 Deployment review (every container on one cached tag, as
 //! `benches/load.sh` sends it) through the stages `mutate_handler` runs: `parse_review`,
-//! `mutate` (policy, keyring, cache lookup, patch) and `review_body`, with pinhook's allocator
-//! and the cache `pinhook serve` uses in front of a stand-in registry that answers at once.
-//! Prints the median time per stage over ITERATIONS (default 200,000) reviews. A profile of
+//! `mutate` (policy, keyring, cache lookup, patch), `observe` (the summary log line at info,
+//! through the logger `pinhook serve` sets up, writing to a sink; the review metrics) and
+//! `review_body`, with pinhook's allocator and the cache `pinhook serve` uses in front of a
+//! stand-in registry that answers at once.
+//! Prints the median time per stage over ITERATIONS (default 200,000) reviews, and beside them
+//! what the floor does with the same body (parse it into a `Value` and drop it). A profile of
 //! this loop (`perf record -g target/release/examples/warm_path`) shows pinhook's own code
 //! without the TLS, HTTP and kernel costs around it, which `benches/load.sh` measures.
 
@@ -23,6 +26,7 @@ use pinhook::registry::pull_secrets::NodeOnly;
 use pinhook::registry::{
     CacheConfig, CachingResolver, Credential, RegistryError, Resolution, ResolutionSource, Resolver,
 };
+use pinhook::server::observe;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -62,7 +66,8 @@ fn review() -> anyhow::Result<Vec<u8>> {
             container["image"] = IMAGE.into();
         }
     }
-    Ok(serde_json::to_vec(&review)?)
+    // Indented as jq writes it for benches/load.sh.
+    Ok(serde_json::to_vec_pretty(&review)?)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -71,12 +76,21 @@ async fn main() -> anyhow::Result<()> {
         Some(n) => n.parse()?,
         None => 200_000,
     };
+    // As `pinhook serve` logs (main.rs), into a sink.
+    let (writer, _guard) =
+        pinhook::log_writer::batched(std::io::sink(), 4 << 20, Duration::from_millis(10))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_ansi(false)
+        .with_writer(writer)
+        .init();
+    let metrics = Arc::new(Metrics::new());
     let policy =
         Policy::parse("mode: enforce\nregistries:\n  allowPrivate: [\"127.0.0.1:5000\"]\n")?;
     let resolver = Arc::new(CachingResolver::new(
         Arc::new(Instant_),
         CacheConfig::default(),
-        Arc::new(Metrics::new()),
+        metrics.clone(),
     ));
     let pinner = Pinner::new(PinnerParts {
         policy: PolicyHandle::new(policy),
@@ -91,22 +105,27 @@ async fn main() -> anyhow::Result<()> {
     let body = review()?;
     let budget = Duration::from_secs(10);
 
-    let mut stages = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    let mut stages = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     for i in 0..iterations + 1_000 {
         let t0 = Instant::now();
         let request = admission::parse_review(&body)?;
         let t1 = Instant::now();
         let decision = admission::mutate(&pinner, &request, budget).await;
         let t2 = Instant::now();
-        let answer = admission::review_body(&decision.response)?;
+        let result = decision.result.as_str();
+        observe::observe_decision(&metrics, "mutate", &request, &decision);
+        observe::record_review(&metrics, "mutate", &request.operation, result, t0);
         let t3 = Instant::now();
-        drop((request, decision, answer));
+        let answer = admission::review_body(&decision.response)?;
         let t4 = Instant::now();
+        drop((request, decision, answer));
+        let t5 = Instant::now();
         if i == 0 && decision_patch_missing(&pinner, &body, budget).await? {
             anyhow::bail!("the warm-up review was not pinned");
         }
         if i >= 1_000 {
-            for (stage, took) in stages.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2, t4 - t3]) {
+            let took = [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4];
+            for (stage, took) in stages.iter_mut().zip(took) {
                 stage.push(took);
             }
         }
@@ -115,7 +134,7 @@ async fn main() -> anyhow::Result<()> {
         v.sort();
         v[v.len() / 2].as_secs_f64() * 1e6
     };
-    let names = ["parse_review", "mutate", "review_body", "drop"];
+    let names = ["parse_review", "mutate", "observe", "review_body", "drop"];
     let mut total = 0.0;
     for (name, stage) in names.iter().zip(stages.iter_mut()) {
         let m = median(stage);
@@ -126,6 +145,19 @@ async fn main() -> anyhow::Result<()> {
         "{:<14} {total:7.2} us ({} byte review, {iterations} iterations)",
         "sum",
         body.len()
+    );
+    // What the floor of benches/load.sh does with the same body: parse it into a Value, drop it.
+    let mut floor = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let t0 = Instant::now();
+        let value: serde_json::Value = serde_json::from_slice(&body)?;
+        drop(value);
+        floor.push(t0.elapsed());
+    }
+    let floor = median(&mut floor);
+    println!(
+        "{:<14} {floor:7.2} us (the floor's parse and drop)",
+        "floor"
     );
     Ok(())
 }

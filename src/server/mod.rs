@@ -2,8 +2,8 @@
 //! self-managed Secret as it changes), health, metrics, shutdown.
 //!
 //! Owns: sockets and TLS (axum + rustls through axum-server), the bounds on clients'
-//! connections and requests ([`connections`]), the request span and review metrics, and the
-//! policy and certificate watchers. Handlers are thin: extract, call
+//! connections and requests ([`connections`]), and the policy and certificate watchers; what
+//! each review logs and counts is [`observe`]'s. Handlers are thin: extract, call
 //! `admission`, render; the status and message of every failure come from
 //! [`admission::Failure`]. Invariants: nothing on the request path panics (a panic layer turns
 //! a bug into a 500), bodies over 7 MiB get 413 before they are buffered whole (at once when
@@ -29,12 +29,14 @@ use hyper_util::rt::TokioTimer;
 use serde::Deserialize;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
-use tracing::{debug, info, warn, Instrument};
+use tracing::{info, warn, Instrument};
 
 mod connections;
+pub mod observe;
 
 pub use connections::ConnectionLimits;
 use connections::LimitedAcceptor;
+use observe::{observe_decision, record_review, review_span};
 
 use crate::admission::dry_run::{self, Identity};
 use crate::admission::{self, Failure, Pinner};
@@ -42,7 +44,7 @@ use crate::certs::managed::Serving;
 use crate::cluster::{Authorizer, Caller};
 use crate::documents::{self, Document};
 use crate::error::error_chain;
-use crate::metrics::{EndpointLabels, Metrics, ReviewLabels, ViolationLabels};
+use crate::metrics::Metrics;
 use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
 
 /// controller-runtime's limit: two objects of up to 3 MiB each plus the envelope.
@@ -273,8 +275,14 @@ async fn mutate_handler(
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state, "mutate", &request, &decision));
-    record_review(&state, "mutate", &request.operation, result, started);
+    span.in_scope(|| observe_decision(&state.metrics, "mutate", &request, &decision));
+    record_review(
+        &state.metrics,
+        "mutate",
+        &request.operation,
+        result,
+        started,
+    );
     json_response(admission::review_body(&decision.response))
 }
 
@@ -290,8 +298,14 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
         .await;
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state, "validate", &request, &decision));
-    record_review(&state, "validate", &request.operation, result, started);
+    span.in_scope(|| observe_decision(&state.metrics, "validate", &request, &decision));
+    record_review(
+        &state.metrics,
+        "validate",
+        &request.operation,
+        result,
+        started,
+    );
     json_response(admission::review_body(&decision.response))
 }
 
@@ -432,179 +446,14 @@ fn reject(
     started: Instant,
 ) -> Response {
     warn!(endpoint, error = %failure.message(), "rejected malformed review");
-    record_review(state, endpoint, "", failure.result().as_str(), started);
+    record_review(
+        &state.metrics,
+        endpoint,
+        "",
+        failure.result().as_str(),
+        started,
+    );
     failure_text(&failure)
-}
-
-/// The review's span, at debug: with `PINHOOK_LOG=debug` every line logged while deciding a
-/// review (registry, pull secrets, each image) names it. At info it is disabled and costs
-/// nothing (it was created, formatted and entered on every poll of every review, issue
-/// 13): the summary and violation lines carry the review's identity themselves.
-fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
-    tracing::debug_span!(
-        "review",
-        uid = %request.uid,
-        namespace = %request.namespace,
-        kind = %request.kind.kind,
-        operation = %request.operation,
-        dry_run = request.is_dry_run(),
-        result = tracing::field::Empty,
-    )
-}
-
-/// Logs one summary line per review, naming the endpoint (counts at info, or warn when anything
-/// broke the policy), the first [`LOGGED_VIOLATIONS`] violations one line each at warn, every
-/// image's outcome at debug; and counts policy violations. A dry-run request (e.g. `kubectl apply
-/// --dry-run=server` in CI) is logged but not counted: it changed nothing.
-fn observe_decision(
-    state: &AppState,
-    endpoint: &'static str,
-    request: &admission::AdmissionRequest,
-    decision: &admission::Decision,
-) {
-    let dry_run = request.is_dry_run();
-    let (uid, namespace, kind) = (&request.uid, &request.namespace, &request.kind.kind);
-    let result = decision.result.as_str();
-    let Some(plan) = &decision.plan else { return };
-    let mode = plan.mode.to_string();
-    let mut tally = Tally::default();
-    let mut violation_lines = 0usize;
-    // True for the first LOGGED_VIOLATIONS violations of the review: those get a line each.
-    let mut log_this = || {
-        violation_lines += 1;
-        violation_lines <= LOGGED_VIOLATIONS
-    };
-    for outcome in &plan.outcomes {
-        let reason = outcome.reason.as_deref().unwrap_or("");
-        let (pointer, image) = (&outcome.site.pointer, &outcome.site.image);
-        match outcome.action {
-            admission::Action::Pinned => {
-                tally.pinned += 1;
-                debug!(%pointer, %image, pinned = %outcome.result, "pinned image");
-            }
-            admission::Action::Denied | admission::Action::Violation => {
-                tally.violations += 1;
-                if log_this() {
-                    warn!(
-                        %uid,
-                        %namespace,
-                        %kind,
-                        mode = %mode,
-                        violation = outcome.violation.map(|r| r.as_str()).unwrap_or(""),
-                        admitted = outcome.action == admission::Action::Violation,
-                        %pointer,
-                        %image,
-                        reason,
-                        "policy violation"
-                    );
-                }
-            }
-            // Audit mode resolved the tag and left it: say what enforce would have written.
-            admission::Action::Unchanged
-                if plan.mode == crate::policy::Mode::Audit && outcome.digest.is_some() =>
-            {
-                tally.would_pin += 1;
-                let digest = outcome.digest.as_ref().map(ToString::to_string);
-                debug!(%pointer, %image, digest = digest.as_deref().unwrap_or(""), "audit: would pin image");
-            }
-            admission::Action::Unchanged => tally.unchanged += 1,
-            admission::Action::Exempt => tally.exempt += 1,
-        }
-        if let (Some(violation), false) = (outcome.violation, dry_run) {
-            count_violation(state, &mode, violation);
-        }
-    }
-    for finding in &plan.findings {
-        tally.violations += 1;
-        if log_this() {
-            warn!(
-                %uid,
-                %namespace,
-                %kind,
-                mode = %mode,
-                violation = finding.reason.as_str(),
-                admitted = finding.action == admission::Action::Violation,
-                reason = %finding.message,
-                "policy violation"
-            );
-        }
-        if !dry_run {
-            count_violation(state, &mode, finding.reason);
-        }
-    }
-    if violation_lines > LOGGED_VIOLATIONS {
-        warn!(
-            %uid,
-            mode = %mode,
-            omitted = violation_lines - LOGGED_VIOLATIONS,
-            "more policy violations in this review, not logged one by one"
-        );
-    }
-    let Tally {
-        pinned,
-        would_pin,
-        unchanged,
-        exempt,
-        violations,
-    } = tally;
-    let operation = &request.operation;
-    if violations > 0 {
-        warn!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
-    } else {
-        info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
-    }
-}
-
-/// How many images each outcome had in one review, for its summary line.
-#[derive(Default)]
-struct Tally {
-    pinned: usize,
-    would_pin: usize,
-    unchanged: usize,
-    exempt: usize,
-    violations: usize,
-}
-
-/// Violations logged one line each per review; the rest are counted in one line.
-const LOGGED_VIOLATIONS: usize = 10;
-
-fn count_violation(state: &AppState, mode: &str, reason: admission::Reason) {
-    state
-        .metrics
-        .policy_violations
-        .get_or_create(&ViolationLabels {
-            mode: mode.to_string(),
-            reason: reason.as_str(),
-        })
-        .inc();
-}
-
-fn record_review(
-    state: &AppState,
-    endpoint: &'static str,
-    operation: &str,
-    result: &'static str,
-    started: Instant,
-) {
-    // Operations come from the apiserver's fixed set; anything else is folded into "other".
-    let operation = match operation {
-        "CREATE" | "UPDATE" | "DELETE" | "CONNECT" => operation.to_string(),
-        _ => "other".to_string(),
-    };
-    state
-        .metrics
-        .reviews
-        .get_or_create(&ReviewLabels {
-            endpoint,
-            operation,
-            result,
-        })
-        .inc();
-    state
-        .metrics
-        .review_duration
-        .get_or_create(&EndpointLabels { endpoint })
-        .observe(started.elapsed().as_secs_f64());
 }
 
 fn json_response(body: Result<Vec<u8>, serde_json::Error>) -> Response {

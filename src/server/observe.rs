@@ -1,0 +1,179 @@
+//! What a review leaves behind besides its answer: its debug span, one summary log line (and a
+//! line per violation, up to [`LOGGED_VIOLATIONS`]), and the review, duration and violation
+//! metrics. Shared by `/mutate`, `/validate` and the answers to bodies that are not reviews;
+//! public so that `examples/warm_path` can time it beside the decision.
+
+use std::time::Instant;
+
+use tracing::{debug, info, warn};
+
+use crate::admission;
+use crate::metrics::{EndpointLabels, Metrics, ReviewLabels, ViolationLabels};
+
+/// The review's span, at debug: with `PINHOOK_LOG=debug` every line logged while deciding a
+/// review (registry, pull secrets, each image) names it. At info it is disabled and costs
+/// nothing (it was created, formatted and entered on every poll of every review, issue
+/// 13): the summary and violation lines carry the review's identity themselves.
+pub fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
+    tracing::debug_span!(
+        "review",
+        uid = %request.uid,
+        namespace = %request.namespace,
+        kind = %request.kind.kind,
+        operation = %request.operation,
+        dry_run = request.is_dry_run(),
+        result = tracing::field::Empty,
+    )
+}
+
+/// Logs one summary line per review, naming the endpoint (counts at info, or warn when anything
+/// broke the policy), the first [`LOGGED_VIOLATIONS`] violations one line each at warn, every
+/// image's outcome at debug; and counts policy violations. A dry-run request (e.g. `kubectl apply
+/// --dry-run=server` in CI) is logged but not counted: it changed nothing.
+pub fn observe_decision(
+    metrics: &Metrics,
+    endpoint: &'static str,
+    request: &admission::AdmissionRequest,
+    decision: &admission::Decision,
+) {
+    let dry_run = request.is_dry_run();
+    let (uid, namespace, kind) = (&request.uid, &request.namespace, &request.kind.kind);
+    let result = decision.result.as_str();
+    let Some(plan) = &decision.plan else { return };
+    let mode = plan.mode.to_string();
+    let mut tally = Tally::default();
+    let mut violation_lines = 0usize;
+    // True for the first LOGGED_VIOLATIONS violations of the review: those get a line each.
+    let mut log_this = || {
+        violation_lines += 1;
+        violation_lines <= LOGGED_VIOLATIONS
+    };
+    for outcome in &plan.outcomes {
+        let reason = outcome.reason.as_deref().unwrap_or("");
+        let (pointer, image) = (&outcome.site.pointer, &outcome.site.image);
+        match outcome.action {
+            admission::Action::Pinned => {
+                tally.pinned += 1;
+                debug!(%pointer, %image, pinned = %outcome.result, "pinned image");
+            }
+            admission::Action::Denied | admission::Action::Violation => {
+                tally.violations += 1;
+                if log_this() {
+                    warn!(
+                        %uid,
+                        %namespace,
+                        %kind,
+                        mode = %mode,
+                        violation = outcome.violation.map(|r| r.as_str()).unwrap_or(""),
+                        admitted = outcome.action == admission::Action::Violation,
+                        %pointer,
+                        %image,
+                        reason,
+                        "policy violation"
+                    );
+                }
+            }
+            // Audit mode resolved the tag and left it: say what enforce would have written.
+            admission::Action::Unchanged
+                if plan.mode == crate::policy::Mode::Audit && outcome.digest.is_some() =>
+            {
+                tally.would_pin += 1;
+                let digest = outcome.digest.as_ref().map(ToString::to_string);
+                debug!(%pointer, %image, digest = digest.as_deref().unwrap_or(""), "audit: would pin image");
+            }
+            admission::Action::Unchanged => tally.unchanged += 1,
+            admission::Action::Exempt => tally.exempt += 1,
+        }
+        if let (Some(violation), false) = (outcome.violation, dry_run) {
+            count_violation(metrics, &mode, violation);
+        }
+    }
+    for finding in &plan.findings {
+        tally.violations += 1;
+        if log_this() {
+            warn!(
+                %uid,
+                %namespace,
+                %kind,
+                mode = %mode,
+                violation = finding.reason.as_str(),
+                admitted = finding.action == admission::Action::Violation,
+                reason = %finding.message,
+                "policy violation"
+            );
+        }
+        if !dry_run {
+            count_violation(metrics, &mode, finding.reason);
+        }
+    }
+    if violation_lines > LOGGED_VIOLATIONS {
+        warn!(
+            %uid,
+            mode = %mode,
+            omitted = violation_lines - LOGGED_VIOLATIONS,
+            "more policy violations in this review, not logged one by one"
+        );
+    }
+    let Tally {
+        pinned,
+        would_pin,
+        unchanged,
+        exempt,
+        violations,
+    } = tally;
+    let operation = &request.operation;
+    if violations > 0 {
+        warn!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
+    } else {
+        info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
+    }
+}
+
+/// How many images each outcome had in one review, for its summary line.
+#[derive(Default)]
+struct Tally {
+    pinned: usize,
+    would_pin: usize,
+    unchanged: usize,
+    exempt: usize,
+    violations: usize,
+}
+
+/// Violations logged one line each per review; the rest are counted in one line.
+const LOGGED_VIOLATIONS: usize = 10;
+
+fn count_violation(metrics: &Metrics, mode: &str, reason: admission::Reason) {
+    metrics
+        .policy_violations
+        .get_or_create(&ViolationLabels {
+            mode: mode.to_string(),
+            reason: reason.as_str(),
+        })
+        .inc();
+}
+
+pub fn record_review(
+    metrics: &Metrics,
+    endpoint: &'static str,
+    operation: &str,
+    result: &'static str,
+    started: Instant,
+) {
+    // Operations come from the apiserver's fixed set; anything else is folded into "other".
+    let operation = match operation {
+        "CREATE" | "UPDATE" | "DELETE" | "CONNECT" => operation.to_string(),
+        _ => "other".to_string(),
+    };
+    metrics
+        .reviews
+        .get_or_create(&ReviewLabels {
+            endpoint,
+            operation,
+            result,
+        })
+        .inc();
+    metrics
+        .review_duration
+        .get_or_create(&EndpointLabels { endpoint })
+        .observe(started.elapsed().as_secs_f64());
+}
