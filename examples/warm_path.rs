@@ -1,5 +1,5 @@
-//! `cargo run --release --example warm_path [ITERATIONS]`: the CPU of each stage of a warm
-//! `/mutate` in process, one thread, no HTTP (issue 13, item 2).
+//! `cargo run --release --example warm_path [ITERATIONS] [THREADS]`: the CPU of each stage of
+//! a warm `/mutate` in process, no HTTP (issue 13, item 2).
 //!
 //! Runs the captured 1.26 Deployment review (every container on one cached tag, as
 //! `benches/load.sh` sends it) through the stages `mutate_handler` runs: `parse_review`,
@@ -7,8 +7,10 @@
 //! through the logger `pinhook serve` sets up, writing to a sink; the review metrics) and
 //! `review_body`, with pinhook's allocator and the cache `pinhook serve` uses in front of a
 //! stand-in registry that answers at once.
-//! Prints the median time per stage over ITERATIONS (default 200,000) reviews, and beside them
-//! what the floor does with the same body (parse it into a `Value` and drop it). A profile of
+//! Prints the median time per stage over ITERATIONS (default 200,000) reviews on each of
+//! THREADS threads at once (default 1; 2 shows what sharing the pinner's cache, policy and
+//! metrics between two cores costs), and beside them what the floor does with the same body
+//! (parse it into a `Value` and drop it) on as many threads. A profile of
 //! this loop (`perf record -g target/release/examples/warm_path`) shows pinhook's own code
 //! without the TLS, HTTP and kernel costs around it, which `benches/load.sh` measures.
 
@@ -70,12 +72,13 @@ fn review() -> anyhow::Result<Vec<u8>> {
     Ok(serde_json::to_vec_pretty(&review)?)
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
-    let iterations: usize = match std::env::args().nth(1) {
-        Some(n) => n.parse()?,
-        None => 200_000,
-    };
+type Stages = [Vec<Duration>; 5];
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let iterations: usize = args.next().map_or(Ok(200_000), |n| n.parse())?;
+    let threads: usize = args.next().map_or(Ok(1), |n| n.parse())?;
+    anyhow::ensure!((1..=64).contains(&threads), "THREADS must be 1-64");
     // As `pinhook serve` logs (main.rs), into a sink.
     let (writer, _guard) =
         pinhook::log_writer::batched(std::io::sink(), 4 << 20, Duration::from_millis(10))?;
@@ -92,7 +95,7 @@ async fn main() -> anyhow::Result<()> {
         CacheConfig::default(),
         metrics.clone(),
     ));
-    let pinner = Pinner::new(PinnerParts {
+    let pinner = Arc::new(Pinner::new(PinnerParts {
         policy: PolicyHandle::new(policy),
         resolver: resolver.clone(),
         dry_run_resolver: resolver,
@@ -101,39 +104,34 @@ async fn main() -> anyhow::Result<()> {
         }),
         namespaces: Arc::new(NoNamespaces),
         owner_ttl: Duration::from_secs(60),
-    });
-    let body = review()?;
-    let budget = Duration::from_secs(10);
+    }));
+    let body = Arc::new(review()?);
 
-    let mut stages = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
-    for i in 0..iterations + 1_000 {
-        let t0 = Instant::now();
-        let request = admission::parse_review(&body)?;
-        let t1 = Instant::now();
-        let decision = admission::mutate(&pinner, &request, budget).await;
-        let t2 = Instant::now();
-        let result = decision.result.as_str();
-        observe::observe_decision(&metrics, "mutate", &request, &decision);
-        observe::record_review(&metrics, "mutate", &request.operation, result, t0);
-        let t3 = Instant::now();
-        let answer = admission::review_body(&decision.response)?;
-        let t4 = Instant::now();
-        drop((request, decision, answer));
-        let t5 = Instant::now();
-        if i == 0 && decision_patch_missing(&pinner, &body, budget).await? {
-            anyhow::bail!("the warm-up review was not pinned");
+    // Each thread runs its own loop on its own runtime, all sharing one pinner and one set of
+    // metrics, as the workers of `pinhook serve` do.
+    let loops: Vec<_> = (0..threads)
+        .map(|_| {
+            let (pinner, metrics, body) = (pinner.clone(), metrics.clone(), body.clone());
+            std::thread::spawn(move || -> anyhow::Result<(Stages, Vec<Duration>)> {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let stages = runtime.block_on(run(&pinner, &metrics, &body, iterations))?;
+                Ok((stages, floor(&body, iterations)?))
+            })
+        })
+        .collect();
+    let mut stages: Stages = Default::default();
+    let mut floor = Vec::new();
+    for handle in loops {
+        let (own, own_floor) = handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("a loop panicked"))??;
+        for (all, own) in stages.iter_mut().zip(own) {
+            all.extend(own);
         }
-        if i >= 1_000 {
-            let took = [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4];
-            for (stage, took) in stages.iter_mut().zip(took) {
-                stage.push(took);
-            }
-        }
+        floor.extend(own_floor);
     }
-    let median = |v: &mut Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2].as_secs_f64() * 1e6
-    };
     let names = ["parse_review", "mutate", "observe", "review_body", "drop"];
     let mut total = 0.0;
     for (name, stage) in names.iter().zip(stages.iter_mut()) {
@@ -142,33 +140,67 @@ async fn main() -> anyhow::Result<()> {
         println!("{name:<14} {m:7.2} us");
     }
     println!(
-        "{:<14} {total:7.2} us ({} byte review, {iterations} iterations)",
+        "{:<14} {total:7.2} us ({} byte review, {iterations} iterations on each of {threads} threads)",
         "sum",
         body.len()
     );
-    // What the floor of benches/load.sh does with the same body: parse it into a Value, drop it.
-    let mut floor = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let t0 = Instant::now();
-        let value: serde_json::Value = serde_json::from_slice(&body)?;
-        drop(value);
-        floor.push(t0.elapsed());
-    }
-    let floor = median(&mut floor);
     println!(
-        "{:<14} {floor:7.2} us (the floor's parse and drop)",
-        "floor"
+        "{:<14} {:7.2} us (the floor's parse and drop)",
+        "floor",
+        median(&mut floor)
     );
     Ok(())
 }
 
-/// True when mutating the review gives no patch.
-async fn decision_patch_missing(
+/// `iterations` warm reviews (after 1,000 unmeasured), each stage timed.
+async fn run(
     pinner: &Pinner,
+    metrics: &Metrics,
     body: &[u8],
-    budget: Duration,
-) -> anyhow::Result<bool> {
-    let request = admission::parse_review(body)?;
-    let decision = admission::mutate(pinner, &request, budget).await;
-    Ok(decision.response.patch.is_none())
+    iterations: usize,
+) -> anyhow::Result<Stages> {
+    let budget = Duration::from_secs(10);
+    let mut stages: Stages = Default::default();
+    for i in 0..iterations + 1_000 {
+        let t0 = Instant::now();
+        let request = admission::parse_review(body)?;
+        let t1 = Instant::now();
+        let decision = admission::mutate(pinner, &request, budget).await;
+        let t2 = Instant::now();
+        let result = decision.result.as_str();
+        observe::observe_decision(metrics, "mutate", &request, &decision);
+        observe::record_review(metrics, "mutate", &request.operation, result, t0);
+        let t3 = Instant::now();
+        let answer = admission::review_body(&decision.response)?;
+        let t4 = Instant::now();
+        drop((request, answer));
+        let t5 = Instant::now();
+        if decision.response.patch.is_none() {
+            anyhow::bail!("review {i} was not pinned");
+        }
+        if i >= 1_000 {
+            let took = [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4];
+            for (stage, took) in stages.iter_mut().zip(took) {
+                stage.push(took);
+            }
+        }
+    }
+    Ok(stages)
+}
+
+/// What the floor of benches/load.sh does with the same body: parse it into a `Value`, drop it.
+fn floor(body: &[u8], iterations: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut took = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let t0 = Instant::now();
+        let value: serde_json::Value = serde_json::from_slice(body)?;
+        drop(value);
+        took.push(t0.elapsed());
+    }
+    Ok(took)
+}
+
+fn median(v: &mut [Duration]) -> f64 {
+    v.sort();
+    v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }

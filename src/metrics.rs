@@ -14,7 +14,8 @@ use prometheus_client::registry::{Registry, Unit};
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReviewLabels {
     pub endpoint: &'static str,
-    pub operation: String,
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`.
+    pub operation: &'static str,
     pub result: &'static str,
 }
 

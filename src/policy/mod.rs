@@ -400,13 +400,20 @@ impl FromStr for Mode {
     }
 }
 
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Mode {
+    /// The name a policy file and the mode label use.
+    pub fn as_str(self) -> &'static str {
+        match self {
             Mode::Enforce => "enforce",
             Mode::Audit => "audit",
             Mode::Off => "off",
-        })
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

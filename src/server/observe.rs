@@ -40,7 +40,7 @@ pub fn observe_decision(
     let (uid, namespace, kind) = (&request.uid, &request.namespace, &request.kind.kind);
     let result = decision.result.as_str();
     let Some(plan) = &decision.plan else { return };
-    let mode = plan.mode.to_string();
+    let mode = plan.mode.as_str();
     let mut tally = Tally::default();
     let mut violation_lines = 0usize;
     // True for the first LOGGED_VIOLATIONS violations of the review: those get a line each.
@@ -85,7 +85,7 @@ pub fn observe_decision(
             admission::Action::Exempt => tally.exempt += 1,
         }
         if let (Some(violation), false) = (outcome.violation, dry_run) {
-            count_violation(metrics, &mode, violation);
+            count_violation(metrics, mode, violation);
         }
     }
     for finding in &plan.findings {
@@ -103,7 +103,7 @@ pub fn observe_decision(
             );
         }
         if !dry_run {
-            count_violation(metrics, &mode, finding.reason);
+            count_violation(metrics, mode, finding.reason);
         }
     }
     if violation_lines > LOGGED_VIOLATIONS {
@@ -161,8 +161,11 @@ pub fn record_review(
 ) {
     // Operations come from the apiserver's fixed set; anything else is folded into "other".
     let operation = match operation {
-        "CREATE" | "UPDATE" | "DELETE" | "CONNECT" => operation.to_string(),
-        _ => "other".to_string(),
+        "CREATE" => "CREATE",
+        "UPDATE" => "UPDATE",
+        "DELETE" => "DELETE",
+        "CONNECT" => "CONNECT",
+        _ => "other",
     };
     metrics
         .reviews
