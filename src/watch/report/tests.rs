@@ -3,12 +3,14 @@
 //! mirror ClusterPolicyReport.
 
 use rstest::rstest;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
 use crate::policy::mirrors::AllowedMirror;
+use crate::policy::MirrorPolicy;
 use crate::registry::testing::digest;
 use crate::watch::pod::PodImage;
+use crate::watch::WatchError;
 use crate::workload::ImageField;
 
 const T1: Timestamp = Timestamp {
