@@ -14,40 +14,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use pinhook::metrics::Metrics;
-use pinhook::reference::{Digest, Reference};
-use pinhook::registry::{
-    CacheConfig, CachingResolver, Credential, RegistryError, Resolution, ResolutionSource, Resolver,
-};
+use pinhook::reference::Reference;
+use pinhook::registry::{CacheConfig, CachingResolver, Credential, ResolutionSource, Resolver};
+
+#[path = "support/instant_registry.rs"]
+mod instant_registry;
+
+use instant_registry::InstantRegistry;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// A registry that answers every tag at once with a digest of its name, as the first
-/// credential offered.
-struct Instant_;
-
-#[async_trait]
-impl Resolver for Instant_ {
-    async fn resolve(
-        &self,
-        reference: &Reference,
-        credentials: &[Credential],
-    ) -> Result<Resolution, RegistryError> {
-        let credential = credentials.first().map_or_else(
-            || Credential::Anonymous.fingerprint(),
-            Credential::fingerprint,
-        );
-        Ok(Resolution {
-            digest: Digest::sha256_of(reference.tag_reference().as_bytes()),
-            credential,
-            source: ResolutionSource::Registry,
-            moved_from: None,
-            age: Duration::ZERO,
-        })
-    }
-}
 
 const LOOKUPS: usize = 200_000;
 const CREDENTIALS: usize = 4;
@@ -120,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
         max_entries: entries as u64,
         ..CacheConfig::default()
     };
-    let cache = CachingResolver::new(Arc::new(Instant_), config, Arc::new(Metrics::new()));
+    let cache = CachingResolver::new(Arc::new(InstantRegistry), config, Arc::new(Metrics::new()));
 
     let empty_rss = rss_kib()?;
     cache.resolve(&images[0], &credentials[0]).await?;

@@ -17,18 +17,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use pinhook::admission::{self, Pinner, PinnerParts};
 use pinhook::cluster::NoNamespaces;
 use pinhook::metrics::Metrics;
 use pinhook::policy::{Policy, PolicyHandle};
-use pinhook::reference::{Digest, Reference};
 use pinhook::registry::keyring::Keyring;
 use pinhook::registry::pull_secrets::NodeOnly;
-use pinhook::registry::{
-    CacheConfig, CachingResolver, Credential, RegistryError, Resolution, ResolutionSource, Resolver,
-};
+use pinhook::registry::{CacheConfig, CachingResolver};
 use pinhook::server::observe;
+
+#[path = "support/instant_registry.rs"]
+mod instant_registry;
+
+use instant_registry::InstantRegistry;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -36,26 +37,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const REVIEW: &str =
     include_str!("../tests/fixtures/admissionreview/v1.26/deployment-create-mutate.json");
 const IMAGE: &str = "127.0.0.1:5000/team/app:1.0";
-
-/// A registry that answers every tag at once with a digest of its name.
-struct Instant_;
-
-#[async_trait]
-impl Resolver for Instant_ {
-    async fn resolve(
-        &self,
-        reference: &Reference,
-        _credentials: &[Credential],
-    ) -> Result<Resolution, RegistryError> {
-        Ok(Resolution {
-            digest: Digest::sha256_of(reference.tag_reference().as_bytes()),
-            credential: Credential::Anonymous.fingerprint(),
-            source: ResolutionSource::Registry,
-            moved_from: None,
-            age: Duration::ZERO,
-        })
-    }
-}
 
 /// The review `benches/load.sh` sends: every container's image replaced by [`IMAGE`].
 fn review() -> anyhow::Result<Vec<u8>> {
@@ -91,7 +72,7 @@ fn main() -> anyhow::Result<()> {
     let policy =
         Policy::parse("mode: enforce\nregistries:\n  allowPrivate: [\"127.0.0.1:5000\"]\n")?;
     let resolver = Arc::new(CachingResolver::new(
-        Arc::new(Instant_),
+        Arc::new(InstantRegistry),
         CacheConfig::default(),
         metrics.clone(),
     ));
