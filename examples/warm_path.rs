@@ -61,8 +61,9 @@ fn main() -> anyhow::Result<()> {
     let threads: usize = args.next().map_or(Ok(1), |n| n.parse())?;
     anyhow::ensure!((1..=64).contains(&threads), "THREADS must be 1-64");
     // As `pinhook serve` logs (main.rs), into a sink.
-    let (writer, _guard) =
-        pinhook::log_writer::batched(std::io::sink(), 4 << 20, Duration::from_millis(10))?;
+    let (writer, _guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::sink());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
         .with_ansi(false)

@@ -33,7 +33,6 @@ pub mod cli;
 pub mod cluster;
 pub mod documents;
 pub mod error;
-pub mod log_writer;
 pub mod metrics;
 pub mod owners;
 pub mod policy;

@@ -1,15 +1,15 @@
-//! The `pinhook` binary: parses the command line, starts logging (a batched writer thread)
-//! and the async runtime, and hands each subcommand to the library. Prints errors on one line; exits 2 on usage or
+//! The `pinhook` binary: parses the command line, starts logging (a non-blocking writer) and
+//! the async runtime, and
+//! hands each subcommand to the library. Prints errors on one line; exits 2 on usage or
 //! start-up errors, 1 when `resolve` cannot resolve, and `check`'s own code.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Result;
 use clap::Parser;
 
 use pinhook::cli::{Cli, Command, InventoryArgs, InventoryOutput, LogFormat};
-use pinhook::{app, certs, check, log_writer};
+use pinhook::{app, certs, check};
 
 /// mimalloc instead of glibc's malloc: malloc and free were about 12 % of the warm path's CPU
 /// (issue 13), and glibc's arenas consolidate under two busy workers.
@@ -19,7 +19,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // First, before anything that could fail: `--help` and `--version` must always work.
     let cli = Cli::parse();
-    // Writes the log lines still buffered when it is dropped, at the end of main.
+    // Flushes the log lines still queued when it is dropped, at the end of main.
     let _log_guard = init_tracing(cli.log_format);
     pinhook::install_crypto_provider();
     let runtime = match tokio::runtime::Runtime::new() {
@@ -38,39 +38,32 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr through a writer thread of its own ([`pinhook::log_writer`]): a request's
-/// worker only appends its line to a buffer, and the thread writes what gathered in one write
-/// at most every 10 ms (a write syscall per review line cost about a sixth of warm throughput,
-/// and waking a writer thread per line a tenth, issue 13). Lines are never dropped: with 4 MiB
-/// waiting, logging waits as a direct write would. If the thread cannot be started, lines are
-/// written directly. Colours only on a terminal, and not with `NO_COLOR`.
-fn init_tracing(format: LogFormat) -> Option<log_writer::FlushGuard> {
+/// Logs to stderr through a dedicated writer thread: a request's worker only queues its line
+/// (the write syscall per review line cost about a sixth of warm throughput, issue 13). The
+/// thread writes what is queued through a buffer and flushes it whenever the queue is empty, so
+/// under load one write carries many lines and no line waits behind an idle queue. Lines are
+/// never dropped: a full queue (128k lines) makes the logging thread wait, as a direct write
+/// would. Colours only on a terminal, and not with `NO_COLOR`.
+fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PINHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            std::io::stderr(),
+        ));
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi);
-    match log_writer::batched(std::io::stderr(), 4 << 20, Duration::from_millis(10)) {
-        Ok((writer, guard)) => {
-            let builder = builder.with_writer(writer);
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().init(),
-            }
-            Some(guard)
-        }
-        Err(e) => {
-            let builder = builder.with_writer(std::io::stderr);
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().init(),
-            }
-            tracing::warn!(error = %e, "cannot start the log writer thread; logging directly");
-            None
-        }
+        .with_ansi(ansi)
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
+    guard
 }
 
 async fn run(command: Command) -> Result<ExitCode> {
