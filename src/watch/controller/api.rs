@@ -55,11 +55,7 @@ pub async fn namespace_reports(
     client: &kube::Client,
     only: Option<&str>,
 ) -> Result<HashMap<String, PolicyReport>, kube::Error> {
-    let resource = report_resource(POLICY_REPORT_KIND);
-    let api: Api<DynamicObject> = match only {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
+    let api = report_api(client, POLICY_REPORT_KIND, only);
     let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let mut reports = HashMap::new();
     for object in api.list(&params).await?.items {
@@ -79,8 +75,7 @@ pub async fn namespace_reports(
 pub async fn namespace_report_digests(
     client: &kube::Client,
 ) -> Result<HashMap<String, Option<String>>, kube::Error> {
-    let api: Api<DynamicObject> =
-        Api::all_with(client.clone(), &report_resource(POLICY_REPORT_KIND));
+    let api = report_api(client, POLICY_REPORT_KIND, None);
     let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     Ok(api
         .list_metadata(&params)
@@ -104,12 +99,7 @@ pub async fn namespace_report(
     client: &kube::Client,
     namespace: &str,
 ) -> Result<Option<PolicyReport>, kube::Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        namespace,
-        &report_resource(POLICY_REPORT_KIND),
-    );
-    Ok(api
+    Ok(report_api(client, POLICY_REPORT_KIND, Some(namespace))
         .get_opt(REPORT_NAME)
         .await?
         .and_then(|o| as_report(o, POLICY_REPORT_KIND)))
@@ -120,9 +110,7 @@ pub async fn cluster_report(
     client: &kube::Client,
     name: &str,
 ) -> Result<Option<PolicyReport>, kube::Error> {
-    let api: Api<DynamicObject> =
-        Api::all_with(client.clone(), &report_resource(CLUSTER_POLICY_REPORT_KIND));
-    Ok(api
+    Ok(report_api(client, CLUSTER_POLICY_REPORT_KIND, None)
         .get_opt(name)
         .await?
         .and_then(|o| as_report(o, CLUSTER_POLICY_REPORT_KIND)))
@@ -143,18 +131,13 @@ fn as_report(object: DynamicObject, kind: &str) -> Option<PolicyReport> {
 
 /// Applies `report` (creates or updates it).
 async fn apply_report(client: &kube::Client, report: &PolicyReport) -> Result<(), kube::Error> {
-    let resource = report_resource(&report.kind);
-    let api: Api<DynamicObject> = match &report.metadata.namespace {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
+    let api = report_api(client, &report.kind, report.metadata.namespace.as_deref());
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&report.metadata.name, &params, &Patch::Apply(report))
         .await?;
     Ok(())
 }
 
-/// Deletes the report `name` (in `namespace`, or the cluster's); gone already is fine.
 /// Carries out one planned report write: server-side apply for a new or changed report, delete
 /// for one with no finding left. `target` is (kind, namespace, name) of the report a delete
 /// removes. `Ok(false)`: nothing to write.
@@ -174,21 +157,29 @@ pub async fn write_report(
     }
 }
 
+/// Deletes the report `name` (in `namespace`, or the cluster's); gone already is fine.
 async fn delete_report(
     client: &kube::Client,
     kind: &str,
     namespace: Option<&str>,
     name: &str,
 ) -> Result<(), kube::Error> {
-    let resource = report_resource(kind);
-    let api: Api<DynamicObject> = match namespace {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    match api.delete(name, &DeleteParams::default()).await {
+    match report_api(client, kind, namespace)
+        .delete(name, &DeleteParams::default())
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// The reports of `kind` in `namespace`, or the cluster's.
+fn report_api(client: &kube::Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+    let resource = report_resource(kind);
+    match namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
     }
 }
 
