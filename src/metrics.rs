@@ -40,7 +40,7 @@ pub struct CacheLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ViolationLabels {
     /// `enforce` or `audit`.
-    pub mode: String,
+    pub mode: &'static str,
     /// `invalid_reference`, `resolution_failed`, `registry_denied`, `tag_moved`, `unpinned`,
     /// `tag_mirror`.
     pub reason: &'static str,

@@ -273,17 +273,7 @@ async fn mutate_handler(
     let decision = admission::mutate(&state.pinner, &request, budget)
         .instrument(span.clone())
         .await;
-    let result = decision.result.as_str();
-    span.record("result", result);
-    span.in_scope(|| observe_decision(&state.metrics, "mutate", &request, &decision));
-    record_review(
-        &state.metrics,
-        "mutate",
-        &request.operation,
-        result,
-        started,
-    );
-    json_response(admission::review_body(&decision.response))
+    answer(&state, "mutate", &request, &decision, &span, started)
 }
 
 async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Response {
@@ -296,12 +286,24 @@ async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Respons
     let decision = admission::validate(&state.pinner, &request)
         .instrument(span.clone())
         .await;
+    answer(&state, "validate", &request, &decision, &span, started)
+}
+
+/// Logs and counts a decided review ([`observe`]), then renders its AdmissionReview.
+fn answer(
+    state: &AppState,
+    endpoint: &'static str,
+    request: &admission::AdmissionRequest,
+    decision: &admission::Decision,
+    span: &tracing::Span,
+    started: Instant,
+) -> Response {
     let result = decision.result.as_str();
     span.record("result", result);
-    span.in_scope(|| observe_decision(&state.metrics, "validate", &request, &decision));
+    span.in_scope(|| observe_decision(&state.metrics, endpoint, request, decision));
     record_review(
         &state.metrics,
-        "validate",
+        endpoint,
         &request.operation,
         result,
         started,

@@ -142,11 +142,11 @@ struct Tally {
 /// Violations logged one line each per review; the rest are counted in one line.
 const LOGGED_VIOLATIONS: usize = 10;
 
-fn count_violation(metrics: &Metrics, mode: &str, reason: admission::Reason) {
+fn count_violation(metrics: &Metrics, mode: &'static str, reason: admission::Reason) {
     metrics
         .policy_violations
         .get_or_create(&ViolationLabels {
-            mode: mode.to_string(),
+            mode,
             reason: reason.as_str(),
         })
         .inc();
