@@ -13,19 +13,58 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 
+use crate::policy::{ModeLabel, MODE_LABEL};
+
 /// How long a namespace's labels answer before they are read again.
 pub const NAMESPACE_TTL: Duration = Duration::from_secs(30);
 
 /// Source of namespace labels.
 #[async_trait]
 pub trait NamespaceLabels: Send + Sync {
-    /// The value of `label` on `namespace`; `Err` with a short reason when it cannot be read.
-    async fn label(&self, namespace: &str, label: &str) -> Result<Option<String>, String>;
+    /// The value of `label` on `namespace`.
+    async fn label(&self, namespace: &str, label: &str) -> Result<Option<String>, LabelError>;
 
     /// The value `label` had when `namespace` was last read successfully (within a day);
     /// `None` when it never was. For when [`NamespaceLabels::label`] fails or is too slow.
     fn last_known(&self, _namespace: &str, _label: &str) -> Option<Option<String>> {
         None
+    }
+}
+
+/// Why a namespace's labels cannot be read now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot read namespace {namespace}: {reason}")]
+pub struct LabelError {
+    pub namespace: String,
+    /// The API's own message (its Status message, else the transport error), kept short for
+    /// a warning.
+    pub reason: String,
+}
+
+/// What `namespace`'s mode label reads as: now (within `wait`, when given), else as last read.
+/// Admission and the watch both read it here and judge it with
+/// [`CompiledPolicy::namespace_mode`](crate::policy::CompiledPolicy::namespace_mode).
+pub async fn read_mode_label(
+    namespaces: &dyn NamespaceLabels,
+    namespace: &str,
+    wait: Option<Duration>,
+) -> ModeLabel {
+    let read = namespaces.label(namespace, MODE_LABEL);
+    let read = match wait {
+        Some(wait) => tokio::time::timeout(wait, read).await,
+        None => Ok(read.await),
+    };
+    let failure = match read {
+        Ok(Ok(label)) => return ModeLabel::Read(label),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!(
+            "reading namespace {namespace} took longer than {:?}",
+            wait.unwrap_or_default()
+        ),
+    };
+    match namespaces.last_known(namespace, MODE_LABEL) {
+        Some(label) => ModeLabel::LastRead { label, failure },
+        None => ModeLabel::Unknown { failure },
     }
 }
 
@@ -46,7 +85,7 @@ const LAST_READ_TTL: Duration = Duration::from_secs(24 * 3600);
 
 #[async_trait]
 impl NamespaceLabels for NoNamespaces {
-    async fn label(&self, _namespace: &str, _label: &str) -> Result<Option<String>, String> {
+    async fn label(&self, _namespace: &str, _label: &str) -> Result<Option<String>, LabelError> {
         Ok(None)
     }
 }
@@ -76,7 +115,7 @@ impl KubeNamespaces {
 
 #[async_trait]
 impl NamespaceLabels for KubeNamespaces {
-    async fn label(&self, namespace: &str, label: &str) -> Result<Option<String>, String> {
+    async fn label(&self, namespace: &str, label: &str) -> Result<Option<String>, LabelError> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let name = namespace.to_string();
         let last_read = self.last_read.clone();
@@ -88,9 +127,12 @@ impl NamespaceLabels for KubeNamespaces {
                 Ok::<_, kube::Error>(found)
             })
             .await
-            .map_err(|e| match e.as_ref() {
-                kube::Error::Api(status) => status.message.clone(),
-                other => other.to_string(),
+            .map_err(|e| LabelError {
+                namespace: namespace.to_string(),
+                reason: match e.as_ref() {
+                    kube::Error::Api(status) => status.message.clone(),
+                    other => other.to_string(),
+                },
             })?;
         Ok(label_of(&found, label))
     }

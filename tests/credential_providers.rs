@@ -19,7 +19,9 @@ use common::registry::{RegistryAuth, TestRegistry};
 use common::requests::{fixture_with_image, image_after, message, pod_review, warned, warnings};
 use pinhook::registry::keyring::Keyring;
 use pinhook::registry::provider::{CredentialProviders, ProviderFiles, Settings};
-use pinhook::registry::pull_secrets::{KubeSecrets, NodeOnly, PodContext, PullSecrets};
+use pinhook::registry::pull_secrets::{
+    KubeSecrets, NodeOnly, PodContext, PullSecrets, SecretNames,
+};
 use pinhook::registry::Credential;
 use serde_json::json;
 
@@ -309,9 +311,10 @@ async fn a_pod_pull_secret_is_tried_before_the_plugin() {
     let object = &review["request"]["object"];
     let pod = PodContext {
         namespace: "default",
-        pod_spec: Some(&object["spec"]),
-        is_pod: true,
-        pod_name: "",
+        secrets: SecretNames::Spec {
+            spec: &object["spec"],
+            is_pod: true,
+        },
         images: &[pinhook::reference::Reference::parse(&app.reference)
             .expect("parses")
             .repository()],

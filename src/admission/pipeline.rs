@@ -13,14 +13,13 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use super::plan::{self, Object, Plan, Resolutions};
-use crate::cluster::NamespaceLabels;
-use crate::owners;
-use crate::policy::{CompiledPolicy, Mode, PolicyHandle, MODE_LABEL};
+use crate::cluster::{read_mode_label, NamespaceLabels};
+use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
 use crate::reference::{Digest, Reference};
 use crate::registry::keyring::Keyring;
 use crate::registry::pull_secrets::{PodContext, PodKeyring, PullSecrets};
 use crate::registry::{RegistryError, Resolution, ResolutionSource, Resolver};
-use crate::workload::{self, WorkloadError};
+use crate::workload::WorkloadError;
 
 /// `main` prints error chains through this path; the printer lives in [`crate::error`].
 pub use crate::error::error_chain;
@@ -101,9 +100,8 @@ impl Pinner {
     }
 
     /// The mode for a namespace (its label, else the policy's), with a warning when the label
-    /// cannot be read (within `wait`) or is not a mode. A label that cannot be read now is
-    /// taken as last read, when it was: an API hiccup must not move an enforcing namespace to
-    /// the policy's mode (audit, as shipped) for the admissions that happen during it.
+    /// cannot be read (within `wait`) or is not a mode: [`CompiledPolicy::namespace_mode`]
+    /// judges what [`read_mode_label`] read.
     pub async fn mode_for(
         &self,
         policy: &CompiledPolicy,
@@ -114,39 +112,10 @@ impl Pinner {
         if namespace.is_empty() {
             return policy.policy.mode;
         }
-        let read = self.namespaces.label(namespace, MODE_LABEL);
-        let failure = match tokio::time::timeout(wait, read).await {
-            Ok(Ok(label)) => return self.mode_of(policy, namespace, label, warnings),
-            Ok(Err(e)) => format!("cannot read namespace {namespace}: {e}"),
-            Err(_) => format!("reading namespace {namespace} took longer than {wait:?}"),
-        };
-        match self.namespaces.last_known(namespace, MODE_LABEL) {
-            Some(label) => {
-                warnings.push(format!("pinhook: {failure}; using its labels as last read"));
-                self.mode_of(policy, namespace, label, warnings)
-            }
-            None => {
-                warnings.push(format!("pinhook: {failure}; using the policy's mode"));
-                policy.policy.mode
-            }
-        }
-    }
-
-    /// The mode `label` selects, else the policy's with a warning.
-    fn mode_of(
-        &self,
-        policy: &CompiledPolicy,
-        namespace: &str,
-        label: Option<String>,
-        warnings: &mut Vec<String>,
-    ) -> Mode {
-        policy.mode_for(label.as_deref()).unwrap_or_else(|e| {
-            warnings.push(format!(
-                "pinhook: namespace {namespace}: {e}; using {}",
-                policy.policy.mode
-            ));
-            policy.policy.mode
-        })
+        let label = read_mode_label(self.namespaces.as_ref(), namespace, Some(wait)).await;
+        let mode = policy.namespace_mode(namespace, label);
+        warnings.extend(mode.warning);
+        mode.mode
     }
 
     /// Plans the mutation of one object: pin what policy says, deny or report the rest.
@@ -232,22 +201,9 @@ impl Pinner {
         let images: Vec<String> = wanted.iter().map(|r| r.repository()).collect();
         let now = Instant::now();
         let left = deadline.saturating_duration_since(now);
-        // The 1.20 EphemeralContainers object has no PodSpec: the pod is read instead.
-        let own_spec = target.view.kind != workload::EPHEMERAL_CONTAINERS_KIND;
         let pod = PodContext {
             namespace: target.view.namespace,
-            pod_spec: own_spec
-                .then(|| {
-                    workload::pod_spec(
-                        &policy.kinds,
-                        target.view.group,
-                        target.view.kind,
-                        target.view.object,
-                    )
-                })
-                .flatten(),
-            is_pod: target.view.is_pod(),
-            pod_name: target.name,
+            secrets: target.view.secret_names(policy, target.name),
             images: &images,
             // Plugins and helpers must answer within 3/8 of what is left, the pod's secrets and
             // ServiceAccounts within half: the registry calls keep the other half, and a slow
@@ -274,12 +230,7 @@ impl Pinner {
         keyring: &Keyring,
         deadline: Instant,
     ) -> Resolutions {
-        // Pods only: a template's digests are written into the template, which is the memo.
-        let owner = target
-            .view
-            .is_pod()
-            .then(|| owners::owner_revision(target.view.object))
-            .flatten();
+        let owner = target.view.owner_revision();
         let calls = wanted.iter().map(|reference| {
             let owner = owner.clone();
             async move {
@@ -301,19 +252,7 @@ impl Pinner {
         deadline: Instant,
     ) -> Resolved {
         let credentials = keyring.lookup(reference);
-        // The memo answers only for the same namespace and the same credentials: an
-        // ownerReference is written by the user and must not unlock another namespace's digest.
-        let owner_key = owner.map(|o| {
-            let fingerprints: Vec<String> = credentials
-                .iter()
-                .map(|c| c.fingerprint().to_string())
-                .collect();
-            let tag = reference.tag_reference();
-            (
-                format!("{}/{o}", target.view.namespace),
-                format!("{tag} {}", fingerprints.join(",")),
-            )
-        });
+        let owner_key = owner.map(|o| target.view.memo_key(&o, reference, &credentials));
         if let Some(resolution) = owner_key.as_ref().and_then(|k| self.owner_digest(k)) {
             return Ok(resolution);
         }

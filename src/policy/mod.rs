@@ -8,6 +8,7 @@
 pub mod glob;
 pub mod hosts;
 pub mod mirrors;
+pub mod scope;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,6 +23,7 @@ use crate::workload::PodSpecKinds;
 
 pub use hosts::{HostRefusal, HostRules};
 pub use mirrors::MirrorPolicy;
+pub use scope::{Exemption, InvalidMode, ModeLabel, NamespaceMode};
 
 /// The namespace label that overrides `mode` per namespace (namespace labels are
 /// admin-controlled).
@@ -373,29 +375,21 @@ impl CompiledPolicy {
             .iter()
             .any(|p| glob::matches(p, &full) || glob::matches(p, &tagged))
     }
-
-    /// The mode for a namespace: its `pinhook.dev/mode` label, else the policy's.
-    pub fn mode_for(&self, label: Option<&str>) -> Result<Mode, String> {
-        match label {
-            None => Ok(self.policy.mode),
-            Some(value) => value.parse(),
-        }
-    }
 }
 
 // === impl Mode ===
 
 impl FromStr for Mode {
-    type Err = String;
+    type Err = InvalidMode;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "enforce" => Ok(Mode::Enforce),
             "audit" => Ok(Mode::Audit),
             "off" => Ok(Mode::Off),
-            other => Err(format!(
-                "{MODE_LABEL}={other:?} is not enforce, audit or off"
-            )),
+            other => Err(InvalidMode {
+                value: other.to_string(),
+            }),
         }
     }
 }

@@ -27,13 +27,8 @@ const OBJECT_TTL: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy)]
 pub struct PodContext<'a> {
     pub namespace: &'a str,
-    /// The PodSpec, when the object carries one.
-    pub pod_spec: Option<&'a Value>,
-    /// True for a bare Pod (the ServiceAccount plugin already filled `imagePullSecrets`), false
-    /// for a workload template (pinhook does that plugin's work itself).
-    pub is_pod: bool,
-    /// The pod's name, to read its spec when the object has none (1.20 EphemeralContainers).
-    pub pod_name: &'a str,
+    /// Where the pod's pull secret names come from.
+    pub secrets: SecretNames<'a>,
     /// The repositories (kubelet's `repoToPull`) that will be resolved: what credential
     /// sources (plugins, helpers) are asked about. Not read from the spec: an ephemeral
     /// container being added is not in the stored pod's spec yet, and an image already pinned
@@ -43,6 +38,21 @@ pub struct PodContext<'a> {
     /// used without them, so a slow plugin cannot cost the pod's own secrets. `None`: no bound
     /// but the sources' own.
     pub sources_deadline: Option<tokio::time::Instant>,
+}
+
+/// Where a pod's pull secret names come from (the admission plan or the watch's says which).
+#[derive(Debug, Clone, Copy)]
+pub enum SecretNames<'a> {
+    /// A PodSpec's `imagePullSecrets`. A bare Pod's are final (the ServiceAccount admission
+    /// plugin already filled them); a workload template with none gets its ServiceAccount's,
+    /// as that plugin will give its Pods (pinhook does the plugin's work itself).
+    Spec { spec: &'a Value, is_pod: bool },
+    /// The stored Pod's, read by its name: the 1.20 `EphemeralContainers` object carries no spec.
+    StoredPod(&'a str),
+    /// These names, as a running Pod holds them.
+    Listed(&'a [String]),
+    /// None: the node's credentials only.
+    None,
 }
 
 /// The keyring for one pod and what the user should hear about it.
@@ -136,14 +146,18 @@ impl KubeSecrets {
     }
 
     /// Secret names per kubelet: the spec's own, else (templates only) the service account's.
-    async fn secret_names(
-        &self,
-        pod: &PodContext<'_>,
-        spec: &Value,
-        warnings: &mut Vec<String>,
-    ) -> Vec<String> {
+    async fn secret_names(&self, pod: &PodContext<'_>, warnings: &mut Vec<String>) -> Vec<String> {
+        let (spec, is_pod) = match pod.secrets {
+            SecretNames::Spec { spec, is_pod } => (spec, is_pod),
+            SecretNames::Listed(names) => return names.to_vec(),
+            SecretNames::None => return Vec::new(),
+            SecretNames::StoredPod(name) => match self.pod_spec_of(pod.namespace, name).await {
+                Some(spec) => return names_in(spec.get("imagePullSecrets")),
+                None => return Vec::new(),
+            },
+        };
         let own = names_in(spec.get("imagePullSecrets"));
-        if !own.is_empty() || pod.is_pod {
+        if !own.is_empty() || is_pod {
             return own;
         }
         let account = spec
@@ -192,55 +206,44 @@ impl PullSecrets for KubeSecrets {
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
         let mut warnings = Vec::new();
         let mut refused = Vec::new();
-        let fetched;
-        let spec = match pod.pod_spec {
-            Some(spec) => Some(spec),
-            None if !pod.pod_name.is_empty() => {
-                fetched = self.pod_spec_of(pod.namespace, pod.pod_name).await;
-                fetched.as_ref()
-            }
-            None => None,
-        };
         let mut keyring = Keyring::new();
-        if let Some(spec) = spec {
-            for name in self.secret_names(pod, spec, &mut warnings).await {
-                // The name comes from the object under review (not validated yet when a
-                // mutating webhook sees it) and goes into an API path: only valid names.
-                if !is_object_name(&name) {
-                    warnings.push(format!(
-                        "pinhook: imagePullSecret name {name:?} is not a valid object name; not read"
-                    ));
-                    continue;
-                }
-                match self.secret(pod.namespace, &name).await {
-                    Ok(secret) => match secret.as_ref() {
-                        Some(secret) => match read_secret(secret).inspect_err(|e| {
-                            debug!(namespace = pod.namespace, name, error = %e, "unusable pull secret")
-                        }) {
-                            // kubelet puts all of a pod's secrets into one keyring, sorted
-                            // together.
-                            Ok(parsed) => keyring.merge(parsed),
-                            Err(e) if e.fails_the_pull() => refused.push(format!(
-                                "imagePullSecret {}/{name} is malformed, so kubelet refuses \
-                                 every pull of this pod: {e}",
-                                pod.namespace
-                            )),
-                            Err(e) => warnings.push(format!(
-                                "pinhook: imagePullSecret {}/{name} unusable: {e}",
-                                pod.namespace
-                            )),
-                        },
-                        None => warnings.push(format!(
-                            "pinhook: imagePullSecret {}/{name} not found",
+        for name in self.secret_names(pod, &mut warnings).await {
+            // The name comes from the object under review (not validated yet when a
+            // mutating webhook sees it) and goes into an API path: only valid names.
+            if !is_object_name(&name) {
+                warnings.push(format!(
+                    "pinhook: imagePullSecret name {name:?} is not a valid object name; not read"
+                ));
+                continue;
+            }
+            match self.secret(pod.namespace, &name).await {
+                Ok(secret) => match secret.as_ref() {
+                    Some(secret) => match read_secret(secret).inspect_err(|e| {
+                        debug!(namespace = pod.namespace, name, error = %e, "unusable pull secret")
+                    }) {
+                        // kubelet puts all of a pod's secrets into one keyring, sorted
+                        // together.
+                        Ok(parsed) => keyring.merge(parsed),
+                        Err(e) if e.fails_the_pull() => refused.push(format!(
+                            "imagePullSecret {}/{name} is malformed, so kubelet refuses \
+                             every pull of this pod: {e}",
+                            pod.namespace
+                        )),
+                        Err(e) => warnings.push(format!(
+                            "pinhook: imagePullSecret {}/{name} unusable: {e}",
                             pod.namespace
                         )),
                     },
-                    Err(e) => warnings.push(format!(
-                        "pinhook: cannot read imagePullSecret {}/{name}: {}",
-                        pod.namespace,
-                        short_error(&e)
+                    None => warnings.push(format!(
+                        "pinhook: imagePullSecret {}/{name} not found",
+                        pod.namespace
                     )),
-                }
+                },
+                Err(e) => warnings.push(format!(
+                    "pinhook: cannot read imagePullSecret {}/{name}: {}",
+                    pod.namespace,
+                    short_error(&e)
+                )),
             }
         }
         keyring.extend(self.node.clone());

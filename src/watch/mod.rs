@@ -27,6 +27,7 @@ pub mod controller;
 pub mod events;
 pub mod inventory;
 pub mod pod;
+pub mod recheck;
 pub mod report;
 
 use crate::workload::WorkloadError;

@@ -9,8 +9,11 @@ use rstest::rstest;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::policy::{Exempt, FormSetting, MirrorPolicy, Policy, Registries};
+use crate::policy::{
+    Exempt, FailureAction, FormSetting, MirrorPolicy, PinTarget, Policy, Registries,
+};
 use crate::registry::Fingerprint;
+use crate::registry::ResolutionSource;
 
 const REPOSITORY: &str = "registry.example/team/app";
 const TAG: &str = "registry.example/team/app:1.0";

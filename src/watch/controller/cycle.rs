@@ -1,42 +1,41 @@
-//! One recheck cycle: every running image re-resolved once per (tag, credentials), classified,
-//! and the cluster's PolicyReports, Events and this process's gauges brought up to date.
+//! One recheck cycle, the I/O half: reads each namespace's mode label, the keyrings and the
+//! registry, and writes the cluster's PolicyReports, Events and this process's gauges; every
+//! decision in between is the pure [`recheck`] plan's (which images are looked up with which
+//! credentials, each image's state, which reports and Events).
 //!
 //! **Re-resolution.** The watch has its own [`CachingResolver`] over the same guarded registry
 //! client, credentials and per-registry limits as admission (built by
 //! [`super::WatchParts`]). Each cycle starts with [`CachingResolver::expire_all`], so the first
 //! lookup of a (tag, credentials) key in the cycle asks the registry and every later one in the
 //! same cycle is a cache hit (single-flight covers concurrent ones): registry requests per
-//! cycle = distinct keys. A digest the cache serves stale because the registry failed is not
-//! taken as the tag's current digest (it would hide a move); the image is `unresolvable` for
-//! that cycle. Only `tag@digest` images are looked up: whether an image is pinned never depends
-//! on the registry, and a digest-only image has no tag.
+//! cycle = distinct keys.
 //!
 //! **Writes.** Reports go through the pure [`plan`]: a cycle that finds what the last one found
-//! writes nothing. Events are published for findings that are new since the previous cycle of
-//! this leader (so an unchanged cluster causes no Event writes either), at most
-//! `events_per_workload` per workload per cycle; a finding that goes and comes back is a repeat
+//! writes nothing, and a stored report is read whole only when its content digest differs.
+//! Events are those [`EventMemory::next`] plans; a finding that goes and comes back is a repeat
 //! in the Event's series.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures::StreamExt as _;
 use tracing::{debug, info, warn};
 
 use super::api::{self, EventPublisher};
-use crate::cluster::NamespaceLabels;
+use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::error::error_chain;
 use crate::metrics::Metrics;
-use crate::policy::{CompiledPolicy, Mode, PolicyHandle, MODE_LABEL};
-use crate::reference::Reference;
-use crate::registry::pull_secrets::{PodContext, PullSecrets};
-use crate::registry::{CachingResolver, Fingerprint, ResolutionSource, Resolver};
-use crate::watch::classify::{classify, classify_image, classify_pod};
+use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
+use crate::registry::pull_secrets::{PodContext, PullSecrets, SecretNames};
+use crate::registry::{CachingResolver, Resolver};
+use crate::watch::recheck::{
+    self, EventMemory, LookupKey, LookupPlan, Modes, ReportTarget, SiteLookups,
+};
 use crate::watch::report::{
     mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, Timestamp,
     CLUSTER_POLICY_REPORT_KIND, MIRROR_REPORT_NAME, POLICY_REPORT_KIND, REPORT_NAME,
 };
-use crate::watch::{event_for, ClassifiedImage, ImageState, Inventory, PodRecord, TagLookup};
+use crate::watch::{ClassifiedImage, ImageState, Inventory, PodRecord, TagLookup};
 
 /// Concurrent lookups a cycle starts (the cache's per-registry limit still applies).
 const LOOKUP_CONCURRENCY: usize = 32;
@@ -79,15 +78,9 @@ pub struct Watch {
     pub events: EventPublisher,
     pub settings: CycleSettings,
     /// What the last cycle found worth an Event, and its tag moves (for the counter).
-    previous: tokio::sync::Mutex<Previous>,
+    previous: tokio::sync::Mutex<EventMemory>,
     /// The last cycle's inventory, for `/inventory`.
     pub inventory: std::sync::RwLock<Option<Inventory>>,
-}
-
-#[derive(Default)]
-struct Previous {
-    events: HashSet<(String, &'static str, String)>,
-    moves: HashSet<(String, String, String, String)>,
 }
 
 /// Why a cycle stopped before its end.
@@ -96,9 +89,6 @@ pub enum CycleError {
     #[error("failed to read pinhook's PolicyReports")]
     ListReports(#[source] kube::Error),
 }
-
-/// What one Pod image's lookup is keyed by.
-type LookupKey = (String, Vec<Fingerprint>);
 
 // === impl Watch ===
 
@@ -123,7 +113,7 @@ impl Watch {
             namespaces,
             metrics,
             settings,
-            previous: tokio::sync::Mutex::new(Previous::default()),
+            previous: tokio::sync::Mutex::new(EventMemory::default()),
             inventory: std::sync::RwLock::new(None),
         }
     }
@@ -131,66 +121,31 @@ impl Watch {
     /// Forgets what the previous cycle found: the next cycle publishes every finding's Event
     /// (after this replica took the Lease, the Events of its predecessor are not known).
     pub async fn forget(&self) {
-        *self.previous.lock().await = Previous::default();
+        *self.previous.lock().await = EventMemory::default();
     }
 
     /// One cycle over `pods` (the running Pods as the Pod watch has them).
     pub async fn recheck(&self, pods: &[PodRecord]) -> Result<CycleSummary, CycleError> {
         let started = std::time::Instant::now();
         let policy = self.policy.current();
-        let pods: Vec<&PodRecord> = pods.iter().filter(|p| !p.terminal).collect();
+        let pods = recheck::running(pods);
         let mut summary = CycleSummary {
             pods: pods.len(),
             ..CycleSummary::default()
         };
         // Modes first: a namespace whose label cannot be read is left as it is this cycle.
-        let mut modes: HashMap<String, Option<Mode>> = HashMap::new();
-        for pod in &pods {
-            if !modes.contains_key(&pod.namespace) {
-                let mode = self.mode_of(&policy, &pod.namespace).await;
-                modes.insert(pod.namespace.clone(), mode);
-            }
+        let mut modes = Modes::new();
+        for namespace in recheck::namespaces(&pods) {
+            let mode = self.mode_of(&policy, namespace).await;
+            modes.insert(namespace.to_string(), mode);
         }
         self.resolver.expire_all();
-        let lookups = self.look_up(&policy, &pods, &modes).await;
-        summary.lookups = lookups.distinct;
+        let (distinct, lookups) = self.look_up(&policy, &pods, &modes).await;
+        summary.lookups = distinct;
 
-        let mut images: Vec<ClassifiedImage> = Vec::new();
-        for pod in &pods {
-            let Some(Some(mode)) = modes.get(&pod.namespace) else {
-                continue;
-            };
-            let namespace_exempt = policy.is_exempt_namespace(&pod.namespace);
-            images.extend(classify_pod(pod, |site| {
-                let exempt = if namespace_exempt {
-                    Some(format!("namespace {} is exempt", pod.namespace))
-                } else {
-                    None
-                };
-                let Ok(reference) = Reference::parse(&site.image) else {
-                    return classify_image(&site.image, exempt.as_deref(), TagLookup::NotLooked);
-                };
-                let exempt = exempt.or_else(|| {
-                    policy
-                        .is_exempt_image(&reference)
-                        .then(|| "image is exempt".to_string())
-                });
-                let lookup = if *mode == Mode::Off {
-                    TagLookup::NotLooked
-                } else {
-                    lookups
-                        .by_site
-                        .get(&(pod.uid.clone(), site.image.clone()))
-                        .cloned()
-                        .unwrap_or(TagLookup::NotLooked)
-                };
-                classify(&reference, exempt.as_deref(), lookup)
-            }));
-        }
+        let images = recheck::classify_all(&policy, &pods, &modes, &lookups);
         summary.images = images.len();
-        for image in &images {
-            *summary.states.entry(image.state.as_str()).or_default() += 1;
-        }
+        summary.states = recheck::states(&images);
         self.record_states(&summary.states);
 
         summary.report_writes = self.write_reports(&images, &modes).await?;
@@ -214,132 +169,58 @@ impl Watch {
         Ok(summary)
     }
 
-    /// The mode of `namespace`: its label, else the policy's; `None` when it cannot be known.
+    /// The mode of `namespace` as admission judges it; `None` when it cannot be known (a label
+    /// never read, or one that is not a mode).
     async fn mode_of(&self, policy: &CompiledPolicy, namespace: &str) -> Option<Mode> {
-        let label = match self.namespaces.label(namespace, MODE_LABEL).await {
-            Ok(label) => label,
-            Err(error) => match self.namespaces.last_known(namespace, MODE_LABEL) {
-                Some(label) => label,
-                None => {
-                    warn!(
-                        namespace,
-                        error, "cannot read the namespace's mode; its report is left as it is"
-                    );
-                    return None;
-                }
-            },
-        };
-        match policy.mode_for(label.as_deref()) {
-            Ok(mode) => Some(mode),
-            Err(error) => {
+        let label = read_mode_label(self.namespaces.as_ref(), namespace, None).await;
+        let mode = policy.namespace_mode(namespace, label);
+        match (mode.known, mode.warning) {
+            (true, _) => Some(mode.mode),
+            (false, warning) => {
                 warn!(
                     namespace,
-                    error, "invalid pinhook.dev/mode label; its report is left as it is"
+                    warning, "cannot know the namespace's mode; its report is left as it is"
                 );
                 None
             }
         }
     }
 
-    /// Resolves every `tag@digest` image once per (tag, credentials).
-    async fn look_up(
+    /// Resolves every `tag@digest` image once per (tag, credentials): the distinct keys, and
+    /// each image's answer.
+    async fn look_up<'a>(
         &self,
         policy: &CompiledPolicy,
-        pods: &[&PodRecord],
-        modes: &HashMap<String, Option<Mode>>,
-    ) -> Lookups {
-        // Pods of one namespace with the same pull secrets share a keyring.
-        let mut groups: BTreeMap<(String, Vec<String>), Vec<&PodRecord>> = BTreeMap::new();
-        for pod in pods {
-            match modes.get(&pod.namespace) {
-                Some(Some(Mode::Enforce | Mode::Audit)) => {}
-                _ => continue,
-            }
-            if policy.is_exempt_namespace(&pod.namespace) {
-                continue;
-            }
-            groups
-                .entry((pod.namespace.clone(), pod.pull_secrets.clone()))
-                .or_default()
-                .push(pod);
-        }
-        let mut keys: HashMap<LookupKey, (Reference, Vec<crate::registry::Credential>)> =
-            HashMap::new();
-        let mut site_keys: Vec<((String, String), LookupKey)> = Vec::new();
-        for ((namespace, secrets), group) in &groups {
-            let mut wanted: Vec<(&PodRecord, String, Reference)> = Vec::new();
-            for pod in group {
-                for site in &pod.images {
-                    let Ok(reference) = Reference::parse(&site.image) else {
-                        continue;
-                    };
-                    if reference.tag().is_none()
-                        || reference.digest().is_none()
-                        || policy.is_exempt_image(&reference)
-                    {
-                        continue;
-                    }
-                    wanted.push((pod, site.image.clone(), reference));
-                }
-            }
-            if wanted.is_empty() {
-                continue;
-            }
-            let mut repositories: Vec<String> =
-                wanted.iter().map(|(_, _, r)| r.repository()).collect();
-            repositories.sort();
-            repositories.dedup();
-            let spec = serde_json::json!({
-                "imagePullSecrets": secrets.iter().map(|name| serde_json::json!({"name": name})).collect::<Vec<_>>(),
-            });
+        pods: &[&'a PodRecord],
+        modes: &Modes,
+    ) -> (usize, SiteLookups<'a>) {
+        let mut plan = LookupPlan::default();
+        for request in recheck::keyrings_wanted(policy, pods, modes) {
             let context = PodContext {
-                namespace,
-                pod_spec: Some(&spec),
-                is_pod: true,
-                pod_name: "",
-                images: &repositories,
+                namespace: request.namespace,
+                secrets: SecretNames::Listed(request.pull_secrets),
+                images: &request.repositories,
                 sources_deadline: None,
             };
             let keyring = self.secrets.keyring_for(&context).await;
             for warning in &keyring.warnings {
-                debug!(namespace, warning, "pull credentials");
+                debug!(namespace = request.namespace, warning, "pull credentials");
             }
-            for (pod, image, reference) in wanted {
-                let credentials = keyring.keyring.lookup(&reference);
-                let fingerprints = credentials.iter().map(|c| c.fingerprint()).collect();
-                let key = (reference.tag_reference(), fingerprints);
-                site_keys.push(((pod.uid.clone(), image), key.clone()));
-                keys.entry(key).or_insert((reference, credentials));
-            }
+            plan.add(request, &keyring.keyring);
         }
-        let distinct = keys.len();
         let resolver = &self.resolver;
-        let answers: HashMap<LookupKey, TagLookup> = futures::stream::iter(keys)
-            .map(|(key, (reference, credentials))| async move {
-                let lookup = match resolver.resolve(&reference, &credentials).await {
-                    Ok(resolution) if resolution.source == ResolutionSource::Stale => {
-                        TagLookup::Failed(format!("registry {} is unavailable", reference.domain()))
-                    }
-                    Ok(resolution) => TagLookup::Resolved(resolution.digest),
-                    Err(error) => {
-                        debug!(image = %reference, error = %error_chain(&error), "recheck failed");
-                        TagLookup::Failed(format!(
-                            "registry {}: {}",
-                            reference.domain(),
-                            error.kind().replace('_', " ")
-                        ))
-                    }
-                };
-                (key, lookup)
+        let answers: HashMap<LookupKey, TagLookup> = futures::stream::iter(plan.calls())
+            .map(|(key, reference, credentials)| async move {
+                let answer = resolver.resolve(&reference, &credentials).await;
+                if let Some(detail) = recheck::failure_detail(&answer) {
+                    debug!(image = %reference, error = %detail, "recheck failed");
+                }
+                (key, recheck::tag_lookup(&reference, &answer))
             })
             .buffer_unordered(LOOKUP_CONCURRENCY)
             .collect()
             .await;
-        let by_site = site_keys
-            .into_iter()
-            .filter_map(|(site, key)| answers.get(&key).map(|l| (site, l.clone())))
-            .collect();
-        Lookups { distinct, by_site }
+        (plan.distinct(), plan.answer(&answers))
     }
 
     fn record_states(&self, states: &BTreeMap<&'static str, usize>) {
@@ -358,38 +239,17 @@ impl Watch {
     async fn write_reports(
         &self,
         images: &[ClassifiedImage],
-        modes: &HashMap<String, Option<Mode>>,
+        modes: &Modes,
     ) -> Result<usize, CycleError> {
         let stored = api::namespace_report_digests(&self.client)
             .await
             .map_err(CycleError::ListReports)?;
-        let mut by_namespace: BTreeMap<&str, Vec<&ClassifiedImage>> = BTreeMap::new();
-        for image in images {
-            by_namespace
-                .entry(image.workload.namespace.as_str())
-                .or_default()
-                .push(image);
-        }
-        let mut namespaces: Vec<&str> = by_namespace.keys().copied().collect();
-        namespaces.extend(stored.keys().map(String::as_str));
-        namespaces.sort_unstable();
-        namespaces.dedup();
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
-        let mut jobs = Vec::new();
-        for namespace in namespaces {
-            let (mode, images): (Mode, Vec<ClassifiedImage>) =
-                match (by_namespace.get(namespace), modes.get(namespace)) {
-                    (Some(images), Some(Some(mode))) => {
-                        (*mode, images.iter().map(|i| (*i).clone()).collect())
-                    }
-                    // Pods whose namespace's mode is unknown this cycle: leave the report.
-                    (Some(_), _) | (None, Some(None)) => continue,
-                    // No running images left: the report goes.
-                    (None, _) => (Mode::Enforce, Vec::new()),
-                };
-            let stored = stored.get(namespace).cloned();
-            jobs.push(self.sync_report(namespace, mode, images, stored, now));
-        }
+        let targets = recheck::report_targets(images, modes, stored.keys().map(String::as_str));
+        let jobs = targets.into_iter().map(|target| {
+            let stored = stored.get(&target.namespace).cloned();
+            self.sync_report(target, stored, now)
+        });
         // A few namespaces at a time: one report can be a large object for the apiserver.
         let writes: Vec<usize> = futures::stream::iter(jobs)
             .buffer_unordered(REPORT_WRITE_CONCURRENCY)
@@ -398,22 +258,24 @@ impl Watch {
         Ok(writes.into_iter().sum())
     }
 
-    /// Brings `namespace`'s report to what `images` say; 1 when it sent a write. `stored` is
+    /// Brings `target`'s report to what its images say; 1 when it sent a write. `stored` is
     /// the stored report's content digest: `None` when there is no report, `Some(None)` when
     /// it has no digest.
     async fn sync_report(
         &self,
-        namespace: &str,
-        mode: Mode,
-        images: Vec<ClassifiedImage>,
+        target: ReportTarget,
         stored: Option<Option<String>>,
         now: Timestamp,
     ) -> usize {
+        let ReportTarget {
+            namespace,
+            mode,
+            images,
+        } = target;
+        let namespace = namespace.as_str();
         let fresh = namespace_report(namespace, mode, &images, now, None);
-        if let Some(Some(digest)) = &stored {
-            if content_of(&fresh) == Some(digest) {
-                return 0;
-            }
+        if recheck::report_unchanged(&fresh, stored.as_ref().and_then(|d| d.as_deref())) {
+            return 0;
         }
         let previous = match stored {
             None => None,
@@ -441,52 +303,18 @@ impl Watch {
     }
 
     /// Publishes the Events of findings new since the previous cycle; returns how many.
-    async fn publish_events(
-        &self,
-        images: &[ClassifiedImage],
-        modes: &HashMap<String, Option<Mode>>,
-    ) -> usize {
-        let mut previous = self.previous.lock().await;
-        let mut current = HashSet::new();
-        let mut moves = HashSet::new();
-        let mut specs = Vec::new();
-        for image in images {
-            if let ImageState::TagMoved { pinned, now } = &image.state {
-                let key = (
-                    image.workload.describe(),
-                    image.site.describe(),
-                    pinned.to_string(),
-                    now.to_string(),
-                );
-                if !previous.moves.contains(&key) {
-                    self.metrics.tag_moved_running.inc();
-                }
-                moves.insert(key);
-            }
-            let Some(Some(mode)) = modes.get(&image.workload.namespace) else {
-                continue;
-            };
-            let Some(spec) = event_for(image, *mode) else {
-                continue;
-            };
-            let key = (
-                spec.regarding.describe(),
-                spec.reason.as_str(),
-                spec.note.clone(),
-            );
-            if current.insert(key.clone()) && !previous.events.contains(&key) {
-                specs.push(spec);
-            }
+    async fn publish_events(&self, images: &[ClassifiedImage], modes: &Modes) -> usize {
+        let events =
+            self.previous
+                .lock()
+                .await
+                .next(images, modes, self.settings.events_per_workload);
+        self.metrics.tag_moved_running.inc_by(events.new_moves);
+        for spec in &events.rate_limited {
+            debug!(workload = %spec.regarding.describe(), reason = spec.reason.as_str(), "event rate-limited");
         }
-        let mut per_workload: HashMap<String, usize> = HashMap::new();
         let mut published = 0;
-        for spec in specs {
-            let count = per_workload.entry(spec.regarding.describe()).or_default();
-            if *count >= self.settings.events_per_workload {
-                debug!(workload = %spec.regarding.describe(), reason = spec.reason.as_str(), "event rate-limited");
-                continue;
-            }
-            *count += 1;
+        for spec in events.publish {
             match self.events.publish(&spec).await {
                 Ok(()) => published += 1,
                 Err(error) => {
@@ -494,8 +322,6 @@ impl Watch {
                 }
             }
         }
-        previous.events = current;
-        previous.moves = moves;
         published
     }
 
@@ -555,19 +381,4 @@ impl Watch {
             }
         }
     }
-}
-
-/// A report's content digest annotation.
-fn content_of(report: &crate::watch::PolicyReport) -> Option<&String> {
-    report
-        .metadata
-        .annotations
-        .get(crate::watch::report::CONTENT_ANNOTATION)
-}
-
-/// The lookups of one cycle.
-struct Lookups {
-    distinct: usize,
-    /// (pod uid, image as the Pod holds it) → outcome.
-    by_site: HashMap<(String, String), TagLookup>,
 }

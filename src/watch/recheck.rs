@@ -1,0 +1,379 @@
+//! One recheck, the pure half: given the running Pods, each namespace's mode and the registry's
+//! answers, which keyrings and tag lookups a cycle needs, what state each image is in, which
+//! namespaces' reports to bring up to date, and which Events to publish. The I/O half,
+//! `controller::cycle`, reads the namespaces' labels, the keyrings and the registry, asks this
+//! plan at each step and writes what it returns.
+//!
+//! The rules, each applied here once:
+//! - A namespace's mode is the one admission uses ([`CompiledPolicy::namespace_mode`]); a
+//!   namespace whose mode cannot be known this cycle (`None` in [`Modes`]) is left as it is:
+//!   its images are not classified and its report is neither written nor deleted.
+//! - Exemptions are admission's ([`CompiledPolicy::exemption`]): an exempt image is never
+//!   looked up and is reported `exempt` with the reason.
+//! - Only `tag@digest` images in a namespace in enforce or audit are looked up: whether an image
+//!   is pinned never depends on the registry, and a digest-only image has no tag.
+//! - Pods of one namespace with the same pull secrets share one keyring; one lookup per (tag,
+//!   credential fingerprints): registry requests per cycle = distinct keys.
+//! - A digest the cache serves stale because the registry failed is not the tag's current
+//!   digest (it would hide a move): the image is `unresolvable` for that cycle.
+//! - Events go out for findings new since the previous cycle of this leader, at most
+//!   `per_workload` per workload per cycle.
+//!
+//! Never: I/O, a client, the clock.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::error::error_chain;
+use crate::policy::{CompiledPolicy, Mode};
+use crate::reference::Reference;
+use crate::registry::keyring::Keyring;
+use crate::registry::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource};
+use crate::watch::{
+    classify, classify_image, classify_pod, event_for, ClassifiedImage, EventSpec, ImageState,
+    PodRecord, PolicyReport, TagLookup,
+};
+
+#[cfg(test)]
+mod tests;
+
+/// Each namespace's mode this cycle; `None` when it cannot be known.
+pub type Modes = HashMap<String, Option<Mode>>;
+
+/// What one lookup is keyed by: the tag, and the fingerprints of the credentials that answer it.
+pub type LookupKey = (String, Vec<Fingerprint>);
+
+/// A Pod image: the Pod's uid and the image as the Pod holds it.
+type Site<'a> = (&'a str, &'a str);
+
+/// The images of one keyring's Pods to look up, each parsed.
+type Sites<'a> = Vec<(Site<'a>, Reference)>;
+
+/// The keyring one group of Pods needs: those of `namespace` with the same `pull_secrets`.
+#[derive(Debug)]
+pub struct KeyringRequest<'a> {
+    pub namespace: &'a str,
+    pub pull_secrets: &'a [String],
+    /// The distinct repositories to resolve (what credential plugins and helpers are asked
+    /// about), sorted.
+    pub repositories: Vec<String>,
+    sites: Sites<'a>,
+}
+
+/// The distinct lookups of a cycle, and which Pod images each one answers.
+#[derive(Debug, Default)]
+pub struct LookupPlan<'a> {
+    calls: HashMap<LookupKey, (Reference, Vec<Credential>)>,
+    sites: Vec<(Site<'a>, LookupKey)>,
+}
+
+/// Each looked-up Pod image's answer.
+#[derive(Debug, Default)]
+pub struct SiteLookups<'a>(HashMap<Site<'a>, TagLookup>);
+
+/// A namespace whose report the cycle brings up to date.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportTarget {
+    pub namespace: String,
+    /// The mode the report is written for (the namespace's; enforce for a report that goes).
+    pub mode: Mode,
+    /// Its running images: none when the report goes.
+    pub images: Vec<ClassifiedImage>,
+}
+
+/// What the previous cycles of this leader found worth an Event, and the tag moves seen.
+#[derive(Debug, Default)]
+pub struct EventMemory {
+    events: HashSet<(String, &'static str, String)>,
+    moves: HashSet<(String, String, String, String)>,
+}
+
+/// The Events a cycle publishes.
+#[derive(Debug, Default)]
+pub struct EventPlan {
+    pub publish: Vec<EventSpec>,
+    /// New findings over `per_workload` for their workload: not published.
+    pub rate_limited: Vec<EventSpec>,
+    /// Tag moves not seen in the previous cycle (for the counter).
+    pub new_moves: u64,
+}
+
+/// The Pods that run: those whose phase is not `Succeeded` or `Failed`.
+pub fn running(pods: &[PodRecord]) -> Vec<&PodRecord> {
+    pods.iter().filter(|p| !p.terminal).collect()
+}
+
+/// The namespaces whose mode the cycle reads, each once, in the order first seen.
+pub fn namespaces<'a>(pods: &[&'a PodRecord]) -> Vec<&'a str> {
+    let mut seen = HashSet::new();
+    pods.iter()
+        .map(|p| p.namespace.as_str())
+        .filter(|namespace| seen.insert(*namespace))
+        .collect()
+}
+
+/// The keyrings the cycle's lookups need, one per (namespace, pull secrets) that has an image
+/// to look up, in namespace then pull-secret order.
+pub fn keyrings_wanted<'a>(
+    policy: &CompiledPolicy,
+    pods: &[&'a PodRecord],
+    modes: &Modes,
+) -> Vec<KeyringRequest<'a>> {
+    let mut groups: BTreeMap<(&str, &[String]), Sites<'a>> = BTreeMap::new();
+    for pod in pods {
+        if !matches!(
+            modes.get(&pod.namespace),
+            Some(Some(Mode::Enforce | Mode::Audit))
+        ) || policy.exemption(&pod.namespace, None).is_some()
+        {
+            continue;
+        }
+        let group = groups
+            .entry((pod.namespace.as_str(), pod.pull_secrets.as_slice()))
+            .or_default();
+        for site in &pod.images {
+            let Ok(reference) = Reference::parse(&site.image) else {
+                continue;
+            };
+            if reference.tag().is_some()
+                && reference.digest().is_some()
+                && policy.exemption(&pod.namespace, Some(&reference)).is_none()
+            {
+                group.push(((pod.uid.as_str(), site.image.as_str()), reference));
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .filter(|(_, sites)| !sites.is_empty())
+        .map(|((namespace, pull_secrets), sites)| {
+            let mut repositories: Vec<String> = sites.iter().map(|(_, r)| r.repository()).collect();
+            repositories.sort();
+            repositories.dedup();
+            KeyringRequest {
+                namespace,
+                pull_secrets,
+                repositories,
+                sites,
+            }
+        })
+        .collect()
+}
+
+/// How the watch reads one registry answer for `reference`. The reason of a failure is stable
+/// from one cycle to the next (the registry and the error's kind, not its message), because it
+/// lands in reports and a changed reason is an apiserver write.
+pub fn tag_lookup(reference: &Reference, answer: &Result<Resolution, RegistryError>) -> TagLookup {
+    match answer {
+        Ok(resolution) if resolution.source == ResolutionSource::Stale => {
+            TagLookup::Failed(format!("registry {} is unavailable", reference.domain()))
+        }
+        Ok(resolution) => TagLookup::Resolved(resolution.digest.clone()),
+        Err(error) => TagLookup::Failed(format!(
+            "registry {}: {}",
+            reference.domain(),
+            error.kind().replace('_', " ")
+        )),
+    }
+}
+
+/// A failed answer's whole chain, for the debug log.
+pub fn failure_detail(answer: &Result<Resolution, RegistryError>) -> Option<String> {
+    answer.as_ref().err().map(|e| error_chain(e))
+}
+
+/// Every running image of a namespace whose mode is known, classified.
+pub fn classify_all(
+    policy: &CompiledPolicy,
+    pods: &[&PodRecord],
+    modes: &Modes,
+    lookups: &SiteLookups<'_>,
+) -> Vec<ClassifiedImage> {
+    let mut images = Vec::new();
+    for pod in pods {
+        let Some(Some(mode)) = modes.get(&pod.namespace) else {
+            continue;
+        };
+        let namespace_exemption = policy.exemption(&pod.namespace, None);
+        images.extend(classify_pod(pod, |site| {
+            let reference = Reference::parse(&site.image).ok();
+            let exempt = namespace_exemption
+                .or_else(|| policy.exemption(&pod.namespace, reference.as_ref()))
+                .map(|e| e.describe(&pod.namespace));
+            let Some(reference) = reference else {
+                return classify_image(&site.image, exempt.as_deref(), TagLookup::NotLooked);
+            };
+            let lookup = match mode {
+                Mode::Off => TagLookup::NotLooked,
+                _ => lookups.get(&pod.uid, &site.image),
+            };
+            classify(&reference, exempt.as_deref(), lookup)
+        }));
+    }
+    images
+}
+
+/// Images per state (states with none are absent).
+pub fn states(images: &[ClassifiedImage]) -> BTreeMap<&'static str, usize> {
+    let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for image in images {
+        *states.entry(image.state.as_str()).or_default() += 1;
+    }
+    states
+}
+
+/// The namespaces whose report the cycle brings up to date: each with running images and a
+/// known mode, and each with a `stored` report but no running image left (that report goes).
+/// A namespace whose mode is unknown this cycle is left out: its report stays as it is.
+pub fn report_targets<'s>(
+    images: &'s [ClassifiedImage],
+    modes: &Modes,
+    stored: impl IntoIterator<Item = &'s str>,
+) -> Vec<ReportTarget> {
+    let mut by_namespace: BTreeMap<&str, Vec<ClassifiedImage>> = BTreeMap::new();
+    for image in images {
+        by_namespace
+            .entry(image.workload.namespace.as_str())
+            .or_default()
+            .push(image.clone());
+    }
+    let mut namespaces: Vec<&str> = by_namespace.keys().copied().collect();
+    namespaces.extend(stored);
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    namespaces
+        .into_iter()
+        .filter_map(|namespace| {
+            let (mode, images) = match (by_namespace.get(namespace), modes.get(namespace)) {
+                (Some(images), Some(Some(mode))) => (*mode, images.clone()),
+                // Pods whose namespace's mode is unknown this cycle: leave the report.
+                (Some(_), _) | (None, Some(None)) => return None,
+                // No running images left: the report goes.
+                (None, _) => (Mode::Enforce, Vec::new()),
+            };
+            Some(ReportTarget {
+                namespace: namespace.to_string(),
+                mode,
+                images,
+            })
+        })
+        .collect()
+}
+
+/// True when `fresh` says what the stored report's content digest (`stored`) says: nothing to
+/// write, and no need to read the stored report whole.
+pub fn report_unchanged(fresh: &PolicyReport, stored: Option<&str>) -> bool {
+    let content = fresh
+        .metadata
+        .annotations
+        .get(crate::watch::report::CONTENT_ANNOTATION);
+    matches!((content, stored), (Some(fresh), Some(stored)) if fresh == stored)
+}
+
+// === impl LookupPlan ===
+
+impl<'a> LookupPlan<'a> {
+    /// Adds the images of `request`, each looked up with the credentials `keyring` gives it.
+    pub fn add(&mut self, request: KeyringRequest<'a>, keyring: &Keyring) {
+        for (site, reference) in request.sites {
+            let credentials = keyring.lookup(&reference);
+            let fingerprints = credentials.iter().map(Credential::fingerprint).collect();
+            let key = (reference.tag_reference(), fingerprints);
+            self.sites.push((site, key.clone()));
+            self.calls.entry(key).or_insert((reference, credentials));
+        }
+    }
+
+    /// Distinct (tag, credentials) keys: the registry requests the cycle makes at most.
+    pub fn distinct(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// The lookups to make, one per key.
+    pub fn calls(&self) -> Vec<(LookupKey, Reference, Vec<Credential>)> {
+        self.calls
+            .iter()
+            .map(|(key, (reference, credentials))| {
+                (key.clone(), reference.clone(), credentials.clone())
+            })
+            .collect()
+    }
+
+    /// Each image's answer, given each key's; an image whose key has no answer is not looked up.
+    pub fn answer(self, answers: &HashMap<LookupKey, TagLookup>) -> SiteLookups<'a> {
+        SiteLookups(
+            self.sites
+                .into_iter()
+                .filter_map(|(site, key)| answers.get(&key).map(|l| (site, l.clone())))
+                .collect(),
+        )
+    }
+}
+
+// === impl SiteLookups ===
+
+impl SiteLookups<'_> {
+    /// The answer for the image `image` of the Pod `uid`.
+    pub fn get(&self, uid: &str, image: &str) -> TagLookup {
+        self.0
+            .get(&(uid, image))
+            .cloned()
+            .unwrap_or(TagLookup::NotLooked)
+    }
+}
+
+// === impl EventMemory ===
+
+impl EventMemory {
+    /// The Events this cycle publishes for `images`: each finding's Event when it is new since
+    /// the previous cycle, at most `per_workload` per workload. Remembers this cycle's findings
+    /// (published or rate-limited alike) for the next.
+    pub fn next(
+        &mut self,
+        images: &[ClassifiedImage],
+        modes: &Modes,
+        per_workload: usize,
+    ) -> EventPlan {
+        let mut plan = EventPlan::default();
+        let mut current = HashSet::new();
+        let mut moves = HashSet::new();
+        let mut published: HashMap<String, usize> = HashMap::new();
+        for image in images {
+            if let ImageState::TagMoved { pinned, now } = &image.state {
+                let key = (
+                    image.workload.describe(),
+                    image.site.describe(),
+                    pinned.to_string(),
+                    now.to_string(),
+                );
+                if !self.moves.contains(&key) {
+                    plan.new_moves += 1;
+                }
+                moves.insert(key);
+            }
+            let Some(Some(mode)) = modes.get(&image.workload.namespace) else {
+                continue;
+            };
+            let Some(spec) = event_for(image, *mode) else {
+                continue;
+            };
+            let key = (
+                spec.regarding.describe(),
+                spec.reason.as_str(),
+                spec.note.clone(),
+            );
+            if !current.insert(key.clone()) || self.events.contains(&key) {
+                continue;
+            }
+            let count = published.entry(spec.regarding.describe()).or_default();
+            if *count >= per_workload {
+                plan.rate_limited.push(spec);
+                continue;
+            }
+            *count += 1;
+            plan.publish.push(spec);
+        }
+        self.events = current;
+        self.moves = moves;
+        plan
+    }
+}

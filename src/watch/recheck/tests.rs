@@ -1,0 +1,382 @@
+//! The watch's decisions without an apiserver or a registry: which Pods are looked up with which
+//! keyring, one lookup per (tag, credentials), each image's state under each namespace's mode
+//! and exemptions, which reports are written, left or deleted, and which Events go out.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::policy::Policy;
+use crate::registry::testing::digest;
+
+const REPO: &str = "registry.example/team/app";
+
+fn policy(text: &str) -> CompiledPolicy {
+    Policy::parse(text).unwrap_or_else(|e| panic!("valid policy: {e}"))
+}
+
+fn pod(namespace: &str, name: &str, images: &[&str], secrets: &[&str]) -> PodRecord {
+    let containers: Vec<Value> = images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+        .collect();
+    let secrets: Vec<Value> = secrets.iter().map(|s| json!({"name": s})).collect();
+    let object = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{namespace}-{name}")},
+        "spec": {"containers": containers, "imagePullSecrets": secrets},
+        "status": {"phase": "Running"},
+    });
+    PodRecord::from_pod(&object).unwrap_or_else(|e| panic!("a valid pod: {e}"))
+}
+
+fn pinned(tag: &str, hex: char) -> String {
+    format!("{REPO}:{tag}@{}", digest(hex))
+}
+
+fn modes(entries: &[(&str, Option<Mode>)]) -> Modes {
+    entries
+        .iter()
+        .map(|(namespace, mode)| (namespace.to_string(), *mode))
+        .collect()
+}
+
+fn resolution(hex: char, source: ResolutionSource) -> Result<Resolution, RegistryError> {
+    Ok(Resolution {
+        digest: digest(hex),
+        credential: Fingerprint::anonymous(),
+        source,
+        moved_from: None,
+        age: Duration::ZERO,
+    })
+}
+
+/// Every key of `plan` answered with digest `hex`.
+fn answer_all(plan: &LookupPlan<'_>, hex: char) -> HashMap<LookupKey, TagLookup> {
+    plan.calls()
+        .into_iter()
+        .map(|(key, _, _)| (key, TagLookup::Resolved(digest(hex))))
+        .collect()
+}
+
+fn state_names(images: &[ClassifiedImage]) -> Vec<(&str, &'static str)> {
+    images
+        .iter()
+        .map(|i| (i.site.image.as_str(), i.state.as_str()))
+        .collect()
+}
+
+#[test]
+fn terminal_pods_do_not_run_and_namespaces_are_read_once_each() {
+    let mut done = pod("a", "done", &["x:1"], &[]);
+    done.terminal = true;
+    let pods = [
+        pod("b", "p1", &["x:1"], &[]),
+        done,
+        pod("a", "p2", &["x:1"], &[]),
+        pod("b", "p3", &["x:1"], &[]),
+    ];
+    let running = running(&pods);
+    assert_eq!(running.len(), 3);
+    assert_eq!(namespaces(&running), vec!["b", "a"]);
+}
+
+#[test]
+fn only_tagged_and_pinned_images_of_judged_unexempt_namespaces_are_looked_up() {
+    let policy = policy(
+        "exempt:\n  namespaces: [kube-system]\n  images: [\"registry.example/team/sidecar*\"]\n",
+    );
+    let pods = [
+        pod(
+            "shop",
+            "p",
+            &[
+                &pinned("1.0", 'a'),
+                &format!("{REPO}:1.0"),
+                &format!("{REPO}@{}", digest('b')),
+                &format!("registry.example/team/sidecar:2@{}", digest('c')),
+                "NOT A REFERENCE",
+            ],
+            &[],
+        ),
+        pod("kube-system", "p", &[&pinned("1.0", 'a')], &[]),
+        pod("quiet", "p", &[&pinned("1.0", 'a')], &[]),
+        pod("unknown", "p", &[&pinned("1.0", 'a')], &[]),
+        pod("audit", "p", &[&pinned("2.0", 'a')], &[]),
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[
+        ("shop", Some(Mode::Enforce)),
+        ("kube-system", Some(Mode::Enforce)),
+        ("quiet", Some(Mode::Off)),
+        ("unknown", None),
+        ("audit", Some(Mode::Audit)),
+    ]);
+    let wanted = keyrings_wanted(&policy, &pods, &modes);
+    let seen: Vec<(&str, Vec<String>, usize)> = wanted
+        .iter()
+        .map(|r| (r.namespace, r.repositories.clone(), r.sites.len()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("audit", vec![REPO.to_string()], 1),
+            ("shop", vec![REPO.to_string()], 1)
+        ]
+    );
+}
+
+#[test]
+fn pods_with_the_same_pull_secrets_share_a_keyring_and_a_tag_is_looked_up_once_per_credentials() {
+    let policy = policy("mode: enforce");
+    let image = pinned("1.0", 'a');
+    let pods = [
+        pod("shop", "p1", &[&image, &image], &["regcred"]),
+        pod("shop", "p2", &[&image], &["regcred"]),
+        pod("shop", "p3", &[&image], &["other"]),
+        pod("shop", "p4", &[&image], &[]),
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Enforce))]);
+    let wanted = keyrings_wanted(&policy, &pods, &modes);
+    let groups: Vec<&[String]> = wanted.iter().map(|r| r.pull_secrets).collect();
+    assert_eq!(
+        groups,
+        vec![
+            &[][..],
+            &["other".to_string()][..],
+            &["regcred".to_string()][..]
+        ]
+    );
+    let mut plan = LookupPlan::default();
+    for request in wanted {
+        // Only "regcred" carries a credential for the registry.
+        let mut keyring = Keyring::new();
+        if request.pull_secrets == ["regcred".to_string()] {
+            keyring.add("registry.example", Credential::basic("u", "p"));
+        }
+        plan.add(request, &keyring);
+    }
+    assert_eq!(plan.distinct(), 2, "anonymous and regcred: one lookup each");
+    let answers = answer_all(&plan, 'a');
+    let lookups = plan.answer(&answers);
+    for pod in &pods {
+        assert_eq!(
+            lookups.get(&pod.uid, &image),
+            TagLookup::Resolved(digest('a')),
+            "{}",
+            pod.name
+        );
+    }
+    assert_eq!(
+        lookups.get("uid-shop-p1", "elsewhere:1"),
+        TagLookup::NotLooked
+    );
+}
+
+#[test]
+fn a_stale_answer_is_not_the_tags_digest_and_failures_name_the_registry_and_kind() {
+    let reference = Reference::parse(&format!("{REPO}:1.0")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        tag_lookup(&reference, &resolution('a', ResolutionSource::Registry)),
+        TagLookup::Resolved(digest('a'))
+    );
+    assert_eq!(
+        tag_lookup(&reference, &resolution('a', ResolutionSource::Stale)),
+        TagLookup::Failed("registry registry.example is unavailable".to_string())
+    );
+    let missing = Err(RegistryError::NotFound {
+        repository: REPO.to_string(),
+        tag: "1.0".to_string(),
+    });
+    assert_eq!(
+        tag_lookup(&reference, &missing),
+        TagLookup::Failed("registry registry.example: not found".to_string())
+    );
+    assert!(failure_detail(&missing).is_some_and(|d| d.contains("tag 1.0 not found")));
+    assert_eq!(
+        failure_detail(&resolution('a', ResolutionSource::Cache)),
+        None
+    );
+}
+
+#[test]
+fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
+    let policy =
+        policy("exempt:\n  namespaces: [kube-*]\n  images: [\"registry.example/team/sidecar*\"]\n");
+    let moved = pinned("1.0", 'a');
+    let current = pinned("2.0", 'b');
+    let tag_only = format!("{REPO}:3.0");
+    let sidecar = "registry.example/team/sidecar:1".to_string();
+    let pods = [
+        pod(
+            "shop",
+            "p",
+            &[&moved, &current, &tag_only, &sidecar, "NOT A REFERENCE"],
+            &[],
+        ),
+        pod("kube-system", "p", &[&moved], &[]),
+        pod("quiet", "p", &[&moved], &[]),
+        pod("unknown", "p", &[&moved], &[]),
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[
+        ("shop", Some(Mode::Enforce)),
+        ("kube-system", Some(Mode::Enforce)),
+        ("quiet", Some(Mode::Off)),
+        ("unknown", None),
+    ]);
+    let mut plan = LookupPlan::default();
+    for request in keyrings_wanted(&policy, &pods, &modes) {
+        plan.add(request, &Keyring::new());
+    }
+    // 1.0 now points at b (it moved), 2.0 still at b.
+    let answers: HashMap<LookupKey, TagLookup> = plan
+        .calls()
+        .into_iter()
+        .map(|(key, _, _)| (key, TagLookup::Resolved(digest('b'))))
+        .collect();
+    let lookups = plan.answer(&answers);
+    let images = classify_all(&policy, &pods, &modes, &lookups);
+    assert_eq!(
+        state_names(&images),
+        vec![
+            (moved.as_str(), "tag-moved"),
+            (current.as_str(), "pinned-current"),
+            (tag_only.as_str(), "unpinned"),
+            (sidecar.as_str(), "exempt"),
+            ("NOT A REFERENCE", "unresolvable"),
+            (moved.as_str(), "exempt"),
+            // Mode off: not looked up, so its drift cannot be judged.
+            (moved.as_str(), "unresolvable"),
+        ]
+    );
+    let ImageState::Exempt { why } = &images[5].state else {
+        panic!("exempt: {:?}", images[5].state);
+    };
+    assert_eq!(why, "namespace kube-system is exempt");
+    let ImageState::Exempt { why } = &images[3].state else {
+        panic!("exempt: {:?}", images[3].state);
+    };
+    assert_eq!(why, "image is exempt");
+    let counted = states(&images);
+    assert_eq!(counted.get("exempt"), Some(&2));
+    assert_eq!(counted.get("digest-only"), None);
+}
+
+#[test]
+fn reports_are_written_for_known_modes_left_for_unknown_ones_and_deleted_when_nothing_runs() {
+    let image = |namespace: &str| ClassifiedImage {
+        pod_uid: format!("uid-{namespace}"),
+        workload: crate::watch::WorkloadRef {
+            namespace: namespace.to_string(),
+            api_version: "v1".to_string(),
+            kind: "Pod".to_string(),
+            name: "p".to_string(),
+            uid: None,
+        },
+        site: pod(namespace, "p", &["x:1"], &[]).images[0].clone(),
+        state: ImageState::Unpinned { current: None },
+    };
+    let images = [
+        image("audit"),
+        image("enforce"),
+        image("unknown"),
+        image("audit"),
+    ];
+    let modes = modes(&[
+        ("audit", Some(Mode::Audit)),
+        ("enforce", Some(Mode::Enforce)),
+        ("unknown", None),
+        ("gone-unknown", None),
+    ]);
+    let targets = report_targets(&images, &modes, ["gone", "audit", "gone-unknown"]);
+    let seen: Vec<(&str, Mode, usize)> = targets
+        .iter()
+        .map(|t| (t.namespace.as_str(), t.mode, t.images.len()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("audit", Mode::Audit, 2),
+            ("enforce", Mode::Enforce, 1),
+            ("gone", Mode::Enforce, 0),
+        ]
+    );
+}
+
+#[test]
+fn an_unchanged_report_is_recognised_by_its_content_digest_alone() {
+    let report = crate::watch::namespace_report(
+        "shop",
+        Mode::Enforce,
+        &[],
+        crate::watch::Timestamp::from_system_time(std::time::UNIX_EPOCH),
+        None,
+    );
+    let content = report
+        .metadata
+        .annotations
+        .get(crate::watch::report::CONTENT_ANNOTATION)
+        .cloned()
+        .unwrap_or_else(|| panic!("a report carries its content digest"));
+    assert!(report_unchanged(&report, Some(&content)));
+    assert!(!report_unchanged(&report, Some("sha256:other")));
+    assert!(!report_unchanged(&report, None));
+}
+
+#[test]
+fn events_go_out_for_new_findings_only_within_the_per_workload_bound() {
+    let moved = |image: &str, pinned: char, now: char| ClassifiedImage {
+        pod_uid: "uid".to_string(),
+        workload: crate::watch::WorkloadRef {
+            namespace: "shop".to_string(),
+            api_version: "apps/v1".to_string(),
+            kind: "Deployment".to_string(),
+            name: "web".to_string(),
+            uid: None,
+        },
+        site: pod("shop", "p", &[image], &[]).images[0].clone(),
+        state: ImageState::TagMoved {
+            pinned: digest(pinned),
+            now: digest(now),
+        },
+    };
+    let modes = modes(&[("shop", Some(Mode::Enforce))]);
+    let images = [
+        moved("a:1", 'a', 'b'),
+        moved("b:1", 'a', 'c'),
+        moved("c:1", 'a', 'd'),
+    ];
+    let mut memory = EventMemory::default();
+    let first = memory.next(&images, &modes, 2);
+    assert_eq!(first.publish.len(), 2, "two per workload");
+    assert_eq!(first.rate_limited.len(), 1);
+    assert_eq!(first.new_moves, 3);
+    let again = memory.next(&images, &modes, 2);
+    assert_eq!(
+        (
+            again.publish.len(),
+            again.rate_limited.len(),
+            again.new_moves
+        ),
+        (0, 0, 0),
+        "nothing new: no Event, no new move"
+    );
+    // One finding goes, then comes back: it is new again.
+    let _ = memory.next(&images[1..], &modes, 2);
+    let back = memory.next(&images, &modes, 2);
+    assert_eq!((back.publish.len(), back.new_moves), (1, 1));
+    // Mode off: no Event, but a moved tag is still counted.
+    let off = modes_off();
+    let mut fresh = EventMemory::default();
+    let quiet = fresh.next(&images, &off, 2);
+    assert_eq!((quiet.publish.len(), quiet.new_moves), (0, 3));
+}
+
+fn modes_off() -> Modes {
+    modes(&[("shop", Some(Mode::Off))])
+}
