@@ -21,6 +21,7 @@ use crate::certs::managed::{ManagedConfig, ManagedTls};
 use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
 use crate::metrics::Metrics;
 use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
+use crate::policy_watcher;
 use crate::reference::{PinForm, Reference};
 use crate::registry::docker_helpers::read_docker_config;
 use crate::registry::guard::AddressGuard;
@@ -29,7 +30,7 @@ use crate::registry::keyring::{Keyring, KeyringError};
 use crate::registry::provider::{CredentialProviders, ProviderConfigError, ProviderFiles};
 use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use crate::registry::{
-    CacheConfig, CachingResolver, OciResolver, RegistryConfig, RegistryError, Resolver,
+    CacheConfig, CachingResolver, HostCaError, OciResolver, RegistryConfig, RegistryError, Resolver,
 };
 use crate::server::{
     self, AppState, ConnectionLimits, RunningServer, ServerConfig, ServerError, ServerTls,
@@ -40,9 +41,9 @@ use crate::server::{
 pub enum AppError {
     #[error(transparent)]
     Policy(#[from] PolicyError),
-    /// The policy's `registries.hosts` could not be applied (the message names the host).
-    #[error("{0}")]
-    PolicyRegistries(String),
+    /// The policy's `registries.hosts` could not be applied.
+    #[error(transparent)]
+    PolicyRegistries(#[from] HostCaError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error("failed to read kubeconfig '{path}'")]
@@ -289,9 +290,7 @@ pub fn registry_client(
     base: &RegistryConfig,
     policy: &CompiledPolicy,
 ) -> Result<OciResolver, AppError> {
-    let config = base
-        .with_hosts(&policy.policy.registries.hosts)
-        .map_err(AppError::PolicyRegistries)?;
+    let config = base.with_hosts(&policy.policy.registries.hosts)?;
     Ok(OciResolver::new(config)?)
 }
 
@@ -464,7 +463,11 @@ impl App {
                 oci.reconfigure(config);
                 Ok(())
             };
-            tokio::spawn(server::watch_policy(path, self.policy.clone(), reconfigure))
+            tokio::spawn(policy_watcher::watch_policy(
+                path,
+                self.policy.clone(),
+                reconfigure,
+            ))
         });
         Ok(RunningApp {
             server,

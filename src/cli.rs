@@ -1,13 +1,14 @@
 //! The command line: clap types for every subcommand, each flag paired with a `PINHOOK_*`
-//! environment variable, and their conversion into each layer's settings ([`app::Config`],
-//! [`app::ResolveConfig`], [`check::CheckConfig`], [`certs::CertsConfig`]).
+//! environment variable, and their conversion into each layer's settings
+//! ([`crate::app::Config`], [`crate::app::ResolveConfig`], [`crate::check::CheckConfig`],
+//! [`crate::certs::CertsConfig`]). `serve`'s flags are in `cli/serve.rs`, `watch`'s and
+//! `inventory`'s in `cli/watch.rs`, the duration parsers in `cli/durations.rs`.
 //!
 //! Parsing reads only the arguments and `PINHOOK_*` variables, so `--help` and `--version` work
 //! in a broken environment; clap rejects bad values and combinations as usage errors. The
 //! conversions read the files the flags name (registry CAs) and, for a self-managed
 //! certificate's Lease identity without --pod-name, `HOSTNAME`; nothing else.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,20 +16,25 @@ use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing::warn;
 
-use crate::app::{self, KubeAccess, Overrides, PolicySource, ResolveConfig, TlsSource};
-use crate::certs::managed::{ManagedConfig, WebhookRef};
-use crate::certs::rotation::Settings;
+use crate::app::{KubeAccess, PolicySource, ResolveConfig};
 use crate::certs::{CertRequest, CertsConfig};
 use crate::check::{self, CheckConfig, Remote, Target};
-use crate::policy::{FormSetting, Policy};
+use crate::policy::FormSetting;
 use crate::reference::{PinForm, Reference, ReferenceError};
 use crate::registry::provider::{ProviderFiles, Settings as ProviderSettings};
 use crate::registry::{CacheConfig, RegistryConfig};
-use crate::server::ConnectionLimits;
 
+mod durations;
+mod serve;
 mod watch;
 
+pub use durations::DurationError;
+use durations::{parse_seconds, seconds_flag};
+pub use serve::ServeArgs;
 pub use watch::{InventoryArgs, InventoryOutput, WatchArgs};
+
+/// The longest validity `pinhook certs` writes (100 years).
+const MAX_CERT_DAYS: i64 = 36_500;
 
 /// Why flags could not become settings.
 #[derive(Debug, thiserror::Error)]
@@ -102,116 +108,6 @@ pub enum Command {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "PINHOOK_LISTEN", default_value = "0.0.0.0:8443")]
-    listen: SocketAddr,
-    /// PEM certificate chain served to the apiserver (reloaded when it changes).
-    #[arg(
-        long,
-        env = "PINHOOK_TLS_CERT",
-        required_unless_present = "tls_secret",
-        requires = "tls_key"
-    )]
-    tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
-    #[arg(long, env = "PINHOOK_TLS_KEY", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    #[command(flatten)]
-    managed_tls: ManagedTlsArgs,
-    /// How pinned references are written (without --policy; the policy's `form` otherwise).
-    #[arg(
-        long,
-        env = "PINHOOK_FORM",
-        default_value = "tag-digest",
-        conflicts_with = "policy"
-    )]
-    form: FormArg,
-    /// Policy file (YAML); re-read when it changes.
-    #[arg(long, env = "PINHOOK_POLICY")]
-    policy: Option<PathBuf>,
-    #[command(flatten)]
-    registry: RegistryArgs,
-    #[command(flatten)]
-    cache: CacheArgs,
-    /// Kubeconfig for reading pull secrets (default: $KUBECONFIG or ~/.kube/config, else in-cluster).
-    #[arg(long, env = "PINHOOK_KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    #[command(flatten)]
-    node_credentials: NodeCredentialArgs,
-    /// Seconds to keep serving after SIGTERM with readiness off, before closing the listener
-    /// (so the Service's endpoints drop this pod before it stops answering).
-    #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5, value_parser = seconds_flag())]
-    shutdown_delay: u64,
-    #[command(flatten)]
-    connections: ConnectionArgs,
-}
-
-/// Self-managed certificates (`--tls-secret`), instead of --tls-cert and --tls-key.
-#[derive(Debug, Args)]
-struct ManagedTlsArgs {
-    /// Secret (in --tls-namespace) in which pinhook keeps its own CA and serving certificate,
-    /// one replica writing (elected by the --tls-lease Lease), every replica serving it.
-    #[arg(long, env = "PINHOOK_TLS_SECRET", conflicts_with_all = ["tls_cert", "tls_key"], requires = "tls_webhooks")]
-    tls_secret: Option<String>,
-    /// Namespace of the Secret and the Lease (the pod's own).
-    #[arg(long, env = "PINHOOK_TLS_NAMESPACE", default_value = "pinhook-system")]
-    tls_namespace: String,
-    /// Service the certificate is for (<service>, .<namespace>, .svc, .svc.cluster.local).
-    #[arg(long, env = "PINHOOK_TLS_SERVICE", default_value = "pinhook")]
-    tls_service: String,
-    /// More names (or IP addresses) for the certificate, e.g. a webhook URL's host.
-    #[arg(long = "tls-san", env = "PINHOOK_TLS_SANS", value_delimiter = ',')]
-    tls_sans: Vec<String>,
-    /// Webhook configurations whose caBundle pinhook writes: mutating/NAME, validating/NAME.
-    #[arg(
-        long = "tls-webhook",
-        env = "PINHOOK_TLS_WEBHOOKS",
-        value_delimiter = ','
-    )]
-    tls_webhooks: Vec<WebhookRef>,
-    /// coordination.k8s.io Lease electing the replica that writes.
-    #[arg(long, env = "PINHOOK_TLS_LEASE", default_value = "pinhook-tls")]
-    tls_lease: String,
-    /// This replica's name in the Lease (default: the host name).
-    #[arg(long, env = "PINHOOK_POD_NAME")]
-    pod_name: Option<String>,
-    /// Lifetime of the CA (<n>s, m, h or d); a next CA is published with a third left.
-    #[arg(long, env = "PINHOOK_TLS_CA_LIFETIME", default_value = "730d", value_parser = parse_lifetime)]
-    tls_ca_lifetime: Duration,
-    /// Lifetime of the serving certificate; reissued with a third left.
-    #[arg(long, env = "PINHOOK_TLS_CERT_LIFETIME", default_value = "90d", value_parser = parse_lifetime)]
-    tls_cert_lifetime: Duration,
-    /// How long a next CA is in every caBundle before it signs the serving certificate.
-    #[arg(long, env = "PINHOOK_TLS_CA_GRACE", default_value = "60s", value_parser = parse_lifetime)]
-    tls_ca_grace: Duration,
-    /// How often the writer renews its Lease and checks the certificates (the Lease lasts
-    /// three times this).
-    #[arg(long, env = "PINHOOK_TLS_INTERVAL", default_value = "5s", value_parser = parse_lifetime)]
-    tls_interval: Duration,
-}
-
-/// Bounds on the clients of `pinhook serve`.
-#[derive(Debug, Args)]
-struct ConnectionArgs {
-    /// Client connections open at once; past it a new connection is closed as soon as it is
-    /// accepted.
-    #[arg(long, env = "PINHOOK_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
-    max_connections: usize,
-    /// Seconds to receive a request's headers (HTTP/1.1; also the longest wait for the next
-    /// request on a kept-alive connection) and the longest pause inside a request body.
-    #[arg(long, env = "PINHOOK_HEADER_READ_TIMEOUT", default_value = "10", value_parser = parse_timeout)]
-    header_read_timeout: Duration,
-    /// Seconds one request may take, body and answer included (then 408).
-    #[arg(long, env = "PINHOOK_REQUEST_TIMEOUT", default_value = "70", value_parser = parse_timeout)]
-    request_timeout: Duration,
-    /// Seconds a connection may stay open with no byte crossing it; longer than
-    /// --request-timeout.
-    #[arg(long, env = "PINHOOK_IDLE_TIMEOUT", default_value = "120", value_parser = parse_timeout)]
-    idle_timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -380,168 +276,6 @@ enum OutputArg {
     Yaml,
 }
 
-/// The longest any seconds-valued flag may be (100 years): longer values would overflow the
-/// clock arithmetic they feed, and mean "forever" anyway.
-const MAX_SECONDS: u64 = 100 * 365 * 86_400;
-/// The longest validity `pinhook certs` writes (100 years).
-const MAX_CERT_DAYS: i64 = 36_500;
-/// The longest connection or request timeout (a day).
-const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
-
-/// Whole seconds, at most [`MAX_SECONDS`].
-fn seconds_flag() -> clap::builder::RangedU64ValueParser<u64> {
-    clap::value_parser!(u64).range(..=MAX_SECONDS)
-}
-
-/// A duration in (fractional) seconds, e.g. `2.5`, at most [`MAX_SECONDS`].
-fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let seconds: f64 = text
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
-    if !(0.0..=MAX_SECONDS as f64).contains(&seconds) {
-        return Err(format!("must be from 0 to {MAX_SECONDS} seconds"));
-    }
-    Duration::try_from_secs_f64(seconds)
-        .map_err(|_| "must be a positive number of seconds".to_string())
-}
-
-/// A connection or request timeout: more than 0, at most a day.
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let duration = parse_seconds(text)?;
-    if duration.is_zero() || duration.as_secs_f64() > MAX_TIMEOUT_SECONDS {
-        return Err(format!(
-            "must be more than 0 and at most {MAX_TIMEOUT_SECONDS} seconds"
-        ));
-    }
-    Ok(duration)
-}
-
-/// `<n>s`, `<n>m`, `<n>h` or `<n>d`: at least a second, at most ten years.
-fn parse_lifetime(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let unit = text.chars().last().ok_or("empty duration")?;
-    let seconds_per = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86_400,
-        _ => return Err(format!("{text:?}: give a number then s, m, h or d")),
-    };
-    let count: u64 = text[..text.len() - 1]
-        .parse()
-        .map_err(|_| format!("{text:?}: give a number then s, m, h or d"))?;
-    let seconds = count.saturating_mul(seconds_per);
-    if seconds == 0 || seconds > 10 * 366 * 86_400 {
-        return Err(format!("{text:?}: must be at least 1s and at most 3660d"));
-    }
-    Ok(Duration::from_secs(seconds))
-}
-
-// === impl ManagedTlsArgs ===
-
-impl ManagedTlsArgs {
-    /// The managed-certificate settings, when --tls-secret is given.
-    fn to_config(&self) -> Result<Option<ManagedConfig>, CliError> {
-        let Some(secret) = &self.tls_secret else {
-            return Ok(None);
-        };
-        let (ca, cert, grace) = (
-            self.tls_ca_lifetime,
-            self.tls_cert_lifetime,
-            self.tls_ca_grace,
-        );
-        if cert >= ca || grace >= ca / 3 {
-            return Err(CliError::TlsLifetimes { ca, cert, grace });
-        }
-        let request = CertRequest {
-            service: self.tls_service.clone(),
-            namespace: self.tls_namespace.clone(),
-            extra_sans: self.tls_sans.clone(),
-            validity_days: 0,
-        };
-        let identity = self
-            .pod_name
-            .clone()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .filter(|name| !name.is_empty())
-            .unwrap_or_else(|| format!("pinhook-{}", std::process::id()));
-        Ok(Some(ManagedConfig {
-            namespace: self.tls_namespace.clone(),
-            secret: secret.clone(),
-            lease: self.tls_lease.clone(),
-            identity,
-            webhooks: self.tls_webhooks.clone(),
-            settings: Settings {
-                names: request.subject_alt_names(),
-                common_name: format!("{}.{}.svc", self.tls_service, self.tls_namespace),
-                ca_lifetime: ca,
-                cert_lifetime: cert,
-                grace,
-            },
-            interval: self.tls_interval,
-        }))
-    }
-}
-
-// === impl ServeArgs ===
-
-impl ServeArgs {
-    /// `pinhook serve`'s settings; reads the registry CA files.
-    pub fn into_config(self) -> Result<app::Config, CliError> {
-        let policy = match self.policy {
-            Some(path) => PolicySource::File(path),
-            None => PolicySource::Fixed(Box::new(Policy {
-                form: self.form.into(),
-                ..Policy::default()
-            })),
-        };
-        let kube = match self.kubeconfig {
-            Some(path) => KubeAccess::Kubeconfig(path),
-            None => KubeAccess::Infer,
-        };
-        // clap has checked: --tls-secret, or both --tls-cert and --tls-key.
-        let tls = match (self.managed_tls.to_config()?, self.tls_cert, self.tls_key) {
-            (Some(managed), _, _) => TlsSource::Managed(managed),
-            (None, Some(cert), Some(key)) => TlsSource::Files { cert, key },
-            (None, _, _) => return Err(CliError::NoTls),
-        };
-        Ok(app::Config {
-            listen: self.listen,
-            tls,
-            policy,
-            registry: self.registry.to_config()?,
-            cache: self.cache.to_config(),
-            owner_revision_ttl: Duration::from_secs(self.cache.owner_revision_ttl),
-            namespace_label_ttl: Duration::from_secs(self.cache.namespace_cache_ttl),
-            kube,
-            credential_providers: self.node_credentials.providers(),
-            docker_config: self.node_credentials.docker_config,
-            shutdown_delay: Duration::from_secs(self.shutdown_delay),
-            limits: self.connections.to_limits()?,
-            overrides: Overrides::default(),
-        })
-    }
-}
-
-// === impl ConnectionArgs ===
-
-impl ConnectionArgs {
-    fn to_limits(&self) -> Result<ConnectionLimits, CliError> {
-        if self.idle_timeout <= self.request_timeout {
-            return Err(CliError::IdleNotAboveRequest {
-                idle: self.idle_timeout,
-                request: self.request_timeout,
-            });
-        }
-        Ok(ConnectionLimits {
-            max_connections: self.max_connections,
-            header_read_timeout: self.header_read_timeout,
-            request_timeout: self.request_timeout,
-            idle_timeout: self.idle_timeout,
-        })
-    }
-}
-
 // === impl ResolveArgs ===
 
 impl ResolveArgs {
@@ -701,6 +435,13 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+    use std::net::SocketAddr;
+
+    use crate::app::{self, TlsSource};
+    use crate::certs::managed::WebhookRef;
+    use crate::policy::Policy;
+    use crate::server::ConnectionLimits;
+    use durations::parse_lifetime;
 
     /// clap reads `PINHOOK_*` from the process environment: every parse in this module holds
     /// this lock, so the one test that sets variables cannot leak them into another.
@@ -731,11 +472,11 @@ mod tests {
         }
     }
 
-    fn managed(args: &[&str]) -> Result<app::Config, String> {
+    fn managed(args: &[&str]) -> Result<app::Config, Box<dyn std::error::Error>> {
         let mut all = vec!["serve"];
         all.extend_from_slice(args);
-        match parse(&all).map_err(|e| e.to_string())?.command {
-            Command::Serve(args) => args.into_config().map_err(|e| e.to_string()),
+        match parse(&all)?.command {
+            Command::Serve(args) => Ok(args.into_config()?),
             other => panic!("not serve: {other:?}"),
         }
     }
@@ -830,7 +571,7 @@ mod tests {
             let Err(err) = managed(args) else {
                 panic!("{args:?}: accepted");
             };
-            assert!(err.contains(needle), "{args:?}: {err}");
+            assert!(err.to_string().contains(needle), "{args:?}: {err}");
         }
     }
 

@@ -23,9 +23,9 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::lease::LeaseLock;
 use super::rotation::{self, Contents, Settings, Step};
 use crate::error::error_chain;
+use crate::lease::LeaseLock;
 
 /// The field manager of every write.
 const MANAGER: &str = "pinhook";

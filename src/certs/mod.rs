@@ -2,10 +2,9 @@
 //! (`<service>.<namespace>.svc`), the caBundle to put in the webhook configurations, and
 //! `pinhook certs`, which issues and writes them ([`issue`]). [`rotation`] decides when
 //! self-managed certificates change, [`managed`] keeps them in a Secret and the webhook
-//! configurations through the Kubernetes API, with one writer elected by a [`lease`].
+//! configurations through the Kubernetes API, with one writer elected by a [`crate::lease`].
 //! Clusters may use cert-manager instead (see `manifests/` and the chart).
 
-pub mod lease;
 pub mod managed;
 pub mod rotation;
 

@@ -8,10 +8,8 @@ use std::time::Duration;
 use clap::builder::TypedValueParser;
 use clap::{Args, ValueEnum};
 
-use super::{
-    parse_lifetime, seconds_flag, CliError, KubeAccess, NodeCredentialArgs, PolicySource,
-    RegistryArgs,
-};
+use super::durations::{parse_lifetime, seconds_flag};
+use super::{CliError, KubeAccess, NodeCredentialArgs, PolicySource, RegistryArgs};
 use crate::registry::CacheConfig;
 use crate::watch::controller::{CycleSettings, LeaseConfig, WatchConfig};
 

@@ -4,10 +4,21 @@
 //! request.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::policy::hosts;
 use crate::policy::HostSettings;
+
+/// A CA file named by the policy's `registries.hosts` that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("registries.hosts[{host:?}].ca: cannot read '{}'", path.display())]
+pub struct HostCaError {
+    pub host: String,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
 
 /// How registries are reached.
 #[derive(Debug, Clone)]
@@ -33,15 +44,14 @@ impl RegistryConfig {
     pub fn with_hosts(
         &self,
         hosts: &BTreeMap<String, HostSettings>,
-    ) -> Result<RegistryConfig, String> {
+    ) -> Result<RegistryConfig, HostCaError> {
         let mut config = self.clone();
         for (host, settings) in hosts {
             if let Some(path) = &settings.ca {
-                let pem = std::fs::read(path).map_err(|e| {
-                    format!(
-                        "registries.hosts[{host:?}].ca: cannot read '{}': {e}",
-                        path.display()
-                    )
+                let pem = std::fs::read(path).map_err(|source| HostCaError {
+                    host: host.clone(),
+                    path: path.clone(),
+                    source,
                 })?;
                 config
                     .host_ca_pems

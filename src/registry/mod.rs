@@ -47,7 +47,7 @@ use crate::reference::{Digest, Reference};
 pub use breaker::BreakerSettings;
 pub use cache::{CacheConfig, CachingResolver, ReadOnlyCache, TagMove};
 pub use client::OciResolver;
-pub use config::RegistryConfig;
+pub use config::{HostCaError, RegistryConfig};
 pub use credentials::{Credential, Fingerprint};
 pub use guard::RealmRefusal;
 pub use memo::RunMemo;

@@ -32,9 +32,9 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::app::{self, AppError, KubeAccess, PolicySource};
-use crate::certs::lease::LeaseLock;
 use crate::cluster::KubeNamespaces;
 use crate::error::error_chain;
+use crate::lease::LeaseLock;
 use crate::metrics::Metrics;
 use crate::policy::PolicyHandle;
 use crate::registry::guard::AddressGuard;
@@ -171,7 +171,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
                 oci.reconfigure(base.with_hosts(&compiled.policy.registries.hosts)?);
                 Ok(())
             };
-            Some(tokio::spawn(crate::server::watch_policy(
+            Some(tokio::spawn(crate::policy_watcher::watch_policy(
                 path.clone(),
                 watch.policy.clone(),
                 reconfigure,

@@ -1,11 +1,12 @@
 //! One writer among the replicas: leader election on a `coordination.k8s.io` Lease (holder,
 //! lease duration, renew time; a write that lost a race is a 409 and leaves the Lease to
-//! whoever won). [`decide`] is the pure rule. Unlike client-go, which times a lease from when
+//! whoever won), used by the self-managed certificates ([`crate::certs::managed`]) and by the
+//! drift watch (`watch::controller`). [`decide`] is the pure rule. Unlike client-go, which times a lease from when
 //! it saw the renew time change, [`decide`] compares the holder's renew time with this
 //! replica's clock: clock skew beyond the lease duration (15 s) can make a replica take over
-//! early. Two writers at once stay safe for the Secret (every write is conditional on its
-//! resourceVersion, so one gets a 409); a stale caBundle one of them writes is corrected on
-//! the next pass.
+//! early, so each user must stay safe with two writers at once: the certificates' Secret is
+//! (every write is conditional on its resourceVersion, so one gets a 409; a stale caBundle one
+//! of them writes is corrected on the next pass).
 
 use std::time::Duration;
 

@@ -1,0 +1,233 @@
+//! `pinhook serve`: its flags (listen address, TLS from files or self-managed, connection
+//! bounds, policy, registry, cache and node credentials) and the [`app::Config`] built from them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::TypedValueParser;
+use clap::Args;
+
+use super::durations::{parse_lifetime, parse_timeout, seconds_flag};
+use super::{CacheArgs, CliError, FormArg, NodeCredentialArgs, RegistryArgs};
+use crate::app::{self, KubeAccess, Overrides, PolicySource, TlsSource};
+use crate::certs::managed::{ManagedConfig, WebhookRef};
+use crate::certs::rotation::Settings;
+use crate::certs::CertRequest;
+use crate::policy::Policy;
+use crate::server::ConnectionLimits;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "PINHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// PEM certificate chain served to the apiserver (reloaded when it changes).
+    #[arg(
+        long,
+        env = "PINHOOK_TLS_CERT",
+        required_unless_present = "tls_secret",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "PINHOOK_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    managed_tls: ManagedTlsArgs,
+    /// How pinned references are written (without --policy; the policy's `form` otherwise).
+    #[arg(
+        long,
+        env = "PINHOOK_FORM",
+        default_value = "tag-digest",
+        conflicts_with = "policy"
+    )]
+    form: FormArg,
+    /// Policy file (YAML); re-read when it changes.
+    #[arg(long, env = "PINHOOK_POLICY")]
+    policy: Option<PathBuf>,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// Kubeconfig for reading pull secrets (default: $KUBECONFIG or ~/.kube/config, else in-cluster).
+    #[arg(long, env = "PINHOOK_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    node_credentials: NodeCredentialArgs,
+    /// Seconds to keep serving after SIGTERM with readiness off, before closing the listener
+    /// (so the Service's endpoints drop this pod before it stops answering).
+    #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5, value_parser = seconds_flag())]
+    shutdown_delay: u64,
+    #[command(flatten)]
+    connections: ConnectionArgs,
+}
+
+/// Self-managed certificates (`--tls-secret`), instead of --tls-cert and --tls-key.
+#[derive(Debug, Args)]
+struct ManagedTlsArgs {
+    /// Secret (in --tls-namespace) in which pinhook keeps its own CA and serving certificate,
+    /// one replica writing (elected by the --tls-lease Lease), every replica serving it.
+    #[arg(long, env = "PINHOOK_TLS_SECRET", conflicts_with_all = ["tls_cert", "tls_key"], requires = "tls_webhooks")]
+    tls_secret: Option<String>,
+    /// Namespace of the Secret and the Lease (the pod's own).
+    #[arg(long, env = "PINHOOK_TLS_NAMESPACE", default_value = "pinhook-system")]
+    tls_namespace: String,
+    /// Service the certificate is for (<service>, .<namespace>, .svc, .svc.cluster.local).
+    #[arg(long, env = "PINHOOK_TLS_SERVICE", default_value = "pinhook")]
+    tls_service: String,
+    /// More names (or IP addresses) for the certificate, e.g. a webhook URL's host.
+    #[arg(long = "tls-san", env = "PINHOOK_TLS_SANS", value_delimiter = ',')]
+    tls_sans: Vec<String>,
+    /// Webhook configurations whose caBundle pinhook writes: mutating/NAME, validating/NAME.
+    #[arg(
+        long = "tls-webhook",
+        env = "PINHOOK_TLS_WEBHOOKS",
+        value_delimiter = ','
+    )]
+    tls_webhooks: Vec<WebhookRef>,
+    /// coordination.k8s.io Lease electing the replica that writes.
+    #[arg(long, env = "PINHOOK_TLS_LEASE", default_value = "pinhook-tls")]
+    tls_lease: String,
+    /// This replica's name in the Lease (default: the host name).
+    #[arg(long, env = "PINHOOK_POD_NAME")]
+    pod_name: Option<String>,
+    /// Lifetime of the CA (<n>s, m, h or d); a next CA is published with a third left.
+    #[arg(long, env = "PINHOOK_TLS_CA_LIFETIME", default_value = "730d", value_parser = parse_lifetime)]
+    tls_ca_lifetime: Duration,
+    /// Lifetime of the serving certificate; reissued with a third left.
+    #[arg(long, env = "PINHOOK_TLS_CERT_LIFETIME", default_value = "90d", value_parser = parse_lifetime)]
+    tls_cert_lifetime: Duration,
+    /// How long a next CA is in every caBundle before it signs the serving certificate.
+    #[arg(long, env = "PINHOOK_TLS_CA_GRACE", default_value = "60s", value_parser = parse_lifetime)]
+    tls_ca_grace: Duration,
+    /// How often the writer renews its Lease and checks the certificates (the Lease lasts
+    /// three times this).
+    #[arg(long, env = "PINHOOK_TLS_INTERVAL", default_value = "5s", value_parser = parse_lifetime)]
+    tls_interval: Duration,
+}
+
+/// Bounds on the clients of `pinhook serve`.
+#[derive(Debug, Args)]
+struct ConnectionArgs {
+    /// Client connections open at once; past it a new connection is closed as soon as it is
+    /// accepted.
+    #[arg(long, env = "PINHOOK_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
+    max_connections: usize,
+    /// Seconds to receive a request's headers (HTTP/1.1; also the longest wait for the next
+    /// request on a kept-alive connection) and the longest pause inside a request body.
+    #[arg(long, env = "PINHOOK_HEADER_READ_TIMEOUT", default_value = "10", value_parser = parse_timeout)]
+    header_read_timeout: Duration,
+    /// Seconds one request may take, body and answer included (then 408).
+    #[arg(long, env = "PINHOOK_REQUEST_TIMEOUT", default_value = "70", value_parser = parse_timeout)]
+    request_timeout: Duration,
+    /// Seconds a connection may stay open with no byte crossing it; longer than
+    /// --request-timeout.
+    #[arg(long, env = "PINHOOK_IDLE_TIMEOUT", default_value = "120", value_parser = parse_timeout)]
+    idle_timeout: Duration,
+}
+
+// === impl ManagedTlsArgs ===
+
+impl ManagedTlsArgs {
+    /// The managed-certificate settings, when --tls-secret is given.
+    fn to_config(&self) -> Result<Option<ManagedConfig>, CliError> {
+        let Some(secret) = &self.tls_secret else {
+            return Ok(None);
+        };
+        let (ca, cert, grace) = (
+            self.tls_ca_lifetime,
+            self.tls_cert_lifetime,
+            self.tls_ca_grace,
+        );
+        if cert >= ca || grace >= ca / 3 {
+            return Err(CliError::TlsLifetimes { ca, cert, grace });
+        }
+        let request = CertRequest {
+            service: self.tls_service.clone(),
+            namespace: self.tls_namespace.clone(),
+            extra_sans: self.tls_sans.clone(),
+            validity_days: 0,
+        };
+        let identity = self
+            .pod_name
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| format!("pinhook-{}", std::process::id()));
+        Ok(Some(ManagedConfig {
+            namespace: self.tls_namespace.clone(),
+            secret: secret.clone(),
+            lease: self.tls_lease.clone(),
+            identity,
+            webhooks: self.tls_webhooks.clone(),
+            settings: Settings {
+                names: request.subject_alt_names(),
+                common_name: format!("{}.{}.svc", self.tls_service, self.tls_namespace),
+                ca_lifetime: ca,
+                cert_lifetime: cert,
+                grace,
+            },
+            interval: self.tls_interval,
+        }))
+    }
+}
+
+// === impl ServeArgs ===
+
+impl ServeArgs {
+    /// `pinhook serve`'s settings; reads the registry CA files.
+    pub fn into_config(self) -> Result<app::Config, CliError> {
+        let policy = match self.policy {
+            Some(path) => PolicySource::File(path),
+            None => PolicySource::Fixed(Box::new(Policy {
+                form: self.form.into(),
+                ..Policy::default()
+            })),
+        };
+        let kube = match self.kubeconfig {
+            Some(path) => KubeAccess::Kubeconfig(path),
+            None => KubeAccess::Infer,
+        };
+        // clap has checked: --tls-secret, or both --tls-cert and --tls-key.
+        let tls = match (self.managed_tls.to_config()?, self.tls_cert, self.tls_key) {
+            (Some(managed), _, _) => TlsSource::Managed(managed),
+            (None, Some(cert), Some(key)) => TlsSource::Files { cert, key },
+            (None, _, _) => return Err(CliError::NoTls),
+        };
+        Ok(app::Config {
+            listen: self.listen,
+            tls,
+            policy,
+            registry: self.registry.to_config()?,
+            cache: self.cache.to_config(),
+            owner_revision_ttl: Duration::from_secs(self.cache.owner_revision_ttl),
+            namespace_label_ttl: Duration::from_secs(self.cache.namespace_cache_ttl),
+            kube,
+            credential_providers: self.node_credentials.providers(),
+            docker_config: self.node_credentials.docker_config,
+            shutdown_delay: Duration::from_secs(self.shutdown_delay),
+            limits: self.connections.to_limits()?,
+            overrides: Overrides::default(),
+        })
+    }
+}
+
+// === impl ConnectionArgs ===
+
+impl ConnectionArgs {
+    fn to_limits(&self) -> Result<ConnectionLimits, CliError> {
+        if self.idle_timeout <= self.request_timeout {
+            return Err(CliError::IdleNotAboveRequest {
+                idle: self.idle_timeout,
+                request: self.request_timeout,
+            });
+        }
+        Ok(ConnectionLimits {
+            max_connections: self.max_connections,
+            header_read_timeout: self.header_read_timeout,
+            request_timeout: self.request_timeout,
+            idle_timeout: self.idle_timeout,
+        })
+    }
+}

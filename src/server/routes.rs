@@ -1,0 +1,163 @@
+//! The webhook's routes: `/mutate` and `/validate` (thin handlers: parse the review, call
+//! `admission`, log and count through [`super::observe`], render), health, readiness and
+//! metrics, and the bounds every request gets. The dry-run route is [`super::dry_run`]'s.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use std::sync::atomic::Ordering;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+use tracing::{warn, Instrument};
+
+use super::dry_run::dry_run_handler;
+use super::observe::{observe_decision, record_review, review_span};
+use super::{AppState, ConnectionLimits, MAX_BODY_BYTES};
+use crate::admission::{self, Failure};
+
+#[derive(Debug, Deserialize)]
+struct ReviewQuery {
+    timeout: Option<String>,
+}
+
+/// The routes, without a socket, with the bounds on each request: 413 for a body announced
+/// over [`MAX_BODY_BYTES`] before it is read, an error when a body stalls for
+/// `header_read_timeout`, and 408 when a request takes longer than `request_timeout`.
+pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate_handler))
+        .route("/validate", post(validate_handler))
+        .route("/v1/dry-run", post(dry_run_handler))
+        .route("/healthz", get(healthz_handler))
+        .route("/readyz", get(readyz_handler))
+        .route("/metrics", get(metrics_handler))
+        // One layer, outermost first: each `Router::layer` call boxes the routes again, and
+        // every box is a clone and an allocation per request (issue 13).
+        .layer((
+            tower_http::catch_panic::CatchPanicLayer::new(),
+            TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout),
+            RequestBodyLimitLayer::new(MAX_BODY_BYTES),
+            RequestBodyTimeoutLayer::new(limits.header_read_timeout),
+            DefaultBodyLimit::max(MAX_BODY_BYTES),
+        ))
+        .with_state(state)
+}
+
+async fn mutate_handler(
+    State(state): State<AppState>,
+    Query(query): Query<ReviewQuery>,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let request = match admission::parse_review(&body) {
+        Ok(request) => request,
+        Err(e) => return reject(&state, "mutate", Failure::Review(e), started),
+    };
+    let span = review_span(&request);
+    let budget = admission::budget_from_timeout(query.timeout.as_deref());
+    let decision = admission::mutate(&state.pinner, &request, budget)
+        .instrument(span.clone())
+        .await;
+    answer(&state, "mutate", &request, &decision, &span, started)
+}
+
+async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let request = match admission::parse_review(&body) {
+        Ok(request) => request,
+        Err(e) => return reject(&state, "validate", Failure::Review(e), started),
+    };
+    let span = review_span(&request);
+    let decision = admission::validate(&state.pinner, &request)
+        .instrument(span.clone())
+        .await;
+    answer(&state, "validate", &request, &decision, &span, started)
+}
+
+/// Logs and counts a decided review ([`observe`]), then renders its AdmissionReview.
+fn answer(
+    state: &AppState,
+    endpoint: &'static str,
+    request: &admission::AdmissionRequest,
+    decision: &admission::Decision,
+    span: &tracing::Span,
+    started: Instant,
+) -> Response {
+    let result = decision.result.as_str();
+    span.record("result", result);
+    span.in_scope(|| observe_decision(&state.metrics, endpoint, request, decision));
+    record_review(
+        &state.metrics,
+        endpoint,
+        &request.operation,
+        result,
+        started,
+    );
+    json_response(admission::review_body(&decision.response))
+}
+
+pub(super) fn status_of(failure: &Failure) -> StatusCode {
+    StatusCode::from_u16(failure.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// Plain text, one line: what the apiserver logs when a call to the webhook fails.
+fn failure_text(failure: &Failure) -> Response {
+    (status_of(failure), format!("{}\n", failure.message())).into_response()
+}
+
+/// Answers a body that is not a review (and counts it).
+fn reject(
+    state: &AppState,
+    endpoint: &'static str,
+    failure: Failure,
+    started: Instant,
+) -> Response {
+    warn!(endpoint, error = %failure.message(), "rejected malformed review");
+    record_review(
+        &state.metrics,
+        endpoint,
+        "",
+        failure.result().as_str(),
+        started,
+    );
+    failure_text(&failure)
+}
+
+fn json_response(body: Result<Vec<u8>, serde_json::Error>) -> Response {
+    match body {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => failure_text(&Failure::EncodeResponse(e)),
+    }
+}
+
+async fn healthz_handler() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz_handler(State(state): State<AppState>) -> Response {
+    if state.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    }
+}
+
+async fn metrics_handler(State(state): State<AppState>) -> Response {
+    match state.metrics.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => failure_text(&Failure::EncodeMetrics(e)),
+    }
+}
