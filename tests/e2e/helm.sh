@@ -1,13 +1,13 @@
 # shellcheck shell=bash
-# Scenarios t (Helm 3) and u (Helm 4) of tests/e2e/run.sh, which sources this file: the chart
-# (charts/pinhook) installed, upgraded and uninstalled by a real `helm` against the e2e tier's
-# real kube-apiserver, with pinhook managing its own certificates (tls.mode managed). The chart
-# runs in url mode (webhook.url, as overlays/local-url): there is no kubelet here, so the
-# pinhook the webhooks call is started by the scenario, with the flags the chart's Deployment
-# passes (PINHOOK_TLS_*), as the chart's own ServiceAccount (a TokenRequest token), so the
-# chart's RBAC is what is tested. Uses run.sh's helpers (K, klog, log, ok, bad, expect_eq,
-# wait_until, free_port, stop_pid, token_kubeconfig, image, pinned, deployment_yaml, $RUN, $ROOT,
-# $PINHOOK_BIN).
+# The Helm scenarios' steps (scenarios/helm3-chart-lifecycle.sh and helm4-chart-lifecycle.sh call
+# helm_scenario 3 and 4), sourced by run.sh: the chart (charts/pinhook) installed, upgraded and
+# uninstalled by a real `helm` against the e2e tier's real kube-apiserver, with pinhook managing
+# its own certificates (tls.mode managed). The chart runs in url mode (webhook.url, as
+# overlays/local-url): there is no kubelet here, so the pinhook the webhooks call is started by
+# the scenario, with the flags the chart's Deployment passes (PINHOOK_TLS_*), as the chart's own
+# ServiceAccount (a TokenRequest token), so the chart's RBAC is what is tested. Uses lib.sh's
+# helpers (K, klog, log, ok, bad, expect_eq, wait_until, free_port, stop_pid, token_kubeconfig,
+# image, pinned, deployment_yaml, $RUN, $ROOT, $PINHOOK_BIN).
 #
 # Steps, each asserted:
 #   1. `helm install` (release namespace created by helm): the rendered manifest has no caBundle
@@ -264,6 +264,3 @@ EOF
   fi
   return "$rc"
 }
-
-scenario_t() { helm_scenario 3; }
-scenario_u() { helm_scenario 4; }
