@@ -70,13 +70,19 @@ die() { log "ERROR: $*"; exit 1; }
 
 port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
 
-# free_port: a port nobody listens on (and not one we already handed out)
+# free_port: a port no socket uses (and not one we already handed out), below the kernel's
+# ephemeral range (net.ipv4.ip_local_port_range, 32768- by default), where connections take
+# their local ports: a port there can be taken by a connection before it is bound (a Helm
+# scenario's pinhook failed so: "failed to bind 127.0.0.1:39226: Address already in use")
 declare -A _TAKEN=()
 free_port() {
-  local p _
+  local p _ hi
+  hi=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  ((hi > 21000)) || hi=60000 # (an unusual range: as before)
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 40000))
-    [[ -z ${_TAKEN[$p]:-} ]] && ! port_busy "$p" && { _TAKEN[$p]=1; echo "$p"; return 0; }
+    p=$((20000 + RANDOM % (hi - 20000)))
+    [[ -z ${_TAKEN[$p]:-} ]] && ! port_busy "$p" && ! ss -Htan "sport = :$p" 2>/dev/null | grep -q . &&
+      { _TAKEN[$p]=1; echo "$p"; return 0; }
   done
   return 1
 }
