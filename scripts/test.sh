@@ -7,9 +7,19 @@
 # the total.
 # A short coverage-guided fuzzing pass (scripts/fuzz.sh, PINHOOK_FUZZ_SECONDS per target,
 # default 5; 0 skips it) runs after the demo; its targets count in the total.
-# The last line is the total: `total: N passed, M failed` (pinhook's cargo tests + e2e
-# scenarios); the line before it counts the harness's self-tests (tests/harness_selftest.rs),
-# which test the test harness, not pinhook: `harness self-tests: N passed, M failed`.
+# Before the end-to-end tier, `tests/e2e/readme.sh --check`: the scenario list of
+# tests/e2e/README.md matches the scenario files (tier e2e-readme, run even with
+# PINHOOK_SKIP_E2E=1).
+#
+# Every tier runs, in this order, even when one before it failed: deps, fmt, clippy, cargo-test,
+# chart, demo, fuzz, e2e-readme, e2e. A tier that fails without a failure of its own in the
+# total (fmt, clippy, demo, e2e-readme, deps, or a tier that stops before printing its count)
+# counts as 1 failed.
+# The last three lines: the harness's self-tests (tests/harness_selftest.rs), which test the
+# test harness, not pinhook: `harness self-tests: N passed, M failed`; the tiers that failed:
+# `failed tiers: clippy e2e` (or `failed tiers: none`); and the total, always last:
+# `total: N passed, M failed` (pinhook's cargo tests, the chart's checks, the fuzz targets and
+# the e2e scenarios, plus 1 per tier that failed without a count). Exit 1 when a tier failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '==> %s %s (disk free: %s)\n' "$(date -u +%H:%M:%S)" "$*" "$(df -h --output=avail . | tail -n1 | tr -d ' ')"; }
@@ -19,23 +29,61 @@ export CARGO_INCREMENTAL=0
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
+passed=0
+failed=0
+harness_passed=0
+harness_failed=0
+failed_tiers=()
+# tier_done NAME EXIT_CODE [PASSED FAILED]: add a tier's counts to the total; a tier that exited
+# non-zero with no failure counted counts as 1 failed
+tier_done() {
+    local name=$1 rc=$2 p=${3:-0} f=${4:-0}
+    if ((rc != 0 && f == 0)); then f=1; fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if ((rc != 0 || f > 0)); then
+        failed_tiers+=("$name")
+        log "tier $name FAILED (exit $rc, $f failed)"
+    fi
+}
+# counts PREFIX FILE: "N M" from FILE's last line when it is `PREFIXN passed, M failed`, else "0 0"
+counts() {
+    tail -n1 "$2" | awk -v prefix="$1" '
+        index($0, prefix) == 1 {
+            rest = substr($0, length(prefix) + 1)
+            if (rest ~ /^[0-9]+ passed, [0-9]+ failed$/) { split(rest, w, " "); print w[1] + 0, w[3] + 0; found = 1 }
+        }
+        END { if (!found) print 0, 0 }'
+}
+# short_of_disk: less than 8 GB free where the builds go.
+short_of_disk() { (($(df --output=avail -k "${CARGO_TARGET_DIR:-target}" | tail -n1) < 8 * 1024 * 1024)); }
+
 log "installing test dependencies"
-scripts/install-test-deps.sh
+rc=0
+scripts/install-test-deps.sh || rc=$?
+tier_done deps "$rc"
+
 log "cargo fmt --check"
-cargo fmt --all -- --check
+rc=0
+cargo fmt --all -- --check || rc=$?
+tier_done fmt "$rc"
+
 log "cargo clippy"
-cargo clippy --all-targets --quiet -- -D warnings
+rc=0
+cargo clippy --all-targets --quiet -- -D warnings || rc=$?
+tier_done clippy "$rc"
+
 log "unit and integration tests"
-cargo test --no-fail-fast 2>&1 | tee "$out/cargo.log"
+rc=0
+cargo test --no-fail-fast 2>&1 | tee "$out/cargo.log" || rc=$?
 # Each binary's `test result: ok. 372 passed; 0 failed; ...` follows cargo's
 # `     Running tests/harness_selftest.rs (target/debug/deps/harness_selftest-…)` line.
-read -r passed failed harness_passed harness_failed < <(awk '
+read -r cargo_passed cargo_failed harness_passed harness_failed < <(awk '
     /^ *(Running|Doc-tests) / { harness = ($2 == "tests/harness_selftest.rs") }
     /^test result:/ { if (harness) { hp += $4; hf += $6 } else { p += $4; f += $6 } }
     END { print p + 0, f + 0, hp + 0, hf + 0 }' "$out/cargo.log")
-# short_of_disk: less than 8 GB free where the builds go.
-short_of_disk() { (($(df --output=avail -k "${CARGO_TARGET_DIR:-target}" | tail -n1) < 8 * 1024 * 1024)); }
-if short_of_disk; then
+tier_done cargo-test "$rc" "$cargo_passed" "$cargo_failed"
+if [[ -d ${CARGO_TARGET_DIR:-target} ]] && short_of_disk; then
     # The integration test binaries (about 100 MB each) are not run again in this run.
     log "less than 8 GB free: removing the integration test binaries"
     for t in tests/*.rs; do
@@ -43,37 +91,51 @@ if short_of_disk; then
         find "${CARGO_TARGET_DIR:-target}/debug/deps" -maxdepth 1 -type f -name "${t%.rs}-*" ! -name '*.*' -delete
     done
 fi
+
 log "the Helm chart (scripts/chart-check.sh: lint, renders, schemas, the kustomize base)"
-scripts/chart-check.sh | tee "$out/chart.log"
+rc=0
+scripts/chart-check.sh | tee "$out/chart.log" || rc=$?
 # its last line: `chart: N passed, M failed`
-read -r chart_passed chart_failed < <(tail -n1 "$out/chart.log" | awk '{ print $2 + 0, $4 + 0 }')
-passed=$((passed + chart_passed))
-failed=$((failed + chart_failed))
+read -r chart_passed chart_failed < <(counts 'chart: ' "$out/chart.log")
+tier_done chart "$rc" "$chart_passed" "$chart_failed"
+
 log "the local demo (scripts/demo.sh), as README's first command runs it"
-scripts/demo.sh
+rc=0
+scripts/demo.sh || rc=$?
+tier_done demo "$rc"
+
 fuzz_seconds=${PINHOOK_FUZZ_SECONDS:-5}
 if ((fuzz_seconds > 0)); then
     log "fuzzing, ${fuzz_seconds} s per target (scripts/fuzz.sh)"
-    scripts/fuzz.sh "$fuzz_seconds" | tee "$out/fuzz.log"
+    rc=0
+    scripts/fuzz.sh "$fuzz_seconds" | tee "$out/fuzz.log" || rc=$?
     # its last line: `fuzz: N passed, M failed`
-    read -r fuzz_passed fuzz_failed < <(tail -n1 "$out/fuzz.log" | awk '{ print $2 + 0, $4 + 0 }')
-    passed=$((passed + fuzz_passed))
-    failed=$((failed + fuzz_failed))
+    read -r fuzz_passed fuzz_failed < <(counts 'fuzz: ' "$out/fuzz.log")
+    tier_done fuzz "$rc" "$fuzz_passed" "$fuzz_failed"
     # The fuzz binaries (about 1 GB) are not needed again in this run; on a machine short of
     # disk (CI's), give the space to the end-to-end tier's kube build.
-    if short_of_disk; then
+    if [[ -d ${CARGO_TARGET_DIR:-target} ]] && short_of_disk; then
         log "less than 8 GB free: removing fuzz/target"
         rm -rf fuzz/target
     fi
 fi
+
+log "the end-to-end tier's scenario list in tests/e2e/README.md (tests/e2e/readme.sh --check)"
+rc=0
+tests/e2e/readme.sh --check || rc=$?
+tier_done e2e-readme "$rc"
+
 if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
     log "end-to-end tier"
-    bash tests/e2e/run.sh | tee "$out/e2e.log"
+    rc=0
+    bash tests/e2e/run.sh | tee "$out/e2e.log" || rc=$?
     # its last line: `N passed, M failed`
-    read -r e2e_passed e2e_failed < <(tail -n1 "$out/e2e.log" | awk '{ print $1 + 0, $3 + 0 }')
-    passed=$((passed + e2e_passed))
-    failed=$((failed + e2e_failed))
+    read -r e2e_passed e2e_failed < <(counts '' "$out/e2e.log")
+    tier_done e2e "$rc" "$e2e_passed" "$e2e_failed"
 fi
-log "all tests passed"
+
+if ((${#failed_tiers[@]} == 0)); then log "all tests passed"; else log "failed tiers: ${failed_tiers[*]}"; fi
 echo "harness self-tests: $harness_passed passed, $harness_failed failed"
+echo "failed tiers: ${failed_tiers[*]:-none}"
 echo "total: $passed passed, $failed failed"
+((${#failed_tiers[@]} == 0)) || exit 1
