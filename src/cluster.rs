@@ -169,10 +169,10 @@ pub enum AuthError {
     TokenReview(#[source] kube::Error),
     #[error("SubjectAccessReview failed")]
     SubjectAccessReview(#[source] kube::Error),
-    /// A TokenReview failure shared by the callers that waited on the same review: the whole
-    /// chain of the one failure, as text (the shared error cannot be moved out).
-    #[error("{0}")]
-    Shared(String),
+    /// A TokenReview failure shared by the callers that waited on the same review (the shared
+    /// error cannot be moved out).
+    #[error(transparent)]
+    Shared(Arc<AuthError>),
 }
 
 /// Authentication and authorisation of dry-run callers by the cluster itself.
@@ -272,8 +272,7 @@ impl Authorizer for KubeAuthorizer {
             .await
             .map_err(|e| match Arc::try_unwrap(e) {
                 Ok(e) => e,
-                // `to_string` would keep only "TokenReview failed" and lose why.
-                Err(shared) => AuthError::Shared(crate::error::error_chain(shared.as_ref())),
+                Err(shared) => AuthError::Shared(shared),
             })
     }
 

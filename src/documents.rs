@@ -10,17 +10,32 @@ pub struct Document {
     /// Position in the input: `3`, or `3.items[2]` inside a List.
     pub index: String,
     pub source: Option<String>,
-    pub object: Result<Value, String>,
+    pub object: Result<Value, ReadError>,
+}
+
+/// Why a document (or a list item) is not an object pinhook can read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    /// The parser's message, on one line (serde_json's error is neither `Clone` nor `Eq`).
+    #[error("invalid JSON: {0}")]
+    Json(String),
+    /// The parser's message on one line, without its source snippet.
+    #[error("invalid YAML: {0}")]
+    Yaml(String),
+    #[error("document is not an object")]
+    NotAnObject,
+    #[error("list item is not an object")]
+    ItemNotAnObject,
 }
 
 /// Splits and parses `text` (from `source`, a file name, for messages).
 pub fn parse(text: &str, source: Option<&str>) -> Vec<Document> {
     let trimmed = text.trim_start_matches('\u{feff}').trim_start();
-    let documents: Vec<(usize, Result<Value, String>)> =
+    let documents: Vec<(usize, Result<Value, ReadError>)> =
         if trimmed.starts_with('{') || trimmed.starts_with('[') {
             vec![(
                 0,
-                serde_json::from_str(trimmed).map_err(|e| format!("invalid JSON: {e}")),
+                serde_json::from_str(trimmed).map_err(|e| ReadError::Json(e.to_string())),
             )]
         } else {
             split_yaml(text)
@@ -44,11 +59,7 @@ pub fn parse(text: &str, source: Option<&str>) -> Vec<Document> {
                 expand(&mut out, &format!("{i}.items"), items, source);
             }
             Ok(value) if value.is_object() => out.push(document(i.to_string(), source, Ok(value))),
-            Ok(_) => out.push(document(
-                i.to_string(),
-                source,
-                Err("document is not an object".to_string()),
-            )),
+            Ok(_) => out.push(document(i.to_string(), source, Err(ReadError::NotAnObject))),
             Err(e) => out.push(document(i.to_string(), source, Err(e))),
         }
     }
@@ -65,13 +76,13 @@ fn expand(out: &mut Vec<Document>, prefix: &str, items: Vec<Value>, source: Opti
         let object = if item.is_object() {
             Ok(item)
         } else {
-            Err("list item is not an object".to_string())
+            Err(ReadError::ItemNotAnObject)
         };
         out.push(document(format!("{prefix}[{j}]"), source, object));
     }
 }
 
-fn document(index: String, source: Option<&str>, object: Result<Value, String>) -> Document {
+fn document(index: String, source: Option<&str>, object: Result<Value, ReadError>) -> Document {
     Document {
         index,
         source: source.map(str::to_string),
@@ -110,15 +121,12 @@ fn is_blank(document: &str) -> bool {
         .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
 }
 
-fn parse_yaml(document: &str) -> Result<Value, String> {
+fn parse_yaml(document: &str) -> Result<Value, ReadError> {
     serde_saphyr::from_str::<Value>(document).map_err(|e| {
         let text = e.to_string();
         let text = text.split(" --> ").next().unwrap_or(&text);
         let text = text.trim_start_matches("error: ");
-        format!(
-            "invalid YAML: {}",
-            text.split_whitespace().collect::<Vec<_>>().join(" ")
-        )
+        ReadError::Yaml(text.split_whitespace().collect::<Vec<_>>().join(" "))
     })
 }
 
@@ -175,7 +183,7 @@ mod tests {
         assert!(parse("---\n---\n# only a comment\n", None).is_empty());
         assert_eq!(
             parse("just a string\n", None)[0].object,
-            Err("document is not an object".into())
+            Err(ReadError::NotAnObject)
         );
     }
 }

@@ -8,12 +8,13 @@ use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::pipeline::{Pinner, Target};
+use super::pipeline::{Pinner, PipelineError, Target};
 use super::plan::{Action, ImageOutcome, Object, Plan};
-use crate::documents::Document;
+use crate::documents::{Document, ReadError};
 use crate::error::error_chain;
 use crate::policy::{mirrors, CompiledPolicy};
 use crate::registry::{ResolutionSource, RunMemo};
+use crate::workload::WorkloadError;
 
 /// Objects planned at once.
 const CONCURRENCY: usize = 32;
@@ -125,12 +126,15 @@ async fn plan_document(
     default_namespace: &str,
     budget: Duration,
 ) -> Result<ObjectReport, DocumentError> {
-    let fail = |error: String| DocumentError {
+    let fail = |error: ObjectError| DocumentError {
         index: document.index.clone(),
         source: document.source.clone(),
-        error,
+        error: error_chain(&error),
     };
-    let object = document.object.clone().map_err(&fail)?;
+    let object = document
+        .object
+        .clone()
+        .map_err(|e| fail(ObjectError::Read(e)))?;
     let identity = Identity::of(&object, default_namespace).map_err(&fail)?;
     let target = Target {
         view: Object {
@@ -148,7 +152,7 @@ async fn plan_document(
     let plan = pinner
         .plan(&target, budget)
         .await
-        .map_err(|e| fail(error_chain(&e)))?;
+        .map_err(|e| fail(ObjectError::Plan(e)))?;
     let patched = patched_object(&object, &plan).map_err(&fail)?;
     // `/validate` sees the object after `/mutate` patched it: judge the patched object.
     let validation = pinner
@@ -160,16 +164,16 @@ async fn plan_document(
             ..target
         })
         .await
-        .map_err(|e| fail(error_chain(&e)))?;
+        .map_err(|e| fail(ObjectError::Plan(e)))?;
     Ok(object_report(
         &document, identity, plan, validation, patched,
     ))
 }
 
-fn patched_object(object: &Value, plan: &Plan) -> Result<Value, String> {
-    let patch = plan.patch().map_err(|e| error_chain(&e))?;
+fn patched_object(object: &Value, plan: &Plan) -> Result<Value, ObjectError> {
+    let patch = plan.patch().map_err(ObjectError::Patch)?;
     let mut patched = object.clone();
-    json_patch::patch(&mut patched, &patch).map_err(|e| format!("patch does not apply: {e}"))?;
+    json_patch::patch(&mut patched, &patch).map_err(ObjectError::Apply)?;
     Ok(patched)
 }
 
@@ -277,6 +281,23 @@ fn summarize(report: &Report) -> Summary {
     summary
 }
 
+/// Why one object of a dry run has no report; its whole chain is the report's error.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error(transparent)]
+    Read(ReadError),
+    #[error("object has no apiVersion")]
+    NoApiVersion,
+    #[error("object has no kind")]
+    NoKind,
+    #[error(transparent)]
+    Plan(PipelineError),
+    #[error(transparent)]
+    Patch(WorkloadError),
+    #[error("patch does not apply")]
+    Apply(#[source] json_patch::PatchError),
+}
+
 /// Who an object is: apiVersion split into group and version, kind, namespace, name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -290,16 +311,16 @@ pub struct Identity {
 // === impl Identity ===
 
 impl Identity {
-    pub fn of(object: &Value, default_namespace: &str) -> Result<Identity, String> {
+    pub fn of(object: &Value, default_namespace: &str) -> Result<Identity, ObjectError> {
         let api_version = object
             .get("apiVersion")
             .and_then(Value::as_str)
-            .ok_or("object has no apiVersion")?;
+            .ok_or(ObjectError::NoApiVersion)?;
         let kind = object
             .get("kind")
             .and_then(Value::as_str)
             .filter(|k| !k.is_empty())
-            .ok_or("object has no kind")?;
+            .ok_or(ObjectError::NoKind)?;
         let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
         let metadata = object.get("metadata");
         let field = |name: &str| metadata.and_then(|m| m.get(name)).and_then(Value::as_str);

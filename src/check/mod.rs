@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use inputs::read_inputs;
-pub use render::{problems, render};
+pub use render::{problems, render, RenderError};
 
 use crate::admission::dry_run::Report;
 use crate::app::AppError;
@@ -81,8 +81,8 @@ pub enum CheckError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("failed to render the report: {0}")]
-    Render(String),
+    #[error("failed to render the report")]
+    Render(#[source] RenderError),
 }
 
 /// Output format.

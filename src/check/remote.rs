@@ -106,7 +106,7 @@ fn rename(report: &mut Report, documents: &[Document]) {
             report.errors.push(DocumentError {
                 index: document.index.clone(),
                 source: document.source.clone(),
-                error: error.clone(),
+                error: error.to_string(),
             });
         }
     }

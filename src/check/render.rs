@@ -6,10 +6,19 @@ use std::fmt::Write as _;
 use super::Output;
 use crate::admission::dry_run::{ObjectReport, Report};
 
+/// Why a report could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("as JSON")]
+    Json(#[source] serde_json::Error),
+    #[error("as YAML")]
+    Yaml(#[source] serde_saphyr::ser::Error),
+}
+
 /// Renders the report in `output`; `colour` only for a terminal.
-pub fn render(report: &Report, output: Output, colour: bool) -> Result<String, String> {
+pub fn render(report: &Report, output: Output, colour: bool) -> Result<String, RenderError> {
     match output {
-        Output::Json => serde_json::to_string_pretty(report).map_err(|e| e.to_string()),
+        Output::Json => serde_json::to_string_pretty(report).map_err(RenderError::Json),
         Output::Yaml => render_yaml(report),
         Output::Table => Ok(render_table(report, colour)),
     }
@@ -44,7 +53,7 @@ pub fn problems(report: &Report) -> Vec<String> {
 }
 
 /// The pinned manifests, ready to commit: one YAML document per object, in input order.
-fn render_yaml(report: &Report) -> Result<String, String> {
+fn render_yaml(report: &Report) -> Result<String, RenderError> {
     let mut out = String::new();
     // Long single-line strings (pinned references) stay plain scalars, not folded `>-` blocks;
     // multi-line strings keep literal `|` blocks.
@@ -52,7 +61,7 @@ fn render_yaml(report: &Report) -> Result<String, String> {
     options.folded_wrap_chars = usize::MAX;
     for object in &report.objects {
         let yaml = serde_saphyr::to_string_with_options(&object.object, options.clone())
-            .map_err(|e| e.to_string())?;
+            .map_err(RenderError::Yaml)?;
         out.push_str("---\n");
         out.push_str(&yaml);
         if !yaml.ends_with('\n') {

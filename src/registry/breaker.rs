@@ -286,7 +286,10 @@ mod tests {
         let backing_off: Result<(), _> = Err(RegistryError::BackingOff {
             registry: REGISTRY.into(),
             retry_in: Duration::ZERO,
-            last: String::new(),
+            last: Arc::new(RegistryError::Timeout {
+                registry: REGISTRY.into(),
+                timeout: Duration::from_secs(5),
+            }),
         });
         let shared_timeout: Result<(), _> =
             Err(RegistryError::Shared(Arc::new(RegistryError::Timeout {

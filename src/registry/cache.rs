@@ -113,7 +113,7 @@ struct FailureRecord {
 struct Backoff {
     failures: u32,
     until: Instant,
-    last: String,
+    last: Arc<RegistryError>,
 }
 
 // === impl CacheConfig ===
@@ -452,7 +452,7 @@ impl SharedState {
                 Arc::new(Backoff {
                     failures,
                     until: Instant::now() + delay,
-                    last: error.to_string(),
+                    last: error.clone(),
                 }),
             );
         }

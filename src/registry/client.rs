@@ -20,7 +20,9 @@ use super::guard;
 use super::head::{self, Head};
 use super::outbound;
 use super::token::{Bearer, TokenCache, TokenKey};
-use super::{Credential, RegistryConfig, RegistryError, Resolution, ResolutionSource, Resolver};
+use super::{
+    AnswerError, Credential, RegistryConfig, RegistryError, Resolution, ResolutionSource, Resolver,
+};
 use crate::policy::PolicyHandle;
 use crate::reference::{Digest, Reference};
 
@@ -188,11 +190,12 @@ impl OciResolver {
             Head::Challenge(_) => return Err(unauthorized(registry)),
             Head::Failed(error) => return Err(error),
         };
-        digest.parse::<Digest>().map_err(|_| RegistryError::Status {
-            registry: registry.to_string(),
-            status: 200,
-            message: format!("registry sent an invalid digest {digest:?}"),
-        })
+        digest
+            .parse::<Digest>()
+            .map_err(|_| RegistryError::InvalidResponse {
+                registry: registry.to_string(),
+                source: AnswerError::DigestHeader(digest),
+            })
     }
 
     /// Answers a bearer `challenge`: checks its realm, asks it for a token (with the Basic

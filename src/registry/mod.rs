@@ -103,11 +103,13 @@ pub enum RegistryError {
     },
     #[error("no system CA bundle found (looked for {looked_at}); install ca-certificates or set SSL_CERT_FILE")]
     NoSystemRoots { looked_at: String },
-    #[error("registry {registry} is failing; not retrying for {retry_in:?} (last error: {last})")]
+    /// The registry failed with `last` a moment ago: pinhook waits before asking it again.
+    #[error("registry {registry} is failing; not retrying for {retry_in:?}")]
     BackingOff {
         registry: String,
         retry_in: Duration,
-        last: String,
+        #[source]
+        last: std::sync::Arc<RegistryError>,
     },
     /// The registry's breaker is open: it did not answer `silent` calls in a row.
     #[error("registry {registry} did not answer {silent} times in a row; pinhook asks it again in {retry_in:.1?}")]
@@ -131,6 +133,13 @@ pub enum RegistryError {
     /// One failure shared by every admission that waited on the same registry call.
     #[error(transparent)]
     Shared(std::sync::Arc<RegistryError>),
+    /// The task that called the registry panicked or was cancelled (a bug, never an answer).
+    #[error("the registry call for {registry} did not finish")]
+    TaskFailed {
+        registry: String,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 }
 
 /// Why a request got no answer: the HTTP client's error, or the guard's name lookup.
@@ -236,6 +245,7 @@ impl RegistryError {
             | RegistryError::RealmRefused(_)
             | RegistryError::Redirected { .. } => "refused",
             RegistryError::Shared(inner) => inner.kind(),
+            RegistryError::TaskFailed { .. } => "internal",
         }
     }
 

@@ -3,8 +3,8 @@
 //! namespace with results per workload, and one ClusterPolicyReport named `pinhook-mirrors` for
 //! tag-mirror objects found in the cluster.
 //!
-//! Owns: the report's wire types (field names exactly as the CRD's), the state → result
-//! mapping, the order of results, and the decision whether the cluster's copy needs a write.
+//! Owns: the report's wire types (field names exactly as the CRD's, in [`wire`]), the state →
+//! result mapping, the order of results, and the decision whether the cluster's copy needs a write.
 //! Pure: the caller supplies the namespace's mode, the classified images, the time and the
 //! report currently stored; nothing here reads a clock or talks to the apiserver.
 //!
@@ -52,18 +52,20 @@
 //! deny: each (source, mirror) pair that can serve tag pulls is a `fail` result of rule
 //! `mirror-by-digest-only`, and an object no node can load is an `error`. [`mirror_report`]
 //! builds the ClusterPolicyReport from them with the same stability rules. Both live in
-//! [`mirrors`]; the wire types, the mapping helpers and [`plan`] they share are here.
+//! [`mirrors`]; the mapping helpers and [`plan`] they share are here, the wire types in
+//! [`wire`].
 
 use std::collections::{BTreeMap, HashMap};
-
-use serde::{Deserialize, Serialize};
 
 use crate::policy::Mode;
 
 use super::classify::{ClassifiedImage, ImageState};
-use super::pod::WorkloadRef;
 
 pub use self::mirrors::{mirror_findings, mirror_report, MirrorFinding};
+pub use self::wire::{
+    ObjectRef, PolicyReport, ReportMetadata, ReportResult, ReportWrite, Severity, Summary,
+    Timestamp, Verdict,
+};
 
 pub const API_VERSION: &str = "wgpolicyk8s.io/v1alpha2";
 pub const POLICY_REPORT_KIND: &str = "PolicyReport";
@@ -88,129 +90,6 @@ pub const CONTENT_ANNOTATION: &str = "pinhook.dev/content-sha256";
 /// Most results one report lists (module docs: bounds).
 pub const MAX_RESULTS: usize = 1000;
 
-/// A PolicyReport or ClusterPolicyReport, as written and as read back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PolicyReport {
-    pub api_version: String,
-    pub kind: String,
-    pub metadata: ReportMetadata,
-    #[serde(default)]
-    pub results: Vec<ReportResult>,
-    #[serde(default)]
-    pub summary: Summary,
-}
-
-/// The metadata pinhook sets; everything else the apiserver adds is ignored when read back.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReportMetadata {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-}
-
-/// `PolicyReportResult`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReportResult {
-    pub policy: String,
-    #[serde(default)]
-    pub rule: String,
-    pub result: Verdict,
-    #[serde(default)]
-    pub scored: bool,
-    #[serde(default)]
-    pub message: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resources: Vec<ObjectRef>,
-    #[serde(default)]
-    pub source: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub severity: Option<Severity>,
-    #[serde(default)]
-    pub category: String,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub properties: BTreeMap<String, String>,
-    #[serde(default)]
-    pub timestamp: Timestamp,
-}
-
-/// The subset of `ObjectReference` a result names.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectRef {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<String>,
-}
-
-/// The result enum of the CRD.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Pass,
-    Fail,
-    Warn,
-    Error,
-    Skip,
-}
-
-/// The severities every v1alpha2 CRD accepts (Kyverno's adds `critical` and `info`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    High,
-    Medium,
-    Low,
-}
-
-/// A protobuf-style timestamp, as the CRD has it. The caller's clock, never read here.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Timestamp {
-    pub seconds: i64,
-    pub nanos: i32,
-}
-
-/// Result counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Summary {
-    #[serde(default)]
-    pub pass: u64,
-    #[serde(default)]
-    pub fail: u64,
-    #[serde(default)]
-    pub warn: u64,
-    #[serde(default)]
-    pub error: u64,
-    #[serde(default)]
-    pub skip: u64,
-}
-
-/// What to do to the cluster's copy of a report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReportWrite {
-    /// No report stored and there are results.
-    Create(PolicyReport),
-    /// The stored report differs (timestamps aside); write this one over it (server-side apply
-    /// with field manager `pinhook` replaces exactly what pinhook owns).
-    Update(PolicyReport),
-    /// The last result is gone: delete the stored report.
-    Delete,
-    /// Nothing to write.
-    Unchanged,
-}
-
 /// Which rule a result is for, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Rule {
@@ -222,111 +101,6 @@ enum Rule {
 struct Keyed<K> {
     key: K,
     result: ReportResult,
-}
-
-// === impl PolicyReport ===
-
-impl PolicyReport {
-    /// Whether two reports say the same thing: results and summary equal with timestamps
-    /// ignored, and the same pinhook-owned label and annotation.
-    pub fn same_content(&self, other: &PolicyReport) -> bool {
-        let owned = |r: &PolicyReport| {
-            (
-                r.metadata.labels.get(MANAGED_BY_LABEL).cloned(),
-                r.metadata.annotations.get(OMITTED_ANNOTATION).cloned(),
-                r.metadata.annotations.get(CONTENT_ANNOTATION).cloned(),
-            )
-        };
-        self.summary == other.summary
-            && owned(self) == owned(other)
-            && self.results.len() == other.results.len()
-            && self
-                .results
-                .iter()
-                .zip(&other.results)
-                .all(|(a, b)| a.without_timestamp() == b.without_timestamp())
-    }
-}
-
-// === impl ReportResult ===
-
-impl ReportResult {
-    fn without_timestamp(&self) -> ReportResult {
-        ReportResult {
-            timestamp: Timestamp::default(),
-            ..self.clone()
-        }
-    }
-}
-
-// === impl Verdict ===
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Pass => "pass",
-            Verdict::Fail => "fail",
-            Verdict::Warn => "warn",
-            Verdict::Error => "error",
-            Verdict::Skip => "skip",
-        }
-    }
-
-    /// Fail, warn and error: what is kept first when a report is over [`MAX_RESULTS`].
-    fn is_finding(self) -> bool {
-        matches!(self, Verdict::Fail | Verdict::Warn | Verdict::Error)
-    }
-
-    /// What a `fail` is in `mode`; other verdicts are the same in every mode.
-    fn in_mode(self, mode: Mode) -> Verdict {
-        match (self, mode) {
-            (Verdict::Fail, Mode::Audit) => Verdict::Warn,
-            (verdict, _) => verdict,
-        }
-    }
-}
-
-// === impl Timestamp ===
-
-impl Timestamp {
-    pub fn new(seconds: i64, nanos: i32) -> Timestamp {
-        Timestamp { seconds, nanos }
-    }
-
-    /// The caller's clock reading as a timestamp; a time before the epoch counts back with
-    /// non-negative nanos, as the CRD requires.
-    pub fn from_system_time(time: std::time::SystemTime) -> Timestamp {
-        let clamp = |secs: u64| i64::try_from(secs).unwrap_or(i64::MAX);
-        match time.duration_since(std::time::UNIX_EPOCH) {
-            Ok(after) => Timestamp::new(clamp(after.as_secs()), nanos_of(after)),
-            Err(before) => {
-                let before = before.duration();
-                match nanos_of(before) {
-                    0 => Timestamp::new(-clamp(before.as_secs()), 0),
-                    n => Timestamp::new(-clamp(before.as_secs()) - 1, 1_000_000_000 - n),
-                }
-            }
-        }
-    }
-}
-
-fn nanos_of(duration: std::time::Duration) -> i32 {
-    // subsec_nanos is below 10^9, which fits an i32.
-    i32::try_from(duration.subsec_nanos()).unwrap_or(0)
-}
-
-// === impl ObjectRef ===
-
-impl From<&WorkloadRef> for ObjectRef {
-    fn from(workload: &WorkloadRef) -> Self {
-        ObjectRef {
-            api_version: workload.api_version.clone(),
-            kind: workload.kind.clone(),
-            namespace: Some(workload.namespace.clone()),
-            name: workload.name.clone(),
-            uid: workload.uid.clone(),
-        }
-    }
 }
 
 /// The PolicyReport of `namespace`: every image in `images` whose workload is in `namespace`
@@ -631,3 +405,4 @@ impl Rule {
 mod mirrors;
 #[cfg(test)]
 mod tests;
+mod wire;

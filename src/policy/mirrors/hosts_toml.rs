@@ -139,23 +139,40 @@ fn resolves(config: &Table<'_, '_>) -> Option<&'static str> {
     None
 }
 
+/// Why containerd cannot decode a hosts.toml (`parseHostsFile`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Undecodable {
+    #[error("{key} must be {expected}, not {found}")]
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("host {0:?} must be a table")]
+    HostNotTable(String),
+    #[error("{0} must be a list of strings")]
+    NotStringList(String),
+    #[error("unknown capability {0}")]
+    UnknownCapability(String),
+}
+
 /// Whether containerd can decode the file (`parseHostsFile`): field types and capability names.
-fn decodable(top: &Table<'_, '_>) -> Result<(), String> {
+fn decodable(top: &Table<'_, '_>) -> Result<(), Undecodable> {
     for (key, value) in top.entries(Keys::GoToml, "server") {
         check_type(key.get_ref(), value.get_ref(), "a string", DeValue::is_str)?;
     }
     host_settings(top)?;
     for (key, value) in top.entries(Keys::GoToml, "host") {
         let Some(hosts) = value.get_ref().as_table() else {
-            return Err(format!(
-                "{} must be a table, not {}",
-                key.get_ref(),
-                type_name(value.get_ref())
-            ));
+            return Err(Undecodable::WrongType {
+                key: key.get_ref().to_string(),
+                expected: "a table",
+                found: type_name(value.get_ref()),
+            });
         };
         for (url, config) in hosts.iter() {
             let Some(config) = config.get_ref().as_table() else {
-                return Err(format!("host {:?} must be a table", url.get_ref()));
+                return Err(Undecodable::HostNotTable(url.get_ref().to_string()));
             };
             host_settings(&Table::new(config, ""))?;
         }
@@ -164,16 +181,16 @@ fn decodable(top: &Table<'_, '_>) -> Result<(), String> {
 }
 
 /// The typed settings of one host entry (or of the top level).
-fn host_settings(config: &Table<'_, '_>) -> Result<(), String> {
+fn host_settings(config: &Table<'_, '_>) -> Result<(), Undecodable> {
     for (key, value) in config.entries(Keys::GoToml, "capabilities") {
         let Some(items) = value.get_ref().as_array() else {
-            return Err(format!("{} must be a list of strings", key.get_ref()));
+            return Err(Undecodable::NotStringList(key.get_ref().to_string()));
         };
         for item in items.iter() {
             match item.get_ref().as_str() {
                 Some(c) if ["pull", "resolve", "push"].iter().any(|k| lower_eq(c, k)) => {}
-                Some(c) => return Err(format!("unknown capability {c}")),
-                None => return Err(format!("{} must be a list of strings", key.get_ref())),
+                Some(c) => return Err(Undecodable::UnknownCapability(c.to_string())),
+                None => return Err(Undecodable::NotStringList(key.get_ref().to_string())),
             }
         }
     }
@@ -206,13 +223,17 @@ fn host_settings(config: &Table<'_, '_>) -> Result<(), String> {
 fn check_type<'i>(
     key: &str,
     value: &DeValue<'i>,
-    what: &str,
+    expected: &'static str,
     ok: impl Fn(&DeValue<'i>) -> bool,
-) -> Result<(), String> {
+) -> Result<(), Undecodable> {
     if ok(value) {
         Ok(())
     } else {
-        Err(format!("{key} must be {what}, not {}", type_name(value)))
+        Err(Undecodable::WrongType {
+            key: key.to_string(),
+            expected,
+            found: type_name(value),
+        })
     }
 }
 

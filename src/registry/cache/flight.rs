@@ -90,14 +90,11 @@ impl CachingResolver {
             call: task.abort_handle(),
             metrics: self.shared.metrics.clone(),
         });
+        let registry = reference.domain().to_string();
         let flight: Flight = async move {
             match task.await {
                 Ok(result) => result,
-                Err(e) => Err(Arc::new(RegistryError::Status {
-                    registry: String::new(),
-                    status: 500,
-                    message: format!("resolution task failed: {e}"),
-                })),
+                Err(source) => Err(Arc::new(RegistryError::TaskFailed { registry, source })),
             }
         }
         .boxed()

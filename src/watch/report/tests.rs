@@ -9,7 +9,7 @@ use super::*;
 use crate::policy::mirrors::AllowedMirror;
 use crate::policy::MirrorPolicy;
 use crate::registry::testing::digest;
-use crate::watch::pod::PodImage;
+use crate::watch::pod::{PodImage, WorkloadRef};
 use crate::watch::WatchError;
 use crate::workload::ImageField;
 
@@ -533,7 +533,22 @@ impl PolicyReport {
 
 /// Checks `value` against a CRD's structural schema: every field known (the apiserver would
 /// prune an unknown one silently and every read-back would differ), types, enums, required.
-fn conforms(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+/// Where a value does not fit a CRD's schema, and how.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{at}: {problem}")]
+struct SchemaMismatch {
+    at: String,
+    problem: String,
+}
+
+fn mismatch(at: &str, problem: String) -> SchemaMismatch {
+    SchemaMismatch {
+        at: at.to_string(),
+        problem,
+    }
+}
+
+fn conforms(schema: &Value, value: &Value, at: &str) -> Result<(), SchemaMismatch> {
     let kind = schema["type"].as_str().unwrap_or_default();
     let fits = match kind {
         "object" => value.is_object(),
@@ -541,14 +556,14 @@ fn conforms(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
         "string" => value.is_string(),
         "integer" => value.is_i64() || value.is_u64(),
         "boolean" => value.is_boolean(),
-        other => return Err(format!("{at}: schema type {other:?}")),
+        other => return Err(mismatch(at, format!("schema type {other:?}"))),
     };
     if !fits {
-        return Err(format!("{at}: {value} is not {kind}"));
+        return Err(mismatch(at, format!("{value} is not {kind}")));
     }
     if let Some(allowed) = schema["enum"].as_array() {
         if !allowed.contains(value) {
-            return Err(format!("{at}: {value} is not one of {allowed:?}"));
+            return Err(mismatch(at, format!("{value} is not one of {allowed:?}")));
         }
     }
     if let Some(items) = value.as_array() {
@@ -560,14 +575,14 @@ fn conforms(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
         for required in schema["required"].as_array().into_iter().flatten() {
             let name = required.as_str().unwrap_or_default();
             if !fields.contains_key(name) {
-                return Err(format!("{at}: {name} is required"));
+                return Err(mismatch(at, format!("{name} is required")));
             }
         }
         for (name, field) in fields {
             let path = format!("{at}.{name}");
             match (&schema["properties"][name], &schema["additionalProperties"]) {
                 (Value::Null, Value::Null) if at.ends_with("metadata") => {}
-                (Value::Null, Value::Null) => return Err(format!("{path}: not in the CRD")),
+                (Value::Null, Value::Null) => return Err(mismatch(&path, "not in the CRD".into())),
                 (Value::Null, values) => conforms(values, field, &path)?,
                 (known, _) => conforms(known, field, &path)?,
             }
@@ -635,7 +650,7 @@ fn reports_conform_to_the_crds_the_manifests_install() {
     let mut extra = value;
     extra["results"][0]["pods"] = json!(3);
     assert_eq!(
-        conforms(&schema_of("ClusterPolicyReport"), &extra, "r"),
+        conforms(&schema_of("ClusterPolicyReport"), &extra, "r").map_err(|e| e.to_string()),
         Err("r.results[0].pods: not in the CRD".to_string())
     );
 }

@@ -359,13 +359,16 @@ fn convert_v1(raw: &RawConf) -> Vec<RawRegistry> {
 /// An error of `postProcessRegistries`: offset, entry name, problem, rule.
 type PostProcessError = (usize, String, String, &'static str);
 
+/// A location with a URI scheme, in `parseLocation`'s words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid location '{0}': URI schemes are not supported")]
+struct SchemeInLocation(String);
+
 /// `parseLocation`: trailing `/` trimmed; a URI scheme is refused.
-fn parse_location(input: &str) -> Result<String, String> {
+fn parse_location(input: &str) -> Result<String, SchemeInLocation> {
     let trimmed = input.trim_end_matches('/');
     if trimmed.starts_with("http://") || trimmed.starts_with("https://") {
-        return Err(format!(
-            "invalid location '{input}': URI schemes are not supported"
-        ));
+        return Err(SchemeInLocation(input.to_string()));
     }
     Ok(trimmed.to_string())
 }
@@ -375,7 +378,9 @@ fn post_process(
     registries: &mut [RawRegistry],
     unqualified: &[(String, usize)],
 ) -> Result<(), PostProcessError> {
-    let located = |reg: &RawRegistry, e: String| (reg.offset, name(reg), e, RULE_PARSE_LOCATION);
+    let located = |reg: &RawRegistry, e: SchemeInLocation| {
+        (reg.offset, name(reg), e.to_string(), RULE_PARSE_LOCATION)
+    };
     for reg in registries.iter_mut() {
         reg.location = parse_location(&reg.location).map_err(|e| located(reg, e))?;
         if reg.prefix.is_empty() {
@@ -405,8 +410,8 @@ fn post_process(
         for (j, mir) in reg.mirrors.iter_mut().enumerate() {
             let at = format!("{registry_name} mirror[{j}]");
             let fail = |problem: String, rule| (mir.offset, at.clone(), problem, rule);
-            mir.location =
-                parse_location(&mir.location).map_err(|e| fail(e, RULE_PARSE_LOCATION))?;
+            mir.location = parse_location(&mir.location)
+                .map_err(|e| fail(e.to_string(), RULE_PARSE_LOCATION))?;
             if mir.location.is_empty() {
                 let problem = "invalid condition: mirror location is unset".to_string();
                 return Err(fail(problem, RULE_POST_PROCESS));
@@ -462,7 +467,8 @@ fn post_process(
     }
     for (entry, offset) in unqualified {
         let fail = |problem, rule| (*offset, String::new(), problem, rule);
-        let registry = parse_location(entry).map_err(|e| fail(e, RULE_PARSE_LOCATION))?;
+        let registry =
+            parse_location(entry).map_err(|e| fail(e.to_string(), RULE_PARSE_LOCATION))?;
         if !is_valid_domain(&registry) {
             let problem = format!("Invalid unqualified-search-registries entry {registry:?}");
             return Err(fail(problem, RULE_POST_PROCESS));

@@ -9,24 +9,49 @@
 //! differs from Go's `reference.Parse` is a first component that has a `.` but is no valid host
 //! (`a_b.c/x`), which Go reads as a path and pinhook refuses.
 
-use crate::reference::{is_valid_domain, is_valid_path, Reference};
+use crate::reference::{is_valid_domain, is_valid_path, Reference, ReferenceError};
 
 pub(super) const RULE: &str = "containers/image sysregistriesv2 newShortNameAliasCache";
+
+/// Why an alias is invalid, in upstream's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum AliasError {
+    #[error("cannot parse short name: {0:?}")]
+    CannotParse(String),
+    #[error("invalid short name {0:?}: must not contain digest")]
+    ShortNameDigest(String),
+    #[error("invalid short name {0:?}: must not contain tag")]
+    ShortNameTag(String),
+    #[error("invalid short name {0:?}: must not contain registry")]
+    ShortNameRegistry(String),
+    /// Upstream prints the parser's message after the alias; so does this (no source chain).
+    #[error("error parsing alias {alias:?}: {error}")]
+    ParseAlias {
+        alias: String,
+        error: ReferenceError,
+    },
+    #[error("invalid alias {0:?}: must not contain digest")]
+    AliasDigest(String),
+    #[error("invalid alias {0:?}: must not contain tag")]
+    AliasTag(String),
+    #[error("invalid alias {0:?}: must contain registry and repository")]
+    AliasUnqualified(String),
+}
 
 /// The first invalid alias, in document order: its offset and upstream's message.
 pub(super) fn validate(aliases: &[(String, String, usize)]) -> Result<(), (usize, String)> {
     for (name, value, offset) in aliases {
-        validate_short_name(name).map_err(|e| (*offset, e))?;
+        validate_short_name(name).map_err(|e| (*offset, e.to_string()))?;
         if !value.is_empty() {
-            parse_short_name_value(value).map_err(|e| (*offset, e))?;
+            parse_short_name_value(value).map_err(|e| (*offset, e.to_string()))?;
         }
     }
     Ok(())
 }
 
 /// `validateShortName`.
-fn validate_short_name(name: &str) -> Result<(), String> {
-    let cannot_parse = || format!("cannot parse short name: {name:?}");
+fn validate_short_name(name: &str) -> Result<(), AliasError> {
+    let cannot_parse = || AliasError::CannotParse(name.to_string());
     let (rest, digest) = match name.split_once('@') {
         Some((rest, digest)) => (rest, Some(digest)),
         None => (name, None),
@@ -36,12 +61,10 @@ fn validate_short_name(name: &str) -> Result<(), String> {
         digest
             .parse::<crate::reference::Digest>()
             .map_err(|_| cannot_parse())?;
-        return Err(format!(
-            "invalid short name {name:?}: must not contain digest"
-        ));
+        return Err(AliasError::ShortNameDigest(name.to_string()));
     }
     if tag.is_some() {
-        return Err(format!("invalid short name {name:?}: must not contain tag"));
+        return Err(AliasError::ShortNameTag(name.to_string()));
     }
     // `reference.Parse` takes the first component as the domain when it is a valid host.
     let (domain, path) = match repository.split_once('/') {
@@ -52,30 +75,28 @@ fn validate_short_name(name: &str) -> Result<(), String> {
         return Err(cannot_parse());
     }
     if domain.contains(['.', ':']) || domain == "localhost" {
-        return Err(format!(
-            "invalid short name {name:?}: must not contain registry"
-        ));
+        return Err(AliasError::ShortNameRegistry(name.to_string()));
     }
     Ok(())
 }
 
 /// `parseShortNameValue`.
-fn parse_short_name_value(alias: &str) -> Result<(), String> {
-    let parsed =
-        Reference::parse(alias).map_err(|e| format!("error parsing alias {alias:?}: {e}"))?;
+fn parse_short_name_value(alias: &str) -> Result<(), AliasError> {
+    let parsed = Reference::parse(alias).map_err(|error| AliasError::ParseAlias {
+        alias: alias.to_string(),
+        error,
+    })?;
     if parsed.digest().is_some() {
-        return Err(format!("invalid alias {alias:?}: must not contain digest"));
+        return Err(AliasError::AliasDigest(alias.to_string()));
     }
     if parsed.tag().is_some() {
-        return Err(format!("invalid alias {alias:?}: must not contain tag"));
+        return Err(AliasError::AliasTag(alias.to_string()));
     }
     let qualified = alias
         .split_once('/')
         .is_some_and(|(first, _)| first.contains(['.', ':']) || first == "localhost");
     if !qualified {
-        return Err(format!(
-            "invalid alias {alias:?}: must contain registry and repository"
-        ));
+        return Err(AliasError::AliasUnqualified(alias.to_string()));
     }
     Ok(())
 }
@@ -121,7 +142,10 @@ mod tests {
             "cannot parse" => format!("cannot parse short name: {name:?}"),
             p => format!("invalid short name {name:?}: {p}"),
         });
-        assert_eq!(validate_short_name(&name).err(), want);
+        assert_eq!(
+            validate_short_name(&name).err().map(|e| e.to_string()),
+            want
+        );
     }
 
     /// The inputs of containers/image `shortnames_test.go` `TestParseShortNameValue`.
@@ -142,7 +166,10 @@ mod tests {
     #[case::empty("", Some("parse"))]
     fn alias_values(#[case] value: &str, #[case] problem: Option<&str>) {
         let value = value.replace("DIGEST", DIGEST);
-        match (parse_short_name_value(&value), problem) {
+        match (
+            parse_short_name_value(&value).map_err(|e| e.to_string()),
+            problem,
+        ) {
             (Ok(()), None) => {}
             (Err(e), Some("parse")) => {
                 assert!(

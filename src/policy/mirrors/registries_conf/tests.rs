@@ -6,7 +6,7 @@
 use rstest::rstest;
 use serde_json::{json, Map, Value};
 
-use crate::policy::mirrors::{review, AllowedMirror, MirrorPolicy, MirrorReview};
+use crate::policy::mirrors::{review, AllowedMirror, MirrorError, MirrorPolicy, MirrorReview};
 
 /// A ConfigMap whose `data` holds `files` (key, text).
 fn configmap(files: &[(&str, &str)]) -> Value {
@@ -17,9 +17,8 @@ fn configmap(files: &[(&str, &str)]) -> Value {
     json!({"kind": "ConfigMap", "metadata": {"namespace": "ns", "name": "c"}, "data": data})
 }
 
-fn judged(policy: &MirrorPolicy, files: &[(&str, &str)]) -> Result<MirrorReview, String> {
+fn judged(policy: &MirrorPolicy, files: &[(&str, &str)]) -> Result<MirrorReview, MirrorError> {
     review(policy, "", "ConfigMap", &configmap(files))
-        .map_err(|e| e.to_string())
         .map(|r| r.expect("carries a registries.conf"))
 }
 
@@ -153,7 +152,9 @@ fn files_crio_cannot_load_are_denied(#[case] text: &str, #[case] want: &str) {
         want.replace("CANNOT_LOAD", CANNOT_LOAD)
     );
     assert_eq!(
-        judged(&MirrorPolicy::default(), &[("registries.conf", text)]).map(|_| ()),
+        judged(&MirrorPolicy::default(), &[("registries.conf", text)])
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         Err(want)
     );
 }
@@ -179,7 +180,9 @@ fn keys_burntsushi_would_read_randomly_or_refuse_are_denied(
     #[case] line: usize,
     #[case] starts: &str,
 ) {
-    let err = judged(&MirrorPolicy::default(), &[("registries.conf", text)]).expect_err("refused");
+    let err = judged(&MirrorPolicy::default(), &[("registries.conf", text)])
+        .expect_err("refused")
+        .to_string();
     let prefix = format!(
         "ConfigMap data[registries.conf] is not a valid registries.conf at line {line}, column "
     );
@@ -204,7 +207,7 @@ fn v1_format_in_a_drop_in_is_denied() {
     )
     .expect_err("v1 drop-in");
     assert_eq!(
-        err,
+        err.to_string(),
         format!(
             "ConfigMap data[50-legacy.conf] line 1: registry must be in v2 format but is in v1 \
              ([registries.*] in a drop-in) ({CANNOT_LOAD} loadConfigFile)"
@@ -492,7 +495,9 @@ fn the_main_key_is_read_whatever_the_key_globs() {
         config_map_keys: Vec::new(),
         ..MirrorPolicy::default()
     };
-    let err = judged(&policy, &[("registries.conf", "not = = toml")]).expect_err("strict");
+    let err = judged(&policy, &[("registries.conf", "not = = toml")])
+        .expect_err("strict")
+        .to_string();
     assert!(
         err.starts_with("ConfigMap data[registries.conf] is not a valid registries.conf at line 1"),
         "{err}"
