@@ -17,7 +17,7 @@
 //!   repositories (`team/roll`...).
 //!
 //! With `E2E_SCALE_IMAGES=N`, also `team/scale:1` .. `team/scale:N` (`DIGEST_scale_<i>`), for
-//! the watch's scale scenario z.
+//! the watch's scale scenario (`watch-at-scale`).
 //!
 //! The env file (written atomically: complete once it exists) holds shell-sourceable lines:
 //!
@@ -57,10 +57,10 @@ const IMAGES: &[(&str, &str)] = &[
     ("team/sidecar", "1.0"),
     ("team/agent", "1.0"),
     ("team/job", "1.0"),
-    // Re-pushed by scenario q (`repush`); no other scenario uses it, so its moving digest
+    // Re-pushed by scenario `target-pods-one-digest-per-revision` (`repush`); no other scenario uses it, so its moving digest
     // cannot leak into their expectations.
     ("team/roll", "1.0"),
-    // Re-pushed by the watch's scenario v (tests/e2e/watch.sh), for the same reason.
+    // Re-pushed by the watch's scenario `watch-reports-tag-moved`, for the same reason.
     ("team/drift", "1.0"),
 ];
 
@@ -120,7 +120,7 @@ async fn main() -> Result<()> {
             pushed.reference, pushed.index_digest
         );
     }
-    // E2E_SCALE_IMAGES=N (the watch's scale scenario z): N more images, team/scale:1..N.
+    // E2E_SCALE_IMAGES=N (the watch's scale scenario `watch-at-scale`): N more images, team/scale:1..N.
     let scale: usize = std::env::var("E2E_SCALE_IMAGES")
         .ok()
         .and_then(|n| n.parse().ok())

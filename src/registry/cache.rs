@@ -9,7 +9,7 @@
 //! - Concurrent lookups of the same (tag, candidate credentials) cause one registry call, and
 //!   that call is cancelled once every lookup waiting on it has given up (its review answered
 //!   at its deadline): nobody's abandoned lookups hold a registry's call slots.
-//! - A registry that stops answering trips its breaker ([`super::breaker`]): lookups on it
+//! - A registry that stops answering trips its breaker ([`breaker`]): lookups on it
 //!   fail at once (or serve the last known digest) instead of queueing for its slots.
 //! - Only "not found" and "unauthorized/denied" answers are cached as failures; transport
 //!   errors and 5xx never are. They instead serve the last known digest (up to `max_stale`)
@@ -33,7 +33,13 @@ use tokio::sync::Semaphore;
 use tracing::warn;
 
 use self::flight::{Cause, InFlight};
-use super::breaker::{BreakerSettings, Breakers};
+mod breaker;
+mod memo;
+
+pub use breaker::BreakerSettings;
+use breaker::Breakers;
+pub use memo::RunMemo;
+
 use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::metrics::Metrics;
 use crate::reference::{Digest, Reference};

@@ -1,8 +1,8 @@
-//! The registry [`Resolver`]: a manifest HEAD ([`super::head`]), a bearer token when the
-//! registry challenges ([`super::token`], its realm checked against the address guard first),
-//! and a manifest GET when the HEAD does not say enough ([`super::get`]); all three through one
-//! HTTP client per registry host ([`super::outbound`]), which holds every hop and every
-//! connected address to the policy.
+//! The registry [`Resolver`]: a manifest HEAD ([`head`]), a bearer token when the registry
+//! challenges ([`token`], its realm checked against the address guard first), and a manifest
+//! GET when the HEAD does not say enough ([`get`]); all three through one HTTP client per
+//! registry host ([`super::http::outbound`]), which holds every hop and every connected address
+//! to the policy.
 //!
 //! Credentials cross hosts one way only, the way docker and containerd send them: the
 //! registry's Basic credentials go to the token realm it names, over HTTPS (or plain HTTP to a
@@ -14,12 +14,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::dns::{self, Lookup};
-use super::get::{self, Get};
+pub(crate) mod get;
+pub(crate) mod head;
+pub(crate) mod token;
+
+use get::Get;
+use head::Head;
+pub use token::Bearer;
+use token::{TokenCache, TokenKey};
+
 use super::guard;
-use super::head::{self, Head};
-use super::outbound;
-use super::token::{Bearer, TokenCache, TokenKey};
+use super::http::dns::{self, Lookup};
+use super::http::outbound;
 use super::{
     AnswerError, Credential, RegistryConfig, RegistryError, Resolution, ResolutionSource, Resolver,
 };

@@ -1,10 +1,22 @@
-//! Pull credentials and their fingerprints.
+//! Pull credentials, their fingerprints, and where they come from.
 //!
 //! Owns: the [`Credential`] a registry call is made with, and the SHA-256 [`Fingerprint`] that
 //! keys clients and cache entries, so a resolution made with one secret never answers for a
 //! pod that lacks it. An identity token (docker's OAuth2 refresh token) is a credential too; it
-//! is exchanged for an access token ([`super::identity_token`]) that keeps its fingerprint, so
+//! is exchanged for an access token ([`identity_token`]) that keeps its fingerprint, so
 //! cache entries outlive the short-lived access tokens. Never logs a password or a token.
+//!
+//! Where credentials come from, each in its own module: the [`keyring`] that matches them to
+//! images as kubelet does, the pod's [`pull_secrets`], the node's credential [`provider`]
+//! plugins and [`docker_helpers`] (run through [`exec`]'s bounded process runner), and the
+//! [`identity_token`] exchange.
+
+pub mod docker_helpers;
+mod exec;
+pub mod identity_token;
+pub mod keyring;
+pub mod provider;
+pub mod pull_secrets;
 
 use std::fmt;
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::dns;
+use super::http::dns;
 use super::{Credential, RegistryError, Resolution, Resolver, TransportError};
 use crate::policy::hosts::{self, HostRefusal, HostRules};
 use crate::policy::PolicyHandle;

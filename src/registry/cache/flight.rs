@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 
+use super::breaker::Health;
 use super::{lock, CachingResolver, FlightKey, SharedState};
 use crate::metrics::{Metrics, RegistryLabels};
 use crate::reference::Reference;
-use crate::registry::breaker::Health;
 use crate::registry::{Credential, RegistryError, Resolution, Resolver};
 
 pub(super) type Flight = Shared<BoxFuture<'static, Result<Resolution, Arc<RegistryError>>>>;

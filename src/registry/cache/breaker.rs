@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use super::RegistryError;
+use crate::registry::RegistryError;
 
 /// When the breaker opens and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,14 +29,14 @@ pub struct BreakerSettings {
 }
 
 /// The breakers of every registry host seen (bounded: hosts come from pod specs).
-pub(super) struct Breakers {
+pub(crate) struct Breakers {
     settings: BreakerSettings,
     hosts: moka::sync::Cache<String, Arc<Mutex<State>>>,
 }
 
 /// What a finished registry call says about the registry's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Health {
+pub(crate) enum Health {
     /// Any answer, error statuses included: the registry is there.
     Answered,
     /// No answer: timeout, unreachable, 5xx, 429.
@@ -70,7 +70,7 @@ impl Default for BreakerSettings {
 // === impl Breakers ===
 
 impl Breakers {
-    pub(super) fn new(settings: BreakerSettings) -> Breakers {
+    pub(crate) fn new(settings: BreakerSettings) -> Breakers {
         Breakers {
             settings,
             hosts: moka::sync::Cache::builder()
@@ -82,7 +82,7 @@ impl Breakers {
 
     /// `Ok` when `registry` may be asked now (closed, or this caller is the probe);
     /// otherwise the error every lookup on it gets until the pause is over.
-    pub(super) fn check(&self, registry: &str) -> Result<(), RegistryError> {
+    pub(crate) fn check(&self, registry: &str) -> Result<(), RegistryError> {
         let Some(state) = self.hosts.get(registry) else {
             return Ok(());
         };
@@ -108,7 +108,7 @@ impl Breakers {
     /// The error for `registry` while its breaker is open and its pause not over; `None`
     /// otherwise. Unlike [`Breakers::check`] it never makes the caller the probe: for a call
     /// that waited for a slot while the breaker opened.
-    pub(super) fn paused(&self, registry: &str) -> Option<RegistryError> {
+    pub(crate) fn paused(&self, registry: &str) -> Option<RegistryError> {
         let state = self.hosts.get(registry)?;
         let state = lock(&state);
         let until = state.open_until?;
@@ -121,7 +121,7 @@ impl Breakers {
     }
 
     /// Records how a call to `registry` ended.
-    pub(super) fn record(&self, registry: &str, health: Health) {
+    pub(crate) fn record(&self, registry: &str, health: Health) {
         let state = self.hosts.get_with(registry.to_string(), Arc::default);
         let mut state = lock(&state);
         match health {
@@ -159,7 +159,7 @@ impl Breakers {
 impl Health {
     /// What `result` says of the registry; `None` when the registry was never asked (the
     /// guard refused it, no client could be built, the lookup was cut short).
-    pub(super) fn of<T>(result: &Result<T, RegistryError>) -> Option<Health> {
+    pub(crate) fn of<T>(result: &Result<T, RegistryError>) -> Option<Health> {
         match result {
             Ok(_) => Some(Health::Answered),
             Err(error) => Health::of_error(error),

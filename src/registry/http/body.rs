@@ -8,34 +8,35 @@
 //! accept, so no registry can rely on serving a larger one), 64 KiB for a token answer or an
 //! error body, which are a few hundred bytes in practice.
 
-use super::{outbound, RegistryError};
+use super::outbound;
+use crate::registry::RegistryError;
 
 /// How much of one kind of body pinhook reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Limit {
+pub(crate) struct Limit {
     /// What the body is, for the error message ("a manifest").
     pub what: &'static str,
     pub bytes: u64,
 }
 
-pub(super) const MANIFEST: Limit = Limit {
+pub(crate) const MANIFEST: Limit = Limit {
     what: "a manifest",
     bytes: 4 << 20,
 };
 
-pub(super) const TOKEN: Limit = Limit {
+pub(crate) const TOKEN: Limit = Limit {
     what: "a token answer",
     bytes: 64 << 10,
 };
 
-pub(super) const ERROR: Limit = Limit {
+pub(crate) const ERROR: Limit = Limit {
     what: "an error body",
     bytes: 64 << 10,
 };
 
 /// The whole body of `response`, or [`RegistryError::TooLarge`] as soon as it is known to be
 /// over `limit`.
-pub(super) async fn read(
+pub(crate) async fn read(
     mut response: reqwest::Response,
     limit: Limit,
     registry: &str,
@@ -64,7 +65,7 @@ pub(super) async fn read(
 }
 
 /// `bytes` for a message: `4 MiB`, `64 KiB`, or bytes when not a whole number of either.
-pub(super) fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
         b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),

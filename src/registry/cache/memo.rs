@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{Credential, Fingerprint, RegistryError, Resolution, Resolver};
 use crate::reference::Reference;
+use crate::registry::{Credential, Fingerprint, RegistryError, Resolution, Resolver};
 
 /// A resolver that remembers every answer for as long as it lives, and makes concurrent
 /// lookups of one key wait for a single call.

@@ -24,11 +24,11 @@ use crate::policy::hosts::HostRefusal;
 use crate::policy::PolicyHandle;
 
 /// Resolves a host name to its addresses; injected so tests can play a rebinding name.
-pub(super) type Lookup =
+pub(crate) type Lookup =
     Arc<dyn Fn(String) -> BoxFuture<'static, io::Result<Vec<IpAddr>>> + Send + Sync>;
 
 /// reqwest's resolver: the system's answer, refused whole when the policy refuses an address.
-pub(super) struct GuardedDns {
+pub(crate) struct GuardedDns {
     /// `None`: no policy (`pinhook resolve`, `pinhook check`), every address is used.
     policy: Option<PolicyHandle>,
     lookup: Lookup,
@@ -38,7 +38,7 @@ pub(super) struct GuardedDns {
 /// reqwest's error to [`super::outbound::failed`].
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
-pub(super) struct AddressRefused(pub HostRefusal);
+pub(crate) struct AddressRefused(pub HostRefusal);
 
 // === impl GuardedDns ===
 
@@ -85,18 +85,18 @@ impl Resolve for GuardedDns {
 }
 
 /// The system resolver (`getaddrinfo` on tokio's blocking pool).
-pub(super) async fn system_lookup(name: &str) -> io::Result<Vec<IpAddr>> {
+pub(crate) async fn system_lookup(name: &str) -> io::Result<Vec<IpAddr>> {
     let addresses = tokio::net::lookup_host((name, 0)).await?;
     Ok(addresses.map(|address| address.ip()).collect())
 }
 
 /// [`system_lookup`] as a [`Lookup`].
-pub(super) fn system() -> Lookup {
+pub(crate) fn system() -> Lookup {
     Arc::new(|name: String| Box::pin(async move { system_lookup(&name).await }))
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::policy::Policy;
 

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use self::go_glob::go_filepath_match;
 use self::go_url::{go_split_host_port, parse_go_url, GoUrl};
-use super::credentials::Credential;
+use super::Credential;
 use crate::reference::Reference;
 
 pub use self::docker_config::{

@@ -30,9 +30,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::credentials::Credential;
 use super::exec::{self, ExecError, Program};
 use super::keyring::{CredentialSource, Keyring, KeyringError, Provided};
+use super::Credential;
 
 /// How long a helper may run (a keychain prompt would wait forever).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(10);

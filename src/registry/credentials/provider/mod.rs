@@ -38,9 +38,9 @@ use tracing::{debug, warn};
 
 use self::config::ProviderSpec;
 use self::protocol::{CacheKeyType, Response};
-use super::credentials::Credential;
 use super::exec::{self, ExecError, Program};
 use super::keyring::{image_matches, CredentialSource, Provided};
+use super::Credential;
 use crate::metrics::Metrics;
 
 pub use self::config::ProviderConfigError;

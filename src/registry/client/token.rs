@@ -17,8 +17,9 @@ use std::time::Duration;
 use reqwest::header::AUTHORIZATION;
 use serde::Deserialize;
 
-use super::guard::RealmRefusal;
-use super::{body, outbound, AnswerError, Fingerprint, RegistryError};
+use crate::registry::guard::RealmRefusal;
+use crate::registry::http::{body, outbound};
+use crate::registry::{AnswerError, Fingerprint, RegistryError};
 
 /// How long a registry's bearer token is reused (the token spec's default lifetime is 60 s;
 /// an expired one is answered 401 and fetched anew).
@@ -33,14 +34,14 @@ pub struct Bearer {
 }
 
 /// Bearer tokens per [`TokenKey`], each reused for [`TOKEN_TTL`].
-pub(super) struct TokenCache {
+pub(crate) struct TokenCache {
     tokens: moka::sync::Cache<TokenKey, Arc<str>>,
 }
 
 /// Whose token: one per registry, credential and repository path, since a token's scope names
 /// the repository and its grant depends on the credential.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct TokenKey {
+pub(crate) struct TokenKey {
     pub registry: String,
     pub credential: Fingerprint,
     pub repository: String,
@@ -210,7 +211,7 @@ fn auth_params(text: &str) -> Vec<(String, String)> {
 
 /// A token endpoint's status: 200 goes on, one of `refusals` means the credential was refused,
 /// anything else is an error naming the realm.
-pub(super) fn answered(
+pub(crate) fn answered(
     registry: &str,
     realm: &str,
     status: u16,

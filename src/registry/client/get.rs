@@ -13,12 +13,13 @@ use sha2::{Digest as _, Sha256, Sha384, Sha512};
 
 use super::head::{header, manifest_request, DIGEST_HEADER};
 use super::token::Bearer;
-use super::{body, outbound, AnswerError, RegistryError};
 use crate::reference::{Algorithm, Digest, Reference};
+use crate::registry::http::{body, outbound};
+use crate::registry::{AnswerError, RegistryError};
 
 /// What one GET said.
 #[derive(Debug)]
-pub(super) enum Get {
+pub(crate) enum Get {
     /// 200: the SHA-256 of the bytes served.
     Manifest(Digest),
     /// 401: with a bearer challenge, get a token and try again; otherwise unauthorized.
@@ -40,7 +41,7 @@ struct EnvelopeError {
 }
 
 /// `GET <scheme>://<host>/v2/<path>/manifests/<tag>` with `authorization` if given.
-pub(super) async fn get(
+pub(crate) async fn get(
     http: &reqwest::Client,
     url: &str,
     authorization: Option<&str>,

@@ -19,12 +19,12 @@ use std::sync::Arc;
 
 use super::dns::{AddressRefused, GuardedDns, Lookup};
 use super::redirect::{self, RedirectRefusal};
-use super::{RegistryConfig, RegistryError, TransportError};
 use crate::policy::PolicyHandle;
+use crate::registry::{RegistryConfig, RegistryError, TransportError};
 
 /// The HTTP client for `registry` (`host[:port]`) and the token realms it names: `settings`'
 /// trust and timeouts, `policy`'s guard in the resolver (none without a policy).
-pub(super) fn build(
+pub(crate) fn build(
     settings: &RegistryConfig,
     registry: &str,
     policy: Option<&PolicyHandle>,
@@ -55,7 +55,7 @@ pub(super) fn build(
 /// What a request to `registry` that got no usable answer means: a redirect pinhook refused,
 /// an address the resolver refused, or no answer at all (refused, reset, timed out: the
 /// source says which). One mapping for the HEAD, the GET, the token request and body reads.
-pub(super) fn failed(registry: &str, error: reqwest::Error) -> RegistryError {
+pub(crate) fn failed(registry: &str, error: reqwest::Error) -> RegistryError {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
     while let Some(current) = cause {
         if let Some(refusal) = current.downcast_ref::<RedirectRefusal>() {
@@ -82,7 +82,7 @@ pub(super) fn failed(registry: &str, error: reqwest::Error) -> RegistryError {
 mod tests {
     use super::*;
     use crate::policy::{HostRefusal, Policy};
-    use crate::registry::dns::tests::answering;
+    use crate::registry::http::dns::tests::answering;
 
     fn client(lookup: Lookup) -> reqwest::Client {
         crate::install_crypto_provider();

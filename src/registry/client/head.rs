@@ -15,8 +15,9 @@ use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, WWW_AUTH
 use reqwest::{Method, StatusCode};
 
 use super::token::Bearer;
-use super::{outbound, RegistryError};
 use crate::reference::Reference;
+use crate::registry::http::outbound;
+use crate::registry::RegistryError;
 
 /// Every manifest type pinhook can pin, index and list types first: without them a registry
 /// may answer a multi-arch tag with one platform's manifest
@@ -31,11 +32,11 @@ const MANIFEST_TYPES: &[&str] = &[
 /// [`MANIFEST_TYPES`] as one `Accept` value, joined once rather than per request.
 static ACCEPT_MANIFESTS: LazyLock<String> = LazyLock::new(|| MANIFEST_TYPES.join(", "));
 
-pub(super) const DIGEST_HEADER: &str = "docker-content-digest";
+pub(crate) const DIGEST_HEADER: &str = "docker-content-digest";
 
 /// What one HEAD said.
 #[derive(Debug)]
-pub(super) enum Head {
+pub(crate) enum Head {
     /// 200 with `Docker-Content-Digest` and `Content-Length`: the digest, as sent.
     Digest(String),
     /// 200 without one of those headers, 405, or a redirect (one the client does not follow,
@@ -47,7 +48,7 @@ pub(super) enum Head {
 }
 
 /// `HEAD <scheme>://<host>/v2/<path>/manifests/<tag>` with `authorization` if given.
-pub(super) async fn head(
+pub(crate) async fn head(
     http: &reqwest::Client,
     url: &str,
     authorization: Option<&str>,
@@ -65,7 +66,7 @@ pub(super) async fn head(
 
 /// A manifest request (the HEAD, or [`super::get`]'s GET) accepting every type pinhook pins,
 /// with `authorization` if given.
-pub(super) fn manifest_request(
+pub(crate) fn manifest_request(
     http: &reqwest::Client,
     method: Method,
     url: &str,
@@ -115,7 +116,7 @@ fn judge(status: StatusCode, headers: &HeaderMap, reference: &Reference) -> Head
 }
 
 /// A header's value, trimmed; `None` when missing, empty or not text.
-pub(super) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
     let value = headers.get(name)?.to_str().ok()?.trim();
     (!value.is_empty()).then(|| value.to_string())
 }

@@ -22,10 +22,12 @@ use reqwest::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
 use serde::Deserialize;
 use tracing::warn;
 
-use super::token::{self, Bearer};
-use super::{body, guard, outbound};
-use super::{Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver};
 use crate::reference::Reference;
+use crate::registry::client::token::{self, Bearer};
+use crate::registry::http::{body, outbound};
+use crate::registry::{
+    guard, Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver,
+};
 
 /// How long an access token is reused (token services issue them for 60 s at least).
 const ACCESS_TTL: Duration = Duration::from_secs(50);

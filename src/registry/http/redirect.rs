@@ -21,7 +21,7 @@ use reqwest::redirect::{Attempt, Policy};
 use reqwest::Url;
 
 /// How many redirects in a row are followed within one origin.
-pub(super) const MAX_REDIRECTS: usize = 5;
+pub(crate) const MAX_REDIRECTS: usize = 5;
 
 /// A redirect pinhook does not follow; the origins only, never a path or query (a signed
 /// storage URL carries credentials in its query).
@@ -42,7 +42,7 @@ pub enum RedirectRefusal {
 }
 
 /// The client's redirect policy: [`judge`] on every hop.
-pub(super) fn policy() -> Policy {
+pub(crate) fn policy() -> Policy {
     Policy::custom(
         |attempt: Attempt| match judge(attempt.url(), attempt.previous()) {
             Ok(()) => attempt.follow(),

@@ -1,0 +1,216 @@
+//! Why a tag could not be resolved: [`RegistryError`], with the transport and answer errors
+//! under it, its fixed-vocabulary metric label ([`RegistryError::kind`]) and the two questions
+//! every layer asks of it (might another credential succeed; may a last known digest stand in).
+
+use std::time::Duration;
+
+use super::guard::RealmRefusal;
+use super::http::body;
+use super::http::redirect::RedirectRefusal;
+use crate::policy::HostRefusal;
+
+/// Why a tag could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tag {tag} not found in {repository}")]
+    NotFound { repository: String, tag: String },
+    #[error("registry {registry} refused the credentials (unauthorized)")]
+    Unauthorized { registry: String },
+    #[error("registry {registry} denied access to {repository}")]
+    Denied {
+        registry: String,
+        repository: String,
+    },
+    #[error("registry {registry} is rate limiting (429 Too Many Requests)")]
+    RateLimited { registry: String },
+    #[error("registry {registry} answered HTTP {status}: {message}")]
+    Status {
+        registry: String,
+        status: u16,
+        message: String,
+    },
+    #[error("cannot reach registry {registry}")]
+    Unreachable {
+        registry: String,
+        #[source]
+        source: TransportError,
+    },
+    #[error("registry {registry} sent an invalid answer")]
+    InvalidResponse {
+        registry: String,
+        #[source]
+        source: AnswerError,
+    },
+    /// A manifest, token answer or error body over what pinhook reads of it.
+    #[error("registry {registry} sent {what} larger than {}, pinhook's limit", body::size(*.limit))]
+    TooLarge {
+        registry: String,
+        what: &'static str,
+        limit: u64,
+    },
+    #[error("registry {registry} did not answer within {timeout:?}")]
+    Timeout { registry: String, timeout: Duration },
+    #[error("cannot build a registry client for {registry}")]
+    ClientConfig {
+        registry: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("no system CA bundle found (looked for {looked_at}); install ca-certificates or set SSL_CERT_FILE")]
+    NoSystemRoots { looked_at: String },
+    /// The registry failed with `last` a moment ago: pinhook waits before asking it again.
+    #[error("registry {registry} is failing; not retrying for {retry_in:?}")]
+    BackingOff {
+        registry: String,
+        retry_in: Duration,
+        #[source]
+        last: std::sync::Arc<RegistryError>,
+    },
+    /// The registry's breaker is open: it did not answer `silent` calls in a row.
+    #[error("registry {registry} did not answer {silent} times in a row; pinhook asks it again in {retry_in:.1?}")]
+    NotAnswering {
+        registry: String,
+        silent: u32,
+        retry_in: Duration,
+    },
+    /// The address guard refused the registry host, or an address its name resolves to.
+    #[error("{reason}")]
+    Refused { host: String, reason: HostRefusal },
+    /// The address guard refused the token realm the registry's challenge named.
+    #[error(transparent)]
+    RealmRefused(RealmRefusal),
+    /// The registry or its token realm redirected a request where pinhook does not follow.
+    #[error("registry {registry} {refusal}")]
+    Redirected {
+        registry: String,
+        refusal: RedirectRefusal,
+    },
+    /// One failure shared by every admission that waited on the same registry call.
+    #[error(transparent)]
+    Shared(std::sync::Arc<RegistryError>),
+    /// The task that called the registry panicked or was cancelled (a bug, never an answer).
+    #[error("the registry call for {registry} did not finish")]
+    TaskFailed {
+        registry: String,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// Why a request got no answer: the HTTP client's error, or the guard's name lookup.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error(transparent)]
+    Http(reqwest::Error),
+    #[error(transparent)]
+    Lookup(std::io::Error),
+}
+
+/// Why an answer that arrived cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("the token endpoint's answer is not token JSON")]
+    TokenJson(#[source] serde_json::Error),
+    #[error("the manifest's digest is {computed}, not the {announced} its Docker-Content-Digest header announces")]
+    DigestMismatch { announced: String, computed: String },
+    #[error("its Docker-Content-Digest header {0:?} is not a digest")]
+    DigestHeader(String),
+    #[error("the manifest GET answered HTTP {0} instead of 200")]
+    UnexpectedStatus(u16),
+}
+
+// === impl RegistryError ===
+
+impl RegistryError {
+    /// True when another credential might succeed where this one failed.
+    pub fn is_auth_or_not_found(&self) -> bool {
+        if let RegistryError::Shared(inner) = self {
+            return inner.is_auth_or_not_found();
+        }
+        matches!(
+            self,
+            RegistryError::NotFound { .. }
+                | RegistryError::Unauthorized { .. }
+                | RegistryError::Denied { .. }
+        )
+    }
+
+    /// A fixed-vocabulary label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RegistryError::NotFound { .. } => "not_found",
+            RegistryError::Unauthorized { .. } => "unauthorized",
+            RegistryError::Denied { .. } => "denied",
+            RegistryError::RateLimited { .. } => "rate_limited",
+            RegistryError::Status { .. } => "status",
+            RegistryError::Unreachable { .. } => "unreachable",
+            RegistryError::InvalidResponse { .. } => "invalid_response",
+            RegistryError::TooLarge { .. } => "too_large",
+            RegistryError::Timeout { .. } => "timeout",
+            RegistryError::ClientConfig { .. } | RegistryError::NoSystemRoots { .. } => "config",
+            RegistryError::BackingOff { .. } => "backing_off",
+            RegistryError::NotAnswering { .. } => "not_answering",
+            RegistryError::Refused { .. }
+            | RegistryError::RealmRefused(_)
+            | RegistryError::Redirected { .. } => "refused",
+            RegistryError::Shared(inner) => inner.kind(),
+            RegistryError::TaskFailed { .. } => "internal",
+        }
+    }
+
+    /// True when the registry could not give any answer (down, 5xx, timeout, rate limited):
+    /// the cases where a last known digest may be served.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            RegistryError::Shared(inner) => inner.is_unavailable(),
+            RegistryError::Unreachable { .. }
+            | RegistryError::Timeout { .. }
+            | RegistryError::RateLimited { .. }
+            | RegistryError::BackingOff { .. }
+            | RegistryError::NotAnswering { .. } => true,
+            RegistryError::Status { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::error_chain;
+
+    /// Each new failure reads as one line naming the registry, every cause once.
+    #[test]
+    fn outbound_failures_name_the_registry_on_one_line() {
+        let not_json =
+            serde_json::from_slice::<serde_json::Value>(b"<html>").expect_err("not JSON");
+        let errors = [
+            RegistryError::InvalidResponse {
+                registry: "reg.example".into(),
+                source: AnswerError::TokenJson(not_json),
+            },
+            RegistryError::Redirected {
+                registry: "reg.example".into(),
+                refusal: RedirectRefusal::TooMany {
+                    from: "https://reg.example".into(),
+                },
+            },
+            RegistryError::TooLarge {
+                registry: "reg.example".into(),
+                what: "a manifest",
+                limit: 4 << 20,
+            },
+        ];
+        let chains: Vec<String> = errors.iter().map(|e| error_chain(e)).collect();
+        assert_eq!(
+            chains,
+            [
+                "registry reg.example sent an invalid answer: the token endpoint's answer is not \
+                 token JSON: expected value at line 1 column 1",
+                "registry reg.example redirected more than 5 times in a row from \
+                 https://reg.example",
+                "registry reg.example sent a manifest larger than 4 MiB, pinhook's limit",
+            ]
+        );
+    }
+}

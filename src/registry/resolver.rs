@@ -1,0 +1,55 @@
+//! The [`Resolver`] trait every layer implements and every handler talks to, and what a
+//! resolution found.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{Credential, Fingerprint, RegistryError};
+use crate::reference::{Digest, Reference};
+
+/// What a resolution found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    pub digest: Digest,
+    /// Fingerprint of the credential that succeeded.
+    pub credential: Fingerprint,
+    pub source: ResolutionSource,
+    /// The digest this tag pointed at before, when a refresh found that it moved.
+    pub moved_from: Option<Digest>,
+    /// How old a `Stale` answer is.
+    pub age: Duration,
+}
+
+/// Where a digest came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolutionSource {
+    Registry,
+    Cache,
+    /// A cached digest served because the registry could not be reached.
+    Stale,
+}
+
+/// Resolves tags to digests. Implemented against a real registry ([`OciResolver`]), by the
+/// cache, and by recorded resolvers in tests.
+#[async_trait]
+pub trait Resolver: Send + Sync {
+    /// Resolves `reference`'s effective tag. `credentials` are the candidates in kubelet's order
+    /// (most specific first); each is tried until one succeeds, then anonymous.
+    async fn resolve(
+        &self,
+        reference: &Reference,
+        credentials: &[Credential],
+    ) -> Result<Resolution, RegistryError>;
+
+    /// The newest digest remembered for `reference` under these credentials (or anonymous),
+    /// however old within the resolver's staleness limit, marked `Stale`: what an admission
+    /// pins when its deadline passes before the registry answers. Only caches remember.
+    fn last_known(
+        &self,
+        _reference: &Reference,
+        _credentials: &[Credential],
+    ) -> Option<Resolution> {
+        None
+    }
+}
