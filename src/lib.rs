@@ -5,19 +5,23 @@
 //! - [`reference`]: image reference grammar and normalisation, pinned rendering (pure).
 //! - [`workload`]: where images live in each pod-bearing kind, template changes, JSON Patch (pure).
 //! - [`owners`]: controller ownerReferences and which children pinhook leaves to them (pure).
-//! - [`policy`]: the policy file, modes, exemptions, host rules, the mirror guard (pure).
+//! - [`policy`]: the policy file, modes, exemptions, host rules, the mirror guard, and the
+//!   mode and exemption that apply to a namespace and an image (pure).
 //! - [`documents`]: reading manifests (multi-document YAML, JSON, lists) for dry runs (pure).
-//! - [`watch`]: the pure core of `pinhook watch`: the record kept per Pod, image states,
-//!   PolicyReports, Events and the inventory (pure); its I/O edge, `pinhook watch` and
-//!   `pinhook inventory`, is `watch::controller`.
+//! - [`watch`]: the pure core of `pinhook watch`: the record kept per Pod, image states, the
+//!   recheck plan, PolicyReports, Events and the inventory (pure); its I/O edge, `pinhook
+//!   watch` and `pinhook inventory`, is `watch::controller`.
 //! - [`error`]: the one-line error chain printer.
 //! - [`registry`]: tag → digest behind the [`registry::Resolver`] trait: client, cache, breaker,
 //!   keyring, credentials and credential plugins, pull secrets, the address guard.
 //! - [`cluster`]: namespace labels and dry-run callers through the Kubernetes API.
+//! - [`lease`]: leader election on a Lease, for the certificates' writer and the watch.
+//! - [`policy_watcher`]: re-reads the policy file when it changes.
 //! - [`admission`]: AdmissionReview wire types, the pure decision core, the I/O pipeline,
 //!   `/mutate`, `/validate` and the dry run.
 //! - [`metrics`]: every Prometheus metric pinhook exports.
-//! - [`server`]: HTTPS (axum + rustls), connection bounds, routes, reloads, health, shutdown.
+//! - [`server`]: HTTPS (axum + rustls), connection bounds, routes, the dry-run endpoint, TLS
+//!   reloads, health, shutdown.
 //! - [`app`]: the composition root, one `build(Config)` for `pinhook serve` and the tests.
 //! - [`cli`]: clap types, a `PINHOOK_*` variable for every flag, flags → each layer's settings.
 //! - [`check`]: `pinhook check`, locally or against a cluster's `/v1/dry-run`.

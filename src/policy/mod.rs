@@ -1,7 +1,8 @@
 //! Policy: what pinhook enforces, where, and how strictly — read from a YAML file.
 //!
 //! Owns: the policy file's schema and its validation (precise errors naming the field), modes
-//! (`enforce`, `audit`, `off`) and the per-namespace override label, exemptions, registry host
+//! (`enforce`, `audit`, `off`) and the per-namespace override label (judged in [`scope`], with
+//! exemptions, for admission and the watch alike), exemptions, registry host
 //! rules, the mirror guard and extra pod-bearing kinds. Pure: never does I/O beyond reading
 //! the file it is handed, never holds a client.
 

@@ -10,6 +10,8 @@
 //!   ClusterPolicyReport of tag-mirror objects, built so that an unchanged cluster yields an
 //!   unchanged report, and the write (create, update, delete, nothing) that brings the cluster's
 //!   copy to it;
+//! - [`recheck`]: one recheck's decisions: which keyrings and lookups it needs, each image's
+//!   state under its namespace's mode and exemptions, which reports and Events to write;
 //! - [`events`]: which Event, if any, an image's state calls for;
 //! - [`inventory`]: running images aggregated by digest with the workloads that run them, as a
 //!   table or JSON.
