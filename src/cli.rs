@@ -6,8 +6,8 @@
 //!
 //! Parsing reads only the arguments and `PINHOOK_*` variables, so `--help` and `--version` work
 //! in a broken environment; clap rejects bad values and combinations as usage errors. The
-//! conversions read the files the flags name (registry CAs) and, for a self-managed
-//! certificate's Lease identity without --pod-name, `HOSTNAME`; nothing else.
+//! conversions read the files the flags name (registry CAs) and, for a Lease identity
+//! (self-managed certificates, `pinhook watch`) without --pod-name, `HOSTNAME`; nothing else.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! What pinhook asks the Kubernetes API besides pull secrets: namespace labels (the
 //! per-namespace `pinhook.dev/mode` override), cached briefly, their last read kept for when
 //! the API cannot answer; and who a dry-run caller is and
-//! what it may create (TokenReview, SubjectAccessReview), never cached.
+//! what it may create: TokenReview answers cached 10 s by the token's hash, SubjectAccessReview
+//! never cached.
 //!
 //! Never: decides policy, or maps a failure to an HTTP status (that is
 //! `admission::failure`).

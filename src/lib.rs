@@ -25,7 +25,8 @@
 //! - [`app`]: the composition root, one `build(Config)` for `pinhook serve` and the tests.
 //! - [`cli`]: clap types, a `PINHOOK_*` variable for every flag, flags → each layer's settings.
 //! - [`check`]: `pinhook check`, locally or against a cluster's `/v1/dry-run`.
-//! - [`certs`]: `pinhook certs`, a CA and serving certificate for the webhook Service.
+//! - [`certs`]: `pinhook certs`, a CA and serving certificate for the webhook Service, and the
+//!   self-managed certificates kept through the Kubernetes API.
 
 #![forbid(unsafe_code)]
 

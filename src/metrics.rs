@@ -2,7 +2,8 @@
 //!
 //! Owns: every metric pinhook exports and their names (`pinhook_` prefix, counters end
 //! `_total`, durations are `_seconds` histograms). Label values come from fixed vocabularies,
-//! never image, tag, pod or namespace names.
+//! except the registry host (the first 64 hosts seen, then `other`) and the operator's
+//! credential provider names; never image, tag, pod or namespace names.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -33,7 +34,8 @@ pub struct RegistryLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
-    /// `hit`, `miss`, `negative_hit`, `stale`, `coalesced`.
+    /// `hit`, `miss`, `negative_hit`, `stale`, `coalesced`, `refresh`, `refresh_skipped`,
+    /// `breaker_open`, `cancelled`.
     pub result: &'static str,
 }
 
@@ -42,7 +44,7 @@ pub struct ViolationLabels {
     /// `enforce` or `audit`.
     pub mode: &'static str,
     /// `invalid_reference`, `resolution_failed`, `registry_denied`, `tag_moved`, `unpinned`,
-    /// `tag_mirror`.
+    /// `tag_mirror`, `invalid_pull_secret`, `too_many_images`.
     pub reason: &'static str,
 }
 

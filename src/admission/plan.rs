@@ -117,7 +117,7 @@ impl<'a> Mutation<'a> {
                         .into_iter()
                         .map(|mut site| {
                             site.is_new |= whole_template;
-                            triage(policy, site)
+                            triage(policy, object.namespace, site)
                         })
                         .collect(),
                 )),
@@ -197,7 +197,7 @@ impl Validation<'_> {
         let judge_unpinned = mode == Mode::Enforce || policy.policy.resolve == ResolveMode::Never;
         let outcomes = sites
             .into_iter()
-            .map(|site| match triage(policy, site) {
+            .map(|site| match triage(policy, object.namespace, site) {
                 Triage::Keep(site, reason) => unchanged(site, reason),
                 Triage::Exempt(site) => exempt(site),
                 Triage::Refuse(site, Reason::RegistryDenied, _) | Triage::Resolve(site, _)
@@ -216,7 +216,7 @@ impl Validation<'_> {
     }
 }
 
-fn triage(policy: &CompiledPolicy, site: ImageSite) -> Triage {
+fn triage(policy: &CompiledPolicy, namespace: &str, site: ImageSite) -> Triage {
     if !site.is_new {
         return Triage::Keep(site, "not changed by this update".to_string());
     }
@@ -227,7 +227,7 @@ fn triage(policy: &CompiledPolicy, site: ImageSite) -> Triage {
             return Triage::Refuse(site, Reason::InvalidReference, reason);
         }
     };
-    if policy.is_exempt_image(&reference) {
+    if policy.exemption(namespace, Some(&reference)).is_some() {
         return Triage::Exempt(site);
     }
     if let Some(digest) = reference.digest().cloned() {

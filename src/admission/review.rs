@@ -57,7 +57,8 @@ pub struct AdmissionRequest {
     pub namespace: String,
     #[serde(default)]
     pub operation: String,
-    /// Without `metadata.managedFields` (see the module header).
+    /// Without `metadata.managedFields`, which pinhook never reads: it is read past, not
+    /// kept (`objects::without_managed_fields`); so is `old_object`'s.
     #[serde(default, deserialize_with = "objects::without_managed_fields")]
     pub object: Option<Value>,
     #[serde(default, deserialize_with = "objects::without_managed_fields")]

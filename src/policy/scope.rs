@@ -1,6 +1,7 @@
 //! Which mode and which exemption apply to one namespace and one image: the one answer that
-//! admission (`admission::plan` and its I/O half) and the drift watch (`watch::recheck`) share,
-//! so that a namespace audited by one is never enforced by the other.
+//! admission (`admission::plan` and its I/O half, `admission::pipeline`) and the drift watch
+//! (`watch::recheck` and its I/O half, `watch::controller::cycle`) share, so that a namespace
+//! audited by one is never enforced by the other, and an image one exempts the other does too.
 //!
 //! The namespace's `pinhook.dev/mode` label is read by the caller (an API call); what it read,
 //! or why it could not, comes in as a [`ModeLabel`]. Each caller decides what to do with a mode

@@ -194,7 +194,9 @@ impl CachingResolver {
         lock(&self.shared.moves).iter().cloned().collect()
     }
 
-    /// Forgets every positive entry's freshness, as if `hit_ttl` had passed (tests, admin).
+    /// Makes every positive entry stale, as if `hit_ttl` had passed, and forgets every
+    /// remembered failure: the watch calls it at the start of each recheck cycle, so each
+    /// (tag, credentials) key is asked once per cycle.
     pub fn expire_all(&self) {
         let stale_at = Instant::now()
             .checked_sub(self.shared.config.hit_ttl)

@@ -1,7 +1,7 @@
 //! Pull credentials, their fingerprints, and where they come from.
 //!
 //! Owns: the [`Credential`] a registry call is made with, and the SHA-256 [`Fingerprint`] that
-//! keys clients and cache entries, so a resolution made with one secret never answers for a
+//! keys bearer tokens and cache entries, so a resolution made with one secret never answers for a
 //! pod that lacks it. An identity token (docker's OAuth2 refresh token) is a credential too; it
 //! is exchanged for an access token ([`identity_token`]) that keeps its fingerprint, so
 //! cache entries outlive the short-lived access tokens. Never logs a password or a token.
@@ -43,7 +43,7 @@ pub enum Credential {
     },
 }
 
-/// SHA-256 of a credential (`anonymous` for none): safe to log, to key caches and clients.
+/// SHA-256 of a credential (`anonymous` for none): safe to log, to key caches and tokens.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Fingerprint(String);
 

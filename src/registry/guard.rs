@@ -1,6 +1,6 @@
 //! The address guard: the one place that applies the policy's host rules to a host before
 //! pinhook sends it anything (the HTTP client's resolver judges the addresses again when it
-//! connects, [`super::dns`]). A registry named by a pod spec passes it under the cache
+//! connects, [`super::http::dns`]). A registry named by a pod spec passes it under the cache
 //! ([`AddressGuard`]); a token realm, a URL a registry names in its auth challenge, passes it
 //! before the token request ([`check_realm`]). Either way the rules judge the name, then every
 //! address the name resolves to, so neither a pod spec nor a registry can point pinhook at

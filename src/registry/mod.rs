@@ -3,7 +3,8 @@
 //! Owns: the [`Resolver`] trait every handler talks to and the resolvers stacked behind it, outer
 //! first: the [`cache`] (its single-flight lookups cancelled once nobody waits, and each
 //! registry's breaker), the address [`guard`] (the one place host rules meet what is about to be
-//! contacted, before the request), and the registry client ([`OciResolver`]: manifest HEAD,
+//! contacted, before the request), the [`identity_token`] exchange (`IdentityTokens`), and the
+//! registry client ([`OciResolver`]: manifest HEAD,
 //! bearer tokens, GET fallback) with the one outbound HTTP path all of its requests take (its
 //! resolver judges the addresses actually connected to, its redirect policy keeps every hop
 //! within the origin, its bodies are bounded); pull credentials, their fingerprints, and the
@@ -19,7 +20,8 @@
 //!
 //! Never: decides policy; handlers decide what to do with a failure. Never sends a request
 //! through any HTTP client but the one [`http`] builds. The only objects read are the ones
-//! credentials come from (Secrets, ServiceAccounts, a PodSpec's pull secret names).
+//! credentials come from (Secrets, ServiceAccounts, the stored Pod of an `EphemeralContainers`
+//! request, and a PodSpec's `imagePullSecrets` and `serviceAccountName`).
 
 // The resolver layers, outer first.
 pub mod cache;

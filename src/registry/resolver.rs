@@ -30,8 +30,10 @@ pub enum ResolutionSource {
     Stale,
 }
 
-/// Resolves tags to digests. Implemented against a real registry ([`OciResolver`]), by the
-/// cache, and by recorded resolvers in tests.
+/// Resolves tags to digests. Implemented against a real registry
+/// ([`OciResolver`](super::OciResolver)) and by each layer in front of it (the cache and its
+/// read-only view, the address guard, the identity-token exchange, the dry run's memo), and by
+/// recorded resolvers in tests.
 #[async_trait]
 pub trait Resolver: Send + Sync {
     /// Resolves `reference`'s effective tag. `credentials` are the candidates in kubelet's order

@@ -1,4 +1,5 @@
-//! What a review leaves behind besides its answer: its debug span, one summary log line (and a
+//! What a review leaves behind besides its answer: its debug span, one summary log line for a
+//! planned review (and a
 //! line per violation, up to [`LOGGED_VIOLATIONS`]), and the review, duration and violation
 //! metrics. Shared by `/mutate`, `/validate` and the answers to bodies that are not reviews;
 //! public so that `examples/warm_path` can time it beside the decision.
@@ -26,7 +27,8 @@ pub fn review_span(request: &admission::AdmissionRequest) -> tracing::Span {
     )
 }
 
-/// Logs one summary line per review, naming the endpoint (counts at info, or warn when anything
+/// Logs one summary line per planned review (none for a review skipped or answered with a
+/// failure), naming the endpoint (counts at info, or warn when anything
 /// broke the policy), the first [`LOGGED_VIOLATIONS`] violations one line each at warn, every
 /// image's outcome at debug; and counts policy violations. A dry-run request (e.g. `kubectl apply
 /// --dry-run=server` in CI) is logged but not counted: it changed nothing.

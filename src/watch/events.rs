@@ -1,7 +1,7 @@
 //! Which Event (`events.k8s.io/v1`) an image's state calls for, on its workload.
 //!
-//! Owns: the reasons, their type and their note. Pure: emitting, deduplicating and rate
-//! limiting Events is the controller's.
+//! Owns: the reasons, their type and their note. Pure: which findings are new and the
+//! per-workload limit are [`super::recheck::EventMemory`]'s; emitting them is the controller's.
 //!
 //! | state | enforce | audit | off |
 //! |---|---|---|---|

@@ -5,8 +5,9 @@
 //! plan at each step and writes what it returns.
 //!
 //! The rules, each applied here once:
-//! - A namespace's mode is the one admission uses ([`CompiledPolicy::namespace_mode`]); a
-//!   namespace whose mode cannot be known this cycle (`None` in [`Modes`]) is left as it is:
+//! - A namespace's mode is the one admission uses ([`CompiledPolicy::namespace_mode`], applied
+//!   by `controller::cycle` and handed in as [`Modes`]); a namespace whose mode cannot be
+//!   known this cycle (`None`) is left as it is:
 //!   its images are not classified and its report is neither written nor deleted.
 //! - Exemptions are admission's ([`CompiledPolicy::exemption`]): an exempt image is never
 //!   looked up and is reported `exempt` with the reason.

@@ -76,7 +76,7 @@ impl Object<'_> {
     /// Nothing about it depends on the namespace: an exempt namespace, or an object left to
     /// its controller.
     pub(super) fn is_passed_over(&self, policy: &CompiledPolicy) -> bool {
-        policy.is_exempt_namespace(self.namespace) || self.is_left_to_controller(policy)
+        policy.exemption(self.namespace, None).is_some() || self.is_left_to_controller(policy)
     }
 }
 

@@ -242,8 +242,6 @@ impl Plan {
             .filter(|o| o.action == Action::Violation)
     }
 
-    /// One line per denied image (which container, where, which image, why) and per denied
-    /// finding.
     /// Why the object is denied, one clause per denied image or finding: the first
     /// [`LISTED_IN_MESSAGE`], then `and N more`, so the answer does not grow with the object.
     pub fn denial_message(&self) -> Option<String> {

@@ -8,7 +8,7 @@
 //! Owns: [`IdentityTokens`], a [`Resolver`] between the address guard and the registry client
 //! that replaces each [`Credential::IdentityToken`] with the [`Credential::AccessToken`] it is
 //! exchanged for (kept per registry, token and repository for [`ACCESS_TTL`]); the realm passes
-//! the address guard first, as every realm does ([`super::guard::check_realm`]), and every
+//! the address guard first, as every realm does ([`crate::registry::guard::check_realm`]), and every
 //! request goes through the registry client's own HTTP clients and settings.
 //!
 //! Never: puts a token into a log or an error message. A token that cannot be exchanged is left

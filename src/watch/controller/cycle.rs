@@ -1,11 +1,13 @@
 //! One recheck cycle, the I/O half: reads each namespace's mode label, the keyrings and the
-//! registry, and writes the cluster's PolicyReports, Events and this process's gauges; every
+//! registry (and, for the mirror report, the tag-mirror objects), and writes the namespaces'
+//! PolicyReports, the `pinhook-mirrors` ClusterPolicyReport, Events, this process's gauges and
+//! the `/inventory` snapshot; every
 //! decision in between is the pure [`recheck`] plan's (which images are looked up with which
 //! credentials, each image's state, which reports and Events).
 //!
 //! **Re-resolution.** The watch has its own [`CachingResolver`] over the same guarded registry
 //! client, credentials and per-registry limits as admission (built by
-//! [`super::WatchParts`]). Each cycle starts with [`CachingResolver::expire_all`], so the first
+//! [`super::build`]). Each cycle starts with [`CachingResolver::expire_all`], so the first
 //! lookup of a (tag, credentials) key in the cycle asks the registry and every later one in the
 //! same cycle is a cache hit (single-flight covers concurrent ones): registry requests per
 //! cycle = distinct keys.

@@ -5,7 +5,8 @@
 //!
 //! **One writer.** Every replica watches Pods (a standby takes over with its store warm), but
 //! only the holder of the `coordination.k8s.io` Lease resolves and writes. The Lease is
-//! pinhook's own [`LeaseLock`] (the one the self-managed certificates use, tested there): no
+//! pinhook's own [`LeaseLock`] ([`crate::lease`], shared with the self-managed certificates and
+//! tested there): no
 //! new dependency, and kube-runtime offers no leader election. The holder renews every third
 //! of the lease duration; a cycle under way when the Lease is lost is abandoned at once.
 //!

@@ -192,8 +192,9 @@ struct AuthMap {
 struct Entry(Result<Option<Credential>, AuthProblem>);
 
 /// kubelet's `dockerConfigEntryWithAuth`. `email` is read (it must be a string) and dropped.
-/// `identitytoken` and `registrytoken` are ignored: kubelet does not read them from pull secrets
-/// either, and this resolver does not support identity tokens yet.
+/// `identitytoken` and `registrytoken` are ignored here, as kubelet ignores them in pull
+/// secrets; a docker config file's `identitytoken` is read by
+/// `docker_helpers::read_docker_config` and exchanged by `identity_token`.
 #[derive(Default)]
 struct RawEntry {
     username: String,
