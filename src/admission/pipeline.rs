@@ -154,7 +154,8 @@ impl Pinner {
             .with_refused_pull_secrets(refused))
     }
 
-    /// Checks without any registry call that every image new in this request is pinned: what
+    /// Checks without any registry call that every image new in this request is pinned (and that
+    /// mirror configuration lets no mirror answer tag pulls): what
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
     pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
         let policy = self.policy.current();

@@ -171,7 +171,8 @@ impl Validation<'_> {
         self.mirrors.is_some() || !self.object.is_passed_over(self.policy)
     }
 
-    /// Checks without any registry call that every image new in this request is pinned: what
+    /// Checks without any registry call that every image new in this request is pinned (and that
+    /// mirror configuration lets no mirror answer tag pulls): what
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
     pub fn finish(self, mode: Mode, warnings: Vec<String>) -> Result<Plan, WorkloadError> {
         let Validation {

@@ -98,9 +98,9 @@ impl<'a> Object<'a> {
         }
     }
 
-    /// The owner revision whose memo answers for this object's images: a Pod's ReplicaSet
-    /// `pod-template-hash` or StatefulSet `controller-revision-hash` (see [`owners`]). Pods
-    /// only: a template's digests are written into the template, which is the memo.
+    /// The owner revision whose memo answers for this object's images: a controller-owned
+    /// Pod's `<owner uid>/<revision>` (see [`owners::owner_revision`]). Pods only: a template's
+    /// digests are written into the template, which is the memo.
     pub fn owner_revision(&self) -> Option<String> {
         self.is_pod()
             .then(|| owners::owner_revision(self.object))

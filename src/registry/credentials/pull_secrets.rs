@@ -1,12 +1,15 @@
 //! Pull secrets: which credentials a pod would pull with, read through the Kubernetes API.
 //!
 //! Owns: choosing the secret names the way kubelet and the ServiceAccount admission plugin do,
-//! reading and briefly caching Secrets and ServiceAccounts, and joining the pod's keyring with
+//! reading and briefly caching Secrets and ServiceAccounts (and reading, uncached, the stored Pod
+//! of an `EphemeralContainers` request), and joining the pod's keyring with
 //! the node-level one, kubelet's order: the pod's secrets, then the node's docker config, then
 //! its credential provider plugins. The node's per-image sources (plugins, docker credential
 //! helpers) are asked here about the pod's images, so the keyring handed on answers lookups
 //! without further I/O. A missing secret is not an error (kubelet ignores it too); it becomes a
-//! warning for the user, and so does a plugin that failed.
+//! warning for the user, and so does a plugin that failed. A malformed docker-config secret,
+//! which kubelet refuses, is returned in [`PodKeyring::refused`] for admission to deny or
+//! report.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
