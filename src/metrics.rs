@@ -62,6 +62,12 @@ pub struct ProviderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeftAloneLabels {
+    /// `controller`, `operator`, `static_pod`.
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderErrorLabels {
     pub provider: String,
     /// `spawn`, `timeout`, `exit`, `output_too_large`, `io`, `invalid_response`.
@@ -78,6 +84,8 @@ pub struct Metrics {
     pub cache_lookups: Family<CacheLabels, Counter>,
     pub tag_moved: Counter,
     pub policy_violations: Family<ViolationLabels, Counter>,
+    /// Objects left exactly as their maker wrote them, by why.
+    pub left_alone: Family<LeftAloneLabels, Counter>,
     pub credential_provider_execs: Family<ProviderLabels, Counter>,
     pub credential_provider_errors: Family<ProviderErrorLabels, Counter>,
     pub connections_open: Gauge,
@@ -170,6 +178,12 @@ impl Metrics {
             "Running images (per container of each Pod) by state, as pinhook watch last found them",
             running_images.clone(),
         );
+        let left_alone = Family::<LeftAloneLabels, Counter>::default();
+        registry.register(
+            "left_alone",
+            "Pod-bearing objects admitted exactly as written because their maker compares them with its own resource (controller, operator) or they mirror a static pod",
+            left_alone.clone(),
+        );
         let tag_moved_running = Counter::default();
         registry.register(
             "tag_moved_running",
@@ -185,6 +199,7 @@ impl Metrics {
             credential_provider_execs,
             credential_provider_errors,
             policy_violations,
+            left_alone,
             reviews,
             review_duration,
             registry_requests,

@@ -4,11 +4,22 @@
 //! Owns: reading an object's controller `ownerReference`, the revision label its Pods carry, and
 //! the rule, kind by kind, for children of controllers. Pure: reads JSON, never does I/O.
 //!
-//! The rule (issue 9; README "Controllers"), from the controllers' own code:
-//! - **Pods are always judged.** The controllers that make Pods match them by labels and
+//! The rule (issues 9 and 24; README "Controllers"), from the controllers' own code:
+//! - **Pods of the built-in Pod controllers are judged.** They match their Pods by labels and
 //!   revision hashes, never by spec: ReplicaSet and ReplicationController (label selector),
 //!   StatefulSet and DaemonSet (`controller-revision-hash`, `controller/history`), Job (its
 //!   `controller-uid` selector). Pinning a Pod at CREATE cannot make any of them act again.
+//!   So are Pods with no controller at all.
+//! - **Pods of any other controller are left as it wrote them**, unless the policy names its
+//!   kind in `owners.pinPodsOf`. Operators that create Pods themselves may compare each Pod's
+//!   image with their own resource's and recreate the Pod when they differ: CloudNativePG does
+//!   (`pkg/management/.../instance` compares the Pod's image string with the Cluster's
+//!   `imageName` and rolls the Pod), so pinning its Pods makes it loop (cloudnative-pg#10872).
+//!   Operators that never compare (Argo Workflows, Tekton) can be listed as safe to pin.
+//! - **Mirror pods are never touched.** The kubelet mirrors each static pod into the API with
+//!   the annotation `kubernetes.io/config.mirror`; the mirror only reflects what the node runs
+//!   from a file: patching it pins nothing and makes the API lie, denying it hides the pod
+//!   while the kubelet retries for ever.
 //! - **Jobs made by a CronJob are judged.** The CronJob controller tracks its Jobs by reference
 //!   (`status.active`) and never compares their spec with `jobTemplate`
 //!   (`pkg/controller/cronjob`).
@@ -24,6 +35,36 @@
 //!   every running container is pinned.
 
 use serde_json::Value;
+
+use crate::policy::OwnerKind;
+
+/// The annotation the kubelet puts on the API mirror of a static pod.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The built-in controllers that make Pods and match them by labels and revisions, never by
+/// spec: `(group, kind)`.
+const POD_CONTROLLERS: [(&str, &str); 5] = [
+    ("apps", "ReplicaSet"),
+    ("", "ReplicationController"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("batch", "Job"),
+];
+
+/// Whether pinhook judges an object, by who made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership<'a> {
+    /// pinhook judges it.
+    Judged,
+    /// A pod-bearing object its controller compares with its own template (a Deployment's
+    /// ReplicaSet): left exactly as written.
+    Controller(ControllerRef<'a>),
+    /// A Pod whose controller is not a built-in Pod controller nor listed as safe to pin: an
+    /// operator's, which may compare the Pod's image with its own resource's.
+    Operator(ControllerRef<'a>),
+    /// The API mirror of a static pod.
+    MirrorPod,
+}
 
 /// The labels controllers put on the Pods of one template revision: the Deployment
 /// controller's `pod-template-hash` (on ReplicaSets and their Pods), the StatefulSet and
@@ -76,6 +117,53 @@ pub fn left_to_controller<'a>(
     Some(owner)
 }
 
+/// Whether pinhook judges the object under review (`group`, `kind` and `subresource` are the
+/// request's), given the owner kinds whose Pods the policy says are safe to pin.
+pub fn ownership<'a>(
+    group: &str,
+    kind: &str,
+    subresource: &str,
+    object: &'a Value,
+    pin_pods_of: &[OwnerKind],
+) -> Ownership<'a> {
+    let is_pod = group.is_empty() && kind == "Pod";
+    if is_pod && is_mirror_pod(object) {
+        return Ownership::MirrorPod;
+    }
+    // An ephemeral container is added by a user (`kubectl debug`), not by the Pod's
+    // controller, and no controller compares ephemeral containers: judged.
+    if is_pod && subresource.is_empty() {
+        return match controller_of(object) {
+            Some(owner) if !is_pod_controller(&owner, pin_pods_of) => Ownership::Operator(owner),
+            _ => Ownership::Judged,
+        };
+    }
+    match left_to_controller(group, kind, object) {
+        Some(owner) => Ownership::Controller(owner),
+        None => Ownership::Judged,
+    }
+}
+
+/// True for the API mirror of a static pod (annotation [`MIRROR_ANNOTATION`]).
+pub fn is_mirror_pod(object: &Value) -> bool {
+    object
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(MIRROR_ANNOTATION))
+        .is_some()
+}
+
+/// A built-in Pod controller, in its real API group, or an owner kind the policy lists.
+fn is_pod_controller(owner: &ControllerRef<'_>, pin_pods_of: &[OwnerKind]) -> bool {
+    let group = owner.group();
+    POD_CONTROLLERS
+        .iter()
+        .any(|(g, k)| *g == group && *k == owner.kind)
+        || pin_pods_of
+            .iter()
+            .any(|safe| safe.group == group && safe.kind == owner.kind)
+}
+
 /// For a Pod made by a controller: `<owner uid>/<revision>` (the revision label, empty when the
 /// controller sets none, as a Job's), so every Pod of one revision gets the same digest.
 pub fn owner_revision(object: &Value) -> Option<String> {
@@ -94,6 +182,13 @@ impl ControllerRef<'_> {
     /// `Deployment web`, for logs and reasons.
     pub fn describe(&self) -> String {
         format!("{} {}", self.kind, self.name)
+    }
+
+    /// The API group of `apiVersion` (`apps/v1` → `apps`, `v1` → the core group, empty).
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _)| group)
     }
 }
 
@@ -182,6 +277,119 @@ mod tests {
             assert_eq!(left_to_controller("apps", "ReplicaSet", &object), None);
             assert_eq!(controller_of(&object), None);
         }
+    }
+
+    fn pod_of(owner_kind: &str, owner_api_version: &str) -> Value {
+        owned(owner_kind, owner_api_version, json!(true))
+    }
+
+    #[rstest]
+    #[case::replicaset("ReplicaSet", "apps/v1", "judged")]
+    #[case::replication_controller("ReplicationController", "v1", "judged")]
+    #[case::statefulset("StatefulSet", "apps/v1", "judged")]
+    #[case::daemonset("DaemonSet", "apps/v1", "judged")]
+    #[case::job("Job", "batch/v1", "judged")]
+    #[case::cloudnative_pg_cluster("Cluster", "postgresql.cnpg.io/v1", "operator")]
+    #[case::argo_workflow_not_listed("Workflow", "argoproj.io/v1alpha1", "operator")]
+    #[case::argo_workflow_listed("Workflow", "argoproj.io/v1alpha1", "judged")]
+    #[case::tekton_taskrun_listed("TaskRun", "tekton.dev/v1", "judged")]
+    #[case::replicaset_kind_in_another_group("ReplicaSet", "example.dev/v1", "operator")]
+    #[case::job_kind_in_another_group("Job", "example.dev/v1", "operator")]
+    #[case::statefulset_in_the_core_group("StatefulSet", "v1", "operator")]
+    #[case::a_node("Node", "v1", "operator")]
+    fn pods_by_their_controller(
+        #[case] owner_kind: &str,
+        #[case] owner_api_version: &str,
+        #[case] expected: &str,
+    ) {
+        let safe = [
+            OwnerKind {
+                group: "argoproj.io".into(),
+                kind: "Workflow".into(),
+            },
+            OwnerKind {
+                group: "tekton.dev".into(),
+                kind: "TaskRun".into(),
+            },
+        ];
+        let listed = if expected == "judged" { &safe[..] } else { &[] };
+        let pod = pod_of(owner_kind, owner_api_version);
+        let got = match ownership("", "Pod", "", &pod, listed) {
+            Ownership::Judged => "judged".to_string(),
+            Ownership::Operator(owner) => {
+                assert_eq!(owner.describe(), format!("{owner_kind} parent"));
+                "operator".to_string()
+            }
+            other => format!("{other:?}"),
+        };
+        assert_eq!(got, expected);
+        // The same Pod's ephemeral containers are added by a user, not the operator: judged.
+        assert_eq!(
+            ownership("", "Pod", "ephemeralcontainers", &pod, &[]),
+            Ownership::Judged
+        );
+    }
+
+    #[test]
+    fn a_pod_without_a_controller_is_judged() {
+        let bare = json!({"metadata": {"name": "p"}});
+        assert_eq!(ownership("", "Pod", "", &bare, &[]), Ownership::Judged);
+        let not_controller = owned("Cluster", "postgresql.cnpg.io/v1", json!(false));
+        assert_eq!(
+            ownership("", "Pod", "", &not_controller, &[]),
+            Ownership::Judged
+        );
+    }
+
+    #[test]
+    fn mirror_pods_are_never_judged_whoever_owns_them() {
+        // A mirror pod as the kubelet writes it (pkg/kubelet/pod/mirror_client.go): the static
+        // pod's hash in the annotation, the Node as controller owner.
+        let mirror = json!({"metadata": {
+            "name": "etcd-node1",
+            "annotations": {MIRROR_ANNOTATION: "1c6c6b4b2a1b4a8e9b5c1d2e3f4a5b6c"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "node1",
+                                  "uid": "n1", "controller": true}],
+        }});
+        assert!(is_mirror_pod(&mirror));
+        assert_eq!(ownership("", "Pod", "", &mirror, &[]), Ownership::MirrorPod);
+        assert_eq!(
+            ownership("", "Pod", "ephemeralcontainers", &mirror, &[]),
+            Ownership::MirrorPod
+        );
+        let mut empty_hash = mirror.clone();
+        empty_hash["metadata"]["annotations"][MIRROR_ANNOTATION] = json!("");
+        assert_eq!(
+            ownership("", "Pod", "", &empty_hash, &[]),
+            Ownership::MirrorPod
+        );
+        // The annotation on anything but a Pod means nothing.
+        assert_eq!(
+            ownership(
+                "apps",
+                "Deployment",
+                "",
+                &json!({"metadata": mirror["metadata"].clone()}),
+                &[]
+            ),
+            Ownership::Controller(ControllerRef {
+                api_version: "v1",
+                kind: "Node",
+                name: "node1",
+                uid: "n1"
+            })
+        );
+    }
+
+    #[test]
+    fn non_pod_children_follow_the_controller_rule() {
+        let rs = owned("Deployment", "apps/v1", json!(true));
+        assert!(matches!(
+            ownership("apps", "ReplicaSet", "", &rs, &[]),
+            Ownership::Controller(_)
+        ));
+        let job = owned("CronJob", "batch/v1", json!(true));
+        assert_eq!(ownership("batch", "Job", "", &job, &[]), Ownership::Judged);
     }
 
     #[test]

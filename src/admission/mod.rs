@@ -26,7 +26,7 @@ pub use decision::{target_of, Decision, ReviewResult};
 pub use failure::Failure;
 pub use mutate::mutate;
 pub use pipeline::{Pinner, PinnerParts, PipelineError, Target};
-pub use plan::{Action, Finding, ImageOutcome, Plan, Reason};
+pub use plan::{Action, Finding, ImageOutcome, LeftAlone, LeftAloneReason, Plan, Reason};
 pub use review::{parse_review, review_body, AdmissionRequest, AdmissionResponse, ReviewError};
 pub use validate::validate;
 

@@ -24,7 +24,10 @@ mod object;
 mod outcome;
 
 pub use object::Object;
-pub use outcome::{short, Action, Finding, ImageOutcome, Plan, Reason, LISTED_IN_MESSAGE};
+pub use outcome::{
+    short, Action, Finding, ImageOutcome, LeftAlone, LeftAloneReason, Plan, Reason,
+    LISTED_IN_MESSAGE,
+};
 
 use mirror::{mirror_messages, mirror_plan, MirrorVerdict};
 use outcome::{empty, exempt, failed, finish, refused, resolution_warnings, unchanged, unpinned};
@@ -55,9 +58,9 @@ pub struct Validation<'a> {
 }
 
 enum Stage {
-    /// The namespace is exempt, or the object is left to its controller: the empty plan
-    /// (`Plan::default()`).
-    Exempt,
+    /// The namespace is exempt, or the object is left alone because of who made it: this
+    /// empty plan, which says why when it was left alone.
+    Exempt(Plan),
     /// Nothing to look at: mode off, a template under `target: pods`, `resolve: Never`, or a
     /// kind that bears no pods.
     Skip,
@@ -102,7 +105,7 @@ impl<'a> Mutation<'a> {
     pub fn triage(self, mode: Mode) -> Result<Triaged<'a>, WorkloadError> {
         let Mutation { policy, object } = self;
         let stage = if object.is_passed_over(policy) {
-            Stage::Exempt
+            Stage::Exempt(object.passed_over_plan(policy))
         } else if mode == Mode::Off
             || object.is_skipped_template(policy)
             || policy.policy.resolve == ResolveMode::Never
@@ -148,7 +151,7 @@ impl Triaged<'_> {
     /// failed resolution) and the warnings gathered so far (mode label, pull secrets).
     pub fn finish(self, resolutions: &Resolutions, mut warnings: Vec<String>) -> Plan {
         match self.stage {
-            Stage::Exempt => Plan::default(),
+            Stage::Exempt(plan) => plan,
             Stage::Skip => empty(self.mode, warnings),
             Stage::Judge(triaged) => {
                 warnings.extend(resolution_warnings(resolutions));
@@ -184,7 +187,7 @@ impl Validation<'_> {
             return Ok(mirror_plan(mode, verdict, warnings));
         }
         if object.is_passed_over(policy) {
-            return Ok(Plan::default());
+            return Ok(object.passed_over_plan(policy));
         }
         if mode == Mode::Off || object.is_skipped_template(policy) {
             return Ok(empty(mode, warnings));

@@ -127,6 +127,9 @@ pub struct Policy {
     /// Extra pod-bearing kinds (e.g. Argo Rollouts).
     #[serde(default)]
     pub kinds: Vec<ExtraKind>,
+    /// Who made a Pod, and whether pinhook may pin it (see `owners`).
+    #[serde(default)]
+    pub owners: Owners,
     #[serde(default)]
     pub limits: Limits,
 }
@@ -138,6 +141,26 @@ pub struct Limits {
     /// Distinct image references one object may ask pinhook to resolve. An object naming more
     /// is refused (reported in audit) without any registry call.
     pub max_images_per_object: usize,
+}
+
+/// Pods made by controllers other than the built-in Pod controllers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Owners {
+    /// Controller kinds whose Pods are safe to pin: operators that never compare a Pod's image
+    /// with their own resource's (Argo Workflows, Tekton). Any other controller's Pods are left
+    /// as it wrote them.
+    #[serde(default)]
+    pub pin_pods_of: Vec<OwnerKind>,
+}
+
+/// A controller kind, by API group (empty for the core group) and kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerKind {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -297,6 +320,14 @@ impl Policy {
                 return Err(invalid(
                     format!("mirrors.allow[{i}]"),
                     "needs both source and mirror",
+                ));
+            }
+        }
+        for (i, owner) in self.owners.pin_pods_of.iter().enumerate() {
+            if owner.kind.is_empty() {
+                return Err(invalid(
+                    format!("owners.pinPodsOf[{i}].kind"),
+                    "must not be empty",
                 ));
             }
         }

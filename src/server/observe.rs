@@ -9,7 +9,7 @@ use std::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::admission;
-use crate::metrics::{EndpointLabels, Metrics, ReviewLabels, ViolationLabels};
+use crate::metrics::{EndpointLabels, LeftAloneLabels, Metrics, ReviewLabels, ViolationLabels};
 
 /// The review's span, at debug: with `PINHOOK_LOG=debug` every line logged while deciding a
 /// review (registry, pull secrets, each image) names it. At info it is disabled and costs
@@ -42,6 +42,18 @@ pub fn observe_decision(
     let (uid, namespace, kind) = (&request.uid, &request.namespace, &request.kind.kind);
     let result = decision.result.as_str();
     let Some(plan) = &decision.plan else { return };
+    if let Some(left) = &plan.left_alone {
+        let reason = left.reason.as_str();
+        if !dry_run {
+            metrics
+                .left_alone
+                .get_or_create(&LeftAloneLabels { reason })
+                .inc();
+        }
+        let operation = &request.operation;
+        info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, left_alone = reason, why = %left.message, "review");
+        return;
+    }
     let mode = plan.mode.as_str();
     let mut tally = Tally::default();
     let mut violation_lines = 0usize;

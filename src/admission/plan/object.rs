@@ -5,7 +5,8 @@
 
 use serde_json::Value;
 
-use crate::owners;
+use super::outcome::{LeftAlone, LeftAloneReason, Plan};
+use crate::owners::{self, Ownership};
 use crate::policy::{CompiledPolicy, PinTarget};
 use crate::reference::Reference;
 use crate::registry::pull_secrets::SecretNames;
@@ -51,14 +52,43 @@ impl Object<'_> {
         policy.policy.target == PinTarget::Pods && !self.is_pod()
     }
 
-    /// A pod-bearing object that its controller compares with its own template (a
-    /// Deployment's ReplicaSet): never patched, never denied (see [`owners`]).
-    pub fn is_left_to_controller(&self, policy: &CompiledPolicy) -> bool {
-        policy
-            .kinds
-            .pod_spec_pointer(self.group, self.kind)
-            .is_some()
-            && owners::left_to_controller(self.group, self.kind, self.object).is_some()
+    /// Why the object is left exactly as its maker wrote it, if it is (see [`owners`]): a
+    /// pod-bearing object its controller compares with its own template (a Deployment's
+    /// ReplicaSet), a Pod of an operator the policy does not list as safe to pin, or the
+    /// mirror of a static pod. Never patched, never denied.
+    pub fn left_alone(&self, policy: &CompiledPolicy) -> Option<LeftAlone> {
+        policy.kinds.pod_spec_pointer(self.group, self.kind)?;
+        let ownership = owners::ownership(
+            self.group,
+            self.kind,
+            self.subresource,
+            self.object,
+            &policy.policy.owners.pin_pods_of,
+        );
+        let (reason, owner) = match ownership {
+            Ownership::Judged => return None,
+            Ownership::MirrorPod => {
+                return Some(LeftAlone {
+                    reason: LeftAloneReason::StaticPod,
+                    message: format!(
+                        "{} is the mirror of a static pod ({}): the kubelet runs it from a file",
+                        self.kind,
+                        owners::MIRROR_ANNOTATION
+                    ),
+                })
+            }
+            Ownership::Controller(owner) => (LeftAloneReason::Controller, owner),
+            Ownership::Operator(owner) => (LeftAloneReason::Operator, owner),
+        };
+        Some(LeftAlone {
+            reason,
+            message: format!(
+                "{} left to its controller {} ({})",
+                self.kind,
+                owner.describe(),
+                owner.api_version
+            ),
+        })
     }
 
     /// An UPDATE that changes a workload's pod template: a rollout happens anyway, so every
@@ -73,10 +103,21 @@ impl Object<'_> {
         )
     }
 
-    /// Nothing about it depends on the namespace: an exempt namespace, or an object left to
-    /// its controller.
+    /// Nothing about it depends on the namespace: an exempt namespace, or an object left
+    /// alone because of who made it.
     pub(super) fn is_passed_over(&self, policy: &CompiledPolicy) -> bool {
-        policy.exemption(self.namespace, None).is_some() || self.is_left_to_controller(policy)
+        policy.exemption(self.namespace, None).is_some() || self.left_alone(policy).is_some()
+    }
+
+    /// The plan of an object passed over: empty, saying why when it was left alone.
+    pub(super) fn passed_over_plan(&self, policy: &CompiledPolicy) -> Plan {
+        match policy.exemption(self.namespace, None) {
+            Some(_) => Plan::default(),
+            None => Plan {
+                left_alone: self.left_alone(policy),
+                ..Plan::default()
+            },
+        }
     }
 }
 

@@ -67,6 +67,27 @@ pub struct Plan {
     /// Object-level findings (mirror configuration).
     pub findings: Vec<Finding>,
     pub warnings: Vec<String>,
+    /// Set when the object was left exactly as written because of who made it.
+    pub left_alone: Option<LeftAlone>,
+}
+
+/// Why pinhook left an object exactly as its maker wrote it, without looking at its images.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftAlone {
+    pub reason: LeftAloneReason,
+    /// `Pod left to its controller Cluster pg (postgresql.cnpg.io/v1)`: names the owner.
+    pub message: String,
+}
+
+/// The fixed vocabulary of [`LeftAlone`], for the metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftAloneReason {
+    /// A built-in controller compares the object with its own template.
+    Controller,
+    /// A Pod of a controller that is not a built-in Pod controller (an operator).
+    Operator,
+    /// The API mirror of a static pod.
+    StaticPod,
 }
 
 /// A policy finding about the object as a whole rather than one image.
@@ -118,6 +139,7 @@ pub(super) fn finish(mode: Mode, mut outcomes: Vec<ImageOutcome>, warnings: Vec<
         outcomes,
         findings: Vec::new(),
         warnings,
+        left_alone: None,
     }
 }
 
@@ -297,6 +319,18 @@ impl ImageOutcome {
             workload::ImageField::InitContainers => "init container",
             workload::ImageField::EphemeralContainers => "ephemeral container",
             workload::ImageField::Containers => "container",
+        }
+    }
+}
+
+// === impl LeftAloneReason ===
+
+impl LeftAloneReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeftAloneReason::Controller => "controller",
+            LeftAloneReason::Operator => "operator",
+            LeftAloneReason::StaticPod => "static_pod",
         }
     }
 }

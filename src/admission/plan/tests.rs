@@ -1136,3 +1136,129 @@ fn a_denial_names_ten_images_then_counts_the_rest() {
     assert!(message.contains("app9:1"), "{message}");
     assert!(!message.contains("app10:1"), "{message}");
 }
+
+// --- who made the Pod (issue 24) ---
+
+/// A Pod whose controller is `kind` of `api_version`, naming `TAG`.
+fn pod_owned_by(api_version: &str, kind: &str) -> Value {
+    let mut value = pod(&[TAG]);
+    value["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": api_version, "kind": kind, "name": "pg", "uid": "u1", "controller": true
+    }]);
+    value
+}
+
+/// What mutate and validate do with `value` (a Pod) in enforce under `policy`: the tags
+/// wanted, whether the mutation pinned, the validation's denials, and why it was left alone.
+fn judged_pod(
+    policy: &CompiledPolicy,
+    value: &Value,
+) -> (usize, bool, usize, Option<LeftAlone>, Option<LeftAlone>) {
+    let (tags, plan) = mutate(
+        policy,
+        Mode::Enforce,
+        object(Kind::Pod, value, None),
+        Answer::Found,
+    );
+    let pinned = plan.outcomes.iter().any(|o| o.action == Action::Pinned);
+    let checked = validation(policy, object(Kind::Pod, value, None))
+        .finish(Mode::Enforce, Vec::new())
+        .expect("readable");
+    (
+        tags.len(),
+        pinned,
+        checked.denials().count(),
+        plan.left_alone,
+        checked.left_alone,
+    )
+}
+
+#[test]
+fn an_operators_pod_is_left_as_written_by_default_and_says_whose_it_is() {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    let value = pod_owned_by("postgresql.cnpg.io/v1", "Cluster");
+    let (tags, pinned, denied, mutated, validated) = judged_pod(&policy, &value);
+    assert_eq!(
+        (tags, pinned, denied),
+        (0, false, 0),
+        "no registry call, no patch, no denial"
+    );
+    let expected = LeftAlone {
+        reason: LeftAloneReason::Operator,
+        message: "Pod left to its controller Cluster pg (postgresql.cnpg.io/v1)".to_string(),
+    };
+    assert_eq!(mutated, Some(expected.clone()));
+    assert_eq!(validated, Some(expected));
+}
+
+#[test]
+fn an_operator_listed_as_safe_has_its_pods_pinned_and_checked() {
+    let policy =
+        Policy::parse("owners:\n  pinPodsOf:\n  - group: argoproj.io\n    kind: Workflow\n")
+            .expect("valid");
+    let value = pod_owned_by("argoproj.io/v1alpha1", "Workflow");
+    let (tags, pinned, _, mutated, _) = judged_pod(&policy, &value);
+    assert_eq!((tags, pinned, mutated), (1, true, None));
+    // Validation judges the unpinned Pod it is handed (as after a failed mutation): denied.
+    let (_, _, denied, _, validated) = judged_pod(&policy, &value);
+    assert_eq!((denied, validated), (1, None));
+    // Another group's Workflow is not the one listed.
+    let other = pod_owned_by("example.dev/v1", "Workflow");
+    let (tags, pinned, _, mutated, _) = judged_pod(&policy, &other);
+    assert_eq!((tags, pinned), (0, false));
+    assert_eq!(mutated.map(|l| l.reason), Some(LeftAloneReason::Operator));
+}
+
+#[test]
+fn built_in_pod_controllers_pods_are_judged() {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    for (api_version, kind) in [
+        ("apps/v1", "ReplicaSet"),
+        ("v1", "ReplicationController"),
+        ("apps/v1", "StatefulSet"),
+        ("apps/v1", "DaemonSet"),
+        ("batch/v1", "Job"),
+    ] {
+        let (tags, pinned, _, mutated, _) = judged_pod(&policy, &pod_owned_by(api_version, kind));
+        assert_eq!((tags, pinned, mutated), (1, true, None), "{kind}");
+    }
+}
+
+#[test]
+fn a_mirror_pod_is_never_patched_or_denied_in_any_mode() {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    let mut value = pod_owned_by("v1", "Node");
+    value["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "5e3d1c"});
+    for mode in [Mode::Enforce, Mode::Audit] {
+        let (tags, plan) = mutate(
+            &policy,
+            mode,
+            object(Kind::Pod, &value, None),
+            Answer::Found,
+        );
+        assert!(tags.is_empty());
+        assert!(plan.outcomes.is_empty() && plan.findings.is_empty());
+        assert_eq!(
+            plan.left_alone.map(|l| l.reason),
+            Some(LeftAloneReason::StaticPod)
+        );
+        let checked = validation(&policy, object(Kind::Pod, &value, None))
+            .finish(mode, Vec::new())
+            .expect("readable");
+        assert_eq!(checked.denials().count(), 0);
+        assert_eq!(
+            checked.left_alone.map(|l| l.reason),
+            Some(LeftAloneReason::StaticPod)
+        );
+    }
+}
+
+#[test]
+fn an_empty_owner_kind_is_refused() {
+    let error =
+        Policy::parse("owners:\n  pinPodsOf:\n  - group: x\n    kind: ''\n").expect_err("invalid");
+    assert_eq!(
+        error.to_string(),
+        "policy is not valid: owners.pinPodsOf[0].kind: must not be empty"
+    );
+}
