@@ -133,14 +133,28 @@ pub fn ownership<'a>(
     // An ephemeral container is added by a user (`kubectl debug`), not by the Pod's
     // controller, and no controller compares ephemeral containers: judged.
     if is_pod && subresource.is_empty() {
-        return match controller_of(object) {
-            Some(owner) if !is_pod_controller(&owner, pin_pods_of) => Ownership::Operator(owner),
-            _ => Ownership::Judged,
-        };
+        return pod_ownership(controller_of(object), false, pin_pods_of);
     }
     match left_to_controller(group, kind, object) {
         Some(owner) => Ownership::Controller(owner),
         None => Ownership::Judged,
+    }
+}
+
+/// Whether pinhook judges a running Pod's containers, from its controller and whether it is a
+/// mirror pod: the same rule as [`ownership`], for callers that keep Pods in their own form
+/// (the watch).
+pub fn pod_ownership<'a>(
+    controller: Option<ControllerRef<'a>>,
+    mirror: bool,
+    pin_pods_of: &[OwnerKind],
+) -> Ownership<'a> {
+    if mirror {
+        return Ownership::MirrorPod;
+    }
+    match controller {
+        Some(owner) if !is_pod_controller(&owner, pin_pods_of) => Ownership::Operator(owner),
+        _ => Ownership::Judged,
     }
 }
 

@@ -46,6 +46,9 @@ pub enum ImageState {
     },
     /// The caller exempts the image or its namespace.
     Exempt { why: String },
+    /// Not pinned, and pinhook leaves it so: its Pod belongs to an operator that compares the
+    /// Pod's image with its own resource's, or mirrors a static pod (`why` says which).
+    LeftToOwner { why: String },
 }
 
 /// The outcome of re-resolving an image's tag, as the caller obtained it.
@@ -146,13 +149,14 @@ pub fn classify_pod(
 
 impl ImageState {
     /// Every state's name, in the order of the table in the module docs.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "unpinned",
         "pinned-current",
         "tag-moved",
         "digest-only",
         "unresolvable",
         "exempt",
+        "left-to-owner",
     ];
 
     /// The state's name in reports, events and the inventory.
@@ -164,6 +168,7 @@ impl ImageState {
             ImageState::DigestOnly { .. } => "digest-only",
             ImageState::Unresolvable { .. } => "unresolvable",
             ImageState::Exempt { .. } => "exempt",
+            ImageState::LeftToOwner { .. } => "left-to-owner",
         }
     }
 
@@ -175,7 +180,9 @@ impl ImageState {
             }
             ImageState::TagMoved { pinned, .. } => Some(pinned),
             ImageState::Unresolvable { pinned, .. } => pinned.as_ref(),
-            ImageState::Unpinned { .. } | ImageState::Exempt { .. } => None,
+            ImageState::Unpinned { .. }
+            | ImageState::Exempt { .. }
+            | ImageState::LeftToOwner { .. } => None,
         }
     }
 
@@ -187,7 +194,8 @@ impl ImageState {
             ImageState::TagMoved { now, .. } => Some(now),
             ImageState::DigestOnly { .. }
             | ImageState::Unresolvable { .. }
-            | ImageState::Exempt { .. } => None,
+            | ImageState::Exempt { .. }
+            | ImageState::LeftToOwner { .. } => None,
         }
     }
 
@@ -195,7 +203,7 @@ impl ImageState {
     pub fn detail(&self) -> Option<&str> {
         match self {
             ImageState::Unresolvable { reason, .. } => Some(reason),
-            ImageState::Exempt { why } => Some(why),
+            ImageState::Exempt { why } | ImageState::LeftToOwner { why } => Some(why),
             _ => None,
         }
     }
@@ -420,6 +428,7 @@ mod tests {
             pull_secrets: Vec::new(),
             service_account: "default".into(),
             terminal: false,
+            mirror: false,
         };
         let classified = classify_pod(&pod, |site| {
             classify_image(&site.image, None, TagLookup::NotLooked)

@@ -120,6 +120,8 @@ pub struct PodRecord {
     /// `status.phase` is `Succeeded` or `Failed`: none of its containers runs any more. Kept so
     /// the caller can leave such Pods out of what "runs".
     pub terminal: bool,
+    /// The API mirror of a static pod (annotation `kubernetes.io/config.mirror`).
+    pub mirror: bool,
 }
 
 /// A controller `ownerReference`, owned.
@@ -190,6 +192,7 @@ impl PodRecord {
             pull_secrets,
             service_account,
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            mirror: owners::is_mirror_pod(pod),
         })
     }
 }

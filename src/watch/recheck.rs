@@ -11,6 +11,9 @@
 //!   its images are not classified and its report is neither written nor deleted.
 //! - Exemptions are admission's ([`CompiledPolicy::exemption`]): an exempt image is never
 //!   looked up and is reported `exempt` with the reason.
+//! - An unpinned image in a Pod admission leaves alone (an operator's not listed as safe to
+//!   pin, a static pod's mirror) is `left-to-owner`, not `unpinned`: its own state, neither a
+//!   pass nor a failure, naming why.
 //! - Only `tag@digest` images in a namespace in enforce or audit are looked up: whether an image
 //!   is pinned never depends on the registry, and a digest-only image has no tag.
 //! - Pods of one namespace with the same pull secrets share one keyring; one lookup per (tag,
@@ -25,6 +28,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::error::error_chain;
+use crate::owners::{pod_ownership, ControllerRef, Ownership};
 use crate::policy::{CompiledPolicy, Mode};
 use crate::reference::Reference;
 use crate::registry::keyring::Keyring;
@@ -195,6 +199,7 @@ pub fn classify_all(
             continue;
         };
         let namespace_exemption = policy.exemption(&pod.namespace, None);
+        let left_to = left_to_owner(policy, pod);
         images.extend(classify_pod(pod, |site| {
             let reference = Reference::parse(&site.image).ok();
             let exempt = namespace_exemption
@@ -203,6 +208,9 @@ pub fn classify_all(
             let Some(reference) = reference else {
                 return classify_image(&site.image, exempt.as_deref(), TagLookup::NotLooked);
             };
+            if let (Some(why), None, None) = (&left_to, &exempt, reference.digest()) {
+                return ImageState::LeftToOwner { why: why.clone() };
+            }
             let lookup = match mode {
                 Mode::Off => TagLookup::NotLooked,
                 _ => lookups.get(&pod.uid, &site.image),
@@ -211,6 +219,27 @@ pub fn classify_all(
         }));
     }
     images
+}
+
+/// Why admission leaves `pod`'s images as they are written, when it does: the Pod of an
+/// operator the policy does not list as safe to pin, or a static pod's mirror (the rule of
+/// [`crate::owners::pod_ownership`]).
+fn left_to_owner(policy: &CompiledPolicy, pod: &PodRecord) -> Option<String> {
+    let controller = pod.owner.as_ref().map(|o| ControllerRef {
+        api_version: &o.api_version,
+        kind: &o.kind,
+        name: &o.name,
+        uid: &o.uid,
+    });
+    match pod_ownership(controller, pod.mirror, &policy.policy.owners.pin_pods_of) {
+        Ownership::Operator(owner) => Some(format!(
+            "its controller {} ({}) manages its image",
+            owner.describe(),
+            owner.api_version
+        )),
+        Ownership::MirrorPod => Some("the mirror of a static pod".to_string()),
+        Ownership::Judged | Ownership::Controller(_) => None,
+    }
 }
 
 /// Images per state (states with none are absent).

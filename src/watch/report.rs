@@ -22,6 +22,7 @@
 //! | unresolvable, pin kept | pass | error |
 //! | unresolvable, image does not parse | error | — |
 //! | exempt | skip | — |
+//! | left-to-owner (an operator's or a static pod's, unpinned) | skip | — |
 //!
 //! `error` rather than `warn` for an unresolvable tag: the CRD defines `error` as "policies that
 //! could not be evaluated", which is exactly a registry that did not answer; `warn` is for
@@ -227,6 +228,11 @@ fn image_results(image: &ClassifiedImage, mode: Mode) -> Vec<(Rule, Verdict, Str
             Rule::Pinned,
             Verdict::Skip,
             format!("{runs}: exempt: {why}"),
+        )],
+        ImageState::LeftToOwner { why } => vec![(
+            Rule::Pinned,
+            Verdict::Skip,
+            format!("{runs} by tag, left to its owner: {why}"),
         )],
     };
     results

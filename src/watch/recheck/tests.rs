@@ -380,3 +380,62 @@ fn events_go_out_for_new_findings_only_within_the_per_workload_bound() {
 fn modes_off() -> Modes {
     modes(&[("shop", Some(Mode::Off))])
 }
+
+#[test]
+fn unpinned_images_of_operators_and_static_pods_are_left_to_their_owner() {
+    let policy = policy("owners:\n  pinPodsOf:\n  - group: argoproj.io\n    kind: Workflow\n");
+    let tag_only = format!("{REPO}:1.0");
+    let with_owner = |name: &str, api_version: &str, kind: &str| {
+        let mut record = pod("shop", name, &[&tag_only, &pinned("1.0", 'a')], &[]);
+        record.owner = Some(crate::watch::OwnerRef {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            name: "owner".to_string(),
+            uid: "u1".to_string(),
+        });
+        record
+    };
+    let mut mirror = pod("shop", "etcd-node1", &[&tag_only], &[]);
+    mirror.mirror = true;
+    let pods = [
+        with_owner("pg-1", "postgresql.cnpg.io/v1", "Cluster"),
+        with_owner("wf-1", "argoproj.io/v1alpha1", "Workflow"),
+        with_owner("web-1", "apps/v1", "ReplicaSet"),
+        mirror,
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Enforce))]);
+    let mut plan = LookupPlan::default();
+    for request in keyrings_wanted(&policy, &pods, &modes) {
+        plan.add(request, &Keyring::new());
+    }
+    let answers = answer_all(&plan, 'a');
+    let images = classify_all(&policy, &pods, &modes, &plan.answer(&answers));
+    // (The fixture sets each owner after the record is read, so the workload is the Pod.)
+    let states: Vec<(&str, &str)> = images
+        .iter()
+        .map(|i| (i.workload.name.as_str(), i.state.as_str()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            // The operator's Pod: its tag is left to it; its pinned image is judged as any.
+            ("pg-1", "left-to-owner"),
+            ("pg-1", "pinned-current"),
+            // An operator listed as safe to pin, and a built-in controller: judged.
+            ("wf-1", "unpinned"),
+            ("wf-1", "pinned-current"),
+            ("web-1", "unpinned"),
+            ("web-1", "pinned-current"),
+            ("etcd-node1", "left-to-owner"),
+        ]
+    );
+    assert_eq!(
+        images[0].state.detail(),
+        Some("its controller Cluster owner (postgresql.cnpg.io/v1) manages its image")
+    );
+    assert_eq!(images[6].state.detail(), Some("the mirror of a static pod"));
+    // No Event for what admission leaves alone.
+    let events = EventMemory::default().next(&images[..1], &modes, 5);
+    assert!(events.publish.is_empty());
+}

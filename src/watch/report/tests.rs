@@ -83,6 +83,8 @@ fn rules(report: &PolicyReport) -> Vec<(&str, &str)> {
 #[case::unresolvable_audit(ImageState::Unresolvable { reason: "timeout".into(), pinned: Some(digest('a')) }, Mode::Audit, &[("pinned", "pass"), ("tag-current", "error")])]
 #[case::invalid_reference(ImageState::Unresolvable { reason: "invalid image reference".into(), pinned: None }, Mode::Enforce, &[("pinned", "error")])]
 #[case::exempt(ImageState::Exempt { why: "namespace is exempt".into() }, Mode::Enforce, &[("pinned", "skip")])]
+#[case::left_to_owner(ImageState::LeftToOwner { why: "the mirror of a static pod".into() }, Mode::Enforce, &[("pinned", "skip")])]
+#[case::left_to_owner_audit(ImageState::LeftToOwner { why: "x".into() }, Mode::Audit, &[("pinned", "skip")])]
 #[case::off(moved(), Mode::Off, &[("pinned", "skip")])]
 fn each_state_maps_to_its_results(
     #[case] state: ImageState,
