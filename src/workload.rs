@@ -8,6 +8,10 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{Patch, PatchOperation, ReplaceOperation};
 use serde_json::Value;
 
+mod resource;
+
+pub use resource::{resource_sites, ImagePath};
+
 /// The subresource through which ephemeral containers are added.
 pub const EPHEMERAL_CONTAINERS_SUBRESOURCE: &str = "ephemeralcontainers";
 
@@ -35,6 +39,8 @@ pub enum ImageField {
     EphemeralContainers,
     /// `spec.volumes[*].image.reference`
     ImageVolume,
+    /// A field of a custom resource the policy names (`customResources`; see [`resource`]).
+    Resource,
 }
 
 /// One place in an object that holds an image reference.
@@ -52,10 +58,19 @@ pub struct ImageSite {
     pub is_new: bool,
 }
 
-/// The (group, kind) → PodSpec pointer table: built-in kinds plus configured extras.
+/// The (group, kind) → PodSpec pointer table: built-in kinds plus configured extras; and the
+/// custom resources whose image fields the policy names.
 #[derive(Debug, Clone)]
 pub struct PodSpecKinds {
     entries: Vec<KindEntry>,
+    resources: Vec<ResourceEntry>,
+}
+
+#[derive(Debug, Clone)]
+struct ResourceEntry {
+    group: String,
+    kind: String,
+    paths: Vec<ImagePath>,
 }
 
 #[derive(Debug, Clone)]
@@ -99,6 +114,7 @@ impl ImageField {
             ImageField::InitContainers => "initContainers",
             ImageField::EphemeralContainers => "ephemeralContainers",
             ImageField::ImageVolume => "volumes",
+            ImageField::Resource => "resource",
         }
     }
 
@@ -133,6 +149,7 @@ impl PodSpecKinds {
     pub fn builtin() -> Self {
         let empty = PodSpecKinds {
             entries: Vec::new(),
+            resources: Vec::new(),
         };
         BUILTIN_KINDS
             .iter()
@@ -150,6 +167,30 @@ impl PodSpecKinds {
             pointer: pointer.to_string(),
         });
         self
+    }
+
+    /// Adds a custom resource whose images live at `paths` (e.g. CloudNativePG `Cluster` at
+    /// `/spec/imageName`).
+    pub fn with_resource(mut self, group: &str, kind: &str, paths: Vec<ImagePath>) -> Self {
+        self.resources.push(ResourceEntry {
+            group: group.to_string(),
+            kind: kind.to_string(),
+            paths,
+        });
+        self
+    }
+
+    /// The image paths of a configured custom resource kind.
+    pub fn resource_paths(&self, group: &str, kind: &str) -> Option<&[ImagePath]> {
+        self.resources
+            .iter()
+            .find(|e| e.group == group && e.kind == kind)
+            .map(|e| e.paths.as_slice())
+    }
+
+    /// True for a kind pinhook finds images in: pod-bearing, or a configured custom resource.
+    pub fn bears_images(&self, group: &str, kind: &str) -> bool {
+        self.pod_spec_pointer(group, kind).is_some() || self.resource_paths(group, kind).is_some()
     }
 
     /// The PodSpec pointer for a kind, or `None` when the kind bears no pods.
@@ -182,7 +223,14 @@ pub fn image_sites(
     old_object: Option<&Value>,
 ) -> Result<Option<Vec<ImageSite>>, WorkloadError> {
     let Some(spec_pointer) = kinds.pod_spec_pointer(group, kind) else {
-        return Ok(None);
+        return match kinds.resource_paths(group, kind) {
+            // A custom resource's status and other subresources hold no image it is read from.
+            Some(paths) if subresource.is_empty() => {
+                resource_sites(paths, object, old_object).map(Some)
+            }
+            Some(_) => Ok(Some(Vec::new())),
+            None => Ok(None),
+        };
     };
     let Some(spec) = present(lookup(object, spec_pointer)) else {
         return Ok(Some(Vec::new()));
@@ -420,12 +468,17 @@ pub fn lookup<'a>(value: &'a Value, pointer: &str) -> Option<&'a Value> {
             }
             false => token,
         };
-        match target {
-            Value::Object(map) => map.get(token),
-            Value::Array(list) => array_index(token).and_then(|i| list.get(i)),
-            _ => None,
-        }
+        step(target, token)
     })
+}
+
+/// One step of a pointer: an object's member, or a list's item by index (`token` unescaped).
+fn step<'a>(value: &'a Value, token: &str) -> Option<&'a Value> {
+    match value {
+        Value::Object(map) => map.get(token),
+        Value::Array(list) => array_index(token).and_then(|i| list.get(i)),
+        _ => None,
+    }
 }
 
 /// An array index token as RFC 6901 allows it: digits, no leading zero but `0` itself.

@@ -350,15 +350,25 @@ impl Identity {
         Some((self.resource(policy)?, self.namespace.clone()))
     }
 
-    /// The resource a caller must be allowed to `create` for this object, for pod-bearing kinds.
+    /// The resource a caller must be allowed to `create` for this object, for kinds pinhook
+    /// finds images in (pod-bearing kinds and the policy's custom resources).
     pub fn resource(&self, policy: &CompiledPolicy) -> Option<String> {
-        policy.kinds.pod_spec_pointer(&self.group, &self.kind)?;
+        if !policy.kinds.bears_images(&self.group, &self.kind) {
+            return None;
+        }
         let extra = policy
             .policy
             .kinds
             .iter()
-            .find(|k| k.group == self.group && k.kind == self.kind);
-        if let Some(resource) = extra.and_then(|k| k.resource.clone()) {
+            .find(|k| k.group == self.group && k.kind == self.kind)
+            .and_then(|k| k.resource.clone());
+        let custom = policy
+            .policy
+            .custom_resources
+            .iter()
+            .find(|k| k.group == self.group && k.kind == self.kind)
+            .and_then(|k| k.resource.clone());
+        if let Some(resource) = extra.or(custom) {
             return Some(resource);
         }
         // Kubernetes' own plurals for the built-ins are all "lowercase kind + s".

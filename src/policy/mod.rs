@@ -20,7 +20,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::Deserialize;
 
 use crate::reference::{PinForm, Reference};
-use crate::workload::PodSpecKinds;
+use crate::workload::{ImagePath, PodSpecKinds};
 
 pub use hosts::{HostRefusal, HostRules};
 pub use mirrors::MirrorPolicy;
@@ -130,6 +130,10 @@ pub struct Policy {
     /// Who made a Pod, and whether pinhook may pin it (see `owners`).
     #[serde(default)]
     pub owners: Owners,
+    /// Custom resources whose image fields pinhook pins (where an operator reads the image
+    /// of the Pods it makes).
+    #[serde(default)]
+    pub custom_resources: Vec<CustomResource>,
     #[serde(default)]
     pub limits: Limits,
 }
@@ -141,6 +145,22 @@ pub struct Limits {
     /// Distinct image references one object may ask pinhook to resolve. An object naming more
     /// is refused (reported in audit) without any registry call.
     pub max_images_per_object: usize,
+}
+
+/// A custom resource kind and the fields its operator reads images from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomResource {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    /// The API resource (plural) for the webhook rules and authorisation checks; default:
+    /// lowercase kind + `s`.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// JSON pointers to image strings, `*` for every item of a list
+    /// (`/spec/imageName`, `/spec/containers/*/image`).
+    pub images: Vec<String>,
 }
 
 /// Pods made by controllers other than the built-in Pod controllers.
@@ -298,6 +318,37 @@ impl Policy {
                 ));
             }
             kinds = kinds.with_extra(&extra.group, &extra.kind, &extra.pod_spec);
+        }
+        for (i, custom) in self.custom_resources.iter().enumerate() {
+            if custom.kind.is_empty() {
+                return Err(invalid(
+                    format!("customResources[{i}].kind"),
+                    "must not be empty",
+                ));
+            }
+            if kinds
+                .pod_spec_pointer(&custom.group, &custom.kind)
+                .is_some()
+            {
+                return Err(invalid(
+                    format!("customResources[{i}]"),
+                    "is a pod-bearing kind already (use kinds for a kind with a pod template)",
+                ));
+            }
+            if custom.images.is_empty() {
+                return Err(invalid(
+                    format!("customResources[{i}].images"),
+                    "must name at least one image field",
+                ));
+            }
+            let mut paths = Vec::new();
+            for (j, text) in custom.images.iter().enumerate() {
+                let path = ImagePath::parse(text).map_err(|e| {
+                    invalid(format!("customResources[{i}].images[{j}]"), e.to_string())
+                })?;
+                paths.push(path);
+            }
+            kinds = kinds.with_resource(&custom.group, &custom.kind, paths);
         }
         for (host, settings) in &self.registries.hosts {
             if host.is_empty() || host.contains('/') {

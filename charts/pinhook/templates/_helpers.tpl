@@ -256,4 +256,14 @@ caBundle: {{ $ctx.Values.tls.existingSecret.caBundle }}
   operations: ["CREATE", "UPDATE"]
   resources: ["jobs", "cronjobs"]
   scope: Namespaced
+{{- /* The policy's extra pod-bearing kinds (Argo Rollouts' Rollout) and custom resources
+       (CloudNativePG's Cluster): pinhook reads their images, so the webhooks must see them.
+       Every version: pinhook finds images by group and kind, never by version. */}}
+{{- range concat (.Values.policy.kinds | default list) (.Values.policy.customResources | default list) }}
+- apiGroups: [{{ .group | default "" | quote }}]
+  apiVersions: ["*"]
+  operations: ["CREATE", "UPDATE"]
+  resources: [{{ .resource | default (printf "%ss" (lower .kind)) | quote }}]
+  scope: Namespaced
+{{- end }}
 {{- end -}}

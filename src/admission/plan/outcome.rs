@@ -316,6 +316,7 @@ impl ImageOutcome {
     fn site_kind(&self) -> &'static str {
         match self.site.field {
             workload::ImageField::ImageVolume => "image volume",
+            workload::ImageField::Resource => "field",
             workload::ImageField::InitContainers => "init container",
             workload::ImageField::EphemeralContainers => "ephemeral container",
             workload::ImageField::Containers => "container",

@@ -1262,3 +1262,147 @@ fn an_empty_owner_kind_is_refused() {
         "policy is not valid: owners.pinPodsOf[0].kind: must not be empty"
     );
 }
+
+// --- custom resources pinned where their operator reads the image (issue 24) ---
+
+fn cnpg_policy() -> CompiledPolicy {
+    Policy::parse(
+        "customResources:\n- group: postgresql.cnpg.io\n  kind: Cluster\n  images: [/spec/imageName]\n",
+    )
+    .expect("valid")
+}
+
+fn cluster(image: &str) -> Value {
+    json!({"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
+           "metadata": {"name": "pg", "namespace": NAMESPACE},
+           "spec": {"instances": 3, "imageName": image}})
+}
+
+fn cluster_view<'a>(value: &'a Value, old: Option<&'a Value>) -> Object<'a> {
+    Object {
+        group: "postgresql.cnpg.io",
+        kind: "Cluster",
+        subresource: "",
+        namespace: NAMESPACE,
+        object: value,
+        old_object: old,
+    }
+}
+
+#[test]
+fn a_configured_custom_resource_is_pinned_at_its_image_field() {
+    let policy = cnpg_policy();
+    let value = cluster(TAG);
+    let (tags, plan) = mutate(
+        &policy,
+        Mode::Enforce,
+        cluster_view(&value, None),
+        Answer::Found,
+    );
+    assert_eq!(tags, [TAG.to_string()]);
+    let outcome = &plan.outcomes[0];
+    assert_eq!(outcome.action, Action::Pinned);
+    assert_eq!(outcome.site.pointer, "/spec/imageName");
+    assert_eq!(outcome.result, format!("{TAG}@{}", digest('d')));
+    let patch = serde_json::to_value(plan.patch().expect("patch")).expect("json");
+    assert_eq!(
+        patch,
+        json!([{"op": "replace", "path": "/spec/imageName", "value": format!("{TAG}@{}", digest('d'))}])
+    );
+    // /validate denies it unpinned in enforce, naming the field.
+    let checked = validation(&policy, cluster_view(&value, None))
+        .finish(Mode::Enforce, Vec::new())
+        .expect("readable");
+    assert_eq!(
+        checked.denial_message().as_deref(),
+        Some("field \"/spec/imageName\" (/spec/imageName) image \"registry.example/team/app:1.0\": not pinned to a digest")
+    );
+    // Audit reports and changes nothing.
+    let (_, audited) = mutate(
+        &policy,
+        Mode::Audit,
+        cluster_view(&value, None),
+        Answer::Found,
+    );
+    assert!(audited
+        .outcomes
+        .iter()
+        .all(|o| o.action == Action::Unchanged));
+}
+
+#[test]
+fn an_update_of_a_custom_resource_judges_only_a_changed_image() {
+    let policy = cnpg_policy();
+    let old = cluster(TAG);
+    let mut scaled = cluster(TAG);
+    scaled["spec"]["instances"] = json!(5);
+    let (tags, plan) = mutate(
+        &policy,
+        Mode::Enforce,
+        cluster_view(&scaled, Some(&old)),
+        Answer::Found,
+    );
+    assert!(
+        tags.is_empty(),
+        "the image did not change: no registry call"
+    );
+    assert_eq!(plan.outcomes[0].action, Action::Unchanged);
+    let upgraded = cluster("registry.example/team/app:2.0");
+    let (tags, _) = mutate(
+        &policy,
+        Mode::Enforce,
+        cluster_view(&upgraded, Some(&old)),
+        Answer::Found,
+    );
+    assert_eq!(tags, ["registry.example/team/app:2.0".to_string()]);
+}
+
+#[test]
+fn an_unconfigured_custom_resource_passes_through_unread() {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    let value = cluster(TAG);
+    let (tags, plan) = mutate(
+        &policy,
+        Mode::Enforce,
+        cluster_view(&value, None),
+        Answer::Found,
+    );
+    assert!(tags.is_empty());
+    assert!(!plan.pod_bearing);
+}
+
+#[test]
+fn a_custom_resources_pull_secrets_are_its_specs() {
+    let policy = cnpg_policy();
+    let mut value = cluster(TAG);
+    value["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}]);
+    match cluster_view(&value, None).secret_names(&policy, "pg") {
+        crate::registry::pull_secrets::SecretNames::Spec { spec, is_pod } => {
+            assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred");
+            assert!(
+                !is_pod,
+                "read as a template: the ServiceAccount's when it names none"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[rstest]
+#[case::no_images(
+    "customResources:\n- kind: Cluster\n  images: []\n",
+    "customResources[0].images: must name at least one image field"
+)]
+#[case::not_a_pointer("customResources:\n- kind: Cluster\n  images: [spec.imageName]\n", "customResources[0].images[0]: \"spec.imageName\" is not an RFC 6901 JSON pointer: it must start with '/'")]
+#[case::no_kind(
+    "customResources:\n- kind: ''\n  images: [/spec/image]\n",
+    "customResources[0].kind: must not be empty"
+)]
+#[case::pod_bearing(
+    "customResources:\n- group: apps\n  kind: Deployment\n  images: [/spec/image]\n",
+    "customResources[0]: is a pod-bearing kind already (use kinds for a kind with a pod template)"
+)]
+fn invalid_custom_resources_are_refused(#[case] text: &str, #[case] message: &str) {
+    let error = Policy::parse(text).expect_err("invalid");
+    assert_eq!(error.to_string(), format!("policy is not valid: {message}"));
+}
