@@ -23,11 +23,20 @@ fn pod_with(registry: &TestRegistry, images: impl Iterator<Item = String>) -> Va
     review
 }
 
-// One test in this binary: it installs the process-wide log subscriber.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn answers_and_logs_stay_small_whatever_the_object_holds() {
-    let captured = Captured::install(tracing::Level::INFO);
+// Its own runtime (two workers, as `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]`
+// builds), so that the log capture holds this test's lines only.
+#[test]
+fn answers_and_logs_stay_small_whatever_the_object_holds() {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.worker_threads(2);
+    Captured::run(
+        tracing::Level::INFO,
+        &mut runtime,
+        answers_and_logs_stay_small,
+    );
+}
 
+async fn answers_and_logs_stay_small(captured: Captured) {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let options = Options {
         policy: Policy {

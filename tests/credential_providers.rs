@@ -347,11 +347,13 @@ async fn a_pod_pull_secret_is_tried_before_the_plugin() {
     assert_eq!(refused, 0, "the pod's secret answered first");
 }
 
-#[tokio::test]
-async fn no_credential_reaches_any_log_at_trace_level() {
-    // The other tests of this file log here too, which only widens the check.
-    let captured = Captured::install(tracing::Level::TRACE);
+#[test]
+fn no_credential_reaches_any_log_at_trace_level() {
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
+    Captured::run(tracing::Level::TRACE, &mut runtime, no_credential_at_trace);
+}
 
+async fn no_credential_at_trace(captured: Captured) {
     let (registry, app, _) = private_registry(RegistryAuth::htpasswd(USER, PASS)).await;
     let host = registry.host();
     let failing = [GOOD[0], GOOD[1], ("PLUGIN_MODE", "fail")];
