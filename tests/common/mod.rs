@@ -5,7 +5,8 @@
 //! ([`requests`]), its registry client driven directly ([`resolving`]) and its log lines
 //! captured ([`logs`]).
 //!
-//! The harness's own checks live in `tests/harness_selftest.rs`, counted apart from pinhook's.
+//! The harness's own checks live in `tests/integration/harness_selftest.rs`, counted apart from
+//! pinhook's.
 
 // Each `tests/*.rs` file is its own crate that includes this module with
 // `mod common;` and uses only part of it; without this, every unused helper

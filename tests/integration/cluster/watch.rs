@@ -3,8 +3,6 @@
 //! Events, gauges, lookups per (tag, credentials), the mirror ClusterPolicyReport, and
 //! `pinhook inventory`'s join of Pods and reports.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use common::fake_kube::FakeKube;
+use crate::common::fake_kube::FakeKube;
 use pinhook::cluster::KubeNamespaces;
 use pinhook::metrics::Metrics;
 use pinhook::policy::{Policy, PolicyHandle};

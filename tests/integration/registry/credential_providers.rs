@@ -4,19 +4,19 @@
 //! real registry (htpasswd and token auth) that have no pull secret at all. Each plugin counts
 //! its runs in a file, which is what most assertions here read.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::credential_programs::{PluginSetup, Provider};
-use common::fake_kube::FakeKube;
-use common::fake_kube::PullSecretFormat::DockerConfigJson;
-use common::images::{self, PushedIndex};
-use common::logs::Captured;
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{fixture_with_image, image_after, message, pod_review, warned, warnings};
+use crate::common::credential_programs::{PluginSetup, Provider};
+use crate::common::fake_kube::FakeKube;
+use crate::common::fake_kube::PullSecretFormat::DockerConfigJson;
+use crate::common::images::{self, PushedIndex};
+use crate::common::logs::Captured;
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{
+    fixture_with_image, image_after, message, pod_review, warned, warnings,
+};
 use pinhook::registry::keyring::Keyring;
 use pinhook::registry::provider::{CredentialProviders, ProviderFiles, Settings};
 use pinhook::registry::pull_secrets::{
@@ -432,13 +432,13 @@ async fn an_ephemeral_debug_container_gets_the_plugins_credential() {
     let host = registry.host();
     let setup = PluginSetup::new().provider(for_host("node-plugin", &[&host], &GOOD));
     let pinhook = pinhook_with(&registry, node_keyring(&setup, Settings::default())).await;
-    let review = common::pinhook::review_fixture(
+    let review = crate::common::pinhook::review_fixture(
         "v1.20/ephemeralcontainers-update-raw-put-mutate.json",
         &registry,
     );
     let body = pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
-    let patched = common::pinhook::apply_response(&review, &body);
+    let patched = crate::common::pinhook::apply_response(&review, &body);
     assert_eq!(
         patched["ephemeralContainers"][0]["image"],
         debug.pinned_with_tag(),
