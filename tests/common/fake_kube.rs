@@ -252,14 +252,6 @@ impl FakeKube {
         );
     }
 
-    pub fn add_pod(&self, namespace: &str, pod: Value) {
-        let name = pod["metadata"]["name"]
-            .as_str()
-            .expect("pod name")
-            .to_string();
-        self.put(&format!("api/v1/namespaces/{namespace}/pods/{name}"), pod);
-    }
-
     pub fn add_namespace(&self, name: &str, labels: Value) {
         let namespace = json!({
             "kind": "Namespace",
