@@ -12,6 +12,9 @@
 //!
 //! Bounded in count and time; everything on 127.0.0.1.
 
+// The integration tests' harness, of which this uses a part: the tests use all of it, and
+// their binary is where an unused helper is an error.
+#[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -242,7 +245,7 @@ async fn registry_alone(registry: &TestRegistry, images: usize) -> f64 {
 
 /// The same through `host` (the registry itself or a proxy in front of it).
 async fn registry_alone_at(registry: &TestRegistry, host: &str, images: usize) -> f64 {
-    let client = registry.ca().reqwest_client();
+    let client = registry.ca.reqwest_client();
     let accept = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
     let started = Instant::now();
     let heads = (0..images).map(|i| {
@@ -330,12 +333,9 @@ async fn throughput(client: &reqwest::Client, url: &str, body: &[u8]) -> f64 {
 /// A bare axum + rustls server answering `canned` to every POST: what TLS, HTTP and the
 /// client cost without pinhook's work.
 async fn start_floor(ca: &TestCa, canned: String) -> String {
-    let config = RustlsConfig::from_pem(
-        ca.server_cert_pem().as_bytes().to_vec(),
-        ca.server_key_pem().as_bytes().to_vec(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("floor TLS: {e}"));
+    let config = RustlsConfig::from_pem_file(ca.server_cert_path(), ca.server_key_path())
+        .await
+        .unwrap_or_else(|e| panic!("floor TLS: {e}"));
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
     listener

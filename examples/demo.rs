@@ -2,6 +2,9 @@
 //! started as its own process with a generated certificate, and one Deployment review sent to
 //! it over HTTPS. Prints what pinhook did. Reuses the integration-test harness.
 
+// The integration tests' harness, of which this uses a part: the tests use all of it, and
+// their binary is where an unused helper is an error.
+#[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -34,6 +34,9 @@
 //! DIGEST_private_1_0=sha256:...  # index digest of PRIVATE_HOST/team/private:1.0
 //! ```
 
+// The integration tests' harness, of which this uses a part: the tests use all of it, and
+// their binary is where an unused helper is an error.
+#[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -42,7 +45,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use common::images;
-use common::registry::{RegistryAuth, TestRegistry};
+use common::registry::{RegistryAuth, TestRegistry, Transport};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
@@ -98,8 +101,8 @@ async fn main() -> Result<()> {
         "REGISTRY_HOST={}\nREGISTRY_CA={}\nREGISTRY_LOG={}\nREGISTRY_ACCESS_LOG={}\n",
         registry.host(),
         registry.ca_path().display(),
-        registry.log_path().display(),
-        registry.access_log_path().display(),
+        registry.app_log.display(),
+        registry.access_log.display(),
     );
     for (repo, tag) in IMAGES {
         let seed = format!("{repo}:{tag}");
@@ -137,9 +140,10 @@ async fn main() -> Result<()> {
     if scale > 0 {
         eprintln!("e2e_registry: pushed team/scale:1..{scale}");
     }
-    let private = TestRegistry::start_with_ca(
+    let private = TestRegistry::start_with(
         RegistryAuth::htpasswd(PRIVATE_USER, PRIVATE_PASSWORD),
-        registry.ca().clone(),
+        Transport::Https,
+        Some(registry.ca.clone()),
     )
     .await;
     let pushed = tokio::select! {

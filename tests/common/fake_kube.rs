@@ -1,24 +1,38 @@
-//! A small in-process fake of the few Kubernetes API endpoints pinhook reads, answering with
+//! An in-process fake of the Kubernetes API, one for every test that talks to an apiserver:
+//! the admission and dry-run tests (pull Secrets, ServiceAccounts, Namespaces, TokenReview,
+//! SubjectAccessReview) and the watch's (PolicyReports, Events, any other object). Any object of
+//! any resource (core or group), namespaced or cluster-scoped, is stored as JSON; `GET` of an
+//! object or a list (all namespaces, or one; `labelSelector=k=v`), `POST`, `PUT`, `PATCH`
+//! (server-side apply replaces the object, a merge patch merges) and `DELETE` work on it, with
 //! the real API's JSON shapes (objects as `kubectl get -o json` prints them, `v1 Status` for
-//! errors). Plain HTTP on 127.0.0.1:0; counts requests per path.
+//! errors). TokenReviews and SubjectAccessReviews are answered, not stored. Plain HTTP on
+//! 127.0.0.1:0. Every read (path) and every write (method, path) is recorded, so a test can
+//! count them, and a fault can be injected for every request ([`FakeKube::set_fault`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, Request, State};
-use axum::http::StatusCode;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+/// (api prefix `api/v1` or `apis/g/v`, resource, namespace or "", name) → object.
+type Key = (String, String, String, String);
+
 #[derive(Default)]
 struct Store {
-    /// (resource, namespace, name) → object
-    objects: HashMap<(String, String, String), Value>,
-    hits: HashMap<String, usize>,
+    objects: BTreeMap<Key, Value>,
+    /// Every write: (method, path).
+    writes: Vec<(String, String)>,
+    /// Every GET's path.
+    reads: Vec<String>,
+    version: u64,
     /// bearer token → username
     tokens: HashMap<String, String>,
     /// (username, group, resource, namespace) allowed to `create`
@@ -49,7 +63,7 @@ pub enum KubeFault {
 
 /// The fake API server.
 pub struct FakeKube {
-    pub url: String,
+    url: String,
     store: Arc<Mutex<Store>>,
     task: tokio::task::JoinHandle<()>,
     fault: Arc<Mutex<Option<KubeFault>>>,
@@ -57,16 +71,13 @@ pub struct FakeKube {
     stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
+// === impl FakeKube ===
+
 impl FakeKube {
     pub async fn start() -> FakeKube {
         let store = Arc::new(Mutex::new(Store::default()));
         let fault = Arc::new(Mutex::new(None));
         let app = Router::new()
-            .route(
-                "/api/v1/namespaces/{ns}/{resource}/{name}",
-                get(get_namespaced),
-            )
-            .route("/api/v1/namespaces/{name}", get(get_namespace))
             .route(
                 "/apis/authentication.k8s.io/v1/tokenreviews",
                 post(token_review),
@@ -75,6 +86,7 @@ impl FakeKube {
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                 post(access_review),
             )
+            .fallback(handle)
             .with_state(store.clone())
             .layer(middleware::from_fn_with_state(fault.clone(), apply_fault));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -122,12 +134,51 @@ impl FakeKube {
         kube::Client::try_from(config).expect("client")
     }
 
-    fn put(&self, resource: &str, namespace: &str, name: &str, object: Value) {
+    /// Stores `object` at `path` (`api/v1/namespaces/shop/secrets/pull`, …).
+    pub fn put(&self, path: &str, object: Value) {
+        let (key, _) = key_of(path).expect("an object path");
         self.store
             .lock()
             .expect("store")
             .objects
-            .insert((resource.into(), namespace.into(), name.into()), object);
+            .insert(key, object);
+    }
+
+    /// The object at `path`, as stored or last written.
+    pub fn get(&self, path: &str) -> Option<Value> {
+        let (key, _) = key_of(path).expect("an object path");
+        self.store.lock().expect("store").objects.get(&key).cloned()
+    }
+
+    /// Every object of `resource` (e.g. `events`), in key order.
+    pub fn all(&self, resource: &str) -> Vec<Value> {
+        let store = self.store.lock().expect("store");
+        store
+            .objects
+            .iter()
+            .filter(|(k, _)| k.1 == resource)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// The paths read (GET) so far.
+    pub fn reads(&self) -> Vec<String> {
+        self.store.lock().expect("store").reads.clone()
+    }
+
+    /// How many GETs reached a path containing `fragment`.
+    pub fn hits(&self, fragment: &str) -> usize {
+        let store = self.store.lock().expect("store");
+        store
+            .reads
+            .iter()
+            .filter(|path| path.contains(fragment))
+            .count()
+    }
+
+    /// The writes so far: (method, path).
+    pub fn writes(&self) -> Vec<(String, String)> {
+        self.store.lock().expect("store").writes.clone()
     }
 
     /// A pull Secret of `format` holding one registry's username and password.
@@ -158,7 +209,10 @@ impl FakeKube {
             "data": {key: b64(&config.to_string())},
             "type": secret_type
         });
-        self.put("secrets", namespace, name, secret);
+        self.put(
+            &format!("api/v1/namespaces/{namespace}/secrets/{name}"),
+            secret,
+        );
     }
 
     /// A Secret of `secret_type` whose data key `key` holds `content` as written (to serve
@@ -178,7 +232,10 @@ impl FakeKube {
             "data": {key: b64(content)},
             "type": secret_type
         });
-        self.put("secrets", namespace, name, secret);
+        self.put(
+            &format!("api/v1/namespaces/{namespace}/secrets/{name}"),
+            secret,
+        );
     }
 
     pub fn add_service_account(&self, namespace: &str, name: &str, pull_secrets: &[&str]) {
@@ -189,15 +246,10 @@ impl FakeKube {
             "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-sa-{name}"), "resourceVersion": "1"},
             "imagePullSecrets": refs
         });
-        self.put("serviceaccounts", namespace, name, account);
-    }
-
-    pub fn add_pod(&self, namespace: &str, pod: Value) {
-        let name = pod["metadata"]["name"]
-            .as_str()
-            .expect("pod name")
-            .to_string();
-        self.put("pods", namespace, &name, pod);
+        self.put(
+            &format!("api/v1/namespaces/{namespace}/serviceaccounts/{name}"),
+            account,
+        );
     }
 
     pub fn add_namespace(&self, name: &str, labels: Value) {
@@ -208,7 +260,7 @@ impl FakeKube {
             "spec": {"finalizers": ["kubernetes"]},
             "status": {"phase": "Active"}
         });
-        self.put("namespaces", "", name, namespace);
+        self.put(&format!("api/v1/namespaces/{name}"), namespace);
     }
 
     /// A token the fake's TokenReview accepts, for `username`.
@@ -237,17 +289,6 @@ impl FakeKube {
     pub fn token_reviews(&self) -> usize {
         self.store.lock().expect("store").token_reviews
     }
-
-    /// How many GETs reached a path containing `fragment`.
-    pub fn hits(&self, fragment: &str) -> usize {
-        let store = self.store.lock().expect("store");
-        store
-            .hits
-            .iter()
-            .filter(|(path, _)| path.contains(fragment))
-            .map(|(_, n)| n)
-            .sum()
-    }
 }
 
 impl Drop for FakeKube {
@@ -266,18 +307,11 @@ async fn apply_fault(
     match current {
         None => next.run(request).await,
         Some(KubeFault::Hang) => std::future::pending().await,
-        Some(KubeFault::Unavailable) => {
-            let status = json!({
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": "the server is currently unable to handle the request",
-                "reason": "ServiceUnavailable",
-                "code": 503
-            });
-            (StatusCode::SERVICE_UNAVAILABLE, Json(status)).into_response()
-        }
+        Some(KubeFault::Unavailable) => status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        ),
     }
 }
 
@@ -285,30 +319,176 @@ fn b64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
 
-async fn get_namespaced(
-    State(store): State<Arc<Mutex<Store>>>,
-    Path((ns, resource, name)): Path<(String, String, String)>,
-) -> Response {
-    lookup(
-        &store,
-        &resource,
-        &ns,
-        &name,
-        &format!("/api/v1/namespaces/{ns}/{resource}/{name}"),
-    )
+/// The key of a path, and whether it names a collection (no name).
+fn key_of(path: &str) -> Option<(Key, bool)> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (prefix, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] => (format!("api/{version}"), rest),
+        ["apis", group, version, rest @ ..] => (format!("apis/{group}/{version}"), rest),
+        _ => return None,
+    };
+    let (namespace, resource, name) = match rest {
+        ["namespaces", ns, resource, name] => (*ns, *resource, Some(*name)),
+        ["namespaces", ns, resource] => (*ns, *resource, None),
+        [resource, name] => ("", *resource, Some(*name)),
+        [resource] => ("", *resource, None),
+        _ => return None,
+    };
+    Some((
+        (
+            prefix,
+            resource.to_string(),
+            namespace.to_string(),
+            name.unwrap_or_default().to_string(),
+        ),
+        name.is_none(),
+    ))
 }
 
-async fn get_namespace(
-    State(store): State<Arc<Mutex<Store>>>,
-    Path(name): Path<String>,
-) -> Response {
-    lookup(
-        &store,
-        "namespaces",
-        "",
-        &name,
-        &format!("/api/v1/namespaces/{name}"),
+/// The apiserver's `v1 Status` failure body.
+fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+    (
+        code,
+        Json(json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code.as_u16(),
+        })),
     )
+        .into_response()
+}
+
+/// The apiserver's 404 for an object: `secrets "regcred" not found`, with its details.
+fn not_found(resource: &str, name: &str) -> Response {
+    let status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("{resource} \"{name}\" not found"),
+        "reason": "NotFound",
+        "details": {"name": name, "kind": resource},
+        "code": 404
+    });
+    (StatusCode::NOT_FOUND, Json(status)).into_response()
+}
+
+/// A JSON merge patch (RFC 7386) of `patch` onto `target`.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+/// Every request but the two reviews: the object store.
+async fn handle(State(store): State<Arc<Mutex<Store>>>, request: Request) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let query = request.uri().query().unwrap_or_default().to_string();
+    let content_type = request
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body: Bytes = match axum::body::to_bytes(request.into_body(), 1 << 20).await {
+        Ok(body) => body,
+        Err(_) => return status(StatusCode::BAD_REQUEST, "BadRequest", "body"),
+    };
+    let Some((key, collection)) = key_of(&path) else {
+        return status(StatusCode::NOT_FOUND, "NotFound", "no such path");
+    };
+    let mut store = store.lock().expect("store");
+    if method == Method::GET {
+        store.reads.push(path.clone());
+    } else {
+        store.writes.push((method.to_string(), path.clone()));
+    }
+    store.version += 1;
+    let version = store.version.to_string();
+    match (method, collection) {
+        (Method::GET, true) => {
+            let selector: Option<(String, String)> = form_urlencoded::parse(query.as_bytes())
+                .find(|(k, _)| k == "labelSelector")
+                .and_then(|(_, v)| {
+                    v.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                });
+            let items: Vec<Value> = store
+                .objects
+                .iter()
+                .filter(|(k, _)| k.0 == key.0 && k.1 == key.1 && (key.2.is_empty() || k.2 == key.2))
+                .map(|(_, v)| v.clone())
+                .filter(|v| match &selector {
+                    None => true,
+                    Some((label, value)) => {
+                        v.pointer(&format!("/metadata/labels/{}", label.replace('/', "~1")))
+                            .and_then(Value::as_str)
+                            == Some(value.as_str())
+                    }
+                })
+                .collect();
+            Json(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}))
+                .into_response()
+        }
+        (Method::GET, false) => match store.objects.get(&key) {
+            Some(object) => Json(object.clone()).into_response(),
+            None => not_found(&key.1, &key.3),
+        },
+        (Method::POST, true) => {
+            let Ok(mut object) = serde_json::from_slice::<Value>(&body) else {
+                return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON");
+            };
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let key = (key.0, key.1, key.2, name);
+            if store.objects.contains_key(&key) {
+                return status(StatusCode::CONFLICT, "AlreadyExists", "exists");
+            }
+            object["metadata"]["resourceVersion"] = json!(version);
+            store.objects.insert(key, object.clone());
+            (StatusCode::CREATED, Json(object)).into_response()
+        }
+        (Method::PUT, false) | (Method::PATCH, false) => {
+            let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+                return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON");
+            };
+            let object = if content_type.starts_with("application/merge-patch+json") {
+                let Some(existing) = store.objects.get(&key) else {
+                    return not_found(&key.1, &key.3);
+                };
+                let mut existing = existing.clone();
+                merge(&mut existing, &patch);
+                existing
+            } else {
+                patch
+            };
+            let mut object = object;
+            object["metadata"]["resourceVersion"] = json!(version);
+            if !key.2.is_empty() {
+                object["metadata"]["namespace"] = json!(key.2);
+            }
+            store.objects.insert(key, object.clone());
+            Json(object).into_response()
+        }
+        (Method::DELETE, false) => match store.objects.remove(&key) {
+            Some(_) => Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}))
+                .into_response(),
+            None => not_found(&key.1, &key.3),
+        },
+        _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "method"),
+    }
 }
 
 /// `POST tokenreviews`: echoes the review with `status` filled, as the apiserver does.
@@ -361,31 +541,4 @@ async fn access_review(
     store.access_reviews.push(spec.clone());
     review["status"] = json!({"allowed": allowed});
     (StatusCode::CREATED, Json(review)).into_response()
-}
-
-fn lookup(store: &Mutex<Store>, resource: &str, ns: &str, name: &str, path: &str) -> Response {
-    let mut store = store.lock().expect("store");
-    *store.hits.entry(path.to_string()).or_default() += 1;
-    match store
-        .objects
-        .get(&(resource.into(), ns.into(), name.into()))
-    {
-        Some(object) => Json(object.clone()).into_response(),
-        None => not_found(resource, name),
-    }
-}
-
-/// The apiserver's 404 body.
-fn not_found(resource: &str, name: &str) -> Response {
-    let status = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": format!("{resource} \"{name}\" not found"),
-        "reason": "NotFound",
-        "details": {"name": name, "kind": resource},
-        "code": 404
-    });
-    (StatusCode::NOT_FOUND, Json(status)).into_response()
 }

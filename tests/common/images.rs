@@ -92,15 +92,12 @@ pub struct PushedManifest {
     pub digest: String,
     pub bytes: Vec<u8>,
     pub config_digest: String,
-    pub layer_digest: String,
     pub platform: Platform,
 }
 
 /// A single-manifest image pushed under a tag.
 #[derive(Debug, Clone)]
 pub struct PushedImage {
-    pub repo: String,
-    pub tag: String,
     /// `127.0.0.1:PORT/repo:tag`
     pub reference: String,
     pub manifest: PushedManifest,
@@ -114,17 +111,11 @@ impl PushedImage {
     pub fn config_digest(&self) -> &str {
         &self.manifest.config_digest
     }
-
-    /// `127.0.0.1:PORT/repo@sha256:…`
-    pub fn pinned_reference(&self) -> String {
-        pinned(&self.reference, &self.tag, &self.manifest.digest)
-    }
 }
 
 /// An index (OCI) or manifest list (Docker) pushed under a tag.
 #[derive(Debug, Clone)]
 pub struct PushedIndex {
-    pub repo: String,
     pub tag: String,
     /// `127.0.0.1:PORT/repo:tag`
     pub reference: String,
@@ -146,13 +137,6 @@ impl PushedIndex {
             .iter()
             .map(|m| m.config_digest.as_str())
             .collect()
-    }
-
-    pub fn manifest_for(&self, architecture: &str) -> &PushedManifest {
-        self.manifests
-            .iter()
-            .find(|m| m.platform.architecture == architecture)
-            .unwrap_or_else(|| panic!("no {architecture} manifest in {}", self.reference))
     }
 
     /// `127.0.0.1:PORT/repo@sha256:…` (the index digest)
@@ -199,8 +183,6 @@ pub async fn push_image(
     let manifest = push_platform_manifest(reg, repo, seed, flavor, LINUX_AMD64).await;
     put_manifest(reg, repo, tag, manifest.media_type, &manifest.bytes).await;
     PushedImage {
-        repo: repo.to_string(),
-        tag: tag.to_string(),
         reference: reg.image_ref(repo, tag),
         manifest,
     }
@@ -224,7 +206,6 @@ pub async fn push_index(
     let bytes = index_json(flavor, &manifests);
     let index_digest = put_manifest(reg, repo, tag, flavor.index_type(), &bytes).await;
     PushedIndex {
-        repo: repo.to_string(),
         tag: tag.to_string(),
         reference: reg.image_ref(repo, tag),
         media_type: flavor.index_type(),
@@ -259,7 +240,6 @@ async fn push_platform_manifest(
         digest: sha256_digest(&bytes),
         bytes,
         config_digest,
-        layer_digest,
         platform,
     }
 }

@@ -1,26 +1,57 @@
 //! Capturing what pinhook logs, for tests that judge its log lines (bounded output, no secret).
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-/// Every log line of the process, once [`Captured::install`] made it the global subscriber.
+use tracing::dispatcher::{self, DefaultGuard, Dispatch};
+
+thread_local! {
+    /// A runtime thread's capture, set as it starts and dropped as it stops.
+    static THREAD_CAPTURE: RefCell<Option<DefaultGuard>> = const { RefCell::new(None) };
+}
+
+/// Every log line of one test: what the threads of the runtime [`Captured::run`] built for it
+/// logged.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
-    /// Makes a new capture the process-wide subscriber at `level`, plain text (no colours).
-    /// Global, not scoped to a thread: tracing caches each call site's interest process-wide,
-    /// and a thread-local subscriber can miss events another test's thread registered first.
-    /// Once per test binary.
-    pub fn install(level: tracing::Level) -> Captured {
+    /// Runs `test` on a runtime from `runtime` (with every driver enabled, as `#[tokio::test]`
+    /// builds it) each of whose threads, the test's own, the workers and the blocking pool,
+    /// logs plain text (no colours) at `level` into a new capture, which `test` is given.
+    ///
+    /// Scoped to those threads, not process-wide: the tests of a binary run in parallel in one
+    /// process, and a global subscriber would capture the other tests' lines too (and could be
+    /// installed only once). Tracing caches each call site's interest process-wide, but
+    /// creating the capture's dispatcher rebuilds that cache for every call site.
+    pub fn run<F, Fut>(level: tracing::Level, runtime: &mut tokio::runtime::Builder, test: F)
+    where
+        F: FnOnce(Captured) -> Fut,
+        Fut: Future<Output = ()>,
+    {
         let captured = Captured::default();
         let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
-        captured
+        let dispatch = Dispatch::new(
+            tracing_subscriber::fmt()
+                .with_max_level(level)
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish(),
+        );
+        let threads = dispatch.clone();
+        let runtime = runtime
+            .enable_all()
+            .on_thread_start(move || {
+                let guard = dispatcher::set_default(&threads);
+                THREAD_CAPTURE.with(|slot| *slot.borrow_mut() = Some(guard));
+            })
+            .on_thread_stop(|| {
+                THREAD_CAPTURE.with(|slot| slot.borrow_mut().take());
+            })
+            .build()
+            .expect("the test's runtime");
+        dispatcher::with_default(&dispatch, || runtime.block_on(test(captured)));
     }
 
     /// Bytes logged so far.

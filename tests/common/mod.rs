@@ -5,12 +5,13 @@
 //! ([`requests`]), its registry client driven directly ([`resolving`]) and its log lines
 //! captured ([`logs`]).
 //!
-//! The harness's own checks live in `tests/harness_selftest.rs`, counted apart from pinhook's.
-
-// Each `tests/*.rs` file is its own crate that includes this module with
-// `mod common;` and uses only part of it; without this, every unused helper
-// would warn (and fail clippy with -D warnings) in some test binary.
-#![allow(dead_code)]
+//! The harness's own checks live in `tests/integration/harness_selftest.rs`, counted apart from
+//! pinhook's.
+//!
+//! The integration test binary (`tests/integration/main.rs`) includes this module once and uses
+//! every helper in it: one that no test uses any more is a dead-code error there, and goes. The
+//! demo, the end-to-end tier's registry helper and the `mutate` bench include it too, each for a
+//! part.
 
 pub mod cli;
 pub mod credential_programs;

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use pinhook::app::{self, KubeAccess, Overrides, PolicySource, TlsSource};
 use pinhook::cluster::{Authorizer, NamespaceLabels, NoNamespaces};
-use pinhook::metrics::Metrics;
 use pinhook::policy::{FormSetting, Policy, PolicyHandle};
 use pinhook::reference::PinForm;
 use pinhook::registry::pull_secrets::{NodeOnly, PullSecrets};
-use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
+use pinhook::registry::{CacheConfig, CachingResolver, RegistryConfig};
 use pinhook::server::{ConnectionLimits, RunningServer};
 
 use super::registry::TestRegistry;
@@ -19,13 +18,13 @@ use super::tls::TestCa;
 
 /// A running pinhook and a client that trusts it.
 pub struct TestPinhook {
-    pub server: Option<RunningServer>,
     pub client: reqwest::Client,
     pub base: String,
-    pub metrics: Arc<Metrics>,
     pub resolver: Arc<CachingResolver>,
     pub policy: PolicyHandle,
     ca: String,
+    /// Serving until the test drops it.
+    _server: RunningServer,
     _dir: tempfile::TempDir,
 }
 
@@ -37,10 +36,6 @@ pub fn registry_config(registry: &TestRegistry) -> RegistryConfig {
         request_timeout: Duration::from_secs(5),
         ..RegistryConfig::default()
     }
-}
-
-pub fn oci_resolver(registry: &TestRegistry) -> Arc<dyn Resolver> {
-    Arc::new(OciResolver::new(registry_config(registry)).expect("resolver builds"))
 }
 
 /// What to vary between test servers.
@@ -127,7 +122,6 @@ impl TestPinhook {
         };
         let app::RunningApp {
             server,
-            metrics,
             resolver,
             policy,
             ..
@@ -139,13 +133,12 @@ impl TestPinhook {
             .expect("pinhook starts");
         let base = format!("https://127.0.0.1:{}", server.addr.port());
         TestPinhook {
-            server: Some(server),
             client: ca.reqwest_client(),
             base,
-            metrics,
             resolver,
             policy,
             ca: ca.ca_pem().to_string(),
+            _server: server,
             _dir: dir,
         }
     }

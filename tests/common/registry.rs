@@ -100,15 +100,19 @@ pub struct AccessLogEntry {
 /// A running `docker-registry serve` process; killed on drop.
 pub struct TestRegistry {
     dir: TempDir,
-    ca: Arc<TestCa>,
+    /// The CA that issued the registry's certificate; another server can share it
+    /// ([`TestRegistry::start_with`]).
+    pub ca: Arc<TestCa>,
     auth: RegistryAuth,
     transport: Transport,
     /// Present with [`RegistryAuth::Token`]; outlives registry restarts.
     token_server: Option<TokenServer>,
     port: u16,
     config_path: PathBuf,
-    access_log: PathBuf,
-    app_log: PathBuf,
+    /// The access log (the registry's stdout).
+    pub access_log: PathBuf,
+    /// The application log (the registry's stderr).
+    pub app_log: PathBuf,
     child: Mutex<Option<Child>>,
     client: reqwest::Client,
 }
@@ -119,13 +123,6 @@ impl TestRegistry {
         Self::start_with(auth, Transport::Https, None).await
     }
 
-    /// Starts a registry whose server certificate comes from `ca`, so one CA
-    /// can cover several servers in a test. The CA's own server certificate
-    /// (`server.pem`/`server-key.pem`) is used.
-    pub async fn start_with_ca(auth: RegistryAuth, ca: Arc<TestCa>) -> TestRegistry {
-        Self::start_with(auth, Transport::Https, Some(ca)).await
-    }
-
     /// Starts a registry serving plain HTTP (an "insecure registry"): `url()`
     /// gives `http://` URLs. It still has a [`TestCa`], which the token
     /// server (always HTTPS) uses with [`RegistryAuth::Token`].
@@ -133,7 +130,9 @@ impl TestRegistry {
         Self::start_with(auth, Transport::PlainHttp, None).await
     }
 
-    /// The general form: `ca` defaults to a fresh [`TestCa`].
+    /// The general form: `ca` defaults to a fresh [`TestCa`]; given, its own server
+    /// certificate (`server.pem`/`server-key.pem`) is used, so one CA can cover several
+    /// servers.
     pub async fn start_with(
         auth: RegistryAuth,
         transport: Transport,
@@ -199,18 +198,9 @@ impl TestRegistry {
         self.transport
     }
 
-    /// Whether the registry serves plain HTTP.
-    pub fn is_plain_http(&self) -> bool {
-        self.transport == Transport::PlainHttp
-    }
-
     /// `127.0.0.1:PORT/{repo}:{tag}`, as a pod spec would name it.
     pub fn image_ref(&self, repo: &str, tag: &str) -> String {
         format!("{}/{}:{}", self.host(), repo, tag)
-    }
-
-    pub fn ca(&self) -> &Arc<TestCa> {
-        &self.ca
     }
 
     pub fn ca_pem(&self) -> &str {
@@ -219,10 +209,6 @@ impl TestRegistry {
 
     pub fn ca_path(&self) -> &Path {
         self.ca.ca_path()
-    }
-
-    pub fn auth(&self) -> &RegistryAuth {
-        &self.auth
     }
 
     /// `(username, password)` when the registry uses htpasswd, or the Basic
@@ -276,20 +262,6 @@ impl TestRegistry {
     /// Storage root of the filesystem driver.
     pub fn storage_dir(&self) -> PathBuf {
         self.dir.path().join("storage")
-    }
-
-    pub fn config_path(&self) -> &Path {
-        &self.config_path
-    }
-
-    /// The access log (the registry's stdout).
-    pub fn access_log_path(&self) -> &Path {
-        &self.access_log
-    }
-
-    /// The application log (the registry's stderr).
-    pub fn log_path(&self) -> &Path {
-        &self.app_log
     }
 
     /// Whether the registry process is alive.
@@ -369,12 +341,6 @@ impl TestRegistry {
             }
         }
         self.wait_ready().await;
-    }
-
-    /// [`stop`](Self::stop) then [`start_again`](Self::start_again).
-    pub async fn restart(&self) {
-        self.stop();
-        self.start_again().await;
     }
 
     /// Every access-log line so far, parsed (unparsable lines are skipped).

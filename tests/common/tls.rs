@@ -7,13 +7,12 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once};
+use std::sync::Once;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use rustls::pki_types::CertificateDer;
 
 /// Names every server certificate from [`TestCa`] is valid for.
 pub const SERVER_SANS: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
@@ -40,7 +39,6 @@ pub struct IssuedCert {
 /// A test CA, its server certificate, and where they were written.
 pub struct TestCa {
     issuer: Issuer<'static, KeyPair>,
-    ca_der: CertificateDer<'static>,
     ca_pem: String,
     server: IssuedCert,
     ca_path: PathBuf,
@@ -63,11 +61,10 @@ impl TestCa {
     /// missing).
     pub fn generate(dir: &Path) -> TestCa {
         fs::create_dir_all(dir).expect("create the TLS directory");
-        let (issuer, ca_der, ca_pem) = new_ca();
+        let (issuer, ca_pem) = new_ca();
         let server = issue_with(&issuer, &SERVER_SANS);
         let ca = TestCa {
             issuer,
-            ca_der,
             ca_pem,
             server,
             ca_path: dir.join("ca.pem"),
@@ -84,20 +81,8 @@ impl TestCa {
         &self.ca_pem
     }
 
-    pub fn ca_der(&self) -> &CertificateDer<'static> {
-        &self.ca_der
-    }
-
     pub fn ca_path(&self) -> &Path {
         &self.ca_path
-    }
-
-    pub fn server_cert_pem(&self) -> &str {
-        &self.server.cert_pem
-    }
-
-    pub fn server_key_pem(&self) -> &str {
-        &self.server.key_pem
     }
 
     pub fn server_cert_path(&self) -> &Path {
@@ -114,25 +99,6 @@ impl TestCa {
         issue_with(&self.issuer, sans)
     }
 
-    /// A root store holding only this CA.
-    pub fn root_store(&self) -> rustls::RootCertStore {
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(self.ca_der.clone())
-            .expect("add the test CA to a rustls root store");
-        roots
-    }
-
-    /// A rustls client config (ring provider) trusting only this CA.
-    pub fn rustls_client_config(&self) -> rustls::ClientConfig {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default TLS versions")
-            .with_root_certificates(self.root_store())
-            .with_no_client_auth()
-    }
-
     /// A reqwest client trusting only this CA, never using a proxy.
     pub fn reqwest_client(&self) -> reqwest::Client {
         init_crypto();
@@ -147,7 +113,7 @@ impl TestCa {
     }
 }
 
-fn new_ca() -> (Issuer<'static, KeyPair>, CertificateDer<'static>, String) {
+fn new_ca() -> (Issuer<'static, KeyPair>, String) {
     let mut params = CertificateParams::new(Vec::<String>::new()).expect("empty SAN list is valid");
     params
         .distinguished_name
@@ -160,9 +126,8 @@ fn new_ca() -> (Issuer<'static, KeyPair>, CertificateDer<'static>, String) {
     ];
     let key = KeyPair::generate().expect("generate the CA key");
     let cert = params.self_signed(&key).expect("self-sign the test CA");
-    let der = cert.der().clone();
     let pem = cert.pem();
-    (Issuer::new(params, key), der, pem)
+    (Issuer::new(params, key), pem)
 }
 
 fn issue_with(issuer: &Issuer<'static, KeyPair>, sans: &[&str]) -> IssuedCert {

@@ -123,7 +123,6 @@ struct TokenState {
     /// base64 (standard, padded) DER of the signing certificate, for `x5c`.
     x5c: String,
     issued: AtomicUsize,
-    minted: AtomicUsize,
     next_jti: AtomicU64,
     log: Mutex<Vec<TokenRequest>>,
 }
@@ -145,7 +144,6 @@ impl TokenServer {
             signer,
             x5c: STANDARD.encode(cert_der),
             issued: AtomicUsize::new(0),
-            minted: AtomicUsize::new(0),
             next_jti: AtomicU64::new(1),
             log: Mutex::new(Vec::new()),
         });
@@ -216,11 +214,6 @@ impl TokenServer {
         self.state.issued.load(Ordering::SeqCst)
     }
 
-    /// Tokens made in-process by [`mint`](Self::mint) (the harness's pushes).
-    pub fn tokens_minted(&self) -> usize {
-        self.state.minted.load(Ordering::SeqCst)
-    }
-
     /// Every `GET /token` so far, in order.
     pub fn requests(&self) -> Vec<TokenRequest> {
         self.state.log.lock().expect("token log lock").clone()
@@ -229,7 +222,6 @@ impl TokenServer {
     /// Signs a token for `subject` granting exactly `access`, without HTTP
     /// (and without counting it in [`tokens_issued`](Self::tokens_issued)).
     pub fn mint(&self, subject: &str, access: &[Access]) -> String {
-        self.state.minted.fetch_add(1, Ordering::SeqCst);
         self.state.sign(subject, access)
     }
 

@@ -3,18 +3,16 @@
 //! holding more. Each stand-in answers 1 GiB, streamed and never materialised on either side;
 //! before, pinhook buffered the whole manifest (1.07 GB peak RSS for one image).
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::stand_in::{guarded_resolver, huge_body, StandIn, Streamed};
+use crate::common::tls::TestCa;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, head};
 use axum::Router;
-use common::stand_in::{guarded_resolver, huge_body, StandIn, Streamed};
-use common::tls::TestCa;
 use pinhook::reference::Reference;
 use pinhook::registry::{Credential, RegistryError, Resolver};
 use rstest::rstest;

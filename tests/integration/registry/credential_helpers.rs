@@ -4,17 +4,15 @@
 //! `docker-credential-pinhooktest` on `PATH`, and a real registry (htpasswd, or token auth whose
 //! token service answers the OAuth2 refresh-token grant).
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::cli::pinhook_command;
-use common::credential_programs::{helper_dir, runs};
-use common::images::{self, PushedIndex};
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{image_after, pod_review};
+use crate::common::cli::pinhook_command;
+use crate::common::credential_programs::{helper_dir, runs};
+use crate::common::images::{self, PushedIndex};
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{image_after, pod_review};
 use pinhook::policy::Policy;
 use serde_json::json;
 use tempfile::TempDir;

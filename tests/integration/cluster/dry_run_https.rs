@@ -2,15 +2,13 @@
 //! SubjectAccessReview (both through the in-process fake API), the report, extra kinds, and
 //! `pinhook check --server` against it.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::cli::pinhook_command;
-use common::fake_kube::FakeKube;
-use common::images::{self, PushedIndex};
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
+use crate::common::cli::pinhook_command;
+use crate::common::fake_kube::FakeKube;
+use crate::common::images::{self, PushedIndex};
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
 use pinhook::cluster::{Authorizer, KubeAuthorizer};
 use pinhook::policy::Policy;
 use serde_json::Value;

@@ -1,14 +1,12 @@
 //! `pinhook check` as a user runs it: the real binary, real manifests (kustomize- and
 //! helm-style multi-document YAML, a broken document, a 500-object file), a real registry.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Output, Stdio};
 
-use common::cli::{docker_config_json, pinhook_command};
-use common::images;
-use common::registry::{RegistryAuth, TestRegistry};
+use crate::common::cli::{docker_config_json, pinhook_command};
+use crate::common::images;
+use crate::common::registry::{RegistryAuth, TestRegistry};
 use serde_json::Value;
 
 fn pinhook(registry: &TestRegistry, args: &[&str], stdin: Option<&str>) -> Output {
@@ -305,7 +303,7 @@ async fn local_mode_uses_the_users_docker_credentials() {
 }
 
 /// Exact output of the three formats, with the registry address and digests normalised.
-/// `UPDATE_SNAPSHOTS=1 cargo test --test check_cli` rewrites tests/snapshots/.
+/// `UPDATE_SNAPSHOTS=1 cargo test --test integration check_cli` rewrites tests/snapshots/.
 #[tokio::test]
 async fn output_snapshots() {
     let registry = TestRegistry::start(RegistryAuth::None).await;

@@ -3,9 +3,6 @@
 //! Events, gauges, lookups per (tag, credentials), the mirror ClusterPolicyReport, and
 //! `pinhook inventory`'s join of Pods and reports.
 
-#[path = "watch_support/fake_api.rs"]
-mod fake_api;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use fake_api::FakeApi;
+use crate::common::fake_kube::FakeKube;
 use pinhook::cluster::KubeNamespaces;
 use pinhook::metrics::Metrics;
 use pinhook::policy::{Policy, PolicyHandle};
@@ -85,14 +82,14 @@ impl Resolver for Tags {
 }
 
 struct Rig {
-    api: FakeApi,
+    api: FakeKube,
     tags: Arc<Tags>,
     watch: Watch,
     metrics: Arc<Metrics>,
 }
 
 async fn rig(policy: Policy) -> Rig {
-    let api = FakeApi::start().await;
+    let api = FakeKube::start().await;
     let tags = Arc::new(Tags::default());
     let metrics = Arc::new(Metrics::new());
     let client = api.client();
@@ -144,7 +141,7 @@ fn record(pod: &Value) -> PodRecord {
     PodRecord::from_pod(pod).expect("a readable pod")
 }
 
-fn report(api: &FakeApi, namespace: &str) -> Option<Value> {
+fn report(api: &FakeKube, namespace: &str) -> Option<Value> {
     api.get(&format!(
         "{REPORTS}/namespaces/{namespace}/policyreports/pinhook"
     ))

@@ -3,14 +3,12 @@
 //! Every client here is a raw TLS connection on 127.0.0.1, so it can lie about its body and
 //! stall where a real HTTP client would not.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::tls::init_crypto;
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::tls::init_crypto;
 use pinhook::server::ConnectionLimits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -4,11 +4,9 @@
 //! pinned, and a change to a workload's template pins the whole template. The e2e tier proves
 //! the same with the controllers running (scenarios m–r).
 
-mod common;
-
-use common::images::{self, PushedIndex};
-use common::pinhook::{apply_response, response_patch, review_fixture, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
+use crate::common::images::{self, PushedIndex};
+use crate::common::pinhook::{apply_response, response_patch, review_fixture, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
 use serde_json::{json, Value};
 
 const REPLICASET: &str = "v1.20/replicaset-create-by-deployment-mutate.json";

@@ -2,16 +2,16 @@
 //! modes (and the namespace label), resolve, target, exemptions, registry rules and the guard
 //! against internal addresses, onResolutionFailure, dry runs, and reload under load.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::fake_kube::FakeKube;
-use common::images::{self, PushedIndex};
-use common::pinhook::{apply_response, response_patch, review_fixture, Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{
+use crate::common::fake_kube::FakeKube;
+use crate::common::images::{self, PushedIndex};
+use crate::common::pinhook::{
+    apply_response, response_patch, review_fixture, Options, TestPinhook,
+};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{
     image_after, in_namespace, message, pod_review, warned, warnings, BASIC_POD,
 };
 use pinhook::cluster::KubeNamespaces;

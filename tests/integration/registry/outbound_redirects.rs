@@ -5,14 +5,12 @@
 //! another port, which both policies allow: the canary must accept nothing, and the refusal
 //! must name the registry.
 
-mod common;
-
+use crate::common::stand_in::{guarded_resolver, Canary, StandIn};
+use crate::common::tls::TestCa;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, head};
 use axum::Router;
-use common::stand_in::{guarded_resolver, Canary, StandIn};
-use common::tls::TestCa;
 use pinhook::reference::{Digest, Reference};
 use pinhook::registry::{Credential, OciResolver, RedirectRefusal, RegistryError, Resolver};
 

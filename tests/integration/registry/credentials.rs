@@ -2,16 +2,14 @@
 //! and ServiceAccounts served by an in-process fake of the Kubernetes API. The cache must never
 //! answer a namespace with an entry made with another namespace's secret.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::fake_kube::FakeKube;
-use common::fake_kube::PullSecretFormat::{DockerCfg, DockerConfigJson};
-use common::images::{self, PushedIndex};
-use common::pinhook::{apply_response, review_fixture, Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{fixture_with_image, in_namespace, message, template_spec, warned};
+use crate::common::fake_kube::FakeKube;
+use crate::common::fake_kube::PullSecretFormat::{DockerCfg, DockerConfigJson};
+use crate::common::images::{self, PushedIndex};
+use crate::common::pinhook::{apply_response, review_fixture, Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{fixture_with_image, in_namespace, message, template_spec, warned};
 use pinhook::registry::keyring::Keyring;
 use pinhook::registry::pull_secrets::KubeSecrets;
 use serde_json::{json, Value};

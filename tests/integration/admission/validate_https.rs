@@ -1,11 +1,9 @@
 //! `/validate` over real HTTPS with real captures: unpinned or invalid references among the
 //! images a request adds are denied, pinned ones and untouched old ones pass.
 
-mod common;
-
-use common::pinhook::{review_fixture, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{message, pod_image};
+use crate::common::pinhook::{review_fixture, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{message, pod_image};
 use serde_json::json;
 
 const DIGEST: &str = "sha256:4dcacff740e1267e69749851bb586f175b11ffa09f7afa4f451e8fabe816b2f4";

@@ -3,12 +3,10 @@
 //! answer nor the log grows with the number of containers. Before these bounds, a 7.2 MB
 //! review with 140k refused containers got a 61.8 MB answer and 126 MB of logs.
 
-mod common;
-
-use common::logs::Captured;
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{message, pod_review};
+use crate::common::logs::Captured;
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{message, pod_review};
 use pinhook::policy::{Policy, Registries};
 use serde_json::{json, Value};
 
@@ -23,11 +21,20 @@ fn pod_with(registry: &TestRegistry, images: impl Iterator<Item = String>) -> Va
     review
 }
 
-// One test in this binary: it installs the process-wide log subscriber.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn answers_and_logs_stay_small_whatever_the_object_holds() {
-    let captured = Captured::install(tracing::Level::INFO);
+// Its own runtime (two workers, as `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]`
+// builds), so that the log capture holds this test's lines only.
+#[test]
+fn answers_and_logs_stay_small_whatever_the_object_holds() {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.worker_threads(2);
+    Captured::run(
+        tracing::Level::INFO,
+        &mut runtime,
+        answers_and_logs_stay_small,
+    );
+}
 
+async fn answers_and_logs_stay_small(captured: Captured) {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let options = Options {
         policy: Policy {
@@ -106,7 +113,7 @@ async fn answers_and_logs_stay_small_whatever_the_object_holds() {
 
     // 3. One summary line per review at info: the pinned image is not a line of its own.
     let before = captured.len();
-    let app = common::images::push_multi_arch(&registry, "team/app", "1.0", "a").await;
+    let app = crate::common::images::push_multi_arch(&registry, "team/app", "1.0", "a").await;
     let body = pinhook.mutate(&pod_review(&registry, &app.reference)).await;
     assert_eq!(body["response"]["allowed"], true);
     let logs = captured.text_from(before);

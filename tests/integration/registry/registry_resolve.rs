@@ -1,17 +1,15 @@
 //! pinhook's registry client against a real registry over real HTTPS with htpasswd auth:
 //! which digest a tag resolves to, credentials, errors, trust and deadlines.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::cli::{docker_config_json, pinhook_command};
-use common::images::{self, Flavor};
-use common::pinhook::registry_config;
-use common::registry::{RegistryAuth, TestRegistry};
-use common::resolving::{reference, resolver};
-use common::silent::SilentServer;
-use common::tls::{init_crypto, TestCa};
+use crate::common::cli::{docker_config_json, pinhook_command};
+use crate::common::images::{self, Flavor};
+use crate::common::pinhook::registry_config;
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::resolving::{reference, resolver};
+use crate::common::silent::SilentServer;
+use crate::common::tls::{init_crypto, TestCa};
 use pinhook::registry::{Credential, RegistryConfig, RegistryError, Resolver};
 
 const USER: &str = "ci";
@@ -188,7 +186,7 @@ async fn an_incomplete_head_falls_back_to_get_and_hashes_the_bytes() {
     let registry = TestRegistry::start_plain(RegistryAuth::None).await;
     let pushed = images::push_multi_arch(&registry, "team/app", "1.0", "strip").await;
     for strip in [&["content-length"][..], &["docker-content-digest"][..]] {
-        let proxy = common::strip_proxy::StripProxy::start(registry.port(), strip).await;
+        let proxy = crate::common::strip_proxy::StripProxy::start(registry.port(), strip).await;
         let resolver = resolver(RegistryConfig {
             insecure_hosts: [proxy.host()].into_iter().collect(),
             only_configured_cas: true,

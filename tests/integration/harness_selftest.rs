@@ -5,11 +5,11 @@
 //! registry writes. What the real registry already proves (pushed digests, htpasswd, restarts)
 //! is proven by pinhook's own tests against it and is not repeated here.
 
-mod common;
-
-use common::images;
-use common::registry::{parse_access_line, repository_of, RegistryAuth, TestRegistry};
-use common::token::{decode_jwt, ecdsa_der_to_raw, rfc3339, Access, TOKEN_ISSUER, TOKEN_SERVICE};
+use crate::common::images;
+use crate::common::registry::{parse_access_line, repository_of, RegistryAuth, TestRegistry};
+use crate::common::token::{
+    decode_jwt, ecdsa_der_to_raw, rfc3339, Access, TOKEN_ISSUER, TOKEN_SERVICE,
+};
 use reqwest::StatusCode;
 
 const USER: &str = "robot";

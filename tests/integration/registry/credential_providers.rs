@@ -4,19 +4,19 @@
 //! real registry (htpasswd and token auth) that have no pull secret at all. Each plugin counts
 //! its runs in a file, which is what most assertions here read.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::credential_programs::{PluginSetup, Provider};
-use common::fake_kube::FakeKube;
-use common::fake_kube::PullSecretFormat::DockerConfigJson;
-use common::images::{self, PushedIndex};
-use common::logs::Captured;
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{fixture_with_image, image_after, message, pod_review, warned, warnings};
+use crate::common::credential_programs::{PluginSetup, Provider};
+use crate::common::fake_kube::FakeKube;
+use crate::common::fake_kube::PullSecretFormat::DockerConfigJson;
+use crate::common::images::{self, PushedIndex};
+use crate::common::logs::Captured;
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{
+    fixture_with_image, image_after, message, pod_review, warned, warnings,
+};
 use pinhook::registry::keyring::Keyring;
 use pinhook::registry::provider::{CredentialProviders, ProviderFiles, Settings};
 use pinhook::registry::pull_secrets::{
@@ -347,11 +347,13 @@ async fn a_pod_pull_secret_is_tried_before_the_plugin() {
     assert_eq!(refused, 0, "the pod's secret answered first");
 }
 
-#[tokio::test]
-async fn no_credential_reaches_any_log_at_trace_level() {
-    // The other tests of this file log here too, which only widens the check.
-    let captured = Captured::install(tracing::Level::TRACE);
+#[test]
+fn no_credential_reaches_any_log_at_trace_level() {
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
+    Captured::run(tracing::Level::TRACE, &mut runtime, no_credential_at_trace);
+}
 
+async fn no_credential_at_trace(captured: Captured) {
     let (registry, app, _) = private_registry(RegistryAuth::htpasswd(USER, PASS)).await;
     let host = registry.host();
     let failing = [GOOD[0], GOOD[1], ("PLUGIN_MODE", "fail")];
@@ -430,13 +432,13 @@ async fn an_ephemeral_debug_container_gets_the_plugins_credential() {
     let host = registry.host();
     let setup = PluginSetup::new().provider(for_host("node-plugin", &[&host], &GOOD));
     let pinhook = pinhook_with(&registry, node_keyring(&setup, Settings::default())).await;
-    let review = common::pinhook::review_fixture(
+    let review = crate::common::pinhook::review_fixture(
         "v1.20/ephemeralcontainers-update-raw-put-mutate.json",
         &registry,
     );
     let body = pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
-    let patched = common::pinhook::apply_response(&review, &body);
+    let patched = crate::common::pinhook::apply_response(&review, &body);
     assert_eq!(
         patched["ephemeralContainers"][0]["image"],
         debug.pinned_with_tag(),

@@ -2,12 +2,10 @@
 //! cannot get past the deny list. Driven through the stack `pinhook serve` builds (the address
 //! guard in front of the registry client, both holding the policy).
 
-mod common;
-
 use std::sync::Arc;
 
-use common::stand_in::Canary;
-use common::tls::init_crypto;
+use crate::common::stand_in::Canary;
+use crate::common::tls::init_crypto;
 use pinhook::policy::{HostRefusal, Policy, PolicyHandle};
 use pinhook::reference::Reference;
 use pinhook::registry::guard::AddressGuard;

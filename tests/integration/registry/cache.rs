@@ -1,14 +1,12 @@
 //! The resolution cache against a real registry: single-flight under 200 concurrent admissions,
 //! stale-if-error while the registry is down, negative entries, and tag-move detection.
 
-mod common;
-
 use std::time::Duration;
 
-use common::images;
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{image_after, message, pod_review, warned, warnings};
+use crate::common::images;
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{image_after, message, pod_review, warned, warnings};
 use futures::future::join_all;
 use pinhook::registry::CacheConfig;
 use serde_json::Value;

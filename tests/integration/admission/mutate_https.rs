@@ -2,12 +2,12 @@
 //! registry: every pod-bearing shape is pinned to the index digest, idempotently; bad input
 //! gets a specific error and the server keeps serving.
 
-mod common;
-
-use common::images::{self, PushedIndex};
-use common::pinhook::{apply_response, response_patch, review_fixture, Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{message, pod_image, template_spec, BASIC_POD};
+use crate::common::images::{self, PushedIndex};
+use crate::common::pinhook::{
+    apply_response, response_patch, review_fixture, Options, TestPinhook,
+};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{message, pod_image, template_spec, BASIC_POD};
 use pinhook::reference::PinForm;
 use serde_json::{json, Value};
 

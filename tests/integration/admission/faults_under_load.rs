@@ -21,19 +21,17 @@
 //! shipped policy: nothing pinned, everything admitted), and a pull secret that cannot be read
 //! hides the digest cached under its fingerprint (the image is refused).
 
-mod common;
-
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::fake_kube::{FakeKube, KubeFault, PullSecretFormat};
-use common::images::{self, PushedIndex};
-use common::load::{quantile, Answer, Kind, Load, Record, Replica, Shot};
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{fixture_with_image, image_after, in_namespace, message, warned};
+use crate::common::fake_kube::{FakeKube, KubeFault, PullSecretFormat};
+use crate::common::images::{self, PushedIndex};
+use crate::common::load::{quantile, Answer, Kind, Load, Record, Replica, Shot};
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{fixture_with_image, image_after, in_namespace, message, warned};
 use futures::stream::{self, StreamExt};
 use pinhook::cluster::KubeNamespaces;
 use pinhook::policy::{Mode, Policy};
@@ -169,7 +167,7 @@ async fn push_images(registry: &TestRegistry) -> Images {
 /// The captured Pod CREATE with `imagePullSecrets: [regcred]`, for `image` in `namespace`.
 fn pod(registry: &TestRegistry, image: &str, namespace: Option<&str>) -> Value {
     match namespace {
-        None => fixture_with_image(common::requests::BASIC_POD, registry, image),
+        None => fixture_with_image(crate::common::requests::BASIC_POD, registry, image),
         Some(namespace) => {
             let mut review =
                 fixture_with_image("v1.26/pod-create-pullsecrets-mutate.json", registry, image);

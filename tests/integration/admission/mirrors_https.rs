@@ -1,11 +1,9 @@
 //! The mirror guard on `/validate` with real captures of ImageTagMirrorSet,
 //! ImageDigestMirrorSet, ImageContentSourcePolicy and a ConfigMap carrying registries.conf.
 
-mod common;
-
-use common::pinhook::{raw_fixture, Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{message, warned};
+use crate::common::pinhook::{raw_fixture, Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{message, warned};
 use pinhook::policy::Policy;
 use serde_json::Value;
 

@@ -2,16 +2,14 @@
 //! failing requests in flight, a bad new certificate keeps the old one serving, and shutdown
 //! turns readiness off and lets in-flight reviews finish.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::pod_review;
-use common::silent::SilentServer;
-use common::tls::{init_crypto, TestCa};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::pod_review;
+use crate::common::silent::SilentServer;
+use crate::common::tls::{init_crypto, TestCa};
 use pinhook::admission::{Pinner, PinnerParts};
 use pinhook::cluster::NoNamespaces;
 use pinhook::metrics::Metrics;

@@ -5,15 +5,13 @@
 //! minutes, and reviews for other images on that registry were refused meanwhile only after
 //! waiting their whole deadline.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::images;
-use common::pinhook::{Options, TestPinhook};
-use common::registry::{RegistryAuth, TestRegistry};
-use common::requests::{message, pod_review};
-use common::silent::SilentServer;
+use crate::common::images;
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{message, pod_review};
+use crate::common::silent::SilentServer;
 use futures::future::join_all;
 use pinhook::policy::Policy;
 use serde_json::{json, Value};

@@ -2,15 +2,13 @@
 //! TLS: bearer tokens from a token server (the distribution token spec) and
 //! an "insecure" registry over plain HTTP.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::images;
-use common::pinhook::registry_config;
-use common::registry::{RegistryAuth, TestRegistry, Transport};
-use common::resolving::{reference, resolver};
-use common::token::{Access, TOKEN_SERVICE};
+use crate::common::images;
+use crate::common::pinhook::registry_config;
+use crate::common::registry::{RegistryAuth, TestRegistry, Transport};
+use crate::common::resolving::{reference, resolver};
+use crate::common::token::{Access, TOKEN_SERVICE};
 use pinhook::registry::{Credential, RegistryConfig, RegistryError, Resolver};
 
 const USER: &str = "robot";
