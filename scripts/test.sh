@@ -15,8 +15,9 @@
 # chart, demo, fuzz, e2e-readme, e2e. A tier that fails without a failure of its own in the
 # total (fmt, clippy, demo, e2e-readme, deps, or a tier that stops before printing its count)
 # counts as 1 failed.
-# The last three lines: the harness's self-tests (tests/harness_selftest.rs), which test the
-# test harness, not pinhook: `harness self-tests: N passed, M failed`; the tiers that failed:
+# The last three lines: the harness's self-tests (the harness_selftest module of
+# tests/integration), which test the test harness, not pinhook:
+# `harness self-tests: N passed, M failed`; the tiers that failed:
 # `failed tiers: clippy e2e` (or `failed tiers: none`); and the total, always last:
 # `total: N passed, M failed` (pinhook's cargo tests, the chart's checks, the fuzz targets and
 # the e2e scenarios, plus 1 per tier that failed without a count). Exit 1 when a tier failed.
@@ -76,20 +77,19 @@ tier_done clippy "$rc"
 log "unit and integration tests"
 rc=0
 cargo test --no-fail-fast 2>&1 | tee "$out/cargo.log" || rc=$?
-# Each binary's `test result: ok. 372 passed; 0 failed; ...` follows cargo's
-# `     Running tests/harness_selftest.rs (target/debug/deps/harness_selftest-…)` line.
+# Each binary's `test result: ok. 372 passed; 0 failed; ...` counts every test it ran; the
+# harness's self-tests run in the integration binary, one `test harness_selftest::NAME ... ok`
+# (or `... FAILED`) line each, and are taken out of that count.
 read -r cargo_passed cargo_failed harness_passed harness_failed < <(awk '
-    /^ *(Running|Doc-tests) / { harness = ($2 == "tests/harness_selftest.rs") }
-    /^test result:/ { if (harness) { hp += $4; hf += $6 } else { p += $4; f += $6 } }
-    END { print p + 0, f + 0, hp + 0, hf + 0 }' "$out/cargo.log")
+    /^test harness_selftest::.* \.\.\. ok$/ { hp++ }
+    /^test harness_selftest::.* \.\.\. FAILED$/ { hf++ }
+    /^test result:/ { p += $4; f += $6 }
+    END { print p - hp, f - hf, hp + 0, hf + 0 }' "$out/cargo.log")
 tier_done cargo-test "$rc" "$cargo_passed" "$cargo_failed"
 if [[ -d ${CARGO_TARGET_DIR:-target} ]] && short_of_disk; then
-    # The integration test binaries (about 100 MB each) are not run again in this run.
-    log "less than 8 GB free: removing the integration test binaries"
-    for t in tests/*.rs; do
-        t=${t#tests/}
-        find "${CARGO_TARGET_DIR:-target}/debug/deps" -maxdepth 1 -type f -name "${t%.rs}-*" ! -name '*.*' -delete
-    done
+    # The integration test binary (tests/integration, about 110 MB) is not run again in this run.
+    log "less than 8 GB free: removing the integration test binary"
+    find "${CARGO_TARGET_DIR:-target}/debug/deps" -maxdepth 1 -type f -name 'integration-*' ! -name '*.*' -delete
 fi
 
 log "the Helm chart (scripts/chart-check.sh: lint, renders, schemas, the kustomize base)"

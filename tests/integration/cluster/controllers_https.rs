@@ -2,7 +2,10 @@
 //! apiserver sent for objects that kube-controller-manager made: a Deployment's ReplicaSet is
 //! left exactly as the controller wrote it (no patch, no denial, no registry call), its Pods are
 //! pinned, and a change to a workload's template pins the whole template. The e2e tier proves
-//! the same with the controllers running (scenarios m–r).
+//! the same with the controllers running (scenarios audit-to-enforce-no-replicaset-loop,
+//! deployment-in-enforce-one-replicaset, rollout-restart-undo-no-extra-replicasets,
+//! controller-pods-carry-template-digest, target-pods-one-digest-per-revision,
+//! audit-with-controllers-nothing-mutated).
 
 use crate::common::images::{self, PushedIndex};
 use crate::common::pinhook::{apply_response, response_patch, review_fixture, TestPinhook};

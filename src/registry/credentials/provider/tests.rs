@@ -1,6 +1,6 @@
 //! The plugin cache and single-flight, with `/bin/sh` scripts as plugins: which key an answer is
 //! kept under, how long, and that an image no `matchImages` entry covers never runs anything.
-//! The real protocol against a real registry is in `tests/credential_providers.rs`.
+//! The real protocol against a real registry is in `tests/integration/registry/credential_providers.rs`.
 
 use std::path::Path;
 
