@@ -86,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         }),
         namespaces: Arc::new(NoNamespaces),
         owner_ttl: Duration::from_secs(60),
+        on_loop: None,
     }));
     let body = Arc::new(review()?);
 

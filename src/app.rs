@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::admission::pipeline::{LoopHandler, LoopTrip};
 use crate::admission::{Pinner, PinnerParts};
 use crate::certs::managed::{ManagedConfig, ManagedTls};
 use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
@@ -35,6 +36,8 @@ use crate::registry::{
 use crate::server::{
     self, AppState, ConnectionLimits, RunningServer, ServerConfig, ServerError, ServerTls,
 };
+use crate::watch::controller::api::EventPublisher;
+use crate::watch::{EventReason, EventSpec, EventType, WorkloadRef};
 
 /// Why pinhook could not be put together or could not run.
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +250,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         Some(client) => Arc::new(KubeSecrets::new(client, node)),
         None => Arc::new(NodeOnly { node }),
     });
+    let on_loop = loop_handler(metrics.clone(), client.clone());
     let namespaces = namespaces.unwrap_or_else(|| match client {
         Some(client) => Arc::new(KubeNamespaces::with_ttl(client, config.namespace_label_ttl)),
         None => Arc::new(NoNamespaces),
@@ -258,6 +262,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         secrets,
         namespaces,
         owner_ttl: config.owner_revision_ttl,
+        on_loop: Some(on_loop),
     });
     let watcher = match config.policy {
         PolicySource::File(path) => Some(PolicyWatcher {
@@ -282,6 +287,52 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         policy: handle,
         watcher,
         shutdown_delay: config.shutdown_delay,
+    })
+}
+
+/// What a trip of the loop breaker leaves behind: the counter, a warning, and (with a Kubernetes
+/// API) an Event on the owner, sent in the background so the review does not wait for it.
+fn loop_handler(metrics: Arc<Metrics>, client: Option<kube::Client>) -> LoopHandler {
+    let events = client.map(|client| {
+        let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| "pinhook".to_string());
+        Arc::new(EventPublisher::new(client, &instance))
+    });
+    Arc::new(move |trip: LoopTrip| {
+        metrics.owner_loops.inc();
+        warn!(
+            namespace = %trip.namespace,
+            owner = %format!("{}/{}", trip.kind, trip.name),
+            image = %trip.image,
+            pods = trip.count,
+            "owner recreates its Pods; pinning them is paused"
+        );
+        let Some(events) = events.clone() else {
+            return;
+        };
+        let spec = EventSpec {
+            reason: EventReason::PinningPaused,
+            type_: EventType::Warning,
+            note: format!(
+                "created {} Pods of {} within {} s: it compares its Pods' images with its own,                  so pinhook leaves its Pods as written for {} s (remove {} from                  owners.pinPodsOf and pin its resource with customResources)",
+                trip.count,
+                trip.image,
+                trip.window.as_secs(),
+                trip.pause.as_secs(),
+                trip.kind
+            ),
+            regarding: WorkloadRef {
+                namespace: trip.namespace,
+                kind: trip.kind,
+                name: trip.name,
+                api_version: trip.api_version,
+                uid: Some(trip.uid),
+            },
+        };
+        tokio::spawn(async move {
+            if let Err(e) = events.publish(&spec).await {
+                warn!(error = %crate::error::error_chain(&e), "cannot publish the PinningPaused Event");
+            }
+        });
     })
 }
 

@@ -86,6 +86,8 @@ pub struct Metrics {
     pub policy_violations: Family<ViolationLabels, Counter>,
     /// Objects left exactly as their maker wrote them, by why.
     pub left_alone: Family<LeftAloneLabels, Counter>,
+    /// Trips of the loop breaker (an owner listed as safe to pin that recreated its Pods).
+    pub owner_loops: Counter,
     pub credential_provider_execs: Family<ProviderLabels, Counter>,
     pub credential_provider_errors: Family<ProviderErrorLabels, Counter>,
     pub connections_open: Gauge,
@@ -184,6 +186,12 @@ impl Metrics {
             "Pod-bearing objects admitted exactly as written because their maker compares them with its own resource (controller, operator) or they mirror a static pod",
             left_alone.clone(),
         );
+        let owner_loops = Counter::default();
+        registry.register(
+            "owner_loops",
+            "Owners listed in owners.pinPodsOf that recreated Pods of one image past owners.loopBreaker.maxPods within its window; pinhook paused pinning their Pods",
+            owner_loops.clone(),
+        );
         let tag_moved_running = Counter::default();
         registry.register(
             "tag_moved_running",
@@ -200,6 +208,7 @@ impl Metrics {
             credential_provider_errors,
             policy_violations,
             left_alone,
+            owner_loops,
             reviews,
             review_duration,
             registry_requests,

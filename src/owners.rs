@@ -167,6 +167,20 @@ pub fn is_mirror_pod(object: &Value) -> bool {
         .is_some()
 }
 
+/// The controller of a Pod whose Pods pinhook pins only because the policy lists its kind in
+/// `owners.pinPodsOf` (not a built-in Pod controller): the owners the loop breaker watches.
+pub fn listed_operator<'a>(
+    object: &'a Value,
+    pin_pods_of: &[OwnerKind],
+) -> Option<ControllerRef<'a>> {
+    if is_mirror_pod(object) {
+        return None;
+    }
+    let owner = controller_of(object)?;
+    let builtin = is_pod_controller(&owner, &[]);
+    (!builtin && is_pod_controller(&owner, pin_pods_of)).then_some(owner)
+}
+
 /// A built-in Pod controller, in its real API group, or an owner kind the policy lists.
 fn is_pod_controller(owner: &ControllerRef<'_>, pin_pods_of: &[OwnerKind]) -> bool {
     let group = owner.group();

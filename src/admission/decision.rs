@@ -41,6 +41,7 @@ pub fn target_of(request: &AdmissionRequest) -> Option<Target<'_>> {
             old_object: request.old_object.as_ref(),
         },
         name: &request.name,
+        creating: request.operation == "CREATE",
         dry_run: request.is_dry_run(),
         resolver: None,
     })

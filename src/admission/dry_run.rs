@@ -146,6 +146,7 @@ async fn plan_document(
             old_object: None,
         },
         name: &identity.name,
+        creating: true,
         dry_run: true,
         resolver: Some(memo),
     };

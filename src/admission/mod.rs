@@ -13,6 +13,7 @@
 pub mod decision;
 pub mod dry_run;
 pub mod failure;
+pub mod loops;
 pub mod mutate;
 pub mod pipeline;
 pub mod plan;

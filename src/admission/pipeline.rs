@@ -12,7 +12,8 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::plan::{self, Object, Plan, Resolutions};
+use super::loops::{LoopBreaker, LoopVerdict};
+use super::plan::{self, LeftAlone, LeftAloneReason, Object, Plan, Resolutions};
 use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
 use crate::reference::{Digest, Reference};
@@ -30,6 +31,8 @@ pub struct Target<'a> {
     pub view: Object<'a>,
     /// The object's name (empty for `generateName` creations).
     pub name: &'a str,
+    /// A CREATE (what the loop breaker counts).
+    pub creating: bool,
     /// Nothing may be recorded (cache entries, tag moves).
     pub dry_run: bool,
     /// Resolve through this instead of pinhook's own resolvers (a dry run's memo).
@@ -55,7 +58,28 @@ pub struct Pinner {
     /// `controller-revision-hash`), so all the Pods of one revision run the same bytes even
     /// when the tag moves between their creations.
     owners: moka::sync::Cache<(String, String), Digest>,
+    /// Pods created per listed operator, to stop pinning one that recreates them.
+    loops: LoopBreaker,
+    /// Told once per trip of the loop breaker (metric, log, Event).
+    on_loop: Option<LoopHandler>,
 }
+
+/// What the loop breaker found: an owner listed as safe to pin that recreates its Pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopTrip {
+    pub namespace: String,
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub image: String,
+    pub count: usize,
+    pub window: Duration,
+    pub pause: Duration,
+}
+
+/// Called once per trip of the loop breaker.
+pub type LoopHandler = Arc<dyn Fn(LoopTrip) + Send + Sync>;
 
 /// The parts a [`Pinner`] is built from.
 pub struct PinnerParts {
@@ -66,6 +90,8 @@ pub struct PinnerParts {
     pub namespaces: Arc<dyn NamespaceLabels>,
     /// How long an owner revision keeps its digests (`--owner-revision-ttl`).
     pub owner_ttl: Duration,
+    /// Told once per trip of the loop breaker (`None`: nothing but the plan's reason).
+    pub on_loop: Option<LoopHandler>,
 }
 
 type Resolved = Result<Resolution, RegistryError>;
@@ -87,6 +113,8 @@ impl Pinner {
                 .max_capacity(100_000)
                 .time_to_live(parts.owner_ttl)
                 .build(),
+            loops: LoopBreaker::new(),
+            on_loop: parts.on_loop,
         }
     }
 
@@ -123,6 +151,9 @@ impl Pinner {
     pub async fn plan(&self, target: &Target<'_>, budget: Duration) -> Result<Plan, PipelineError> {
         let deadline = Instant::now() + budget;
         let policy = self.policy.current();
+        if let Some(left) = self.break_loop(&policy, target, true) {
+            return Ok(left);
+        }
         let mutation = plan::mutation(&policy, target.view);
         let mut warnings = Vec::new();
         // The label read gets a quarter of the budget at most: pull secrets and the registry
@@ -159,6 +190,9 @@ impl Pinner {
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
     pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
         let policy = self.policy.current();
+        if let Some(left) = self.break_loop(&policy, target, false) {
+            return Ok(left);
+        }
         let validation = plan::validation(&policy, target.view);
         let mut warnings = Vec::new();
         let mode = self
@@ -171,6 +205,70 @@ impl Pinner {
             )
             .await;
         Ok(validation.finish(mode, warnings)?)
+    }
+
+    /// The plan of a Pod whose owner the loop breaker paused (see [`super::loops`]): left as
+    /// written. `count` says whether this review counts as a creation (`/mutate`'s CREATE, not
+    /// a dry run); `/validate` only asks whether the owner is paused, so it never denies what
+    /// `/mutate` left alone.
+    fn break_loop(
+        &self,
+        policy: &CompiledPolicy,
+        target: &Target<'_>,
+        count: bool,
+    ) -> Option<Plan> {
+        let owner = target.view.listed_operator(policy)?;
+        let settings = &policy.policy.owners.loop_breaker;
+        let key = (target.view.namespace, owner.uid);
+        let now = std::time::Instant::now();
+        let verdict = match count && target.creating && !target.dry_run {
+            true => self
+                .loops
+                .created(settings, key, &target.view.pod_images(), now),
+            false => match self.loops.paused(key, now) {
+                Some(left) => LoopVerdict::Paused { left },
+                None => LoopVerdict::Pin,
+            },
+        };
+        let pause = Duration::from_secs(settings.pause_seconds);
+        let message = match verdict {
+            LoopVerdict::Pin => return None,
+            LoopVerdict::Tripped { image, count } => {
+                if let Some(on_loop) = &self.on_loop {
+                    on_loop(LoopTrip {
+                        namespace: target.view.namespace.to_string(),
+                        api_version: owner.api_version.to_string(),
+                        kind: owner.kind.to_string(),
+                        name: owner.name.to_string(),
+                        uid: owner.uid.to_string(),
+                        image: image.clone(),
+                        count,
+                        window: Duration::from_secs(settings.window_seconds),
+                        pause,
+                    });
+                }
+                format!(
+                    "Pod left to its controller {} ({}): it created {count} Pods of {image}                      within {} s; pinhook stops pinning its Pods for {} s",
+                    owner.describe(),
+                    owner.api_version,
+                    settings.window_seconds,
+                    settings.pause_seconds
+                )
+            }
+            LoopVerdict::Paused { left } => format!(
+                "Pod left to its controller {} ({}): pinning its Pods is paused for {} s more                  (it kept recreating them)",
+                owner.describe(),
+                owner.api_version,
+                left.as_secs()
+            ),
+        };
+        Some(Plan {
+            left_alone: Some(LeftAlone {
+                reason: LeftAloneReason::OwnerLoop,
+                message,
+            }),
+            ..Plan::default()
+        })
     }
 
     /// The namespace's mode when the core says it matters; otherwise the policy's, which the
@@ -316,6 +414,7 @@ mod tests {
             }),
             namespaces: Arc::new(NoNamespaces),
             owner_ttl: Duration::from_secs(60),
+            on_loop: None,
         }))
     }
 
@@ -340,6 +439,7 @@ mod tests {
                 old_object: None,
             },
             name: "p",
+            creating: true,
             dry_run: false,
             resolver: None,
         };
@@ -351,6 +451,99 @@ mod tests {
         assert_eq!(slow.calls(), 5);
         assert_eq!(slow.most_at_once.load(Ordering::SeqCst), 5);
         assert!(took < Duration::from_millis(600), "took {took:?}");
+        Ok(())
+    }
+
+    /// An operator wrongly listed as safe to pin, recreating its Pod each time it is pinned:
+    /// pinned up to `maxPods` times, then left as written (and /validate agrees) for the
+    /// pause, the handler told once.
+    #[tokio::test]
+    async fn the_loop_breaker_stops_pinning_an_owner_that_recreates_its_pods(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let policy = Policy::parse(
+            "mode: enforce\nowners:\n  pinPodsOf:\n  - group: example.dev\n    kind: Widget\n  loopBreaker:\n    maxPods: 3\n",
+        )?;
+        let trips = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = trips.clone();
+        let resolver = Scripted::new(&[Answer::Digest('a')]);
+        let pinner = Pinner::new(PinnerParts {
+            policy: PolicyHandle::new(policy),
+            resolver: resolver.clone(),
+            dry_run_resolver: resolver,
+            secrets: Arc::new(NodeOnly {
+                node: Keyring::new(),
+            }),
+            namespaces: Arc::new(NoNamespaces),
+            owner_ttl: Duration::from_secs(60),
+            on_loop: Some(Arc::new(move |trip: LoopTrip| {
+                if let Ok(mut trips) = seen.lock() {
+                    trips.push(trip);
+                }
+            })),
+        });
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "db-", "ownerReferences": [{"apiVersion": "example.dev/v1",
+                "kind": "Widget", "name": "db", "uid": "w1", "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/team/db:1.0"}]}});
+        let target = |creating: bool, dry_run: bool| Target {
+            view: Object {
+                group: "",
+                kind: "Pod",
+                subresource: "",
+                namespace: "team",
+                object: &pod,
+                old_object: None,
+            },
+            name: "",
+            creating,
+            dry_run,
+            resolver: None,
+        };
+        let mut actions = Vec::new();
+        for _ in 0..5 {
+            let plan = pinner
+                .plan(&target(true, false), Duration::from_secs(5))
+                .await?;
+            actions.push(match &plan.left_alone {
+                Some(left) => left.reason.as_str().to_string(),
+                None => format!("{:?}", plan.outcomes[0].action),
+            });
+        }
+        assert_eq!(
+            actions,
+            ["Pinned", "Pinned", "Pinned", "owner_loop", "owner_loop"]
+        );
+        let trips = trips.lock().map(|t| t.clone()).unwrap_or_default();
+        assert_eq!(trips.len(), 1, "told once per trip");
+        assert_eq!(
+            (
+                trips[0].kind.as_str(),
+                trips[0].name.as_str(),
+                trips[0].count
+            ),
+            ("Widget", "db", 4)
+        );
+        let checked = pinner.check_pinned(&target(true, false)).await?;
+        assert_eq!(checked.denials().count(), 0);
+        assert_eq!(
+            checked.left_alone.map(|l| l.reason),
+            Some(LeftAloneReason::OwnerLoop)
+        );
+        // Dry runs and updates never count: another owner's dry runs keep being pinned.
+        let mut other = pod.clone();
+        other["metadata"]["ownerReferences"][0]["uid"] = json!("w2");
+        for _ in 0..6 {
+            let view = Object {
+                object: &other,
+                ..target(true, true).view
+            };
+            let dry = Target {
+                view,
+                ..target(true, true)
+            };
+            let plan = pinner.plan(&dry, Duration::from_secs(5)).await?;
+            assert!(plan.left_alone.is_none());
+        }
         Ok(())
     }
 }

@@ -172,6 +172,32 @@ pub struct Owners {
     /// as it wrote them.
     #[serde(default)]
     pub pin_pods_of: Vec<OwnerKind>,
+    /// The safety net for an operator wrongly listed in `pinPodsOf` (see
+    /// `admission::loops`).
+    #[serde(default)]
+    pub loop_breaker: LoopBreakerSettings,
+}
+
+/// When pinhook stops pinning the Pods of an owner that keeps recreating them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct LoopBreakerSettings {
+    /// Pods of one image one owner may create within the window before pinhook stops pinning
+    /// its Pods (0 turns the breaker off).
+    pub max_pods: u32,
+    pub window_seconds: u64,
+    /// How long pinhook then leaves the owner's Pods as written.
+    pub pause_seconds: u64,
+}
+
+impl Default for LoopBreakerSettings {
+    fn default() -> Self {
+        LoopBreakerSettings {
+            max_pods: 10,
+            window_seconds: 60,
+            pause_seconds: 600,
+        }
+    }
 }
 
 /// A controller kind, by API group (empty for the core group) and kind.
@@ -379,6 +405,18 @@ impl Policy {
                 return Err(invalid(
                     format!("owners.pinPodsOf[{i}].kind"),
                     "must not be empty",
+                ));
+            }
+        }
+        let breaker = &self.owners.loop_breaker;
+        for (field, value) in [
+            ("windowSeconds", breaker.window_seconds),
+            ("pauseSeconds", breaker.pause_seconds),
+        ] {
+            if !(1..=86_400).contains(&value) {
+                return Err(invalid(
+                    format!("owners.loopBreaker.{field}"),
+                    "must be from 1 to 86400 seconds",
                 ));
             }
         }

@@ -116,3 +116,37 @@ fn deny_private_networks_reaches_the_host_rules() {
     let default = Policy::parse("").expect("valid");
     assert_eq!(default.hosts.check_host("10.0.0.1"), Ok(()));
 }
+
+#[test]
+fn the_loop_breaker_has_defaults_and_bounded_times() {
+    let compiled = Policy::parse("mode: enforce").expect("valid");
+    let breaker = &compiled.policy.owners.loop_breaker;
+    assert_eq!(
+        (
+            breaker.max_pods,
+            breaker.window_seconds,
+            breaker.pause_seconds
+        ),
+        (10, 60, 600)
+    );
+    let off = Policy::parse("owners:\n  loopBreaker:\n    maxPods: 0\n").expect("valid");
+    assert_eq!(off.policy.owners.loop_breaker.max_pods, 0);
+    for (text, field) in [
+        (
+            "owners:\n  loopBreaker:\n    windowSeconds: 0\n",
+            "windowSeconds",
+        ),
+        (
+            "owners:\n  loopBreaker:\n    pauseSeconds: 86401\n",
+            "pauseSeconds",
+        ),
+    ] {
+        let error = Policy::parse(text).expect_err("invalid");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "policy is not valid: owners.loopBreaker.{field}: must be from 1 to 86400 seconds"
+            )
+        );
+    }
+}

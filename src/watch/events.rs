@@ -32,6 +32,8 @@ pub enum EventReason {
     TagMoved,
     Unpinned,
     ResolutionFailed,
+    /// Sent by `pinhook serve` (not the watch) on an owner the loop breaker paused.
+    PinningPaused,
 }
 
 /// An Event's type.
@@ -101,6 +103,7 @@ impl EventReason {
             EventReason::TagMoved => "TagMoved",
             EventReason::Unpinned => "Unpinned",
             EventReason::ResolutionFailed => "ResolutionFailed",
+            EventReason::PinningPaused => "PinningPaused",
         }
     }
 }

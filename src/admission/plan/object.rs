@@ -146,6 +146,25 @@ impl<'a> Object<'a> {
         }
     }
 
+    /// The controller of this Pod when pinhook pins it only because `owners.pinPodsOf` lists
+    /// the controller's kind (the owners the loop breaker watches); `None` otherwise.
+    pub fn listed_operator(&self, policy: &CompiledPolicy) -> Option<owners::ControllerRef<'a>> {
+        if !(self.group.is_empty() && self.kind == "Pod" && self.subresource.is_empty()) {
+            return None;
+        }
+        owners::listed_operator(self.object, &policy.policy.owners.pin_pods_of)
+    }
+
+    /// The images of this Pod's containers and init containers (what a loop recreates).
+    pub fn pod_images(&self) -> Vec<&'a str> {
+        ["containers", "initContainers"]
+            .iter()
+            .filter_map(|list| self.object.get("spec")?.get(*list)?.as_array())
+            .flatten()
+            .filter_map(|c| c.get("image")?.as_str())
+            .collect()
+    }
+
     /// The owner revision whose memo answers for this object's images: a controller-owned
     /// Pod's `<owner uid>/<revision>` (see [`owners::owner_revision`]). Pods only: a template's
     /// digests are written into the template, which is the memo.

@@ -88,6 +88,8 @@ pub enum LeftAloneReason {
     Operator,
     /// The API mirror of a static pod.
     StaticPod,
+    /// A Pod of an owner that kept recreating its Pods: the loop breaker paused pinning them.
+    OwnerLoop,
 }
 
 /// A policy finding about the object as a whole rather than one image.
@@ -332,6 +334,7 @@ impl LeftAloneReason {
             LeftAloneReason::Controller => "controller",
             LeftAloneReason::Operator => "operator",
             LeftAloneReason::StaticPod => "static_pod",
+            LeftAloneReason::OwnerLoop => "owner_loop",
         }
     }
 }
