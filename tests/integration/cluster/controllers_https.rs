@@ -144,3 +144,105 @@ async fn a_job_made_by_a_cronjob_is_pinned() {
         job_image.pinned_with_tag()
     );
 }
+
+/// The captured review of a ReplicaSet's Pod, its controller rewritten to `api_version`/`kind`.
+fn pod_owned_by(fixture: &str, registry: &TestRegistry, api_version: &str, kind: &str) -> Value {
+    let mut review = review_fixture(fixture, registry);
+    let owner = &mut review["request"]["object"]["metadata"]["ownerReferences"][0];
+    owner["apiVersion"] = json!(api_version);
+    owner["kind"] = json!(kind);
+    review
+}
+
+/// Issue 24: a Pod an operator made (CloudNativePG's Cluster here) is admitted exactly as
+/// written by /mutate and /validate, with no registry call, whatever its images; the same Pod
+/// made by a ReplicaSet is pinned.
+#[tokio::test]
+async fn an_operators_pod_is_left_as_its_operator_wrote_it() {
+    let (registry, [init, app, _]) = registry().await;
+    let pinhook = TestPinhook::start(&registry).await;
+    let heads_before = registry.manifest_heads("team/app", "1.0").await;
+    for fixture in [POD, "v1.20/pod-create-by-replicaset-validate.json"] {
+        let review = pod_owned_by(fixture, &registry, "postgresql.cnpg.io/v1", "Cluster");
+        let body = match fixture.ends_with("-validate.json") {
+            true => pinhook.validate(&review).await,
+            false => pinhook.mutate(&review).await,
+        };
+        assert_eq!(body["response"]["allowed"], true, "{fixture}: {body}");
+        assert!(response_patch(&body).is_none(), "{fixture}: no patch");
+    }
+    assert_eq!(
+        registry.manifest_heads("team/app", "1.0").await,
+        heads_before,
+        "nothing resolved for a Pod left to its operator"
+    );
+    let review = pod_owned_by(POD, &registry, "apps/v1", "ReplicaSet");
+    let pinned = apply_response(&review, &pinhook.mutate(&review).await);
+    assert_eq!(
+        pinned["spec"]["containers"][0]["image"],
+        json!(app.pinned_with_tag())
+    );
+    assert_eq!(
+        pinned["spec"]["initContainers"][0]["image"],
+        json!(init.pinned_with_tag())
+    );
+}
+
+/// Issue 24: the mirror of a static pod, as the kubelet writes it (annotation
+/// `kubernetes.io/config.mirror`, the Node as controller), is never patched or denied, even
+/// naming a tag that does not exist.
+#[tokio::test]
+async fn a_mirror_pod_is_never_patched_or_denied() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let pinhook = TestPinhook::start(&registry).await;
+    for fixture in [POD, "v1.20/pod-create-by-replicaset-validate.json"] {
+        let mut review = pod_owned_by(fixture, &registry, "v1", "Node");
+        review["request"]["object"]["metadata"]["annotations"] =
+            json!({"kubernetes.io/config.mirror": "4c1d9e3f5a7b"});
+        let body = match fixture.ends_with("-validate.json") {
+            true => pinhook.validate(&review).await,
+            false => pinhook.mutate(&review).await,
+        };
+        assert_eq!(body["response"]["allowed"], true, "{fixture}: {body}");
+        assert!(response_patch(&body).is_none(), "{fixture}: no patch");
+    }
+    // The registry has no image at all: had pinhook judged the Pod in enforce (the default
+    // policy), `team/app:1.0` would have been denied as not found.
+    assert_eq!(registry.manifest_heads("team/app", "1.0").await, 0);
+}
+
+/// Issue 24: a custom resource the policy names is pinned at its image field over HTTPS, and
+/// /validate denies it unpinned.
+#[tokio::test]
+async fn a_configured_custom_resource_is_pinned_where_its_operator_reads_the_image() {
+    let (registry, [_, app, _]) = registry().await;
+    let policy = pinhook::policy::Policy::parse(
+        "customResources:\n- group: postgresql.cnpg.io\n  kind: Cluster\n  images: [/spec/imageName]\n",
+    )
+    .expect("valid")
+    .policy;
+    let pinhook = TestPinhook::start_with(
+        &registry,
+        crate::common::pinhook::Options {
+            policy,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut review = review_fixture(POD, &registry);
+    let image = format!("{}/team/app:1.0", registry.host());
+    review["request"]["kind"] =
+        json!({"group": "postgresql.cnpg.io", "version": "v1", "kind": "Cluster"});
+    review["request"]["resource"] =
+        json!({"group": "postgresql.cnpg.io", "version": "v1", "resource": "clusters"});
+    review["request"]["object"] = json!({"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
+        "metadata": {"name": "pg", "namespace": review["request"]["namespace"]},
+        "spec": {"instances": 3, "imageName": image}});
+    let body = pinhook.mutate(&review).await;
+    let pinned = apply_response(&review, &body);
+    assert_eq!(pinned["spec"]["imageName"], json!(app.pinned_with_tag()));
+    let body = pinhook.validate(&review).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let message = body["response"]["status"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("field \"/spec/imageName\""), "{message}");
+}
