@@ -259,6 +259,25 @@ check "manifests/base is what the chart renders (scripts/render-base.sh --check)
 for o in base overlays/cert-manager overlays/local-url overlays/node-credential-providers; do
     check "kubectl kustomize manifests/$o" kubectl kustomize "manifests/$o"
 done
+# components/operator-kinds: the base with it gains the Rollout and Cluster rules, once in
+# pin.pinhook.dev and once in validate.pinhook.dev (none in mirrors.pinhook.dev, rendered last).
+operator_kinds() {
+    local dir rendered
+    dir=$(mktemp -d)
+    cp -r manifests "$dir/" && mkdir -p "$dir/manifests/overlays/operator-kinds-check"
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents: [../../components/operator-kinds]\n' \
+        >"$dir/manifests/overlays/operator-kinds-check/kustomization.yaml"
+    rendered=$(kubectl kustomize "$dir/manifests/overlays/operator-kinds-check") || { rm -rf "$dir"; return 1; }
+    rm -rf "$dir"
+    local group
+    for group in argoproj.io postgresql.cnpg.io; do
+        [[ $(grep -c -- "- $group\$" <<<"$rendered") == 2 ]] || { echo "$group: not in exactly 2 webhooks"; return 1; }
+        # Everything after mirrors.pinhook.dev's name is that webhook's: the group is not there.
+        ! sed -n '/name: mirrors.pinhook.dev/,$p' <<<"$rendered" | grep -q -- "- $group\$" \
+            || { echo "$group: in mirrors.pinhook.dev"; return 1; }
+    done
+}
+check "manifests/components/operator-kinds adds the Rollout and Cluster rules to pin and validate" operator_kinds
 check "charts/pinhook/README.md values table is current (scripts/chart-values-table.py --check)" \
     python3 scripts/chart-values-table.py --check
 
