@@ -405,8 +405,16 @@ mod tests {
     use crate::registry::testing::{Answer, Scripted};
 
     fn pinner(resolver: Arc<Scripted>) -> Result<Pinner, crate::policy::PolicyError> {
-        Ok(Pinner::new(PinnerParts {
-            policy: PolicyHandle::new(Policy::default().compile()?),
+        Ok(pinner_with(Policy::default().compile()?, resolver, None))
+    }
+
+    fn pinner_with(
+        policy: CompiledPolicy,
+        resolver: Arc<Scripted>,
+        on_loop: Option<LoopHandler>,
+    ) -> Pinner {
+        Pinner::new(PinnerParts {
+            policy: PolicyHandle::new(policy),
             resolver: resolver.clone(),
             dry_run_resolver: resolver,
             secrets: Arc::new(NodeOnly {
@@ -414,8 +422,8 @@ mod tests {
             }),
             namespaces: Arc::new(NoNamespaces),
             owner_ttl: Duration::from_secs(60),
-            on_loop: None,
-        }))
+            on_loop,
+        })
     }
 
     /// Ten containers naming five distinct tags: five registry calls, all at once, so the
@@ -465,22 +473,12 @@ mod tests {
         )?;
         let trips = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = trips.clone();
-        let resolver = Scripted::new(&[Answer::Digest('a')]);
-        let pinner = Pinner::new(PinnerParts {
-            policy: PolicyHandle::new(policy),
-            resolver: resolver.clone(),
-            dry_run_resolver: resolver,
-            secrets: Arc::new(NodeOnly {
-                node: Keyring::new(),
-            }),
-            namespaces: Arc::new(NoNamespaces),
-            owner_ttl: Duration::from_secs(60),
-            on_loop: Some(Arc::new(move |trip: LoopTrip| {
-                if let Ok(mut trips) = seen.lock() {
-                    trips.push(trip);
-                }
-            })),
+        let record: LoopHandler = Arc::new(move |trip: LoopTrip| {
+            if let Ok(mut trips) = seen.lock() {
+                trips.push(trip);
+            }
         });
+        let pinner = pinner_with(policy, Scripted::new(&[Answer::Digest('a')]), Some(record));
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"generateName": "db-", "ownerReferences": [{"apiVersion": "example.dev/v1",
                 "kind": "Widget", "name": "db", "uid": "w1", "controller": true}]},
