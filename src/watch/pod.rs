@@ -46,7 +46,7 @@ use super::WatchError;
 /// Most image sites (containers, initContainers, ephemeralContainers, image volumes) kept per Pod.
 pub const MAX_IMAGES_PER_POD: usize = 512;
 /// Most distinct `imagePullSecrets` names kept per Pod.
-pub const MAX_PULL_SECRETS: usize = 128;
+pub const MAX_PULL_SECRETS: usize = crate::registry::pull_secrets::MAX_PULL_SECRETS;
 /// Longest image string kept: well above any valid reference.
 pub const MAX_IMAGE_LEN: usize = 1024;
 

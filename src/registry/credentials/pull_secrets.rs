@@ -23,6 +23,10 @@ use tracing::debug;
 
 use super::keyring::{Keyring, KeyringError};
 
+/// Distinct pull secret names read for one pod; the rest are not read (with a warning). A
+/// review may name one secret 100,000 times: each name is read once, and at most this many.
+pub const MAX_PULL_SECRETS: usize = 128;
+
 /// How long a read Secret or ServiceAccount answers before it is read again.
 const OBJECT_TTL: Duration = Duration::from_secs(30);
 
@@ -210,7 +214,8 @@ impl PullSecrets for KubeSecrets {
         let mut warnings = Vec::new();
         let mut refused = Vec::new();
         let mut keyring = Keyring::new();
-        for name in self.secret_names(pod, &mut warnings).await {
+        let names = self.secret_names(pod, &mut warnings).await;
+        for name in distinct_capped(names, &mut warnings) {
             // The name comes from the object under review (not validated yet when a
             // mutating webhook sees it) and goes into an API path: only valid names.
             if !is_object_name(&name) {
@@ -327,6 +332,35 @@ fn names_in(list: Option<&Value>) -> Vec<String> {
         .collect()
 }
 
+/// `names` without repeats (kubelet reads a repeated secret once too), at most
+/// [`MAX_PULL_SECRETS`] of them, in order; a warning says how many more were not read.
+fn distinct_capped(names: Vec<String>, warnings: &mut Vec<String>) -> Vec<String> {
+    let total = names.len();
+    let mut seen = std::collections::HashSet::new();
+    let mut kept = Vec::new();
+    let mut dropped = 0usize;
+    for name in names {
+        if seen.contains(&name) {
+            continue;
+        }
+        if kept.len() == MAX_PULL_SECRETS {
+            dropped += 1;
+            seen.insert(name);
+            continue;
+        }
+        seen.insert(name.clone());
+        kept.push(name);
+    }
+    if dropped > 0 {
+        warnings.push(format!(
+            "pinhook: {total} imagePullSecrets name {} distinct secrets; only the first \
+             {MAX_PULL_SECRETS} were read",
+            kept.len() + dropped
+        ));
+    }
+    kept
+}
+
 /// moka shares one error among all waiters; kube's error is not Clone, so keep its text.
 fn unshare(error: Arc<kube::Error>) -> kube::Error {
     match Arc::try_unwrap(error) {
@@ -345,7 +379,26 @@ fn short_error(error: &kube::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::is_object_name;
+    use super::{distinct_capped, is_object_name, MAX_PULL_SECRETS};
+
+    #[test]
+    fn pull_secret_names_are_read_once_each_and_at_most_the_cap() {
+        let mut warnings = Vec::new();
+        let repeated = vec!["regcred".to_string(); 100_000];
+        assert_eq!(distinct_capped(repeated, &mut warnings), ["regcred"]);
+        assert!(warnings.is_empty());
+        let many: Vec<String> = (0..300)
+            .map(|i| format!("s{i}"))
+            .chain(["s0".into()])
+            .collect();
+        let kept = distinct_capped(many, &mut warnings);
+        assert_eq!(kept.len(), MAX_PULL_SECRETS);
+        assert_eq!(kept[0], "s0");
+        assert_eq!(
+            warnings,
+            ["pinhook: 301 imagePullSecrets name 300 distinct secrets; only the first 128 were read"]
+        );
+    }
 
     #[rstest::rstest]
     #[case("regcred", true)]
