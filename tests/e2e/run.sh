@@ -38,6 +38,8 @@
 #                       use this kube-controller-manager binary (default: beside the apiserver)
 #   E2E_LOOP_WATCH      seconds audit-to-enforce-no-replicaset-loop watches the ReplicaSet count
 #                       after `set env` (default 60)
+#   E2E_OPERATOR_WATCH  seconds the scenarios with the stand-in Widget operator watch it after the
+#                       Widget is created (default 60; custom-resource-pinned-where-operator-reads: 30)
 #   HELM_STREAM_SECONDS seconds the helm3-/helm4-chart-lifecycle scenarios stream dry-run creates
 #                       through the rotations (default 75)
 #   PODS_CACHE_TTL      --cache-ttl of the `target: pods` pinhook (default 16;
