@@ -313,7 +313,7 @@ fn loop_handler(metrics: Arc<Metrics>, client: Option<kube::Client>) -> LoopHand
             reason: EventReason::PinningPaused,
             type_: EventType::Warning,
             note: format!(
-                "created {} Pods of {} within {} s: it compares its Pods' images with its own,                  so pinhook leaves its Pods as written for {} s (remove {} from                  owners.pinPodsOf and pin its resource with customResources)",
+                "created {} Pods of {} within {} s: it compares its Pods' images with its own, so pinhook leaves its Pods as written for {} s (remove {} from owners.pinPodsOf and pin its resource with customResources)",
                 trip.count,
                 trip.image,
                 trip.window.as_secs(),

@@ -256,7 +256,7 @@ impl Pinner {
                 )
             }
             LoopVerdict::Paused { left } => format!(
-                "Pod left to its controller {} ({}): pinning its Pods is paused for {} s more                  (it kept recreating them)",
+                "Pod left to its controller {} ({}): pinning its Pods is paused for {} s more (it kept recreating them)",
                 owner.describe(),
                 owner.api_version,
                 left.as_secs()
