@@ -248,7 +248,7 @@ impl Pinner {
                     });
                 }
                 format!(
-                    "Pod left to its controller {} ({}): it created {count} Pods of {image}                      within {} s; pinhook stops pinning its Pods for {} s",
+                    "Pod left to its controller {} ({}): it created {count} Pods of {image} within {} s; pinhook stops pinning its Pods for {} s",
                     owner.describe(),
                     owner.api_version,
                     settings.window_seconds,
