@@ -260,7 +260,11 @@ pub fn admit_request(request: &AdmissionRequest, seed: u64) {
     };
     let _ = object.is_pod();
     for (i, policy) in policies().iter().enumerate() {
-        let _ = object.is_left_to_controller(policy);
+        let _ = object.left_alone(policy);
+        let _ = object.listed_operator(policy);
+        let _ = object.secret_names(policy, "fuzz");
+        let _ = object.pod_images();
+        let _ = object.owner_revision();
         let label = request
             .object
             .as_ref()

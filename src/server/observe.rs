@@ -51,7 +51,10 @@ pub fn observe_decision(
                 .inc();
         }
         let operation = &request.operation;
-        info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, left_alone = reason, why = %left.message, "review");
+        // The same fields as every other summary line (nothing pinned, nothing would be), so a
+        // count of the reviews that pinned something reads one shape.
+        let (mode, pinned, would_pin) = (plan.mode.as_str(), 0usize, 0usize);
+        info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, left_alone = reason, why = %left.message, "review");
         return;
     }
     let mode = plan.mode.as_str();
