@@ -29,6 +29,8 @@ pub enum CertError {
         #[source]
         source: std::io::Error,
     },
+    #[error("refusing to write through '{path}': it is a link or not a regular file")]
+    NotAFile { path: PathBuf },
 }
 
 /// What to issue.
@@ -232,21 +234,54 @@ impl Issued {
 }
 
 fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertError> {
+    use std::io::Write as _;
     let err = |source| CertError::Write {
         path: path.to_path_buf(),
         source,
     };
-    // Write to a temporary name and rename, so a reader never sees half a file.
+    // Write to a temporary name and rename, so a reader never sees half a file. The temporary
+    // file is created afresh (never opened through a link someone left there) and with its final
+    // mode from the start, so the key is never readable by others, not even for a moment.
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, contents).map_err(err)?;
+    let mut file = create_fresh(&tmp, private)?;
+    file.write_all(contents.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(err)?;
+    drop(file);
+    // rename(2) replaces a link at `path` itself; it never writes through it.
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// `tmp` created new (`O_CREAT|O_EXCL`: a link there, even a dangling one, is never followed),
+/// mode 0600 when `private`. A regular file left by an earlier interrupted run is removed first;
+/// anything else at that name is refused.
+fn create_fresh(tmp: &Path, private: bool) -> Result<std::fs::File, CertError> {
+    let err = |source| CertError::Write {
+        path: tmp.to_path_buf(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
     #[cfg(unix)]
-    if private {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(if private { 0o600 } else { 0o644 });
     }
     #[cfg(not(unix))]
     let _ = private;
-    std::fs::rename(&tmp, path).map_err(err)
+    match options.open(tmp) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let kind = std::fs::symlink_metadata(tmp).map_err(err)?.file_type();
+            if !kind.is_file() {
+                return Err(CertError::NotAFile {
+                    path: tmp.to_path_buf(),
+                });
+            }
+            std::fs::remove_file(tmp).map_err(err)?;
+            options.open(tmp).map_err(err)
+        }
+        other => other.map_err(err),
+    }
 }
 
 #[cfg(test)]
@@ -303,5 +338,44 @@ mod tests {
                 out.join("tls.key").display()
             )
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_at_the_temporary_name_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "theirs").expect("write target");
+        let key = dir.path().join("tls.key");
+        std::os::unix::fs::symlink(&target, dir.path().join("tls.tmp")).expect("symlink");
+        let refused = write_file(&key, "SECRET KEY", true);
+        assert!(
+            matches!(refused, Err(CertError::NotAFile { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).expect("target"), "theirs");
+        assert!(!key.exists());
+        // A dangling link: never created through either.
+        let dangling = dir.path().join("nowhere");
+        let ca = dir.path().join("ca.crt");
+        std::os::unix::fs::symlink(&dangling, dir.path().join("ca.tmp")).expect("symlink");
+        assert!(write_file(&ca, "CA", false).is_err());
+        assert!(!dangling.exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_key_is_0600_from_creation_and_a_stale_temporary_file_is_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stale = dir.path().join("tls.tmp");
+        std::fs::write(&stale, "left by an interrupted run").expect("stale");
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let key = dir.path().join("tls.key");
+        write_file(&key, "SECRET KEY", true).expect("writes");
+        let meta = std::fs::metadata(&key).expect("key");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&key).expect("key"), "SECRET KEY");
+        assert!(!stale.exists());
     }
 }
