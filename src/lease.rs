@@ -1,12 +1,14 @@
 //! One writer among the replicas: leader election on a `coordination.k8s.io` Lease (holder,
 //! lease duration, renew time; a write that lost a race is a 409 and leaves the Lease to
 //! whoever won), used by the self-managed certificates ([`crate::certs::managed`]) and by the
-//! drift watch (`watch::controller`). [`decide`] is the pure rule. Unlike client-go, which times a lease from when
-//! it saw the renew time change, [`decide`] compares the holder's renew time with this
-//! replica's clock: clock skew beyond the lease duration (15 s) can make a replica take over
-//! early, so each user must stay safe with two writers at once: the certificates' Secret is
-//! (every write is conditional on its resourceVersion, so one gets a 409; a stale caBundle one
-//! of them writes is corrected on the next pass).
+//! drift watch (`watch::controller`). [`observe`] and [`decide`] are the pure rule, timed as
+//! client-go times it: a Lease held by another replica lapses a lease duration after this
+//! replica last *saw* its record change (its own clock), never by the renew time written in it,
+//! and the duration it honours is at most its own. A Lease written with a renew time in the
+//! future or a duration of years therefore holds for one duration, and rotation goes on. Two
+//! writers at once stay possible (a replica that stalls past its lease): each user stays safe
+//! with that: the certificates' Secret is (every write is conditional on its resourceVersion,
+//! so one gets a 409; a stale caBundle one of them writes is corrected on the next pass).
 
 use std::time::Duration;
 
@@ -26,8 +28,46 @@ pub enum Decision {
     Held,
 }
 
-/// Decides from the Lease's spec (`None`: the Lease has none) at `now`.
-pub fn decide(spec: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> Decision {
+/// A Lease record as this replica last read it, and when (its own clock) it first read it so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    record: Record,
+    since: Timestamp,
+}
+
+/// What changes when the holder renews or someone takes over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    holder: Option<String>,
+    renewed: Option<Timestamp>,
+    acquired: Option<Timestamp>,
+    transitions: Option<i32>,
+}
+
+/// The observation after reading `spec` at `now`: the earlier one when the record has not
+/// changed since, else a new one starting now.
+pub fn observe(previous: Option<Observed>, spec: Option<&LeaseSpec>, now: Timestamp) -> Observed {
+    let record = Record {
+        holder: spec.and_then(|s| s.holder_identity.clone()),
+        renewed: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+        acquired: spec.and_then(|s| s.acquire_time.as_ref()).map(|t| t.0),
+        transitions: spec.and_then(|s| s.lease_transitions),
+    };
+    match previous {
+        Some(seen) if seen.record == record => seen,
+        _ => Observed { record, since: now },
+    }
+}
+
+/// Decides from the Lease's spec (`None`: the Lease has none) at `now`, given when this replica
+/// first saw its current record and the longest lease duration it honours.
+pub fn decide(
+    spec: Option<&LeaseSpec>,
+    identity: &str,
+    seen: &Observed,
+    now: Timestamp,
+    longest: Duration,
+) -> Decision {
     let Some(spec) = spec else {
         return Decision::TakeOver;
     };
@@ -36,15 +76,12 @@ pub fn decide(spec: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> Decis
         None | Some("") => return Decision::TakeOver,
         Some(_) => {}
     }
-    let seconds = i64::from(spec.lease_duration_seconds.unwrap_or(0).max(0));
-    let renewed = spec
-        .renew_time
-        .as_ref()
-        .or(spec.acquire_time.as_ref())
-        .map(|t| t.0);
-    match renewed {
-        Some(at) if at.as_second().saturating_add(seconds) > now.as_second() => Decision::Held,
-        _ => Decision::TakeOver,
+    let longest = i64::try_from(longest.as_secs()).unwrap_or(i64::MAX);
+    let seconds = i64::from(spec.lease_duration_seconds.unwrap_or(0).max(0)).min(longest);
+    if seen.since.as_second().saturating_add(seconds) > now.as_second() {
+        Decision::Held
+    } else {
+        Decision::TakeOver
     }
 }
 
@@ -54,6 +91,7 @@ pub struct LeaseLock {
     name: String,
     identity: String,
     duration: Duration,
+    seen: std::sync::Mutex<Option<Observed>>,
 }
 
 impl LeaseLock {
@@ -63,6 +101,7 @@ impl LeaseLock {
             name: name.to_string(),
             identity: identity.to_string(),
             duration,
+            seen: std::sync::Mutex::new(None),
         }
     }
 
@@ -88,7 +127,22 @@ impl LeaseLock {
             };
             return lost_race_is_false(self.api.create(&PostParams::default(), &lease).await);
         };
-        let decision = decide(lease.spec.as_ref(), &self.identity, now);
+        let seen = {
+            let mut last = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let seen = observe(last.take(), lease.spec.as_ref(), now);
+            *last = Some(seen.clone());
+            seen
+        };
+        let decision = decide(
+            lease.spec.as_ref(),
+            &self.identity,
+            &seen,
+            now,
+            self.duration,
+        );
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         match decision {
             Decision::Held => return Ok(false),
@@ -123,6 +177,8 @@ fn lost_race_is_false(result: Result<Lease, kube::Error>) -> Result<bool, kube::
 mod tests {
     use super::*;
 
+    const LONGEST: Duration = Duration::from_secs(15);
+
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH)
     }
@@ -136,29 +192,92 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_holder_renews_and_others_wait_until_the_lease_lapses() {
-        let held = spec(Some("a"), Some(1_000), 15);
-        assert_eq!(decide(Some(&held), "a", at(1_005)), Decision::Renew);
-        assert_eq!(decide(Some(&held), "b", at(1_014)), Decision::Held);
-        assert_eq!(decide(Some(&held), "b", at(1_015)), Decision::TakeOver);
-        // The holder renews even after lapsing: nobody else wrote in between.
-        assert_eq!(decide(Some(&held), "a", at(2_000)), Decision::Renew);
+    /// `decide` after reading `lease` at each of `reads` in turn (the same record each time).
+    fn decide_after(lease: &LeaseSpec, identity: &str, reads: &[i64]) -> Decision {
+        let mut seen = None;
+        let mut decision = Decision::Held;
+        for &now in reads {
+            let observed = observe(seen.take(), Some(lease), at(now));
+            decision = decide(Some(lease), identity, &observed, at(now), LONGEST);
+            seen = Some(observed);
+        }
+        decision
     }
 
     #[test]
-    fn an_empty_or_unrenewed_lease_is_taken() {
-        assert_eq!(decide(None, "a", at(0)), Decision::TakeOver);
+    fn the_holder_renews_and_others_wait_a_duration_after_they_saw_it_renewed() {
+        let held = spec(Some("a"), Some(1_000), 15);
+        assert_eq!(decide_after(&held, "a", &[1_005]), Decision::Renew);
+        assert_eq!(decide_after(&held, "b", &[1_000, 1_014]), Decision::Held);
         assert_eq!(
-            decide(Some(&spec(None, Some(1), 15)), "a", at(2)),
+            decide_after(&held, "b", &[1_000, 1_015]),
+            Decision::TakeOver
+        );
+        // A replica that first reads an old record still waits a full duration from then.
+        assert_eq!(decide_after(&held, "b", &[5_000]), Decision::Held);
+        assert_eq!(
+            decide_after(&held, "b", &[5_000, 5_015]),
+            Decision::TakeOver
+        );
+        // The holder renews even after lapsing: nobody else wrote in between.
+        assert_eq!(decide_after(&held, "a", &[1_000, 2_000]), Decision::Renew);
+    }
+
+    #[test]
+    fn a_renewal_restarts_the_wait() {
+        let first = spec(Some("a"), Some(1_000), 15);
+        let renewed = spec(Some("a"), Some(1_010), 15);
+        let seen = observe(None, Some(&first), at(1_000));
+        let seen = observe(Some(seen), Some(&renewed), at(1_010));
+        assert_eq!(
+            decide(Some(&renewed), "b", &seen, at(1_020), LONGEST),
+            Decision::Held
+        );
+        assert_eq!(
+            decide(Some(&renewed), "b", &seen, at(1_025), LONGEST),
+            Decision::TakeOver
+        );
+    }
+
+    #[test]
+    fn a_lease_renewed_in_the_future_or_for_years_holds_one_duration_of_ours() {
+        // Renewed a year ahead of this replica's clock: client-go ignores the written time too.
+        let future = spec(Some("b"), Some(1_000 + 365 * 86_400), 15);
+        assert_eq!(decide_after(&future, "a", &[1_000, 1_014]), Decision::Held);
+        assert_eq!(
+            decide_after(&future, "a", &[1_000, 1_015]),
+            Decision::TakeOver
+        );
+        // A duration of 68 years is honoured as this replica's own (15 s).
+        let forever = spec(Some("b"), Some(1_000), i32::MAX);
+        assert_eq!(decide_after(&forever, "a", &[1_000, 1_014]), Decision::Held);
+        assert_eq!(
+            decide_after(&forever, "a", &[1_000, 1_015]),
+            Decision::TakeOver
+        );
+    }
+
+    #[test]
+    fn an_empty_or_unheld_lease_is_taken() {
+        assert_eq!(
+            decide(None, "a", &observe(None, None, at(0)), at(0), LONGEST),
             Decision::TakeOver
         );
         assert_eq!(
-            decide(Some(&spec(Some(""), None, 15)), "a", at(2)),
+            decide_after(&spec(None, Some(1), 15), "a", &[2]),
             Decision::TakeOver
         );
         assert_eq!(
-            decide(Some(&spec(Some("b"), None, 15)), "a", at(2)),
+            decide_after(&spec(Some(""), None, 15), "a", &[2]),
+            Decision::TakeOver
+        );
+        // Held but never renewed: a duration from when it was first seen.
+        assert_eq!(
+            decide_after(&spec(Some("b"), None, 15), "a", &[2]),
+            Decision::Held
+        );
+        assert_eq!(
+            decide_after(&spec(Some("b"), None, 15), "a", &[2, 17]),
             Decision::TakeOver
         );
     }
@@ -166,6 +285,6 @@ mod tests {
     #[test]
     fn a_negative_duration_counts_as_zero() {
         let odd = spec(Some("b"), Some(100), -5);
-        assert_eq!(decide(Some(&odd), "a", at(100)), Decision::TakeOver);
+        assert_eq!(decide_after(&odd, "a", &[100]), Decision::TakeOver);
     }
 }
