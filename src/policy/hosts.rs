@@ -118,6 +118,21 @@ impl HostRules {
         }
     }
 
+    /// The rules for a token realm named by a registry at `registry_addresses`:
+    /// [`Self::internal_only`], and when every one of those addresses is public (none internal,
+    /// none on a private network; no address known counts as public), private networks refused
+    /// too unless `allowPrivate` names the realm's host. A public registry has no business
+    /// sending pinhook into the cluster's own network, where the realm's answer would tell a
+    /// tenant what listens there; an in-cluster or VPC registry may name a realm beside it.
+    pub fn for_realm_of(&self, registry_addresses: &[IpAddr]) -> HostRules {
+        let public = registry_addresses
+            .iter()
+            .all(|&address| internal_kind(address, true).is_none());
+        let mut rules = self.internal_only();
+        rules.deny_private_networks |= public;
+        rules
+    }
+
     fn is_opted_in(&self, host: &str) -> bool {
         matches_any(&self.allow_private, host)
     }

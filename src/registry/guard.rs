@@ -12,6 +12,11 @@
 //! host is refused before any connection is tried, and where IP-literal hosts, which the client
 //! never resolves, are judged.
 //!
+//! A realm on a private network (RFC 1918 and the like) is refused for a registry whose own
+//! addresses are all public, unless `allowPrivate` names the realm's host: a public registry
+//! could otherwise make pinhook probe the cluster's network, and the realm's status would come
+//! back in the denial ([`HostRules::for_realm_of`]).
+//!
 //! A realm is also refused when it is clear text (`http://`) on a host not marked insecure: the
 //! token request carries the user's credentials (docker and containerd send them to the realm
 //! whatever its host; so does pinhook, but never in clear text unless the user chose plain
@@ -59,6 +64,13 @@ pub enum RealmRefusal {
         registry: String,
         reason: HostRefusal,
     },
+    /// A registry on public addresses named a realm on a private network.
+    #[error(
+        "registry {registry} is on public addresses but named a token realm on a private \
+         network ({host}); pinhook asks such a realm only for a registry on a private network \
+         itself, or when registries.allowPrivate names the realm's host"
+    )]
+    PrivateForPublic { registry: String, host: String },
     /// The realm's host name did not resolve, so its addresses could not be checked.
     #[error("token realm of registry {registry}: cannot reach registry {host}")]
     Unresolvable {
@@ -155,7 +167,8 @@ async fn judge_realm(
         }
     };
     if let Some(policy) = policy {
-        let rules = policy.current().hosts.internal_only();
+        let hosts = &policy.current().hosts;
+        let rules = hosts.internal_only();
         check_reachable(&rules, &host)
             .await
             .map_err(|blocked| match blocked {
@@ -169,6 +182,21 @@ async fn judge_realm(
                     source,
                 },
             })?;
+        // On a private network? Then only for a registry that is not public itself. (The
+        // registry is looked up only here, so the common public realm costs no extra lookup.)
+        let strict = hosts.for_realm_of(&[]);
+        if let Err(Blocked::Refused(_)) = check_reachable(&strict, &host).await {
+            let registry_addresses = addresses_of(registry).await;
+            if hosts
+                .for_realm_of(&registry_addresses)
+                .deny_private_networks
+            {
+                return Err(RealmRefusal::PrivateForPublic {
+                    registry: registry.to_string(),
+                    host,
+                });
+            }
+        }
     }
     if url.scheme() == "http" && !insecure(&host) {
         return Err(RealmRefusal::ClearText {
@@ -177,6 +205,16 @@ async fn judge_realm(
         });
     }
     Ok(())
+}
+
+/// The addresses `registry` (`name[:port]`) stands for: itself when an IP literal, else what
+/// it resolves to now (none when the lookup fails).
+async fn addresses_of(registry: &str) -> Vec<IpAddr> {
+    let name = hosts::host_without_port(registry);
+    match name.parse::<IpAddr>() {
+        Ok(address) => vec![address],
+        Err(_) => dns::system_lookup(name).await.unwrap_or_default(),
+    }
 }
 
 /// Whether pinhook may contact `host` (`name[:port]`): the host rules on the name, then on
@@ -269,6 +307,45 @@ mod tests {
              pinhook does not contact it unless registries.allowPrivate names it"
         );
         assert!(std::error::Error::source(&error).is_none());
+    }
+
+    #[rstest]
+    // A public registry (IP literals: no lookup) naming a realm in the cluster's network.
+    #[case::public_to_rfc1918("203.0.113.7", "https://10.0.0.5/token", false)]
+    #[case::public_with_port_to_cgnat("203.0.113.7:443", "https://100.64.1.2:8443/t", false)]
+    #[case::public_to_ula("[2001:db8::7]:5000", "https://[fd00::5]/token", false)]
+    // A registry in a private network may keep its realm beside it; a public realm is fine.
+    #[case::private_to_private("10.0.0.4:5000", "https://10.0.0.5/token", true)]
+    #[case::public_to_public("203.0.113.7", "https://198.51.100.9/token", true)]
+    #[tokio::test]
+    async fn a_public_registry_cannot_send_pinhook_into_a_private_network(
+        #[case] registry: &str,
+        #[case] realm: &str,
+        #[case] asked: bool,
+    ) {
+        let judged = check_realm(Some(&policy()), realm, registry, |_| false).await;
+        match (asked, &judged) {
+            (true, Ok(())) => {}
+            (false, Err(RegistryError::RealmRefused(RealmRefusal::PrivateForPublic { .. }))) => {
+                assert_eq!(judged.as_ref().map_err(RegistryError::kind), Err("refused"));
+            }
+            _ => panic!("{registry} -> {realm}: {judged:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn allow_private_opts_a_realm_host_in_for_a_public_registry() {
+        let mut policy = Policy::default();
+        policy.registries.allow_private = vec!["10.0.0.5".into()];
+        let policy = PolicyHandle::new(policy.compile().expect("compiles"));
+        let judged = check_realm(
+            Some(&policy),
+            "https://10.0.0.5/token",
+            "203.0.113.7",
+            |_| false,
+        )
+        .await;
+        assert!(judged.is_ok(), "{judged:?}");
     }
 
     #[tokio::test]
