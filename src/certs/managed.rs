@@ -106,7 +106,12 @@ impl ManagedTls {
     pub fn start(client: kube::Client, config: ManagedConfig) -> ManagedTls {
         let (sender, serving) = watch::channel(None);
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
-        let watcher = tokio::spawn(watch_secret(secrets.clone(), config.secret.clone(), sender));
+        let watcher = tokio::spawn(watch_secret(
+            secrets.clone(),
+            config.secret.clone(),
+            config.settings.clone(),
+            sender,
+        ));
         let leader = tokio::spawn(lead(client, config));
         ManagedTls {
             serving,
@@ -129,10 +134,17 @@ impl Drop for ManagedTls {
     }
 }
 
-/// Every replica: the Secret's serving pair, sent on each change.
-async fn watch_secret(secrets: Api<Secret>, name: String, sender: watch::Sender<Option<Serving>>) {
+/// Every replica: the Secret's serving pair, sent on each change when it is one the
+/// apiserver will accept ([`rotation::serving_pair`]); anything else is not served.
+async fn watch_secret(
+    secrets: Api<Secret>,
+    name: String,
+    settings: Settings,
+    sender: watch::Sender<Option<Serving>>,
+) {
     let publish = |secret: &Secret| {
-        let pair = rotation::serving_pair(&contents_of(secret).data)
+        let now = OffsetDateTime::now_utc();
+        let pair = rotation::serving_pair(&contents_of(secret).data, &settings, now)
             .map(|(cert, key)| Serving { cert, key });
         if pair.is_some() {
             sender.send_if_modified(|current| {

@@ -3,13 +3,17 @@
 //!
 //! The Secret (type `Opaque`, written only by the replica holding the Lease) holds:
 //! - `ca.crt`: the trust bundle, what every webhook configuration's `caBundle` must carry:
-//!   the signing CA, a next CA once published, and any earlier CA that has not expired (at
-//!   most [`MAX_BUNDLE`]), so a replica still serving a certificate of the previous CA stays
-//!   trusted while it switches;
+//!   the signing CA, a next CA once published, and the previous signing CA until it expires,
+//!   so a replica still serving a certificate of the previous CA stays trusted while it
+//!   switches. Only those: any other CA found in `ca.crt` (one pinhook did not issue) is
+//!   dropped at the next pass, never copied into a `caBundle`;
 //! - `signer.crt`, `signer.key`: the CA that signs the serving certificate;
 //! - `next.crt`, `next.key`: during a CA rotation, the CA already in the bundle that will sign
 //!   next, with annotation [`PUBLISHED_AT`];
-//! - `tls.crt`, `tls.key`: the serving certificate every replica serves.
+//! - `previous.crt`: the signing CA the last promotion replaced, while it has not expired;
+//! - `tls.crt`, `tls.key`: the serving certificate every replica serves, and only when it is
+//!   one the apiserver accepts: signed by `signer.crt`, which `ca.crt` carries, the expected
+//!   names, valid now, its key matching ([`serving_pair`]).
 //!
 //! A CA rotates in two steps so no apiserver ever meets a certificate it cannot verify: the
 //! next CA goes into the bundle first, and signs a serving certificate only once the bundle
@@ -32,12 +36,14 @@ pub const SIGNER_KEY: &str = "signer.key";
 /// The CA published in the bundle, to sign after the grace period.
 pub const NEXT_CERT: &str = "next.crt";
 pub const NEXT_KEY: &str = "next.key";
+/// The signing CA the last promotion replaced (still in the bundle until it expires).
+pub const PREVIOUS_CERT: &str = "previous.crt";
 /// The serving certificate and its key.
 pub const CERT: &str = "tls.crt";
 pub const KEY: &str = "tls.key";
 /// When the next CA went into the bundle (RFC 3339).
 pub const PUBLISHED_AT: &str = "pinhook.dev/next-ca-published-at";
-/// CAs kept in the bundle at most (previous, signing, next).
+/// CAs in the bundle at most (previous, signing, next).
 pub const MAX_BUNDLE: usize = 3;
 /// A Secret value larger than this is not parsed (a CA bundle of three is about 2 KiB).
 const MAX_VALUE: usize = 64 << 10;
@@ -100,6 +106,11 @@ pub fn plan(
 ) -> Result<Step, CertError> {
     let mut reasons = Vec::new();
     let bundle = valid_bundle(current.data.get(BUNDLE), now);
+    let mut previous = current
+        .data
+        .get(PREVIOUS_CERT)
+        .and_then(|pem| parse_one(pem))
+        .filter(|c| c.is_ca && valid_at(c, now));
     let (mut signer, mut next, mut published_at) = match ca(current, SIGNER_CERT, SIGNER_KEY, now) {
         Some(signer) => {
             let next = ca(current, NEXT_CERT, NEXT_KEY, now);
@@ -112,10 +123,12 @@ pub fn plan(
             // Already in every bundle: it signs now rather than a CA nobody trusts yet.
             Some(next) => {
                 reasons.push("signing CA unusable: the published next CA signs");
+                previous = None;
                 (next, None, None)
             }
             None => {
                 reasons.push("no usable signing CA: new CA");
+                previous = None;
                 (fresh_ca(now, settings)?, None, None)
             }
         },
@@ -144,12 +157,13 @@ pub fn plan(
         let due = at.checked_add(grace(settings)).unwrap_or(at);
         if now >= due && webhooks_in_sync && bundle_has(&bundle, &candidate.cert) {
             reasons.push("next CA now signs");
+            previous = Some(signer.cert.clone());
             signer = candidate.clone();
             next = None;
             published_at = None;
         }
     }
-    let bundle_pem = compose_bundle(&bundle, &signer, next.as_ref());
+    let bundle_pem = compose_bundle(&signer, next.as_ref(), previous.as_ref());
     let leaf = leaf(current, &signer, now, settings);
     let (cert, key) = match leaf {
         Some(pair) => pair,
@@ -176,6 +190,9 @@ pub fn plan(
         data.insert(NEXT_CERT.to_string(), next.cert.pem.clone());
         data.insert(NEXT_KEY.to_string(), next.key.clone());
     }
+    if let Some(previous) = &previous {
+        data.insert(PREVIOUS_CERT.to_string(), previous.pem.clone());
+    }
     data.insert(CERT.to_string(), cert);
     data.insert(KEY.to_string(), key);
     let wanted = Contents { data, published_at };
@@ -191,13 +208,27 @@ pub fn plan(
     })
 }
 
-/// The serving pair in `contents` if its key matches its certificate (what a replica
-/// serves; the leader judges the rest).
-pub fn serving_pair(contents: &BTreeMap<String, String>) -> Option<(String, String)> {
+/// The serving pair in `contents` if the apiserver will accept it at `now`: a certificate (not
+/// a CA) signed by the stored signing CA, which the stored bundle carries, with exactly the
+/// expected names, valid now, and its key. A replica serves nothing else, whoever wrote it.
+pub fn serving_pair(
+    contents: &BTreeMap<String, String>,
+    settings: &Settings,
+    now: OffsetDateTime,
+) -> Option<(String, String)> {
     let cert = contents.get(CERT)?;
     let key = contents.get(KEY)?;
     let parsed = parse_one(cert)?;
-    key_matches(&parsed, key).then(|| (cert.clone(), key.clone()))
+    let signer = parse_one(contents.get(SIGNER_CERT)?)?;
+    let bundle = valid_bundle(contents.get(BUNDLE), now);
+    let accepted = !parsed.is_ca
+        && valid_at(&parsed, now)
+        && signer.is_ca
+        && bundle_has(&bundle, &signer)
+        && signed_by(&parsed, &signer)
+        && names_of(&parsed) == expected_names(&settings.names)
+        && key_matches(&parsed, key);
+    accepted.then(|| (cert.clone(), key.clone()))
 }
 
 fn grace(settings: &Settings) -> time::Duration {
@@ -282,21 +313,12 @@ fn bundle_has(bundle: &[Parsed], cert: &Parsed) -> bool {
     bundle.iter().any(|c| c.der == cert.der)
 }
 
-/// Signer and next first, then the newest earlier CAs, [`MAX_BUNDLE`] in all, oldest first.
-fn compose_bundle(bundle: &[Parsed], signer: &Ca, next: Option<&Ca>) -> String {
+/// The signing CA, the next one and the previous one (the CAs pinhook issued and still
+/// needs), oldest first.
+fn compose_bundle(signer: &Ca, next: Option<&Ca>, previous: Option<&Parsed>) -> String {
     let mut keep: Vec<&Parsed> = vec![&signer.cert];
     keep.extend(next.map(|n| &n.cert));
-    let mut earlier: Vec<&Parsed> = bundle
-        .iter()
-        .filter(|c| !keep.iter().any(|k| k.der == c.der))
-        .collect();
-    earlier.sort_by_key(|c| std::cmp::Reverse(c.not_before));
-    earlier.dedup_by(|a, b| a.der == b.der);
-    keep.extend(
-        earlier
-            .into_iter()
-            .take(MAX_BUNDLE.saturating_sub(keep.len())),
-    );
+    keep.extend(previous.filter(|p| keep.iter().all(|k| k.der != p.der)));
     keep.sort_by_key(|c| (c.not_before, c.der.clone()));
     keep.iter()
         .map(|c| c.pem.as_str())

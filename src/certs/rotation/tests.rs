@@ -54,7 +54,7 @@ fn an_empty_secret_gets_a_ca_and_a_serving_certificate_it_signed_then_stays() {
     assert_eq!(names_of(&leaf), expected_names(&settings().names));
     assert_eq!(bundle_of(&contents, now).len(), 1);
     assert_eq!(contents.data[BUNDLE], signer.pem);
-    assert!(serving_pair(&contents.data).is_some());
+    assert!(serving_pair(&contents.data, &settings(), now).is_some());
     // Nothing to do a minute later, whether or not the webhooks carry the bundle yet.
     for in_sync in [false, true] {
         let step = plan(
@@ -211,7 +211,7 @@ fn changed_names_reissue_the_serving_certificate() {
 }
 
 #[test]
-fn the_bundle_keeps_at_most_three_cas_newest_first() {
+fn foreign_cas_in_the_bundle_are_dropped_never_carried_into_ca_bundles() {
     let now = OffsetDateTime::now_utc();
     let cas: Vec<Contents> = (0..5)
         .map(|i| start(now + Duration::from_secs(i)))
@@ -219,24 +219,93 @@ fn the_bundle_keeps_at_most_three_cas_newest_first() {
     let mut contents = cas[4].clone();
     let bundle: String = cas.iter().map(|c| c.data[BUNDLE].clone()).collect();
     contents.data.insert(BUNDLE.into(), bundle);
-    let (fixed, _) =
-        written(plan(&contents, now + Duration::from_secs(10), &settings(), true).expect("plans"));
-    let kept = bundle_of(&fixed, now);
-    assert_eq!(kept.len(), MAX_BUNDLE);
+    let later = now + Duration::from_secs(10);
+    let (fixed, reasons) = written(plan(&contents, later, &settings(), true).expect("plans"));
+    assert_eq!(reasons, vec!["trust bundle or keys out of date"]);
+    let kept = bundle_of(&fixed, later);
+    assert_eq!(kept.len(), 1);
     assert!(bundle_has(&kept, &cert(&cas[4], SIGNER_CERT)));
-    assert!(bundle_has(&kept, &cert(&cas[3], SIGNER_CERT)));
+    for foreign in &cas[..4] {
+        assert!(!bundle_has(&kept, &cert(foreign, SIGNER_CERT)));
+    }
+    // A foreign CA written as `previous.crt` is kept only while valid and never as a signer:
+    // the Secret's writer is trusted that far, as with the signing key itself.
+    assert!(matches!(
+        plan(&fixed, later, &settings(), true),
+        Ok(Step::Keep)
+    ));
 }
 
 #[test]
-fn a_replica_serves_only_a_pair_whose_key_matches() {
+fn a_promotion_keeps_exactly_the_demoted_signer_until_it_expires() {
+    let now = OffsetDateTime::now_utc();
+    let contents = start(now);
+    let old_ca = cert(&contents, SIGNER_CERT);
+    let t1 = after(now, Duration::from_secs(2 * 3600 + 60));
+    let (published, _) = written(plan(&contents, t1, &settings(), true).expect("plans"));
+    let due = after(t1, Duration::from_secs(61));
+    let (promoted, _) = written(plan(&published, due, &settings(), true).expect("plans"));
+    assert_eq!(promoted.data[PREVIOUS_CERT], old_ca.pem);
+    assert_eq!(bundle_of(&promoted, due).len(), 2);
+    assert!(matches!(
+        plan(
+            &promoted,
+            after(due, Duration::from_secs(60)),
+            &settings(),
+            true
+        ),
+        Ok(Step::Keep)
+    ));
+    let expired = after(now, 3 * HOUR + Duration::from_secs(60));
+    let (pruned, _) = written(plan(&promoted, expired, &settings(), true).expect("plans"));
+    assert!(!pruned.data.contains_key(PREVIOUS_CERT));
+}
+
+#[test]
+fn a_replica_serves_only_a_pair_the_apiserver_accepts() {
     let now = OffsetDateTime::now_utc();
     let good = start(now);
     let other = start(now);
-    assert!(serving_pair(&good.data).is_some());
+    let s = settings();
+    assert!(serving_pair(&good.data, &s, now).is_some());
     let mut mixed = good.data.clone();
     mixed.insert(KEY.into(), other.data[KEY].clone());
-    assert!(serving_pair(&mixed).is_none());
-    assert!(serving_pair(&BTreeMap::new()).is_none());
+    assert!(
+        serving_pair(&mixed, &s, now).is_none(),
+        "key of another certificate"
+    );
+    assert!(serving_pair(&BTreeMap::new(), &s, now).is_none());
+    // A matching pair from another CA: its key matches, but no caBundle carries its CA.
+    let mut foreign = good.data.clone();
+    foreign.insert(CERT.into(), other.data[CERT].clone());
+    foreign.insert(KEY.into(), other.data[KEY].clone());
+    assert!(
+        serving_pair(&foreign, &s, now).is_none(),
+        "another CA's pair"
+    );
+    // ... nor when its CA is written as the signer but left out of the bundle.
+    let mut unbundled = foreign.clone();
+    unbundled.insert(SIGNER_CERT.into(), other.data[SIGNER_CERT].clone());
+    assert!(
+        serving_pair(&unbundled, &s, now).is_none(),
+        "signer not in the bundle"
+    );
+    // The CA's own key pair, names the service does not have, or an expired pair.
+    let mut ca_pair = good.data.clone();
+    ca_pair.insert(CERT.into(), good.data[SIGNER_CERT].clone());
+    ca_pair.insert(KEY.into(), good.data[SIGNER_KEY].clone());
+    assert!(
+        serving_pair(&ca_pair, &s, now).is_none(),
+        "a CA as serving pair"
+    );
+    let mut renamed = settings();
+    renamed.names.push("elsewhere.example".into());
+    assert!(
+        serving_pair(&good.data, &renamed, now).is_none(),
+        "other names"
+    );
+    let later = after(now, 2 * HOUR);
+    assert!(serving_pair(&good.data, &s, later).is_none(), "expired");
 }
 
 #[test]
