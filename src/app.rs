@@ -277,6 +277,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
         authorizer,
+        large_reviews: Arc::default(),
     };
     Ok(App {
         listen: config.listen,

@@ -49,6 +49,9 @@ pub enum Failure {
         caller: String,
         missing: Vec<String>,
     },
+    /// A large review found no room in the budget of large reviews in time.
+    #[error(transparent)]
+    Busy(crate::server::large_reviews::Busy),
     #[error("no manifest parser is available")]
     ParserClosed(#[source] tokio::sync::AcquireError),
     #[error("the manifest parser failed")]
@@ -64,6 +67,7 @@ impl Failure {
             Failure::Review(_) | Failure::Plan(_) | Failure::NotUtf8 => 400,
             Failure::MissingToken | Failure::InvalidToken => 401,
             Failure::Forbidden { .. } => 403,
+            Failure::Busy(_) => 429,
             Failure::Patch(_)
             | Failure::EncodePatch(_)
             | Failure::EncodeResponse(_)

@@ -1,8 +1,9 @@
 //! HTTPS server: binding, serving and shutting down the webhook, with its parts in rooms of
 //! their own: [`routes`] (the handlers of `/mutate`, `/validate`, health and metrics, and each
 //! request's bounds), [`dry_run`] (`/v1/dry-run` and who may call it), [`tls`] (the serving
-//! certificate and its reloads), [`connections`] (bounds on clients' connections) and
-//! [`observe`] (what each review logs and counts).
+//! certificate and its reloads), [`connections`] (bounds on clients' connections),
+//! [`large_reviews`] (the memory budget of large reviews) and [`observe`] (what each review
+//! logs and counts).
 //!
 //! Handlers are thin: extract, call `admission`, render; the status and message of every
 //! failure come from [`crate::admission::Failure`]. Invariants: nothing on the request path
@@ -25,6 +26,7 @@ use tracing::info;
 
 mod connections;
 mod dry_run;
+pub mod large_reviews;
 pub mod observe;
 mod routes;
 mod tls;
@@ -98,6 +100,8 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// Checks dry-run callers; `None` without a Kubernetes API (the endpoint then answers 503).
     pub authorizer: Option<Arc<dyn Authorizer>>,
+    /// The budget large reviews share while they are decided.
+    pub large_reviews: Arc<large_reviews::LargeReviews>,
 }
 
 /// A server that is listening.

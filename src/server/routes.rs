@@ -1,5 +1,6 @@
-//! The webhook's routes: `/mutate` and `/validate` (thin handlers: parse the review, call
-//! `admission`, log and count through [`super::observe`], render), health, readiness and
+//! The webhook's routes: `/mutate` and `/validate` (thin handlers: a large body waits for its
+//! share of [`super::large_reviews`], then parse the review, call `admission`, log and count
+//! through [`super::observe`], render), health, readiness and
 //! metrics, and the bounds every request gets. The dry-run route is [`super::dry_run`]'s.
 
 use std::time::Instant;
@@ -55,20 +56,33 @@ async fn mutate_handler(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
+    let budget = admission::budget_from_timeout(query.timeout.as_deref());
+    let _share = match state.large_reviews.admit(body.len(), budget).await {
+        Ok(share) => share,
+        Err(busy) => return reject(&state, "mutate", Failure::Busy(busy), started),
+    };
     let request = match admission::parse_review(&body) {
         Ok(request) => request,
         Err(e) => return reject(&state, "mutate", Failure::Review(e), started),
     };
     let span = review_span(&request);
-    let budget = admission::budget_from_timeout(query.timeout.as_deref());
     let decision = admission::mutate(&state.pinner, &request, budget)
         .instrument(span.clone())
         .await;
     answer(&state, "mutate", &request, &decision, &span, started)
 }
 
-async fn validate_handler(State(state): State<AppState>, body: Bytes) -> Response {
+async fn validate_handler(
+    State(state): State<AppState>,
+    Query(query): Query<ReviewQuery>,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
+    let budget = admission::budget_from_timeout(query.timeout.as_deref());
+    let _share = match state.large_reviews.admit(body.len(), budget).await {
+        Ok(share) => share,
+        Err(busy) => return reject(&state, "validate", Failure::Busy(busy), started),
+    };
     let request = match admission::parse_review(&body) {
         Ok(request) => request,
         Err(e) => return reject(&state, "validate", Failure::Review(e), started),

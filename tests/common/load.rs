@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use serde_json::Value;
 
+/// The load tests share two cores with whatever else runs: one at a time.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// One pinhook to send to.
 #[derive(Clone)]
 pub struct Replica {

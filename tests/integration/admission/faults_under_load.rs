@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::fake_kube::{FakeKube, KubeFault, PullSecretFormat};
 use crate::common::images::{self, PushedIndex};
-use crate::common::load::{quantile, Answer, Kind, Load, Record, Replica, Shot};
+use crate::common::load::{quantile, Answer, Kind, Load, Record, Replica, Shot, SERIAL};
 use crate::common::pinhook::{Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
 use crate::common::requests::{fixture_with_image, image_after, in_namespace, message, warned};
@@ -39,9 +39,6 @@ use pinhook::registry::keyring::Keyring;
 use pinhook::registry::pull_secrets::KubeSecrets;
 use pinhook::registry::{BreakerSettings, CacheConfig};
 use serde_json::{json, Value};
-
-/// The load tests share two cores with whatever else runs: one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Cached images (distinct repositories and digests).
 const CACHED: usize = 4;

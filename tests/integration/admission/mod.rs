@@ -10,5 +10,5 @@ mod mirrors_https;
 mod mutate_https;
 mod policy;
 mod server_limits;
-mod tenant_stall;
+mod tenant_attacks;
 mod validate_https;

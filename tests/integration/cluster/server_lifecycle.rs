@@ -78,6 +78,7 @@ fn state(resolver_timeout: Duration) -> AppState {
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
         authorizer: None,
+        large_reviews: Arc::default(),
     }
 }
 
