@@ -2,7 +2,8 @@
 //! the admission and dry-run tests (pull Secrets, ServiceAccounts, Namespaces, TokenReview,
 //! SubjectAccessReview) and the watch's (PolicyReports, Events, any other object). Any object of
 //! any resource (core or group), namespaced or cluster-scoped, is stored as JSON; `GET` of an
-//! object or a list (all namespaces, or one; `labelSelector=k=v`), `POST`, `PUT`, `PATCH`
+//! object or a list (all namespaces, or one; `labelSelector=k=v`, `fieldSelector=metadata.name=n`;
+//! in pages when asked with `limit`, `continue` an offset), `POST`, `PUT`, `PATCH`
 //! (server-side apply replaces the object, a merge patch merges) and `DELETE` work on it, with
 //! the real API's JSON shapes (objects as `kubectl get -o json` prints them, `v1 Status` for
 //! errors). TokenReviews and SubjectAccessReviews are answered, not stored. Plain HTTP on
@@ -32,6 +33,8 @@ struct Store {
     writes: Vec<(String, String)>,
     /// Every GET's path.
     reads: Vec<String>,
+    /// Every list (GET of a collection): path and query.
+    lists: Vec<String>,
     version: u64,
     /// bearer token → username
     tokens: HashMap<String, String>,
@@ -174,6 +177,11 @@ impl FakeKube {
             .iter()
             .filter(|path| path.contains(fragment))
             .count()
+    }
+
+    /// The lists (GETs of a collection) so far, each `path?query`, in order.
+    pub fn lists(&self) -> Vec<String> {
+        self.store.lock().expect("store").lists.clone()
     }
 
     /// The writes so far: (method, path).
@@ -416,16 +424,23 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, request: Request) -> Res
     let version = store.version.to_string();
     match (method, collection) {
         (Method::GET, true) => {
-            let selector: Option<(String, String)> = form_urlencoded::parse(query.as_bytes())
-                .find(|(k, _)| k == "labelSelector")
-                .and_then(|(_, v)| {
-                    v.split_once('=')
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                });
+            store.lists.push(format!("{path}?{query}"));
+            let param = |name: &str| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.into_owned())
+            };
+            let selector: Option<(String, String)> = param("labelSelector").and_then(|v| {
+                v.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            });
+            let name_field: Option<String> = param("fieldSelector")
+                .and_then(|v| v.strip_prefix("metadata.name=").map(str::to_string));
             let items: Vec<Value> = store
                 .objects
                 .iter()
                 .filter(|(k, _)| k.0 == key.0 && k.1 == key.1 && (key.2.is_empty() || k.2 == key.2))
+                .filter(|(k, _)| name_field.as_ref().is_none_or(|name| &k.3 == name))
                 .map(|(_, v)| v.clone())
                 .filter(|v| match &selector {
                     None => true,
@@ -436,7 +451,22 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, request: Request) -> Res
                     }
                 })
                 .collect();
-            Json(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}))
+            // Pages when asked for a `limit`, as the apiserver does: `continue` is where the next
+            // page starts (here an offset), absent on the last page.
+            let start: usize = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+            let limit: Option<usize> = param("limit")
+                .and_then(|l| l.parse().ok())
+                .filter(|l| *l > 0);
+            let end = limit.map_or(items.len(), |l| start.saturating_add(l).min(items.len()));
+            let page: Vec<Value> = items
+                .get(start..end)
+                .map(<[Value]>::to_vec)
+                .unwrap_or_default();
+            let mut metadata = json!({"resourceVersion": version});
+            if end < items.len() {
+                metadata["continue"] = json!(end.to_string());
+            }
+            Json(json!({"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": page}))
                 .into_response()
         }
         (Method::GET, false) => match store.objects.get(&key) {
