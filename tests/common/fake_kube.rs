@@ -38,8 +38,9 @@ struct Store {
     version: u64,
     /// bearer token → username
     tokens: HashMap<String, String>,
-    /// (username, group, resource, namespace) allowed to `create`
-    grants: Vec<(String, String, String, String)>,
+    /// (username, verb, group, resource, namespace) allowed; namespace "" is every namespace
+    /// (a cluster-wide grant, as a ClusterRoleBinding).
+    grants: Vec<(String, String, String, String, String)>,
     /// TokenReviews received.
     token_reviews: usize,
     /// Every SubjectAccessReview spec received.
@@ -284,9 +285,16 @@ impl FakeKube {
 
     /// Lets `username` create `group/resource` in `namespace`.
     pub fn grant_create(&self, username: &str, group: &str, resource: &str, namespace: &str) {
+        self.grant(username, "create", group, resource, namespace);
+    }
+
+    /// Lets `username` `verb` `group/resource` in `namespace` ("": in every namespace, and
+    /// cluster-wide).
+    pub fn grant(&self, username: &str, verb: &str, group: &str, resource: &str, namespace: &str) {
         let mut store = self.store.lock().expect("store");
         store.grants.push((
             username.into(),
+            verb.into(),
             group.into(),
             resource.into(),
             namespace.into(),
@@ -552,7 +560,7 @@ async fn token_review(
     (StatusCode::CREATED, Json(review)).into_response()
 }
 
-/// `POST subjectaccessreviews`: allowed when a grant matches the resource attributes.
+/// `POST subjectaccessreviews`: allowed when a grant matches the user and resource attributes.
 async fn access_review(
     State(store): State<Arc<Mutex<Store>>>,
     Json(mut review): Json<Value>,
@@ -560,14 +568,18 @@ async fn access_review(
     let spec = &review["spec"];
     let attributes = &spec["resourceAttributes"];
     let field = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let wanted = (
+    let (user, verb, group, resource, namespace) = (
         field(&spec["user"]),
+        field(&attributes["verb"]),
         field(&attributes["group"]),
         field(&attributes["resource"]),
         field(&attributes["namespace"]),
     );
     let mut store = store.lock().expect("store");
-    let allowed = field(&attributes["verb"]) == "create" && store.grants.contains(&wanted);
+    // A namespaced grant allows in its namespace only; a grant for "" allows everywhere.
+    let allowed = store.grants.iter().any(|(u, v, g, r, ns)| {
+        (u, v, g, r) == (&user, &verb, &group, &resource) && (ns.is_empty() || *ns == namespace)
+    });
     store.access_reviews.push(spec.clone());
     review["status"] = json!({"allowed": allowed});
     (StatusCode::CREATED, Json(review)).into_response()

@@ -81,14 +81,14 @@ impl Resolver for Tags {
     }
 }
 
-struct Rig {
-    api: FakeKube,
+pub(super) struct Rig {
+    pub(super) api: FakeKube,
     tags: Arc<Tags>,
-    watch: Watch,
+    pub(super) watch: Watch,
     metrics: Arc<Metrics>,
 }
 
-async fn rig(policy: Policy) -> Rig {
+pub(super) async fn rig(policy: Policy) -> Rig {
     rig_with(
         policy,
         CycleSettings {
@@ -129,7 +129,12 @@ async fn rig_with(policy: Policy, settings: CycleSettings) -> Rig {
 }
 
 /// A Pod of Deployment `deployment` (through its ReplicaSet) running `images` (name, image).
-fn deployment_pod(namespace: &str, deployment: &str, n: u32, images: &[(&str, &str)]) -> Value {
+pub(super) fn deployment_pod(
+    namespace: &str,
+    deployment: &str,
+    n: u32,
+    images: &[(&str, &str)],
+) -> Value {
     let containers: Vec<Value> = images
         .iter()
         .map(|(name, image)| json!({"name": name, "image": image}))
@@ -145,7 +150,7 @@ fn deployment_pod(namespace: &str, deployment: &str, n: u32, images: &[(&str, &s
     })
 }
 
-fn record(pod: &Value) -> PodRecord {
+pub(super) fn record(pod: &Value) -> PodRecord {
     PodRecord::from_pod(pod).expect("a readable pod")
 }
 
