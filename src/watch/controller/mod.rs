@@ -152,7 +152,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
             addr: config.listen,
             source,
         })?;
-    info!(listen = %config.listen, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, "pinhook watch");
+    info!(listen = %config.listen, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, inventory_auth = ?config.inventory_auth, "pinhook watch");
     let store = PodStore::default();
     let pods = tokio::spawn(store.clone().run(client.clone()));
     // The policy file is re-read when it changes, as `pinhook serve` does (the chart mounts
@@ -173,7 +173,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
         PolicySource::Fixed(_) => None,
     };
     let (leading_tx, leading_rx) = watch::channel(false);
-    let client_for_gate = client.clone();
+    let gate = Arc::new(InventoryGate::new(config.inventory_auth, client.clone()));
     let lease = tokio::spawn(hold_lease(client, config.lease.clone(), leading_tx));
     let cycles = tokio::spawn(cycles(
         watch.clone(),
@@ -181,7 +181,6 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
         leading_rx,
         config.recheck_interval,
     ));
-    let gate = Arc::new(InventoryGate::new(config.inventory_auth, client_for_gate));
     let router = http::router(watch, store, gate);
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(crate::app::shutdown_signal())

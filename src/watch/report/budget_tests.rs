@@ -191,3 +191,35 @@ fn strings_of_a_megabyte_are_cut_to_the_bound_in_both_reports() {
         assert_eq!(report.summary.total(), report.results.len() as u64);
     }
 }
+
+#[test]
+fn a_config_map_with_a_megabyte_name_and_mirror_yields_bounded_findings() {
+    let huge_name = "n".repeat(1024 * 1024);
+    let huge_mirror = format!("m{}.example", "m".repeat(1024 * 1024));
+    let conf = format!(
+        "[[registry]]\nlocation = \"a.example\"\n[[registry.mirror]]\nlocation = \"{huge_mirror}\"\n"
+    );
+    let object = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": huge_name, "namespace": "nodes", "uid": "u"},
+        "data": {"registries.conf": conf},
+    });
+    let findings =
+        mirror_findings(&crate::policy::MirrorPolicy::default(), &object).expect("judged");
+    assert!(!findings.is_empty(), "a tag mirror is a finding");
+    for finding in &findings {
+        let strings = [
+            Some(&finding.message),
+            Some(&finding.object.name),
+            finding.entry.as_ref(),
+            finding.source.as_ref(),
+            finding.mirror.as_ref(),
+        ];
+        for s in strings.into_iter().flatten() {
+            assert!(s.len() <= MAX_STRING_BYTES, "{} bytes", s.len());
+        }
+        assert!(finding.object.name.ends_with(TRUNCATION_MARKER));
+    }
+    let report = mirror_report(Mode::Enforce, &findings, NOW, None);
+    assert!(json_len(&report) < 64 * 1024, "{}", json_len(&report));
+}
