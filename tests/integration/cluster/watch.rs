@@ -678,4 +678,18 @@ async fn the_watch_writes_and_deletes_only_reports_named_pinhook_and_pinhook_mir
             .is_some(),
         "a tenant's report is never touched"
     );
+    // Nor is it taken for pinhook's: no report in its namespace is read or written.
+    assert!(
+        !report_writes
+            .iter()
+            .any(|(_, path)| path.contains("/namespaces/shop/")),
+        "{report_writes:?}"
+    );
+    let shop_reads: Vec<String> = rig
+        .api
+        .reads()
+        .into_iter()
+        .filter(|path| path.contains("/namespaces/shop/policyreports"))
+        .collect();
+    assert!(shop_reads.is_empty(), "{shop_reads:?}");
 }
