@@ -621,6 +621,23 @@ mod tests {
         assert_eq!(defaults.lease.name, "pinhook-watch");
         assert!(defaults.cycle.mirrors);
         assert!(parse(&["watch", "--recheck-interval=0s"]).is_err());
+        // /inventory is checked with the cluster unless told otherwise.
+        assert_eq!(
+            defaults.inventory_auth,
+            crate::watch::controller::InventoryAuth::Kubernetes
+        );
+        let open = match parse(&["watch", "--inventory-auth=none"])
+            .expect("parses")
+            .command
+        {
+            Command::Watch(args) => args.into_config().expect("converts"),
+            other => panic!("not watch: {other:?}"),
+        };
+        assert_eq!(
+            open.inventory_auth,
+            crate::watch::controller::InventoryAuth::None
+        );
+        assert!(parse(&["watch", "--inventory-auth=basic"]).is_err());
     }
 
     #[test]

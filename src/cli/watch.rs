@@ -11,13 +11,18 @@ use clap::{Args, ValueEnum};
 use super::durations::{parse_lifetime, seconds_flag};
 use super::{CliError, KubeAccess, NodeCredentialArgs, PolicySource, RegistryArgs};
 use crate::registry::CacheConfig;
-use crate::watch::controller::{CycleSettings, LeaseConfig, WatchConfig};
+use crate::watch::controller::{CycleSettings, InventoryAuth, LeaseConfig, WatchConfig};
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
     /// Plain-HTTP address for /metrics, /healthz, /readyz and /inventory.
     #[arg(long, env = "PINHOOK_WATCH_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
+    /// Who may read /inventory: `kubernetes` (a bearer token the cluster authenticates, of a
+    /// caller allowed to list pods cluster-wide: TokenReview and SubjectAccessReview) or `none`
+    /// (anyone who reaches --listen; only for a listener nobody else reaches).
+    #[arg(long, env = "PINHOOK_INVENTORY_AUTH", default_value = "kubernetes")]
+    inventory_auth: InventoryAuthArg,
     /// How often every running image's tag is resolved again (<n>s, m, h or d).
     #[arg(long, env = "PINHOOK_RECHECK_INTERVAL", default_value = "10m", value_parser = parse_lifetime)]
     recheck_interval: Duration,
@@ -80,6 +85,13 @@ pub struct InventoryArgs {
     pub kubeconfig: Option<PathBuf>,
 }
 
+/// `--inventory-auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InventoryAuthArg {
+    Kubernetes,
+    None,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InventoryOutput {
     Table,
@@ -133,6 +145,10 @@ impl WatchArgs {
                 mirror_config_maps: self.mirror_config_maps,
             },
             namespace_label_ttl: Duration::from_secs(self.namespace_cache_ttl),
+            inventory_auth: match self.inventory_auth {
+                InventoryAuthArg::Kubernetes => InventoryAuth::Kubernetes,
+                InventoryAuthArg::None => InventoryAuth::None,
+            },
         })
     }
 }

@@ -14,7 +14,9 @@
 //!   state under its namespace's mode and exemptions, which reports and Events to write;
 //! - [`events`]: which Event, if any, an image's state calls for;
 //! - [`inventory`]: running images aggregated by digest with the workloads that run them, as a
-//!   table or JSON.
+//!   table or JSON;
+//! - [`access`]: who may read the inventory over HTTP: the bearer token, what the cluster's
+//!   reviews mean for the caller, and the budget of reviews.
 //!
 //! The I/O edge, `pinhook watch` and `pinhook inventory` themselves, is [`controller`]: it
 //! feeds this core Pods, namespace modes and tag resolutions and writes what it returns.
@@ -24,6 +26,7 @@
 //! exemptions and the current time are the caller's arguments. Hostile input is an error, never
 //! a panic, and what is kept per Pod is bounded ([`pod`] documents the bounds).
 
+pub mod access;
 pub mod classify;
 pub mod controller;
 pub mod events;

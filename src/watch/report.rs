@@ -43,10 +43,16 @@
 //! stored copy writes nothing. The only volatile input left is the caller's `reason` for an
 //! unresolvable tag, which must be stable ([`TagLookup::Failed`](super::TagLookup::Failed)).
 //!
-//! **Bounds.** An object in etcd is at most 1.5 MiB; a result is well under 1 KiB, so a report
-//! keeps at most [`MAX_RESULTS`]. Over that, `pass` and `skip` results are dropped first (order
-//! kept), the count of dropped results goes in the annotation `pinhook.dev/omitted-results`, and
-//! `summary` counts the results listed.
+//! **Bounds** ([`budget`]). An object in etcd is at most 1.5 MiB, and tenants choose most of a
+//! result's strings (workload names, images, lookup failures, mirror entries in ConfigMaps).
+//! Every string of a result is cut to [`budget::MAX_STRING_BYTES`] (on a char boundary, with
+//! a marker), and a report lists at most [`MAX_RESULTS`] results in at most
+//! [`budget::MAX_REPORT_BYTES`] of JSON. Over either, the most severe results are kept first
+//! (high-severity findings, other findings, then passes and skips, each in report order, until
+//! the first that does not fit), listed in report order, followed by one `skip` result of rule
+//! `omitted-results` that counts the rest by verdict; the count of results left out goes in
+//! the annotation `pinhook.dev/omitted-results`. `summary` always counts every result, listed
+//! or not (the omitted-results result itself is not counted). A write never fails for size.
 //!
 //! **Mirrors.** [`mirror_findings`] judges one object with `policy::mirrors::review`, the same
 //! judgement the validating webhook applies, so the watch reports exactly what admission would
@@ -88,7 +94,7 @@ pub const OMITTED_ANNOTATION: &str = "pinhook.dev/omitted-results";
 /// the watch tell an unchanged report from the object's metadata alone, without reading its
 /// results.
 pub const CONTENT_ANNOTATION: &str = "pinhook.dev/content-sha256";
-/// Most results one report lists (module docs: bounds).
+/// Most results one report lists, the omitted-results result included (module docs: bounds).
 pub const MAX_RESULTS: usize = 1000;
 
 /// Which rule a result is for, in report order.
@@ -265,8 +271,9 @@ fn image_properties(image: &ClassifiedImage) -> BTreeMap<String, String> {
     properties
 }
 
-/// Sorts, deduplicates and bounds the results, carries timestamps over from `previous`, and
-/// wraps them in a report.
+/// Bounds every string, sorts and deduplicates the results, counts them all in the summary,
+/// keeps those that fit ([`budget`]), carries timestamps over from `previous`, and wraps them in
+/// a report.
 fn assemble<K: Ord>(
     kind: &str,
     name: &str,
@@ -281,14 +288,24 @@ fn assemble<K: Ord>(
     let mut keyed: Vec<(K, String, ReportResult)> = keyed
         .into_iter()
         .map(|k| {
-            let canonical = serde_json::to_string(&k.result).unwrap_or_default();
-            (k.key, canonical, k.result)
+            let result = budget::bound_strings(k.result);
+            let canonical = serde_json::to_string(&result).unwrap_or_default();
+            (k.key, canonical, result)
         })
         .collect();
     keyed.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     keyed.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
     let results: Vec<ReportResult> = keyed.into_iter().map(|(_, _, result)| result).collect();
-    let (results, omitted) = bound(results);
+
+    let mut summary = Summary::default();
+    for result in &results {
+        summary.count(result.result);
+    }
+    let (mut results, left_out) = budget::fit(results);
+    let omitted = usize::try_from(left_out.total()).unwrap_or(usize::MAX);
+    if omitted > 0 {
+        results.push(budget::omitted_result(&left_out, false));
+    }
 
     let found_at: HashMap<ReportResult, Timestamp> = previous
         .map(|p| {
@@ -312,16 +329,6 @@ fn assemble<K: Ord>(
         })
         .collect();
 
-    let mut summary = Summary::default();
-    for result in &results {
-        *match result.result {
-            Verdict::Pass => &mut summary.pass,
-            Verdict::Fail => &mut summary.fail,
-            Verdict::Warn => &mut summary.warn,
-            Verdict::Error => &mut summary.error,
-            Verdict::Skip => &mut summary.skip,
-        } += 1;
-    }
     let mut annotations = BTreeMap::new();
     if omitted > 0 {
         annotations.insert(OMITTED_ANNOTATION.to_string(), omitted.to_string());
@@ -364,32 +371,6 @@ fn content_digest(results: &[ReportResult], summary: &Summary, omitted: usize) -
         .collect()
 }
 
-/// At most [`MAX_RESULTS`], findings kept before passes and skips, order kept; and how many
-/// were dropped.
-fn bound(results: Vec<ReportResult>) -> (Vec<ReportResult>, usize) {
-    if results.len() <= MAX_RESULTS {
-        return (results, 0);
-    }
-    let omitted = results.len() - MAX_RESULTS;
-    let findings = results.iter().filter(|r| r.result.is_finding()).count();
-    let mut room_for_findings = MAX_RESULTS;
-    let mut room_for_others = MAX_RESULTS.saturating_sub(findings);
-    let kept = results
-        .into_iter()
-        .filter(|r| {
-            let room = if r.result.is_finding() {
-                &mut room_for_findings
-            } else {
-                &mut room_for_others
-            };
-            let keep = *room > 0;
-            *room = room.saturating_sub(1);
-            keep
-        })
-        .collect();
-    (kept, omitted)
-}
-
 // === impl Rule ===
 
 impl Rule {
@@ -408,6 +389,9 @@ impl Rule {
     }
 }
 
+pub mod budget;
+#[cfg(test)]
+mod budget_tests;
 mod mirrors;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,8 @@
 //! the admission and dry-run tests (pull Secrets, ServiceAccounts, Namespaces, TokenReview,
 //! SubjectAccessReview) and the watch's (PolicyReports, Events, any other object). Any object of
 //! any resource (core or group), namespaced or cluster-scoped, is stored as JSON; `GET` of an
-//! object or a list (all namespaces, or one; `labelSelector=k=v`), `POST`, `PUT`, `PATCH`
+//! object or a list (all namespaces, or one; `labelSelector=k=v`, `fieldSelector=metadata.name=n`;
+//! in pages when asked with `limit`, `continue` an offset), `POST`, `PUT`, `PATCH`
 //! (server-side apply replaces the object, a merge patch merges) and `DELETE` work on it, with
 //! the real API's JSON shapes (objects as `kubectl get -o json` prints them, `v1 Status` for
 //! errors). TokenReviews and SubjectAccessReviews are answered, not stored. Plain HTTP on
@@ -32,11 +33,14 @@ struct Store {
     writes: Vec<(String, String)>,
     /// Every GET's path.
     reads: Vec<String>,
+    /// Every list (GET of a collection): path and query.
+    lists: Vec<String>,
     version: u64,
     /// bearer token → username
     tokens: HashMap<String, String>,
-    /// (username, group, resource, namespace) allowed to `create`
-    grants: Vec<(String, String, String, String)>,
+    /// (username, verb, group, resource, namespace) allowed; namespace "" is every namespace
+    /// (a cluster-wide grant, as a ClusterRoleBinding).
+    grants: Vec<(String, String, String, String, String)>,
     /// TokenReviews received.
     token_reviews: usize,
     /// Every SubjectAccessReview spec received.
@@ -176,6 +180,11 @@ impl FakeKube {
             .count()
     }
 
+    /// The lists (GETs of a collection) so far, each `path?query`, in order.
+    pub fn lists(&self) -> Vec<String> {
+        self.store.lock().expect("store").lists.clone()
+    }
+
     /// The writes so far: (method, path).
     pub fn writes(&self) -> Vec<(String, String)> {
         self.store.lock().expect("store").writes.clone()
@@ -276,9 +285,16 @@ impl FakeKube {
 
     /// Lets `username` create `group/resource` in `namespace`.
     pub fn grant_create(&self, username: &str, group: &str, resource: &str, namespace: &str) {
+        self.grant(username, "create", group, resource, namespace);
+    }
+
+    /// Lets `username` `verb` `group/resource` in `namespace` ("": in every namespace, and
+    /// cluster-wide).
+    pub fn grant(&self, username: &str, verb: &str, group: &str, resource: &str, namespace: &str) {
         let mut store = self.store.lock().expect("store");
         store.grants.push((
             username.into(),
+            verb.into(),
             group.into(),
             resource.into(),
             namespace.into(),
@@ -416,16 +432,23 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, request: Request) -> Res
     let version = store.version.to_string();
     match (method, collection) {
         (Method::GET, true) => {
-            let selector: Option<(String, String)> = form_urlencoded::parse(query.as_bytes())
-                .find(|(k, _)| k == "labelSelector")
-                .and_then(|(_, v)| {
-                    v.split_once('=')
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                });
+            store.lists.push(format!("{path}?{query}"));
+            let param = |name: &str| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.into_owned())
+            };
+            let selector: Option<(String, String)> = param("labelSelector").and_then(|v| {
+                v.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            });
+            let name_field: Option<String> = param("fieldSelector")
+                .and_then(|v| v.strip_prefix("metadata.name=").map(str::to_string));
             let items: Vec<Value> = store
                 .objects
                 .iter()
                 .filter(|(k, _)| k.0 == key.0 && k.1 == key.1 && (key.2.is_empty() || k.2 == key.2))
+                .filter(|(k, _)| name_field.as_ref().is_none_or(|name| &k.3 == name))
                 .map(|(_, v)| v.clone())
                 .filter(|v| match &selector {
                     None => true,
@@ -436,7 +459,22 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, request: Request) -> Res
                     }
                 })
                 .collect();
-            Json(json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}))
+            // Pages when asked for a `limit`, as the apiserver does: `continue` is where the next
+            // page starts (here an offset), absent on the last page.
+            let start: usize = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+            let limit: Option<usize> = param("limit")
+                .and_then(|l| l.parse().ok())
+                .filter(|l| *l > 0);
+            let end = limit.map_or(items.len(), |l| start.saturating_add(l).min(items.len()));
+            let page: Vec<Value> = items
+                .get(start..end)
+                .map(<[Value]>::to_vec)
+                .unwrap_or_default();
+            let mut metadata = json!({"resourceVersion": version});
+            if end < items.len() {
+                metadata["continue"] = json!(end.to_string());
+            }
+            Json(json!({"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": page}))
                 .into_response()
         }
         (Method::GET, false) => match store.objects.get(&key) {
@@ -522,7 +560,7 @@ async fn token_review(
     (StatusCode::CREATED, Json(review)).into_response()
 }
 
-/// `POST subjectaccessreviews`: allowed when a grant matches the resource attributes.
+/// `POST subjectaccessreviews`: allowed when a grant matches the user and resource attributes.
 async fn access_review(
     State(store): State<Arc<Mutex<Store>>>,
     Json(mut review): Json<Value>,
@@ -530,14 +568,18 @@ async fn access_review(
     let spec = &review["spec"];
     let attributes = &spec["resourceAttributes"];
     let field = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let wanted = (
+    let (user, verb, group, resource, namespace) = (
         field(&spec["user"]),
+        field(&attributes["verb"]),
         field(&attributes["group"]),
         field(&attributes["resource"]),
         field(&attributes["namespace"]),
     );
     let mut store = store.lock().expect("store");
-    let allowed = field(&attributes["verb"]) == "create" && store.grants.contains(&wanted);
+    // A namespaced grant allows in its namespace only; a grant for "" allows everywhere.
+    let allowed = store.grants.iter().any(|(u, v, g, r, ns)| {
+        (u, v, g, r) == (&user, &verb, &group, &resource) && (ns.is_empty() || *ns == namespace)
+    });
     store.access_reviews.push(spec.clone());
     review["status"] = json!({"allowed": allowed});
     (StatusCode::CREATED, Json(review)).into_response()

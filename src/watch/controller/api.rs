@@ -2,6 +2,13 @@
 //! and ClusterPolicyReport (`wgpolicyk8s.io/v1alpha2`, read back as the pure core's
 //! [`PolicyReport`]), the objects that configure tag mirrors, and `events.k8s.io/v1` Events.
 //!
+//! Every list is read in pages of [`PAGE_SIZE`] ([`paged`]: `limit`, then each `continue`),
+//! and tag-mirror objects are judged a page at a time, so neither a cluster's ConfigMaps nor
+//! its reports arrive as one response. Only pinhook's own report names are ever read back,
+//! written or deleted: `pinhook` (PolicyReport, in any namespace) and `pinhook-mirrors`
+//! (ClusterPolicyReport); a listed report with another name is ignored even if it carries
+//! pinhook's label.
+//!
 //! Reports are written with server-side apply (field manager `pinhook-watch`, forced): a
 //! create and an update are the same request, and a replica that took the Lease over writes
 //! without first having to know the stored resourceVersion. Whether to write at all is the pure
@@ -19,7 +26,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, ObjectList, Patch, PatchParams,
+};
 use kube::core::GroupVersionKind;
 use tokio::sync::Mutex;
 
@@ -35,6 +44,8 @@ pub const FIELD_MANAGER: &str = "pinhook-watch";
 pub const REPORTING_CONTROLLER: &str = "pinhook.dev/watch";
 /// How long a repeated Event is counted in the same series (client-go uses 6 minutes too).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// Objects per page of every cluster-wide list (the Pod watcher's own default too).
+pub const PAGE_SIZE: u32 = 500;
 
 /// The resource of a (Cluster)PolicyReport.
 pub fn report_resource(kind: &str) -> ApiResource {
@@ -56,16 +67,28 @@ pub async fn namespace_reports(
     only: Option<&str>,
 ) -> Result<HashMap<String, PolicyReport>, kube::Error> {
     let api = report_api(client, POLICY_REPORT_KIND, only);
-    let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let mut reports = HashMap::new();
-    for object in api.list(&params).await?.items {
-        let Some(namespace) = object.metadata.namespace.clone() else {
-            continue;
-        };
-        if let Some(report) = as_report(object, POLICY_REPORT_KIND) {
-            reports.insert(namespace, report);
-        }
-    }
+    paged(
+        own_reports(),
+        |params| {
+            let api = &api;
+            async move { api.list(&params).await }
+        },
+        |page| {
+            for object in page {
+                let Some(namespace) = object.metadata.namespace.clone() else {
+                    continue;
+                };
+                if object.metadata.name.as_deref() != Some(REPORT_NAME) {
+                    continue;
+                }
+                if let Some(report) = as_report(object, POLICY_REPORT_KIND) {
+                    reports.insert(namespace, report);
+                }
+            }
+        },
+    )
+    .await?;
     Ok(reports)
 }
 
@@ -76,22 +99,66 @@ pub async fn namespace_report_digests(
     client: &kube::Client,
 ) -> Result<HashMap<String, Option<String>>, kube::Error> {
     let api = report_api(client, POLICY_REPORT_KIND, None);
-    let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    Ok(api
-        .list_metadata(&params)
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|o| {
-            let digest = o
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CONTENT_ANNOTATION))
-                .cloned();
-            o.metadata.namespace.map(|ns| (ns, digest))
-        })
-        .collect())
+    let mut digests = HashMap::new();
+    paged(
+        own_reports(),
+        |params| {
+            let api = &api;
+            async move { api.list_metadata(&params).await }
+        },
+        |page| {
+            for object in page {
+                if object.metadata.name.as_deref() != Some(REPORT_NAME) {
+                    continue;
+                }
+                let digest = object
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(CONTENT_ANNOTATION))
+                    .cloned();
+                if let Some(namespace) = object.metadata.namespace {
+                    digests.insert(namespace, digest);
+                }
+            }
+        },
+    )
+    .await?;
+    Ok(digests)
+}
+
+/// The list of pinhook's own PolicyReports: its label and its name (a tenant's report that
+/// copies the label is not pinhook's; the name is checked again on every item read).
+fn own_reports() -> ListParams {
+    ListParams::default()
+        .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
+        .fields(&format!("metadata.name={REPORT_NAME}"))
+}
+
+/// Lists in pages of [`PAGE_SIZE`]: `fetch` is asked with `params` and a `limit`, then with
+/// each `continue` token the apiserver returns, and every page goes to `page` before the next
+/// is asked for, so no more than one page is held at once. An expired token (410) is an error
+/// like any other: the caller's cycle tries again next time.
+pub async fn paged<K, Fetch, Fut>(
+    params: ListParams,
+    fetch: Fetch,
+    mut page: impl FnMut(Vec<K>),
+) -> Result<(), kube::Error>
+where
+    K: Clone,
+    Fetch: Fn(ListParams) -> Fut,
+    Fut: std::future::Future<Output = Result<ObjectList<K>, kube::Error>>,
+{
+    let mut params = params.limit(PAGE_SIZE);
+    loop {
+        let list = fetch(params.clone()).await?;
+        let next = list.metadata.continue_.filter(|token| !token.is_empty());
+        page(list.items);
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
 }
 
 /// pinhook's PolicyReport in `namespace`, if any.
@@ -183,37 +250,43 @@ fn report_api(client: &kube::Client, kind: &str, namespace: Option<&str>) -> Api
     }
 }
 
-/// Every object of `group/version` `plural` in the cluster, as JSON with its kind set. `None`
-/// when the API does not serve the resource (no such CRD: not an OpenShift cluster).
-pub async fn list_all(
+/// Every object of `group/version` `plural` in the cluster, each as JSON with its kind set,
+/// handed to `visit` one page ([`PAGE_SIZE`]) at a time. `Ok(false)` when the API does not
+/// serve the resource (no such CRD: not an OpenShift cluster).
+pub async fn for_each_object(
     client: &kube::Client,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Result<Option<Vec<serde_json::Value>>, kube::Error> {
+    (group, version, kind, plural): (&str, &str, &str, &str),
+    mut visit: impl FnMut(serde_json::Value),
+) -> Result<bool, kube::Error> {
     let resource =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let list = match api.list(&ListParams::default()).await {
-        Ok(list) => list,
-        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
-        Err(e) => return Err(e),
-    };
     let api_version = resource.api_version.clone();
-    Ok(Some(
-        list.items
-            .into_iter()
-            .filter_map(|o| serde_json::to_value(o).ok())
-            .map(|mut v| {
-                if let Some(map) = v.as_object_mut() {
+    let listed = paged(
+        ListParams::default(),
+        |params| {
+            let api = &api;
+            async move { api.list(&params).await }
+        },
+        |page| {
+            for object in page {
+                let Ok(mut value) = serde_json::to_value(object) else {
+                    continue;
+                };
+                if let Some(map) = value.as_object_mut() {
                     map.insert("kind".into(), kind.into());
                     map.insert("apiVersion".into(), api_version.clone().into());
                 }
-                v
-            })
-            .collect(),
-    ))
+                visit(value);
+            }
+        },
+    )
+    .await;
+    match listed {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Publishes `events.k8s.io/v1` Events, counting repeats as a series.

@@ -349,19 +349,18 @@ impl Watch {
         }
         let mut findings: Vec<MirrorFinding> = Vec::new();
         for (group, version, kind, plural) in kinds {
-            let objects = match api::list_all(&self.client, group, version, kind, plural).await {
-                Ok(Some(objects)) => objects,
-                Ok(None) => continue,
-                Err(error) => {
-                    warn!(kind, error = %error_chain(&error), "cannot list tag-mirror objects; the ClusterPolicyReport is left as it is");
-                    return 0;
-                }
+            // Judged a page at a time: only the findings are kept, never every ConfigMap.
+            let judge = |object: serde_json::Value| match mirror_findings(
+                &policy.policy.mirrors,
+                &object,
+            ) {
+                Ok(found) => findings.extend(found),
+                Err(error) => debug!(kind, error = %error, "unreadable tag-mirror object"),
             };
-            for object in objects {
-                match mirror_findings(&policy.policy.mirrors, &object) {
-                    Ok(found) => findings.extend(found),
-                    Err(error) => debug!(kind, error = %error, "unreadable tag-mirror object"),
-                }
+            let resource = (group, version, kind, plural);
+            if let Err(error) = api::for_each_object(&self.client, resource, judge).await {
+                warn!(kind, error = %error_chain(&error), "cannot list tag-mirror objects; the ClusterPolicyReport is left as it is");
+                return 0;
             }
         }
         let stored = match api::cluster_report(&self.client, MIRROR_REPORT_NAME).await {

@@ -51,17 +51,24 @@ pub async fn read(
         None => Api::all(client.clone()),
     };
     let mut records = Vec::new();
-    for pod in pods
-        .list(&ListParams::default())
-        .await
-        .map_err(InventoryError::ListPods)?
-        .items
-    {
-        let record = serde_json::to_value(&pod)
-            .ok()
-            .and_then(|v| PodRecord::from_pod(&v).ok());
-        records.extend(record.filter(|r| !r.terminal));
-    }
+    // In pages: a cluster's Pods can be more than one response should carry.
+    api::paged(
+        ListParams::default(),
+        |params| {
+            let pods = &pods;
+            async move { pods.list(&params).await }
+        },
+        |page| {
+            for pod in page {
+                let record = serde_json::to_value(&pod)
+                    .ok()
+                    .and_then(|v| PodRecord::from_pod(&v).ok());
+                records.extend(record.filter(|r| !r.terminal));
+            }
+        },
+    )
+    .await
+    .map_err(InventoryError::ListPods)?;
     let reports = api::namespace_reports(client, namespace)
         .await
         .map_err(InventoryError::ListReports)?;

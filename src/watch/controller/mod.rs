@@ -1,7 +1,7 @@
 //! `pinhook watch`, the I/O edge of the drift watch: the Pod watch ([`pods`]), the recheck
 //! cycle ([`cycle`]), the API reads and writes ([`api`]), the Lease that lets one replica of
-//! several write, the plain-HTTP port (`/metrics`, `/healthz`, `/readyz`, `/inventory`) and
-//! `pinhook inventory` ([`inventory`]).
+//! several write, the plain-HTTP port ([`http`]: `/metrics`, `/healthz`, `/readyz`, and
+//! `/inventory` behind [`access`]'s gate) and `pinhook inventory` ([`inventory`]).
 //!
 //! **One writer.** Every replica watches Pods (a standby takes over with its store warm), but
 //! only the holder of the `coordination.k8s.io` Lease resolves and writes. The Lease is
@@ -13,8 +13,10 @@
 //! **Never**: decides anything about an image (that is the pure [`crate::watch`] core), or
 //! writes when nothing changed.
 
+pub mod access;
 pub mod api;
 pub mod cycle;
+pub mod http;
 pub mod inventory;
 pub mod pods;
 
@@ -22,11 +24,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use tokio::sync::watch;
@@ -44,6 +41,7 @@ use crate::registry::provider::{CredentialProviders, ProviderFiles};
 use crate::registry::pull_secrets::KubeSecrets;
 use crate::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
 
+pub use access::{InventoryAuth, InventoryGate};
 pub use cycle::{CycleSettings, CycleSummary, Watch};
 pub use pods::PodStore;
 
@@ -62,6 +60,8 @@ pub struct WatchConfig {
     pub lease: LeaseConfig,
     pub cycle: CycleSettings,
     pub namespace_label_ttl: Duration,
+    /// Who may read `/inventory`.
+    pub inventory_auth: InventoryAuth,
 }
 
 /// The Lease the replicas share.
@@ -89,14 +89,6 @@ pub enum WatchRunError {
     },
     #[error("the HTTP server failed")]
     Serve(#[source] std::io::Error),
-}
-
-/// Shared with the HTTP handlers.
-#[derive(Clone)]
-struct HttpState {
-    metrics: Arc<Metrics>,
-    watch: Arc<Watch>,
-    store: PodStore,
 }
 
 /// The watch, wired and not yet running.
@@ -160,7 +152,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
             addr: config.listen,
             source,
         })?;
-    info!(listen = %config.listen, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, "pinhook watch");
+    info!(listen = %config.listen, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, inventory_auth = ?config.inventory_auth, "pinhook watch");
     let store = PodStore::default();
     let pods = tokio::spawn(store.clone().run(client.clone()));
     // The policy file is re-read when it changes, as `pinhook serve` does (the chart mounts
@@ -181,6 +173,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
         PolicySource::Fixed(_) => None,
     };
     let (leading_tx, leading_rx) = watch::channel(false);
+    let gate = Arc::new(InventoryGate::new(config.inventory_auth, client.clone()));
     let lease = tokio::spawn(hold_lease(client, config.lease.clone(), leading_tx));
     let cycles = tokio::spawn(cycles(
         watch.clone(),
@@ -188,17 +181,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
         leading_rx,
         config.recheck_interval,
     ));
-    let state = HttpState {
-        metrics: watch.metrics.clone(),
-        watch,
-        store,
-    };
-    let router = Router::new()
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready_handler))
-        .route("/inventory", get(inventory_handler))
-        .with_state(state);
+    let router = http::router(watch, store, gate);
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(crate::app::shutdown_signal())
         .await;
@@ -264,50 +247,5 @@ async fn cycles(
                 _ = leading.wait_for(|l| !*l) => break,
             }
         }
-    }
-}
-
-async fn metrics_handler(State(state): State<HttpState>) -> Response {
-    match state.metrics.encode() {
-        Ok(text) => (
-            [(
-                axum::http::header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
-}
-
-async fn ready_handler(State(state): State<HttpState>) -> Response {
-    if state.store.is_ready() {
-        "ok".into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "pods not listed yet").into_response()
-    }
-}
-
-/// The last cycle's inventory as JSON; 503 on a replica that has run none (a standby).
-async fn inventory_handler(State(state): State<HttpState>) -> Response {
-    let inventory = state
-        .watch
-        .inventory
-        .read()
-        .ok()
-        .and_then(|i| i.as_ref().map(|i| i.to_json()));
-    match inventory {
-        Some(Ok(json)) => (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            json,
-        )
-            .into_response(),
-        Some(Err(_)) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-        None => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no recheck done on this replica (it does not hold the Lease)",
-        )
-            .into_response(),
     }
 }

@@ -96,7 +96,9 @@ impl PodStore {
     /// retries with backoff on its own.
     pub async fn run(self, client: kube::Client) {
         let api: Api<Pod> = Api::all(client);
-        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        // Listed in pages, as every cluster-wide list of the watch is.
+        let config = watcher::Config::default().page_size(super::api::PAGE_SIZE);
+        let stream = watcher::watcher(api, config).default_backoff();
         futures::pin_mut!(stream);
         let mut listing: Vec<PodRecord> = Vec::new();
         while let Some(event) = stream.next().await {

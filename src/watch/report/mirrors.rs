@@ -1,15 +1,16 @@
 //! The ClusterPolicyReport `pinhook-mirrors`: what the mirror guard finds in tag-mirror
 //! objects already in the cluster (ImageTagMirrorSet, ImageContentPolicy, registries.conf
-//! ConfigMaps), judged by the guard's own code and mapped as namespace reports are. Pure, like
-//! the rest of [`super`].
+//! ConfigMaps), judged by the guard's own code and mapped as namespace reports are. Each
+//! finding's strings are cut to [`budget::MAX_STRING_BYTES`] as it is made, since a cycle keeps
+//! every finding until the report is built. Pure, like the rest of [`super`].
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use super::{
-    assemble, Keyed, ObjectRef, PolicyReport, ReportResult, Severity, Timestamp, Verdict, CATEGORY,
-    CLUSTER_POLICY_REPORT_KIND, MIRROR_REPORT_NAME, POLICY, RULE_MIRRORS, SOURCE,
+    assemble, budget, Keyed, ObjectRef, PolicyReport, ReportResult, Severity, Timestamp, Verdict,
+    CATEGORY, CLUSTER_POLICY_REPORT_KIND, MIRROR_REPORT_NAME, POLICY, RULE_MIRRORS, SOURCE,
 };
 use crate::policy::{mirrors, MirrorPolicy, Mode};
 use crate::watch::WatchError;
@@ -84,7 +85,36 @@ pub fn mirror_findings(
             mirror: None,
         }],
     };
-    Ok(findings)
+    // Bounded at once (the report would cut them anyway): a cycle keeps every finding of
+    // every page of ConfigMaps until the report is built.
+    Ok(findings.into_iter().map(MirrorFinding::bounded).collect())
+}
+
+// === impl MirrorFinding ===
+
+impl MirrorFinding {
+    /// This finding with every string at most [`MAX_STRING_BYTES`](budget::MAX_STRING_BYTES).
+    fn bounded(self) -> MirrorFinding {
+        let cut = |s: String| match budget::truncate(&s, budget::MAX_STRING_BYTES) {
+            std::borrow::Cow::Borrowed(_) => s,
+            std::borrow::Cow::Owned(cut) => cut,
+        };
+        let o = self.object;
+        MirrorFinding {
+            object: ObjectRef {
+                api_version: cut(o.api_version),
+                kind: cut(o.kind),
+                namespace: o.namespace.map(cut),
+                name: cut(o.name),
+                uid: o.uid.map(cut),
+            },
+            verdict: self.verdict,
+            message: cut(self.message),
+            entry: self.entry.map(cut),
+            source: self.source.map(cut),
+            mirror: self.mirror.map(cut),
+        }
+    }
 }
 
 /// The ClusterPolicyReport of tag-mirror findings, mapped for the policy's `mode` as namespace

@@ -355,6 +355,7 @@ fn a_report_over_the_bound_keeps_findings_first_and_says_how_many_it_dropped() {
         ));
     }
     let report = namespace_report("shop", Mode::Enforce, &images, T1, None);
+    // MAX_RESULTS - 1 results and the one that counts the rest.
     assert_eq!(report.results.len(), MAX_RESULTS);
     assert_eq!(
         report
@@ -362,19 +363,35 @@ fn a_report_over_the_bound_keeps_findings_first_and_says_how_many_it_dropped() {
             .annotations
             .get(OMITTED_ANNOTATION)
             .map(String::as_str),
-        Some("500")
+        Some("501")
     );
+    // The summary counts every result, listed or not.
     assert_eq!(report.summary.fail, 300);
-    assert_eq!(report.summary.pass, 700);
-    // Order is kept: the first 700 passes, sorted by container name, follow the fails.
-    let names: Vec<&str> = report
+    assert_eq!(report.summary.pass, 1200);
+    let listed_passes = report
         .results
+        .iter()
+        .filter(|r| r.result == Verdict::Pass)
+        .count();
+    assert_eq!(listed_passes, 699);
+    // Order is kept: the first 699 passes, sorted by container name, follow the fails.
+    let names: Vec<&str> = report.results[..MAX_RESULTS - 1]
         .iter()
         .map(|r| r.properties["container"].as_str())
         .collect();
     assert_eq!(names[299], "containers[c299]");
     assert_eq!(names[300], "containers[c300]");
-    assert_eq!(names[999], "containers[c649]");
+    assert_eq!(names[998], "containers[c649]");
+    let last = &report.results[MAX_RESULTS - 1];
+    assert_eq!(last.rule, budget::RULE_OMITTED);
+    assert_eq!(last.result, Verdict::Skip);
+    assert_eq!(last.properties["omitted"], "501");
+    assert!(
+        last.message
+            .starts_with("501 more results not listed (fail 0, warn 0, error 0, pass 501, skip 0)"),
+        "{}",
+        last.message
+    );
 }
 
 #[test]

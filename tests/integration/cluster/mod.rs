@@ -1,10 +1,11 @@
 //! pinhook beside a cluster: `pinhook watch` and `pinhook inventory` against the fake
 //! Kubernetes API, `/v1/dry-run` authorised through it, objects that controllers made, the
 //! HTTPS server's certificate reload and shutdown, and the Helm chart as `helm template`
-//! renders it.
+//! renders it; who may read the watch's `/inventory`.
 
 mod chart;
 mod controllers_https;
 mod dry_run_https;
 mod server_lifecycle;
 mod watch;
+mod watch_inventory_auth;

@@ -81,14 +81,26 @@ impl Resolver for Tags {
     }
 }
 
-struct Rig {
-    api: FakeKube,
+pub(super) struct Rig {
+    pub(super) api: FakeKube,
     tags: Arc<Tags>,
-    watch: Watch,
+    pub(super) watch: Watch,
     metrics: Arc<Metrics>,
 }
 
-async fn rig(policy: Policy) -> Rig {
+pub(super) async fn rig(policy: Policy) -> Rig {
+    rig_with(
+        policy,
+        CycleSettings {
+            events_per_workload: 5,
+            mirrors: true,
+            mirror_config_maps: false,
+        },
+    )
+    .await
+}
+
+async fn rig_with(policy: Policy, settings: CycleSettings) -> Rig {
     let api = FakeKube::start().await;
     let tags = Arc::new(Tags::default());
     let metrics = Arc::new(Metrics::new());
@@ -106,11 +118,7 @@ async fn rig(policy: Policy) -> Rig {
         Arc::new(KubeNamespaces::with_ttl(client, Duration::ZERO)),
         metrics.clone(),
         "watch-0",
-        CycleSettings {
-            events_per_workload: 5,
-            mirrors: true,
-            mirror_config_maps: false,
-        },
+        settings,
     );
     Rig {
         api,
@@ -121,7 +129,12 @@ async fn rig(policy: Policy) -> Rig {
 }
 
 /// A Pod of Deployment `deployment` (through its ReplicaSet) running `images` (name, image).
-fn deployment_pod(namespace: &str, deployment: &str, n: u32, images: &[(&str, &str)]) -> Value {
+pub(super) fn deployment_pod(
+    namespace: &str,
+    deployment: &str,
+    n: u32,
+    images: &[(&str, &str)],
+) -> Value {
     let containers: Vec<Value> = images
         .iter()
         .map(|(name, image)| json!({"name": name, "image": image}))
@@ -137,7 +150,7 @@ fn deployment_pod(namespace: &str, deployment: &str, n: u32, images: &[(&str, &s
     })
 }
 
-fn record(pod: &Value) -> PodRecord {
+pub(super) fn record(pod: &Value) -> PodRecord {
     PodRecord::from_pod(pod).expect("a readable pod")
 }
 
@@ -545,4 +558,138 @@ async fn the_inventory_joins_pods_with_the_reports_and_finds_where_a_digest_runs
     assert_eq!(own, joined);
     assert_eq!(joined.with_digest(&digest('b')).images.len(), 1);
     assert!(joined.with_digest(&digest('f')).images.is_empty());
+}
+
+#[tokio::test]
+async fn config_maps_are_listed_in_pages_and_a_mirror_on_the_last_page_is_found() {
+    let rig = rig_with(
+        Policy::default(),
+        CycleSettings {
+            events_per_workload: 5,
+            mirrors: true,
+            mirror_config_maps: true,
+        },
+    )
+    .await;
+    // 1,200 plain ConfigMaps, then (in key order) one with a tag mirror.
+    for i in 0..1200 {
+        rig.api.put(
+            &format!("api/v1/namespaces/apps/configmaps/cm-{i:04}"),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": format!("cm-{i:04}"), "namespace": "apps"},
+                   "data": {"key": "value"}}),
+        );
+    }
+    rig.api.put(
+        "api/v1/namespaces/zz-nodes/configmaps/registries",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "registries", "namespace": "zz-nodes", "uid": "cm-uid"},
+               "data": {"registries.conf": "[[registry]]\nlocation = \"a.example\"\n[[registry.mirror]]\nlocation = \"m.example\"\n"}}),
+    );
+    let summary = rig.watch.recheck(&[]).await.expect("cycle");
+    assert_eq!(summary.report_writes, 1);
+    let stored = rig
+        .api
+        .get(&format!("{REPORTS}/clusterpolicyreports/pinhook-mirrors"))
+        .expect("the ClusterPolicyReport");
+    assert_eq!(stored["results"][0]["resources"][0]["name"], "registries");
+    assert_eq!(stored["results"][0]["result"], "fail");
+    let lists: Vec<String> = rig
+        .api
+        .lists()
+        .into_iter()
+        .filter(|l| l.starts_with("/api/v1/configmaps?"))
+        .collect();
+    assert_eq!(lists.len(), 3, "three pages of 500: {lists:?}");
+    assert!(lists.iter().all(|l| l.contains("limit=500")), "{lists:?}");
+    assert!(!lists[0].contains("continue="), "{lists:?}");
+    assert!(lists[1].contains("continue=500"), "{lists:?}");
+    assert!(lists[2].contains("continue=1000"), "{lists:?}");
+    // Every other cluster-wide list of the cycle asks for a page too.
+    let unpaged: Vec<String> = rig
+        .api
+        .lists()
+        .into_iter()
+        .filter(|l| !l.contains("limit="))
+        .collect();
+    assert!(unpaged.is_empty(), "lists without a limit: {unpaged:?}");
+}
+
+#[tokio::test]
+async fn the_watch_writes_and_deletes_only_reports_named_pinhook_and_pinhook_mirrors() {
+    let rig = rig(Policy::default()).await;
+    // A tenant's PolicyReport that copies pinhook's label, in a namespace with no Pods.
+    rig.api.put(
+        &format!("{REPORTS}/namespaces/shop/policyreports/tenant-report"),
+        json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+               "metadata": {"name": "tenant-report", "namespace": "shop",
+                            "labels": {"app.kubernetes.io/managed-by": "pinhook"}},
+               "results": [], "summary": {}}),
+    );
+    // pinhook's own report in a namespace whose Pods are gone, and one with a Pod.
+    rig.api.put(
+        &format!("{REPORTS}/namespaces/gone/policyreports/pinhook"),
+        json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+               "metadata": {"name": "pinhook", "namespace": "gone",
+                            "labels": {"app.kubernetes.io/managed-by": "pinhook"}},
+               "results": [], "summary": {}}),
+    );
+    rig.api.put(
+        "apis/config.openshift.io/v1/imagetagmirrorsets/legacy-mirror",
+        json!({"apiVersion": "config.openshift.io/v1", "kind": "ImageTagMirrorSet",
+               "metadata": {"name": "legacy-mirror", "uid": "itms-uid"},
+               "spec": {"imageTagMirrors": [{"source": "docker.io/library", "mirrors": ["mirror.example/library"]}]}}),
+    );
+    let pods = vec![record(&deployment_pod(
+        "blog",
+        "cms",
+        1,
+        &[("app", "reg.example/team/cms:3")],
+    ))];
+    rig.watch.recheck(&pods).await.expect("cycle");
+    let report_writes: Vec<(String, String)> = rig
+        .api
+        .writes()
+        .into_iter()
+        .filter(|(_, path)| path.contains("policyreports"))
+        .collect();
+    assert!(!report_writes.is_empty());
+    for (method, path) in &report_writes {
+        let name = path.rsplit('/').next().unwrap_or_default();
+        let own = if path.contains("clusterpolicyreports") {
+            name == "pinhook-mirrors"
+        } else {
+            name == "pinhook"
+        };
+        assert!(own, "{method} {path}: not one of pinhook's report names");
+    }
+    assert!(
+        report_writes.contains(&(
+            "DELETE".into(),
+            format!("/{REPORTS}/namespaces/gone/policyreports/pinhook")
+        )),
+        "{report_writes:?}"
+    );
+    assert!(
+        rig.api
+            .get(&format!(
+                "{REPORTS}/namespaces/shop/policyreports/tenant-report"
+            ))
+            .is_some(),
+        "a tenant's report is never touched"
+    );
+    // Nor is it taken for pinhook's: no report in its namespace is read or written.
+    assert!(
+        !report_writes
+            .iter()
+            .any(|(_, path)| path.contains("/namespaces/shop/")),
+        "{report_writes:?}"
+    );
+    let shop_reads: Vec<String> = rig
+        .api
+        .reads()
+        .into_iter()
+        .filter(|path| path.contains("/namespaces/shop/policyreports"))
+        .collect();
+    assert!(shop_reads.is_empty(), "{shop_reads:?}");
 }
