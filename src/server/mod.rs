@@ -1,8 +1,10 @@
 //! HTTPS server: binding, serving and shutting down the webhook, with its parts in rooms of
 //! their own: [`routes`] (the handlers of `/mutate`, `/validate`, health and metrics, and each
-//! request's bounds), [`dry_run`] (`/v1/dry-run` and who may call it), [`tls`] (the serving
-//! certificate and its reloads), [`connections`] (bounds on clients' connections) and
-//! [`observe`] (what each review logs and counts).
+//! request's bounds), [`dry_run`] (`/v1/dry-run` and who may call it), [`throttle`] (the
+//! TokenReview budget of dry-run callers), [`tls`] (the serving certificate, its reloads and
+//! the client CA), [`client_auth`] (admission reviews only from a verified client certificate,
+//! when a client CA is set), [`connections`] (bounds on clients' connections) and [`observe`]
+//! (what each review logs and counts).
 //!
 //! Handlers are thin: extract, call `admission`, render; the status and message of every
 //! failure come from [`crate::admission::Failure`]. Invariants: nothing on the request path
@@ -23,15 +25,19 @@ use axum_server::tls_rustls::RustlsAcceptor;
 use hyper_util::rt::TokioTimer;
 use tracing::info;
 
+pub mod client_auth;
 mod connections;
 mod dry_run;
 pub mod observe;
 mod routes;
+pub mod throttle;
 mod tls;
 
+use client_auth::PeerAcceptor;
 pub use connections::ConnectionLimits;
 use connections::LimitedAcceptor;
 pub use routes::router;
+pub use throttle::{TokenBucket, TokenReviewLimit};
 
 use crate::admission::Pinner;
 use crate::certs::managed::Serving;
@@ -50,6 +56,12 @@ pub enum ServerError {
     LoadTls {
         cert: PathBuf,
         key: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to load the client CA '{path}'")]
+    LoadClientCa {
+        path: PathBuf,
         #[source]
         source: std::io::Error,
     },
@@ -79,6 +91,17 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub tls: ServerTls,
     pub limits: ConnectionLimits,
+    /// CA certificates (PEM) a client certificate must chain to for `/mutate` and `/validate`
+    /// to answer; `None`: any client that reaches the port may ask for reviews.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Who may call: the client CA of admission reviews and the dry run's TokenReview budget.
+#[derive(Debug, Clone, Default)]
+pub struct ClientAccess {
+    /// See [`ServerConfig::client_ca`].
+    pub client_ca: Option<PathBuf>,
+    pub token_reviews: TokenReviewLimit,
 }
 
 /// Where the serving certificate comes from.
@@ -98,6 +121,11 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// Checks dry-run callers; `None` without a Kubernetes API (the endpoint then answers 503).
     pub authorizer: Option<Arc<dyn Authorizer>>,
+    /// `/mutate` and `/validate` answer only connections with a verified client certificate
+    /// (set by [`start`] from [`ServerConfig::client_ca`]).
+    pub require_client_cert: bool,
+    /// The TokenReviews dry-run callers may cost the apiserver.
+    pub token_reviews: Arc<TokenBucket>,
 }
 
 /// A server that is listening.
@@ -110,8 +138,16 @@ pub struct RunningServer {
 }
 
 /// Loads the certificate, binds, and serves until [`RunningServer::shutdown`].
-pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServer, ServerError> {
-    let (tls, reloader) = tls::serving(config.tls).await?;
+pub async fn start(
+    config: ServerConfig,
+    mut state: AppState,
+) -> Result<RunningServer, ServerError> {
+    let clients = match &config.client_ca {
+        Some(path) => tls::Clients::from_ca_file(path).await?,
+        None => tls::Clients::none(),
+    };
+    state.require_client_cert = config.client_ca.is_some();
+    let (tls, reloader) = tls::serving(config.tls, clients).await?;
     let listener =
         std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
             addr: config.listen,
@@ -137,7 +173,7 @@ pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServe
         state.metrics.connections_open.clone(),
         state.metrics.connections_refused.clone(),
     );
-    let acceptor = RustlsAcceptor::new(tls.clone()).acceptor(limited);
+    let acceptor = PeerAcceptor::new(RustlsAcceptor::new(tls.clone()).acceptor(limited));
     let mut server = axum_server::from_tcp(listener)
         .map_err(|source| ServerError::Bind {
             addr: config.listen,
@@ -159,7 +195,7 @@ pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServe
             .map_err(|source| ServerError::Serve { addr, source })
     });
     state.ready.store(true, Ordering::SeqCst);
-    info!(%addr, "listening");
+    info!(%addr, client_certificates = if state.require_client_cert { "required for admission reviews" } else { "not asked for" }, "listening");
     Ok(RunningServer {
         addr,
         handle,

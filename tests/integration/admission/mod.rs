@@ -11,3 +11,4 @@ mod mutate_https;
 mod policy;
 mod server_limits;
 mod validate_https;
+mod who_may_call;

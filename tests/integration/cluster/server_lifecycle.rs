@@ -78,6 +78,8 @@ fn state(resolver_timeout: Duration) -> AppState {
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
         authorizer: None,
+        require_client_cert: false,
+        token_reviews: Default::default(),
     }
 }
 
@@ -98,6 +100,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
             key: key_path.clone(),
         },
         limits: ConnectionLimits::default(),
+        client_ca: None,
     };
     let running = server::start(config, state(Duration::from_secs(2)))
         .await
@@ -177,6 +180,7 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
             key: ca.server_key_path().to_path_buf(),
         },
         limits: ConnectionLimits::default(),
+        client_ca: None,
     };
     let state = state(Duration::from_secs(1));
     let ready = state.ready.clone();
@@ -260,6 +264,7 @@ async fn certificates_from_pinhook_certs_serve_the_service_names() {
             key: files.key,
         },
         limits: ConnectionLimits::default(),
+        client_ca: None,
     };
     let running = server::start(config, state(Duration::from_secs(1)))
         .await
