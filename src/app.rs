@@ -174,6 +174,7 @@ pub struct App {
     tls: AppTls,
     limits: ConnectionLimits,
     client_ca: Option<PathBuf>,
+    metrics_listen: Option<SocketAddr>,
     state: AppState,
     resolver: Arc<CachingResolver>,
     policy: PolicyHandle,
@@ -289,6 +290,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         tls,
         limits: config.limits,
         client_ca: config.clients.client_ca,
+        metrics_listen: config.clients.metrics_listen,
         state,
         resolver: cache,
         policy: handle,
@@ -509,6 +511,7 @@ impl App {
             tls,
             limits: self.limits,
             client_ca: self.client_ca,
+            metrics_listen: self.metrics_listen,
         };
         let server = server::start(config, self.state).await?;
         let watcher = self.watcher.map(|watcher| {

@@ -82,6 +82,11 @@ struct ClientArgs {
     /// TokenReviews that may be sent at once after a quiet spell (the bucket's size).
     #[arg(long, env = "PINHOOK_TOKEN_REVIEW_BURST", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     token_review_burst: u32,
+    /// Also serve `/metrics` and `/healthz` over plain HTTP on this address (e.g.
+    /// 0.0.0.0:9090), so that a NetworkPolicy can admit scrapers there and keep the admission
+    /// port to the control plane. `/metrics` stays on the HTTPS port too.
+    #[arg(long, env = "PINHOOK_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 /// A positive, finite rate.
@@ -245,6 +250,7 @@ impl ServeArgs {
                     per_second: self.clients.token_review_rate,
                     burst: self.clients.token_review_burst,
                 },
+                metrics_listen: self.clients.metrics_listen,
             },
             overrides: Overrides::default(),
         })

@@ -94,6 +94,8 @@ pub struct ServerConfig {
     /// CA certificates (PEM) a client certificate must chain to for `/mutate` and `/validate`
     /// to answer; `None`: any client that reaches the port may ask for reviews.
     pub client_ca: Option<PathBuf>,
+    /// See [`ClientAccess::metrics_listen`].
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Who may call: the client CA of admission reviews and the dry run's TokenReview budget.
@@ -102,6 +104,9 @@ pub struct ClientAccess {
     /// See [`ServerConfig::client_ca`].
     pub client_ca: Option<PathBuf>,
     pub token_reviews: TokenReviewLimit,
+    /// Also serve `/metrics` (and `/healthz`) over plain HTTP here, so that a NetworkPolicy can
+    /// let scrapers reach it without letting them reach the admission port.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Where the serving certificate comes from.
@@ -131,6 +136,9 @@ pub struct AppState {
 /// A server that is listening.
 pub struct RunningServer {
     pub addr: SocketAddr,
+    /// The plain-HTTP metrics listener's address, when there is one.
+    pub metrics_addr: Option<SocketAddr>,
+    metrics: Option<Listener>,
     handle: axum_server::Handle<SocketAddr>,
     ready: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
@@ -194,15 +202,68 @@ pub async fn start(
             .await
             .map_err(|source| ServerError::Serve { addr, source })
     });
+    let metrics = match config.metrics_listen {
+        Some(listen) => Some(start_metrics(listen, &state, &limits)?),
+        None => None,
+    };
     state.ready.store(true, Ordering::SeqCst);
     info!(%addr, client_certificates = if state.require_client_cert { "required for admission reviews" } else { "not asked for" }, "listening");
     Ok(RunningServer {
         addr,
+        metrics_addr: metrics.as_ref().map(|(addr, _)| *addr),
+        metrics: metrics.map(|(_, listener)| listener),
         handle,
         ready: state.ready,
         task,
         reloader,
     })
+}
+
+/// A listener's shutdown handle and its task.
+type Listener = (
+    axum_server::Handle<SocketAddr>,
+    tokio::task::JoinHandle<Result<(), ServerError>>,
+);
+
+/// The plain-HTTP listener of `/metrics` and `/healthz`, with the same bounds on connections
+/// and requests as the HTTPS one.
+fn start_metrics(
+    listen: SocketAddr,
+    state: &AppState,
+    limits: &ConnectionLimits,
+) -> Result<(SocketAddr, Listener), ServerError> {
+    let bind = |source| ServerError::Bind {
+        addr: listen,
+        source,
+    };
+    let listener = std::net::TcpListener::bind(listen).map_err(bind)?;
+    listener.set_nonblocking(true).map_err(bind)?;
+    let addr = listener.local_addr().map_err(|_| ServerError::NoAddress)?;
+    let handle = axum_server::Handle::new();
+    let acceptor = LimitedAcceptor::new(
+        NoDelayAcceptor::new(),
+        limits,
+        state.metrics.connections_open.clone(),
+        state.metrics.connections_refused.clone(),
+    );
+    let mut server = axum_server::from_tcp(listener)
+        .map_err(bind)?
+        .acceptor(acceptor)
+        .handle(handle.clone());
+    server
+        .http_builder()
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let app = routes::metrics_router(state.clone(), limits);
+    let task = tokio::spawn(async move {
+        server
+            .serve(app.into_make_service())
+            .await
+            .map_err(|source| ServerError::Serve { addr, source })
+    });
+    info!(%addr, "serving /metrics over plain HTTP");
+    Ok((addr, (handle, task)))
 }
 
 // === impl RunningServer ===
@@ -216,6 +277,10 @@ impl RunningServer {
         self.ready.store(false, Ordering::SeqCst);
         tokio::time::sleep(drain).await;
         self.handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
+        if let Some((handle, task)) = self.metrics {
+            handle.graceful_shutdown(Some(Duration::from_secs(1)));
+            let _ = task.await;
+        }
         self.reloader.abort();
         match self.task.await {
             Ok(result) => result,

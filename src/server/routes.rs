@@ -59,6 +59,19 @@ pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
         .with_state(state)
 }
 
+/// The plain-HTTP metrics listener's routes: `/metrics` and `/healthz`, nothing else.
+pub(super) fn metrics_router(state: AppState, limits: &ConnectionLimits) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz_handler))
+        .route("/metrics", get(metrics_handler))
+        .layer((
+            tower_http::catch_panic::CatchPanicLayer::new(),
+            TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout),
+            RequestBodyLimitLayer::new(4096),
+        ))
+        .with_state(state)
+}
+
 async fn mutate_handler(
     State(state): State<AppState>,
     Query(query): Query<ReviewQuery>,

@@ -147,6 +147,11 @@ impl TestPinhook {
         }
     }
 
+    /// The plain-HTTP metrics listener's address (`ClientAccess::metrics_listen`).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self._server.metrics_addr
+    }
+
     /// The CA that signed pinhook's serving certificate.
     pub fn ca_pem(&self) -> &str {
         &self.ca

@@ -169,6 +169,52 @@ async fn with_a_client_ca_only_a_verified_client_gets_a_review() {
 }
 
 #[tokio::test]
+async fn the_metrics_listener_serves_metrics_and_no_review() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    let pinhook = TestPinhook::start_with(
+        &registry,
+        Options {
+            clients: ClientAccess {
+                metrics_listen: Some("127.0.0.1:0".parse().expect("address")),
+                ..ClientAccess::default()
+            },
+            ..Options::default()
+        },
+    )
+    .await;
+    let addr = pinhook.metrics_addr().expect("a metrics listener");
+    assert_ne!(addr.port(), 0);
+    let plain = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let response = plain
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .expect("metrics answer");
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(response
+        .text()
+        .await
+        .expect("text")
+        .contains("# TYPE pinhook_unauthenticated_reviews counter"));
+    let review = review_fixture(BASIC_POD, &registry);
+    for path in ["/mutate", "/validate", "/v1/dry-run"] {
+        let status = plain
+            .post(format!("http://{addr}{path}"))
+            .json(&review)
+            .send()
+            .await
+            .expect("answers")
+            .status()
+            .as_u16();
+        assert_eq!(status, 404, "{path} on the metrics listener");
+    }
+}
+
+#[tokio::test]
 async fn without_a_client_ca_reviews_need_no_client_certificate() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
@@ -188,12 +234,12 @@ async fn a_flood_of_bad_tokens_costs_at_most_the_token_review_budget() {
         Options {
             authorizer: Some(authorizer),
             clients: ClientAccess {
-                client_ca: None,
                 // 0.5/s: the test's few seconds add at most a couple of tokens to the burst.
                 token_reviews: TokenReviewLimit {
                     per_second: 0.5,
                     burst: 5,
                 },
+                ..ClientAccess::default()
             },
             ..Options::default()
         },

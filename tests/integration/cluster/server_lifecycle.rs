@@ -101,6 +101,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
         },
         limits: ConnectionLimits::default(),
         client_ca: None,
+        metrics_listen: None,
     };
     let running = server::start(config, state(Duration::from_secs(2)))
         .await
@@ -181,6 +182,7 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
         },
         limits: ConnectionLimits::default(),
         client_ca: None,
+        metrics_listen: None,
     };
     let state = state(Duration::from_secs(1));
     let ready = state.ready.clone();
@@ -265,6 +267,7 @@ async fn certificates_from_pinhook_certs_serve_the_service_names() {
         },
         limits: ConnectionLimits::default(),
         client_ca: None,
+        metrics_listen: None,
     };
     let running = server::start(config, state(Duration::from_secs(1)))
         .await
