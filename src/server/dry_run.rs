@@ -87,7 +87,7 @@ async fn dry_run_answer(
 ) -> Result<Vec<u8>, Refusal> {
     let authorizer = state.authorizer.clone().ok_or(Failure::NoKubernetesApi)?;
     let token = bearer_token(headers).ok_or(Failure::MissingToken)?;
-    if !state.token_reviews.try_take() {
+    if !state.token_reviews.admit(token) {
         return Err(Refusal::Throttled);
     }
     let caller = authorizer
@@ -95,6 +95,7 @@ async fn dry_run_answer(
         .await
         .map_err(Failure::Authentication)?
         .ok_or(Failure::InvalidToken)?;
+    state.token_reviews.authenticated(token);
     let documents = parse_manifests(body).await?;
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
     authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
