@@ -383,7 +383,14 @@ fn the_network_policy_admits_8443_only_from_the_control_plane() {
     assert_eq!(ingress[0]["ports"][0]["port"], 8443);
     assert_eq!(
         ingress[0]["from"],
-        serde_json::json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "fd00::/64"}}])
+        serde_json::json!([
+            {"ipBlock": {"cidr": "10.0.0.0/24"}},
+            {"ipBlock": {"cidr": "fd00::/64"}},
+            {"podSelector": {"matchLabels": {
+                "app.kubernetes.io/name": "pinhook",
+                "app.kubernetes.io/component": "test"
+            }}}
+        ])
     );
     assert_eq!(ingress[1]["ports"][0]["port"], 9090);
     assert!(
@@ -434,4 +441,49 @@ fn a_client_ca_bundle_is_mounted_and_named_to_pinhook() {
     assert!(volumes
         .iter()
         .any(|v| v["name"] == "client-ca" && v["configMap"]["name"] == "pinhook-client-ca"));
+}
+
+#[test]
+fn the_helm_test_may_create_pods_only_in_a_namespace_of_its_own() {
+    let objects = render(&[]);
+    let test_ns = "pinhook-system-pinhook-test";
+    let namespace = get(&objects, "Namespace", test_ns);
+    assert_eq!(namespace["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    // Every Role that grants anything to the test lives in the test namespace.
+    for kind in ["Role", "RoleBinding"] {
+        for object in objects.iter().filter(|o| o["kind"] == kind) {
+            if object["metadata"]["name"] == "pinhook-test" {
+                assert_eq!(object["metadata"]["namespace"], test_ns, "{object}");
+            }
+        }
+    }
+    let role = objects
+        .iter()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "pinhook-test")
+        .expect("the test's Role");
+    assert_eq!(role["rules"][0]["resources"], serde_json::json!(["pods"]));
+    let pod = get(&objects, "Pod", "pinhook-test");
+    assert_eq!(pod["metadata"]["namespace"], NAMESPACE);
+    let args: Vec<&str> = pod["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let at = args
+        .iter()
+        .position(|a| *a == "--namespace")
+        .expect("--namespace");
+    assert_eq!(args[at + 1], test_ns);
+    let manifest = get(&objects, "ConfigMap", "pinhook-test")["data"]["pod.yaml"]
+        .as_str()
+        .expect("pod.yaml");
+    assert!(
+        manifest.contains(&format!("namespace: {test_ns}")),
+        "{manifest}"
+    );
 }
