@@ -98,7 +98,8 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
 }
 
-/// Who may call: the client CA of admission reviews and the dry run's TokenReview budget.
+/// Who may call: the client CA of admission reviews, the dry run's TokenReview budget, and
+/// the plain-HTTP port of `/metrics` that a NetworkPolicy can open to scrapers alone.
 #[derive(Debug, Clone, Default)]
 pub struct ClientAccess {
     /// See [`ServerConfig::client_ca`].
@@ -196,16 +197,18 @@ pub async fn start(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
     server.http_builder().http2().timer(TokioTimer::new());
+    // Before the HTTPS task starts, so that a metrics address that cannot be bound leaves
+    // nothing running.
+    let metrics = match config.metrics_listen {
+        Some(listen) => Some(start_metrics(listen, &state, &limits)?),
+        None => None,
+    };
     let task = tokio::spawn(async move {
         server
             .serve(app.into_make_service())
             .await
             .map_err(|source| ServerError::Serve { addr, source })
     });
-    let metrics = match config.metrics_listen {
-        Some(listen) => Some(start_metrics(listen, &state, &limits)?),
-        None => None,
-    };
     state.ready.store(true, Ordering::SeqCst);
     info!(%addr, client_certificates = if state.require_client_cert { "required for admission reviews" } else { "not asked for" }, "listening");
     Ok(RunningServer {
