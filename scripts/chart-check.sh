@@ -239,6 +239,13 @@ check "fail: replicaCount 1 with PDB maxUnavailable 0" \
     --set replicaCount=1,podDisruptionBudget.maxUnavailable=0
 check "fail: PDB minAvailable equal to replicaCount" \
     refuse "podDisruptionBudget.minAvailable=2 with replicaCount=2" "$NS" --set podDisruptionBudget.minAvailable=2
+check "fail: networkPolicy.enabled with neither controlPlaneCIDRs nor from (it would admit anyone)" \
+    refuse "networkPolicy.enabled needs networkPolicy.controlPlaneCIDRs" "$NS" --set networkPolicy.enabled=true
+check "fail: webhook.clientAuth with both caBundle and existingSecret" \
+    refuse "webhook.clientAuth: set caBundle or existingSecret, not both" "$NS" \
+    --set-file webhook.clientAuth.caBundle=tests/fixtures/client-ca.pem --set webhook.clientAuth.existingSecret=ca
+check "fail: webhook.clientAuth.caBundle that is no PEM certificate" \
+    refuse "webhook.clientAuth.caBundle is not a PEM certificate" "$NS" --set webhook.clientAuth.caBundle=not-a-cert
 
 # --- package ---------------------------------------------------------------------------------
 packaged() {

@@ -34,7 +34,8 @@ use crate::registry::{
     CacheConfig, CachingResolver, HostCaError, OciResolver, RegistryConfig, RegistryError, Resolver,
 };
 use crate::server::{
-    self, AppState, ConnectionLimits, RunningServer, ServerConfig, ServerError, ServerTls,
+    self, AppState, ClientAccess, ConnectionLimits, RunningServer, ServerConfig, ServerError,
+    ServerTls, TokenBucket,
 };
 use crate::watch::controller::api::EventPublisher;
 use crate::watch::{EventReason, EventSpec, EventType, WorkloadRef};
@@ -115,6 +116,8 @@ pub struct Config {
     pub shutdown_delay: Duration,
     /// Bounds on the clients' connections and requests.
     pub limits: ConnectionLimits,
+    /// Who may ask for reviews (client CA) and the dry run's TokenReview budget.
+    pub clients: ClientAccess,
     /// Parts supplied from outside instead of built from [`Config::kube`].
     pub overrides: Overrides,
 }
@@ -170,6 +173,8 @@ pub struct App {
     listen: SocketAddr,
     tls: AppTls,
     limits: ConnectionLimits,
+    client_ca: Option<PathBuf>,
+    metrics_listen: Option<SocketAddr>,
     state: AppState,
     resolver: Arc<CachingResolver>,
     policy: PolicyHandle,
@@ -278,11 +283,15 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         ready: Arc::new(AtomicBool::new(false)),
         authorizer,
         large_reviews: Arc::default(),
+        require_client_cert: config.clients.client_ca.is_some(),
+        token_reviews: Arc::new(TokenBucket::new(config.clients.token_reviews)),
     };
     Ok(App {
         listen: config.listen,
         tls,
         limits: config.limits,
+        client_ca: config.clients.client_ca,
+        metrics_listen: config.clients.metrics_listen,
         state,
         resolver: cache,
         policy: handle,
@@ -502,6 +511,8 @@ impl App {
             listen: self.listen,
             tls,
             limits: self.limits,
+            client_ca: self.client_ca,
+            metrics_listen: self.metrics_listen,
         };
         let server = server::start(config, self.state).await?;
         let watcher = self.watcher.map(|watcher| {
@@ -583,6 +594,7 @@ mod tests {
             credential_providers: None,
             shutdown_delay: Duration::ZERO,
             limits: ConnectionLimits::default(),
+            clients: ClientAccess::default(),
             overrides: Overrides::default(),
         }
     }

@@ -98,6 +98,11 @@ pub struct Metrics {
     /// `pinhook watch`: running images found with a moved tag that the previous recheck had
     /// not found so.
     pub tag_moved_running: Counter,
+    /// `/mutate` and `/validate` requests refused (403) because client certificates are
+    /// required and the connection presented none.
+    pub unauthenticated_reviews: Counter,
+    /// `/v1/dry-run` requests answered 429 because the TokenReview budget was spent.
+    pub dry_run_throttled: Counter,
 }
 
 // === impl Metrics ===
@@ -198,8 +203,22 @@ impl Metrics {
             "Running images pinhook watch found with a tag that moved since it was pinned (counted when first found)",
             tag_moved_running.clone(),
         );
+        let unauthenticated_reviews = Counter::default();
+        registry.register(
+            "unauthenticated_reviews",
+            "Admission reviews refused (403) because --client-ca-file requires a client certificate and the connection presented none",
+            unauthenticated_reviews.clone(),
+        );
+        let dry_run_throttled = Counter::default();
+        registry.register(
+            "dry_run_throttled",
+            "Dry-run requests answered 429 without a TokenReview because the TokenReview rate limit was reached",
+            dry_run_throttled.clone(),
+        );
         Metrics {
             registry,
+            unauthenticated_reviews,
+            dry_run_throttled,
             running_images,
             tag_moved_running,
             connections_open,

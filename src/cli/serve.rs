@@ -1,5 +1,6 @@
 //! `pinhook serve`: its flags (listen address, TLS from files or self-managed, connection
-//! bounds, policy, registry, cache and node credentials) and the [`app::Config`] built from them.
+//! bounds, who may call (client CA, TokenReview rate), policy, registry, cache and node
+//! credentials) and the [`app::Config`] built from them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use crate::certs::managed::{ManagedConfig, WebhookRef};
 use crate::certs::rotation::Settings;
 use crate::certs::CertRequest;
 use crate::policy::Policy;
-use crate::server::ConnectionLimits;
+use crate::server::{ClientAccess, ConnectionLimits, TokenReviewLimit};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -61,6 +62,41 @@ pub struct ServeArgs {
     shutdown_delay: u64,
     #[command(flatten)]
     connections: ConnectionArgs,
+    #[command(flatten)]
+    clients: ClientArgs,
+}
+
+/// Who may call `pinhook serve`.
+#[derive(Debug, Args)]
+struct ClientArgs {
+    /// CA certificates (PEM) the apiserver's client certificate must chain to: `/mutate` and
+    /// `/validate` then answer 403 to a connection without one (the apiserver presents it when
+    /// its admission configuration names a kubeconfig for pinhook's host). `/healthz`,
+    /// `/readyz`, `/metrics` and `/v1/dry-run` (TokenReview) need none. Read at start-up.
+    #[arg(long, env = "PINHOOK_CLIENT_CA_FILE")]
+    client_ca_file: Option<PathBuf>,
+    /// TokenReviews per second `/v1/dry-run` may send for its callers, all callers together;
+    /// past it a caller gets 429 and the apiserver no call.
+    #[arg(long, env = "PINHOOK_TOKEN_REVIEW_RATE", default_value_t = 10.0, value_parser = token_review_rate)]
+    token_review_rate: f64,
+    /// TokenReviews that may be sent at once after a quiet spell (the bucket's size).
+    #[arg(long, env = "PINHOOK_TOKEN_REVIEW_BURST", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    token_review_burst: u32,
+    /// Also serve `/metrics` and `/healthz` over plain HTTP on this address (e.g.
+    /// 0.0.0.0:9090), so that a NetworkPolicy can admit scrapers there and keep the admission
+    /// port to the control plane. `/metrics` stays on the HTTPS port too.
+    #[arg(long, env = "PINHOOK_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+}
+
+/// A positive, finite rate.
+fn token_review_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!(
+            "'{text}' is not a positive number of TokenReviews per second"
+        )),
+    }
 }
 
 /// Self-managed certificates (`--tls-secret`), instead of --tls-cert and --tls-key.
@@ -208,6 +244,14 @@ impl ServeArgs {
             docker_config: self.node_credentials.docker_config,
             shutdown_delay: Duration::from_secs(self.shutdown_delay),
             limits: self.connections.to_limits()?,
+            clients: ClientAccess {
+                client_ca: self.clients.client_ca_file,
+                token_reviews: TokenReviewLimit {
+                    per_second: self.clients.token_review_rate,
+                    burst: self.clients.token_review_burst,
+                },
+                metrics_listen: self.clients.metrics_listen,
+            },
             overrides: Overrides::default(),
         })
     }

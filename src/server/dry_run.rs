@@ -1,13 +1,15 @@
 //! `POST /v1/dry-run`: what admission would do to a set of manifests, for callers the cluster
 //! authenticates (TokenReview) and allows to create each pod-bearing object
 //! (SubjectAccessReview), because the answer is computed with the namespace's own pull
-//! secrets. Manifests are parsed on the blocking pool, a few bodies at a time.
+//! secrets. Each TokenReview spends a token of [`super::throttle`]'s bucket; with none left
+//! the caller gets 429 and the apiserver no call. Manifests are parsed on the blocking pool, a
+//! few bodies at a time.
 
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tracing::info;
@@ -46,7 +48,33 @@ pub(super) async fn dry_run_handler(
 ) -> Response {
     match dry_run_answer(&state, query, &headers, body).await {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(failure) => failure_json(&failure),
+        Err(Refusal::Failure(failure)) => failure_json(&failure),
+        Err(Refusal::Throttled) => {
+            state.metrics.dry_run_throttled.inc();
+            let body = serde_json::json!({ "error": THROTTLED });
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                axum::Json(body),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// The answer of a caller refused because the TokenReview budget is spent.
+const THROTTLED: &str = "too many dry-run requests: pinhook checks at most --token-review-rate tokens per second; retry later";
+
+/// Why a dry run was not answered with a report.
+enum Refusal {
+    Failure(Failure),
+    /// No TokenReview left in the bucket: 429, with no apiserver call.
+    Throttled,
+}
+
+impl From<Failure> for Refusal {
+    fn from(failure: Failure) -> Self {
+        Refusal::Failure(failure)
     }
 }
 
@@ -56,20 +84,24 @@ async fn dry_run_answer(
     query: DryRunQuery,
     headers: &HeaderMap,
     body: Bytes,
-) -> Result<Vec<u8>, Failure> {
+) -> Result<Vec<u8>, Refusal> {
     let authorizer = state.authorizer.clone().ok_or(Failure::NoKubernetesApi)?;
     let token = bearer_token(headers).ok_or(Failure::MissingToken)?;
+    if !state.token_reviews.admit(token) {
+        return Err(Refusal::Throttled);
+    }
     let caller = authorizer
         .authenticate(token)
         .await
         .map_err(Failure::Authentication)?
         .ok_or(Failure::InvalidToken)?;
+    state.token_reviews.authenticated(token);
     let documents = parse_manifests(body).await?;
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
     authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
     info!(user = %caller.username, documents = documents.len(), "dry run");
     let report = dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET).await;
-    serde_json::to_vec(&report).map_err(Failure::EncodeReport)
+    Ok(serde_json::to_vec(&report).map_err(Failure::EncodeReport)?)
 }
 
 /// Reads a manifest body on the blocking pool, at most [`MANIFEST_PARSERS`] at a time.

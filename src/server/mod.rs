@@ -1,7 +1,9 @@
 //! HTTPS server: binding, serving and shutting down the webhook, with its parts in rooms of
 //! their own: [`routes`] (the handlers of `/mutate`, `/validate`, health and metrics, and each
-//! request's bounds), [`dry_run`] (`/v1/dry-run` and who may call it), [`tls`] (the serving
-//! certificate and its reloads), [`connections`] (bounds on clients' connections),
+//! request's bounds), [`dry_run`] (`/v1/dry-run` and who may call it), [`throttle`] (the
+//! TokenReview budget of dry-run callers), [`tls`] (the serving certificate, its reloads and
+//! the client CA), [`client_auth`] (admission reviews only from a verified client certificate,
+//! when a client CA is set), [`connections`] (bounds on clients' connections),
 //! [`large_reviews`] (the memory budget of large reviews) and [`observe`] (what each review
 //! logs and counts).
 //!
@@ -24,16 +26,20 @@ use axum_server::tls_rustls::RustlsAcceptor;
 use hyper_util::rt::TokioTimer;
 use tracing::info;
 
+pub mod client_auth;
 mod connections;
 mod dry_run;
 pub mod large_reviews;
 pub mod observe;
 mod routes;
+pub mod throttle;
 mod tls;
 
+use client_auth::PeerAcceptor;
 pub use connections::ConnectionLimits;
 use connections::LimitedAcceptor;
 pub use routes::router;
+pub use throttle::{TokenBucket, TokenReviewLimit};
 
 use crate::admission::Pinner;
 use crate::certs::managed::Serving;
@@ -52,6 +58,12 @@ pub enum ServerError {
     LoadTls {
         cert: PathBuf,
         key: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to load the client CA '{path}'")]
+    LoadClientCa {
+        path: PathBuf,
         #[source]
         source: std::io::Error,
     },
@@ -81,6 +93,23 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub tls: ServerTls,
     pub limits: ConnectionLimits,
+    /// CA certificates (PEM) a client certificate must chain to for `/mutate` and `/validate`
+    /// to answer; `None`: any client that reaches the port may ask for reviews.
+    pub client_ca: Option<PathBuf>,
+    /// See [`ClientAccess::metrics_listen`].
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// Who may call: the client CA of admission reviews, the dry run's TokenReview budget, and
+/// the plain-HTTP port of `/metrics` that a NetworkPolicy can open to scrapers alone.
+#[derive(Debug, Clone, Default)]
+pub struct ClientAccess {
+    /// See [`ServerConfig::client_ca`].
+    pub client_ca: Option<PathBuf>,
+    pub token_reviews: TokenReviewLimit,
+    /// Also serve `/metrics` (and `/healthz`) over plain HTTP here, so that a NetworkPolicy can
+    /// let scrapers reach it without letting them reach the admission port.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Where the serving certificate comes from.
@@ -102,11 +131,19 @@ pub struct AppState {
     pub authorizer: Option<Arc<dyn Authorizer>>,
     /// The budget large reviews share while they are decided.
     pub large_reviews: Arc<large_reviews::LargeReviews>,
+    /// `/mutate` and `/validate` answer only connections with a verified client certificate
+    /// (set by [`start`] from [`ServerConfig::client_ca`]).
+    pub require_client_cert: bool,
+    /// The TokenReviews dry-run callers may cost the apiserver.
+    pub token_reviews: Arc<TokenBucket>,
 }
 
 /// A server that is listening.
 pub struct RunningServer {
     pub addr: SocketAddr,
+    /// The plain-HTTP metrics listener's address, when there is one.
+    pub metrics_addr: Option<SocketAddr>,
+    metrics: Option<Listener>,
     handle: axum_server::Handle<SocketAddr>,
     ready: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
@@ -114,8 +151,16 @@ pub struct RunningServer {
 }
 
 /// Loads the certificate, binds, and serves until [`RunningServer::shutdown`].
-pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServer, ServerError> {
-    let (tls, reloader) = tls::serving(config.tls).await?;
+pub async fn start(
+    config: ServerConfig,
+    mut state: AppState,
+) -> Result<RunningServer, ServerError> {
+    let clients = match &config.client_ca {
+        Some(path) => tls::Clients::from_ca_file(path).await?,
+        None => tls::Clients::none(),
+    };
+    state.require_client_cert = config.client_ca.is_some();
+    let (tls, reloader) = tls::serving(config.tls, clients).await?;
     let listener =
         std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
             addr: config.listen,
@@ -141,7 +186,7 @@ pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServe
         state.metrics.connections_open.clone(),
         state.metrics.connections_refused.clone(),
     );
-    let acceptor = RustlsAcceptor::new(tls.clone()).acceptor(limited);
+    let acceptor = PeerAcceptor::new(RustlsAcceptor::new(tls.clone()).acceptor(limited));
     let mut server = axum_server::from_tcp(listener)
         .map_err(|source| ServerError::Bind {
             addr: config.listen,
@@ -156,6 +201,12 @@ pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServe
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
     server.http_builder().http2().timer(TokioTimer::new());
+    // Before the HTTPS task starts, so that a metrics address that cannot be bound leaves
+    // nothing running.
+    let metrics = match config.metrics_listen {
+        Some(listen) => Some(start_metrics(listen, &state, &limits)?),
+        None => None,
+    };
     let task = tokio::spawn(async move {
         server
             .serve(app.into_make_service())
@@ -163,14 +214,63 @@ pub async fn start(config: ServerConfig, state: AppState) -> Result<RunningServe
             .map_err(|source| ServerError::Serve { addr, source })
     });
     state.ready.store(true, Ordering::SeqCst);
-    info!(%addr, "listening");
+    info!(%addr, client_certificates = if state.require_client_cert { "required for admission reviews" } else { "not asked for" }, "listening");
     Ok(RunningServer {
         addr,
+        metrics_addr: metrics.as_ref().map(|(addr, _)| *addr),
+        metrics: metrics.map(|(_, listener)| listener),
         handle,
         ready: state.ready,
         task,
         reloader,
     })
+}
+
+/// A listener's shutdown handle and its task.
+type Listener = (
+    axum_server::Handle<SocketAddr>,
+    tokio::task::JoinHandle<Result<(), ServerError>>,
+);
+
+/// The plain-HTTP listener of `/metrics` and `/healthz`, with the same bounds on connections
+/// and requests as the HTTPS one.
+fn start_metrics(
+    listen: SocketAddr,
+    state: &AppState,
+    limits: &ConnectionLimits,
+) -> Result<(SocketAddr, Listener), ServerError> {
+    let bind = |source| ServerError::Bind {
+        addr: listen,
+        source,
+    };
+    let listener = std::net::TcpListener::bind(listen).map_err(bind)?;
+    listener.set_nonblocking(true).map_err(bind)?;
+    let addr = listener.local_addr().map_err(|_| ServerError::NoAddress)?;
+    let handle = axum_server::Handle::new();
+    let acceptor = LimitedAcceptor::new(
+        NoDelayAcceptor::new(),
+        limits,
+        state.metrics.connections_open.clone(),
+        state.metrics.connections_refused.clone(),
+    );
+    let mut server = axum_server::from_tcp(listener)
+        .map_err(bind)?
+        .acceptor(acceptor)
+        .handle(handle.clone());
+    server
+        .http_builder()
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let app = routes::metrics_router(state.clone(), limits);
+    let task = tokio::spawn(async move {
+        server
+            .serve(app.into_make_service())
+            .await
+            .map_err(|source| ServerError::Serve { addr, source })
+    });
+    info!(%addr, "serving /metrics over plain HTTP");
+    Ok((addr, (handle, task)))
 }
 
 // === impl RunningServer ===
@@ -184,6 +284,10 @@ impl RunningServer {
         self.ready.store(false, Ordering::SeqCst);
         tokio::time::sleep(drain).await;
         self.handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
+        if let Some((handle, task)) = self.metrics {
+            handle.graceful_shutdown(Some(Duration::from_secs(1)));
+            let _ = task.await;
+        }
         self.reloader.abort();
         match self.task.await {
             Ok(result) => result,

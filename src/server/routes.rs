@@ -1,7 +1,8 @@
 //! The webhook's routes: `/mutate` and `/validate` (thin handlers: a large body waits for its
 //! share of [`super::large_reviews`], then parse the review, call `admission`, log and count
-//! through [`super::observe`], render), health, readiness and
-//! metrics, and the bounds every request gets. The dry-run route is [`super::dry_run`]'s.
+//! through [`super::observe`], render), health, readiness and metrics, and the bounds every
+//! request gets. The dry-run route is [`super::dry_run`]'s; who may ask for reviews is
+//! [`super::client_auth`]'s.
 
 use std::time::Instant;
 
@@ -17,6 +18,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tracing::{warn, Instrument};
 
+use super::client_auth::require_client_cert;
 use super::dry_run::dry_run_handler;
 use super::observe::{observe_decision, record_review, review_span};
 use super::{AppState, ConnectionLimits, MAX_BODY_BYTES};
@@ -30,10 +32,18 @@ struct ReviewQuery {
 /// The routes, without a socket, with the bounds on each request: 413 for a body announced
 /// over [`MAX_BODY_BYTES`] before it is read, an error when a body stalls for
 /// `header_read_timeout`, and 408 when a request takes longer than `request_timeout`.
+/// With client certificates required, `/mutate` and `/validate` answer 403 to a connection
+/// without a verified one (before reading the body); the other routes do not look at it.
 pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
-    Router::new()
+    let reviews = Router::new()
         .route("/mutate", post(mutate_handler))
         .route("/validate", post(validate_handler))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_client_cert,
+        ));
+    Router::new()
+        .merge(reviews)
         .route("/v1/dry-run", post(dry_run_handler))
         .route("/healthz", get(healthz_handler))
         .route("/readyz", get(readyz_handler))
@@ -46,6 +56,19 @@ pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
             RequestBodyLimitLayer::new(MAX_BODY_BYTES),
             RequestBodyTimeoutLayer::new(limits.header_read_timeout),
             DefaultBodyLimit::max(MAX_BODY_BYTES),
+        ))
+        .with_state(state)
+}
+
+/// The plain-HTTP metrics listener's routes: `/metrics` and `/healthz`, nothing else.
+pub(super) fn metrics_router(state: AppState, limits: &ConnectionLimits) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz_handler))
+        .route("/metrics", get(metrics_handler))
+        .layer((
+            tower_http::catch_panic::CatchPanicLayer::new(),
+            TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout),
+            RequestBodyLimitLayer::new(4096),
         ))
         .with_state(state)
 }

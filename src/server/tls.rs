@@ -1,11 +1,22 @@
 //! The serving certificate: loaded from PEM files and reloaded when they change (a mounted
 //! Secret is updated in place), or taken from each pair the self-managed Secret sends. A pair
-//! rustls refuses keeps the previous one serving; existing connections are not touched.
+//! rustls refuses keeps the previous one serving; existing connections are not touched. Also
+//! who may present a client certificate: with a client CA (`--client-ca-file`) the handshake
+//! asks for one and refuses a certificate that does not chain to that CA, while a client that
+//! presents none still completes it (probes carry none); [`super::client_auth`] then refuses
+//! such a connection's admission reviews.
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum_server::tls_rustls::RustlsConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
 use tracing::{info, warn};
 
 use super::{ServerError, ServerTls};
@@ -14,20 +25,86 @@ use crate::certs::managed::Serving;
 /// How often certificate files are checked for changes.
 const RELOAD_POLL: Duration = Duration::from_secs(2);
 
+/// How the handshake treats client certificates.
+#[derive(Clone)]
+pub(super) struct Clients(Option<Arc<dyn ClientCertVerifier>>);
+
+// === impl Clients ===
+
+impl Clients {
+    /// No client certificate asked for.
+    pub(super) fn none() -> Clients {
+        Clients(None)
+    }
+
+    /// Client certificates asked for and, when presented, verified against the CA
+    /// certificates in `path` (PEM, one or more); a client may still present none.
+    pub(super) async fn from_ca_file(path: &Path) -> Result<Clients, ServerError> {
+        let bad = |source: io::Error| ServerError::LoadClientCa {
+            path: path.to_path_buf(),
+            source,
+        };
+        let pem = tokio::fs::read(path).await.map_err(bad)?;
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| bad(io::Error::other(e.to_string())))?;
+            roots
+                .add(cert)
+                .map_err(|e| bad(io::Error::other(e.to_string())))?;
+        }
+        if roots.is_empty() {
+            return Err(bad(io::Error::other("no CA certificate in the file")));
+        }
+        let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| bad(io::Error::other(e.to_string())))?;
+        Ok(Clients(Some(verifier)))
+    }
+
+    /// The rustls configuration serving `cert` (a PEM chain) with `key`.
+    fn config(&self, cert: &[u8], key: &[u8]) -> io::Result<Arc<ServerConfig>> {
+        let chain = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| io::Error::other(format!("failed to parse the certificate: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(key)
+            .map_err(|e| io::Error::other(format!("failed to parse the private key: {e}")))?;
+        let builder = ServerConfig::builder();
+        let builder = match &self.0 {
+            Some(verifier) => builder.with_client_cert_verifier(verifier.clone()),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder
+            .with_single_cert(chain, key)
+            .map_err(io::Error::other)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    async fn config_from_files(&self, cert: &Path, key: &Path) -> io::Result<Arc<ServerConfig>> {
+        let cert = tokio::fs::read(cert).await?;
+        let key = tokio::fs::read(key).await?;
+        self.config(&cert, &key)
+    }
+}
+
 /// The first certificate to serve, and the task that keeps it current.
 pub(super) async fn serving(
     tls: ServerTls,
+    clients: Clients,
 ) -> Result<(RustlsConfig, tokio::task::JoinHandle<()>), ServerError> {
     match tls {
         ServerTls::Files { cert, key } => {
-            let tls = RustlsConfig::from_pem_file(&cert, &key)
+            let config = clients
+                .config_from_files(&cert, &key)
                 .await
                 .map_err(|source| ServerError::LoadTls {
                     cert: cert.clone(),
                     key: key.clone(),
                     source,
                 })?;
-            let reloader = tokio::spawn(watch_certificates(tls.clone(), cert, key));
+            let tls = RustlsConfig::from_config(config);
+            let reloader = tokio::spawn(watch_certificates(tls.clone(), clients, cert, key));
             Ok((tls, reloader))
         }
         ServerTls::Watched(mut pairs) => {
@@ -35,10 +112,11 @@ pub(super) async fn serving(
                 .borrow_and_update()
                 .clone()
                 .ok_or(ServerError::NoManagedTls)?;
-            let tls = RustlsConfig::from_pem(first.cert.into_bytes(), first.key.into_bytes())
-                .await
+            let config = clients
+                .config(first.cert.as_bytes(), first.key.as_bytes())
                 .map_err(ServerError::LoadManagedTls)?;
-            let reloader = tokio::spawn(follow_certificates(tls.clone(), pairs));
+            let tls = RustlsConfig::from_config(config);
+            let reloader = tokio::spawn(follow_certificates(tls.clone(), clients, pairs));
             Ok((tls, reloader))
         }
     }
@@ -46,7 +124,7 @@ pub(super) async fn serving(
 
 /// Reloads the certificate when the files change (a mounted Secret is updated in place).
 /// A bad new pair keeps the old one serving; existing connections are not touched.
-async fn watch_certificates(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
+async fn watch_certificates(tls: RustlsConfig, clients: Clients, cert: PathBuf, key: PathBuf) {
     let mut seen = (modified(&cert).await, modified(&key).await);
     loop {
         tokio::time::sleep(RELOAD_POLL).await;
@@ -55,8 +133,11 @@ async fn watch_certificates(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
             continue;
         }
         seen = now;
-        match tls.reload_from_pem_file(&cert, &key).await {
-            Ok(()) => info!(cert = %cert.display(), "reloaded TLS certificate"),
+        match clients.config_from_files(&cert, &key).await {
+            Ok(config) => {
+                tls.reload_from_config(config);
+                info!(cert = %cert.display(), "reloaded TLS certificate");
+            }
             Err(e) => warn!(
                 cert = %cert.display(),
                 error = %e,
@@ -70,17 +151,18 @@ async fn watch_certificates(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
 /// refuses keeps the previous one serving; existing connections are not touched.
 async fn follow_certificates(
     tls: RustlsConfig,
+    clients: Clients,
     mut pairs: tokio::sync::watch::Receiver<Option<Serving>>,
 ) {
     while pairs.changed().await.is_ok() {
         let Some(pair) = pairs.borrow_and_update().clone() else {
             continue;
         };
-        match tls
-            .reload_from_pem(pair.cert.into_bytes(), pair.key.into_bytes())
-            .await
-        {
-            Ok(()) => info!("serving the TLS Secret's new certificate"),
+        match clients.config(pair.cert.as_bytes(), pair.key.as_bytes()) {
+            Ok(config) => {
+                tls.reload_from_config(config);
+                info!("serving the TLS Secret's new certificate");
+            }
             Err(e) => warn!(
                 error = %e,
                 "the TLS Secret's new certificate was rejected, still serving the previous one"

@@ -11,7 +11,7 @@ use pinhook::policy::{FormSetting, Policy, PolicyHandle};
 use pinhook::reference::PinForm;
 use pinhook::registry::pull_secrets::{NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, RegistryConfig};
-use pinhook::server::{ConnectionLimits, RunningServer};
+use pinhook::server::{ClientAccess, ConnectionLimits, RunningServer};
 
 use super::registry::TestRegistry;
 use super::tls::TestCa;
@@ -52,6 +52,8 @@ pub struct Options {
     /// `serve --docker-config`: node-level credentials as `pinhook serve` reads them. When set,
     /// pinhook builds its own node-only pull secrets from it and `secrets` is not used.
     pub docker_config: Option<std::path::PathBuf>,
+    /// `serve --client-ca-file` and the TokenReview budget.
+    pub clients: ClientAccess,
 }
 
 impl Default for Options {
@@ -64,6 +66,7 @@ impl Default for Options {
             authorizer: None,
             limits: ConnectionLimits::default(),
             docker_config: None,
+            clients: ClientAccess::default(),
         }
     }
 }
@@ -111,6 +114,7 @@ impl TestPinhook {
             credential_providers: None,
             shutdown_delay: Duration::ZERO,
             limits: options.limits,
+            clients: options.clients,
             overrides: Overrides {
                 secrets: match options.docker_config {
                     Some(_) => None,
@@ -141,6 +145,11 @@ impl TestPinhook {
             _server: server,
             _dir: dir,
         }
+    }
+
+    /// The plain-HTTP metrics listener's address (`ClientAccess::metrics_listen`).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self._server.metrics_addr
     }
 
     /// The CA that signed pinhook's serving certificate.

@@ -37,6 +37,10 @@
 #                       on 127.0.0.1 (its HTTPS port is off: --secure-port=0)
 #   E2E_READY_TIMEOUT   seconds to wait for readiness (120)
 #
+# The apiserver presents $E2E_PKI/webhook-client.crt (CA: webhook-client-ca.crt) to every
+# admission webhook that asks for a client certificate (--admission-control-config-file, see
+# _e2e_webhook_client).
+#
 # Trap-friendly: `trap 'tests/e2e/cluster.sh stop' EXIT` in a scenario script.
 
 _E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -149,6 +153,54 @@ _e2e_pki() {
   done
 }
 
+# _e2e_webhook_client: the client certificate the apiserver presents to admission webhooks that
+# ask for one (a CA of its own, webhook-client-ca.crt, so that no other e2e certificate passes),
+# the kubeconfig naming it for every webhook host (user `*`), and the AdmissionConfiguration
+# pointing both webhook plugins at that kubeconfig. Always on: a webhook that asks for no client
+# certificate (pinhook without --client-ca-file) is sent none.
+_e2e_webhook_client() {
+  E2E_ADMISSION_CONFIG="$E2E_WORK/admission-config.yaml"
+  [[ -s $E2E_PKI/webhook-client.crt && -s $E2E_ADMISSION_CONFIG ]] && return 0
+  (
+    set -e
+    cd "$E2E_PKI"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-client-ca.key -out webhook-client-ca.crt \
+      -days 30 -sha256 -subj "/CN=pinhook-e2e-webhook-client-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    openssl req -new -newkey rsa:2048 -nodes -keyout webhook-client.key -subj "/CN=kube-apiserver-webhook-client" \
+      -out webhook-client.csr 2>/dev/null
+    openssl x509 -req -in webhook-client.csr -CA webhook-client-ca.crt -CAkey webhook-client-ca.key \
+      -CAcreateserial -days 30 -sha256 -out webhook-client.crt \
+      -extfile <(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n') 2>/dev/null
+    rm -f webhook-client.csr
+    chmod 600 webhook-client-ca.key webhook-client.key
+  ) || return 1
+  cat >"$E2E_WORK/webhook-client.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+  - name: "*"
+    user:
+      client-certificate: $E2E_PKI/webhook-client.crt
+      client-key: $E2E_PKI/webhook-client.key
+EOF
+  cat >"$E2E_ADMISSION_CONFIG" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: MutatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: $E2E_WORK/webhook-client.kubeconfig
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: $E2E_WORK/webhook-client.kubeconfig
+EOF
+}
+
 _e2e_write_kubeconfig() {
   local tmp="$E2E_KUBECONFIG.tmp"
   rm -f "$tmp"
@@ -205,6 +257,7 @@ e2e_start() {
   _e2e_ensure_controller_manager || return 1
   mkdir -p "$E2E_WORK"
   _e2e_pki || { _e2e_log "ERROR: PKI generation failed"; return 1; }
+  _e2e_webhook_client || { _e2e_log "ERROR: webhook client certificate generation failed"; return 1; }
   _e2e_write_kubeconfig || { _e2e_log "ERROR: writing kubeconfig failed"; return 1; }
 
   local p
@@ -250,6 +303,7 @@ e2e_start() {
     --service-cluster-ip-range=10.0.0.0/24 \
     --authorization-mode=RBAC \
     --enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
+    --admission-control-config-file="$E2E_ADMISSION_CONFIG" \
     --token-auth-file="$E2E_PKI/tokens.csv" \
     --client-ca-file="$E2E_PKI/ca.crt" \
     --tls-cert-file="$E2E_PKI/apiserver.crt" \

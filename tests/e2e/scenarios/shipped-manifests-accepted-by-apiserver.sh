@@ -4,7 +4,8 @@
 # proves: From a copy of manifests/: overlays/generated-certs rendered with its render.sh and
 #   kubectl's kustomize: Secret pinhook-tls is `kubernetes.io/tls`, its certificate verifies for
 #   pinhook.pinhook-system.svc against certs/ca.crt and matches its key; the three webhooks'
-#   caBundle is that CA and their `clientConfig.service` the rendered Service; the Deployment's
+#   caBundle is that CA and their `clientConfig.service` the rendered Service (443 -> https = 8443,
+#   and 9090 -> metrics = 9090, the plain-HTTP metrics port); the Deployment's
 #   image is what `images:` makes of it, 2 replicas, locked down (runAsNonRoot, read-only root
 #   filesystem, no privilege escalation, capabilities dropped, seccomp RuntimeDefault), its policy
 #   loads in `pinhook check --policy`. Everything a 1.20 apiserver serves is accepted by `kubectl
@@ -100,10 +101,10 @@ scenario_shipped_manifests_accepted_by_apiserver() {
   expect_eq "webhooks' clientConfig.service" \
     "$(jq -r '[.[] | .webhooks[]? | .clientConfig.service as $s | "\(.name)->\($s.namespace)/\($s.name):\($s.port)\($s.path)"] | join(" ")' "$G")" \
     "pin.pinhook.dev->pinhook-system/pinhook:443/mutate validate.pinhook.dev->pinhook-system/pinhook:443/validate mirrors.pinhook.dev->pinhook-system/pinhook:443/validate" || rc=1
-  expect_eq "Service pinhook-system/pinhook: port -> targetPort, container port of that name" \
-    "$(jq -r '(.[] | select(.kind == "Service" and .metadata.name == "pinhook") | .spec.ports[0] | "\(.port)->\(.targetPort)"),
+  expect_eq "Service pinhook-system/pinhook: ports -> targetPorts, container ports of those names" \
+    "$(jq -r '(.[] | select(.kind == "Service" and .metadata.name == "pinhook") | .spec.ports[] | "\(.port)->\(.targetPort)"),
       (.[] | select(.kind == "Deployment" and .metadata.name == "pinhook") | .spec.template.spec.containers[0].ports[] | "\(.name)=\(.containerPort)")' "$G" | tr '\n' ' ')" \
-    "443->https https=8443 " || rc=1
+    "443->https 9090->metrics https=8443 metrics=9090 " || rc=1
 
   # the Deployment: the image kustomization.yaml's `images:` sets, 2 replicas, locked down
   local dep='.[] | select(.kind == "Deployment" and .metadata.name == "pinhook")' want_image

@@ -12,3 +12,4 @@ mod policy;
 mod server_limits;
 mod tenant_attacks;
 mod validate_https;
+mod who_may_call;

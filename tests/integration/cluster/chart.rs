@@ -1,7 +1,8 @@
 //! The Helm chart (charts/pinhook) as `helm template` renders it: what must always be there
 //! (the namespace exclusions, the three webhooks), what each TLS mode renders and must never
 //! render (a caBundle or Secret data pinhook writes at run time), the image reference, the
-//! availability defaults, `webhook.url` mode and the install the fail template refuses.
+//! availability defaults, `webhook.url` mode and the install the fail template refuses, and who
+//! may call: the NetworkPolicies, the client CA and the metrics port.
 //!
 //! Helm is `$PINHOOK_HELM`, else `helm3` (scripts/install-helm.sh installs it). A missing Helm
 //! fails every test with that message: it never skips. scripts/chart-check.sh covers the rest
@@ -339,5 +340,150 @@ fn the_fail_template_refuses_kube_system() {
     assert!(
         error.contains("pinhook must not be installed into kube-system"),
         "{error}"
+    );
+}
+
+/// The webhook container's environment as (name, value) pairs (valueFrom ones as "").
+fn webhook_env(objects: &[Value]) -> Vec<(String, String)> {
+    get(objects, "Deployment", "pinhook")["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env is a list")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_string(),
+                e["value"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn by_default_no_network_policy_no_client_ca_and_metrics_on_their_own_port() {
+    let objects = render(&[]);
+    assert!(objects.iter().all(|o| o["kind"] != "NetworkPolicy"));
+    let env = webhook_env(&objects);
+    assert!(env.contains(&("PINHOOK_METRICS_LISTEN".into(), "0.0.0.0:9090".into())));
+    assert!(env.iter().all(|(name, _)| name != "PINHOOK_CLIENT_CA_FILE"));
+    let ports = &get(&objects, "Service", "pinhook")["spec"]["ports"];
+    assert_eq!(ports[1]["name"], "metrics");
+    assert_eq!(ports[1]["port"], 9090);
+}
+
+#[test]
+fn the_network_policy_admits_8443_only_from_the_control_plane() {
+    let objects = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.controlPlaneCIDRs={10.0.0.0/24,fd00::/64}",
+    ]);
+    let ingress = &get(&objects, "NetworkPolicy", "pinhook")["spec"]["ingress"];
+    assert_eq!(ingress.as_array().map(Vec::len), Some(2), "{ingress}");
+    assert_eq!(ingress[0]["ports"][0]["port"], 8443);
+    assert_eq!(
+        ingress[0]["from"],
+        serde_json::json!([
+            {"ipBlock": {"cidr": "10.0.0.0/24"}},
+            {"ipBlock": {"cidr": "fd00::/64"}},
+            {"podSelector": {"matchLabels": {
+                "app.kubernetes.io/name": "pinhook",
+                "app.kubernetes.io/component": "test"
+            }}}
+        ])
+    );
+    assert_eq!(ingress[1]["ports"][0]["port"], 9090);
+    assert!(
+        ingress[1].get("from").is_none(),
+        "metrics from anyone: {ingress}"
+    );
+    let watch = &get(&objects, "NetworkPolicy", "pinhook-watch")["spec"];
+    assert_eq!(
+        watch["ingress"],
+        serde_json::json!([]),
+        "watch: no pod admitted"
+    );
+    assert_eq!(
+        watch["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "watch"
+    );
+
+    let refused = helm_template(NAMESPACE, &["--set", "networkPolicy.enabled=true"])
+        .expect_err("a NetworkPolicy admitting anyone is refused");
+    assert!(
+        refused.contains("networkPolicy.enabled needs networkPolicy.controlPlaneCIDRs"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_client_ca_bundle_is_mounted_and_named_to_pinhook() {
+    let pem = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/client-ca.pem"),
+    )
+    .expect("fixture");
+    let objects = render(&[
+        "--set-file",
+        "webhook.clientAuth.caBundle=tests/fixtures/client-ca.pem",
+    ]);
+    let config_map = get(&objects, "ConfigMap", "pinhook-client-ca");
+    assert_eq!(
+        config_map["data"]["ca.crt"].as_str().map(str::trim),
+        Some(pem.trim())
+    );
+    let env = webhook_env(&objects);
+    assert!(env.contains(&(
+        "PINHOOK_CLIENT_CA_FILE".into(),
+        "/etc/pinhook/client-ca/ca.crt".into()
+    )));
+    let spec = &get(&objects, "Deployment", "pinhook")["spec"]["template"]["spec"];
+    let volumes = spec["volumes"].as_array().expect("volumes");
+    assert!(volumes
+        .iter()
+        .any(|v| v["name"] == "client-ca" && v["configMap"]["name"] == "pinhook-client-ca"));
+}
+
+#[test]
+fn the_helm_test_may_create_pods_only_in_a_namespace_of_its_own() {
+    let objects = render(&[]);
+    let test_ns = "pinhook-system-pinhook-test";
+    let namespace = get(&objects, "Namespace", test_ns);
+    assert_eq!(namespace["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    // Every Role that grants anything to the test lives in the test namespace.
+    for kind in ["Role", "RoleBinding"] {
+        for object in objects.iter().filter(|o| o["kind"] == kind) {
+            if object["metadata"]["name"] == "pinhook-test" {
+                assert_eq!(object["metadata"]["namespace"], test_ns, "{object}");
+            }
+        }
+    }
+    let role = objects
+        .iter()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "pinhook-test")
+        .expect("the test's Role");
+    assert_eq!(role["rules"][0]["resources"], serde_json::json!(["pods"]));
+    let pod = get(&objects, "Pod", "pinhook-test");
+    assert_eq!(pod["metadata"]["namespace"], NAMESPACE);
+    let args: Vec<&str> = pod["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let at = args
+        .iter()
+        .position(|a| *a == "--namespace")
+        .expect("--namespace");
+    assert_eq!(args[at + 1], test_ns);
+    let manifest = get(&objects, "ConfigMap", "pinhook-test")["data"]["pod.yaml"]
+        .as_str()
+        .expect("pod.yaml");
+    assert!(
+        manifest.contains(&format!("namespace: {test_ns}")),
+        "{manifest}"
     );
 }

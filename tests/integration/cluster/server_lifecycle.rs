@@ -79,6 +79,8 @@ fn state(resolver_timeout: Duration) -> AppState {
         ready: Arc::new(AtomicBool::new(false)),
         authorizer: None,
         large_reviews: Arc::default(),
+        require_client_cert: false,
+        token_reviews: Default::default(),
     }
 }
 
@@ -99,6 +101,8 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
             key: key_path.clone(),
         },
         limits: ConnectionLimits::default(),
+        client_ca: None,
+        metrics_listen: None,
     };
     let running = server::start(config, state(Duration::from_secs(2)))
         .await
@@ -178,6 +182,8 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
             key: ca.server_key_path().to_path_buf(),
         },
         limits: ConnectionLimits::default(),
+        client_ca: None,
+        metrics_listen: None,
     };
     let state = state(Duration::from_secs(1));
     let ready = state.ready.clone();
@@ -261,6 +267,8 @@ async fn certificates_from_pinhook_certs_serve_the_service_names() {
             key: files.key,
         },
         limits: ConnectionLimits::default(),
+        client_ca: None,
+        metrics_listen: None,
     };
     let running = server::start(config, state(Duration::from_secs(1)))
         .await
