@@ -2,7 +2,7 @@
 //!
 //! Owns: every metric pinhook exports and their names (`pinhook_` prefix, counters end
 //! `_total`, durations are `_seconds` histograms). Label values come from fixed vocabularies,
-//! except the registry host (the first 64 hosts seen, then `other`) and the operator's
+//! except the registry host (the first 64 hosts that answered a resolution, else `other`) and the operator's
 //! credential provider names; never image, tag, pod or namespace names.
 
 use prometheus_client::encoding::EncodeLabelSet;

@@ -488,12 +488,14 @@ impl SharedState {
             .get_with(registry.to_string(), || Arc::new(Semaphore::new(permits)))
     }
 
-    /// The registry as a metric label: its name for the first [`MAX_REGISTRY_LABELS`]
-    /// registries seen, `other` after that, so a pod spec naming endless hosts cannot grow
-    /// `/metrics` without bound.
-    fn registry_label(&self, registry: String) -> String {
+    /// The registry as a metric label: its name once it has answered a resolution (`ok`), for
+    /// the first [`MAX_REGISTRY_LABELS`] registries that have, else `other`. Hosts come from
+    /// pod specs: one that never answered (made up, refused, down) takes no label, so a tenant
+    /// naming a thousand hosts leaves the labels to the registries that serve images, and
+    /// `/metrics` cannot grow without bound.
+    fn registry_label(&self, registry: String, ok: bool) -> String {
         let mut labelled = lock(&self.labelled);
-        if labelled.contains(&registry) || labelled.len() < MAX_REGISTRY_LABELS {
+        if labelled.contains(&registry) || (ok && labelled.len() < MAX_REGISTRY_LABELS) {
             labelled.insert(registry.clone());
             registry
         } else {

@@ -179,7 +179,7 @@ async fn lead(
         Ok(_) => "ok",
         Err(e) => e.kind(),
     };
-    let registry = shared.registry_label(registry);
+    let registry = shared.registry_label(registry, result.is_ok());
     shared
         .metrics
         .registry_requests

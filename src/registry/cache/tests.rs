@@ -132,13 +132,56 @@ async fn another_credential_never_sees_an_entry_it_did_not_make() {
     assert!(cache.last_known(&image, &[]).is_none());
 }
 
+fn labels_of(cache: &CachingResolver) -> Vec<String> {
+    let text = cache.shared.metrics.encode().unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("pinhook_registry_requests_total{"))
+        .filter_map(|l| l.split("registry=\"").nth(1))
+        .filter_map(|l| l.split('"').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn hosts_that_never_answered_take_no_label() {
+    // A tenant names 1,000 hosts that do not serve the image: they share `other`.
+    let inner = Scripted::new(&[Answer::NotFound]);
+    let cache = cache(inner, CacheConfig::default());
+    for i in 0..1000 {
+        let image = reference(&format!("made-up-{i}.example/team/app:1.0"));
+        assert!(cache.resolve(&image, &[]).await.is_err());
+    }
+    assert_eq!(labels_of(&cache), vec!["other".to_string()]);
+    // The registry that serves images still gets its own label, and keeps it when it fails.
+    let mut script = vec![Answer::NotFound; 1000];
+    script.extend([Answer::Digest('a'), Answer::NotFound]);
+    let inner = Scripted::new(&script);
+    let cache = self::cache(inner, CacheConfig::default());
+    for i in 0..1000 {
+        let image = reference(&format!("made-up-{i}.example/team/app:1.0"));
+        let _ = cache.resolve(&image, &[]).await;
+    }
+    let real = reference("registry.example/team/app:1.0");
+    assert!(cache.resolve(&real, &[]).await.is_ok());
+    assert!(cache
+        .resolve(&reference("registry.example/team/app:gone"), &[])
+        .await
+        .is_err());
+    let labels = labels_of(&cache);
+    assert_eq!(
+        labels.iter().filter(|l| *l == "registry.example").count(),
+        2,
+        "ok and not_found, both under its name: {labels:?}"
+    );
+}
+
 #[tokio::test]
 async fn registry_labels_are_bounded() {
-    let inner = Scripted::new(&[Answer::NotFound]);
+    let inner = Scripted::new(&[Answer::Digest('a')]);
     let cache = cache(inner, CacheConfig::default());
     for i in 0..(MAX_REGISTRY_LABELS + 10) {
         let image = reference(&format!("registry{i}.example/team/app:1.0"));
-        assert!(cache.resolve(&image, &[]).await.is_err());
+        assert!(cache.resolve(&image, &[]).await.is_ok());
     }
     let text = cache.shared.metrics.encode().unwrap_or_default();
     let labelled = text
