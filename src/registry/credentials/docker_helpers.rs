@@ -21,10 +21,10 @@
 //! Bounds: each distinct registry host of a review may ask for a run, so at most
 //! [`super::limits::DEFAULT_PER_PROGRAM`] runs of one helper and
 //! [`super::limits::DEFAULT_TOTAL`] of all a config's helpers
-//! run at once ([`RunLimits`]); a run waits for a slot at most [`HELPER_QUEUE_WAIT`], then
+//! run at once ([`RunLimits`]); a run waits for a slot at most `HELPER_QUEUE_WAIT` (5 s), then
 //! answers "busy". A run belongs to the admissions asking (one per helper and server, shared):
 //! when the last of them stops waiting, it is dropped and its process killed. Answers are
-//! cached in at most [`HELPER_CACHE_BYTES`].
+//! cached in at most `HELPER_CACHE_BYTES` (4 MiB).
 //!
 //! Never: logs a helper's output or a token.
 

@@ -10,7 +10,7 @@
 //! cache (looked up under the image, then its registry, then the global key) or is executed.
 //! One execution per image however many admissions ask at once (kubelet's single-flight key);
 //! the answer is cached under its `cacheKeyType` for its `cacheDuration`, else the provider's
-//! `defaultCacheDuration` (zero: not cached), in a cache bounded in bytes ([`answers`]).
+//! `defaultCacheDuration` (zero: not cached), in a cache bounded in bytes (`answers`).
 //! Config reading is [`config`], the wire format [`protocol`].
 //!
 //! Bounds (issue 25: a review chooses how many distinct images it names): at most
