@@ -197,3 +197,43 @@ async fn three_hundred_plugin_images_run_at_most_the_limit_and_none_outlives_its
         after.warnings
     );
 }
+
+/// Five providers all matching 3 reviews of 100 images: never more plugin processes than the
+/// total limit (16 by default; the providers' own 4 each would allow 20), none left after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_providers_share_the_total_limit() {
+    let env = [("PLUGIN_SLEEP_MS", PLUGIN_SLEEP)];
+    let names = ["p1", "p2", "p3", "p4", "p5"];
+    let mut setup = PluginSetup::new();
+    for name in names {
+        setup = setup.provider(sleeping_provider(name, &env));
+    }
+    let settings = Settings {
+        wait: Duration::from_secs(1),
+        ..Settings::default()
+    };
+    let after = attack(
+        &setup,
+        keyring_of(&setup, settings),
+        3,
+        Duration::from_secs(2),
+    )
+    .await;
+    let runs: usize = names.iter().map(|name| setup.runs(name)).sum();
+    println!(
+        "5 providers, 300 images in 3 reviews: peak {} live plugin processes ({} KiB RSS), \
+         {runs} runs started, gone {:?} after the callers gave up",
+        after.peak, after.peak_rss_kib, after.lingered
+    );
+    assert!(after.peak <= 16, "peak {} plugin processes", after.peak);
+    assert!(after.peak >= 5, "every provider ran: peak {}", after.peak);
+    assert!(
+        after.lingered.is_some(),
+        "plugin processes still alive 2 s after every caller gave up"
+    );
+    assert!(
+        after.warnings.iter().any(|w| w.contains("busy")),
+        "{:?}",
+        after.warnings
+    );
+}
