@@ -40,7 +40,7 @@ use tracing::{debug, warn};
 
 use super::exec::{self, ExecError, Program};
 use super::keyring::{CredentialSource, Keyring, KeyringError, Provided};
-use super::limits::RunLimits;
+use super::limits::{RunLimits, RunPermit};
 use super::Credential;
 
 /// How long a helper may run (a keychain prompt would wait forever).
@@ -211,7 +211,7 @@ impl CredentialSource for DockerHelpers {
         // goes: dropped with the last, killing the helper.
         let run = async {
             let slot = tokio::time::timeout(HELPER_QUEUE_WAIT, self.limits.acquire(helper));
-            let Ok(Some(_permit)) = slot.await else {
+            let Ok(Some(slot)) = slot.await else {
                 return Err(HelperError::Busy {
                     helper: helper.to_string(),
                     per_helper: self.limits.per_program(),
@@ -219,7 +219,7 @@ impl CredentialSource for DockerHelpers {
                     waited: HELPER_QUEUE_WAIT,
                 });
             };
-            ask(self.dir.as_deref(), helper, &server)
+            ask(self.dir.as_deref(), helper, &server, slot)
                 .await
                 .map(Arc::new)
         };
@@ -248,6 +248,7 @@ async fn ask(
     dir: Option<&Path>,
     helper: &str,
     server: &str,
+    slot: RunPermit,
 ) -> Result<Option<Credential>, HelperError> {
     debug!(helper, server, "running docker credential helper");
     let program = format!("docker-credential-{helper}");
@@ -263,7 +264,7 @@ async fn ask(
         timeout: HELPER_TIMEOUT,
         max_output: HELPER_MAX_OUTPUT,
     };
-    let stdout = match exec::run(&program, server.as_bytes()).await {
+    let stdout = match exec::run(&program, server.as_bytes(), Some(slot)).await {
         Ok(stdout) => stdout,
         // docker-credential-helpers' `credentials.ErrCredentialsNotFound`, printed on stdout.
         Err(ExecError::Exit { stdout, .. })

@@ -50,7 +50,7 @@ use self::config::ProviderSpec;
 use self::protocol::{CacheKeyType, Response};
 use super::exec::{self, ExecError, Program};
 use super::keyring::{image_matches, CredentialSource, Provided};
-use super::limits::{RunLimits, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
+use super::limits::{RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
 use super::Credential;
 use crate::metrics::Metrics;
 
@@ -353,11 +353,11 @@ impl Plugin {
             let (plugin, image, started) = (self.clone(), image.to_string(), started.clone());
             async move {
                 let landing = landing;
-                let Some(_permit) = plugin.limits.acquire(&plugin.spec.name).await else {
+                let Some(slot) = plugin.limits.acquire(&plugin.spec.name).await else {
                     return Err(PluginError::Lost);
                 };
                 started.store(true, Ordering::SeqCst);
-                let outcome = plugin.execute(&image).await;
+                let outcome = plugin.execute(&image, slot).await;
                 // Cached before the execution leaves the flights (the landing, under their
                 // lock): no admission misses both the execution and its answer.
                 let outcome = outcome.map(|response| {
@@ -394,7 +394,8 @@ impl Plugin {
         (flight, interest, started)
     }
 
-    async fn execute(&self, image: &str) -> Result<Response, PluginError> {
+    /// Runs the plugin for `image`, holding `slot` until its process is reaped.
+    async fn execute(&self, image: &str, slot: RunPermit) -> Result<Response, PluginError> {
         let name = &self.spec.name;
         debug!(provider = %name, image, "running credential provider");
         self.count_exec();
@@ -406,7 +407,7 @@ impl Plugin {
             max_output: self.settings.max_output,
         };
         let request = protocol::request(&self.spec.api_version, image);
-        let result = match exec::run(&program, &request).await {
+        let result = match exec::run(&program, &request, Some(slot)).await {
             Ok(stdout) => {
                 protocol::decode(&stdout, &self.spec.api_version).map_err(PluginError::from)
             }
