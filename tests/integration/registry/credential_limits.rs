@@ -19,8 +19,8 @@ use pinhook::registry::provider::{CredentialProviders, ProviderFiles, Settings};
 /// How long the plugin sleeps: far past every wait below, well under its exec timeout.
 const PLUGIN_SLEEP: &str = "20000";
 
-/// Live processes (not zombies, no SIGKILL pending) whose command line names `dir`, and their
-/// resident memory in KiB.
+/// Live (not zombie) processes whose command line names `dir`, and their resident memory in
+/// KiB. A killed plugin counts until it is dead.
 fn live_plugins(dir: &Path) -> (usize, u64) {
     let needle = dir.to_string_lossy().into_owned();
     let mut count = 0;
@@ -40,15 +40,7 @@ fn live_plugins(dir: &Path) -> (usize, u64) {
         let zombie = status
             .lines()
             .any(|l| l.starts_with("State:") && (l.contains('Z') || l.contains('X')));
-        // Killed already (SIGKILL pending) but not yet scheduled to die: gone, not running.
-        let killed = status.lines().any(|l| {
-            (l.starts_with("ShdPnd:") || l.starts_with("SigPnd:"))
-                && l.split_whitespace()
-                    .nth(1)
-                    .and_then(|mask| u64::from_str_radix(mask, 16).ok())
-                    .is_some_and(|mask| mask & (1 << 8) != 0)
-        });
-        if zombie || killed {
+        if zombie {
             continue;
         }
         count += 1;
