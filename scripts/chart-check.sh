@@ -341,6 +341,70 @@ PY
 }
 check "nodeCredentialProviders from the node: config and plugin dir by hostPath (GKE's paths)" node_config_from_host
 
+# --- pinhook's own namespace before 1.21 (pinhook serve --raise-failure-policy) -------------
+# own_namespace KUBE MODE: rendered with --kube-version KUBE (and webhook.url in MODE url), with
+# validate.pinhook.dev set to Ignore: on 1.20 in the cluster every webhook is Ignore, the
+# configured policies are in the annotation pinhook.dev/failure-policy, the Deployment passes
+# the own namespace and both configurations, and a ClusterRole grants get/patch of exactly that
+# namespace and those configurations; on 1.21 (or in url mode) the configured policies, and
+# none of the rest.
+own_namespace() {
+    local kube=$1 mode=$2 args=()
+    [[ $mode == url ]] && args=(--set webhook.url=https://127.0.0.1:8443 --set 'tls.managed.extraSANs={127.0.0.1}')
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" \
+        --set webhook.validate.failurePolicy=Ignore "${args[@]}" >"$tmp/own-$kube-$mode.yaml" || return 1
+    "$PY" - "$tmp/own-$kube-$mode.yaml" "$kube" "$mode" "$NS" "$RELEASE" <<'PY'
+import sys, yaml
+path, kube, mode, ns, full = sys.argv[1:]
+raise_ = kube.startswith("1.20") and mode != "url"
+docs = [d for d in yaml.safe_load_all(open(path)) if d]
+def one(kind, name=full):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found[0] if found else None
+def fail(msg):
+    print(msg); sys.exit(1)
+m, v = one("MutatingWebhookConfiguration"), one("ValidatingWebhookConfiguration")
+got = [w["failurePolicy"] for w in m["webhooks"] + v["webhooks"]]
+want = ["Ignore"] * 3 if raise_ else ["Fail", "Ignore", "Fail"]
+if got != want:
+    fail(f"failurePolicy {got}, want {want}")
+ann = lambda c: (c["metadata"].get("annotations") or {}).get("pinhook.dev/failure-policy")
+want_ann = ("pin.pinhook.dev=Fail", "validate.pinhook.dev=Ignore,mirrors.pinhook.dev=Fail") if raise_ else (None, None)
+if (ann(m), ann(v)) != want_ann:
+    fail(f"annotations {(ann(m), ann(v))}, want {want_ann}")
+role = one("ClusterRole", f"{full}-own-namespace")
+binding = one("ClusterRoleBinding", f"{full}-own-namespace")
+if not raise_:
+    if role or binding:
+        fail("own-namespace RBAC rendered")
+    dep = one("Deployment")
+    if dep and "PINHOOK_RAISE_FAILURE_POLICY" in str(dep):
+        fail("PINHOOK_RAISE_FAILURE_POLICY rendered")
+    sys.exit(0)
+want_rules = [
+    {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": [ns], "verbs": ["get", "patch"]},
+    {"apiGroups": ["admissionregistration.k8s.io"],
+     "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+     "resourceNames": [full], "verbs": ["get", "patch"]},
+]
+if not role or role["rules"] != want_rules:
+    fail(f"ClusterRole rules: {role and role['rules']}")
+if not binding or binding["subjects"] != [{"kind": "ServiceAccount", "name": full, "namespace": ns}]:
+    fail(f"ClusterRoleBinding: {binding}")
+env = {e["name"]: e for e in one("Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+if env.get("PINHOOK_RAISE_FAILURE_POLICY", {}).get("value") != f"mutating/{full},validating/{full}":
+    fail(f"PINHOOK_RAISE_FAILURE_POLICY: {env.get('PINHOOK_RAISE_FAILURE_POLICY')}")
+if env.get("PINHOOK_OWN_NAMESPACE", {}).get("valueFrom") != {"fieldRef": {"fieldPath": "metadata.namespace"}}:
+    fail(f"PINHOOK_OWN_NAMESPACE: {env.get('PINHOOK_OWN_NAMESPACE')}")
+PY
+}
+check "1.20: webhooks rendered Ignore, configured policies in pinhook.dev/failure-policy, pinhook raises them (env, RBAC by name)" \
+    own_namespace 1.20.2 service
+check "1.21: webhooks rendered with the configured failurePolicy, no annotation, no own-namespace RBAC" \
+    own_namespace 1.21.0 service
+check "1.20 with webhook.url (no pinhook Pod in the cluster): the configured failurePolicy" \
+    own_namespace 1.20.2 url
+
 # --- package ---------------------------------------------------------------------------------
 packaged() {
     local out="$tmp/package" tgz files

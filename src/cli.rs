@@ -903,7 +903,7 @@ mod tests {
                     WebhookRef::Mutating("pinhook".into()),
                     WebhookRef::Validating("pinhook".into()),
                 ],
-                interval: Duration::from_secs(30),
+                interval: Duration::from_secs(5),
             })
         );
     }

@@ -14,9 +14,10 @@
 //!
 //! Guarantees: writes only that one label of that one namespace and `failurePolicy` of the
 //! named webhooks of the named configurations; never sets `Fail` before the label is read back;
-//! lowering to `Ignore` (the annotation asks for it) needs no label. Caveat: a Helm 4
-//! server-side apply of the chart then conflicts on `failurePolicy`, which pinhook owns; see
-//! the chart README.
+//! lowering to `Ignore` (the annotation asks for it) needs no label. Caveats: every `helm
+//! upgrade` puts the rendered `Ignore` back (Helm 3's three-way merge reverts a rendered field
+//! that changed live), so the check repeats every `interval`; a Helm 4 server-side apply of the
+//! chart conflicts on `failurePolicy`, which pinhook then owns. See the chart README.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -85,8 +85,9 @@ struct OwnNamespaceArgs {
     /// pinhook's own namespace (the pod's), for --raise-failure-policy.
     #[arg(long, env = "PINHOOK_OWN_NAMESPACE")]
     own_namespace: Option<String>,
-    /// Seconds between two checks of the label and the failurePolicies.
-    #[arg(long, env = "PINHOOK_RAISE_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    /// Seconds between two checks of the label and the failurePolicies (a `helm upgrade`
+    /// puts the rendered Ignore back; this bounds how long it stays).
+    #[arg(long, env = "PINHOOK_RAISE_INTERVAL", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     raise_interval: u64,
 }
 

@@ -207,16 +207,26 @@ caBundle: {{ $ctx.Values.tls.existingSecret.caBundle }}
 {{- end }}
 {{- end -}}
 
-{{/* metadata.annotations of both webhook configurations (indent 2, leading newline), or nothing. */}}
+{{/*
+metadata.annotations of a webhook configuration (indent 2, leading newline), or nothing. Call
+with (dict "ctx" $ "failurePolicies" "pin.pinhook.dev=Fail"): its webhooks' configured
+failurePolicy, the annotation pinhook.dev/failure-policy where pinhook raises them.
+*/}}
 {{- define "pinhook.webhookAnnotations" -}}
+{{- $failurePolicies := .failurePolicies -}}
+{{- with .ctx -}}
 {{- $a := deepCopy (.Values.commonAnnotations | default dict) -}}
 {{- $a = merge (deepCopy (.Values.webhook.annotations | default dict)) $a -}}
 {{- if eq .Values.tls.mode "certManager" -}}
 {{- $_ := set $a "cert-manager.io/inject-ca-from" (printf "%s/%s" .Release.Namespace (include "pinhook.servingCertificateName" .)) -}}
 {{- end -}}
+{{- if include "pinhook.raiseFailurePolicy" . -}}
+{{- $_ := set $a "pinhook.dev/failure-policy" $failurePolicies -}}
+{{- end -}}
 {{- with $a }}
   annotations:
     {{- toYaml . | nindent 4 }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -385,4 +395,27 @@ as a directory with the one key (never subPath: the kubelet then keeps it curren
             path: {{ $ncp.binDirHostPath }}
             type: Directory
 {{- end }}
+{{- end -}}
+
+{{/*
+"true" when pinhook keeps its own namespace out of its webhooks itself (issue 26): a cluster
+older than 1.21, where no namespaceSelector can name a namespace (the apiserver sets
+kubernetes.io/metadata.name from 1.21), with pinhook running in the cluster (not webhook.url).
+There every webhook is rendered failurePolicy Ignore, the configured policies go into the
+annotation pinhook.dev/failure-policy, and pinhook labels its namespace pinhook.dev/ignore=true
+and only then sets each webhook to its annotated policy (pinhook serve --raise-failure-policy).
+*/}}
+{{- define "pinhook.raiseFailurePolicy" -}}
+{{- if and (include "pinhook.before121" .) (not .Values.webhook.url) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* A webhook's rendered failurePolicy. Call with (dict "ctx" $ "policy" "Fail"). */}}
+{{- define "pinhook.failurePolicy" -}}
+{{- if include "pinhook.raiseFailurePolicy" .ctx -}}
+Ignore
+{{- else -}}
+{{- .policy -}}
+{{- end -}}
 {{- end -}}
