@@ -39,15 +39,19 @@ own_start() {
   echo $! >"$1/pinhook.pid"
 }
 
-scenario_helm3_chart_own_namespace_1_20() {
-  local rc=0 rel=own ns=e2e-own other=e2e-own-other full=own-pinhook dir="$RUN/helm-own"
+scenario_helm3_chart_own_namespace_1_20() { own_namespace_scenario 3; }
+
+# own_namespace_scenario 3|4: the steps above with Helm 3 or Helm 4 (helm4-chart-own-namespace-1-20)
+own_namespace_scenario() {
+  local v=$1 rc=0
+  local helm="helm$v" rel="own$v" ns="e2e-own$v" other="e2e-own$v-other" full="own$v-pinhook" dir="$RUN/helm-own$v"
   mkdir -p "$dir"
-  command -v helm3 >/dev/null || { bad "helm3 not found (scripts/install-helm.sh installs it)"; return 1; }
+  command -v "$helm" >/dev/null || { bad "$helm not found (scripts/install-helm.sh installs it)"; return 1; }
   # Both namespaces carry the label the release's webhooks select on, so that they cover these
   # two and nothing else of the tier; pinhook.dev/mode=off keeps the tier's own pinhook out of
   # the way. Neither carries pinhook.dev/ignore, and 1.20 sets no kubernetes.io/metadata.name.
-  e2e_ns "$ns" pinhook.dev/e2e-own=1 pinhook.dev/mode=off
-  e2e_ns "$other" pinhook.dev/e2e-own=1 pinhook.dev/mode=off
+  e2e_ns "$ns" pinhook.dev/e2e-own="$v" pinhook.dev/mode=off
+  e2e_ns "$other" pinhook.dev/e2e-own="$v" pinhook.dev/mode=off
   expect_eq "kubernetes.io/metadata.name of $ns on this apiserver" \
     "$(K get ns "$ns" -o jsonpath='{.metadata.labels.kubernetes\.io/metadata\.name}')" "" || rc=1
   cat >"$dir/values.yaml" <<EOF
@@ -56,7 +60,7 @@ image:
 webhook:
   namespaceSelector:
     matchLabels:
-      pinhook.dev/e2e-own: "1"
+      pinhook.dev/e2e-own: "$v"
   # nothing answers at the Service: fail fast rather than wait the default 10 s
   mutate: {timeoutSeconds: 2}
   validate: {timeoutSeconds: 2}
@@ -67,16 +71,16 @@ EOF
   own_cleanup() {
     [[ -s $dir/pinhook.pid ]] && stop_pid "$(<"$dir/pinhook.pid")" "pinhook of release $rel" 10
     rm -f "$dir/pinhook.pid"
-    helm3 uninstall "$rel" -n "$ns" >>"$dir/uninstall.log" 2>&1 || true
+    "$helm" uninstall "$rel" -n "$ns" >>"$dir/uninstall.log" 2>&1 || true
   }
 
   # 1. install: no pinhook anywhere, no label by hand
-  if ! helm3 install "$rel" "$ROOT/charts/pinhook" -n "$ns" -f "$dir/values.yaml" >"$dir/install.log" 2>&1; then
-    bad "helm3 install failed: $(tail -n 5 "$dir/install.log" | tr '\n' ' ')"
+  if ! "$helm" install "$rel" "$ROOT/charts/pinhook" -n "$ns" -f "$dir/values.yaml" >"$dir/install.log" 2>&1; then
+    bad "$helm install failed: $(tail -n 5 "$dir/install.log" | tr '\n' ' ')"
     own_cleanup
     return 1
   fi
-  ok "helm3 install $rel -n $ns (no pinhook running, $ns unlabelled)"
+  ok "$helm install $rel -n $ns (no pinhook running, $ns unlabelled)"
   expect_eq "failurePolicy of pin, validate, mirrors as installed" "$(own_policies "$full")" "Ignore Ignore Ignore" || rc=1
   expect_eq "annotation pinhook.dev/failure-policy (mutating)" \
     "$(K get mutatingwebhookconfiguration "$full" -o jsonpath='{.metadata.annotations.pinhook\.dev/failure-policy}')" \
@@ -97,11 +101,11 @@ EOF
   fi
 
   # 2. upgrade with no pinhook running: pinhook's Deployment is updated
-  if helm3 upgrade "$rel" "$ROOT/charts/pinhook" -n "$ns" -f "$dir/values.yaml" \
+  if "$helm" upgrade "$rel" "$ROOT/charts/pinhook" -n "$ns" -f "$dir/values.yaml" \
     --set-string podAnnotations.e2e=upgrade-1 >"$dir/upgrade-1.log" 2>&1; then
-    ok "helm3 upgrade (pod template changed) with no pinhook running"
+    ok "$helm upgrade (pod template changed) with no pinhook running"
   else
-    bad "helm3 upgrade failed: $(tail -n 5 "$dir/upgrade-1.log" | tr '\n' ' ')" || rc=1
+    bad "$helm upgrade failed: $(tail -n 5 "$dir/upgrade-1.log" | tr '\n' ' ')" || rc=1
   fi
   expect_eq "the Deployment's pod annotation e2e after the upgrade" \
     "$(K -n "$ns" get deployment "$full" -o jsonpath='{.spec.template.metadata.annotations.e2e}')" upgrade-1 || rc=1
@@ -174,16 +178,30 @@ EOF
   expect_eq "may a namespace admin of $other patch namespace $other" \
     "$(K auth can-i patch "namespace/$other" --as=e2e-tenant 2>/dev/null)" no || rc=1
 
-  # 6. upgrade at Fail with no pinhook: the exclusion holds; Helm 3 puts the rendered Ignore back
-  if helm3 upgrade "$rel" "$ROOT/charts/pinhook" -n "$ns" -f "$dir/values.yaml" \
+  # 6. upgrade at Fail with no pinhook: the exclusion holds; Helm puts the rendered Ignore back.
+  # Helm 4's server-side apply first meets pinhook's ownership of failurePolicy (a conflict the
+  # chart README tells to pass --force-conflicts for on 1.20).
+  local force=()
+  if ((v == 4)); then
+    code=0
+    err=$("$helm" upgrade "$rel" "$ROOT/charts/pinhook" -n "$ns" -f "$dir/values.yaml" \
+      --set-string podAnnotations.e2e=upgrade-2 2>&1) || code=$?
+    if ((code != 0)) && [[ $err == *'conflict with "pinhook"'*'failurePolicy'* ]]; then
+      ok "$helm upgrade without --force-conflicts refused: failurePolicy is pinhook's (as the chart README says)"
+    else
+      bad "$helm upgrade without --force-conflicts: exit $code, no conflict on failurePolicy: $(tail -n 3 <<<"$err" | tr '\n' ' ')" || rc=1
+    fi
+    force=(--force-conflicts)
+  fi
+  if "$helm" upgrade "$rel" "$ROOT/charts/pinhook" -n "$ns" -f "$dir/values.yaml" "${force[@]}" \
     --set-string podAnnotations.e2e=upgrade-2 >"$dir/upgrade-2.log" 2>&1; then
-    ok "helm3 upgrade of pinhook's Deployment with pinhook stopped and every webhook at Fail"
+    ok "$helm upgrade ${force[*]} of pinhook's Deployment with pinhook stopped and every webhook at Fail"
   else
-    bad "helm3 upgrade failed: $(tail -n 5 "$dir/upgrade-2.log" | tr '\n' ' ')" || rc=1
+    bad "$helm upgrade failed: $(tail -n 5 "$dir/upgrade-2.log" | tr '\n' ' ')" || rc=1
   fi
   expect_eq "the Deployment's pod annotation e2e after the second upgrade" \
     "$(K -n "$ns" get deployment "$full" -o jsonpath='{.spec.template.metadata.annotations.e2e}')" upgrade-2 || rc=1
-  expect_eq "failurePolicy after the second upgrade (Helm 3 reverts a rendered field)" \
+  expect_eq "failurePolicy after the second upgrade (Helm reverts a rendered field)" \
     "$(own_policies "$full")" "Ignore Ignore Ignore" || rc=1
   expect_eq "label pinhook.dev/ignore of $ns after the upgrade" "$(own_label "$ns")" true || rc=1
   local t0
@@ -198,10 +216,10 @@ EOF
   rm -f "$dir/pinhook.pid"
 
   # 7. uninstall
-  if helm3 uninstall "$rel" -n "$ns" >"$dir/uninstall.log" 2>&1; then
-    ok "helm3 uninstall"
+  if "$helm" uninstall "$rel" -n "$ns" >"$dir/uninstall.log" 2>&1; then
+    ok "$helm uninstall"
   else
-    bad "helm3 uninstall failed: $(tail -n 5 "$dir/uninstall.log" | tr '\n' ' ')" || rc=1
+    bad "$helm uninstall failed: $(tail -n 5 "$dir/uninstall.log" | tr '\n' ' ')" || rc=1
   fi
   expect_eq "webhook configurations named $full" \
     "$(K get mutatingwebhookconfiguration,validatingwebhookconfiguration -o name | grep -c "/$full\$" || true)" 0 || rc=1
