@@ -72,9 +72,11 @@ pub struct ServeArgs {
 /// pinhook's own namespace out of its webhooks where no namespaceSelector can name it (<1.21).
 #[derive(Debug, Args)]
 struct OwnNamespaceArgs {
-    /// Configurations (mutating/NAME, validating/NAME) whose webhooks get the failurePolicy
-    /// their pinhook.dev/failure-policy annotation names, Fail only once --own-namespace is
-    /// labelled pinhook.dev/ignore=true (pinhook labels it).
+    /// Configurations whose failurePolicy to raise: mutating/NAME, validating/NAME.
+    ///
+    /// Each webhook gets the failurePolicy its configuration's pinhook.dev/failure-policy
+    /// annotation names, Fail only once --own-namespace is labelled pinhook.dev/ignore=true
+    /// (pinhook labels it). For clusters before 1.21; the chart sets it there.
     #[arg(
         long = "raise-failure-policy",
         env = "PINHOOK_RAISE_FAILURE_POLICY",
@@ -85,8 +87,9 @@ struct OwnNamespaceArgs {
     /// pinhook's own namespace (the pod's), for --raise-failure-policy.
     #[arg(long, env = "PINHOOK_OWN_NAMESPACE")]
     own_namespace: Option<String>,
-    /// Seconds between two checks of the label and the failurePolicies (a `helm upgrade`
-    /// puts the rendered Ignore back; this bounds how long it stays).
+    /// Seconds between two checks of the label and the failurePolicies.
+    ///
+    /// A `helm upgrade` puts the rendered Ignore back; this bounds how long it stays.
     #[arg(long, env = "PINHOOK_RAISE_INTERVAL", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     raise_interval: u64,
 }
