@@ -247,6 +247,164 @@ check "fail: webhook.clientAuth with both caBundle and existingSecret" \
 check "fail: webhook.clientAuth.caBundle that is no PEM certificate" \
     refuse "webhook.clientAuth.caBundle is not a PEM certificate" "$NS" --set webhook.clientAuth.caBundle=not-a-cert
 
+check "fail: registryCAs naming one host twice" \
+    refuse "registryCAs: host reg.example is listed twice" "$NS" \
+    --set 'registryCAs[0].host=reg.example,registryCAs[0].configMap=a,registryCAs[1].host=reg.example,registryCAs[1].secret=b'
+check "fail: registryCAs and policy.registries.hosts.<host>.ca for the same host" \
+    refuse "has a CA in registryCAs and policy.registries.hosts" "$NS" \
+    --set 'registryCAs[0].host=reg.example,registryCAs[0].configMap=a,policy.registries.hosts.reg\.example.ca=/x.pem'
+
+# --- what registryCAs and nodeCredentialProviders render --------------------------------------
+# registry_mounts: ci/registry-cas-values.yaml gives both Deployments (webhook and watch) each
+# CA read-only under /etc/pinhook/registry-ca/<i>/, the per-host ones in the policy's
+# registries.hosts.<host>.ca (a host's other settings kept), the host-less one in
+# PINHOOK_REGISTRY_CA, and the credential provider config (ConfigMap) and plugin dir (hostPath)
+# with their two env vars; values.yaml's defaults add none of it.
+registry_mounts() {
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" --values "$CHART/ci/registry-cas-values.yaml" >"$tmp/rca.yaml" || return 1
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" >"$tmp/rca-default.yaml" || return 1
+    "$PY" - "$tmp/rca.yaml" "$tmp/rca-default.yaml" <<'PY'
+import sys, yaml
+def docs(f):
+    return [d for d in yaml.safe_load_all(open(f)) if d]
+def fail(msg):
+    print(msg); sys.exit(1)
+got = docs(sys.argv[1])
+deps = {d["metadata"]["name"]: d for d in got if d["kind"] == "Deployment"}
+if sorted(deps) != ["pinhook", "pinhook-watch"]:
+    fail(f"deployments: {sorted(deps)}")
+want_mounts = {
+    "registry-ca-0": "/etc/pinhook/registry-ca/0", "registry-ca-1": "/etc/pinhook/registry-ca/1",
+    "registry-ca-2": "/etc/pinhook/registry-ca/2",
+    "node-credential-provider-config": "/etc/pinhook/node/credential-provider-config",
+    "node-credential-provider-bin": "/etc/pinhook/node/credential-provider-bin",
+}
+want_env = {
+    "PINHOOK_REGISTRY_CA": "/etc/pinhook/registry-ca/2/root.crt",
+    "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_CONFIG": "/etc/pinhook/node/credential-provider-config/config.yaml",
+    "PINHOOK_IMAGE_CREDENTIAL_PROVIDER_BIN_DIR": "/etc/pinhook/node/credential-provider-bin",
+}
+for name, d in deps.items():
+    spec = d["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    for v, path in want_mounts.items():
+        m = mounts.get(v)
+        if not m or m["mountPath"] != path or m.get("readOnly") is not True:
+            fail(f"{name}: mount {v}: {m}")
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    for k, v in want_env.items():
+        if env.get(k) != v:
+            fail(f"{name}: env {k}={env.get(k)!r}, want {v!r}")
+    vols = {v["name"]: v for v in spec["volumes"]}
+    checks = [
+        vols["registry-ca-0"].get("configMap") == {"name": "corp-registry-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+        vols["registry-ca-1"].get("secret", {}).get("secretName") == "harbor-ca",
+        vols["registry-ca-1"]["secret"].get("items") == [{"key": "ca.pem", "path": "ca.pem"}],
+        vols["registry-ca-2"].get("configMap", {}).get("name") == "corp-root-ca",
+        vols["node-credential-provider-config"].get("configMap", {}).get("name") == "ecr-credential-provider",
+        vols["node-credential-provider-bin"].get("hostPath") == {"path": "/etc/eks/image-credential-provider", "type": "Directory"},
+    ]
+    if not all(checks):
+        fail(f"{name}: volumes {checks}: {vols}")
+policy = next(d for d in got if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "pinhook-policy")
+hosts = yaml.safe_load(policy["data"]["policy.yaml"])["registries"]["hosts"]
+if hosts != {"registry.corp.example:5000": {"ca": "/etc/pinhook/registry-ca/0/ca.crt"},
+             "harbor.corp.example": {"ca": "/etc/pinhook/registry-ca/1/ca.pem", "insecure": False}}:
+    fail(f"policy registries.hosts: {hosts}")
+text = open(sys.argv[2]).read()
+for needle in ("registry-ca", "credential-provider", "PINHOOK_REGISTRY_CA", "hostPath"):
+    if needle in text:
+        fail(f"defaults render {needle}")
+PY
+}
+check "registryCAs and nodeCredentialProviders: mounted read-only in webhook and watch, wired to the policy and env" registry_mounts
+node_config_from_host() { # configMap.name empty: the node's own file, hostPath type File
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" --set nodeCredentialProviders.enabled=true \
+        --set nodeCredentialProviders.configHostPath=/home/kubernetes/cri-auth-config.yaml \
+        --set nodeCredentialProviders.binDirHostPath=/home/kubernetes/bin >"$tmp/ncp.yaml" || return 1
+    "$PY" - "$tmp/ncp.yaml" <<'PY'
+import sys, yaml
+n = 0
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if not d or d["kind"] != "Deployment":
+        continue
+    spec = d["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert vols["node-credential-provider-config"]["hostPath"] == {"path": "/home/kubernetes/cri-auth-config.yaml", "type": "File"}, vols
+    assert vols["node-credential-provider-bin"]["hostPath"]["path"] == "/home/kubernetes/bin", vols
+    assert env["PINHOOK_IMAGE_CREDENTIAL_PROVIDER_CONFIG"] == "/etc/pinhook/node/credential-provider-config", env
+    n += 1
+assert n == 2, n
+PY
+}
+check "nodeCredentialProviders from the node: config and plugin dir by hostPath (GKE's paths)" node_config_from_host
+
+# --- pinhook's own namespace before 1.21 (pinhook serve --raise-failure-policy) -------------
+# own_namespace KUBE MODE: rendered with --kube-version KUBE (and webhook.url in MODE url), with
+# validate.pinhook.dev set to Ignore: on 1.20 in the cluster every webhook is Ignore, the
+# configured policies are in the annotation pinhook.dev/failure-policy, the Deployment passes
+# the own namespace and both configurations, and a ClusterRole grants get/patch of exactly that
+# namespace and those configurations; on 1.21 (or in url mode) the configured policies, and
+# none of the rest.
+own_namespace() {
+    local kube=$1 mode=$2 args=()
+    [[ $mode == url ]] && args=(--set webhook.url=https://127.0.0.1:8443 --set 'tls.managed.extraSANs={127.0.0.1}')
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" \
+        --set webhook.validate.failurePolicy=Ignore "${args[@]}" >"$tmp/own-$kube-$mode.yaml" || return 1
+    "$PY" - "$tmp/own-$kube-$mode.yaml" "$kube" "$mode" "$NS" "$RELEASE" <<'PY'
+import sys, yaml
+path, kube, mode, ns, full = sys.argv[1:]
+raise_ = kube.startswith("1.20") and mode != "url"
+docs = [d for d in yaml.safe_load_all(open(path)) if d]
+def one(kind, name=full):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found[0] if found else None
+def fail(msg):
+    print(msg); sys.exit(1)
+m, v = one("MutatingWebhookConfiguration"), one("ValidatingWebhookConfiguration")
+got = [w["failurePolicy"] for w in m["webhooks"] + v["webhooks"]]
+want = ["Ignore"] * 3 if raise_ else ["Fail", "Ignore", "Fail"]
+if got != want:
+    fail(f"failurePolicy {got}, want {want}")
+ann = lambda c: (c["metadata"].get("annotations") or {}).get("pinhook.dev/failure-policy")
+want_ann = ("pin.pinhook.dev=Fail", "validate.pinhook.dev=Ignore,mirrors.pinhook.dev=Fail") if raise_ else (None, None)
+if (ann(m), ann(v)) != want_ann:
+    fail(f"annotations {(ann(m), ann(v))}, want {want_ann}")
+role = one("ClusterRole", f"{full}-own-namespace")
+binding = one("ClusterRoleBinding", f"{full}-own-namespace")
+if not raise_:
+    if role or binding:
+        fail("own-namespace RBAC rendered")
+    dep = one("Deployment")
+    if dep and "PINHOOK_RAISE_FAILURE_POLICY" in str(dep):
+        fail("PINHOOK_RAISE_FAILURE_POLICY rendered")
+    sys.exit(0)
+want_rules = [
+    {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": [ns], "verbs": ["get", "patch"]},
+    {"apiGroups": ["admissionregistration.k8s.io"],
+     "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+     "resourceNames": [full], "verbs": ["get", "patch"]},
+]
+if not role or role["rules"] != want_rules:
+    fail(f"ClusterRole rules: {role and role['rules']}")
+if not binding or binding["subjects"] != [{"kind": "ServiceAccount", "name": full, "namespace": ns}]:
+    fail(f"ClusterRoleBinding: {binding}")
+env = {e["name"]: e for e in one("Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+if env.get("PINHOOK_RAISE_FAILURE_POLICY", {}).get("value") != f"mutating/{full},validating/{full}":
+    fail(f"PINHOOK_RAISE_FAILURE_POLICY: {env.get('PINHOOK_RAISE_FAILURE_POLICY')}")
+if env.get("PINHOOK_OWN_NAMESPACE", {}).get("valueFrom") != {"fieldRef": {"fieldPath": "metadata.namespace"}}:
+    fail(f"PINHOOK_OWN_NAMESPACE: {env.get('PINHOOK_OWN_NAMESPACE')}")
+PY
+}
+check "1.20: webhooks rendered Ignore, configured policies in pinhook.dev/failure-policy, pinhook raises them (env, RBAC by name)" \
+    own_namespace 1.20.2 service
+check "1.21: webhooks rendered with the configured failurePolicy, no annotation, no own-namespace RBAC" \
+    own_namespace 1.21.0 service
+check "1.20 with webhook.url (no pinhook Pod in the cluster): the configured failurePolicy" \
+    own_namespace 1.20.2 url
+
 # --- package ---------------------------------------------------------------------------------
 packaged() {
     local out="$tmp/package" tgz files

@@ -21,6 +21,7 @@ use crate::admission::{Pinner, PinnerParts};
 use crate::certs::managed::{ManagedConfig, ManagedTls};
 use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
 use crate::metrics::Metrics;
+use crate::own_namespace;
 use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
 use crate::policy_watcher;
 use crate::reference::{PinForm, Reference};
@@ -72,6 +73,8 @@ pub enum AppError {
     Server(#[from] ServerError),
     #[error("self-managed TLS (--tls-secret) needs the Kubernetes API, and none is configured")]
     ManagedTlsWithoutKube,
+    #[error("--raise-failure-policy needs the Kubernetes API, and none is configured")]
+    OwnNamespaceWithoutKube,
 }
 
 /// Why a docker `config.json` could not be used as a keyring.
@@ -118,6 +121,9 @@ pub struct Config {
     pub limits: ConnectionLimits,
     /// Who may ask for reviews (client CA) and the dry run's TokenReview budget.
     pub clients: ClientAccess,
+    /// pinhook's namespace labelled out of its webhooks before their failurePolicy is raised
+    /// (clusters before 1.21; needs the Kubernetes API).
+    pub own_namespace: Option<own_namespace::Config>,
     /// Parts supplied from outside instead of built from [`Config::kube`].
     pub overrides: Overrides,
 }
@@ -179,6 +185,7 @@ pub struct App {
     resolver: Arc<CachingResolver>,
     policy: PolicyHandle,
     watcher: Option<PolicyWatcher>,
+    own_namespace: Option<(kube::Client, own_namespace::Config)>,
     shutdown_delay: Duration,
 }
 
@@ -192,6 +199,8 @@ pub struct RunningApp {
     watcher: Option<tokio::task::JoinHandle<()>>,
     /// Keeps the managed certificates while it lives.
     _managed: Option<ManagedTls>,
+    /// Keeps the own namespace labelled and the webhooks at their annotated failurePolicy.
+    own_namespace: Option<tokio::task::JoinHandle<()>>,
     shutdown_delay: Duration,
 }
 
@@ -234,6 +243,11 @@ pub async fn build(config: Config) -> Result<App, AppError> {
             Some(client) => AppTls::Managed(client, Box::new(managed)),
             None => return Err(AppError::ManagedTlsWithoutKube),
         },
+    };
+    let own_namespace = match (config.own_namespace, client.clone()) {
+        (None, _) => None,
+        (Some(own), Some(client)) => Some((client, own)),
+        (Some(_), None) => return Err(AppError::OwnNamespaceWithoutKube),
     };
     let mut node = node_keyring(config.docker_config.as_deref())?;
     if let Some(files) = &config.credential_providers {
@@ -296,6 +310,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         resolver: cache,
         policy: handle,
         watcher,
+        own_namespace,
         shutdown_delay: config.shutdown_delay,
     })
 }
@@ -515,6 +530,11 @@ impl App {
             metrics_listen: self.metrics_listen,
         };
         let server = server::start(config, self.state).await?;
+        // Only once this replica listens: raising a webhook to Fail before any replica could
+        // answer would refuse every covered write until one does.
+        let own_namespace = self
+            .own_namespace
+            .map(|(client, config)| own_namespace::start(client, config));
         let watcher = self.watcher.map(|watcher| {
             let PolicyWatcher {
                 path,
@@ -539,6 +559,7 @@ impl App {
             policy: self.policy,
             watcher,
             _managed: managed,
+            own_namespace,
             shutdown_delay: self.shutdown_delay,
         })
     }
@@ -563,6 +584,9 @@ impl RunningApp {
         self.server.shutdown(self.shutdown_delay).await?;
         if let Some(watcher) = self.watcher {
             watcher.abort();
+        }
+        if let Some(own_namespace) = self.own_namespace {
+            own_namespace.abort();
         }
         info!("stopped");
         Ok(())
@@ -592,6 +616,7 @@ mod tests {
             kube: KubeAccess::Disabled,
             docker_config: None,
             credential_providers: None,
+            own_namespace: None,
             shutdown_delay: Duration::ZERO,
             limits: ConnectionLimits::default(),
             clients: ClientAccess::default(),

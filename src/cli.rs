@@ -869,6 +869,46 @@ mod tests {
     }
 
     #[test]
+    fn raise_failure_policy_needs_the_own_namespace_and_builds_its_config() {
+        assert_eq!(
+            error_kind(&[
+                "serve",
+                "--tls-cert=c",
+                "--tls-key=k",
+                "--raise-failure-policy=mutating/pinhook",
+            ]),
+            ErrorKind::MissingRequiredArgument
+        );
+        assert_eq!(
+            error_kind(&[
+                "serve",
+                "--tls-cert=c",
+                "--tls-key=k",
+                "--own-namespace=pinhook-system",
+                "--raise-failure-policy=mutating/pinhook",
+                "--raise-interval=0",
+            ]),
+            ErrorKind::ValueValidation
+        );
+        assert_eq!(serve(&[]).own_namespace, None);
+        let config = serve(&[
+            "--own-namespace=pinhook-system",
+            "--raise-failure-policy=mutating/pinhook,validating/pinhook",
+        ]);
+        assert_eq!(
+            config.own_namespace,
+            Some(crate::own_namespace::Config {
+                namespace: "pinhook-system".into(),
+                webhooks: vec![
+                    WebhookRef::Mutating("pinhook".into()),
+                    WebhookRef::Validating("pinhook".into()),
+                ],
+                interval: Duration::from_secs(5),
+            })
+        );
+    }
+
+    #[test]
     fn serve_policy_file_is_watched_source() {
         let config = serve(&["--policy", "policy.yaml"]);
         assert_eq!(

@@ -40,6 +40,7 @@ pub mod documents;
 pub mod error;
 pub mod lease;
 pub mod metrics;
+pub mod own_namespace;
 pub mod owners;
 pub mod policy;
 pub mod policy_watcher;

@@ -15,6 +15,7 @@ use crate::app::{self, KubeAccess, Overrides, PolicySource, TlsSource};
 use crate::certs::managed::{ManagedConfig, WebhookRef};
 use crate::certs::rotation::Settings;
 use crate::certs::CertRequest;
+use crate::own_namespace;
 use crate::policy::Policy;
 use crate::server::{ClientAccess, ConnectionLimits, TokenReviewLimit};
 
@@ -64,6 +65,48 @@ pub struct ServeArgs {
     connections: ConnectionArgs,
     #[command(flatten)]
     clients: ClientArgs,
+    #[command(flatten)]
+    own_namespace: OwnNamespaceArgs,
+}
+
+/// pinhook's own namespace out of its webhooks where no namespaceSelector can name it (<1.21).
+#[derive(Debug, Args)]
+struct OwnNamespaceArgs {
+    /// Configurations whose failurePolicy to raise: mutating/NAME, validating/NAME.
+    ///
+    /// Each webhook gets the failurePolicy its configuration's pinhook.dev/failure-policy
+    /// annotation names, Fail only once --own-namespace is labelled pinhook.dev/ignore=true
+    /// (pinhook labels it). For clusters before 1.21; the chart sets it there.
+    #[arg(
+        long = "raise-failure-policy",
+        env = "PINHOOK_RAISE_FAILURE_POLICY",
+        value_delimiter = ',',
+        requires = "own_namespace"
+    )]
+    raise_failure_policy: Vec<WebhookRef>,
+    /// pinhook's own namespace (the pod's), for --raise-failure-policy.
+    #[arg(long, env = "PINHOOK_OWN_NAMESPACE")]
+    own_namespace: Option<String>,
+    /// Seconds between two checks of the label and the failurePolicies.
+    ///
+    /// A `helm upgrade` puts the rendered Ignore back; this bounds how long it stays.
+    #[arg(long, env = "PINHOOK_RAISE_INTERVAL", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    raise_interval: u64,
+}
+
+// === impl OwnNamespaceArgs ===
+
+impl OwnNamespaceArgs {
+    fn to_config(&self) -> Option<own_namespace::Config> {
+        if self.raise_failure_policy.is_empty() {
+            return None;
+        }
+        Some(own_namespace::Config {
+            namespace: self.own_namespace.clone()?,
+            webhooks: self.raise_failure_policy.clone(),
+            interval: Duration::from_secs(self.raise_interval),
+        })
+    }
 }
 
 /// Who may call `pinhook serve`.
@@ -252,6 +295,7 @@ impl ServeArgs {
                 },
                 metrics_listen: self.clients.metrics_listen,
             },
+            own_namespace: self.own_namespace.to_config(),
             overrides: Overrides::default(),
         })
     }

@@ -112,6 +112,7 @@ impl TestPinhook {
             kube: KubeAccess::Disabled,
             docker_config: options.docker_config.clone(),
             credential_providers: None,
+            own_namespace: None,
             shutdown_delay: Duration::ZERO,
             limits: options.limits,
             clients: options.clients,

@@ -207,16 +207,26 @@ caBundle: {{ $ctx.Values.tls.existingSecret.caBundle }}
 {{- end }}
 {{- end -}}
 
-{{/* metadata.annotations of both webhook configurations (indent 2, leading newline), or nothing. */}}
+{{/*
+metadata.annotations of a webhook configuration (indent 2, leading newline), or nothing. Call
+with (dict "ctx" $ "failurePolicies" "pin.pinhook.dev=Fail"): its webhooks' configured
+failurePolicy, the annotation pinhook.dev/failure-policy where pinhook raises them.
+*/}}
 {{- define "pinhook.webhookAnnotations" -}}
+{{- $failurePolicies := .failurePolicies -}}
+{{- with .ctx -}}
 {{- $a := deepCopy (.Values.commonAnnotations | default dict) -}}
 {{- $a = merge (deepCopy (.Values.webhook.annotations | default dict)) $a -}}
 {{- if eq .Values.tls.mode "certManager" -}}
 {{- $_ := set $a "cert-manager.io/inject-ca-from" (printf "%s/%s" .Release.Namespace (include "pinhook.servingCertificateName" .)) -}}
 {{- end -}}
+{{- if include "pinhook.raiseFailurePolicy" . -}}
+{{- $_ := set $a "pinhook.dev/failure-policy" $failurePolicies -}}
+{{- end -}}
 {{- with $a }}
   annotations:
     {{- toYaml . | nindent 4 }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -266,4 +276,146 @@ caBundle: {{ $ctx.Values.tls.existingSecret.caBundle }}
   resources: [{{ .resource | default (printf "%ss" (lower .kind)) | quote }}]
   scope: Namespaced
 {{- end }}
+{{- end -}}
+
+{{/*
+The policy written into the policy ConfigMap: .Values.policy with registries.hosts.<host>.ca set
+to the mounted file of each registryCAs entry that names a host (templates/validate.yaml refuses
+a host whose ca the policy already sets).
+*/}}
+{{- define "pinhook.policy" -}}
+{{- $policy := deepCopy .Values.policy -}}
+{{- range $i, $ca := .Values.registryCAs -}}
+{{- if $ca.host -}}
+{{- $registries := get $policy "registries" | default dict -}}
+{{- $hosts := get $registries "hosts" | default dict -}}
+{{- $host := get $hosts $ca.host | default dict -}}
+{{- $_ := set $host "ca" (include "pinhook.registryCAPath" (dict "i" $i "ca" $ca)) -}}
+{{- $_ := set $hosts $ca.host $host -}}
+{{- $_ := set $registries "hosts" $hosts -}}
+{{- $_ := set $policy "registries" $registries -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $policy -}}
+{{- end -}}
+
+{{/* The file of registryCAs entry i inside the pods. Call with (dict "i" $i "ca" $ca). */}}
+{{- define "pinhook.registryCAPath" -}}
+{{- printf "/etc/pinhook/registry-ca/%d/%s" .i (.ca.key | default "ca.crt") -}}
+{{- end -}}
+
+{{/*
+env of the webhook and watch containers for registryCAs and nodeCredentialProviders (indent 12,
+leading newline), or nothing.
+*/}}
+{{- define "pinhook.registryEnv" -}}
+{{- $global := list -}}
+{{- range $i, $ca := .Values.registryCAs -}}
+{{- if not $ca.host -}}
+{{- $global = append $global (include "pinhook.registryCAPath" (dict "i" $i "ca" $ca)) -}}
+{{- end -}}
+{{- end -}}
+{{- with $global }}
+            # registryCAs without a host: trusted for every registry.
+            - name: PINHOOK_REGISTRY_CA
+              value: {{ join "," . | quote }}
+{{- end }}
+{{- $ncp := .Values.nodeCredentialProviders -}}
+{{- if $ncp.enabled }}
+            # nodeCredentialProviders: the kubelet's credential provider plugins, tried after
+            # the pod's pull secrets.
+            - name: PINHOOK_IMAGE_CREDENTIAL_PROVIDER_CONFIG
+              value: {{ include "pinhook.credentialProviderConfigPath" . }}
+            - name: PINHOOK_IMAGE_CREDENTIAL_PROVIDER_BIN_DIR
+              value: /etc/pinhook/node/credential-provider-bin
+{{- end }}
+{{- end -}}
+
+{{- define "pinhook.credentialProviderConfigPath" -}}
+{{- $ncp := .Values.nodeCredentialProviders -}}
+{{- if $ncp.configMap.name -}}
+{{- printf "/etc/pinhook/node/credential-provider-config/%s" $ncp.configMap.key -}}
+{{- else -}}
+/etc/pinhook/node/credential-provider-config
+{{- end -}}
+{{- end -}}
+
+{{/* volumeMounts for registryCAs and nodeCredentialProviders (indent 12, leading newline). */}}
+{{- define "pinhook.registryVolumeMounts" -}}
+{{- range $i, $ca := .Values.registryCAs }}
+            - name: registry-ca-{{ $i }}
+              mountPath: /etc/pinhook/registry-ca/{{ $i }}
+              readOnly: true
+{{- end }}
+{{- if .Values.nodeCredentialProviders.enabled }}
+            - name: node-credential-provider-config
+              mountPath: /etc/pinhook/node/credential-provider-config
+              readOnly: true
+            - name: node-credential-provider-bin
+              mountPath: /etc/pinhook/node/credential-provider-bin
+              readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/*
+volumes for registryCAs and nodeCredentialProviders (indent 8, leading newline). A CA is mounted
+as a directory with the one key (never subPath: the kubelet then keeps it current).
+*/}}
+{{- define "pinhook.registryVolumes" -}}
+{{- range $i, $ca := .Values.registryCAs }}
+        - name: registry-ca-{{ $i }}
+          {{- if $ca.secret }}
+          secret:
+            secretName: {{ $ca.secret }}
+            defaultMode: 0444
+          {{- else }}
+          configMap:
+            name: {{ $ca.configMap }}
+          {{- end }}
+            items:
+              - key: {{ $ca.key | default "ca.crt" }}
+                path: {{ $ca.key | default "ca.crt" }}
+{{- end }}
+{{- $ncp := .Values.nodeCredentialProviders -}}
+{{- if $ncp.enabled }}
+        - name: node-credential-provider-config
+          {{- if $ncp.configMap.name }}
+          configMap:
+            name: {{ $ncp.configMap.name }}
+            items:
+              - key: {{ $ncp.configMap.key }}
+                path: {{ $ncp.configMap.key }}
+          {{- else }}
+          hostPath:
+            path: {{ $ncp.configHostPath }}
+            type: File
+          {{- end }}
+        - name: node-credential-provider-bin
+          hostPath:
+            path: {{ $ncp.binDirHostPath }}
+            type: Directory
+{{- end }}
+{{- end -}}
+
+{{/*
+"true" when pinhook keeps its own namespace out of its webhooks itself (issue 26): a cluster
+older than 1.21, where no namespaceSelector can name a namespace (the apiserver sets
+kubernetes.io/metadata.name from 1.21), with pinhook running in the cluster (not webhook.url).
+There every webhook is rendered failurePolicy Ignore, the configured policies go into the
+annotation pinhook.dev/failure-policy, and pinhook labels its namespace pinhook.dev/ignore=true
+and only then sets each webhook to its annotated policy (pinhook serve --raise-failure-policy).
+*/}}
+{{- define "pinhook.raiseFailurePolicy" -}}
+{{- if and (include "pinhook.before121" .) (not .Values.webhook.url) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* A webhook's rendered failurePolicy. Call with (dict "ctx" $ "policy" "Fail"). */}}
+{{- define "pinhook.failurePolicy" -}}
+{{- if include "pinhook.raiseFailurePolicy" .ctx -}}
+Ignore
+{{- else -}}
+{{- .policy -}}
+{{- end -}}
 {{- end -}}

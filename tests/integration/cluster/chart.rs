@@ -283,6 +283,47 @@ fn kubernetes_1_20_gets_policy_v1beta1_and_batch_v1beta1() {
 }
 
 #[test]
+fn kubernetes_1_20_starts_every_webhook_at_ignore_and_lets_pinhook_raise_it() {
+    let objects = render(&["--kube-version", "1.20.2"]);
+    for (name, hook) in webhooks(&objects) {
+        assert_eq!(hook["failurePolicy"], "Ignore", "{name}");
+    }
+    let annotation = |kind| {
+        get(&objects, kind, "pinhook")["metadata"]["annotations"]["pinhook.dev/failure-policy"]
+            .clone()
+    };
+    assert_eq!(
+        annotation("MutatingWebhookConfiguration"),
+        "pin.pinhook.dev=Fail"
+    );
+    assert_eq!(
+        annotation("ValidatingWebhookConfiguration"),
+        "validate.pinhook.dev=Fail,mirrors.pinhook.dev=Fail"
+    );
+    let container =
+        &get(&objects, "Deployment", "pinhook")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env_value(container, "PINHOOK_RAISE_FAILURE_POLICY").expect("raise env")["value"],
+        "mutating/pinhook,validating/pinhook"
+    );
+    assert_eq!(
+        env_value(container, "PINHOOK_OWN_NAMESPACE").expect("own namespace env")["valueFrom"]
+            ["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    let role = get(&objects, "ClusterRole", "pinhook-own-namespace");
+    assert_eq!(strings(&role["rules"][0]["resourceNames"]), [NAMESPACE]);
+    assert_eq!(strings(&role["rules"][1]["resourceNames"]), ["pinhook"]);
+
+    // 1.21 names the namespace in the selector: the configured policy, nothing to raise.
+    let objects = render(&["--kube-version", "1.21.0"]);
+    for (name, hook) in webhooks(&objects) {
+        assert_eq!(hook["failurePolicy"], "Fail", "{name}");
+    }
+    assert!(find(&objects, "ClusterRole", "pinhook-own-namespace").is_none());
+}
+
+#[test]
 fn url_mode_renders_no_deployment_and_calls_the_url() {
     let objects = render(&[
         "--set",
