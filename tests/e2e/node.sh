@@ -312,16 +312,18 @@ _node_containerd_up() { _node_ctr version >/dev/null 2>&1; }
 _node_kubelet_files() {
   local pki="$NODE_WORK/pki"
   mkdir -p "$pki" "$NODE_MANIFESTS" "$NODE_WORK/kubelet"
-  if [[ ! -s $pki/kubelet-client.crt ]]; then
+  # a new one every start: the control plane's CA is new on every run.sh
+  (
+    set -e
     openssl req -new -newkey rsa:2048 -nodes -keyout "$pki/kubelet-client.key" \
       -subj "/O=system:nodes/CN=system:node:$NODE_NAME" -out "$pki/kubelet-client.csr" 2>/dev/null &&
       openssl x509 -req -in "$pki/kubelet-client.csr" -CA "$E2E_PKI/ca.crt" -CAkey "$E2E_PKI/ca.key" \
         -CAcreateserial -days 30 -sha256 -out "$pki/kubelet-client.crt" \
         -extfile <(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n') \
-        2>/dev/null || return 1
+        2>/dev/null
     rm -f "$pki/kubelet-client.csr"
     chmod 600 "$pki/kubelet-client.key"
-  fi
+  ) || return 1
   cat >"$NODE_WORK/kubelet.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -503,8 +505,11 @@ node_stop() {
     _node_kubectl delete pods -A --field-selector "spec.nodeName=$NODE_NAME" --grace-period=1 \
       --wait=false >/dev/null 2>&1 || true
     deadline=$(($(date +%s) + 30))
-    while (($(date +%s) < deadline)) && [[ -S $NODE_SOCK ]] &&
-      [[ -n $(_node_ctr -n k8s.io tasks ls -q 2>/dev/null) ]]; do
+    while [[ -S $NODE_SOCK && -n $(_node_ctr -n k8s.io tasks ls -q 2>/dev/null) ]]; do
+      if (($(date +%s) >= deadline)); then
+        _node_log "containers still running 30 s after their Pods were deleted: $(_node_ctr -n k8s.io tasks ls -q | tr '\n' ' ')"
+        break
+      fi
       sleep 0.5
     done
   fi
