@@ -470,6 +470,7 @@ EOF
 #   REGISTRY_HOST/team/node-static:1.0  the same, for the static pod (DIGEST_node_static_1_0)
 #   PRIVATE_HOST/team/node-private:1.0  index (DIGEST_node_private_1_0), behind htpasswd
 # containerd trusts the registries' CA for REGISTRY_HOST, PRIVATE_HOST and localhost:PRIVATE_PORT.
+# With NODE_POD_NETWORK=1: the apiserver reachable from the Pod network, kube-proxy (node.sh).
 e2e_setup_node() {
   local t spec repo tag archs host cred d
   t=$(date +%s)
@@ -477,6 +478,8 @@ e2e_setup_node() {
   pick_port NODE_KUBELET_PORT 10250
   pick_port NODE_KUBELET_HEALTHZ_PORT 10248
   pick_port NODE_SCHEDULER_PORT 10251
+  pick_port NODE_PROXY_HEALTHZ_PORT 10256
+  pick_port NODE_PROXY_METRICS_PORT 10249
   gcc -static -Os -s -o "$RUN/pause" "$E2E_DIR/node/pause.c" || { log "gcc -static of node/pause.c failed"; return 1; }
   for spec in "node-app 1.0 amd64,arm64 r" "node-web 1.0 amd64 r" "node-static 1.0 amd64 r" \
     "node-private 1.0 amd64,arm64 p"; do
@@ -493,7 +496,9 @@ e2e_setup_node() {
         "$RUN/oci-$repo/blobs/sha256/${d#sha256:}")"
     log "pushed $host/team/$repo:$tag -> $d"
   done
-  NODE_REGISTRY_CA=$REGISTRY_CA node_start "$REGISTRY_HOST" "$PRIVATE_HOST" "localhost:${PRIVATE_HOST##*:}" ||
+  # NODE_POD_NETWORK=1: the apiserver forwarded on the bridge address and kube-proxy
+  # (node-pod-network-reaches-services)
+  NODE_POD_NETWORK=1 NODE_REGISTRY_CA=$REGISTRY_CA node_start "$REGISTRY_HOST" "$PRIVATE_HOST" "localhost:${PRIVATE_HOST##*:}" ||
     { log "the node did not start"; return 1; }
   eval "$(node_env)"
   log "node set up in $(($(date +%s) - t))s"
@@ -517,6 +522,7 @@ e2e_teardown() {
       tail_log "$E2E_WORK/node/kubelet.log" 30
       tail_log "$E2E_WORK/node/containerd.log" 20
       tail_log "$E2E_WORK/node/kube-scheduler.log" 10
+      tail_log "$E2E_WORK/node/kube-proxy.log" 10
     fi
   fi
   if [[ ${E2E_KEEP:-0} == 1 ]]; then

@@ -21,7 +21,8 @@
 # in-tree AWS credential code from probing the cloud metadata address.
 #
 # What start does, in order (every wait bounded; on any failure it undoes what it did):
-#   1. packages (apt, when missing): containerd, runc, containernetworking-plugins, gcc, libc6-dev
+#   1. packages (apt, when missing): containerd, runc, containernetworking-plugins, gcc, libc6-dev,
+#      iptables, socat
 #   2. the host state it will change is recorded in $NODE_WORK/host-state (once, kept across an
 #      unclean stop): the sysctls the kubelet sets (kernel.panic, kernel.panic_on_oops,
 #      vm.overcommit_memory, vm.panic_on_oom, kernel.keys.root_maxkeys/maxbytes) and which of
@@ -44,6 +45,8 @@
 #      chains, eviction and image GC thresholds that a full-ish disk does not trip),
 #      --resolv-conf= (Pods do not get the host's nameserver); waits until the Node is Ready
 #   8. kube-scheduler (no leader election, /healthz on 127.0.0.1:$NODE_SCHEDULER_PORT)
+#   9. only with NODE_POD_NETWORK=1 (groundwork for pinhook's own Pods on the node): the
+#      apiserver reachable from the Pod network and Services routed, see _node_pod_network
 #
 # Environment:
 #   E2E_WORK            cluster.sh's work dir (default /tmp/pinhook-e2e); the node's: $E2E_WORK/node
@@ -52,6 +55,8 @@
 #   NODE_REGISTRY_CA    the CA containerd trusts for the registries (default $E2E_WORK/pki/ca.crt)
 #   NODE_KUBELET_PORT   (10250)  NODE_KUBELET_HEALTHZ_PORT (10248)  NODE_SCHEDULER_PORT (10251)
 #   NODE_READY_TIMEOUT  seconds for each wait (60)
+#   NODE_POD_NETWORK    1: step 9 (default 0)
+#   NODE_PROXY_HEALTHZ_PORT (10256)  NODE_PROXY_METRICS_PORT (10249): kube-proxy's, on 127.0.0.1
 #   KUBELET, KUBE_SCHEDULER  binaries (default: beside the apiserver in PINHOOK_E2E_CACHE)
 
 _NODE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -69,6 +74,9 @@ _node_vars() {
   NODE_KUBELET_PORT="${NODE_KUBELET_PORT:-10250}"
   NODE_KUBELET_HEALTHZ_PORT="${NODE_KUBELET_HEALTHZ_PORT:-10248}"
   NODE_SCHEDULER_PORT="${NODE_SCHEDULER_PORT:-10251}"
+  NODE_POD_NETWORK="${NODE_POD_NETWORK:-0}"
+  NODE_PROXY_HEALTHZ_PORT="${NODE_PROXY_HEALTHZ_PORT:-10256}"
+  NODE_PROXY_METRICS_PORT="${NODE_PROXY_METRICS_PORT:-10249}"
   NODE_READY_TIMEOUT="${NODE_READY_TIMEOUT:-60}"
   NODE_SOCK="$NODE_WORK/containerd.sock"
   NODE_MANIFESTS="$NODE_WORK/manifests"
@@ -76,8 +84,9 @@ _node_vars() {
   # Only Pods that tolerate this run here: the tier's earlier scenarios leave Pending Pods
   # (with images that hold no program) that must not land on the node
   NODE_TAINT="pinhook.dev/e2e-node=dedicated:NoSchedule"
+  # the kubelet's, and kube-proxy's route_localnet (NODE_POD_NETWORK=1)
   NODE_SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom
-    kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+    kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet)
   # what the kubelet, containerd's shims and CNI create outside $NODE_WORK
   NODE_HOST_PATHS=(/var/log/pods /var/log/containers /var/lib/cni /run/containerd)
 }
@@ -89,7 +98,7 @@ _node_kubectl() { kubectl --kubeconfig "$E2E_KUBECONFIG" --request-timeout=10s "
 
 _node_ensure_packages() {
   local -A need=([containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
-    [gcc]=gcc [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev [iptables]=iptables)
+    [gcc]=gcc [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev [iptables]=iptables [socat]=socat)
   local missing=() c
   for c in "${!need[@]}"; do
     if [[ $c == /* ]]; then [[ -e $c ]] || missing+=("${need[$c]}"); else
@@ -118,8 +127,9 @@ _node_binaries() {
   dir="$(dirname "${KUBE_APISERVER:-$PINHOOK_E2E_CACHE/kube-apiserver-1.20.2}")"
   KUBELET="${KUBELET:-$dir/kubelet-1.20.2}"
   KUBE_SCHEDULER="${KUBE_SCHEDULER:-$dir/kube-scheduler-1.20.2}"
-  [[ -x $KUBELET && -x $KUBE_SCHEDULER ]] || {
-    _node_log "ERROR: no kubelet/kube-scheduler at $KUBELET, $KUBE_SCHEDULER (build-kube-apiserver.sh builds them)"
+  KUBE_PROXY="${KUBE_PROXY:-$dir/kube-proxy-1.20.2}"
+  [[ -x $KUBELET && -x $KUBE_SCHEDULER && -x $KUBE_PROXY ]] || {
+    _node_log "ERROR: no kubelet/kube-scheduler/kube-proxy at $KUBELET, $KUBE_SCHEDULER, $KUBE_PROXY (build-kube-apiserver.sh builds them)"
     return 1
   }
 }
@@ -133,6 +143,7 @@ _node_record_host_state() {
     for p in "${NODE_HOST_PATHS[@]}" /sys/fs/cgroup/*/kubepods; do
       if [[ -e $p ]]; then printf 'existed %s\n' "$p"; fi
     done
+    if iptables-save 2>/dev/null | grep -q 'KUBE-'; then echo 'existed iptables-kube-chains'; fi
   } >"$f.tmp" && mv "$f.tmp" "$f"
 }
 _node_existed() { grep -qxF "existed $1" "$NODE_WORK/host-state" 2>/dev/null; }
@@ -464,13 +475,101 @@ _node_start_steps() {
     --v=2
   _e2e_wait kube-scheduler "$NODE_READY_TIMEOUT" "$NODE_WORK/kube-scheduler.pid" kube-scheduler \
     "$NODE_WORK/kube-scheduler.log" _node_scheduler_healthy || return 1
+  # a failure here fails only what needs the Pod network (node-pod-network-reaches-services)
+  NODE_POD_NETWORK_READY=0
+  if [[ $NODE_POD_NETWORK == 1 ]]; then
+    if _node_pod_network; then NODE_POD_NETWORK_READY=1; else
+      _node_log "WARNING: the Pod network's access to the apiserver and Services is not set up (see above)"
+    fi
+  fi
+  echo "$NODE_POD_NETWORK_READY" >"$NODE_WORK/pod-network-ready"
   NODE_STARTED_IN=$(($(date +%s) - t))
 }
 
+# _node_pod_network (NODE_POD_NETWORK=1): what pinhook's own Pods need on this node, without
+# changing the control plane the other scenarios use (it stays on 127.0.0.1):
+# - the apiserver reachable from the Pod network: a TCP forwarder (socat) bound to the bridge
+#   address only ($NODE_IP:$E2E_APISERVER_PORT -> 127.0.0.1), not a 0.0.0.0 bind that would
+#   expose it on every interface; the `kubernetes` Service's Endpoints name it (the apiserver
+#   runs --endpoint-reconciler-type=none, so nothing rewrites them);
+# - kube-proxy in iptables mode, so that in-cluster clients reach `kubernetes` (10.0.0.1:443)
+#   and the apiserver reaches a webhook Service: host networking would not do, since in-cluster
+#   clients dial the ClusterIP anyway and the chart's Pods are on the Pod network. NodePorts on
+#   the bridge address only; conntrack sysctls left alone (--conntrack-max-per-core=0...);
+#   oom-score-adj 0 (no CAP_SYS_RESOURCE); Endpoints, not EndpointSlices (EndpointSliceProxying
+#   off: neither the `kubernetes` Service's slice, which the apiserver's endpoint reconciler
+#   would write, nor the endpointslice controllers run here). It sets net.ipv4.conf.all.route_localnet=1: recorded
+#   and restored. Its rules go on stop with `kube-proxy --cleanup`.
+_node_pod_network() {
+  _node_log "apiserver forwarder on $NODE_IP:$E2E_APISERVER_PORT -> 127.0.0.1:$E2E_APISERVER_PORT (log $NODE_WORK/apiserver-forward.log)"
+  _node_start_proc apiserver-forward socat \
+    "TCP-LISTEN:$E2E_APISERVER_PORT,bind=$NODE_IP,fork,reuseaddr" "TCP:127.0.0.1:$E2E_APISERVER_PORT"
+  _e2e_wait "the apiserver forwarder" "$NODE_READY_TIMEOUT" "$NODE_WORK/apiserver-forward.pid" socat \
+    "$NODE_WORK/apiserver-forward.log" \
+    curl -s --max-time 2 --cacert "$E2E_PKI/ca.crt" --resolve "kubernetes:$E2E_APISERVER_PORT:$NODE_IP" \
+    "https://kubernetes:$E2E_APISERVER_PORT/readyz" || return 1
+  _node_kubectl apply -f - >/dev/null <<EOF || { _node_log "ERROR: cannot write the kubernetes Endpoints"; return 1; }
+apiVersion: v1
+kind: Endpoints
+metadata: {name: kubernetes, namespace: default}
+subsets:
+  - addresses: [{ip: "$NODE_IP"}]
+    ports: [{name: https, port: $E2E_APISERVER_PORT, protocol: TCP}]
+EOF
+  touch "$NODE_WORK/kube-proxy.ran" # from here on, stop runs kube-proxy --cleanup
+  _node_log "starting kube-proxy (iptables; healthz http://127.0.0.1:$NODE_PROXY_HEALTHZ_PORT/healthz, log $NODE_WORK/kube-proxy.log)"
+  _node_start_proc kube-proxy "$KUBE_PROXY" \
+    --kubeconfig="$E2E_KUBECONFIG" \
+    --proxy-mode=iptables \
+    --hostname-override="$NODE_NAME" \
+    --bind-address="$NODE_IP" \
+    --cluster-cidr="$NODE_SUBNET.0/24" \
+    --nodeport-addresses="$NODE_IP/32" \
+    --healthz-bind-address="127.0.0.1:$NODE_PROXY_HEALTHZ_PORT" \
+    --metrics-bind-address="127.0.0.1:$NODE_PROXY_METRICS_PORT" \
+    --conntrack-max-per-core=0 --conntrack-min=0 \
+    --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
+    --oom-score-adj=0 \
+    --feature-gates=EndpointSliceProxying=false \
+    --v=2
+  _e2e_wait kube-proxy "$NODE_READY_TIMEOUT" "$NODE_WORK/kube-proxy.pid" kube-proxy "$NODE_WORK/kube-proxy.log" \
+    _node_proxy_synced || return 1
+}
+# _node_iptables_cleanup: what kube-proxy --cleanup leaves (it stops at the IPVS part without
+# `ipset`, and keeps KUBE-MARK-* and its canaries): every KUBE-* chain in nat, filter and mangle and
+# the rules that jump to them; only when no KUBE-* chain existed before the node started
+_node_iptables_cleanup() {
+  local t rule c
+  grep -qx 'existed iptables-kube-chains' "$NODE_WORK/host-state" 2>/dev/null && return 0
+  for t in nat filter mangle; do
+    iptables -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -vE '^-A KUBE-' |
+      while IFS= read -r rule; do
+        eval "iptables -t $t -D ${rule#-A }" 2>/dev/null || true
+      done
+    for c in $(iptables -t "$t" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z0-9-]*\)$/\1/p'); do
+      iptables -t "$t" -F "$c" 2>/dev/null || true
+    done
+    for c in $(iptables -t "$t" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z0-9-]*\)$/\1/p'); do
+      iptables -t "$t" -X "$c" 2>/dev/null || true
+    done
+  done
+  if iptables-save 2>/dev/null | grep -q 'KUBE-'; then
+    _node_log "WARNING: iptables rules of kube-proxy left: $(iptables-save | grep -c 'KUBE-') lines"
+  else
+    _node_log "no KUBE-* iptables chain or rule left"
+  fi
+}
+
+# kube-proxy has written the rules of the `kubernetes` Service
+_node_proxy_synced() {
+  curl -s --max-time 2 "http://127.0.0.1:$NODE_PROXY_HEALTHZ_PORT/healthz" >/dev/null &&
+    iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q 'default/kubernetes:https'
+}
+
 # --- stop --------------------------------------------------------------------------------------------
-_node_kill() { # _node_kill NAME [GRACE_S]
-  local name=$1 grace=${2:-10} pidfile="$NODE_WORK/$1.pid" pid i
-  if _e2e_pid_alive "$pidfile" "$name"; then
+_node_kill() { # _node_kill NAME [COMMAND]: the PID in NAME.pid, if its command line has COMMAND (NAME)
+  local name=$1 grace=10 pidfile="$NODE_WORK/$1.pid" pid i
+  if _e2e_pid_alive "$pidfile" "${2:-$name}"; then
     pid=$(<"$pidfile")
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < grace * 5; i++)); do
@@ -514,6 +613,20 @@ node_stop() {
     done
   fi
   _node_kill kube-scheduler
+  _node_kill kube-proxy
+  if [[ -e $NODE_WORK/kube-proxy.ran ]]; then
+    # (it exits 255 at the IPVS part here, no `ipset`, after the iptables part)
+    if _node_binaries >/dev/null 2>&1; then
+      "$KUBE_PROXY" --cleanup >"$NODE_WORK/kube-proxy-cleanup.log" 2>&1 || true
+    fi
+    _node_iptables_cleanup
+    rm -f "$NODE_WORK/kube-proxy.ran"
+  fi
+  # the forwarder's connections (forked children) first, then the forwarder
+  if _e2e_pid_alive "$NODE_WORK/apiserver-forward.pid" socat; then
+    for p in $(ps -o pid= --ppid "$(<"$NODE_WORK/apiserver-forward.pid")"); do kill "$p" 2>/dev/null || true; done
+  fi
+  _node_kill apiserver-forward socat
   _node_kill kubelet
   # whatever still runs: killed through containerd, then its records deleted
   if _e2e_pid_alive "$NODE_WORK/containerd.pid" containerd && [[ -S $NODE_SOCK ]]; then
@@ -564,6 +677,7 @@ node_env() {
   printf 'export NODE_MANIFESTS=%q\n' "$NODE_MANIFESTS"
   printf 'export NODE_SOCK=%q\n' "$NODE_SOCK"
   printf 'export NODE_TAINT=%q\n' "$NODE_TAINT"
+  printf 'export NODE_POD_NETWORK_READY=%q\n' "$(cat "$NODE_WORK/pod-network-ready" 2>/dev/null || echo 0)"
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
