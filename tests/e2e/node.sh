@@ -16,7 +16,8 @@
 #
 # Everything stays on this machine: a bridge ($NODE_BRIDGE, $NODE_SUBNET.1/24) that is the
 # node's IP and the Pods' gateway, no forwarding (the bridge plugin's isGateway is off, so it
-# does not turn on ip_forward) and no NAT; the kubelet reaches the apiserver on 127.0.0.1 and
+# does not turn on ip_forward) and no NAT but kube-proxy's for ClusterIPs (NODE_POD_NETWORK=1);
+# the kubelet reaches the apiserver on 127.0.0.1 and
 # containerd the registries on 127.0.0.1; AWS_EC2_METADATA_DISABLED=true keeps the kubelet's
 # in-tree AWS credential code from probing the cloud metadata address.
 #
