@@ -470,7 +470,8 @@ EOF
 #   REGISTRY_HOST/team/node-static:1.0  the same, for the static pod (DIGEST_node_static_1_0)
 #   PRIVATE_HOST/team/node-private:1.0  index (DIGEST_node_private_1_0), behind htpasswd
 # containerd trusts the registries' CA for REGISTRY_HOST, PRIVATE_HOST and localhost:PRIVATE_PORT.
-# With NODE_POD_NETWORK=1: the apiserver reachable from the Pod network, kube-proxy (node.sh).
+# With NODE_POD_NETWORK=1: the apiserver and both registries reachable from the Pod network (as
+# NODE_IP:PORT, certificates by the e2e CA), kube-proxy (node.sh).
 e2e_setup_node() {
   local t spec repo tag archs host cred d
   t=$(date +%s)
@@ -498,7 +499,7 @@ e2e_setup_node() {
   done
   # NODE_POD_NETWORK=1: the apiserver forwarded on the bridge address and kube-proxy
   # (node-pod-network-reaches-services)
-  NODE_POD_NETWORK=1 NODE_REGISTRY_CA=$REGISTRY_CA node_start "$REGISTRY_HOST" "$PRIVATE_HOST" "localhost:${PRIVATE_HOST##*:}" ||
+  NODE_POD_NETWORK=1 NODE_REGISTRY_FORWARD="$REGISTRY_HOST $PRIVATE_HOST" NODE_REGISTRY_CA=$REGISTRY_CA node_start "$REGISTRY_HOST" "$PRIVATE_HOST" "localhost:${PRIVATE_HOST##*:}" ||
     { log "the node did not start"; return 1; }
   eval "$(node_env)"
   log "node set up in $(($(date +%s) - t))s"

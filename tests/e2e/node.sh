@@ -57,6 +57,8 @@
 #   NODE_KUBELET_PORT   (10250)  NODE_KUBELET_HEALTHZ_PORT (10248)  NODE_SCHEDULER_PORT (10251)
 #   NODE_READY_TIMEOUT  seconds for each wait (60)
 #   NODE_POD_NETWORK    1: step 9 (default 0)
+#   NODE_REGISTRY_FORWARD  with NODE_POD_NETWORK=1: registries (127.0.0.1:PORT...) to serve on the
+#                       bridge address too, as NODE_IP:PORT (see _node_pod_network)
 #   NODE_PROXY_HEALTHZ_PORT (10256)  NODE_PROXY_METRICS_PORT (10249): kube-proxy's, on 127.0.0.1
 #   KUBELET, KUBE_SCHEDULER  binaries (default: beside the apiserver in PINHOOK_E2E_CACHE)
 
@@ -76,6 +78,7 @@ _node_vars() {
   NODE_KUBELET_HEALTHZ_PORT="${NODE_KUBELET_HEALTHZ_PORT:-10248}"
   NODE_SCHEDULER_PORT="${NODE_SCHEDULER_PORT:-10251}"
   NODE_POD_NETWORK="${NODE_POD_NETWORK:-0}"
+  NODE_REGISTRY_FORWARD="${NODE_REGISTRY_FORWARD:-}"
   NODE_PROXY_HEALTHZ_PORT="${NODE_PROXY_HEALTHZ_PORT:-10256}"
   NODE_PROXY_METRICS_PORT="${NODE_PROXY_METRICS_PORT:-10249}"
   NODE_READY_TIMEOUT="${NODE_READY_TIMEOUT:-60}"
@@ -321,6 +324,17 @@ EOF
 
 _node_containerd_up() { _node_ctr version >/dev/null 2>&1; }
 
+# _node_sign_cert NAME SANS: $NODE_WORK/pki/NAME.{crt,key}, a server certificate the e2e CA signs
+_node_sign_cert() {
+  local out="$NODE_WORK/pki/$1"
+  mkdir -p "$NODE_WORK/pki"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$out.key" -subj "/CN=pinhook-e2e-$1" -out "$out.csr" 2>/dev/null &&
+    openssl x509 -req -in "$out.csr" -CA "$E2E_PKI/ca.crt" -CAkey "$E2E_PKI/ca.key" -CAcreateserial \
+      -days 30 -sha256 -out "$out.crt" \
+      -extfile <(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' "$2") \
+      2>/dev/null && rm -f "$out.csr" && chmod 600 "$out.key"
+}
+
 _node_kubelet_files() {
   local pki="$NODE_WORK/pki"
   mkdir -p "$pki" "$NODE_MANIFESTS" "$NODE_WORK/kubelet"
@@ -501,7 +515,33 @@ _node_start_steps() {
 #   off: neither the `kubernetes` Service's slice, which the apiserver's endpoint reconciler
 #   would write, nor the endpointslice controllers run here). It sets net.ipv4.conf.all.route_localnet=1: recorded
 #   and restored. Its rules go on stop with `kube-proxy --cleanup`.
+# - each registry of NODE_REGISTRY_FORWARD (127.0.0.1:PORT) served on NODE_IP:PORT too: a TLS
+#   forwarder (socat) bound to the bridge address, presenting a certificate the e2e CA signed for
+#   NODE_IP (the registries' own name 127.0.0.1/localhost only), re-encrypting to the registry
+#   and checking its certificate; containerd trusts the e2e CA for NODE_IP:PORT (hosts.toml).
 _node_pod_network() {
+  local r port
+  if [[ -n $NODE_REGISTRY_FORWARD ]]; then
+    _node_sign_cert registry-forward "IP:$NODE_IP" || { _node_log "ERROR: cannot sign the registry forwarder's certificate"; return 1; }
+  fi
+  for r in $NODE_REGISTRY_FORWARD; do
+    port=${r##*:}
+    _node_log "registry forwarder on $NODE_IP:$port -> $r (TLS; log $NODE_WORK/registry-forward-$port.log)"
+    _node_start_proc "registry-forward-$port" socat \
+      "OPENSSL-LISTEN:$port,bind=$NODE_IP,fork,reuseaddr,cert=$NODE_WORK/pki/registry-forward.crt,key=$NODE_WORK/pki/registry-forward.key,verify=0" \
+      "OPENSSL:$r,cafile=$NODE_REGISTRY_CA,commonname=localhost"
+    _e2e_wait "the registry forwarder $NODE_IP:$port" "$NODE_READY_TIMEOUT" "$NODE_WORK/registry-forward-$port.pid" socat \
+      "$NODE_WORK/registry-forward-$port.log" \
+      curl -s -o /dev/null --max-time 2 --cacert "$E2E_PKI/ca.crt" "https://$NODE_IP:$port/v2/" || return 1
+    mkdir -p "$NODE_WORK/certs.d/$NODE_IP:$port"
+    cat >"$NODE_WORK/certs.d/$NODE_IP:$port/hosts.toml" <<EOF
+server = "https://$NODE_IP:$port"
+
+[host."https://$NODE_IP:$port"]
+  capabilities = ["pull", "resolve"]
+  ca = "$E2E_PKI/ca.crt"
+EOF
+  done
   _node_log "apiserver forwarder on $NODE_IP:$E2E_APISERVER_PORT -> 127.0.0.1:$E2E_APISERVER_PORT (log $NODE_WORK/apiserver-forward.log)"
   _node_start_proc apiserver-forward socat \
     "TCP-LISTEN:$E2E_APISERVER_PORT,bind=$NODE_IP,fork,reuseaddr" "TCP:127.0.0.1:$E2E_APISERVER_PORT"
@@ -623,11 +663,15 @@ node_stop() {
     _node_iptables_cleanup
     rm -f "$NODE_WORK/kube-proxy.ran"
   fi
-  # the forwarder's connections (forked children) first, then the forwarder
-  if _e2e_pid_alive "$NODE_WORK/apiserver-forward.pid" socat; then
-    for p in $(ps -o pid= --ppid "$(<"$NODE_WORK/apiserver-forward.pid")"); do kill "$p" 2>/dev/null || true; done
-  fi
-  _node_kill apiserver-forward socat
+  # the forwarders' connections (forked children) first, then the forwarders
+  for p in "$NODE_WORK"/apiserver-forward.pid "$NODE_WORK"/registry-forward-*.pid; do
+    [[ -s $p ]] || continue
+    s=$(basename "$p" .pid)
+    if _e2e_pid_alive "$p" socat; then
+      for v in $(ps -o pid= --ppid "$(<"$p")"); do kill "$v" 2>/dev/null || true; done
+    fi
+    _node_kill "$s" socat
+  done
   _node_kill kubelet
   # whatever still runs: killed through containerd, then its records deleted
   if _e2e_pid_alive "$NODE_WORK/containerd.pid" containerd && [[ -S $NODE_SOCK ]]; then
