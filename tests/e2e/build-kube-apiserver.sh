@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Build a real kube-apiserver and kube-controller-manager (v1.20.2) from Debian
-# bookworm's `kubernetes` source package (one unpacked tree, one Go build cache),
-# for pinhook's end-to-end test tier.
+# Build a real kube-apiserver, kube-controller-manager, and the node's kubelet,
+# kube-scheduler and kube-proxy (v1.20.2) from Debian bookworm's `kubernetes`
+# source package (one unpacked tree, one Go build cache), for pinhook's
+# end-to-end test tier (the node: tests/e2e/node.sh).
 #
-# Idempotent: when ${PINHOOK_E2E_CACHE}/kube-apiserver-1.20.2 and
-# ${PINHOOK_E2E_CACHE}/kube-controller-manager-1.20.2 exist and answer
-# --version, nothing is done. Prints the apiserver's path on stdout as the last
-# line (all log lines go to stderr); the controller manager sits beside it.
+# Idempotent, per binary: each is cached as ${PINHOOK_E2E_CACHE}/<name>-1.20.2
+# and kept when it answers --version. When all five do, nothing is done; when any
+# is missing, the source is fetched once, the missing ones are built, and the
+# source tree and Go cache are removed again. Prints the apiserver's path on
+# stdout as the last line (all log lines go to stderr); the others sit beside it.
 #
 # Needs root (apt-get). Network: Debian mirrors only.
 set -euo pipefail
@@ -14,7 +16,8 @@ set -euo pipefail
 K8S_VERSION=1.20.2
 CACHE="${PINHOOK_E2E_CACHE:-/var/cache/pinhook-e2e}"
 BIN="$CACHE/kube-apiserver-$K8S_VERSION"
-KCM_BIN="$CACHE/kube-controller-manager-$K8S_VERSION"
+# every binary this script caches, built in this order
+CMDS=(kube-apiserver kube-controller-manager kubelet kube-scheduler kube-proxy)
 SRC_PARENT="$CACHE/src"
 SRC_SOURCES_FILE=/etc/apt/sources.list.d/pinhook-e2e-deb-src.sources
 REFLECT2_DEBIAN=/usr/share/gocode/src/github.com/modern-go/reflect2
@@ -26,7 +29,10 @@ export DEBIAN_FRONTEND=noninteractive
 APT_GET=(apt-get -qq -o=Dpkg::Use-Pty=0)
 
 runs() { [[ -x "$1" ]] && "$1" --version >/dev/null 2>&1; }
-binary_ok() { runs "$BIN" && runs "$KCM_BIN"; }
+binary_ok() {
+  local c
+  for c in "${CMDS[@]}"; do runs "$CACHE/$c-$K8S_VERSION" || return 1; done
+}
 
 if binary_ok; then
   log "cached binary present: $("$BIN" --version)"
@@ -187,11 +193,10 @@ go_build() {
   mv "$out.tmp" "$out"
   runs "$out" || die "built $out does not run --version"
 }
-go_build kube-apiserver "$BIN"
-go_build kube-controller-manager "$KCM_BIN"
+for c in "${CMDS[@]}"; do go_build "$c" "$CACHE/$c-$K8S_VERSION"; done
 
 binary_ok || die "built binaries do not run --version"
-# Later runs start from the two binaries (the check at the top), never from the build cache or
+# Later runs start from the binaries (the check at the top), never from the build cache or
 # the source tree: drop both (about 1.8 GB) so the e2e tier runs with that disk free.
 rm -rf "$GOCACHE" "$SRC_DIR"
 log "built $("$BIN" --version) in $(( $(date +%s) - T0 ))s total"

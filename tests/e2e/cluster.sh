@@ -317,27 +317,56 @@ e2e_start() {
   _e2e_wait kube-apiserver "$E2E_READY_TIMEOUT" "$E2E_WORK/kube-apiserver.pid" kube-apiserver \
     "$E2E_WORK/kube-apiserver.log" e2e_ready || return 1
 
-  # --- kube-controller-manager ---
-  # Only the controllers that make Pods out of workloads. No leader election (one instance,
-  # and no Lease to wait for), no HTTPS serving (no serving cert, no delegated authn/authz
-  # lookups); the deprecated plain-HTTP port on 127.0.0.1 serves /healthz. The admin
-  # kubeconfig and --use-service-account-credentials=false: one identity for all controllers,
-  # no per-controller ServiceAccount tokens (the tokens controller does not run).
-  _e2e_log "starting kube-controller-manager $("$KUBE_CONTROLLER_MANAGER" --version | awk '{print $2}') (healthz http://127.0.0.1:$E2E_KCM_PORT/healthz, log: $E2E_WORK/kube-controller-manager.log)"
-  "${noproxy[@]}" "$KUBE_CONTROLLER_MANAGER" \
+  : >"$E2E_WORK/kube-controller-manager.log"
+  _e2e_start_kcm "$E2E_KCM_CONTROLLERS" || return 1
+  _e2e_log "ready in $(($(date +%s) - t0))s; export KUBECONFIG=$E2E_KUBECONFIG"
+}
+
+# The workload controllers (the tier without a node), and the ones a node needs besides them
+# (node.sh: Services get Endpoints, ServiceAccounts get token Secrets, deleted namespaces go,
+# Nodes get their lifecycle taints)
+E2E_KCM_CONTROLLERS=deployment,replicaset,statefulset,daemonset,job,cronjob
+E2E_KCM_NODE_CONTROLLERS=endpoint,serviceaccount-token,namespace,nodelifecycle
+
+# _e2e_start_kcm CONTROLLERS: start kube-controller-manager with these controllers, wait for /healthz
+_e2e_start_kcm() {
+  # No leader election (one instance, and no Lease to wait for), no HTTPS serving (no serving
+  # cert, no delegated authn/authz lookups); the deprecated plain-HTTP port on 127.0.0.1 serves
+  # /healthz. The admin kubeconfig and --use-service-account-credentials=false: one identity
+  # for all controllers. The SA key and root CA are used by the serviceaccount-token
+  # controller only (node.sh).
+  _e2e_log "starting kube-controller-manager $("$KUBE_CONTROLLER_MANAGER" --version | awk '{print $2}') ($1; healthz http://127.0.0.1:$E2E_KCM_PORT/healthz, log: $E2E_WORK/kube-controller-manager.log)"
+  env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u all_proxy -u ALL_PROXY \
+    "$KUBE_CONTROLLER_MANAGER" \
     --kubeconfig="$E2E_KUBECONFIG" \
-    --controllers=deployment,replicaset,statefulset,daemonset,job,cronjob \
+    --controllers="$1" \
     --leader-elect=false \
     --secure-port=0 \
     --address=127.0.0.1 \
     --port="$E2E_KCM_PORT" \
     --use-service-account-credentials=false \
+    --service-account-private-key-file="$E2E_PKI/sa.key" \
+    --root-ca-file="$E2E_PKI/ca.crt" \
     --v=2 \
-    </dev/null >"$E2E_WORK/kube-controller-manager.log" 2>&1 &
+    </dev/null >>"$E2E_WORK/kube-controller-manager.log" 2>&1 &
   echo $! >"$E2E_WORK/kube-controller-manager.pid"
   _e2e_wait kube-controller-manager "$E2E_READY_TIMEOUT" "$E2E_WORK/kube-controller-manager.pid" kube-controller-manager \
-    "$E2E_WORK/kube-controller-manager.log" _e2e_kcm_healthy || return 1
-  _e2e_log "ready in $(($(date +%s) - t0))s; export KUBECONFIG=$E2E_KUBECONFIG"
+    "$E2E_WORK/kube-controller-manager.log" _e2e_kcm_healthy
+}
+
+# e2e_controllers_for_node: restart the controller manager with the controllers a node needs
+# too (E2E_KCM_NODE_CONTROLLERS), unless it runs them already. node.sh calls it: the tier's
+# scenarios before the node's rely on namespaces that never finish deleting.
+e2e_controllers_for_node() {
+  _e2e_vars
+  local pidfile="$E2E_WORK/kube-controller-manager.pid"
+  if _e2e_pid_alive "$pidfile" kube-controller-manager &&
+    tr '\0' ' ' <"/proc/$(<"$pidfile")/cmdline" | grep -q -- "--controllers=.*,$E2E_KCM_NODE_CONTROLLERS"; then
+    return 0
+  fi
+  _e2e_kill kube-controller-manager
+  _e2e_ensure_apiserver && _e2e_ensure_controller_manager || return 1
+  _e2e_start_kcm "$E2E_KCM_CONTROLLERS,$E2E_KCM_NODE_CONTROLLERS"
 }
 
 _e2e_kill() { # _e2e_kill NAME

@@ -26,7 +26,9 @@
 #   # proves: a paragraph, continued on lines that start with `#   ` (the README's list)
 #   # default: no       (optional) run only when named exactly on the command line
 #   # needs: WORD...    (optional) set-up beyond the common one: pods-pinhook (a second pinhook
-#                       with `target: pods`), scale-images (WATCH_SCALE_IMAGES more images)
+#                       with `target: pods`), scale-images (WATCH_SCALE_IMAGES more images),
+#                       node (node.sh's kubelet, containerd and scheduler: started before the
+#                       first such scenario, so give them an order after every other one)
 # The file defines scenario_NAME (NAME with - as _), which run.sh runs in a subshell with
 # errexit on, in a fresh namespace of its own, and may define prepare_NAME, which run.sh runs
 # after the set-up, before the first scenario. Any other function it defines must have a name
@@ -35,6 +37,8 @@
 E2E_DIR="${E2E_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
 # shellcheck source=tests/e2e/cluster.sh
 source "$E2E_DIR/cluster.sh"
+# shellcheck source=tests/e2e/node.sh
+source "$E2E_DIR/node.sh"
 
 # === scenario files ===============================================================================
 
@@ -351,8 +355,10 @@ e2e_setup_pinhook() {
   cat >"$RUN/policy.yaml" <<EOF
 mode: enforce
 registries:
-  allowPrivate: ["$REGISTRY_HOST", "$PRIVATE_HOST"]
+  allowPrivate: ["$REGISTRY_HOST", "$PRIVATE_HOST", "localhost:${PRIVATE_HOST##*:}"]
 EOF
+  # (localhost:PORT is the private registry under a second name, which the credential provider
+  # below does not match: node-pull-secret-or-denied's images need a pull secret.)
   # The node's kubelet credential provider plugins, as pinhook reads them (credential-provider-pins-private-image): the example plugin
   # answers the private registry's htpasswd user for images that match its host; no other
   # scenario's image matches, so it never runs for them.
@@ -455,6 +461,50 @@ EOF
   wait_effective e2e-probe-pods
 }
 
+# e2e_setup_node (`needs: node`, before the first such scenario): the node's images pushed to
+# the registries, then node.sh's containerd, kubelet and scheduler (NODE_STARTED=1). The images
+# run: node/pause.c as /pause (node_oci_image), one seed each, so each has digests of its own:
+#   REGISTRY_HOST/team/node-app:1.0  index of linux/amd64 + linux/arm64 (DIGEST_node_app_1_0;
+#                                    NODE_AMD64_node_app_1_0: its amd64 manifest)
+#   REGISTRY_HOST/team/node-web:1.0  one linux/amd64 manifest (DIGEST_node_web_1_0)
+#   REGISTRY_HOST/team/node-static:1.0  the same, for the static pod (DIGEST_node_static_1_0)
+#   PRIVATE_HOST/team/node-private:1.0  index (DIGEST_node_private_1_0), behind htpasswd
+# containerd trusts the registries' CA for REGISTRY_HOST, PRIVATE_HOST and localhost:PRIVATE_PORT.
+# With NODE_POD_NETWORK=1: the apiserver and both registries reachable from the Pod network (as
+# NODE_IP:PORT, certificates by the e2e CA), kube-proxy (node.sh).
+e2e_setup_node() {
+  local t spec repo tag archs host cred d
+  t=$(date +%s)
+  NODE_STARTED=1 # from here on the teardown stops whatever part of it started
+  pick_port NODE_KUBELET_PORT 10250
+  pick_port NODE_KUBELET_HEALTHZ_PORT 10248
+  pick_port NODE_SCHEDULER_PORT 10251
+  pick_port NODE_PROXY_HEALTHZ_PORT 10256
+  pick_port NODE_PROXY_METRICS_PORT 10249
+  gcc -static -Os -s -o "$RUN/pause" "$E2E_DIR/node/pause.c" || { log "gcc -static of node/pause.c failed"; return 1; }
+  for spec in "node-app 1.0 amd64,arm64 r" "node-web 1.0 amd64 r" "node-static 1.0 amd64 r" \
+    "node-private 1.0 amd64,arm64 p"; do
+    read -r repo tag archs host <<<"$spec"
+    cred=""
+    if [[ $host == p ]]; then host=$PRIVATE_HOST cred="$PRIVATE_USER:$PRIVATE_PASSWORD"; else host=$REGISTRY_HOST; fi
+    # shellcheck disable=SC2086 # (archs: words on purpose)
+    node_oci_image "$RUN/oci-$repo" "$RUN/pause" "$repo:$tag" ${archs//,/ } || return 1
+    d=$(node_push_image "$RUN/oci-$repo" "$host" "team/$repo" "$tag" "$REGISTRY_CA" "$cred") ||
+      { log "pushing team/$repo:$tag to $host failed"; return 1; }
+    printf -v "DIGEST_${repo//-/_}_${tag//./_}" '%s' "$d"
+    printf -v "NODE_AMD64_${repo//-/_}_${tag//./_}" '%s' \
+      "$(jq -r '[.manifests[]? | select(.platform.architecture == "amd64") | .digest][0] // empty' \
+        "$RUN/oci-$repo/blobs/sha256/${d#sha256:}")"
+    log "pushed $host/team/$repo:$tag -> $d"
+  done
+  # NODE_POD_NETWORK=1: the apiserver forwarded on the bridge address and kube-proxy
+  # (node-pod-network-reaches-services)
+  NODE_POD_NETWORK=1 NODE_REGISTRY_FORWARD="$REGISTRY_HOST $PRIVATE_HOST" NODE_REGISTRY_CA=$REGISTRY_CA node_start "$REGISTRY_HOST" "$PRIVATE_HOST" "localhost:${PRIVATE_HOST##*:}" ||
+    { log "the node did not start"; return 1; }
+  eval "$(node_env)"
+  log "node set up in $(($(date +%s) - t))s"
+}
+
 # e2e_teardown SHOW_LOGS: the logs' last lines when SHOW_LOGS is 1, then everything stopped
 # (or, with E2E_KEEP=1, left running and how to stop it logged)
 e2e_teardown() {
@@ -469,6 +519,12 @@ e2e_teardown() {
     tail_log "$E2E_WORK/kube-apiserver.log" 30
     tail_log "$E2E_WORK/kube-controller-manager.log" 20
     tail_log "$E2E_WORK/etcd.log" 10
+    if ((NODE_STARTED)); then
+      tail_log "$E2E_WORK/node/kubelet.log" 30
+      tail_log "$E2E_WORK/node/containerd.log" 20
+      tail_log "$E2E_WORK/node/kube-scheduler.log" 10
+      tail_log "$E2E_WORK/node/kube-proxy.log" 10
+    fi
   fi
   if [[ ${E2E_KEEP:-0} == 1 ]]; then
     log "E2E_KEEP=1: leaving pinhook (pid ${PINHOOK_PID:-none}${PODS_PINHOOK_PID:+, target: pods $PODS_PINHOOK_PID}), registry helper (pid ${REGISTRY_PID:-none}) and the cluster running"
@@ -484,6 +540,7 @@ e2e_teardown() {
     stop_pid "$PINHOOK_PID" pinhook 25
     stop_pid "$REGISTRY_PID" "registry helper" 10
     exec 3>&-
+    ((NODE_STARTED)) && node_stop
     ((CLUSTER_STARTED)) && e2e_stop
   fi
 }
@@ -730,4 +787,38 @@ no_digest_in() { # no_digest_in NS RESOURCE...: occurrences of '@sha256' in the 
   local n=0 r
   for r in "${@:2}"; do n=$((n + $(K -n "$1" get "$r" -o json | grep -c '@sha256' || true))); done
   echo "$n"
+}
+
+# --- the scenarios on the node (`needs: node`) -----------------------------------------------------
+# node_tolerations INDENT: the toleration of the node's taint (node.sh NODE_TAINT), as YAML lines
+# indented by INDENT spaces, for a Pod spec
+node_tolerations() {
+  local pad
+  printf -v pad '%*s' "$1" ''
+  printf '%stolerations:\n%s  - {key: pinhook.dev/e2e-node, operator: Exists, effect: NoSchedule}\n' "$pad" "$pad"
+}
+# pods_running NS SELECTOR N: exactly N Pods match SELECTOR, all Running with every container ready
+pods_running() {
+  local out
+  out=$(K -n "$1" get pods -l "$2" -o jsonpath='{range .items[*]}{.status.phase}/{.status.containerStatuses[*].ready}{"\n"}{end}') || return 1
+  [[ $(grep -c . <<<"$out") == "$3" ]] && ! grep -qv '^Running/true\( true\)*$' <<<"$out"
+}
+# wait_pods_running NS SELECTOR N [TIMEOUT]: pods_running within TIMEOUT (60) s, else the Pods'
+# state and the node's Events logged
+wait_pods_running() {
+  local t0
+  t0=$(date +%s.%N)
+  if wait_until "${4:-60}" "$3 Running Pods $2 in $1" pods_running "$1" "$2" "$3"; then
+    ok "$3 Pod(s) $2 Running in $1, $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')s"
+  else
+    klog -n "$1" get pods -o wide || true
+    K -n "$1" get events -o custom-columns=REASON:.reason,MSG:.message 2>&1 | tail -n 15 | while IFS= read -r l; do log "  event: $l"; done
+    bad "Pods $2 in $1 not all Running within ${4:-60}s"
+  fi
+}
+# node_manifest_requests REPO: the manifest requests of the node's containerd for team/REPO in
+# the registry's access log: "METHOD REFERENCE" lines (REFERENCE: a tag or a digest)
+node_manifest_requests() {
+  grep -F '"containerd/' "$REGISTRY_ACCESS_LOG" |
+    sed -n "s|.*\"\\([A-Z]*\\) /v2/team/$1/manifests/\\([^ ?]*\\).*|\\1 \\2|p"
 }

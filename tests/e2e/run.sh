@@ -22,6 +22,11 @@
 # the same steps in a twin namespace that no webhook sees (pinhook.dev/ignore=true) and log the
 # `counts:` of both.
 #
+# The node scenarios (`# needs: node`, ordered last) run on a real node: node.sh's containerd,
+# kubelet and kube-scheduler, started before the first of them (e2e_setup_node, lib.sh) and
+# stopped by the teardown; the scenarios before them never see a scheduler (their Pods stay
+# Pending). See tests/e2e/README.md, "The node".
+#
 # The last line of stdout is always `N passed, M failed` (scenarios that did not
 # run because set-up failed count as failed). Exit 0 only when M is 0; exit 2, with no such
 # line, for an unknown scenario or a scenario file whose header or functions are wrong.
@@ -75,6 +80,8 @@ PINHOOK_PID=""
 PODS_PINHOOK_PID=""
 REGISTRY_PID=""
 CLUSTER_STARTED=0
+NODE_STARTED=0
+NODE_SETUP_FAILED=0
 
 # shellcheck source=tests/e2e/lib.sh
 source "$E2E_DIR/lib.sh"
@@ -100,7 +107,7 @@ while IFS= read -r f; do
   [[ -n $(scenario_field "$f" proves) ]] || problems+=("$f: no '# proves:' in its header")
   [[ -z $default || $default == no ]] || problems+=("$f: '# default:' is '$default', not 'no'")
   for need in $needs; do
-    [[ $need == pods-pinhook || $need == scale-images ]] || problems+=("$f: unknown '# needs:' $need")
+    [[ $need == pods-pinhook || $need == scale-images || $need == node ]] || problems+=("$f: unknown '# needs:' $need")
   done
   # shellcheck disable=SC1090 # (each scenario file is checked on its own)
   source "$f"
@@ -204,8 +211,19 @@ if needed pods-pinhook; then e2e_setup_pods_pinhook; fi
 # --- the scenarios ---------------------------------------------------------------------
 run_scenario() { # run_scenario NAME
   local s=$1 t0 rc=0
+  # the node starts before the first scenario that needs it (they order last)
+  if [[ " ${NEEDS[$s]} " == *" node "* ]] && ((!NODE_STARTED)); then
+    log "starting the node (needs: node)"
+    e2e_setup_node || NODE_SETUP_FAILED=1
+  fi
   t0=$(date +%s.%N)
   log "=== $s: ${TITLE[$s]}"
+  if [[ " ${NEEDS[$s]} " == *" node "* ]] && ((NODE_SETUP_FAILED)); then
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=("$s")
+    log "=== $s: FAIL (the node did not start)"
+    return 0
+  fi
   set +e
   (
     set -eE
