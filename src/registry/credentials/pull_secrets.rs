@@ -172,18 +172,25 @@ impl KubeSecrets {
         serde_json::to_value(pod.spec?).ok()
     }
 
-    /// Secret names per kubelet: the spec's own, else (templates only) the service account's.
+    /// Secret names per kubelet: the spec's own, else (templates only) the service account's;
+    /// each read once, at most [`MAX_PULL_SECRETS`] ([`distinct_capped`]).
     async fn secret_names(&self, pod: &PodContext<'_>, warnings: &mut Vec<String>) -> Vec<String> {
         let (spec, is_pod) = match pod.secrets {
             SecretNames::Spec { spec, is_pod } => (spec, is_pod),
-            SecretNames::Listed(names) => return names.to_vec(),
+            SecretNames::Listed(names) => {
+                return distinct_capped(names, |n| Some(n.as_str()), warnings).await;
+            }
             SecretNames::None => return Vec::new(),
-            SecretNames::StoredPod(name) => match self.pod_spec_of(pod.namespace, name).await {
-                Some(spec) => return names_in(spec.get("imagePullSecrets")),
-                None => return Vec::new(),
-            },
+            SecretNames::StoredPod(name) => {
+                let Some(spec) = self.pod_spec_of(pod.namespace, name).await else {
+                    return Vec::new();
+                };
+                let entries = entries_in(spec.get("imagePullSecrets"));
+                return distinct_capped(entries, entry_name, warnings).await;
+            }
         };
-        let own = names_in(spec.get("imagePullSecrets"));
+        let entries = entries_in(spec.get("imagePullSecrets"));
+        let own = distinct_capped(entries, entry_name, warnings).await;
         if !own.is_empty() || is_pod {
             return own;
         }
@@ -199,32 +206,26 @@ impl KubeSecrets {
             ));
             return Vec::new();
         }
-        match self.service_account(pod.namespace, account).await {
-            Ok(sa) => match sa.as_ref() {
-                Some(sa) => sa
-                    .image_pull_secrets
-                    .iter()
-                    .flatten()
-                    .map(|r| r.name.clone())
-                    .filter(|n| !n.is_empty())
-                    .collect(),
-                None => {
-                    warnings.push(format!(
-                        "pinhook: serviceaccount {}/{account} not found; resolved without its imagePullSecrets",
-                        pod.namespace
-                    ));
-                    Vec::new()
-                }
-            },
+        let sa = match self.service_account(pod.namespace, account).await {
+            Ok(sa) => sa,
             Err(e) => {
                 warnings.push(format!(
                     "pinhook: cannot read serviceaccount {}/{account}: {}",
                     pod.namespace,
                     short_error(&e)
                 ));
-                Vec::new()
+                return Vec::new();
             }
-        }
+        };
+        let Some(sa) = sa.as_ref() else {
+            warnings.push(format!(
+                "pinhook: serviceaccount {}/{account} not found; resolved without its imagePullSecrets",
+                pod.namespace
+            ));
+            return Vec::new();
+        };
+        let references = sa.image_pull_secrets.as_deref().unwrap_or_default();
+        distinct_capped(references, |r| Some(r.name.as_str()), warnings).await
     }
 }
 
@@ -234,8 +235,7 @@ impl PullSecrets for KubeSecrets {
         let mut warnings = Vec::new();
         let mut refused = Vec::new();
         let mut keyring = Keyring::new();
-        let names = self.secret_names(pod, &mut warnings).await;
-        for name in distinct_capped(names, &mut warnings).await {
+        for name in self.secret_names(pod, &mut warnings).await {
             // Cached reads answer at once: let deadlines and health checks in between.
             tokio::task::consume_budget().await;
             // The name comes from the object under review (not validated yet when a
@@ -401,38 +401,50 @@ fn is_object_name(name: &str) -> bool {
         && bytes.iter().all(|&c| alnum(c) || c == b'-' || c == b'.')
 }
 
-fn names_in(list: Option<&Value>) -> Vec<String> {
-    list.and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.get("name").and_then(Value::as_str))
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-        .collect()
+/// A JSON `imagePullSecrets` list's entries, left for [`distinct_capped`] to read: copying
+/// their names out first was a loop over the whole list that never yielded (a review may list
+/// 100,000 entries, named or not).
+fn entries_in(list: Option<&Value>) -> &[Value] {
+    list.and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
-/// `names` without repeats (kubelet reads a repeated secret once too), at most
-/// [`MAX_PULL_SECRETS`] of them, in order; a warning says how many more were not read.
-/// Yields every [`YIELD_EVERY`] names: a review may list 100,000.
-async fn distinct_capped(names: Vec<String>, warnings: &mut Vec<String>) -> Vec<String> {
-    let total = names.len();
+/// An `imagePullSecrets` entry's name, if it has one.
+fn entry_name(entry: &Value) -> Option<&str> {
+    entry.get("name").and_then(Value::as_str)
+}
+
+/// The non-empty names (`name_of` each entry) without repeats (kubelet reads a repeated
+/// secret once too), at most [`MAX_PULL_SECRETS`] of them, in order; a warning says how many
+/// more were not read. Yields every [`YIELD_EVERY`] entries, named or not: a review may list
+/// 100,000. Only the kept names are copied.
+///
+/// A slice and a function pointer, not an iterator: a `map` closure's lifetimes are not
+/// general enough for the `Send` future [`PullSecrets::keyring_for`] returns.
+async fn distinct_capped<T: Sync>(
+    entries: &[T],
+    name_of: fn(&T) -> Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Vec<String> {
+    let mut total = 0usize;
     let mut seen = std::collections::HashSet::new();
     let mut kept = Vec::new();
     let mut dropped = 0usize;
-    for (i, name) in names.into_iter().enumerate() {
+    for (i, entry) in entries.iter().enumerate() {
         if i % YIELD_EVERY == YIELD_EVERY - 1 {
             tokio::task::yield_now().await;
         }
-        if seen.contains(&name) {
+        let Some(name) = name_of(entry).filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        total += 1;
+        if !seen.insert(name) {
             continue;
         }
         if kept.len() == MAX_PULL_SECRETS {
             dropped += 1;
-            seen.insert(name);
             continue;
         }
-        seen.insert(name.clone());
-        kept.push(name);
+        kept.push(name.to_string());
     }
     if dropped > 0 {
         warnings.push(format!(
@@ -466,22 +478,28 @@ mod tests {
 
     use k8s_openapi::api::core::v1::Secret;
 
+    use serde_json::{json, Value};
+
     use super::{
-        distinct_capped, is_object_name, kept_of_secret, object_cache, secret_bytes,
-        MAX_PULL_SECRETS, SECRET_CACHE_BYTES,
+        distinct_capped, is_object_name, kept_of_secret, object_cache, secret_bytes, KubeSecrets,
+        PodContext, PullSecrets, SecretNames, MAX_PULL_SECRETS, SECRET_CACHE_BYTES,
     };
+    use crate::registry::credentials::keyring::Keyring;
 
     #[tokio::test]
     async fn pull_secret_names_are_read_once_each_and_at_most_the_cap() {
         let mut warnings = Vec::new();
         let repeated = vec!["regcred".to_string(); 100_000];
-        assert_eq!(distinct_capped(repeated, &mut warnings).await, ["regcred"]);
+        assert_eq!(
+            distinct_capped(&repeated, |n| Some(n.as_str()), &mut warnings).await,
+            ["regcred"]
+        );
         assert!(warnings.is_empty());
         let many: Vec<String> = (0..300)
             .map(|i| format!("s{i}"))
             .chain(["s0".into()])
             .collect();
-        let kept = distinct_capped(many, &mut warnings).await;
+        let kept = distinct_capped(&many, |n| Some(n.as_str()), &mut warnings).await;
         assert_eq!(kept.len(), MAX_PULL_SECRETS);
         assert_eq!(kept[0], "s0");
         assert_eq!(
@@ -515,10 +533,63 @@ mod tests {
         let (ticks, task) = ticker();
         let names: Vec<String> = (0..200_000).map(|i| format!("s{}", i % 1000)).collect();
         let mut warnings = Vec::new();
-        let kept = distinct_capped(names, &mut warnings).await;
+        let kept = distinct_capped(&names, |n| Some(n.as_str()), &mut warnings).await;
         let ran = ticks.load(std::sync::atomic::Ordering::SeqCst);
         task.abort();
         assert_eq!(kept.len(), MAX_PULL_SECRETS);
+        assert!(ran > 100, "the other task ran {ran} times");
+    }
+
+    /// A client whose every call fails at once (nothing listens on port 9): these tests make
+    /// none.
+    fn unreachable_client() -> kube::Client {
+        let url = "http://127.0.0.1:9".parse().expect("a valid URL");
+        kube::Client::try_from(kube::Config::new(url)).expect("a client for a plain URL")
+    }
+
+    /// A Pod's spec whose `imagePullSecrets` are `entries`, read for its keyring on a
+    /// one-thread runtime beside a task counting its turns: the keyring's warnings, and how
+    /// often the other task ran.
+    async fn read_beside_a_ticker(entries: Vec<Value>) -> (Vec<String>, usize) {
+        let spec = json!({ "imagePullSecrets": entries, "containers": [] });
+        let secrets = KubeSecrets::new(unreachable_client(), Keyring::new());
+        let (ticks, task) = ticker();
+        let keyring = secrets
+            .keyring_for(&PodContext {
+                namespace: "default",
+                secrets: SecretNames::Spec {
+                    spec: &spec,
+                    is_pod: true,
+                },
+                images: &[],
+                sources_deadline: None,
+            })
+            .await;
+        let ran = ticks.load(std::sync::atomic::Ordering::SeqCst);
+        task.abort();
+        (keyring.warnings, ran)
+    }
+
+    /// 200,000 `imagePullSecrets` entries without a name: another task runs while the review's
+    /// list is read. Before, every entry was copied out of the review in one loop that never
+    /// yielded, and the yielding loop after it saw none of them.
+    #[tokio::test(flavor = "current_thread")]
+    async fn reading_a_reviews_unnamed_pull_secret_entries_lets_other_tasks_run() {
+        let (warnings, ran) = read_beside_a_ticker(vec![json!({}); 200_000]).await;
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(ran > 100, "the other task ran {ran} times");
+    }
+
+    /// 200,000 entries naming the same invalid secret: it is looked at once (one warning,
+    /// not 200,000), and other tasks run meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reviews_repeated_pull_secret_is_judged_once() {
+        let (warnings, ran) =
+            read_beside_a_ticker(vec![json!({ "name": "Not/Valid" }); 200_000]).await;
+        assert_eq!(
+            warnings,
+            ["pinhook: imagePullSecret name \"Not/Valid\" is not a valid object name; not read"]
+        );
         assert!(ran > 100, "the other task ran {ran} times");
     }
 
