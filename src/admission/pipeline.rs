@@ -333,6 +333,9 @@ impl Pinner {
         let calls = wanted.iter().map(|reference| {
             let owner = owner.clone();
             async move {
+                // A review may name thousands of images, and cached answers come at once: let
+                // deadlines and health checks in between.
+                tokio::task::consume_budget().await;
                 let result = self
                     .resolve_one(reference, target, owner, keyring, deadline)
                     .await;
