@@ -351,7 +351,7 @@ pub fn registry_client(
     base: &RegistryConfig,
     policy: &CompiledPolicy,
 ) -> Result<OciResolver, AppError> {
-    let config = base.with_hosts(&policy.policy.registries.hosts)?;
+    let config = base.with_hosts(&policy.registry_hosts)?;
     Ok(OciResolver::new(config)?)
 }
 
@@ -522,7 +522,7 @@ impl App {
                 base_registry,
             } = watcher;
             let reconfigure = move |compiled: &CompiledPolicy| {
-                let config = base_registry.with_hosts(&compiled.policy.registries.hosts)?;
+                let config = base_registry.with_hosts(&compiled.registry_hosts)?;
                 oci.reconfigure(config);
                 Ok(())
             };
