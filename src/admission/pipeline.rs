@@ -387,6 +387,7 @@ impl Pinner {
             source: ResolutionSource::Cache,
             moved_from: None,
             age: Duration::ZERO,
+            origin: None,
         })
     }
 }

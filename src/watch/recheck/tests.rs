@@ -51,6 +51,7 @@ fn resolution(hex: char, source: ResolutionSource) -> Result<Resolution, Registr
         source,
         moved_from: None,
         age: Duration::ZERO,
+        origin: None,
     })
 }
 
