@@ -40,6 +40,9 @@ pub enum SourceCheck {
     Agreed,
     /// The source did not answer (in time): the mirror's digest is unverified.
     Unanswered,
+    /// The source answered another digest: never a resolution, only what outcomes and metrics
+    /// report for the denial.
+    Disagreed,
 }
 
 impl SourceCheck {
@@ -49,6 +52,7 @@ impl SourceCheck {
             SourceCheck::NotAsked => "not_asked",
             SourceCheck::Agreed => "agreed",
             SourceCheck::Unanswered => "unanswered",
+            SourceCheck::Disagreed => "disagreed",
         }
     }
 }
