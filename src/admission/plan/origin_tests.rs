@@ -117,3 +117,34 @@ fn a_shared_disagreement_is_still_a_disagreement() {
     let plan = plan("", Mode::Enforce, shared);
     assert_eq!(plan.outcomes[0].violation, Some(Reason::MirrorDisagrees));
 }
+
+#[test]
+fn a_tag_mirror_denial_suggests_the_resolve_through_entry_that_replaces_it() {
+    let policy = match Policy::parse("") {
+        Ok(policy) => policy,
+        Err(e) => panic!("test policy: {e}"),
+    };
+    let itms = json!({"apiVersion": "config.openshift.io/v1", "kind": "ImageTagMirrorSet",
+        "metadata": {"name": "m"},
+        "spec": {"imageTagMirrors": [{"source": "registry.example/team", "mirrors": ["mirror.example/team"]}]}});
+    let object = Object {
+        group: "config.openshift.io",
+        kind: "ImageTagMirrorSet",
+        subresource: "",
+        namespace: "",
+        object: &itms,
+        old_object: None,
+    };
+    let plan = match validation(&policy, object).finish(Mode::Enforce, Vec::new()) {
+        Ok(plan) => plan,
+        Err(e) => panic!("validation: {e}"),
+    };
+    let message = plan.denial_message().unwrap_or_default();
+    assert!(
+        message.ends_with(
+            "; instead: registries.resolveThrough: [{source: registry.example/team, mirrors: \
+             [{location: mirror.example/team}]}] with a digest-only mirror on the nodes"
+        ),
+        "{message}"
+    );
+}

@@ -168,14 +168,16 @@ pub(super) fn load(
             // containers/image v5.40 removed the v1 format (container-libs#1029): CRI-O built on
             // it refuses to start on such a main file (kubevirtci#1845), so every node that
             // receives it stops running Pods. Older releases converted it (`ConvertToV2`).
-            Some(offset) => return Err(fail(
-                offset,
-                String::new(),
-                "v1 format ([registries.*]); write v2 ([[registry]], \
+            Some(offset) => {
+                return Err(fail(
+                    offset,
+                    String::new(),
+                    "v1 format ([registries.*]); write v2 ([[registry]], \
                  unqualified-search-registries)"
-                    .to_string(),
-                RULE_V1_REMOVED,
-            )),
+                        .to_string(),
+                    RULE_V1_REMOVED,
+                ))
+            }
             None => (raw.registries.clone(), raw.unqualified_search.clone()),
         };
     post_process(&mut registries, &unqualified).map_err(|(o, e, p, r)| fail(o, e, p, r))?;
