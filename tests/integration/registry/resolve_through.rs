@@ -85,13 +85,13 @@ async fn a_stopped_source_is_pinned_through_its_mirror_under_its_own_name() {
     let [source, mirror] = &all.started[..] else {
         panic!("two registries")
     };
-    let at_source = images::push_multi_arch(&source, "team/app", "1.0", "same").await;
-    let at_mirror = images::push_multi_arch(&mirror, "team/app", "1.0", "same").await;
+    let at_source = images::push_multi_arch(source, "team/app", "1.0", "same").await;
+    let at_mirror = images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
     assert_eq!(at_source.index_digest, at_mirror.index_digest);
     source.stop();
-    let pinhook = pinhook(&source, policy(&source, &[&mirror], false)).await;
+    let pinhook = pinhook(source, policy(source, &[mirror], false)).await;
 
-    let review = pod_review(&source, &at_source.reference);
+    let review = pod_review(source, &at_source.reference);
     let body = pinhook.mutate(&review).await;
 
     assert_eq!(body["response"]["allowed"], true, "{body}");
@@ -130,24 +130,22 @@ async fn mirrors_are_tried_in_order_a_failing_first_gives_way_to_the_second() {
     let [source, first, second] = &all.started[..] else {
         panic!("three registries")
     };
-    let pushed = images::push_multi_arch(&source, "team/app", "1.0", "same").await;
-    images::push_multi_arch(&first, "team/app", "1.0", "same").await;
-    images::push_multi_arch(&second, "team/app", "1.0", "same").await;
-    images::push_multi_arch(&second, "team/app", "2.0", "second-only").await;
+    let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
+    images::push_multi_arch(first, "team/app", "1.0", "same").await;
+    images::push_multi_arch(second, "team/app", "1.0", "same").await;
+    images::push_multi_arch(second, "team/app", "2.0", "second-only").await;
     source.stop();
-    let pinhook = pinhook(&source, policy(&source, &[&first, &second], false)).await;
+    let pinhook = pinhook(source, policy(source, &[first, second], false)).await;
 
     // Both answer: the first decides and the second is never asked.
-    let body = pinhook
-        .mutate(&pod_review(&source, &pushed.reference))
-        .await;
+    let body = pinhook.mutate(&pod_review(source, &pushed.reference)).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     second.settle_access_log().await;
     assert_eq!(second.count_requests_now("HEAD", "/manifests/"), 0);
 
     // The first does not have 2.0: the second answers, and is the origin.
     let two = pushed.reference.replace(":1.0", ":2.0");
-    let review = pod_review(&source, &two);
+    let review = pod_review(source, &two);
     let body = pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     assert!(image_after(&review, &body).starts_with(&format!("{two}@sha256:")));
@@ -162,9 +160,7 @@ async fn mirrors_are_tried_in_order_a_failing_first_gives_way_to_the_second() {
     // The first is down: the second answers 1.0, fresh, before the first's stale answer.
     first.stop();
     pinhook.resolver.expire_all();
-    let body = pinhook
-        .mutate(&pod_review(&source, &pushed.reference))
-        .await;
+    let body = pinhook.mutate(&pod_review(source, &pushed.reference)).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let annotation = body["response"]["auditAnnotations"]["resolved-at-mirror-1"]
         .as_str()
@@ -181,13 +177,11 @@ async fn every_mirror_failing_is_denied_naming_each() {
     let [source, mirror] = &all.started[..] else {
         panic!("two registries")
     };
-    let pushed = images::push_multi_arch(&source, "team/app", "1.0", "same").await;
-    let pinhook = pinhook(&source, policy(&source, &[&mirror], false)).await;
+    let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
+    let pinhook = pinhook(source, policy(source, &[mirror], false)).await;
 
     // The mirror is up but has not got the tag; the source has it and is not asked.
-    let body = pinhook
-        .mutate(&pod_review(&source, &pushed.reference))
-        .await;
+    let body = pinhook.mutate(&pod_review(source, &pushed.reference)).await;
     assert_eq!(body["response"]["allowed"], false, "{body}");
     let text = message(&body);
     assert!(
@@ -208,13 +202,13 @@ async fn verify_source_denies_a_mirror_that_disagrees_naming_both_digests() {
     let [source, mirror] = &all.started[..] else {
         panic!("two registries")
     };
-    let at_source = images::push_multi_arch(&source, "team/app", "1.0", "genuine").await;
-    let at_mirror = images::push_multi_arch(&mirror, "team/app", "1.0", "substituted").await;
+    let at_source = images::push_multi_arch(source, "team/app", "1.0", "genuine").await;
+    let at_mirror = images::push_multi_arch(mirror, "team/app", "1.0", "substituted").await;
     assert_ne!(at_source.index_digest, at_mirror.index_digest);
-    let pinhook = pinhook(&source, policy(&source, &[&mirror], true)).await;
+    let pinhook = pinhook(source, policy(source, &[mirror], true)).await;
 
     let body = pinhook
-        .mutate(&pod_review(&source, &at_source.reference))
+        .mutate(&pod_review(source, &at_source.reference))
         .await;
 
     assert_eq!(body["response"]["allowed"], false, "{body}");
@@ -249,11 +243,11 @@ async fn verify_source_agrees_and_a_stopped_source_leaves_the_digest_unverified(
     let [source, mirror] = &all.started[..] else {
         panic!("two registries")
     };
-    let pushed = images::push_multi_arch(&source, "team/app", "1.0", "same").await;
-    images::push_multi_arch(&mirror, "team/app", "1.0", "same").await;
-    let pinhook = pinhook(&source, policy(&source, &[&mirror], true)).await;
+    let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
+    images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
+    let pinhook = pinhook(source, policy(source, &[mirror], true)).await;
 
-    let review = pod_review(&source, &pushed.reference);
+    let review = pod_review(source, &pushed.reference);
     let body = pinhook.mutate(&review).await;
     assert_eq!(
         image_after(&review, &body),
@@ -285,8 +279,8 @@ async fn the_pods_pull_secret_for_the_mirror_host_is_used_at_the_mirror() {
     let [source, mirror] = &all.started[..] else {
         panic!("two registries")
     };
-    let pushed = images::push_multi_arch(&source, "team/app", "1.0", "same").await;
-    images::push_multi_arch(&mirror, "team/app", "1.0", "same").await;
+    let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
+    images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
     source.stop();
     let kube = FakeKube::start().await;
     // The secret names the mirror's host, not the source's: as kubelet matches it when the
@@ -299,15 +293,15 @@ async fn the_pods_pull_secret_for_the_mirror_host_is_used_at_the_mirror() {
         (USER, PASS),
     );
     let options = Options {
-        policy: policy(&source, &[&mirror], false),
+        policy: policy(source, &[mirror], false),
         secrets: Arc::new(KubeSecrets::new(kube.client(), Keyring::new())),
         ..Options::default()
     };
-    let pinhook = TestPinhook::start_with(&source, options).await;
+    let pinhook = TestPinhook::start_with(source, options).await;
 
     let mut review = fixture_with_image(
         "v1.26/pod-create-pullsecrets-mutate.json",
-        &source,
+        source,
         &pushed.reference,
     );
     in_namespace(&mut review, "team-a");
@@ -319,7 +313,7 @@ async fn the_pods_pull_secret_for_the_mirror_host_is_used_at_the_mirror() {
     );
 
     // Without the secret the mirror refuses, and nothing is pinned.
-    let mut review = pod_review(&source, &pushed.reference);
+    let mut review = pod_review(source, &pushed.reference);
     in_namespace(&mut review, "team-b");
     let body = pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], false, "{body}");
@@ -332,8 +326,8 @@ async fn the_policys_mirror_credentials_file_is_used_after_the_pods() {
     let [source, mirror] = &all.started[..] else {
         panic!("two registries")
     };
-    let pushed = images::push_multi_arch(&source, "team/app", "1.0", "same").await;
-    images::push_multi_arch(&mirror, "team/app", "1.0", "same").await;
+    let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
+    images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
     source.stop();
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("config.json");
@@ -346,11 +340,11 @@ async fn the_policys_mirror_credentials_file_is_used_after_the_pods() {
         ),
     )
     .expect("write credentials");
-    let mut policy = policy(&source, &[&mirror], false);
+    let mut policy = policy(source, &[mirror], false);
     policy.registries.resolve_through[0].mirrors[0].credentials = Some(file);
-    let pinhook = pinhook(&source, policy).await;
+    let pinhook = pinhook(source, policy).await;
 
-    let review = pod_review(&source, &pushed.reference);
+    let review = pod_review(source, &pushed.reference);
     let body = pinhook.mutate(&review).await;
     assert_eq!(
         image_after(&review, &body),
