@@ -76,7 +76,7 @@ pub struct LookupPlan<'a> {
 
 /// Each looked-up Pod image's answer.
 #[derive(Debug, Default)]
-pub struct SiteLookups<'a>(HashMap<Site<'a>, TagLookup>);
+pub struct SiteLookups<'a>(HashMap<Site<'a>, TagLookup>, HashMap<Site<'a>, String>);
 
 /// A namespace whose report the cycle brings up to date.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,6 +212,7 @@ pub fn classify_all(
         };
         let namespace_exemption = policy.exemption(&pod.namespace, None);
         let left_to = left_to_owner(policy, pod);
+        let start = images.len();
         images.extend(classify_pod(pod, |site| {
             let reference = Reference::parse(&site.image).ok();
             let exempt = namespace_exemption
@@ -229,6 +230,11 @@ pub fn classify_all(
             };
             classify(&reference, exempt.as_deref(), lookup)
         }));
+        if *mode != Mode::Off {
+            for image in &mut images[start..] {
+                image.origin = lookups.origin(&pod.uid, &image.site.image);
+            }
+        }
     }
     images
 }
@@ -370,12 +376,27 @@ impl<'a> LookupPlan<'a> {
 
     /// Each image's answer, given each key's; an image whose key has no answer is not looked up.
     pub fn answer(self, answers: &HashMap<LookupKey, TagLookup>) -> SiteLookups<'a> {
-        SiteLookups(
-            self.sites
-                .into_iter()
-                .filter_map(|(site, key)| answers.get(&key).map(|l| (site, l.clone())))
-                .collect(),
-        )
+        self.answer_with_origins(answers, &HashMap::new())
+    }
+
+    /// [`Self::answer`], with the mirror each routed key was resolved at
+    /// (`registries.resolveThrough`), which the report shows as `resolvedAt`.
+    pub fn answer_with_origins(
+        self,
+        answers: &HashMap<LookupKey, TagLookup>,
+        origins: &HashMap<LookupKey, String>,
+    ) -> SiteLookups<'a> {
+        let mut found = HashMap::new();
+        let mut at = HashMap::new();
+        for (site, key) in self.sites {
+            if let Some(lookup) = answers.get(&key) {
+                found.insert(site, lookup.clone());
+            }
+            if let Some(origin) = origins.get(&key) {
+                at.insert(site, origin.clone());
+            }
+        }
+        SiteLookups(found, at)
     }
 }
 
@@ -388,6 +409,11 @@ impl SiteLookups<'_> {
             .get(&(uid, image))
             .cloned()
             .unwrap_or(TagLookup::NotLooked)
+    }
+
+    /// The mirror the image's tag was resolved at, when the policy routes it through mirrors.
+    pub fn origin(&self, uid: &str, image: &str) -> Option<String> {
+        self.1.get(&(uid, image)).cloned()
     }
 }
 

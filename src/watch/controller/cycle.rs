@@ -231,21 +231,38 @@ impl Watch {
             }
         }
         let resolver = &self.resolver;
-        let answers: HashMap<LookupKey, TagLookup> = futures::stream::iter(plan.calls())
-            .map(|(key, reference, credentials, routed)| async move {
-                let answer = match &routed {
-                    Some(call) => mirrored::resolve_routed(resolver.as_ref(), call, None).await,
-                    None => resolver.resolve(&reference, &credentials).await,
-                };
-                if let Some(detail) = recheck::failure_detail(&answer) {
-                    debug!(image = %reference, error = %detail, "recheck failed");
-                }
-                (key, recheck::tag_lookup(&reference, &answer))
-            })
-            .buffer_unordered(LOOKUP_CONCURRENCY)
-            .collect()
-            .await;
-        (plan.distinct(), plan.answer(&answers))
+        let answered: Vec<(LookupKey, TagLookup, Option<String>)> =
+            futures::stream::iter(plan.calls())
+                .map(|(key, reference, credentials, routed)| async move {
+                    let answer = match &routed {
+                        Some(call) => mirrored::resolve_routed(resolver.as_ref(), call, None).await,
+                        None => resolver.resolve(&reference, &credentials).await,
+                    };
+                    if let Some(detail) = recheck::failure_detail(&answer) {
+                        debug!(image = %reference, error = %detail, "recheck failed");
+                    }
+                    let origin = answer
+                        .as_ref()
+                        .ok()
+                        .and_then(|r| r.origin.as_ref())
+                        .map(|o| o.mirror.clone());
+                    (key, recheck::tag_lookup(&reference, &answer), origin)
+                })
+                .buffer_unordered(LOOKUP_CONCURRENCY)
+                .collect()
+                .await;
+        let mut answers = HashMap::new();
+        let mut origins = HashMap::new();
+        for (key, lookup, origin) in answered {
+            if let Some(origin) = origin {
+                origins.insert(key.clone(), origin);
+            }
+            answers.insert(key, lookup);
+        }
+        (
+            plan.distinct(),
+            plan.answer_with_origins(&answers, &origins),
+        )
     }
 
     fn record_states(&self, states: &BTreeMap<&'static str, usize>) {

@@ -272,6 +272,7 @@ fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
 fn reports_are_written_for_known_modes_left_for_unknown_ones_and_deleted_when_nothing_runs() {
     let image = |namespace: &str| ClassifiedImage {
         pod_uid: format!("uid-{namespace}"),
+        origin: None,
         workload: crate::watch::WorkloadRef {
             namespace: namespace.to_string(),
             api_version: "v1".to_string(),
@@ -333,6 +334,7 @@ fn an_unchanged_report_is_recognised_by_its_content_digest_alone() {
 fn events_go_out_for_new_findings_only_within_the_per_workload_bound() {
     let moved = |image: &str, pinned: char, now: char| ClassifiedImage {
         pod_uid: "uid".to_string(),
+        origin: None,
         workload: crate::watch::WorkloadRef {
             namespace: "shop".to_string(),
             api_version: "apps/v1".to_string(),
@@ -484,4 +486,17 @@ fn routed_tags_are_keyed_by_their_mirrors_credentials() {
         .filter_map(|(_, _, _, routed)| routed.map(|c| c.mirrors[0].reference.to_string()))
         .collect();
     assert_eq!(mirrors, ["mirror.example/team/app:1.0"; 2]);
+    // The mirror that answered is each image's origin (the report's `resolvedAt`).
+    let answers = answer_all(&plan, 'a');
+    let origins: HashMap<LookupKey, String> = plan
+        .calls()
+        .into_iter()
+        .map(|(key, _, _, _)| (key, "mirror.example/team".to_string()))
+        .collect();
+    let lookups = plan.answer_with_origins(&answers, &origins);
+    let images = classify_all(&policy, &pods, &modes, &lookups);
+    assert_eq!(images.len(), 2);
+    assert!(images
+        .iter()
+        .all(|i| i.origin.as_deref() == Some("mirror.example/team")));
 }
