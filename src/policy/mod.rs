@@ -3,8 +3,9 @@
 //! Owns: the policy file's schema and its validation (precise errors naming the field), modes
 //! (`enforce`, `audit`, `off`) and the per-namespace override label (judged in [`scope`], with
 //! exemptions, for admission and the watch alike), exemptions, registry host
-//! rules, the mirror guard and extra pod-bearing kinds. Pure: never does I/O beyond reading
-//! the file it is handed, never holds a client.
+//! rules, the sources whose tags are resolved at named mirrors ([`resolve_through`]), the mirror
+//! guard and extra pod-bearing kinds. Pure: never does I/O beyond reading the file it is handed
+//! (a mirror's CA and credentials are paths the registry layer reads), never holds a client.
 
 pub mod glob;
 pub mod hosts;
