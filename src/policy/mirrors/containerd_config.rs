@@ -61,10 +61,11 @@ pub(super) fn judge_containerd_config(
                     ));
                 }
             }
+            // Directories first: a warning is cut at 120 characters.
             judge.note(format!(
-                "ConfigMap {file} line {line} {section} config_path: the nodes read \
-                 <registry>/hosts.toml and _default/hosts.toml from each of {}; every hosts.toml \
-                 mounted there must come from a ConfigMap pinhook judges",
+                "ConfigMap {file} line {line}: config_path dirs {} (each read for \
+                 <registry>/hosts.toml and _default/hosts.toml; mount only hosts.toml pinhook \
+                 judges)",
                 directories
                     .iter()
                     .filter(|d| !d.is_empty())
@@ -187,10 +188,11 @@ mod tests {
         assert!(found.violations.is_empty(), "{:?}", found.violations);
         assert_eq!(
             found.notes,
-            ["ConfigMap data[config.toml] line 3 [plugins.\"io.containerd.cri.v1.images\".registry] \
-              config_path: the nodes read <registry>/hosts.toml and _default/hosts.toml from each \
-              of /etc/containerd/certs.d, /etc/docker/certs.d; every hosts.toml mounted there \
-              must come from a ConfigMap pinhook judges"]
+            [
+                "ConfigMap data[config.toml] line 3: config_path dirs /etc/containerd/certs.d, \
+              /etc/docker/certs.d (each read for <registry>/hosts.toml and _default/hosts.toml; \
+              mount only hosts.toml pinhook judges)"
+            ]
         );
     }
 
