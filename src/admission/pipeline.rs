@@ -355,6 +355,7 @@ impl Pinner {
     ) -> Resolutions {
         let owner = target.view.owner_revision();
         // Routed tags (`registries.resolveThrough`) get each mirror's credentials up front.
+        let mut unusable = Vec::new();
         let routed: Vec<Option<RoutedCall>> = wanted
             .iter()
             .map(|reference| {
@@ -364,12 +365,14 @@ impl Pinner {
                     &route,
                     keyring,
                     &self.mirror_keyrings,
-                    warnings,
+                    &mut unusable,
                 ))
             })
             .collect();
-        warnings.sort();
-        warnings.dedup();
+        // One warning per unusable credentials file, however many tags go through its mirror.
+        unusable.sort();
+        unusable.dedup();
+        warnings.extend(unusable);
         let calls = wanted.iter().zip(&routed).map(|(reference, routed)| {
             let owner = owner.clone();
             async move {
