@@ -366,7 +366,7 @@ pub fn registry_client(
     base: &RegistryConfig,
     policy: &CompiledPolicy,
 ) -> Result<OciResolver, AppError> {
-    let config = base.with_hosts(&policy.policy.registries.hosts)?;
+    let config = base.with_hosts(&policy.registry_hosts)?;
     Ok(OciResolver::new(config)?)
 }
 
@@ -542,7 +542,7 @@ impl App {
                 base_registry,
             } = watcher;
             let reconfigure = move |compiled: &CompiledPolicy| {
-                let config = base_registry.with_hosts(&compiled.policy.registries.hosts)?;
+                let config = base_registry.with_hosts(&compiled.registry_hosts)?;
                 oci.reconfigure(config);
                 Ok(())
             };

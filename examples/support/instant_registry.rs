@@ -29,6 +29,7 @@ impl Resolver for InstantRegistry {
             source: ResolutionSource::Registry,
             moved_from: None,
             age: Duration::ZERO,
+            origin: None,
         })
     }
 }

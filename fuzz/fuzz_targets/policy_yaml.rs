@@ -1,6 +1,7 @@
 //! The policy file (`--policy`, reloaded when its ConfigMap changes): `Policy::parse` (YAML via
 //! serde-saphyr, then validation), and, for a policy that loads, every question the server asks
-//! of it: exemptions, modes, host rules, the mirror allow list, and the planning of a few fixed
+//! of it: exemptions, modes, host rules, the mirror allow list, `registries.resolveThrough`
+//! routes (each mirror reference written must parse again), and the planning of a few fixed
 //! objects plus one object of every extra kind it declares, built at its `podSpec` pointer.
 #![no_main]
 
@@ -81,6 +82,14 @@ fuzz_target!(|data: &[u8]| {
     for image in IMAGES {
         let reference = Reference::parse(image).expect("fixed images parse");
         let _ = compiled.is_exempt_image(&reference);
+        // registries.resolveThrough: every mirror reference a route writes must parse again.
+        if let Some(route) = compiled.routes.route(&reference) {
+            for mirror in &route.mirrors {
+                let text = mirror.reference.to_string();
+                Reference::parse(&text).expect("a routed reference parses");
+                let _ = pinhook::policy::Routes::suggestion(&route.source, &mirror.location);
+            }
+        }
     }
     let loopback: IpAddr = "127.0.0.1".parse().expect("literal");
     for host in HOSTS {

@@ -267,6 +267,19 @@ POLICIES = [
     "mode: [\n",
     "exempt:\n  images: &i [\"*\"]\n  namespaces: *i\n",
     "form: digest\ntarget: pods\nonResolutionFailure: allow\n",
+    # registries.resolveThrough (issue 28): a full entry, Docker Hub, and hostile values.
+    "registries:\n  allowPrivate: [\"127.0.0.1:5001\"]\n  resolveThrough:\n"
+    "    - source: registry.corp.example/team\n      verifySource: true\n      mirrors:\n"
+    "        - location: mirror.corp.example:5000/copy/team\n          ca: /etc/pinhook/ca.pem\n"
+    "          credentials: /etc/pinhook/mirror/config.json\n        - location: 127.0.0.1:5001\n"
+    "          insecure: true\n    - source: docker.io/library\n"
+    "      mirrors: [{location: hub-cache.corp.example/library}]\n",
+    "registries:\n  resolveThrough:\n    - {source: \"*.example\", mirrors: [{location: m.example}]}\n"
+    "    - {source: a.example/../b, mirrors: [{location: \"https://m.example\"}]}\n"
+    "    - {source: \"\", mirrors: []}\n",
+    "registries:\n  deny: [\"*.evil.example\"]\n  resolveThrough:\n"
+    "    - {source: a.example, mirrors: [{location: m.evil.example}, {location: m.evil.example}]}\n"
+    "    - {source: A.EXAMPLE, mirrors: [{location: localhost:5000, credentials: rel/path}]}\n",
 ]
 for text in POLICIES:
     add("policy_yaml", text)

@@ -1,6 +1,7 @@
 //! The I/O half of admission, shared by `/mutate`, `/validate`, the dry-run endpoint and
 //! `pinhook check`: [`Pinner`] reads the namespace's mode label, the pod's pull secrets and the
-//! registry (each distinct tag once, all concurrently, within the review's deadline), memoises
+//! registry (each distinct tag once, all concurrently, within the review's deadline; a tag the
+//! policy routes through mirrors at those mirrors, `registry::mirrored`), memoises
 //! the digest each owner revision got, and hands everything to the pure core ([`super::plan`]),
 //! which decides.
 //!
@@ -18,8 +19,9 @@ use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
 use crate::reference::{Digest, Reference};
 use crate::registry::keyring::Keyring;
+use crate::registry::mirrored::{self, MirrorKeyrings, RoutedCall};
 use crate::registry::pull_secrets::{PodContext, PodKeyring, PullSecrets};
-use crate::registry::{RegistryError, Resolution, ResolutionSource, Resolver};
+use crate::registry::{Origin, RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::workload::WorkloadError;
 
 /// `main` prints error chains through this path; the printer lives in [`crate::error`].
@@ -57,7 +59,9 @@ pub struct Pinner {
     /// The digest each owner revision got (a ReplicaSet's `pod-template-hash`, a StatefulSet's
     /// `controller-revision-hash`), so all the Pods of one revision run the same bytes even
     /// when the tag moves between their creations.
-    owners: moka::sync::Cache<(String, String), Digest>,
+    owners: moka::sync::Cache<(String, String), (Digest, Option<Origin>)>,
+    /// The policy's per-mirror credentials files (`registries.resolveThrough`).
+    mirror_keyrings: MirrorKeyrings,
     /// Pods created per listed operator, to stop pinning one that recreates them.
     loops: LoopBreaker,
     /// Told once per trip of the loop breaker (metric, log, Event).
@@ -113,6 +117,7 @@ impl Pinner {
                 .max_capacity(100_000)
                 .time_to_live(parts.owner_ttl)
                 .build(),
+            mirror_keyrings: MirrorKeyrings::new(),
             loops: LoopBreaker::new(),
             on_loop: parts.on_loop,
         }
@@ -177,7 +182,14 @@ impl Pinner {
             warnings.extend(pod.warnings);
             refused = pod.refused;
             resolutions = self
-                .resolve_all(&wanted, target, &pod.keyring, deadline)
+                .resolve_all(
+                    &policy,
+                    &wanted,
+                    target,
+                    &pod.keyring,
+                    deadline,
+                    &mut warnings,
+                )
                 .await;
         }
         Ok(triaged
@@ -297,7 +309,17 @@ impl Pinner {
         wanted: &[&Reference],
         deadline: Instant,
     ) -> PodKeyring {
-        let images: Vec<String> = wanted.iter().map(|r| r.repository()).collect();
+        // A routed tag is resolved at its mirrors: plugins and helpers are asked for them too.
+        let images: Vec<String> = wanted
+            .iter()
+            .flat_map(|r| {
+                let mirrors =
+                    policy.routes.route(r).into_iter().flat_map(|route| {
+                        route.mirrors.into_iter().map(|m| m.reference.repository())
+                    });
+                std::iter::once(r.repository()).chain(mirrors)
+            })
+            .collect();
         let now = Instant::now();
         let left = deadline.saturating_duration_since(now);
         let pod = PodContext {
@@ -324,20 +346,41 @@ impl Pinner {
     /// Resolves every wanted tag at once; the answers are keyed by `tag_reference()`.
     async fn resolve_all(
         &self,
+        policy: &CompiledPolicy,
         wanted: &[&Reference],
         target: &Target<'_>,
         keyring: &Keyring,
         deadline: Instant,
+        warnings: &mut Vec<String>,
     ) -> Resolutions {
         let owner = target.view.owner_revision();
-        let calls = wanted.iter().map(|reference| {
+        // Routed tags (`registries.resolveThrough`) get each mirror's credentials up front.
+        let mut unusable = Vec::new();
+        let routed: Vec<Option<RoutedCall>> = wanted
+            .iter()
+            .map(|reference| {
+                let route = policy.routes.route(reference)?;
+                Some(RoutedCall::new(
+                    reference,
+                    &route,
+                    keyring,
+                    &self.mirror_keyrings,
+                    &mut unusable,
+                ))
+            })
+            .collect();
+        // One warning per unusable credentials file, however many tags go through its mirror.
+        unusable.sort();
+        unusable.dedup();
+        warnings.extend(unusable);
+        let calls = wanted.iter().zip(&routed).map(|(reference, routed)| {
             let owner = owner.clone();
             async move {
                 // A review may name thousands of images, and cached answers come at once: let
                 // deadlines and health checks in between.
                 tokio::task::consume_budget().await;
                 let result = self
-                    .resolve_one(reference, target, owner, keyring, deadline)
+                    .resolve_one(reference, routed.as_ref(), target, owner, keyring, deadline)
                     .await;
                 (reference.tag_reference(), result)
             }
@@ -348,12 +391,21 @@ impl Pinner {
     async fn resolve_one(
         &self,
         reference: &Reference,
+        routed: Option<&RoutedCall>,
         target: &Target<'_>,
         owner: Option<String>,
         keyring: &Keyring,
         deadline: Instant,
     ) -> Resolved {
-        let credentials = keyring.lookup(reference);
+        let credentials = match routed {
+            // The owner memo is keyed by every credential the mirrors may use.
+            Some(call) => call
+                .mirrors
+                .iter()
+                .flat_map(|m| m.credentials.iter().cloned())
+                .collect(),
+            None => keyring.lookup(reference),
+        };
         let owner_key = owner.map(|o| target.view.memo_key(&o, reference, &credentials));
         if let Some(resolution) = owner_key.as_ref().and_then(|k| self.owner_digest(k)) {
             return Ok(resolution);
@@ -364,32 +416,58 @@ impl Pinner {
             (None, false) => self.resolver.as_ref(),
         };
         let started = Instant::now();
-        let call = resolver.resolve(reference, &credentials);
-        let result =
-            match tokio::time::timeout_at(deadline, call).await {
-                Ok(result) => result,
-                // Out of time: the last known digest beats a denial, as when the registry is down.
-                Err(_) => resolver.last_known(reference, &credentials).ok_or_else(|| {
-                    RegistryError::Timeout {
-                        registry: reference.domain().to_string(),
-                        timeout: Duration::from_millis(started.elapsed().as_millis() as u64),
-                    }
-                }),
-            };
+        let result = match routed {
+            Some(call) => {
+                // The source check gets three quarters of what is left: a source that does not
+                // answer (a disconnected cluster) leaves the mirror's digest unverified in time.
+                let now = Instant::now();
+                let verify_by = now + deadline.saturating_duration_since(now) * 3 / 4;
+                let routed_call = mirrored::resolve_routed(resolver, call, Some(verify_by));
+                match tokio::time::timeout_at(deadline, routed_call).await {
+                    Ok(result) => result,
+                    Err(_) => mirrored::last_known_routed(resolver, call).ok_or_else(|| {
+                        RegistryError::Timeout {
+                            registry: call
+                                .mirrors
+                                .first()
+                                .map_or(reference.domain(), |m| m.reference.domain())
+                                .to_string(),
+                            timeout: Duration::from_millis(started.elapsed().as_millis() as u64),
+                        }
+                    }),
+                }
+            }
+            None => {
+                let call = resolver.resolve(reference, &credentials);
+                match tokio::time::timeout_at(deadline, call).await {
+                    Ok(result) => result,
+                    // Out of time: the last known digest beats a denial, as when the registry is
+                    // down.
+                    Err(_) => resolver.last_known(reference, &credentials).ok_or_else(|| {
+                        RegistryError::Timeout {
+                            registry: reference.domain().to_string(),
+                            timeout: Duration::from_millis(started.elapsed().as_millis() as u64),
+                        }
+                    }),
+                }
+            }
+        };
         if let (Ok(resolution), Some(key), false) = (&result, owner_key, target.dry_run) {
-            self.owners.insert(key, resolution.digest.clone());
+            self.owners
+                .insert(key, (resolution.digest.clone(), resolution.origin.clone()));
         }
         result
     }
 
     fn owner_digest(&self, key: &(String, String)) -> Option<Resolution> {
-        let digest = self.owners.get(key)?;
+        let (digest, origin) = self.owners.get(key)?;
         Some(Resolution {
             digest,
             credential: crate::registry::Fingerprint::anonymous(),
             source: ResolutionSource::Cache,
             moved_from: None,
             age: Duration::ZERO,
+            origin,
         })
     }
 }

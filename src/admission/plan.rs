@@ -10,12 +10,13 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::error::error_chain;
 use crate::policy::{CompiledPolicy, Mode, ResolveMode};
 use crate::reference::{Digest, Reference};
 use crate::registry::{RegistryError, Resolution};
 use crate::workload::{ImageSite, WorkloadError};
 
+#[cfg(test)]
+mod origin_tests;
 #[cfg(test)]
 mod tests;
 
@@ -30,7 +31,10 @@ pub use outcome::{
 };
 
 use mirror::{mirror_messages, mirror_plan, MirrorVerdict};
-use outcome::{empty, exempt, failed, finish, refused, resolution_warnings, unchanged, unpinned};
+use outcome::{
+    empty, exempt, failed, finish, origin_warnings, refused, resolution_failed,
+    resolution_warnings, unchanged, unpinned,
+};
 
 /// The registry's answer per tag, keyed by [`Reference::tag_reference`].
 pub type Resolutions = HashMap<String, Result<Resolution, RegistryError>>;
@@ -155,6 +159,9 @@ impl Triaged<'_> {
             Stage::Skip => empty(self.mode, warnings),
             Stage::Judge(triaged) => {
                 warnings.extend(resolution_warnings(resolutions));
+                if self.mode == Mode::Audit {
+                    warnings.extend(origin_warnings(resolutions));
+                }
                 let outcomes = triaged
                     .into_iter()
                     .map(|t| outcome(self.policy, t, resolutions))
@@ -301,9 +308,10 @@ fn outcome(policy: &CompiledPolicy, triage: Triage, resolutions: &Resolutions) -
                 reason: None,
                 violation: None,
                 source: Some(resolution.source),
+                origin: resolution.origin.clone(),
                 site,
             },
-            Some(Err(e)) => failed(policy, site, error_chain(e)),
+            Some(Err(e)) => resolution_failed(policy, site, e),
             None => failed(policy, site, "resolution did not run".to_string()),
         },
         Triage::Verify(site, reference, pinned) => {
@@ -320,7 +328,7 @@ fn outcome(policy: &CompiledPolicy, triage: Triage, resolutions: &Resolutions) -
                     );
                     refused(site, Reason::TagMoved, text)
                 }
-                Some(Err(e)) => failed(policy, site, error_chain(e)),
+                Some(Err(e)) => resolution_failed(policy, site, e),
                 None => failed(policy, site, "resolution did not run".to_string()),
             }
         }

@@ -141,7 +141,37 @@ fn audit_annotations(plan: &Plan) -> BTreeMap<String, String> {
             format!("and {more} more (see pinhook's log)"),
         );
     }
+    annotations.extend(origin_annotations(plan));
     annotations
+}
+
+/// `resolved-at-mirror-N` → `image at mirror (source check)` for each distinct image whose tag
+/// was resolved at a `registries.resolveThrough` mirror, so the audit log says where every
+/// routed digest came from (the first [`ANNOTATIONS_MAX`]).
+fn origin_annotations(plan: &Plan) -> BTreeMap<String, String> {
+    let mut seen = Vec::new();
+    for outcome in &plan.outcomes {
+        let Some(origin) = &outcome.origin else {
+            continue;
+        };
+        let line = format!(
+            "{} at {} (source {})",
+            outcome.site.image,
+            origin.mirror,
+            origin.source_check.as_str().replace('_', " ")
+        );
+        if !seen.contains(&line) {
+            seen.push(line);
+        }
+    }
+    seen.into_iter()
+        .take(ANNOTATIONS_MAX)
+        .enumerate()
+        .map(|(i, line)| {
+            let key = format!("resolved-at-mirror-{}", i + 1);
+            (key, truncate_chars(&line, ANNOTATION_MAX_CHARS))
+        })
+        .collect()
 }
 
 fn truncate_chars(text: &str, max: usize) -> String {

@@ -3,12 +3,14 @@
 //! Owns: the policy file's schema and its validation (precise errors naming the field), modes
 //! (`enforce`, `audit`, `off`) and the per-namespace override label (judged in [`scope`], with
 //! exemptions, for admission and the watch alike), exemptions, registry host
-//! rules, the mirror guard and extra pod-bearing kinds. Pure: never does I/O beyond reading
-//! the file it is handed, never holds a client.
+//! rules, the sources whose tags are resolved at named mirrors ([`resolve_through`]), the mirror
+//! guard and extra pod-bearing kinds. Pure: never does I/O beyond reading the file it is handed
+//! (a mirror's CA and credentials are paths the registry layer reads), never holds a client.
 
 pub mod glob;
 pub mod hosts;
 pub mod mirrors;
+pub mod resolve_through;
 pub mod scope;
 
 use std::collections::BTreeMap;
@@ -24,6 +26,7 @@ use crate::workload::{ImagePath, PodSpecKinds};
 
 pub use hosts::{HostRefusal, HostRules};
 pub use mirrors::MirrorPolicy;
+pub use resolve_through::{MirrorSettings, MirrorTarget, ResolveThrough, Route, Routes};
 pub use scope::{Exemption, InvalidMode, ModeLabel, NamespaceMode};
 
 /// The namespace label that overrides `mode` per namespace (namespace labels are
@@ -237,6 +240,9 @@ pub struct Registries {
     /// names the host. Off by default: in-cluster and VPC registries live there.
     #[serde(default)]
     pub deny_private_networks: bool,
+    /// Sources whose tags are resolved at named mirrors, in order (see [`resolve_through`]).
+    #[serde(default)]
+    pub resolve_through: Vec<ResolveThrough>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -269,6 +275,10 @@ pub struct CompiledPolicy {
     pub policy: Policy,
     pub kinds: PodSpecKinds,
     pub hosts: HostRules,
+    /// `registries.resolveThrough`, validated.
+    pub routes: Routes,
+    /// Per-host TLS: `registries.hosts` plus each `resolveThrough` mirror's `ca` / `insecure`.
+    pub registry_hosts: BTreeMap<String, HostSettings>,
 }
 
 /// The policy in force, replaced whole on reload; readers take a cheap snapshot per request.
@@ -432,10 +442,19 @@ impl Policy {
             allow_private: self.registries.allow_private.clone(),
             deny_private_networks: self.registries.deny_private_networks,
         };
+        let mut registry_hosts = self.registries.hosts.clone();
+        let routes = Routes::compile(
+            &self.registries.resolve_through,
+            &hosts,
+            &mut registry_hosts,
+        )
+        .map_err(|e| invalid(e.field, e.problem))?;
         Ok(CompiledPolicy {
             policy: self,
             kinds,
             hosts,
+            routes,
+            registry_hosts,
         })
     }
 }
@@ -463,6 +482,8 @@ impl Default for CompiledPolicy {
             policy: Policy::default(),
             kinds: PodSpecKinds::builtin(),
             hosts: HostRules::default(),
+            routes: Routes::default(),
+            registry_hosts: BTreeMap::new(),
         }
     }
 }

@@ -376,6 +376,7 @@ impl SharedState {
                     source: ResolutionSource::Cache,
                     moved_from: None,
                     age,
+                    origin: None,
                 };
                 (hit, record)
             })
@@ -405,6 +406,7 @@ impl SharedState {
                 source: ResolutionSource::Stale,
                 moved_from: None,
                 age: record.resolved_at.elapsed(),
+                origin: None,
             })
     }
 

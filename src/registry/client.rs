@@ -250,6 +250,7 @@ impl Resolver for OciResolver {
                         source: ResolutionSource::Registry,
                         moved_from: None,
                         age: Duration::ZERO,
+                        origin: None,
                     })
                 }
                 Err(e) if e.is_auth_or_not_found() => {

@@ -88,6 +88,17 @@ pub enum RegistryError {
     /// One failure shared by every admission that waited on the same registry call.
     #[error(transparent)]
     Shared(std::sync::Arc<RegistryError>),
+    /// Every mirror the policy routes this tag through failed (each failure on one line).
+    #[error("no mirror answered for {image}: {failures}")]
+    MirrorsFailed { image: String, failures: String },
+    /// `verifySource`: the source answered another digest than the mirror.
+    #[error("mirror {mirror} says {image} is {mirror_digest} but its source says {source_digest}")]
+    MirrorDisagrees {
+        image: String,
+        mirror: String,
+        mirror_digest: String,
+        source_digest: String,
+    },
     /// The task that called the registry panicked or was cancelled (a bug, never an answer).
     #[error("the registry call for {registry} did not finish")]
     TaskFailed {
@@ -155,6 +166,8 @@ impl RegistryError {
             | RegistryError::Redirected { .. } => "refused",
             RegistryError::Shared(inner) => inner.kind(),
             RegistryError::TaskFailed { .. } => "internal",
+            RegistryError::MirrorsFailed { .. } => "mirrors_failed",
+            RegistryError::MirrorDisagrees { .. } => "mirror_disagrees",
         }
     }
 

@@ -16,7 +16,9 @@
 //! memo), [`guard`], [`client`] (manifest HEAD and GET, bearer tokens), [`http`] (the one
 //! outbound path: guarded name lookup, redirect policy, bounded bodies); beside them,
 //! [`credentials`] (the keyring, credential provider plugins, docker credential helpers,
-//! identity tokens and pull secrets) and [`config`]. This file only declares and re-exports.
+//! identity tokens and pull secrets), [`mirrored`] (a tag resolved at the mirrors the policy
+//! names, each through this same stack, its answer's origin recorded) and [`config`]. This file
+//! only declares and re-exports.
 //!
 //! Never: decides policy; handlers decide what to do with a failure. Never sends a request
 //! through any HTTP client but the one [`http`] builds. The only objects read are the ones
@@ -33,6 +35,7 @@ mod http;
 mod config;
 pub mod credentials;
 mod error;
+pub mod mirrored;
 mod resolver;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -46,4 +49,4 @@ pub use credentials::{
 pub use error::{AnswerError, RegistryError, TransportError};
 pub use guard::RealmRefusal;
 pub use http::redirect::RedirectRefusal;
-pub use resolver::{Resolution, ResolutionSource, Resolver};
+pub use resolver::{Origin, Resolution, ResolutionSource, Resolver, SourceCheck};

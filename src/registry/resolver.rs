@@ -19,6 +19,42 @@ pub struct Resolution {
     pub moved_from: Option<Digest>,
     /// How old a `Stale` answer is.
     pub age: Duration,
+    /// Set when the policy routed the tag through a mirror: which one answered.
+    pub origin: Option<Origin>,
+}
+
+/// The mirror that answered a routed resolution (`registries.resolveThrough`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The mirror's location as the policy names it (canonical).
+    pub mirror: String,
+    pub source_check: SourceCheck,
+}
+
+/// What `verifySource` found (a disagreement is an error, never a resolution).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceCheck {
+    /// `verifySource` is off.
+    NotAsked,
+    /// The source answered the same digest.
+    Agreed,
+    /// The source did not answer (in time): the mirror's digest is unverified.
+    Unanswered,
+    /// The source answered another digest: never a resolution, only what outcomes and metrics
+    /// report for the denial.
+    Disagreed,
+}
+
+impl SourceCheck {
+    /// The fixed vocabulary of the source-check metric and the summary line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceCheck::NotAsked => "not_asked",
+            SourceCheck::Agreed => "agreed",
+            SourceCheck::Unanswered => "unanswered",
+            SourceCheck::Disagreed => "disagreed",
+        }
+    }
 }
 
 /// Where a digest came from.

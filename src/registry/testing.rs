@@ -100,6 +100,7 @@ impl Resolver for Scripted {
                 source: ResolutionSource::Registry,
                 moved_from: None,
                 age: Duration::ZERO,
+                origin: None,
             }),
             Answer::Unreachable => Err(RegistryError::Status {
                 registry,

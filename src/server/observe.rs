@@ -9,7 +9,9 @@ use std::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::admission;
-use crate::metrics::{EndpointLabels, LeftAloneLabels, Metrics, ReviewLabels, ViolationLabels};
+use crate::metrics::{
+    EndpointLabels, LeftAloneLabels, Metrics, MirrorLabels, ReviewLabels, ViolationLabels,
+};
 
 /// The review's span, at debug: with `PINHOOK_LOG=debug` every line logged while deciding a
 /// review (registry, pull secrets, each image) names it. At info it is disabled and costs
@@ -104,6 +106,21 @@ pub fn observe_decision(
         if let (Some(violation), false) = (outcome.violation, dry_run) {
             count_violation(metrics, mode, violation);
         }
+        if let Some(origin) = &outcome.origin {
+            tally.through_mirror += 1;
+            if !tally.origins.contains(&origin.mirror) {
+                tally.origins.push(origin.mirror.clone());
+            }
+            if !dry_run {
+                metrics
+                    .mirror_resolutions
+                    .get_or_create(&MirrorLabels {
+                        mirror: origin.mirror.clone(),
+                        source_check: origin.source_check.as_str(),
+                    })
+                    .inc();
+            }
+        }
     }
     for finding in &plan.findings {
         tally.violations += 1;
@@ -137,12 +154,16 @@ pub fn observe_decision(
         unchanged,
         exempt,
         violations,
+        through_mirror,
+        origins,
     } = tally;
     let operation = &request.operation;
+    // Where routed tags were resolved (`registries.resolveThrough`): empty when none was.
+    let origins = origins.join(",");
     if violations > 0 {
-        warn!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
+        warn!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, through_mirror, %origins, "review");
     } else {
-        info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, "review");
+        info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, through_mirror, %origins, "review");
     }
 }
 
@@ -154,6 +175,9 @@ struct Tally {
     unchanged: usize,
     exempt: usize,
     violations: usize,
+    /// Outcomes whose tag was resolved at a policy-named mirror, and those mirrors.
+    through_mirror: usize,
+    origins: Vec<String>,
 }
 
 /// Violations logged one line each per review; the rest are counted in one line.

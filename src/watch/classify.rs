@@ -71,6 +71,8 @@ pub struct ClassifiedImage {
     pub workload: WorkloadRef,
     pub site: PodImage,
     pub state: ImageState,
+    /// The mirror the drift watch resolved the tag at (`registries.resolveThrough`), if any.
+    pub origin: Option<String>,
 }
 
 /// Classifies a parsed reference (module docs: the rule). `exempt` is the caller's reason when
@@ -141,6 +143,7 @@ pub fn classify_pod(
             workload: pod.workload.clone(),
             site: site.clone(),
             state: state_of(site),
+            origin: None,
         })
         .collect()
 }

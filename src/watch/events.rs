@@ -131,6 +131,7 @@ mod tests {
     fn image(image: &str, state: ImageState) -> ClassifiedImage {
         ClassifiedImage {
             pod_uid: "pod-uid".into(),
+            origin: None,
             workload: WorkloadRef {
                 namespace: "shop".into(),
                 kind: "Deployment".into(),

@@ -215,6 +215,7 @@ mod tests {
                 image: image.into(),
             },
             state,
+            origin: None,
         }
     }
 

@@ -17,7 +17,9 @@
 //! - Only `tag@digest` images in a namespace in enforce or audit are looked up: whether an image
 //!   is pinned never depends on the registry, and a digest-only image has no tag.
 //! - Pods of one namespace with the same pull secrets share one keyring; one lookup per (tag,
-//!   credential fingerprints): registry requests per cycle = distinct keys.
+//!   credential fingerprints): registry requests per cycle = distinct keys. A tag the policy
+//!   routes through mirrors (`registries.resolveThrough`) is looked up at those mirrors, as
+//!   admission resolves it, keyed by the mirrors' credentials.
 //! - A digest the cache serves stale because the registry failed is not the tag's current
 //!   digest (it would hide a move): the image is `unresolvable` for that cycle.
 //! - Events go out for findings new since the previous cycle of this leader, at most
@@ -32,6 +34,7 @@ use crate::owners::{pod_ownership, ControllerRef, Ownership};
 use crate::policy::{CompiledPolicy, Mode};
 use crate::reference::Reference;
 use crate::registry::keyring::Keyring;
+use crate::registry::mirrored::RoutedCall;
 use crate::registry::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource};
 use crate::watch::{
     classify, classify_image, classify_pod, event_for, ClassifiedImage, EventSpec, ImageState,
@@ -67,13 +70,13 @@ pub struct KeyringRequest<'a> {
 /// The distinct lookups of a cycle, and which Pod images each one answers.
 #[derive(Debug, Default)]
 pub struct LookupPlan<'a> {
-    calls: HashMap<LookupKey, (Reference, Vec<Credential>)>,
+    calls: HashMap<LookupKey, (Reference, Vec<Credential>, Option<RoutedCall>)>,
     sites: Vec<(Site<'a>, LookupKey)>,
 }
 
 /// Each looked-up Pod image's answer.
 #[derive(Debug, Default)]
-pub struct SiteLookups<'a>(HashMap<Site<'a>, TagLookup>);
+pub struct SiteLookups<'a>(HashMap<Site<'a>, TagLookup>, HashMap<Site<'a>, String>);
 
 /// A namespace whose report the cycle brings up to date.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +154,16 @@ pub fn keyrings_wanted<'a>(
         .into_iter()
         .filter(|(_, sites)| !sites.is_empty())
         .map(|((namespace, pull_secrets), sites)| {
-            let mut repositories: Vec<String> = sites.iter().map(|(_, r)| r.repository()).collect();
+            // A routed tag is rechecked at its mirrors: plugins and helpers are asked for them.
+            let mut repositories: Vec<String> = sites
+                .iter()
+                .flat_map(|(_, r)| {
+                    let mirrors = policy.routes.route(r).into_iter().flat_map(|route| {
+                        route.mirrors.into_iter().map(|m| m.reference.repository())
+                    });
+                    std::iter::once(r.repository()).chain(mirrors)
+                })
+                .collect();
             repositories.sort();
             repositories.dedup();
             KeyringRequest {
@@ -200,6 +212,7 @@ pub fn classify_all(
         };
         let namespace_exemption = policy.exemption(&pod.namespace, None);
         let left_to = left_to_owner(policy, pod);
+        let start = images.len();
         images.extend(classify_pod(pod, |site| {
             let reference = Reference::parse(&site.image).ok();
             let exempt = namespace_exemption
@@ -217,6 +230,11 @@ pub fn classify_all(
             };
             classify(&reference, exempt.as_deref(), lookup)
         }));
+        if *mode != Mode::Off {
+            for image in &mut images[start..] {
+                image.origin = lookups.origin(&pod.uid, &image.site.image);
+            }
+        }
     }
     images
 }
@@ -304,12 +322,35 @@ pub fn report_unchanged(fresh: &PolicyReport, stored: Option<&str>) -> bool {
 impl<'a> LookupPlan<'a> {
     /// Adds the images of `request`, each looked up with the credentials `keyring` gives it.
     pub fn add(&mut self, request: KeyringRequest<'a>, keyring: &Keyring) {
+        self.add_routed(request, keyring, |_| None);
+    }
+
+    /// [`Self::add`], with the tags the policy routes through mirrors (`registries.resolveThrough`)
+    /// looked up at those mirrors, as admission resolves them: `route` gives such a tag's call
+    /// (the I/O half builds it: it reads the mirrors' credentials files). A routed lookup is keyed
+    /// by the credentials of its mirrors, so two namespaces whose secrets differ only for a mirror
+    /// never share an answer.
+    pub fn add_routed(
+        &mut self,
+        request: KeyringRequest<'a>,
+        keyring: &Keyring,
+        mut route: impl FnMut(&Reference) -> Option<RoutedCall>,
+    ) {
         for (site, reference) in request.sites {
-            let credentials = keyring.lookup(&reference);
-            let fingerprints = credentials.iter().map(Credential::fingerprint).collect();
+            let routed = route(&reference);
+            let (credentials, fingerprints) = match &routed {
+                Some(call) => (call.source_credentials.clone(), call.fingerprints()),
+                None => {
+                    let credentials = keyring.lookup(&reference);
+                    let fingerprints = credentials.iter().map(Credential::fingerprint).collect();
+                    (credentials, fingerprints)
+                }
+            };
             let key = (reference.tag_reference(), fingerprints);
             self.sites.push((site, key.clone()));
-            self.calls.entry(key).or_insert((reference, credentials));
+            self.calls
+                .entry(key)
+                .or_insert((reference, credentials, routed));
         }
     }
 
@@ -318,24 +359,44 @@ impl<'a> LookupPlan<'a> {
         self.calls.len()
     }
 
-    /// The lookups to make, one per key.
-    pub fn calls(&self) -> Vec<(LookupKey, Reference, Vec<Credential>)> {
+    /// The lookups to make, one per key; a routed one carries its call.
+    pub fn calls(&self) -> Vec<(LookupKey, Reference, Vec<Credential>, Option<RoutedCall>)> {
         self.calls
             .iter()
-            .map(|(key, (reference, credentials))| {
-                (key.clone(), reference.clone(), credentials.clone())
+            .map(|(key, (reference, credentials, routed))| {
+                (
+                    key.clone(),
+                    reference.clone(),
+                    credentials.clone(),
+                    routed.clone(),
+                )
             })
             .collect()
     }
 
     /// Each image's answer, given each key's; an image whose key has no answer is not looked up.
     pub fn answer(self, answers: &HashMap<LookupKey, TagLookup>) -> SiteLookups<'a> {
-        SiteLookups(
-            self.sites
-                .into_iter()
-                .filter_map(|(site, key)| answers.get(&key).map(|l| (site, l.clone())))
-                .collect(),
-        )
+        self.answer_with_origins(answers, &HashMap::new())
+    }
+
+    /// [`Self::answer`], with the mirror each routed key was resolved at
+    /// (`registries.resolveThrough`), which the report shows as `resolvedAt`.
+    pub fn answer_with_origins(
+        self,
+        answers: &HashMap<LookupKey, TagLookup>,
+        origins: &HashMap<LookupKey, String>,
+    ) -> SiteLookups<'a> {
+        let mut found = HashMap::new();
+        let mut at = HashMap::new();
+        for (site, key) in self.sites {
+            if let Some(lookup) = answers.get(&key) {
+                found.insert(site, lookup.clone());
+            }
+            if let Some(origin) = origins.get(&key) {
+                at.insert(site, origin.clone());
+            }
+        }
+        SiteLookups(found, at)
     }
 }
 
@@ -348,6 +409,11 @@ impl SiteLookups<'_> {
             .get(&(uid, image))
             .cloned()
             .unwrap_or(TagLookup::NotLooked)
+    }
+
+    /// The mirror the image's tag was resolved at, when the policy routes it through mirrors.
+    pub fn origin(&self, uid: &str, image: &str) -> Option<String> {
+        self.1.get(&(uid, image)).cloned()
     }
 }
 

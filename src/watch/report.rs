@@ -268,6 +268,9 @@ fn image_properties(image: &ClassifiedImage) -> BTreeMap<String, String> {
     if let Some(detail) = state.detail() {
         properties.insert("reason".to_string(), detail.to_string());
     }
+    if let Some(origin) = &image.origin {
+        properties.insert("resolvedAt".to_string(), origin.clone());
+    }
     properties
 }
 

@@ -58,7 +58,7 @@ pub(super) fn mirror_messages(
     ) {
         Ok(None) => None,
         Ok(Some(review)) => Some(MirrorVerdict {
-            messages: review.violations.into_iter().map(|v| v.message).collect(),
+            messages: review.violations.into_iter().map(with_suggestion).collect(),
             notes: review.notes,
         }),
         Err(e) => Some(MirrorVerdict {
@@ -66,4 +66,19 @@ pub(super) fn mirror_messages(
             notes: Vec::new(),
         }),
     }
+}
+
+/// A tag mirror's message, followed by the `registries.resolveThrough` entry that replaces it
+/// (issue 28): pinhook resolves the tag once, at the mirror, and the nodes pull the digest
+/// through a digest-only mirror. None for a wildcard or unnamed source, which no entry can name.
+fn with_suggestion(violation: mirrors::MirrorViolation) -> String {
+    let source = violation.source.as_str();
+    if source.is_empty() || source.contains('*') || violation.mirror.is_empty() {
+        return violation.message;
+    }
+    format!(
+        "{}; instead: {}",
+        violation.message,
+        crate::policy::Routes::suggestion(source, &violation.mirror)
+    )
 }

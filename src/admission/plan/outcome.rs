@@ -5,7 +5,7 @@
 
 use crate::policy::{CompiledPolicy, FailureAction, Mode};
 use crate::reference::Digest;
-use crate::registry::ResolutionSource;
+use crate::registry::{Origin, RegistryError, ResolutionSource, SourceCheck};
 use crate::workload::{self, ImageSite, WorkloadError};
 
 use super::Resolutions;
@@ -38,6 +38,8 @@ pub enum Reason {
     InvalidPullSecret,
     /// More distinct images to resolve than the policy's `limits.maxImagesPerObject`.
     TooManyImages,
+    /// `verifySource`: the source and the mirror the tag was resolved at name different digests.
+    MirrorDisagrees,
 }
 
 /// The outcome for one image site.
@@ -53,6 +55,8 @@ pub struct ImageOutcome {
     /// Set for `Denied` and `Violation`.
     pub violation: Option<Reason>,
     pub source: Option<ResolutionSource>,
+    /// The mirror the tag was resolved at (`registries.resolveThrough`), when it was routed.
+    pub origin: Option<Origin>,
 }
 
 /// The outcomes for one object.
@@ -179,6 +183,7 @@ pub(super) fn unchanged(site: ImageSite, reason: String) -> ImageOutcome {
         reason: Some(reason),
         violation: None,
         source: None,
+        origin: None,
         site,
     }
 }
@@ -208,6 +213,53 @@ pub(super) fn unpinned(policy: &CompiledPolicy, site: ImageSite) -> ImageOutcome
         outcome.action = Action::Violation;
     }
     outcome
+}
+
+/// Warnings in audit mode for tags resolved at a mirror: where the digest enforce would pin
+/// came from, one per distinct tag, sorted.
+pub(super) fn origin_warnings(resolutions: &Resolutions) -> Vec<String> {
+    let mut warnings: Vec<String> = resolutions
+        .iter()
+        .filter_map(|(tag, resolved)| {
+            let origin = resolved.as_ref().ok()?.origin.as_ref()?;
+            Some(format!(
+                "pinhook audit: {tag} resolved at mirror {} (source {})",
+                origin.mirror,
+                origin.source_check.as_str().replace('_', " ")
+            ))
+        })
+        .collect();
+    warnings.sort();
+    warnings
+}
+
+/// A failed resolution: a mirror that disagrees with its source is refused whatever
+/// `onResolutionFailure` says (the tag resolved, to two different digests); anything else is
+/// [`failed`].
+pub(super) fn resolution_failed(
+    policy: &CompiledPolicy,
+    site: ImageSite,
+    error: &RegistryError,
+) -> ImageOutcome {
+    let text = crate::error::error_chain(error);
+    match disagreement(error) {
+        Some(mirror) => ImageOutcome {
+            origin: Some(Origin {
+                mirror: mirror.to_string(),
+                source_check: SourceCheck::Disagreed,
+            }),
+            ..refused(site, Reason::MirrorDisagrees, text)
+        },
+        None => failed(policy, site, text),
+    }
+}
+
+fn disagreement(error: &RegistryError) -> Option<&str> {
+    match error {
+        RegistryError::MirrorDisagrees { mirror, .. } => Some(mirror),
+        RegistryError::Shared(inner) => disagreement(inner),
+        _ => None,
+    }
 }
 
 /// A resolution failure: denied, or admitted unpinned when `onResolutionFailure: allow`.
@@ -352,6 +404,7 @@ impl Reason {
             Reason::TagMirror => "tag_mirror",
             Reason::InvalidPullSecret => "invalid_pull_secret",
             Reason::TooManyImages => "too_many_images",
+            Reason::MirrorDisagrees => "mirror_disagrees",
         }
     }
 }

@@ -197,6 +197,7 @@ fn resolution(answer: Answer) -> Result<Resolution, RegistryError> {
             source,
             moved_from,
             age,
+            origin: None,
         })
     };
     match answer {

@@ -13,7 +13,9 @@
 //!   `[registry]` table does not) is a `registries.conf.d` drop-in (v2 only), merged after the
 //!   main file in key order;
 //! * any key whose name ends in `hosts.toml`, or whose TOML has a top-level `server` string or
-//!   `host` table of tables, is a containerd hosts.toml (`hosts_toml.rs`). One key can be both.
+//!   `host` table of tables, is a containerd hosts.toml (`hosts_toml.rs`). One key can be both;
+//! * any key whose TOML has a CRI plugin's `registry` table under `plugins` is a containerd
+//!   `config.toml` (`containerd_config.rs`: its `config_path` directories, its inline mirrors).
 //!
 //! Other keys (nginx.conf, properties, JSON, YAML) are not TOML or not shaped like either file,
 //! and are skipped: no runtime reads them as mirror configuration. A `binaryData` value that is
@@ -25,7 +27,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::go_toml::{equal_fold, lower_eq};
 use super::registries_conf::{self, judge_files};
-use super::{hosts_toml, malformed, FileRef, Judge, MirrorError};
+use super::{containerd_config, hosts_toml, malformed, FileRef, Judge, MirrorError};
 use crate::policy::glob;
 
 const KIND: &str = "ConfigMap";
@@ -116,6 +118,10 @@ pub(super) fn config_map(object: &Value, judge: &mut Judge<'_>) -> Result<bool, 
         }
         if key.file.key.ends_with("hosts.toml") || has_key(doc, &HOSTS_TOML_KEYS, lower_eq) {
             hosts_toml::judge_hosts_toml(&key.file, &key.text, doc, judge);
+            mine = true;
+        }
+        if containerd_config::is_containerd_config(doc) {
+            containerd_config::judge_containerd_config(&key.file, &key.text, doc, judge);
             mine = true;
         }
     }

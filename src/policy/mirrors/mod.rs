@@ -53,6 +53,7 @@
 //! Pure: never does I/O.
 
 mod config_map;
+mod containerd_config;
 mod go_toml;
 mod hosts_toml;
 mod openshift;

@@ -28,6 +28,7 @@ use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::error::error_chain;
 use crate::metrics::Metrics;
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
+use crate::registry::mirrored::{self, MirrorKeyrings, RoutedCall};
 use crate::registry::pull_secrets::{PodContext, PullSecrets, SecretNames};
 use crate::registry::{CachingResolver, Resolver};
 use crate::watch::recheck::{
@@ -83,6 +84,8 @@ pub struct Watch {
     previous: tokio::sync::Mutex<EventMemory>,
     /// The last cycle's inventory, for `/inventory`.
     pub inventory: std::sync::RwLock<Option<Inventory>>,
+    /// The policy's per-mirror credentials files (`registries.resolveThrough`).
+    mirror_keyrings: MirrorKeyrings,
 }
 
 /// Why a cycle stopped before its end.
@@ -117,6 +120,7 @@ impl Watch {
             settings,
             previous: tokio::sync::Mutex::new(EventMemory::default()),
             inventory: std::sync::RwLock::new(None),
+            mirror_keyrings: MirrorKeyrings::new(),
         }
     }
 
@@ -208,21 +212,57 @@ impl Watch {
             for warning in &keyring.warnings {
                 debug!(namespace = request.namespace, warning, "pull credentials");
             }
-            plan.add(request, &keyring.keyring);
+            // Tags the policy routes through mirrors are rechecked at those mirrors, with the
+            // credentials admission uses for them.
+            let mut warnings = Vec::new();
+            let namespace = request.namespace;
+            plan.add_routed(request, &keyring.keyring, |reference| {
+                let route = policy.routes.route(reference)?;
+                Some(RoutedCall::new(
+                    reference,
+                    &route,
+                    &keyring.keyring,
+                    &self.mirror_keyrings,
+                    &mut warnings,
+                ))
+            });
+            for warning in &warnings {
+                debug!(namespace, warning, "mirror credentials");
+            }
         }
         let resolver = &self.resolver;
-        let answers: HashMap<LookupKey, TagLookup> = futures::stream::iter(plan.calls())
-            .map(|(key, reference, credentials)| async move {
-                let answer = resolver.resolve(&reference, &credentials).await;
-                if let Some(detail) = recheck::failure_detail(&answer) {
-                    debug!(image = %reference, error = %detail, "recheck failed");
-                }
-                (key, recheck::tag_lookup(&reference, &answer))
-            })
-            .buffer_unordered(LOOKUP_CONCURRENCY)
-            .collect()
-            .await;
-        (plan.distinct(), plan.answer(&answers))
+        let answered: Vec<(LookupKey, TagLookup, Option<String>)> =
+            futures::stream::iter(plan.calls())
+                .map(|(key, reference, credentials, routed)| async move {
+                    let answer = match &routed {
+                        Some(call) => mirrored::resolve_routed(resolver.as_ref(), call, None).await,
+                        None => resolver.resolve(&reference, &credentials).await,
+                    };
+                    if let Some(detail) = recheck::failure_detail(&answer) {
+                        debug!(image = %reference, error = %detail, "recheck failed");
+                    }
+                    let origin = answer
+                        .as_ref()
+                        .ok()
+                        .and_then(|r| r.origin.as_ref())
+                        .map(|o| o.mirror.clone());
+                    (key, recheck::tag_lookup(&reference, &answer), origin)
+                })
+                .buffer_unordered(LOOKUP_CONCURRENCY)
+                .collect()
+                .await;
+        let mut answers = HashMap::new();
+        let mut origins = HashMap::new();
+        for (key, lookup, origin) in answered {
+            if let Some(origin) = origin {
+                origins.insert(key.clone(), origin);
+            }
+            answers.insert(key, lookup);
+        }
+        (
+            plan.distinct(),
+            plan.answer_with_origins(&answers, &origins),
+        )
     }
 
     fn record_states(&self, states: &BTreeMap<&'static str, usize>) {

@@ -161,7 +161,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
         PolicySource::File(path) => {
             let base = config.registry.clone();
             let reconfigure = move |compiled: &crate::policy::CompiledPolicy| {
-                oci.reconfigure(base.with_hosts(&compiled.policy.registries.hosts)?);
+                oci.reconfigure(base.with_hosts(&compiled.registry_hosts)?);
                 Ok(())
             };
             Some(tokio::spawn(crate::policy_watcher::watch_policy(

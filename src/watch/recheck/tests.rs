@@ -51,6 +51,7 @@ fn resolution(hex: char, source: ResolutionSource) -> Result<Resolution, Registr
         source,
         moved_from: None,
         age: Duration::ZERO,
+        origin: None,
     })
 }
 
@@ -58,7 +59,7 @@ fn resolution(hex: char, source: ResolutionSource) -> Result<Resolution, Registr
 fn answer_all(plan: &LookupPlan<'_>, hex: char) -> HashMap<LookupKey, TagLookup> {
     plan.calls()
         .into_iter()
-        .map(|(key, _, _)| (key, TagLookup::Resolved(digest(hex))))
+        .map(|(key, _, _, _)| (key, TagLookup::Resolved(digest(hex))))
         .collect()
 }
 
@@ -237,7 +238,7 @@ fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
     let answers: HashMap<LookupKey, TagLookup> = plan
         .calls()
         .into_iter()
-        .map(|(key, _, _)| (key, TagLookup::Resolved(digest('b'))))
+        .map(|(key, _, _, _)| (key, TagLookup::Resolved(digest('b'))))
         .collect();
     let lookups = plan.answer(&answers);
     let images = classify_all(&policy, &pods, &modes, &lookups);
@@ -271,6 +272,7 @@ fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
 fn reports_are_written_for_known_modes_left_for_unknown_ones_and_deleted_when_nothing_runs() {
     let image = |namespace: &str| ClassifiedImage {
         pod_uid: format!("uid-{namespace}"),
+        origin: None,
         workload: crate::watch::WorkloadRef {
             namespace: namespace.to_string(),
             api_version: "v1".to_string(),
@@ -332,6 +334,7 @@ fn an_unchanged_report_is_recognised_by_its_content_digest_alone() {
 fn events_go_out_for_new_findings_only_within_the_per_workload_bound() {
     let moved = |image: &str, pinned: char, now: char| ClassifiedImage {
         pod_uid: "uid".to_string(),
+        origin: None,
         workload: crate::watch::WorkloadRef {
             namespace: "shop".to_string(),
             api_version: "apps/v1".to_string(),
@@ -438,4 +441,62 @@ fn unpinned_images_of_operators_and_static_pods_are_left_to_their_owner() {
     // No Event for what admission leaves alone.
     let events = EventMemory::default().next(&images[..1], &modes, 5);
     assert!(events.publish.is_empty());
+}
+
+/// A routed tag is looked up at its mirror, keyed by the mirror's credentials: two Pods whose
+/// secrets differ only for the mirror host make two lookups, never one shared answer.
+#[test]
+fn routed_tags_are_keyed_by_their_mirrors_credentials() {
+    let policy = policy(
+        "registries:\n  resolveThrough:\n    - {source: registry.example/team, mirrors: [{location: mirror.example/team}]}\n",
+    );
+    let image = pinned("1.0", 'a');
+    let pods = [
+        pod("shop", "p1", &[&image], &["mirror-cred"]),
+        pod("shop", "p2", &[&image], &[]),
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Enforce))]);
+    let wanted = keyrings_wanted(&policy, &pods, &modes);
+    assert!(wanted.iter().all(|r| r
+        .repositories
+        .contains(&"mirror.example/team/app".to_string())));
+    let mut plan = LookupPlan::default();
+    for request in wanted {
+        let mut keyring = Keyring::new();
+        if request.pull_secrets == ["mirror-cred".to_string()] {
+            keyring.add("mirror.example", Credential::basic("u", "p"));
+        }
+        let mut warnings = Vec::new();
+        plan.add_routed(request, &keyring, |reference| {
+            let route = policy.routes.route(reference)?;
+            Some(RoutedCall::new(
+                reference,
+                &route,
+                &keyring,
+                &crate::registry::mirrored::MirrorKeyrings::new(),
+                &mut warnings,
+            ))
+        });
+    }
+    assert_eq!(plan.distinct(), 2);
+    let mirrors: Vec<String> = plan
+        .calls()
+        .into_iter()
+        .filter_map(|(_, _, _, routed)| routed.map(|c| c.mirrors[0].reference.to_string()))
+        .collect();
+    assert_eq!(mirrors, ["mirror.example/team/app:1.0"; 2]);
+    // The mirror that answered is each image's origin (the report's `resolvedAt`).
+    let answers = answer_all(&plan, 'a');
+    let origins: HashMap<LookupKey, String> = plan
+        .calls()
+        .into_iter()
+        .map(|(key, _, _, _)| (key, "mirror.example/team".to_string()))
+        .collect();
+    let lookups = plan.answer_with_origins(&answers, &origins);
+    let images = classify_all(&policy, &pods, &modes, &lookups);
+    assert_eq!(images.len(), 2);
+    assert!(images
+        .iter()
+        .all(|i| i.origin.as_deref() == Some("mirror.example/team")));
 }

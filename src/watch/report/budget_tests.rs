@@ -49,6 +49,7 @@ fn worst_case_images(n: usize) -> Vec<ClassifiedImage> {
                     image,
                 },
                 state,
+                origin: None,
             }
         })
         .collect()
@@ -162,6 +163,7 @@ fn strings_of_a_megabyte_are_cut_to_the_bound_in_both_reports() {
     let report = mirror_report(Mode::Enforce, &findings, NOW, None);
     let images = vec![ClassifiedImage {
         pod_uid: "p".into(),
+        origin: None,
         workload: WorkloadRef {
             namespace: "shop".into(),
             kind: "Deployment".into(),

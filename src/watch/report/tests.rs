@@ -49,6 +49,7 @@ fn seen(
             image: image.into(),
         },
         state,
+        origin: None,
     }
 }
 

@@ -121,3 +121,61 @@ async fn validate_tag_mirror_set_under(policy: &str) -> Value {
     let (_registry, pinhook) = pinhook_with(policy).await;
     validate(&pinhook, "v1.26/imagetagmirrorset-create-validate.json").await
 }
+
+/// Issue 28: the captured ConfigMap with its registries.conf replaced by `text`.
+fn config_map_review(key: &str, text: &str) -> Value {
+    let mut review = raw_fixture("v1.26/configmap-create-registries-conf-validate.json");
+    review["request"]["object"]["data"] = serde_json::json!({ key: text });
+    review
+}
+
+#[tokio::test]
+async fn a_tag_mirror_denial_names_the_resolve_through_entry_that_replaces_it() {
+    let (_registry, pinhook) = pinhook_with("mode: enforce").await;
+    let body = validate(&pinhook, "v1.26/imagetagmirrorset-create-validate.json").await;
+    let message = message(&body);
+    assert!(
+        message.contains("; instead: registries.resolveThrough: [{source: ")
+            && message.contains("mirrors: [{location: mirror.example:5000/team")
+            && message.contains("with a digest-only mirror on the nodes"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_v1_registries_conf_and_inline_containerd_mirrors_are_denied() {
+    let (_registry, pinhook) = pinhook_with("mode: enforce").await;
+    let v1 = config_map_review(
+        "registries.conf",
+        "[registries.search]\nregistries = [\"docker.io\"]\n",
+    );
+    let body = pinhook.validate(&v1).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert!(
+        message(&body).contains("v1 format ([registries.*])")
+            && message(&body).contains("v5.40+ (v1 removed; CRI-O fails to start)"),
+        "{body}"
+    );
+
+    let containerd = config_map_review(
+        "config.toml",
+        "version = 3\n[plugins.\"io.containerd.cri.v1.images\".registry]\n  config_path = \"/etc/containerd/certs.d:/etc/docker/certs.d\"\n[plugins.\"io.containerd.cri.v1.images\".registry.mirrors.\"docker.io\"]\n  endpoint = [\"https://hub-cache.example\"]\n",
+    );
+    let body = pinhook.validate(&containerd).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert!(
+        message(&body).contains("lets hub-cache.example serve tag pulls for docker.io"),
+        "{body}"
+    );
+    // Only the directories: a note, admitted.
+    let directories = config_map_review(
+        "config.toml",
+        "version = 3\n[plugins.\"io.containerd.cri.v1.images\".registry]\n  config_path = \"/etc/containerd/certs.d:/etc/docker/certs.d\"\n",
+    );
+    let body = pinhook.validate(&directories).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(
+        warned(&body, "/etc/containerd/certs.d, /etc/docker/certs.d"),
+        "{body}"
+    );
+}

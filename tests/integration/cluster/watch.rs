@@ -72,6 +72,7 @@ impl Resolver for Tags {
                 source: ResolutionSource::Registry,
                 moved_from: None,
                 age: Duration::ZERO,
+                origin: None,
             }),
             None => Err(RegistryError::NotFound {
                 repository: reference.repository(),

@@ -14,3 +14,4 @@ mod outbound_limits;
 mod outbound_redirects;
 mod registry_auth;
 mod registry_resolve;
+mod resolve_through;

@@ -13,7 +13,9 @@
 //! **Load errors** are a [`MirrorError`] naming the line and the upstream function, in the
 //! order containers/image checks them: TOML syntax and value types (BurntSushi/toml); v1
 //! `[registries.*]` in a drop-in ("registry must be in v2 format but is in v1"), v1 mixed with
-//! any v2 field ("mixing sysregistry v1/v2 is not supported"); then per `[[registry]]` in file
+//! any v2 field ("mixing sysregistry v1/v2 is not supported"), and any v1 main file at all:
+//! containers/image v5.40 removed the v1 format (container-libs#1029) and CRI-O built on it
+//! fails to start on one (kubevirtci#1845); then per `[[registry]]` in file
 //! order: a location or prefix with an `http://`/`https://` scheme (`parseLocation`), both
 //! unset, a non-wildcard prefix without location, `pull-from-mirror` on the registry itself, a
 //! mirror with a scheme or without location, `mirror-by-digest-only` with a per-mirror
@@ -43,6 +45,8 @@ pub(super) use judge::judge_files;
 const RULE_PARSE_LOCATION: &str = "containers/image sysregistriesv2 parseLocation";
 const RULE_POST_PROCESS: &str = "containers/image sysregistriesv2 postProcessRegistries";
 const RULE_LOAD: &str = "containers/image sysregistriesv2 loadConfigFile";
+const RULE_V1_REMOVED: &str =
+    "containers/image sysregistriesv2 v5.40+ (v1 removed; CRI-O fails to start)";
 const RULE_SHORT_NAME_MODE: &str = "containers/image sysregistriesv2 parseShortNameMode";
 
 /// The `pull-from-mirror` values containers/image knows.
@@ -161,7 +165,19 @@ pub(super) fn load(
                     .to_string(),
                 RULE_LOAD,
             )),
-            Some(_) => (convert_v1(&raw), raw.v1_search.clone()),
+            // containers/image v5.40 removed the v1 format (container-libs#1029): CRI-O built on
+            // it refuses to start on such a main file (kubevirtci#1845), so every node that
+            // receives it stops running Pods. Older releases converted it (`ConvertToV2`).
+            Some(offset) => {
+                return Err(fail(
+                    offset,
+                    String::new(),
+                    "v1 format ([registries.*]); write v2 ([[registry]], \
+                 unqualified-search-registries)"
+                        .to_string(),
+                    RULE_V1_REMOVED,
+                ))
+            }
             None => (raw.registries.clone(), raw.unqualified_search.clone()),
         };
     post_process(&mut registries, &unqualified).map_err(|(o, e, p, r)| fail(o, e, p, r))?;
@@ -324,36 +340,6 @@ fn key_offset(table: &Table<'_, '_>, field: &str) -> usize {
         .entries(super::go_toml::Keys::BurntSushi, field)
         .first()
         .map_or(0, |(k, _)| k.span().start)
-}
-
-/// `ConvertToV2`: blocked, then insecure entries become registries (prefix = location), in
-/// that order, merged by location.
-fn convert_v1(raw: &RawConf) -> Vec<RawRegistry> {
-    let mut out: Vec<RawRegistry> = Vec::new();
-    for (list, blocked) in [(&raw.v1_block, true), (&raw.v1_insecure, false)] {
-        for (location, offset) in list {
-            let trimmed = location.trim_end_matches('/');
-            let index = match out.iter().position(|r| r.location == trimmed) {
-                Some(i) => i,
-                None => {
-                    out.push(RawRegistry {
-                        offset: *offset,
-                        ordinal: out.len(),
-                        prefix: location.clone(),
-                        location: location.clone(),
-                        ..RawRegistry::default()
-                    });
-                    out.len() - 1
-                }
-            };
-            if blocked {
-                out[index].blocked = true;
-            } else {
-                out[index].insecure = true;
-            }
-        }
-    }
-    out
 }
 
 /// An error of `postProcessRegistries`: offset, entry name, problem, rule.

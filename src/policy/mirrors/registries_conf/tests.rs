@@ -112,10 +112,11 @@ const CANNOT_LOAD: &str = "CRI-O cannot load it: containers/image sysregistriesv
     "line 4: mixing sysregistry v1/v2 is not supported ([registries.*] next to v2 settings) \
      (CANNOT_LOAD loadConfigFile)"
 )]
-#[case::v1_block_with_uri_scheme(
+#[case::v1_main_file(
     "[registries.block]\nregistries = [\"https://registry.example\"]\n",
-    "line 2, [[registry]] location=\"https://registry.example\": invalid location \
-     'https://registry.example': URI schemes are not supported (CANNOT_LOAD parseLocation)"
+    "line 1: v1 format ([registries.*]); write v2 ([[registry]], \
+     unqualified-search-registries) (CANNOT_LOAD v5.40+ (v1 removed; CRI-O fails to \
+     start))"
 )]
 #[case::search_entry_with_path(
     "unqualified-search-registries = [\"registry.example\", \"registry.example/team\"]\n",
@@ -127,10 +128,11 @@ const CANNOT_LOAD: &str = "CRI-O cannot load it: containers/image sysregistriesv
     "line 2: invalid location 'https://registry.example': URI schemes are not supported \
      (CANNOT_LOAD parseLocation)"
 )]
-#[case::v1_search_entry_with_path(
+#[case::v1_search_only(
     "[registries.search]\nregistries = [\"registry.example/team\"]\n",
-    "line 2: Invalid unqualified-search-registries entry \"registry.example/team\" \
-     (CANNOT_LOAD postProcessRegistries)"
+    "line 1: v1 format ([registries.*]); write v2 ([[registry]], \
+     unqualified-search-registries) (CANNOT_LOAD v5.40+ (v1 removed; CRI-O fails to \
+     start))"
 )]
 #[case::invalid_short_name_mode(
     "short-name-mode=\"invalid\"\n",
@@ -285,9 +287,6 @@ fn tag_sources_are_findings(#[case] text: &str, #[case] want: &[&str]) {
 )]
 #[case::openshift_icsp_rendering_of_older_runtime_utils(
     "[[registry]]\nlocation = \"registry.example/team/app\"\nmirror-by-digest-only = true\n[[registry.mirror]]\nlocation = \"mirror.example:5000/team/app\"\n"
-)]
-#[case::v1_compatibility(
-    "[registries.search]\nregistries = [\"registry-a.com\"]\n[registries.block]\nregistries = [\"registry-b.com\"]\n[registries.insecure]\nregistries = [\"registry-b.com/bar\"]\n"
 )]
 #[case::unknown_keys_are_skipped(
     "[[registry]]\nlocation = \"registry.example\"\nunqualified-search = true\n"

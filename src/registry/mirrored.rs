@@ -1,0 +1,254 @@
+//! Resolution through the mirrors a policy names (`registries.resolveThrough`, issue 28).
+//!
+//! A [`RoutedCall`] is one source reference with its mirrors, each already rewritten and given
+//! its credentials: the Pod's (pull secrets, then the node's) matched against the *mirror's*
+//! host, as kubelet matches them when the runtime pulls from a mirror, then the policy's
+//! per-mirror credentials file ([`MirrorKeyrings`]), then anonymous. [`resolve_routed`] asks each
+//! mirror in order through the same resolver stack as any registry (cache, address guard,
+//! limits, backoff, breaker): each mirror is a registry of its own, so its answers are cached
+//! under the mirror's repository and credentials and never alias the source's. The first fresh
+//! answer wins; a stale one (served from the cache while its mirror is down) is kept only if no
+//! later mirror answers fresh. The answer records its [`Origin`]. With `verifySource` the source
+//! is asked at the same time, within its own deadline: a different digest is
+//! [`RegistryError::MirrorDisagrees`]; no answer leaves the mirror's digest unverified (the
+//! disconnected case).
+//!
+//! Never: decides policy (which references are routed is `policy::resolve_through`'s), and never
+//! falls back to the source's own answer when every mirror fails: the mirrors are the policy's
+//! choice of authority.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::keyring::Keyring;
+use super::{Credential, RegistryError, Resolution, ResolutionSource, Resolver};
+use crate::policy::Route;
+use crate::reference::Reference;
+
+pub use super::resolver::{Origin, SourceCheck};
+
+/// One routed resolution, credentials chosen.
+#[derive(Debug, Clone)]
+pub struct RoutedCall {
+    pub source: Reference,
+    pub source_credentials: Vec<Credential>,
+    /// Each mirror's location (the origin of its answers), reference and credentials, in order.
+    pub mirrors: Vec<MirrorCall>,
+    pub verify_source: bool,
+}
+
+/// One mirror of a [`RoutedCall`].
+#[derive(Debug, Clone)]
+pub struct MirrorCall {
+    pub location: String,
+    pub reference: Reference,
+    pub credentials: Vec<Credential>,
+}
+
+/// The policy's per-mirror credentials files, read when first needed and again after
+/// [`MIRROR_CREDENTIALS_TTL`] (a mounted Secret changes in place).
+#[derive(Clone)]
+pub struct MirrorKeyrings {
+    files: moka::sync::Cache<PathBuf, Arc<Result<Keyring, String>>>,
+}
+
+/// How long a mirror credentials file is trusted before it is read again.
+pub const MIRROR_CREDENTIALS_TTL: Duration = Duration::from_secs(30);
+
+// === impl RoutedCall ===
+
+impl RoutedCall {
+    /// The call for `source` along `route`: `pod` is the Pod's keyring (its pull secrets, then the
+    /// node's credentials); each mirror gets what `pod` gives the mirror's reference, then what
+    /// its credentials file gives it. Warnings name a credentials file that cannot be read.
+    pub fn new(
+        source: &Reference,
+        route: &Route,
+        pod: &Keyring,
+        files: &MirrorKeyrings,
+        warnings: &mut Vec<String>,
+    ) -> RoutedCall {
+        let mirrors = route
+            .mirrors
+            .iter()
+            .map(|mirror| {
+                let mut credentials = pod.lookup(&mirror.reference);
+                if let Some(path) = &mirror.credentials {
+                    match files.keyring(path) {
+                        Ok(keyring) => {
+                            for credential in keyring.lookup(&mirror.reference) {
+                                if !credentials.contains(&credential) {
+                                    credentials.push(credential);
+                                }
+                            }
+                        }
+                        Err(problem) => warnings.push(format!(
+                            "pinhook: mirror {} credentials unusable: {problem}",
+                            mirror.location
+                        )),
+                    }
+                }
+                MirrorCall {
+                    location: mirror.location.clone(),
+                    reference: mirror.reference.clone(),
+                    credentials,
+                }
+            })
+            .collect();
+        RoutedCall {
+            source: source.clone(),
+            source_credentials: pod.lookup(source),
+            mirrors,
+            verify_source: route.verify_source,
+        }
+    }
+
+    /// Every credential fingerprint the call may use, in order: what keys it among others.
+    pub fn fingerprints(&self) -> Vec<super::Fingerprint> {
+        self.mirrors
+            .iter()
+            .flat_map(|m| m.credentials.iter())
+            .chain(
+                self.verify_source
+                    .then_some(&self.source_credentials)
+                    .into_iter()
+                    .flatten(),
+            )
+            .map(Credential::fingerprint)
+            .collect()
+    }
+}
+
+// === impl MirrorKeyrings ===
+
+impl Default for MirrorKeyrings {
+    fn default() -> Self {
+        MirrorKeyrings {
+            files: moka::sync::Cache::builder()
+                .max_capacity(1024)
+                .time_to_live(MIRROR_CREDENTIALS_TTL)
+                .build(),
+        }
+    }
+}
+
+impl MirrorKeyrings {
+    pub fn new() -> MirrorKeyrings {
+        MirrorKeyrings::default()
+    }
+
+    /// The keyring of the docker `config.json` at `path`, or why it cannot be used. A failure
+    /// is remembered as long as a success, so a broken file is read once per TTL, not per image.
+    pub fn keyring(&self, path: &Path) -> Result<Keyring, String> {
+        let read = self
+            .files
+            .get_with_by_ref(path, || Arc::new(read_keyring(path)));
+        (*read).clone()
+    }
+}
+
+fn read_keyring(path: &Path) -> Result<Keyring, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Keyring::from_docker_config_json(&bytes)
+        .map_err(|e| format!("{} is not a docker config.json: {e}", path.display()))
+}
+
+/// Resolves `call`'s tag at its mirrors, in order (see the module docs); with `verifySource`,
+/// asks the source too, giving it until `verify_deadline` (`None`: as long as it takes).
+pub async fn resolve_routed(
+    resolver: &dyn Resolver,
+    call: &RoutedCall,
+    verify_deadline: Option<Instant>,
+) -> Result<Resolution, RegistryError> {
+    let verify = async {
+        if !call.verify_source {
+            return None;
+        }
+        let ask = resolver.resolve(&call.source, &call.source_credentials);
+        Some(match verify_deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, ask).await.ok(),
+            None => Some(ask.await),
+        })
+    };
+    let (mirrored, verified) = tokio::join!(at_mirrors(resolver, call), verify);
+    let mut resolution = mirrored?;
+    let check = match verified {
+        None => SourceCheck::NotAsked,
+        Some(Some(Ok(source))) if source.source != ResolutionSource::Stale => {
+            if source.digest != resolution.digest {
+                let mirror = resolution
+                    .origin
+                    .as_ref()
+                    .map(|o| o.mirror.clone())
+                    .unwrap_or_default();
+                return Err(RegistryError::MirrorDisagrees {
+                    image: call.source.tag_reference(),
+                    mirror,
+                    mirror_digest: resolution.digest.to_string(),
+                    source_digest: source.digest.to_string(),
+                });
+            }
+            SourceCheck::Agreed
+        }
+        // No answer, an error, or only a cached one: the source could not confirm.
+        Some(_) => SourceCheck::Unanswered,
+    };
+    if let Some(origin) = resolution.origin.as_mut() {
+        origin.source_check = check;
+    }
+    Ok(resolution)
+}
+
+/// The newest digest any mirror's cache remembers for `call`, first mirror first.
+pub fn last_known_routed(resolver: &dyn Resolver, call: &RoutedCall) -> Option<Resolution> {
+    call.mirrors.iter().find_map(|mirror| {
+        let mut resolution = resolver.last_known(&mirror.reference, &mirror.credentials)?;
+        resolution.origin = Some(origin(mirror));
+        Some(resolution)
+    })
+}
+
+async fn at_mirrors(
+    resolver: &dyn Resolver,
+    call: &RoutedCall,
+) -> Result<Resolution, RegistryError> {
+    let mut stale = None;
+    let mut failures = Vec::new();
+    for mirror in &call.mirrors {
+        match resolver
+            .resolve(&mirror.reference, &mirror.credentials)
+            .await
+        {
+            Ok(mut resolution) => {
+                resolution.origin = Some(origin(mirror));
+                if resolution.source != ResolutionSource::Stale {
+                    return Ok(resolution);
+                }
+                stale.get_or_insert(resolution);
+            }
+            Err(error) => failures.push(format!(
+                "{}: {}",
+                mirror.location,
+                crate::error::error_chain(&error)
+            )),
+        }
+    }
+    stale.ok_or_else(|| RegistryError::MirrorsFailed {
+        image: call.source.tag_reference(),
+        failures: failures.join("; "),
+    })
+}
+
+fn origin(mirror: &MirrorCall) -> Origin {
+    Origin {
+        mirror: mirror.location.clone(),
+        source_check: SourceCheck::NotAsked,
+    }
+}
+
+#[cfg(test)]
+#[path = "mirrored_tests.rs"]
+mod tests;
