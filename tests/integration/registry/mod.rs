@@ -5,7 +5,6 @@
 
 mod cache;
 mod credential_helpers;
-mod credential_limits;
 mod credential_providers;
 mod credentials;
 mod hanging_registry;
