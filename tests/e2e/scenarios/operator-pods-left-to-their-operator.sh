@@ -53,13 +53,17 @@ widget_yaml() { # widget_yaml NAME IMAGE
 }
 widget_k() { kubectl --request-timeout=5s "$@"; }
 # widget_pod_json NAME UID IMAGE: the Pod the operator creates for Widget NAME
+# With WIDGET_NODE=1 (a node scenario) the Pod also tolerates the e2e node's taint and stops in 2 s.
 widget_pod_json() {
-  jq -n --arg w "$1" --arg uid "$2" --arg image "$3" '{
+  jq -n --arg w "$1" --arg uid "$2" --arg image "$3" --arg node "${WIDGET_NODE:-0}" '{
     apiVersion: "v1", kind: "Pod",
     metadata: {generateName: ($w + "-"), labels: {widget: $w},
       ownerReferences: [{apiVersion: "e2e.pinhook.dev/v1", kind: "Widget", name: $w, uid: $uid,
         controller: true, blockOwnerDeletion: true}]},
-    spec: {containers: [{name: "app", image: $image}]}}'
+    spec: ({containers: [{name: "app", image: $image}]}
+      + if $node == "1" then {terminationGracePeriodSeconds: 2,
+        tolerations: [{key: "pinhook.dev/e2e-node", operator: "Exists", effect: "NoSchedule"}]}
+        else {} end)}'
 }
 # widget_operator NS DIR SECONDS PARENT_PID: the stand-in operator, in the background (see above)
 widget_operator() {
