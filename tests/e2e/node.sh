@@ -402,6 +402,7 @@ syncFrequency: 10s
 makeIPTablesUtilChains: false
 failSwapOn: false
 clusterDomain: cluster.local
+$([[ $NODE_POD_NETWORK == 1 ]] && printf 'clusterDNS: [%s]' "$NODE_IP")
 # the disk of a build machine is often fuller than the default thresholds allow
 evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 1%}
 imageGCHighThresholdPercent: 100
@@ -557,6 +558,12 @@ subsets:
   - addresses: [{ip: "$NODE_IP"}]
     ports: [{name: https, port: $E2E_APISERVER_PORT, protocol: TCP}]
 EOF
+  # the cluster DNS the kubelet names (clusterDNS): Service names of the Pods' search list
+  _node_log "cluster DNS on $NODE_IP:53 (node/cluster-dns.py, log $NODE_WORK/cluster-dns.log)"
+  _node_start_proc cluster-dns python3 "$_NODE_DIR/node/cluster-dns.py" "$NODE_IP" \
+    "https://127.0.0.1:$E2E_APISERVER_PORT" "$E2E_PKI/ca.crt" "$E2E_PKI/admin.token"
+  _e2e_wait "the cluster DNS" "$NODE_READY_TIMEOUT" "$NODE_WORK/cluster-dns.pid" cluster-dns.py \
+    "$NODE_WORK/cluster-dns.log" grep -q 'listening on' "$NODE_WORK/cluster-dns.log" || return 1
   touch "$NODE_WORK/kube-proxy.ran" # from here on, stop runs kube-proxy --cleanup
   _node_log "starting kube-proxy (iptables; healthz http://127.0.0.1:$NODE_PROXY_HEALTHZ_PORT/healthz, log $NODE_WORK/kube-proxy.log)"
   _node_start_proc kube-proxy "$KUBE_PROXY" \
@@ -672,6 +679,7 @@ node_stop() {
     fi
     _node_kill "$s" socat
   done
+  _node_kill cluster-dns cluster-dns.py
   _node_kill kubelet
   # whatever still runs: killed through containerd, then its records deleted
   if _e2e_pid_alive "$NODE_WORK/containerd.pid" containerd && [[ -S $NODE_SOCK ]]; then
