@@ -88,9 +88,10 @@ _node_vars() {
   # Only Pods that tolerate this run here: the tier's earlier scenarios leave Pending Pods
   # (with images that hold no program) that must not land on the node
   NODE_TAINT="pinhook.dev/e2e-node=dedicated:NoSchedule"
-  # the kubelet's, and kube-proxy's route_localnet (NODE_POD_NETWORK=1)
+  # the kubelet's, and kube-proxy's route_localnet and ip_forward (NODE_POD_NETWORK=1)
   NODE_SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom
-    kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet)
+    kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet
+    net.ipv4.ip_forward)
   # what the kubelet, containerd's shims and CNI create outside $NODE_WORK
   NODE_HOST_PATHS=(/var/log/pods /var/log/containers /var/lib/cni /run/containerd)
 }
@@ -521,7 +522,7 @@ _node_start_steps() {
 #   NODE_IP (the registries' own name 127.0.0.1/localhost only), re-encrypting to the registry
 #   and checking its certificate; containerd trusts the e2e CA for NODE_IP:PORT (hosts.toml).
 _node_pod_network() {
-  local r port
+  local r port i
   if [[ -n $NODE_REGISTRY_FORWARD ]]; then
     _node_sign_cert registry-forward "IP:$NODE_IP" || { _node_log "ERROR: cannot sign the registry forwarder's certificate"; return 1; }
   fi
@@ -560,10 +561,19 @@ subsets:
 EOF
   # the cluster DNS the kubelet names (clusterDNS): Service names of the Pods' search list
   _node_log "cluster DNS on $NODE_IP:53 (node/cluster-dns.py, log $NODE_WORK/cluster-dns.log)"
-  _node_start_proc cluster-dns python3 "$_NODE_DIR/node/cluster-dns.py" "$NODE_IP" \
+  # (Debian's python3 itself, not a shim that execs it: the PID is the server's from the start)
+  _node_start_proc cluster-dns "$(command -v /usr/bin/python3 || command -v python3)" "$_NODE_DIR/node/cluster-dns.py" "$NODE_IP" \
     "https://127.0.0.1:$E2E_APISERVER_PORT" "$E2E_PKI/ca.crt" "$E2E_PKI/admin.token"
+  # (until the forked shell has exec'd python3, its command line is still this script's)
+  for ((i = 0; i < 20; i++)); do _e2e_pid_alive "$NODE_WORK/cluster-dns.pid" cluster-dns.py && break; sleep 0.1; done
   _e2e_wait "the cluster DNS" "$NODE_READY_TIMEOUT" "$NODE_WORK/cluster-dns.pid" cluster-dns.py \
     "$NODE_WORK/cluster-dns.log" grep -q 'listening on' "$NODE_WORK/cluster-dns.log" || return 1
+  # A Pod reaching another Pod through a ClusterIP goes through this host: the packet arrives
+  # from the bridge, is DNATed to the other Pod and routed back out of the bridge, which needs
+  # ip_forward (the reply, bridged, is un-NATed by br_netfilter). Forwarding is allowed only from
+  # the bridge to the bridge (chain PINHOOK-E2E-FWD, first in FORWARD): other bridges' bridged
+  # frames go on as before and anything else routed is dropped, as with ip_forward off.
+  _node_forwarding || { _node_log "ERROR: cannot set up forwarding within $NODE_BRIDGE"; return 1; }
   touch "$NODE_WORK/kube-proxy.ran" # from here on, stop runs kube-proxy --cleanup
   _node_log "starting kube-proxy (iptables; healthz http://127.0.0.1:$NODE_PROXY_HEALTHZ_PORT/healthz, log $NODE_WORK/kube-proxy.log)"
   _node_start_proc kube-proxy "$KUBE_PROXY" \
@@ -606,6 +616,20 @@ _node_iptables_cleanup() {
   else
     _node_log "no KUBE-* iptables chain or rule left"
   fi
+}
+
+_node_forwarding() {
+  iptables -N PINHOOK-E2E-FWD 2>/dev/null || iptables -F PINHOOK-E2E-FWD || return 1
+  iptables -A PINHOOK-E2E-FWD -i "$NODE_BRIDGE" -o "$NODE_BRIDGE" -j ACCEPT &&
+    iptables -A PINHOOK-E2E-FWD -m physdev --physdev-is-bridged -j RETURN &&
+    iptables -A PINHOOK-E2E-FWD -j DROP || return 1
+  iptables -C FORWARD -j PINHOOK-E2E-FWD 2>/dev/null || iptables -I FORWARD 1 -j PINHOOK-E2E-FWD || return 1
+  sysctl -qw net.ipv4.ip_forward=1
+}
+_node_forwarding_cleanup() {
+  while iptables -D FORWARD -j PINHOOK-E2E-FWD 2>/dev/null; do :; done
+  iptables -F PINHOOK-E2E-FWD 2>/dev/null && iptables -X PINHOOK-E2E-FWD 2>/dev/null
+  return 0
 }
 
 # kube-proxy has written the rules of the `kubernetes` Service
@@ -670,6 +694,7 @@ node_stop() {
     _node_iptables_cleanup
     rm -f "$NODE_WORK/kube-proxy.ran"
   fi
+  _node_forwarding_cleanup
   # the forwarders' connections (forked children) first, then the forwarders
   for p in "$NODE_WORK"/apiserver-forward.pid "$NODE_WORK"/registry-forward-*.pid; do
     [[ -s $p ]] || continue
