@@ -207,11 +207,11 @@ chart_node_no_live_pods() { [[ $(chart_node_no_live_pods_count) == 0 ]]; }
 # chart_node_show NS FILE: what README.md's "Install in a cluster" shows, from this run: `kubectl
 # get pods` and each Pod's images and imageIDs, written to FILE and logged
 chart_node_show() {
-  local q='{range .items[*]}{.metadata.name}{"\n"}{range .status.containerStatuses[*]}{"  image:   "}{.image}{"\n  imageID: "}{.imageID}{"\n"}{end}{end}'
+  local q='{range .items[*]}{.metadata.name}{"\n"}{range .spec.containers[*]}{"  image:   "}{.image}{"\n"}{end}{range .status.containerStatuses[*]}{"  imageID: "}{.imageID}{"\n"}{end}{end}'
   {
     printf '$ kubectl -n %s get pods\n' "$1"
     K -n "$1" get pods
-    printf '$ kubectl -n %s get pods -o jsonpath=%q\n' "$1" "$q"
+    printf "\$ kubectl -n %s get pods -o jsonpath='%s'\n" "$1" "$q"
     K -n "$1" get pods -o jsonpath="$q"
   } >"$2" 2>&1
   while IFS= read -r l; do log "  | $l"; done <"$2"
