@@ -38,7 +38,7 @@
 #      $NODE_WORK/cni (bridge + host-local with its data dir there + loopback)
 #   6. the controller manager restarted with the controllers a node needs besides the
 #      workload ones (cluster.sh e2e_controllers_for_node: endpoint, serviceaccount-token,
-#      namespace, nodelifecycle)
+#      namespace, nodelifecycle, garbagecollector)
 #   7. the kubelet, registering the Node with the taint $NODE_TAINT (only Pods that tolerate it
 #      run here: the Pods other scenarios leave Pending stay so): client cert system:node:$NODE_NAME (group system:nodes, bound to the
 #      ClusterRole system:node), config file (cgroupfs, oomScoreAdj 0,
