@@ -38,7 +38,7 @@
 #      $NODE_WORK/cni (bridge + host-local with its data dir there + loopback)
 #   6. the controller manager restarted with the controllers a node needs besides the
 #      workload ones (cluster.sh e2e_controllers_for_node: endpoint, serviceaccount-token,
-#      namespace, nodelifecycle)
+#      namespace, nodelifecycle, garbagecollector)
 #   7. the kubelet, registering the Node with the taint $NODE_TAINT (only Pods that tolerate it
 #      run here: the Pods other scenarios leave Pending stay so): client cert system:node:$NODE_NAME (group system:nodes, bound to the
 #      ClusterRole system:node), config file (cgroupfs, oomScoreAdj 0,
@@ -88,9 +88,10 @@ _node_vars() {
   # Only Pods that tolerate this run here: the tier's earlier scenarios leave Pending Pods
   # (with images that hold no program) that must not land on the node
   NODE_TAINT="pinhook.dev/e2e-node=dedicated:NoSchedule"
-  # the kubelet's, and kube-proxy's route_localnet (NODE_POD_NETWORK=1)
+  # the kubelet's, and kube-proxy's route_localnet and ip_forward (NODE_POD_NETWORK=1)
   NODE_SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom
-    kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet)
+    kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet
+    net.ipv4.ip_forward)
   # what the kubelet, containerd's shims and CNI create outside $NODE_WORK
   NODE_HOST_PATHS=(/var/log/pods /var/log/containers /var/lib/cni /run/containerd)
 }
@@ -402,6 +403,7 @@ syncFrequency: 10s
 makeIPTablesUtilChains: false
 failSwapOn: false
 clusterDomain: cluster.local
+$([[ $NODE_POD_NETWORK == 1 ]] && printf 'clusterDNS: [%s]' "$NODE_IP")
 # the disk of a build machine is often fuller than the default thresholds allow
 evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 1%}
 imageGCHighThresholdPercent: 100
@@ -520,7 +522,7 @@ _node_start_steps() {
 #   NODE_IP (the registries' own name 127.0.0.1/localhost only), re-encrypting to the registry
 #   and checking its certificate; containerd trusts the e2e CA for NODE_IP:PORT (hosts.toml).
 _node_pod_network() {
-  local r port
+  local r port i
   if [[ -n $NODE_REGISTRY_FORWARD ]]; then
     _node_sign_cert registry-forward "IP:$NODE_IP" || { _node_log "ERROR: cannot sign the registry forwarder's certificate"; return 1; }
   fi
@@ -557,6 +559,21 @@ subsets:
   - addresses: [{ip: "$NODE_IP"}]
     ports: [{name: https, port: $E2E_APISERVER_PORT, protocol: TCP}]
 EOF
+  # the cluster DNS the kubelet names (clusterDNS): Service names of the Pods' search list
+  _node_log "cluster DNS on $NODE_IP:53 (node/cluster-dns.py, log $NODE_WORK/cluster-dns.log)"
+  # (Debian's python3 itself, not a shim that execs it: the PID is the server's from the start)
+  _node_start_proc cluster-dns "$(command -v /usr/bin/python3 || command -v python3)" "$_NODE_DIR/node/cluster-dns.py" "$NODE_IP" \
+    "https://127.0.0.1:$E2E_APISERVER_PORT" "$E2E_PKI/ca.crt" "$E2E_PKI/admin.token"
+  # (until the forked shell has exec'd python3, its command line is still this script's)
+  for ((i = 0; i < 20; i++)); do _e2e_pid_alive "$NODE_WORK/cluster-dns.pid" cluster-dns.py && break; sleep 0.1; done
+  _e2e_wait "the cluster DNS" "$NODE_READY_TIMEOUT" "$NODE_WORK/cluster-dns.pid" cluster-dns.py \
+    "$NODE_WORK/cluster-dns.log" grep -q 'listening on' "$NODE_WORK/cluster-dns.log" || return 1
+  # A Pod reaching another Pod through a ClusterIP goes through this host: the packet arrives
+  # from the bridge, is DNATed to the other Pod and routed back out of the bridge, which needs
+  # ip_forward (the reply, bridged, is un-NATed by br_netfilter). Forwarding is allowed only from
+  # the bridge to the bridge (chain PINHOOK-E2E-FWD, first in FORWARD): other bridges' bridged
+  # frames go on as before and anything else routed is dropped, as with ip_forward off.
+  _node_forwarding || { _node_log "ERROR: cannot set up forwarding within $NODE_BRIDGE"; return 1; }
   touch "$NODE_WORK/kube-proxy.ran" # from here on, stop runs kube-proxy --cleanup
   _node_log "starting kube-proxy (iptables; healthz http://127.0.0.1:$NODE_PROXY_HEALTHZ_PORT/healthz, log $NODE_WORK/kube-proxy.log)"
   _node_start_proc kube-proxy "$KUBE_PROXY" \
@@ -599,6 +616,20 @@ _node_iptables_cleanup() {
   else
     _node_log "no KUBE-* iptables chain or rule left"
   fi
+}
+
+_node_forwarding() {
+  iptables -N PINHOOK-E2E-FWD 2>/dev/null || iptables -F PINHOOK-E2E-FWD || return 1
+  iptables -A PINHOOK-E2E-FWD -i "$NODE_BRIDGE" -o "$NODE_BRIDGE" -j ACCEPT &&
+    iptables -A PINHOOK-E2E-FWD -m physdev --physdev-is-bridged -j RETURN &&
+    iptables -A PINHOOK-E2E-FWD -j DROP || return 1
+  iptables -C FORWARD -j PINHOOK-E2E-FWD 2>/dev/null || iptables -I FORWARD 1 -j PINHOOK-E2E-FWD || return 1
+  sysctl -qw net.ipv4.ip_forward=1
+}
+_node_forwarding_cleanup() {
+  while iptables -D FORWARD -j PINHOOK-E2E-FWD 2>/dev/null; do :; done
+  iptables -F PINHOOK-E2E-FWD 2>/dev/null && iptables -X PINHOOK-E2E-FWD 2>/dev/null
+  return 0
 }
 
 # kube-proxy has written the rules of the `kubernetes` Service
@@ -663,6 +694,7 @@ node_stop() {
     _node_iptables_cleanup
     rm -f "$NODE_WORK/kube-proxy.ran"
   fi
+  _node_forwarding_cleanup
   # the forwarders' connections (forked children) first, then the forwarders
   for p in "$NODE_WORK"/apiserver-forward.pid "$NODE_WORK"/registry-forward-*.pid; do
     [[ -s $p ]] || continue
@@ -672,6 +704,7 @@ node_stop() {
     fi
     _node_kill "$s" socat
   done
+  _node_kill cluster-dns cluster-dns.py
   _node_kill kubelet
   # whatever still runs: killed through containerd, then its records deleted
   if _e2e_pid_alive "$NODE_WORK/containerd.pid" containerd && [[ -S $NODE_SOCK ]]; then

@@ -25,7 +25,8 @@
 # The node scenarios (`# needs: node`, ordered last) run on a real node: node.sh's containerd,
 # kubelet and kube-scheduler, started before the first of them (e2e_setup_node, lib.sh) and
 # stopped by the teardown; the scenarios before them never see a scheduler (their Pods stay
-# Pending). See tests/e2e/README.md, "The node".
+# Pending). See tests/e2e/README.md, "The node". The node-chart-* ones (chart-node.sh) install
+# charts/pinhook there with pinhook's own image, built by scripts/image.sh from the release binary.
 #
 # The last line of stdout is always `N passed, M failed` (scenarios that did not
 # run because set-up failed count as failed). Exit 0 only when M is 0; exit 2, with no such
@@ -52,6 +53,11 @@
 #   E2E_SKIP_BUILD=1    do not run cargo; use PINHOOK_BIN / E2E_REGISTRY_BIN / PROVIDER_BIN (default
 #                       target/debug/pinhook, target/debug/examples/e2e_registry and
 #                       target/debug/examples/credential_provider; CARGO_TARGET_DIR moves them)
+#   PINHOOK_RELEASE_BIN the release binary the node-chart-* scenarios pack into pinhook's image
+#                       (scripts/image.sh --binary); default ${CARGO_TARGET_DIR:-target}/release/pinhook,
+#                       which scripts/test.sh's image tier builds before this tier; built here with
+#                       `cargo build --release --locked --bin pinhook` when absent (not with
+#                       E2E_SKIP_BUILD=1)
 #   E2E_PINHOOK_IDENTITY serviceaccount (default): pinhook authenticates with a token of
 #                       pinhook-system/pinhook (the shipped ClusterRole, manifests/base/rbac.yaml);
 #                       admin: with the admin kubeconfig, as kubectl does
@@ -89,6 +95,8 @@ source "$E2E_DIR/lib.sh"
 source "$E2E_DIR/helm.sh"
 # shellcheck source=tests/e2e/watch.sh
 source "$E2E_DIR/watch.sh"
+# shellcheck source=tests/e2e/chart-node.sh
+source "$E2E_DIR/chart-node.sh"
 
 # --- the scenario files: headers checked, each sourced ------------------------------------------
 declare -A TITLE=() DEFAULT=() NEEDS=()
@@ -120,9 +128,9 @@ done < <(scenario_files)
 ((n_files > 0)) || problems+=("no scenario file in $E2E_DIR/scenarios")
 # sourced one after the other, two files defining the same function would silently share one
 while IFS= read -r dup; do
-  problems+=("function $dup is defined twice in lib.sh, helm.sh, watch.sh or scenarios/")
+  problems+=("function $dup is defined twice in lib.sh, helm.sh, watch.sh, chart-node.sh or scenarios/")
 done < <(sed -n 's/^\([a-zA-Z_][a-zA-Z0-9_]*\)() *{.*/\1/p' "$E2E_DIR/lib.sh" "$E2E_DIR/helm.sh" \
-  "$E2E_DIR/watch.sh" "$E2E_DIR"/scenarios/*.sh | sort | uniq -d)
+  "$E2E_DIR/watch.sh" "$E2E_DIR/chart-node.sh" "$E2E_DIR"/scenarios/*.sh | sort | uniq -d)
 if ((${#problems[@]} > 0)); then
   printf 'run.sh: %s\n' "${problems[@]}" >&2
   exit 2
