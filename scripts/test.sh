@@ -128,8 +128,11 @@ rc=0
 # From the dev-profile binary the cargo tests built: the image's files, layout, reproducibility and
 # push are the same for any binary, and a release build would be this run's longest step
 # (docs/image.md gives its cost). `scripts/image.sh` without --binary builds the release image.
-PINHOOK_IMAGE_BINARY=${PINHOOK_IMAGE_BINARY:-${CARGO_TARGET_DIR:-target}/debug/pinhook} \
-    tests/image/check.sh | tee "$out/image.log" || rc=$?
+# The end-to-end tier's node-chart scenarios install an image of the same binary.
+target_dir=${CARGO_TARGET_DIR:-target}
+[[ $target_dir == /* ]] || target_dir=$PWD/$target_dir
+export PINHOOK_IMAGE_BINARY=${PINHOOK_IMAGE_BINARY:-$target_dir/debug/pinhook}
+tests/image/check.sh | tee "$out/image.log" || rc=$?
 # its last line: `image: N passed, M failed`
 read -r image_passed image_failed < <(counts 'image: ' "$out/image.log")
 tier_done image "$rc" "$image_passed" "$image_failed"

@@ -5,7 +5,7 @@
 # scenario to run installs it (chart_node_ensure); the others, ordered after it, reuse that
 # release, so a full run installs the chart once, and each of them can still run alone.
 #
-#   chart_node_ensure     the release binary (PINHOOK_RELEASE_BIN), the image packed and pushed,
+#   chart_node_ensure     the release binary (PINHOOK_IMAGE_BINARY), the image packed and pushed,
 #                         the registry-CA ConfigMap, the tier's own webhooks told to skip the
 #                         namespaces labelled pinhook.dev/e2e-chart, `helm3 install` (if not
 #                         installed yet), then both webhook replicas Ready (≤ 180 s)
@@ -35,16 +35,16 @@ CHART_DIR_RUN="$RUN/chart-node"
 chart_node_registry() { printf '%s:%s' "$NODE_IP" "${REGISTRY_HOST##*:}"; }
 chart_node_tag() { sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n1; }
 
-# chart_node_release_bin: PINHOOK_RELEASE_BIN, built when absent (as scripts/test.sh's image tier
-# leaves it: cargo build --release --locked --bin pinhook)
+# chart_node_release_bin: PINHOOK_IMAGE_BINARY (scripts/test.sh sets it to the dev-profile binary
+# its image tier packed); alone, the release binary, built when absent
 chart_node_release_bin() {
-  PINHOOK_RELEASE_BIN="${PINHOOK_RELEASE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/pinhook}"
-  if [[ ! -x $PINHOOK_RELEASE_BIN ]]; then
-    [[ ${E2E_SKIP_BUILD:-0} != 1 ]] || { bad "no release binary at $PINHOOK_RELEASE_BIN (E2E_SKIP_BUILD=1)"; return 1; }
-    log "  no release binary at $PINHOOK_RELEASE_BIN: cargo build --release --locked --bin pinhook"
+  PINHOOK_IMAGE_BINARY="${PINHOOK_IMAGE_BINARY:-${CARGO_TARGET_DIR:-$ROOT/target}/release/pinhook}"
+  if [[ ! -x $PINHOOK_IMAGE_BINARY ]]; then
+    [[ ${E2E_SKIP_BUILD:-0} != 1 ]] || { bad "no release binary at $PINHOOK_IMAGE_BINARY (E2E_SKIP_BUILD=1)"; return 1; }
+    log "  no release binary at $PINHOOK_IMAGE_BINARY: cargo build --release --locked --bin pinhook"
     (cd "$ROOT" && cargo build --quiet --release --locked --bin pinhook) || { bad "cargo build --release failed"; return 1; }
   fi
-  [[ -x $PINHOOK_RELEASE_BIN ]] || { bad "no release binary at $PINHOOK_RELEASE_BIN"; return 1; }
+  [[ -x $PINHOOK_IMAGE_BINARY ]] || { bad "no release binary at $PINHOOK_IMAGE_BINARY"; return 1; }
 }
 
 chart_node_installed() { helm3 status "$CHART_REL" -n "$CHART_NS" >/dev/null 2>&1; }
@@ -78,7 +78,7 @@ chart_node_ensure() {
   reg=$(chart_node_registry)
   # 1. the image, from the release binary, pushed to the registry under the bridge address
   t0=$(date +%s.%N)
-  if ! "$ROOT/scripts/image.sh" --binary "$PINHOOK_RELEASE_BIN" --out "$CHART_DIR_RUN/oci" \
+  if ! "$ROOT/scripts/image.sh" --binary "$PINHOOK_IMAGE_BINARY" --out "$CHART_DIR_RUN/oci" \
     --push "$reg/pinhook/pinhook:$(chart_node_tag)" --registry-ca "$E2E_CA_CERT" >"$CHART_DIR_RUN/image.log" 2>&1; then
     bad "scripts/image.sh failed: $(tail -n 5 "$CHART_DIR_RUN/image.log" | tr '\n' ' ')"
     return 1

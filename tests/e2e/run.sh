@@ -53,11 +53,11 @@
 #   E2E_SKIP_BUILD=1    do not run cargo; use PINHOOK_BIN / E2E_REGISTRY_BIN / PROVIDER_BIN (default
 #                       target/debug/pinhook, target/debug/examples/e2e_registry and
 #                       target/debug/examples/credential_provider; CARGO_TARGET_DIR moves them)
-#   PINHOOK_RELEASE_BIN the release binary the node-chart-* scenarios pack into pinhook's image
-#                       (scripts/image.sh --binary); default ${CARGO_TARGET_DIR:-target}/release/pinhook,
-#                       which scripts/test.sh's image tier builds before this tier; built here with
-#                       `cargo build --release --locked --bin pinhook` when absent (not with
-#                       E2E_SKIP_BUILD=1)
+#   PINHOOK_IMAGE_BINARY the pinhook binary the node-chart-* scenarios pack into pinhook's image
+#                       (scripts/image.sh --binary); scripts/test.sh sets the dev-profile binary
+#                       its image tier packed; default ${CARGO_TARGET_DIR:-target}/release/pinhook,
+#                       built here with `cargo build --release --locked --bin pinhook` when absent
+#                       (not with E2E_SKIP_BUILD=1)
 #   E2E_PINHOOK_IDENTITY serviceaccount (default): pinhook authenticates with a token of
 #                       pinhook-system/pinhook (the shipped ClusterRole, manifests/base/rbac.yaml);
 #                       admin: with the admin kubeconfig, as kubectl does

@@ -2,7 +2,7 @@
 # title: on a real node, helm install of the chart with pinhook's own image: both replicas Ready, caBundles filled, Fail raised, watch holds its Lease, helm test runs
 # order: 940
 # needs: node
-# proves: pinhook's image built by scripts/image.sh from the release binary (PINHOOK_RELEASE_BIN)
+# proves: pinhook's image built by scripts/image.sh from PINHOOK_IMAGE_BINARY (scripts/test.sh: the dev-profile binary)
 #   and pushed to the tier's registry on the bridge address; `helm install` of charts/pinhook
 #   with its defaults except the image (registry, tag and that digest), the node's toleration,
 #   `registryCAs` (the e2e CA from a ConfigMap, mounted for real) and the policy's allowPrivate
