@@ -230,6 +230,23 @@ struct NodeCredentialArgs {
         requires = "image_credential_provider_config"
     )]
     image_credential_provider_bin_dir: Option<PathBuf>,
+    /// Runs of one credential provider plugin at once; more wait for a slot, and an admission
+    /// whose wait ends first hears the provider was busy.
+    #[arg(
+        long,
+        env = "PINHOOK_CREDENTIAL_PROVIDER_RUNS",
+        default_value_t = crate::registry::credentials::limits::DEFAULT_PER_PROGRAM,
+        value_parser = clap::value_parser!(u16).range(1..).map(usize::from)
+    )]
+    credential_provider_runs: usize,
+    /// Runs of all credential provider plugins at once.
+    #[arg(
+        long,
+        env = "PINHOOK_CREDENTIAL_PROVIDER_TOTAL_RUNS",
+        default_value_t = crate::registry::credentials::limits::DEFAULT_TOTAL,
+        value_parser = clap::value_parser!(u16).range(1..).map(usize::from)
+    )]
+    credential_provider_total_runs: usize,
 }
 
 #[derive(Debug, Args)]
@@ -389,7 +406,11 @@ impl NodeCredentialArgs {
         Some(ProviderFiles {
             config,
             bin_dir,
-            settings: ProviderSettings::default(),
+            settings: ProviderSettings {
+                per_provider: self.credential_provider_runs,
+                total: self.credential_provider_total_runs,
+                ..ProviderSettings::default()
+            },
         })
     }
 }
@@ -771,6 +792,36 @@ mod tests {
         assert!(config.overrides.secrets.is_none());
         assert!(config.overrides.namespaces.is_none());
         assert!(config.overrides.authorizer.is_none());
+    }
+
+    #[test]
+    fn credential_provider_run_limits_are_flags_with_defaults_and_never_zero() {
+        let files = [
+            "--image-credential-provider-config=c",
+            "--image-credential-provider-bin-dir=b",
+        ];
+        let settings = |extra: &[&str]| {
+            let mut args = files.to_vec();
+            args.extend_from_slice(extra);
+            serve(&args)
+                .credential_providers
+                .map(|files| files.settings)
+        };
+        let defaults = settings(&[]).expect("plugins configured");
+        assert_eq!((defaults.per_provider, defaults.total), (4, 16));
+        let set = settings(&[
+            "--credential-provider-runs=2",
+            "--credential-provider-total-runs=5",
+        ])
+        .expect("plugins configured");
+        assert_eq!((set.per_provider, set.total), (2, 5));
+        assert!(parse(&[
+            "serve",
+            "--tls-cert=a",
+            "--tls-key=b",
+            "--credential-provider-runs=0"
+        ])
+        .is_err());
     }
 
     #[test]

@@ -4,9 +4,15 @@
 //! what it may create: TokenReview answers cached 10 s by the token's hash, SubjectAccessReview
 //! never cached.
 //!
+//! Bounds: each cache is bounded in bytes, not only entries (a namespace's labels, a caller's
+//! groups and extra are as long as whoever wrote them made them): a namespace keeps only its
+//! labels, and every entry weighs its names and values plus [`ENTRY_OVERHEAD`], which also
+//! bounds how many fit.
+//!
 //! Never: decides policy, or maps a failure to an HTTP status (that is
 //! `admission::failure`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +24,15 @@ use crate::policy::{ModeLabel, MODE_LABEL};
 
 /// How long a namespace's labels answer before they are read again.
 pub const NAMESPACE_TTL: Duration = Duration::from_secs(30);
+/// Bytes of cached namespace labels, for each of the two namespace caches.
+pub const NAMESPACE_CACHE_BYTES: u64 = 16 * 1024 * 1024;
+/// Bytes of cached TokenReview answers.
+pub const TOKEN_REVIEW_CACHE_BYTES: u64 = 8 * 1024 * 1024;
+/// What a cached entry costs beyond its names and values, in bytes.
+pub const ENTRY_OVERHEAD: usize = 512;
+
+/// A namespace's labels as cached: `None` when the namespace does not exist.
+type Labels = Arc<Option<BTreeMap<String, String>>>;
 
 /// Source of namespace labels.
 #[async_trait]
@@ -76,9 +91,10 @@ pub struct NoNamespaces;
 /// Namespace labels read through the API (`namespaces` get).
 pub struct KubeNamespaces {
     client: kube::Client,
-    cache: moka::future::Cache<String, Arc<Option<Namespace>>>,
+    /// Labels only: a Namespace's annotations and managed fields are never read.
+    cache: moka::future::Cache<String, Labels>,
     /// Every namespace's last successful read, kept a day.
-    last_read: moka::sync::Cache<String, Arc<Option<Namespace>>>,
+    last_read: moka::sync::Cache<String, Labels>,
 }
 
 /// How long a namespace's last successful read may stand in for a failed one.
@@ -103,11 +119,13 @@ impl KubeNamespaces {
         KubeNamespaces {
             client,
             cache: moka::future::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(NAMESPACE_CACHE_BYTES)
+                .weigher(|name: &String, labels: &Labels| labels_weight(name, labels))
                 .time_to_live(ttl)
                 .build(),
             last_read: moka::sync::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(NAMESPACE_CACHE_BYTES)
+                .weigher(|name: &String, labels: &Labels| labels_weight(name, labels))
                 .time_to_live(LAST_READ_TTL)
                 .build(),
         }
@@ -123,7 +141,8 @@ impl NamespaceLabels for KubeNamespaces {
         let found = self
             .cache
             .try_get_with(name.clone(), async move {
-                let found = Arc::new(api.get_opt(&name).await?);
+                let found = api.get_opt(&name).await?;
+                let found = Arc::new(found.map(|ns| ns.metadata.labels.unwrap_or_default()));
                 last_read.insert(name, found.clone());
                 Ok::<_, kube::Error>(found)
             })
@@ -144,12 +163,37 @@ impl NamespaceLabels for KubeNamespaces {
     }
 }
 
-fn label_of(namespace: &Option<Namespace>, label: &str) -> Option<String> {
-    namespace
+fn label_of(labels: &Option<BTreeMap<String, String>>, label: &str) -> Option<String> {
+    labels
         .as_ref()
-        .and_then(|ns| ns.metadata.labels.as_ref())
         .and_then(|labels| labels.get(label))
         .cloned()
+}
+
+/// What a cached namespace weighs: its name and labels plus [`ENTRY_OVERHEAD`].
+fn labels_weight(name: &str, labels: &Labels) -> u32 {
+    let held: usize = labels
+        .as_ref()
+        .iter()
+        .flat_map(|labels| labels.iter())
+        .map(|(key, value)| key.len() + value.len())
+        .sum();
+    u32::try_from(ENTRY_OVERHEAD + name.len() + held).unwrap_or(u32::MAX)
+}
+
+/// What a cached TokenReview answer weighs: the caller's names, groups and extra plus
+/// [`ENTRY_OVERHEAD`].
+fn caller_weight(_token_hash: &[u8; 32], caller: &Option<Caller>) -> u32 {
+    let held = caller.as_ref().map_or(0, |caller| {
+        let groups: usize = caller.groups.iter().map(String::len).sum();
+        let extra: usize = caller
+            .extra
+            .iter()
+            .map(|(key, values)| key.len() + values.iter().map(String::len).sum::<usize>())
+            .sum();
+        caller.username.len() + caller.uid.len() + groups + extra
+    });
+    u32::try_from(ENTRY_OVERHEAD + held).unwrap_or(u32::MAX)
 }
 
 /// Who called the dry-run endpoint, as the apiserver's TokenReview says.
@@ -209,7 +253,8 @@ impl KubeAuthorizer {
         KubeAuthorizer {
             client,
             reviewed: moka::future::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(TOKEN_REVIEW_CACHE_BYTES)
+                .weigher(caller_weight)
                 .time_to_live(TOKEN_REVIEW_TTL)
                 .build(),
         }
@@ -306,5 +351,84 @@ impl Authorizer for KubeAuthorizer {
         };
         let answer = self.create(&review, AuthError::SubjectAccessReview).await?;
         Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::{
+        Caller, KubeAuthorizer, KubeNamespaces, NAMESPACE_CACHE_BYTES, NAMESPACE_TTL,
+        TOKEN_REVIEW_CACHE_BYTES,
+    };
+
+    /// A client whose every call fails at once (nothing listens on port 9): these tests make
+    /// none.
+    fn unreachable_client() -> kube::Client {
+        let url = "http://127.0.0.1:9".parse().expect("a valid URL");
+        kube::Client::try_from(kube::Config::new(url)).expect("a client for a plain URL")
+    }
+
+    /// Labels of about 100 KiB (a Namespace may hold 1.5 MB of them).
+    fn big_labels(i: usize) -> BTreeMap<String, String> {
+        (0..1600)
+            .map(|j| (format!("example.com/label-{i}-{j:04}"), "v".repeat(40)))
+            .collect()
+    }
+
+    /// 2,000 namespaces with 100 KiB of labels each stay under the byte cap, in both the
+    /// fresh and the last-read cache. Before, each held 10,000 entries whatever they weighed
+    /// (up to 15 GB).
+    #[tokio::test]
+    async fn many_heavily_labelled_namespaces_stay_under_the_byte_cap() {
+        let namespaces = KubeNamespaces::with_ttl(unreachable_client(), NAMESPACE_TTL);
+        for i in 0..2_000 {
+            let labels = Arc::new(Some(big_labels(i)));
+            namespaces
+                .last_read
+                .insert(format!("ns-{i}"), labels.clone());
+            namespaces.cache.insert(format!("ns-{i}"), labels).await;
+        }
+        namespaces.cache.run_pending_tasks().await;
+        namespaces.last_read.run_pending_tasks();
+        for (held, entries) in [
+            (
+                namespaces.cache.weighted_size(),
+                namespaces.cache.entry_count(),
+            ),
+            (
+                namespaces.last_read.weighted_size(),
+                namespaces.last_read.entry_count(),
+            ),
+        ] {
+            assert!(held <= NAMESPACE_CACHE_BYTES, "{held} bytes held");
+            assert!((100..=200).contains(&entries), "{entries} entries");
+        }
+    }
+
+    /// 2,000 TokenReview answers naming 100 KiB of groups each stay under the byte cap.
+    #[tokio::test]
+    async fn many_large_token_review_answers_stay_under_the_byte_cap() {
+        let authorizer = KubeAuthorizer::new(unreachable_client());
+        for i in 0..2_000u32 {
+            let mut key = [0u8; 32];
+            key[..4].copy_from_slice(&i.to_be_bytes());
+            let caller = Caller {
+                username: format!("user-{i}"),
+                uid: String::new(),
+                groups: (0..1600)
+                    .map(|j| format!("group-{j:04}-{}", "g".repeat(50)))
+                    .collect(),
+                extra: BTreeMap::new(),
+            };
+            authorizer.reviewed.insert(key, Some(caller)).await;
+        }
+        authorizer.reviewed.run_pending_tasks().await;
+        let held = authorizer.reviewed.weighted_size();
+        assert!(held <= TOKEN_REVIEW_CACHE_BYTES, "{held} bytes held");
+        let entries = authorizer.reviewed.entry_count();
+        assert!((40..=100).contains(&entries), "{entries} entries");
     }
 }

@@ -376,6 +376,9 @@ impl Pinner {
         let calls = wanted.iter().zip(&routed).map(|(reference, routed)| {
             let owner = owner.clone();
             async move {
+                // A review may name thousands of images, and cached answers come at once: let
+                // deadlines and health checks in between.
+                tokio::task::consume_budget().await;
                 let result = self
                     .resolve_one(reference, routed.as_ref(), target, owner, keyring, deadline)
                     .await;

@@ -8,13 +8,15 @@
 //!
 //! Where credentials come from, each in its own module: the [`keyring`] that matches them to
 //! images as kubelet does, the pod's [`pull_secrets`], the node's credential [`provider`]
-//! plugins and [`docker_helpers`] (run through [`exec`]'s bounded process runner), and the
+//! plugins and [`docker_helpers`] (run through [`exec`]'s bounded process runner, at most
+//! [`limits`] of them at once), and the
 //! [`identity_token`] exchange.
 
 pub mod docker_helpers;
 mod exec;
 pub mod identity_token;
 pub mod keyring;
+pub mod limits;
 pub mod provider;
 pub mod pull_secrets;
 
@@ -74,6 +76,17 @@ impl Credential {
             Credential::IdentityToken { token } => hash(&[b"identitytoken\0", token.as_bytes()]),
             Credential::AccessToken { identity, .. } => identity.clone(),
         }
+    }
+
+    /// Roughly how many bytes this credential holds, for caches bounded in bytes.
+    pub(crate) fn approximate_bytes(&self) -> usize {
+        let held = match self {
+            Credential::Anonymous => 0,
+            Credential::Basic { username, password } => username.len() + password.len(),
+            Credential::IdentityToken { token } => token.len(),
+            Credential::AccessToken { identity, token } => identity.as_str().len() + token.len(),
+        };
+        std::mem::size_of::<Credential>() + held
     }
 
     /// The `Authorization` value the first request carries: HTTP basic for a username and

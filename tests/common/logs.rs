@@ -11,6 +11,17 @@ thread_local! {
     static THREAD_CAPTURE: RefCell<Option<DefaultGuard>> = const { RefCell::new(None) };
 }
 
+/// Keeps a second registered dispatcher alive for the life of the test binary. While exactly
+/// one `Dispatch` is registered, tracing-core works out a call site's interest from the
+/// *registering thread's* default (tokio-rs/tracing#3611): a sibling test reaching a call site
+/// first on a thread without a subscriber caches `Interest::never()` for it process-wide, and
+/// the capture never sees that line (seen with `credential provider failed` once the plugin's
+/// run moved into a task of its own). With two registered, every registration asks all of them.
+fn pin_second_dispatch() {
+    static PINNED: std::sync::OnceLock<Dispatch> = std::sync::OnceLock::new();
+    PINNED.get_or_init(|| Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+}
+
 /// Every log line of one test: what the threads of the runtime [`Captured::run`] built for it
 /// logged.
 #[derive(Clone, Default)]
@@ -30,6 +41,7 @@ impl Captured {
         F: FnOnce(Captured) -> Fut,
         Fut: Future<Output = ()>,
     {
+        pin_second_dispatch();
         let captured = Captured::default();
         let writer = captured.clone();
         let dispatch = Dispatch::new(

@@ -18,10 +18,18 @@
 //! may hold the secret), it matches `auths` keys exactly rather than with kubelet's rules, and it
 //! reads one credential per server where kubelet's keyring tries every matching one.
 //!
+//! Bounds: each distinct registry host of a review may ask for a run, so at most
+//! [`super::limits::DEFAULT_PER_PROGRAM`] runs of one helper and
+//! [`super::limits::DEFAULT_TOTAL`] of all a config's helpers
+//! run at once ([`RunLimits`]); a run waits for a slot at most `HELPER_QUEUE_WAIT` (5 s), then
+//! answers "busy". A run belongs to the admissions asking (one per helper and server, shared):
+//! when the last of them stops waiting, it is dropped and its process killed. Answers are
+//! cached in at most `HELPER_CACHE_BYTES` (4 MiB).
+//!
 //! Never: logs a helper's output or a token.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +40,7 @@ use tracing::{debug, warn};
 
 use super::exec::{self, ExecError, Program};
 use super::keyring::{CredentialSource, Keyring, KeyringError, Provided};
+use super::limits::{RunLimits, RunPermit};
 use super::Credential;
 
 /// How long a helper may run (a keychain prompt would wait forever).
@@ -40,6 +49,13 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(10);
 const HELPER_MAX_OUTPUT: usize = 64 * 1024;
 /// How long a helper's answer is reused (kubelet caches its docker config provider this long).
 const HELPER_TTL: Duration = Duration::from_secs(5 * 60);
+/// How long a run waits for a slot before the helper is reported busy.
+const HELPER_QUEUE_WAIT: Duration = Duration::from_secs(5);
+/// Bytes of cached helper answers, weighed as their keys and credential plus
+/// [`ENTRY_OVERHEAD`].
+const HELPER_CACHE_BYTES: u64 = 4 * 1024 * 1024;
+/// What a cached answer costs beyond its strings, in bytes.
+const ENTRY_OVERHEAD: usize = 256;
 /// The server address the docker CLI asks helpers about for Docker Hub (`registry.IndexServer`).
 const DOCKER_HUB_SERVER: &str = "https://index.docker.io/v1/";
 /// The username a helper answers with when the secret is an identity token.
@@ -50,6 +66,9 @@ pub struct DockerHelpers {
     creds_store: Option<String>,
     cred_helpers: BTreeMap<String, String>,
     answers: moka::future::Cache<(String, String), Arc<Option<Credential>>>,
+    limits: RunLimits,
+    /// Where the helpers are; `None`: found on `PATH`, as the docker CLI finds them.
+    dir: Option<PathBuf>,
 }
 
 /// The fields of a docker `config.json` this module reads; the rest is kubelet's.
@@ -83,6 +102,13 @@ enum HelperError {
         "docker-credential-{helper} sent an answer that is not {{\"Username\",\"Secret\"}} JSON"
     )]
     Answer { helper: String },
+    #[error("not run: {per_helper} runs of docker-credential-{helper} or {total} of all helpers were under way for {waited:?}")]
+    Busy {
+        helper: String,
+        per_helper: usize,
+        total: usize,
+        waited: Duration,
+    },
 }
 
 /// The keyring of a docker `config.json`: its helpers (a source), then its `auths` with
@@ -128,9 +154,21 @@ impl DockerHelpers {
             creds_store,
             cred_helpers,
             answers: moka::future::Cache::builder()
-                .max_capacity(1_000)
+                .max_capacity(HELPER_CACHE_BYTES)
+                .weigher(|key: &(String, String), answer: &Arc<Option<Credential>>| {
+                    let bytes = ENTRY_OVERHEAD
+                        + key.0.len()
+                        + key.1.len()
+                        + answer
+                            .as_ref()
+                            .as_ref()
+                            .map_or(0, Credential::approximate_bytes);
+                    u32::try_from(bytes).unwrap_or(u32::MAX)
+                })
                 .time_to_live(HELPER_TTL)
                 .build(),
+            limits: RunLimits::default(),
+            dir: None,
         })
     }
 
@@ -169,10 +207,23 @@ impl CredentialSource for DockerHelpers {
             return Provided::default();
         };
         let key = (helper.to_string(), server.clone());
-        let asked = self
-            .answers
-            .try_get_with(key, async { ask(helper, &server).await.map(Arc::new) })
-            .await;
+        // moka runs this in one of the asking admissions and hands it to another when that one
+        // goes: dropped with the last, killing the helper.
+        let run = async {
+            let slot = tokio::time::timeout(HELPER_QUEUE_WAIT, self.limits.acquire(helper));
+            let Ok(Some(slot)) = slot.await else {
+                return Err(HelperError::Busy {
+                    helper: helper.to_string(),
+                    per_helper: self.limits.per_program(),
+                    total: self.limits.total(),
+                    waited: HELPER_QUEUE_WAIT,
+                });
+            };
+            ask(self.dir.as_deref(), helper, &server, slot)
+                .await
+                .map(Arc::new)
+        };
+        let asked = self.answers.try_get_with(key, run).await;
         match asked {
             Ok(answer) => Provided {
                 entries: answer.iter().map(|c| (server.clone(), c.clone())).collect(),
@@ -193,9 +244,18 @@ impl CredentialSource for DockerHelpers {
 
 /// `docker-credential-<helper> get` for `server`: the credential, or `None` when the helper has
 /// none for it (it says "credentials not found" and exits 1).
-async fn ask(helper: &str, server: &str) -> Result<Option<Credential>, HelperError> {
+async fn ask(
+    dir: Option<&Path>,
+    helper: &str,
+    server: &str,
+    slot: RunPermit,
+) -> Result<Option<Credential>, HelperError> {
     debug!(helper, server, "running docker credential helper");
-    let path = PathBuf::from(format!("docker-credential-{helper}"));
+    let program = format!("docker-credential-{helper}");
+    let path = match dir {
+        Some(dir) => dir.join(program),
+        None => PathBuf::from(program),
+    };
     let args = ["get".to_string()];
     let program = Program {
         path: &path,
@@ -204,7 +264,7 @@ async fn ask(helper: &str, server: &str) -> Result<Option<Credential>, HelperErr
         timeout: HELPER_TIMEOUT,
         max_output: HELPER_MAX_OUTPUT,
     };
-    let stdout = match exec::run(&program, server.as_bytes()).await {
+    let stdout = match exec::run(&program, server.as_bytes(), Some(slot)).await {
         Ok(stdout) => stdout,
         // docker-credential-helpers' `credentials.ErrCredentialsNotFound`, printed on stdout.
         Err(ExecError::Exit { stdout, .. })
@@ -253,6 +313,63 @@ mod tests {
         let only = helpers(r#"{"credHelpers":{"gcr.io":"gcloud"}}"#).expect("configured");
         assert_eq!(only.helper_for("quay.io"), None);
         assert!(helpers(r#"{"auths":{},"credsStore":""}"#).is_none());
+    }
+
+    /// The pids a `docker-credential-slow` script recorded that are still alive.
+    fn alive(pids: &std::path::Path) -> usize {
+        std::fs::read_to_string(pids)
+            .unwrap_or_default()
+            .lines()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| !stat.contains(") Z "))
+            })
+            .count()
+    }
+
+    /// 30 distinct registry hosts asked at once of a helper that never answers: at most 4
+    /// helper processes alive, and none once every admission stopped waiting.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn helper_runs_are_capped_and_die_with_their_last_waiter() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pids = dir.path().join("pids");
+        let script = format!(
+            "#!/bin/sh\ncat >/dev/null; echo $$ >> '{}'; exec sleep 30\n",
+            pids.display()
+        );
+        let path = dir.path().join("docker-credential-slow");
+        std::fs::write(&path, script).expect("write helper");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut slow = helpers(r#"{"credsStore":"slow"}"#).expect("configured");
+        slow.dir = Some(dir.path().to_path_buf());
+        let slow = Arc::new(slow);
+        let asks = (0..30).map(|i| {
+            let slow = slow.clone();
+            let image = format!("h{i}.example/team/app");
+            async move {
+                let asked = slow.provide(&image);
+                tokio::time::timeout(Duration::from_millis(700), asked).await
+            }
+        });
+        let watch = async {
+            let mut peak = 0;
+            for _ in 0..30 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                peak = peak.max(alive(&pids));
+            }
+            peak
+        };
+        let (_, peak) = tokio::join!(futures::future::join_all(asks), watch);
+        assert!((1..=4).contains(&peak), "peak {peak} helper processes");
+        let gone = std::time::Instant::now();
+        while alive(&pids) > 0 {
+            assert!(
+                gone.elapsed() < Duration::from_secs(2),
+                "helpers outlived their waiters"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[test]

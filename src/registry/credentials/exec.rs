@@ -4,7 +4,9 @@
 //!
 //! Owns: spawning, feeding, reading and reaping the child, and [`ExecError`], which names the
 //! program and how it failed but never carries what it printed: a credential program's output
-//! is a secret, and its stderr may quote it.
+//! is a secret, and its stderr may quote it. A run given a [`RunPermit`] holds it until its
+//! process is reaped, also when the run is dropped (the child is killed and reaped by a task
+//! of its own), so a slot is never free while its process lives.
 //!
 //! Never: logs, interprets the answer, or leaves a child running.
 
@@ -13,7 +15,9 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
+
+use super::limits::RunPermit;
 
 /// What to run and within which bounds.
 #[derive(Debug, Clone)]
@@ -82,10 +86,42 @@ impl ExecError {
     }
 }
 
-/// Runs `program` with `stdin` and returns its stdout when it exits 0.
-pub(crate) async fn run(program: &Program<'_>, stdin: &[u8]) -> Result<Vec<u8>, ExecError> {
+/// A started child and the slot it holds; dropped while the child runs, it kills the child
+/// and gives the slot back once the child is reaped.
+struct Running {
+    child: Option<Child>,
+    slot: Option<RunPermit>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        let _ = child.start_kill();
+        let slot = self.slot.take();
+        // Without a runtime (shutting down), `kill_on_drop` and tokio's orphan reaping remain.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = child.wait().await;
+                drop(slot);
+            });
+        }
+    }
+}
+
+/// Runs `program` with `stdin` and returns its stdout when it exits 0. `slot`, if given, is
+/// held until the process is reaped, however the run ends.
+pub(crate) async fn run(
+    program: &Program<'_>,
+    stdin: &[u8],
+    slot: Option<RunPermit>,
+) -> Result<Vec<u8>, ExecError> {
     let name = program.path.to_path_buf();
-    let mut child = Command::new(program.path)
+    let child = Command::new(program.path)
         .args(program.args)
         .envs(program.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
@@ -98,6 +134,16 @@ pub(crate) async fn run(program: &Program<'_>, stdin: &[u8]) -> Result<Vec<u8>, 
             program: name.clone(),
             source,
         })?;
+    let mut running = Running {
+        child: Some(child),
+        slot,
+    };
+    let Some(child) = running.child.as_mut() else {
+        return Err(ExecError::Io {
+            program: name,
+            source: std::io::Error::other("child missing"),
+        });
+    };
     let io = |source| ExecError::Io {
         program: name.clone(),
         source,
@@ -197,7 +243,7 @@ mod tests {
             timeout,
             max_output,
         };
-        run(&program, b"request").await
+        run(&program, b"request", None).await
     }
 
     #[tokio::test]
@@ -239,7 +285,7 @@ mod tests {
             timeout: secs,
             max_output: 100,
         };
-        let spawn = run(&missing, b"").await;
+        let spawn = run(&missing, b"", None).await;
         assert!(matches!(spawn, Err(ExecError::Spawn { .. })), "{spawn:?}");
     }
 }

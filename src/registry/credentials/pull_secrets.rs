@@ -10,6 +10,12 @@
 //! warning for the user, and so does a plugin that failed. A malformed docker-config secret,
 //! which kubelet refuses, is returned in [`PodKeyring::refused`] for admission to deny or
 //! report.
+//!
+//! Bounds: the caches keep only what is read (a Secret's type and data, a ServiceAccount's
+//! pull secret names) and hold at most [`SECRET_CACHE_BYTES`] and [`ACCOUNT_CACHE_BYTES`],
+//! each entry weighed as its names and data plus [`ENTRY_OVERHEAD`] (which also bounds how many
+//! fit); a review's secret names are read once each, at most [`MAX_PULL_SECRETS`], and every
+//! loop over them yields to the scheduler.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +35,14 @@ pub const MAX_PULL_SECRETS: usize = 128;
 
 /// How long a read Secret or ServiceAccount answers before it is read again.
 const OBJECT_TTL: Duration = Duration::from_secs(30);
+/// Bytes of cached Secrets (a Secret may hold up to 1 MiB; 10,000 entries were 10 GiB).
+pub const SECRET_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+/// Bytes of cached ServiceAccounts.
+pub const ACCOUNT_CACHE_BYTES: u64 = 4 * 1024 * 1024;
+/// What a cached object costs beyond its names and data, in bytes.
+pub const ENTRY_OVERHEAD: usize = 512;
+/// Names looked at between two yields to the scheduler.
+const YIELD_EVERY: usize = 256;
 
 /// Where a pod's images are pulled from the credential point of view.
 #[derive(Debug, Clone, Copy)]
@@ -114,8 +128,8 @@ impl KubeSecrets {
         KubeSecrets {
             client,
             node,
-            secrets: object_cache(),
-            accounts: object_cache(),
+            secrets: object_cache(SECRET_CACHE_BYTES, secret_bytes),
+            accounts: object_cache(ACCOUNT_CACHE_BYTES, account_bytes),
         }
     }
 
@@ -127,7 +141,10 @@ impl KubeSecrets {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let key = (namespace.to_string(), name.to_string());
         self.secrets
-            .try_get_with(key, async move { api.get_opt(name).await.map(Arc::new) })
+            .try_get_with(key, async move {
+                let secret = api.get_opt(name).await?;
+                Ok(Arc::new(secret.map(kept_of_secret)))
+            })
             .await
             .map_err(unshare)
     }
@@ -140,7 +157,10 @@ impl KubeSecrets {
         let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
         let key = (namespace.to_string(), name.to_string());
         self.accounts
-            .try_get_with(key, async move { api.get_opt(name).await.map(Arc::new) })
+            .try_get_with(key, async move {
+                let account = api.get_opt(name).await?;
+                Ok(Arc::new(account.map(kept_of_account)))
+            })
             .await
             .map_err(unshare)
     }
@@ -152,18 +172,25 @@ impl KubeSecrets {
         serde_json::to_value(pod.spec?).ok()
     }
 
-    /// Secret names per kubelet: the spec's own, else (templates only) the service account's.
+    /// Secret names per kubelet: the spec's own, else (templates only) the service account's;
+    /// each read once, at most [`MAX_PULL_SECRETS`] ([`distinct_capped`]).
     async fn secret_names(&self, pod: &PodContext<'_>, warnings: &mut Vec<String>) -> Vec<String> {
         let (spec, is_pod) = match pod.secrets {
             SecretNames::Spec { spec, is_pod } => (spec, is_pod),
-            SecretNames::Listed(names) => return names.to_vec(),
+            SecretNames::Listed(names) => {
+                return distinct_capped(names, |n| Some(n.as_str()), warnings).await;
+            }
             SecretNames::None => return Vec::new(),
-            SecretNames::StoredPod(name) => match self.pod_spec_of(pod.namespace, name).await {
-                Some(spec) => return names_in(spec.get("imagePullSecrets")),
-                None => return Vec::new(),
-            },
+            SecretNames::StoredPod(name) => {
+                let Some(spec) = self.pod_spec_of(pod.namespace, name).await else {
+                    return Vec::new();
+                };
+                let entries = entries_in(spec.get("imagePullSecrets"));
+                return distinct_capped(entries, entry_name, warnings).await;
+            }
         };
-        let own = names_in(spec.get("imagePullSecrets"));
+        let entries = entries_in(spec.get("imagePullSecrets"));
+        let own = distinct_capped(entries, entry_name, warnings).await;
         if !own.is_empty() || is_pod {
             return own;
         }
@@ -179,32 +206,26 @@ impl KubeSecrets {
             ));
             return Vec::new();
         }
-        match self.service_account(pod.namespace, account).await {
-            Ok(sa) => match sa.as_ref() {
-                Some(sa) => sa
-                    .image_pull_secrets
-                    .iter()
-                    .flatten()
-                    .map(|r| r.name.clone())
-                    .filter(|n| !n.is_empty())
-                    .collect(),
-                None => {
-                    warnings.push(format!(
-                        "pinhook: serviceaccount {}/{account} not found; resolved without its imagePullSecrets",
-                        pod.namespace
-                    ));
-                    Vec::new()
-                }
-            },
+        let sa = match self.service_account(pod.namespace, account).await {
+            Ok(sa) => sa,
             Err(e) => {
                 warnings.push(format!(
                     "pinhook: cannot read serviceaccount {}/{account}: {}",
                     pod.namespace,
                     short_error(&e)
                 ));
-                Vec::new()
+                return Vec::new();
             }
-        }
+        };
+        let Some(sa) = sa.as_ref() else {
+            warnings.push(format!(
+                "pinhook: serviceaccount {}/{account} not found; resolved without its imagePullSecrets",
+                pod.namespace
+            ));
+            return Vec::new();
+        };
+        let references = sa.image_pull_secrets.as_deref().unwrap_or_default();
+        distinct_capped(references, |r| Some(r.name.as_str()), warnings).await
     }
 }
 
@@ -214,8 +235,9 @@ impl PullSecrets for KubeSecrets {
         let mut warnings = Vec::new();
         let mut refused = Vec::new();
         let mut keyring = Keyring::new();
-        let names = self.secret_names(pod, &mut warnings).await;
-        for name in distinct_capped(names, &mut warnings) {
+        for name in self.secret_names(pod, &mut warnings).await {
+            // Cached reads answer at once: let deadlines and health checks in between.
+            tokio::task::consume_budget().await;
             // The name comes from the object under review (not validated yet when a
             // mutating webhook sees it) and goes into an API path: only valid names.
             if !is_object_name(&name) {
@@ -304,11 +326,68 @@ fn read_secret(secret: &Secret) -> Result<Keyring, KeyringError> {
     Keyring::from_secret(secret_type, &data)
 }
 
-fn object_cache<V: Clone + Send + Sync + 'static>() -> moka::future::Cache<(String, String), V> {
+/// A cache of `max_bytes`, each entry weighed as its key plus `bytes` of its value plus
+/// [`ENTRY_OVERHEAD`].
+fn object_cache<V: Clone + Send + Sync + 'static>(
+    max_bytes: u64,
+    bytes: fn(&V) -> usize,
+) -> moka::future::Cache<(String, String), V> {
     moka::future::Cache::builder()
-        .max_capacity(10_000)
+        .max_capacity(max_bytes)
+        .weigher(move |key: &(String, String), value: &V| {
+            let weight = ENTRY_OVERHEAD + key.0.len() + key.1.len() + bytes(value);
+            u32::try_from(weight).unwrap_or(u32::MAX)
+        })
         .time_to_live(OBJECT_TTL)
         .build()
+}
+
+/// What of a Secret is read ([`read_secret`]): its type and data, not its metadata (whose
+/// annotations and managed fields may outweigh the data).
+fn kept_of_secret(secret: Secret) -> Secret {
+    Secret {
+        data: secret.data,
+        type_: secret.type_,
+        ..Secret::default()
+    }
+}
+
+/// What of a ServiceAccount is read: its pull secret names.
+fn kept_of_account(account: ServiceAccount) -> ServiceAccount {
+    ServiceAccount {
+        image_pull_secrets: account.image_pull_secrets,
+        ..ServiceAccount::default()
+    }
+}
+
+/// The bytes a cached Secret holds.
+fn secret_bytes(secret: &Arc<Option<Secret>>) -> usize {
+    let Some(secret) = secret.as_ref() else {
+        return 0;
+    };
+    let data: usize = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(key, value)| key.len() + value.0.len())
+        .sum();
+    let string_data: usize = secret
+        .string_data
+        .iter()
+        .flatten()
+        .map(|(key, value)| key.len() + value.len())
+        .sum();
+    data + string_data + secret.type_.as_ref().map_or(0, String::len)
+}
+
+/// The bytes a cached ServiceAccount holds.
+fn account_bytes(account: &Arc<Option<ServiceAccount>>) -> usize {
+    account
+        .as_ref()
+        .iter()
+        .flat_map(|account| account.image_pull_secrets.iter().flatten())
+        .map(|reference| reference.name.len() + std::mem::size_of_val(reference))
+        .sum()
 }
 
 /// A DNS-1123 subdomain, what the apiserver accepts as a Secret or ServiceAccount name: at
@@ -322,34 +401,50 @@ fn is_object_name(name: &str) -> bool {
         && bytes.iter().all(|&c| alnum(c) || c == b'-' || c == b'.')
 }
 
-fn names_in(list: Option<&Value>) -> Vec<String> {
-    list.and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.get("name").and_then(Value::as_str))
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-        .collect()
+/// A JSON `imagePullSecrets` list's entries, left for [`distinct_capped`] to read: copying
+/// their names out first was a loop over the whole list that never yielded (a review may list
+/// 100,000 entries, named or not).
+fn entries_in(list: Option<&Value>) -> &[Value] {
+    list.and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
-/// `names` without repeats (kubelet reads a repeated secret once too), at most
-/// [`MAX_PULL_SECRETS`] of them, in order; a warning says how many more were not read.
-fn distinct_capped(names: Vec<String>, warnings: &mut Vec<String>) -> Vec<String> {
-    let total = names.len();
+/// An `imagePullSecrets` entry's name, if it has one.
+fn entry_name(entry: &Value) -> Option<&str> {
+    entry.get("name").and_then(Value::as_str)
+}
+
+/// The non-empty names (`name_of` each entry) without repeats (kubelet reads a repeated
+/// secret once too), at most [`MAX_PULL_SECRETS`] of them, in order; a warning says how many
+/// more were not read. Yields every [`YIELD_EVERY`] entries, named or not: a review may list
+/// 100,000. Only the kept names are copied.
+///
+/// A slice and a function pointer, not an iterator: a `map` closure's lifetimes are not
+/// general enough for the `Send` future [`PullSecrets::keyring_for`] returns.
+async fn distinct_capped<T: Sync>(
+    entries: &[T],
+    name_of: fn(&T) -> Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Vec<String> {
+    let mut total = 0usize;
     let mut seen = std::collections::HashSet::new();
     let mut kept = Vec::new();
     let mut dropped = 0usize;
-    for name in names {
-        if seen.contains(&name) {
+    for (i, entry) in entries.iter().enumerate() {
+        if i % YIELD_EVERY == YIELD_EVERY - 1 {
+            tokio::task::yield_now().await;
+        }
+        let Some(name) = name_of(entry).filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        total += 1;
+        if !seen.insert(name) {
             continue;
         }
         if kept.len() == MAX_PULL_SECRETS {
             dropped += 1;
-            seen.insert(name);
             continue;
         }
-        seen.insert(name.clone());
-        kept.push(name);
+        kept.push(name.to_string());
     }
     if dropped > 0 {
         warnings.push(format!(
@@ -379,25 +474,158 @@ fn short_error(error: &kube::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{distinct_capped, is_object_name, MAX_PULL_SECRETS};
+    use std::sync::Arc;
 
-    #[test]
-    fn pull_secret_names_are_read_once_each_and_at_most_the_cap() {
+    use k8s_openapi::api::core::v1::Secret;
+
+    use serde_json::{json, Value};
+
+    use super::{
+        distinct_capped, is_object_name, kept_of_secret, object_cache, secret_bytes, KubeSecrets,
+        PodContext, PullSecrets, SecretNames, MAX_PULL_SECRETS, SECRET_CACHE_BYTES,
+    };
+    use crate::registry::credentials::keyring::Keyring;
+
+    #[tokio::test]
+    async fn pull_secret_names_are_read_once_each_and_at_most_the_cap() {
         let mut warnings = Vec::new();
         let repeated = vec!["regcred".to_string(); 100_000];
-        assert_eq!(distinct_capped(repeated, &mut warnings), ["regcred"]);
+        assert_eq!(
+            distinct_capped(&repeated, |n| Some(n.as_str()), &mut warnings).await,
+            ["regcred"]
+        );
         assert!(warnings.is_empty());
         let many: Vec<String> = (0..300)
             .map(|i| format!("s{i}"))
             .chain(["s0".into()])
             .collect();
-        let kept = distinct_capped(many, &mut warnings);
+        let kept = distinct_capped(&many, |n| Some(n.as_str()), &mut warnings).await;
         assert_eq!(kept.len(), MAX_PULL_SECRETS);
         assert_eq!(kept[0], "s0");
         assert_eq!(
             warnings,
             ["pinhook: 301 imagePullSecrets name 300 distinct secrets; only the first 128 were read"]
         );
+    }
+
+    /// A spawned task that counts how often it runs until dropped.
+    fn ticker() -> (
+        Arc<std::sync::atomic::AtomicUsize>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let task = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                loop {
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        (ticks, task)
+    }
+
+    /// 200,000 names on a one-thread runtime: another task runs while they are sorted out
+    /// (before, the loop held the thread to the end).
+    #[tokio::test(flavor = "current_thread")]
+    async fn sorting_out_a_reviews_secret_names_lets_other_tasks_run() {
+        let (ticks, task) = ticker();
+        let names: Vec<String> = (0..200_000).map(|i| format!("s{}", i % 1000)).collect();
+        let mut warnings = Vec::new();
+        let kept = distinct_capped(&names, |n| Some(n.as_str()), &mut warnings).await;
+        let ran = ticks.load(std::sync::atomic::Ordering::SeqCst);
+        task.abort();
+        assert_eq!(kept.len(), MAX_PULL_SECRETS);
+        assert!(ran > 100, "the other task ran {ran} times");
+    }
+
+    /// A client whose every call fails at once (nothing listens on port 9): these tests make
+    /// none.
+    fn unreachable_client() -> kube::Client {
+        let url = "http://127.0.0.1:9".parse().expect("a valid URL");
+        kube::Client::try_from(kube::Config::new(url)).expect("a client for a plain URL")
+    }
+
+    /// A Pod's spec whose `imagePullSecrets` are `entries`, read for its keyring on a
+    /// one-thread runtime beside a task counting its turns: the keyring's warnings, and how
+    /// often the other task ran.
+    async fn read_beside_a_ticker(entries: Vec<Value>) -> (Vec<String>, usize) {
+        let spec = json!({ "imagePullSecrets": entries, "containers": [] });
+        let secrets = KubeSecrets::new(unreachable_client(), Keyring::new());
+        let (ticks, task) = ticker();
+        let keyring = secrets
+            .keyring_for(&PodContext {
+                namespace: "default",
+                secrets: SecretNames::Spec {
+                    spec: &spec,
+                    is_pod: true,
+                },
+                images: &[],
+                sources_deadline: None,
+            })
+            .await;
+        let ran = ticks.load(std::sync::atomic::Ordering::SeqCst);
+        task.abort();
+        (keyring.warnings, ran)
+    }
+
+    /// 200,000 `imagePullSecrets` entries without a name: another task runs while the review's
+    /// list is read. Before, every entry was copied out of the review in one loop that never
+    /// yielded, and the yielding loop after it saw none of them.
+    #[tokio::test(flavor = "current_thread")]
+    async fn reading_a_reviews_unnamed_pull_secret_entries_lets_other_tasks_run() {
+        let (warnings, ran) = read_beside_a_ticker(vec![json!({}); 200_000]).await;
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(ran > 100, "the other task ran {ran} times");
+    }
+
+    /// 200,000 entries naming the same invalid secret: it is looked at once (one warning,
+    /// not 200,000), and other tasks run meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reviews_repeated_pull_secret_is_judged_once() {
+        let (warnings, ran) =
+            read_beside_a_ticker(vec![json!({ "name": "Not/Valid" }); 200_000]).await;
+        assert_eq!(
+            warnings,
+            ["pinhook: imagePullSecret name \"Not/Valid\" is not a valid object name; not read"]
+        );
+        assert!(ran > 100, "the other task ran {ran} times");
+    }
+
+    /// 2,000 Secrets of 100 KiB each stay under the byte cap, and a cached Secret keeps no
+    /// metadata (its annotations may outweigh its data).
+    #[tokio::test]
+    async fn many_large_secrets_stay_under_the_byte_cap() {
+        use k8s_openapi::ByteString;
+        let cache = object_cache(SECRET_CACHE_BYTES, secret_bytes);
+        for i in 0..2_000 {
+            let mut secret = Secret::default();
+            secret.metadata.name = Some(format!("s{i}"));
+            secret.metadata.annotations = Some(
+                [("big".to_string(), "a".repeat(100 * 1024))]
+                    .into_iter()
+                    .collect(),
+            );
+            secret.data = Some(
+                [(
+                    ".dockerconfigjson".to_string(),
+                    ByteString(vec![b'x'; 100 * 1024]),
+                )]
+                .into_iter()
+                .collect(),
+            );
+            let kept = kept_of_secret(secret);
+            assert!(kept.metadata.annotations.is_none() && kept.metadata.name.is_none());
+            cache
+                .insert(("ns".to_string(), format!("s{i}")), Arc::new(Some(kept)))
+                .await;
+        }
+        cache.run_pending_tasks().await;
+        let held = cache.weighted_size();
+        assert!(held <= SECRET_CACHE_BYTES, "{held} bytes held");
+        let entries = cache.entry_count();
+        assert!((200..=330).contains(&entries), "{entries} entries");
     }
 
     #[rstest::rstest]

@@ -5,6 +5,7 @@
 
 mod cache;
 mod credential_helpers;
+mod credential_limits;
 mod credential_providers;
 mod credentials;
 mod hanging_registry;

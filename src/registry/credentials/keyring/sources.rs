@@ -6,7 +6,7 @@
 //! fresh `BasicDockerKeyring` per lookup.
 //!
 //! Owns: the trait, [`Provided`], and [`Keyring::for_images`], which asks every source of a
-//! keyring about every image concurrently. Never: decides how long an answer is good for (each
+//! keyring about every image concurrently (yielding to the scheduler as its budget runs out). Never: decides how long an answer is good for (each
 //! source caches as its protocol says) or waits without bound (each source bounds itself).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,11 +53,13 @@ impl Keyring {
                 let Layer::Source(source) = layer else {
                     return (layer.clone(), Vec::new());
                 };
-                let answers =
-                    join_all(images.iter().map(|image| async move {
-                        ((*image).clone(), source.provide(image).await)
-                    }))
-                    .await;
+                let answers = join_all(images.iter().map(|image| async move {
+                    // A review names as many images as it likes, and cached answers come at
+                    // once: let deadlines and health checks in between.
+                    tokio::task::consume_budget().await;
+                    ((*image).clone(), source.provide(image).await)
+                }))
+                .await;
                 let mut warnings = Vec::new();
                 let per_image: BTreeMap<String, Basic> = answers
                     .into_iter()
@@ -120,6 +122,34 @@ mod tests {
                 warnings: vec!["said once".to_string()],
             }
         }
+    }
+
+    /// 20,000 images whose answers come at once, on a one-thread runtime: another task runs
+    /// while they are asked (before, the whole join held the thread).
+    #[tokio::test(flavor = "current_thread")]
+    async fn asking_a_reviews_images_lets_other_tasks_run() {
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let ticker = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                loop {
+                    ticks.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let mut keyring = Keyring::new();
+        keyring.push_source(Arc::new(Counting {
+            calls: AtomicUsize::new(0),
+        }));
+        let images: Vec<String> = (0..20_000)
+            .map(|i| format!("registry.example/team/app-{i}"))
+            .collect();
+        let (_, warnings) = keyring.for_images(&images).await;
+        let ran = ticks.load(Ordering::SeqCst);
+        ticker.abort();
+        assert_eq!(warnings, vec!["said once".to_string()]);
+        assert!(ran > 10, "the other task ran {ran} times");
     }
 
     fn reference(image: &str) -> Reference {

@@ -10,18 +10,26 @@
 //! cache (looked up under the image, then its registry, then the global key) or is executed.
 //! One execution per image however many admissions ask at once (kubelet's single-flight key);
 //! the answer is cached under its `cacheKeyType` for its `cacheDuration`, else the provider's
-//! `defaultCacheDuration` (zero: not cached). Config reading is [`config`], the wire format
-//! [`protocol`].
+//! `defaultCacheDuration` (zero: not cached), in a cache bounded in bytes (`answers`).
+//! Config reading is [`config`], the wire format [`protocol`].
+//!
+//! Bounds (issue 25: a review chooses how many distinct images it names): at most
+//! [`Settings::per_provider`] runs of one provider and [`Settings::total`] of all at once
+//! ([`RunLimits`]); an execution waits for a slot first come, first served. An admission
+//! waits for a plugin at most [`Settings::wait`]; when the last admission waiting on an
+//! execution stops waiting (its wait ended, or the admission's own deadline dropped it), the
+//! execution is cancelled: not started if it still waited for a slot (the admission hears the
+//! provider was busy), its process killed if it ran. A run no admission waits for never goes
+//! on: a plugin slower than [`Settings::wait`] is never cached.
 //!
 //! Caveats: as in kubelet, concurrent first requests for different images of one registry
-//! each execute the plugin (the cache key is known only from the answer). An admission waits
-//! for a plugin at most [`Settings::wait`]; the execution goes on in the background up to
-//! [`Settings::exec_timeout`] and its answer serves the admissions after.
+//! each execute the plugin (the cache key is known only from the answer).
 //!
 //! Never: logs or reports what a plugin printed (a failure is a warning naming the provider and
 //! the kind of failure, and a metric), panics on a plugin's behaviour, or runs a provider that
 //! wants ServiceAccount tokens (refused when the config is read).
 
+mod answers;
 pub mod config;
 mod protocol;
 
@@ -29,17 +37,20 @@ pub use protocol::ResponseError;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tracing::{debug, warn};
 
+use self::answers::{Answer, Answers};
 use self::config::ProviderSpec;
 use self::protocol::{CacheKeyType, Response};
 use super::exec::{self, ExecError, Program};
 use super::keyring::{image_matches, CredentialSource, Provided};
+use super::limits::{RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
 use super::Credential;
 use crate::metrics::Metrics;
 
@@ -48,8 +59,6 @@ pub use self::protocol::ResponseError as ProviderResponseError;
 
 /// The cache key kubelet uses for `cacheKeyType: Global`.
 const GLOBAL_CACHE_KEY: &str = "global";
-/// How often expired cache entries are swept (kubelet's `cachePurgeInterval`).
-const PURGE_INTERVAL: Duration = Duration::from_secs(15 * 60);
 
 /// `--image-credential-provider-config` and `--image-credential-provider-bin-dir`, as kubelet's
 /// flags of the same names.
@@ -71,6 +80,12 @@ pub struct Settings {
     pub wait: Duration,
     /// Bytes of output a plugin may print.
     pub max_output: usize,
+    /// Runs of one provider at once; more wait for a slot (at least 1).
+    pub per_provider: usize,
+    /// Runs of all providers at once (at least 1).
+    pub total: usize,
+    /// Bytes of cached answers per provider.
+    pub cache_bytes: u64,
 }
 
 /// The configured plugins, as one keyring source (kubelet's external provider keyring).
@@ -85,8 +100,16 @@ pub enum PluginError {
     Exec(Arc<ExecError>),
     #[error("unusable answer: {0}")]
     Response(#[from] ResponseError),
-    #[error("no answer within {0:?} (still running; its answer serves later admissions)")]
+    #[error("no answer within {0:?} (the run was stopped)")]
     Waited(Duration),
+    #[error(
+        "not run: {per_provider} runs of this provider or {total} of all were under way for {waited:?}"
+    )]
+    Busy {
+        per_provider: usize,
+        total: usize,
+        waited: Duration,
+    },
     #[error("the plugin run was lost")]
     Lost,
 }
@@ -95,24 +118,59 @@ struct Plugin {
     spec: ProviderSpec,
     settings: Settings,
     metrics: Option<Arc<Metrics>>,
-    state: Mutex<State>,
+    /// Shared by every plugin of the config.
+    limits: Arc<RunLimits>,
+    answers: Answers,
+    flights: Mutex<Flights>,
 }
 
 /// One exec's outcome, shared by every admission that waited for it.
 type Outcome = Result<Arc<Vec<(String, Credential)>>, PluginError>;
 type Flight = Shared<BoxFuture<'static, Outcome>>;
 
+/// Executions under way, by image.
 #[derive(Default)]
-struct State {
-    cache: HashMap<String, Cached>,
-    /// Executions under way, by image.
-    flights: HashMap<String, Flight>,
-    last_purge: Option<Instant>,
+struct Flights {
+    running: HashMap<String, InFlight>,
+    next_id: u64,
 }
 
-struct Cached {
-    entries: Arc<Vec<(String, Credential)>>,
-    expires_at: Instant,
+struct InFlight {
+    /// Tells this execution from a later one for the same image.
+    id: u64,
+    flight: Flight,
+    /// Alive while an admission waits; the last one gone cancels the execution.
+    interest: Weak<Interest>,
+    /// Set once the execution has its slot and starts the process.
+    started: Arc<AtomicBool>,
+}
+
+/// Held by each admission waiting on an execution; the last one dropped cancels it (the
+/// task is aborted, dropping its child, which is killed: `kill_on_drop`).
+struct Interest {
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Removes an execution from [`Flights`] when its task ends or is cancelled, if it is still
+/// the one registered for its image.
+struct Landing {
+    plugin: Weak<Plugin>,
+    image: String,
+    id: u64,
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        if let Some(plugin) = self.plugin.upgrade() {
+            plugin.flights().land(&self.image, self.id);
+        }
+    }
 }
 
 // === impl Settings ===
@@ -123,6 +181,9 @@ impl Default for Settings {
             exec_timeout: Duration::from_secs(60),
             wait: Duration::from_secs(5),
             max_output: 1024 * 1024,
+            per_provider: DEFAULT_PER_PROGRAM,
+            total: DEFAULT_TOTAL,
+            cache_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -151,6 +212,7 @@ impl CredentialProviders {
         settings: Settings,
         metrics: Option<Arc<Metrics>>,
     ) -> CredentialProviders {
+        let limits = Arc::new(RunLimits::new(settings.per_provider, settings.total));
         let plugins = specs
             .into_iter()
             .map(|spec| {
@@ -158,7 +220,9 @@ impl CredentialProviders {
                     spec,
                     settings,
                     metrics: metrics.clone(),
-                    state: Mutex::new(State::default()),
+                    limits: limits.clone(),
+                    answers: Answers::new(settings.cache_bytes),
+                    flights: Mutex::new(Flights::default()),
                 })
             })
             .collect();
@@ -218,6 +282,7 @@ impl PluginError {
             },
             PluginError::Response(e) => e.summary().to_string(),
             PluginError::Waited(wait) => format!("no answer within {wait:?}"),
+            PluginError::Busy { .. } => "busy: too many runs under way; not run".to_string(),
             PluginError::Lost => "its run was lost".to_string(),
         }
     }
@@ -235,54 +300,102 @@ impl Plugin {
         {
             return Ok(Arc::default());
         }
-        let flight = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.purge_if_due();
-            if let Some(entries) = state.cached(image) {
+        let (flight, interest, started) = {
+            let mut flights = self.flights();
+            if let Some(entries) = self.cached(image) {
                 return Ok(entries);
             }
-            match state.flights.get(image) {
-                Some(flight) => flight.clone(),
-                None => {
-                    let flight = self.clone().start(image.to_string());
-                    state.flights.insert(image.to_string(), flight.clone());
-                    flight
-                }
+            let joined = flights.running.get(image).and_then(|running| {
+                // An execution whose last waiter is gone is being cancelled: start another.
+                let interest = running.interest.upgrade()?;
+                Some((running.flight.clone(), interest, running.started.clone()))
+            });
+            match joined {
+                Some(joined) => joined,
+                None => self.start(&mut flights, image),
             }
         };
-        match tokio::time::timeout(self.settings.wait, flight).await {
+        let outcome = match tokio::time::timeout(self.settings.wait, flight).await {
             Ok(outcome) => outcome,
+            Err(_) if !started.load(Ordering::SeqCst) => Err(PluginError::Busy {
+                per_provider: self.limits.per_program(),
+                total: self.limits.total(),
+                waited: self.settings.wait,
+            }),
             Err(_) => Err(PluginError::Waited(self.settings.wait)),
-        }
+        };
+        // Not under the lock: the last interest dropped cancels the execution.
+        drop(interest);
+        outcome
     }
 
-    /// Runs the plugin for `image` in a task of its own, so it finishes (and its answer is
-    /// cached) even when every admission that asked has given up.
-    fn start(self: Arc<Self>, image: String) -> Flight {
-        let task = tokio::spawn(async move {
-            let outcome = self.execute(&image).await;
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            // Same lock as the lookups: no admission can miss both the flight and the cache.
-            state.flights.remove(&image);
-            outcome.map(|response| {
-                let slot = self.cache_slot(&image, &response);
-                let entries = Arc::new(response.auth);
-                if let Some((key, expires_at)) = slot {
-                    let cached = Cached {
-                        entries: entries.clone(),
-                        expires_at,
-                    };
-                    state.cache.insert(key, cached);
-                }
-                entries
-            })
+    /// The flights, locked.
+    fn flights(&self) -> std::sync::MutexGuard<'_, Flights> {
+        self.flights.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs the plugin for `image` in a task of its own once a slot is free; the task is
+    /// cancelled (its child killed) when the returned interest and every clone are dropped.
+    fn start(
+        self: &Arc<Self>,
+        flights: &mut Flights,
+        image: &str,
+    ) -> (Flight, Arc<Interest>, Arc<AtomicBool>) {
+        flights.next_id += 1;
+        let id = flights.next_id;
+        let started = Arc::new(AtomicBool::new(false));
+        let landing = Landing {
+            plugin: Arc::downgrade(self),
+            image: image.to_string(),
+            id,
+        };
+        let task = tokio::spawn({
+            let (plugin, image, started) = (self.clone(), image.to_string(), started.clone());
+            async move {
+                let landing = landing;
+                let Some(slot) = plugin.limits.acquire(&plugin.spec.name).await else {
+                    return Err(PluginError::Lost);
+                };
+                started.store(true, Ordering::SeqCst);
+                let outcome = plugin.execute(&image, slot).await;
+                // Cached before the execution leaves the flights (the landing, under their
+                // lock): no admission misses both the execution and its answer.
+                let outcome = outcome.map(|response| {
+                    let slot = plugin.cache_slot(&image, &response);
+                    let entries = Arc::new(response.auth);
+                    if let Some((key, ttl)) = slot {
+                        let answer = Answer {
+                            entries: entries.clone(),
+                            ttl,
+                        };
+                        plugin.answers.insert(key, answer);
+                    }
+                    entries
+                });
+                drop(landing);
+                outcome
+            }
         });
-        async move { task.await.unwrap_or(Err(PluginError::Lost)) }
+        let interest = Arc::new(Interest {
+            task: task.abort_handle(),
+        });
+        let flight = async move { task.await.unwrap_or(Err(PluginError::Lost)) }
             .boxed()
-            .shared()
+            .shared();
+        flights.running.insert(
+            image.to_string(),
+            InFlight {
+                id,
+                flight: flight.clone(),
+                interest: Arc::downgrade(&interest),
+                started: started.clone(),
+            },
+        );
+        (flight, interest, started)
     }
 
-    async fn execute(&self, image: &str) -> Result<Response, PluginError> {
+    /// Runs the plugin for `image`, holding `slot` until its process is reaped.
+    async fn execute(&self, image: &str, slot: RunPermit) -> Result<Response, PluginError> {
         let name = &self.spec.name;
         debug!(provider = %name, image, "running credential provider");
         self.count_exec();
@@ -294,7 +407,7 @@ impl Plugin {
             max_output: self.settings.max_output,
         };
         let request = protocol::request(&self.spec.api_version, image);
-        let result = match exec::run(&program, &request).await {
+        let result = match exec::run(&program, &request, Some(slot)).await {
             Ok(stdout) => {
                 protocol::decode(&stdout, &self.spec.api_version).map_err(PluginError::from)
             }
@@ -312,8 +425,15 @@ impl Plugin {
         result
     }
 
-    /// Where and until when kubelet caches `response` for `image`; `None` when it does not.
-    fn cache_slot(&self, image: &str, response: &Response) -> Option<(String, Instant)> {
+    /// kubelet's `getCachedCredentials`: the image's entry, else its registry's, else global.
+    fn cached(&self, image: &str) -> Option<Arc<Vec<(String, Credential)>>> {
+        [image, registry_of(image), GLOBAL_CACHE_KEY]
+            .into_iter()
+            .find_map(|key| self.answers.get(key))
+    }
+
+    /// Where and for how long kubelet caches `response` for `image`; `None` when it does not.
+    fn cache_slot(&self, image: &str, response: &Response) -> Option<(String, Duration)> {
         let duration = response
             .cache_duration
             .unwrap_or(self.spec.default_cache_duration);
@@ -325,7 +445,7 @@ impl Plugin {
             CacheKeyType::Registry => registry_of(image).to_string(),
             CacheKeyType::Global => GLOBAL_CACHE_KEY.to_string(),
         };
-        Some((key, Instant::now().checked_add(duration)?))
+        Some((key, duration))
     }
 
     fn count_exec(&self) {
@@ -341,34 +461,18 @@ impl Plugin {
     }
 }
 
-// === impl State ===
+// === impl Flights ===
 
-impl State {
-    /// kubelet's `getCachedCredentials`: the image's entry, else its registry's, else global.
-    fn cached(&mut self, image: &str) -> Option<Arc<Vec<(String, Credential)>>> {
-        let now = Instant::now();
-        for key in [image, registry_of(image), GLOBAL_CACHE_KEY] {
-            match self.cache.get(key) {
-                Some(entry) if entry.expires_at > now => return Some(entry.entries.clone()),
-                Some(_) => {
-                    self.cache.remove(key);
-                }
-                None => {}
-            }
-        }
-        None
-    }
-
-    fn purge_if_due(&mut self) {
-        let now = Instant::now();
+impl Flights {
+    /// Forgets execution `id` of `image`, unless a later one took its place.
+    fn land(&mut self, image: &str, id: u64) {
         if self
-            .last_purge
-            .is_some_and(|last| now < last + PURGE_INTERVAL)
+            .running
+            .get(image)
+            .is_some_and(|running| running.id == id)
         {
-            return;
+            self.running.remove(image);
         }
-        self.cache.retain(|_, entry| entry.expires_at > now);
-        self.last_purge = Some(now);
     }
 }
 

@@ -130,3 +130,125 @@ fn the_registry_is_everything_before_the_first_slash() {
     assert_eq!(registry_of("a.example:5000/team/app"), "a.example:5000");
     assert_eq!(registry_of("localhost"), "localhost");
 }
+
+/// A provider script that records its pid in `dir/<name>.pids`, then sleeps `secs`.
+fn sleeper(dir: &Path, name: &str, secs: u32) -> ProviderSpec {
+    let mut spec = provider(dir, name, &answer("Image", None), Duration::from_secs(60));
+    let pids = dir.join(format!("{name}.pids"));
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null; echo $$ >> '{}'; exec sleep {secs}\n",
+        pids.display()
+    );
+    std::fs::write(&spec.path, script).expect("write plugin");
+    spec.name = name.to_string();
+    spec
+}
+
+/// The pids `sleeper` recorded that are still alive (not zombies).
+fn alive(dir: &Path, name: &str) -> usize {
+    let pids = std::fs::read_to_string(dir.join(format!("{name}.pids"))).unwrap_or_default();
+    pids.lines()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|stat| !stat.contains(") Z "))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+/// 40 images at once with 2 slots per provider and 3 in all: never more runs than the slots,
+/// the images without one answer "busy" when the wait ends, and the runs are killed then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_wait_for_a_slot_and_die_with_their_last_waiter() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let specs = vec![sleeper(dir.path(), "a", 30), sleeper(dir.path(), "b", 30)];
+    let settings = Settings {
+        wait: Duration::from_millis(700),
+        per_provider: 2,
+        total: 3,
+        ..Settings::default()
+    };
+    let providers = Arc::new(CredentialProviders::new(specs, settings, None));
+    let asks = (0..40).map(|i| {
+        let providers = providers.clone();
+        tokio::spawn(async move { ask(&providers, &format!("a.example/image-{i}")).await })
+    });
+    let watch = async {
+        let mut peak = (0, 0);
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let now = (alive(dir.path(), "a"), alive(dir.path(), "b"));
+            peak = (peak.0.max(now.0), peak.1.max(now.1));
+        }
+        peak
+    };
+    let (answers, peak) = tokio::join!(futures::future::join_all(asks), watch);
+    assert!(
+        peak.0 <= 2 && peak.1 <= 2 && peak.0 + peak.1 <= 3,
+        "{peak:?}"
+    );
+    assert!(peak.0 + peak.1 >= 2, "they did run: {peak:?}");
+    let warnings: Vec<String> = answers
+        .into_iter()
+        .flat_map(|a| a.map(|p| p.warnings).unwrap_or_default())
+        .collect();
+    assert!(warnings.iter().any(|w| w.contains("busy")), "{warnings:?}");
+    let gone = std::time::Instant::now();
+    while alive(dir.path(), "a") + alive(dir.path(), "b") > 0 {
+        assert!(
+            gone.elapsed() < Duration::from_secs(2),
+            "runs outlived their waiters"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An admission dropped while its run goes on (its deadline passed first) kills the run; one
+/// still waiting keeps a shared run alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_run_is_killed_only_when_its_last_waiter_goes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let specs = vec![sleeper(dir.path(), "s", 30)];
+    let providers = Arc::new(CredentialProviders::new(specs, Settings::default(), None));
+    let first = tokio::spawn({
+        let providers = providers.clone();
+        async move { ask(&providers, "a.example/shared").await }
+    });
+    let second = {
+        let providers = providers.clone();
+        tokio::spawn(async move { ask(&providers, "a.example/shared").await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(alive(dir.path(), "s"), 1, "one run for both");
+    first.abort();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(alive(dir.path(), "s"), 1, "the second still waits");
+    second.abort();
+    let gone = std::time::Instant::now();
+    while alive(dir.path(), "s") > 0 {
+        assert!(
+            gone.elapsed() < Duration::from_secs(2),
+            "the run outlived its waiters"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// 2,000 answers of 10 KiB each (distinct images, an hour each) stay under a 1 MiB cap.
+#[test]
+fn many_large_answers_stay_under_the_byte_cap() {
+    let cap = 1024 * 1024;
+    let answers = answers::Answers::new(cap);
+    for i in 0..2_000 {
+        let credential = Credential::basic("u", "p".repeat(10 * 1024));
+        let answer = answers::Answer {
+            entries: Arc::new(vec![("big.example".to_string(), credential)]),
+            ttl: Duration::from_secs(3600),
+        };
+        answers.insert(format!("big.example/image-{i}"), answer);
+    }
+    let held = answers.weighed_size();
+    assert!(held <= cap, "{held} bytes held, cap {cap}");
+    assert!(answers.entry_count() > 50, "{}", answers.entry_count());
+    assert!(answers.entry_count() < 110, "{}", answers.entry_count());
+}
