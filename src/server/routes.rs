@@ -80,7 +80,7 @@ async fn mutate_handler(
 ) -> Response {
     let started = Instant::now();
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
-    let _share = match state.large_reviews.admit(body.len(), budget).await {
+    let _share = match state.large_reviews.admit(&body, budget).await {
         Ok(share) => share,
         Err(busy) => return reject(&state, "mutate", Failure::Busy(busy), started),
     };
@@ -102,7 +102,7 @@ async fn validate_handler(
 ) -> Response {
     let started = Instant::now();
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
-    let _share = match state.large_reviews.admit(body.len(), budget).await {
+    let _share = match state.large_reviews.admit(&body, budget).await {
         Ok(share) => share,
         Err(busy) => return reject(&state, "validate", Failure::Busy(busy), started),
     };
