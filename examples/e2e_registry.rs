@@ -15,6 +15,14 @@
 //!   digest>` and a newline to `OUT_FILE` (atomically: complete once it exists), or
 //!   `error: <why>` when the command cannot be done. `REPO` must be one of the pushed
 //!   repositories (`team/roll`...).
+//! - `registry NAME up OUT_FILE`: start a further registry called `NAME` (TLS from the same CA,
+//!   no auth, empty) the first time, or start it again on the same port and storage after
+//!   `down`; then write `HOST=127.0.0.1:PORT` and `ACCESS_LOG=PATH` lines to `OUT_FILE`. For
+//!   the scenarios that need a registry of their own to stop (a disconnected source) or a
+//!   mirror (`node-mirror-pins-disconnected-source`). At most 4 names, `[a-z0-9-]`, 1-20
+//!   characters.
+//! - `registry NAME down OUT_FILE`: stop that registry (SIGKILL; its storage stays), then write
+//!   `ok` to `OUT_FILE`.
 //!
 //! With `E2E_SCALE_IMAGES=N`, also `team/scale:1` .. `team/scale:N` (`DIGEST_scale_<i>`), for
 //! the watch's scale scenario (`watch-at-scale`).
@@ -71,6 +79,9 @@ const IMAGES: &[(&str, &str)] = &[
 const PRIVATE_USER: &str = "e2e-private";
 const PRIVATE_PASSWORD: &str = "e2e-private-secret";
 
+/// How many further registries (`registry NAME up`) may run at once.
+const MAX_EXTRA_REGISTRIES: usize = 4;
+
 /// A command read from stdin.
 #[derive(Debug, PartialEq, Eq)]
 enum Command {
@@ -79,7 +90,15 @@ enum Command {
         tag: String,
         out: PathBuf,
     },
+    Registry {
+        name: String,
+        up: bool,
+        out: PathBuf,
+    },
 }
+
+/// The further registries started by `registry NAME up`, by name.
+type Extra = std::collections::BTreeMap<String, TestRegistry>;
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -192,12 +211,13 @@ async fn main() -> Result<()> {
     tokio::pin!(orphaned);
 
     let mut pushes = 0u32;
+    let mut extra = Extra::new();
     loop {
         tokio::select! {
             line = line_rx.recv() => match line {
                 Some(Some(line)) => {
                     pushes += 1;
-                    run_command(&registry, &line, pushes).await;
+                    run_command(&registry, &mut extra, &line, pushes).await;
                 }
                 _ => { eprintln!("e2e_registry: stdin closed, stopping"); break; }
             },
@@ -212,6 +232,7 @@ async fn main() -> Result<()> {
             registry.log_tail(20)
         );
     }
+    drop(extra);
     drop(private);
     drop(registry);
     let _ = std::fs::remove_file(&env_path);
@@ -222,7 +243,7 @@ async fn main() -> Result<()> {
 
 /// Runs one stdin command; the `n`th command re-pushes with seed `REPO:TAG#n`, so every
 /// re-push has content (and digests) of its own.
-async fn run_command(registry: &TestRegistry, line: &str, n: u32) {
+async fn run_command(registry: &TestRegistry, extra: &mut Extra, line: &str, n: u32) {
     let command = match parse_command(line) {
         Ok(command) => command,
         Err(why) => {
@@ -252,6 +273,57 @@ async fn run_command(registry: &TestRegistry, line: &str, n: u32) {
                 eprintln!("e2e_registry: repush: {e:#}");
             }
         }
+        Command::Registry { name, up, out } => {
+            let answer = extra_registry(registry, extra, &name, up).await;
+            if let Err(e) = write_atomically(&out, &answer) {
+                eprintln!("e2e_registry: registry {name}: {e:#}");
+            }
+        }
+    }
+}
+
+/// `registry NAME up|down`: the answer for the command's file.
+async fn extra_registry(
+    registry: &TestRegistry,
+    extra: &mut Extra,
+    name: &str,
+    up: bool,
+) -> String {
+    if !up {
+        return match extra.get(name) {
+            Some(reg) => {
+                reg.stop();
+                eprintln!("e2e_registry: registry {name} ({}) stopped", reg.host());
+                "ok\n".to_string()
+            }
+            None => format!("error: no registry {name}\n"),
+        };
+    }
+    match extra.get(name) {
+        Some(reg) => reg.start_again().await,
+        None if extra.len() >= MAX_EXTRA_REGISTRIES => {
+            return format!("error: already {MAX_EXTRA_REGISTRIES} further registries\n")
+        }
+        None => {
+            let reg = TestRegistry::start_with(
+                RegistryAuth::None,
+                Transport::Https,
+                Some(registry.ca.clone()),
+            )
+            .await;
+            extra.insert(name.to_string(), reg);
+        }
+    }
+    match extra.get(name) {
+        Some(reg) => {
+            eprintln!("e2e_registry: registry {name} on {}", reg.host());
+            format!(
+                "HOST={}\nACCESS_LOG={}\n",
+                reg.host(),
+                reg.access_log.display()
+            )
+        }
+        None => format!("error: no registry {name}\n"),
     }
 }
 
@@ -262,8 +334,20 @@ fn parse_command(line: &str) -> Result<Command, String> {
             tag: tag.to_string(),
             out: PathBuf::from(out),
         }),
+        ["registry", name, state @ ("up" | "down"), out] => {
+            let valid = (1..=20).contains(&name.len())
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !valid {
+                return Err(format!("registry name {name:?}: [a-z0-9-], 1-20 characters"));
+            }
+            Ok(Command::Registry {
+                name: name.to_string(),
+                up: *state == "up",
+                out: PathBuf::from(out),
+            })
+        }
         _ => Err(format!(
-            "unknown command {line:?} (known: repush REPO TAG OUT_FILE)"
+            "unknown command {line:?} (known: repush REPO TAG OUT_FILE, registry NAME up|down OUT_FILE)"
         )),
     }
 }

@@ -270,6 +270,27 @@ repush() {
   printf '%s' "$(<"$out")"
 }
 
+# extra_registry NAME up|down: the registry helper starts a further registry NAME (TLS from the
+# e2e CA, no auth, empty; the same port and storage when started again) or stops it (its
+# `registry` command); up prints "HOST ACCESS_LOG" (HOST: 127.0.0.1:PORT)
+extra_registry() {
+  local out
+  out=$(mktemp -u "$RUN/registry-$1.XXXXXX")
+  printf 'registry %s %s %s\n' "$1" "$2" "$out" >&3
+  wait_until 60 "the registry helper's answer to registry $1 $2" test -s "$out" || return 1
+  if grep -q '^error:' "$out"; then
+    log "registry helper: $(<"$out")"
+    return 1
+  fi
+  [[ $2 == down ]] || printf '%s %s\n' "$(sed -n 's/^HOST=//p' "$out")" "$(sed -n 's/^ACCESS_LOG=//p' "$out")"
+}
+
+# policy_write FILE: pinhook's policy file becomes FILE's content atomically (rename), so that
+# pinhook's 2 s poll never reads half a file
+policy_write() { cp "$1" "$RUN/policy.yaml.new" && mv -f "$RUN/policy.yaml.new" "$RUN/policy.yaml"; }
+# policy_reloaded LINES_BEFORE: pinhook logged `reloaded policy` after line LINES_BEFORE
+policy_reloaded() { log_since "$1" | grep -q 'reloaded policy'; }
+
 # e2e_setup_manifests: pinhook's certificate and port (CERT_DIR, PINHOOK_PORT, PINHOOK_URL), then
 # the manifests
 e2e_setup_manifests() {
@@ -816,9 +837,10 @@ wait_pods_running() {
     bad "Pods $2 in $1 not all Running within ${4:-60}s"
   fi
 }
-# node_manifest_requests REPO: the manifest requests of the node's containerd for team/REPO in
-# the registry's access log: "METHOD REFERENCE" lines (REFERENCE: a tag or a digest)
+# node_manifest_requests REPO [ACCESS_LOG]: the manifest requests of the node's containerd for
+# team/REPO in the registry's access log (default the main registry's): "METHOD REFERENCE" lines
+# (REFERENCE: a tag or a digest)
 node_manifest_requests() {
-  grep -F '"containerd/' "$REGISTRY_ACCESS_LOG" |
+  grep -F '"containerd/' "${2:-$REGISTRY_ACCESS_LOG}" |
     sed -n "s|.*\"\\([A-Z]*\\) /v2/team/$1/manifests/\\([^ ?]*\\).*|\\1 \\2|p"
 }

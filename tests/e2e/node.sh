@@ -755,6 +755,7 @@ node_env() {
   printf 'export NODE_MANIFESTS=%q\n' "$NODE_MANIFESTS"
   printf 'export NODE_SOCK=%q\n' "$NODE_SOCK"
   printf 'export NODE_TAINT=%q\n' "$NODE_TAINT"
+  printf 'export NODE_CERTS_D=%q\n' "$NODE_WORK/certs.d"
   printf 'export NODE_POD_NETWORK_READY=%q\n' "$(cat "$NODE_WORK/pod-network-ready" 2>/dev/null || echo 0)"
 }
 
