@@ -80,7 +80,7 @@ mirrored_access_log() {
 }
 
 scenario_node_mirror_pins_disconnected_source() {
-  local ns=e2e-node-mirror rc=0 src mir src_log mir_log d d_src d_mir amd64 before reqs
+  local ns=e2e-node-mirror rc=0 src mir src_log mir_log d d_src d_mir d_mirrored_at_mirror amd64 before reqs
   local pinned_ref p ids not_asked agreed disagreed violations err
   MIRRORED_DIR="$RUN/mirrored"
   mkdir -p "$MIRRORED_DIR"
@@ -88,19 +88,23 @@ scenario_node_mirror_pins_disconnected_source() {
   trap 'mirrored_cleanup' EXIT
   e2e_ns "$ns"
 
-  read -r src src_log < <(extra_registry source up) && [[ -n $src ]] || { bad "the source registry did not start"; return 1; }
-  read -r mir mir_log < <(extra_registry mirror up) && [[ -n $mir ]] || { bad "the mirror registry did not start"; return 1; }
+  read -r src src_log < <(extra_registry source up)
+  [[ -n ${src:-} ]] || { bad "the source registry did not start"; return 1; }
+  read -r mir mir_log < <(extra_registry mirror up)
+  [[ -n ${mir:-} ]] || { bad "the mirror registry did not start"; return 1; }
   MIRRORED_SOURCE=$src
   log "  source registry $src, mirror registry $mir"
   node_oci_image "$MIRRORED_DIR/oci-mirrored" "$RUN/pause" "mirrored:1.0" amd64 arm64 || return 1
   node_oci_image "$MIRRORED_DIR/oci-diverged-source" "$RUN/pause" "diverged:1.0 at the source" || return 1
   node_oci_image "$MIRRORED_DIR/oci-diverged-mirror" "$RUN/pause" "diverged:1.0 at the mirror" || return 1
-  d=$(node_push_image "$MIRRORED_DIR/oci-mirrored" "$src" team/mirrored 1.0 "$REGISTRY_CA") &&
-    expect_eq "team/mirrored:1.0 pushed to the mirror: its digest" \
-      "$(node_push_image "$MIRRORED_DIR/oci-mirrored" "$mir" team/mirrored 1.0 "$REGISTRY_CA")" "$d" &&
-    d_src=$(node_push_image "$MIRRORED_DIR/oci-diverged-source" "$src" team/diverged 1.0 "$REGISTRY_CA") &&
-    d_mir=$(node_push_image "$MIRRORED_DIR/oci-diverged-mirror" "$mir" team/diverged 1.0 "$REGISTRY_CA") ||
-    { bad "pushing the images failed"; return 1; }
+  if ! d=$(node_push_image "$MIRRORED_DIR/oci-mirrored" "$src" team/mirrored 1.0 "$REGISTRY_CA") ||
+    ! d_mirrored_at_mirror=$(node_push_image "$MIRRORED_DIR/oci-mirrored" "$mir" team/mirrored 1.0 "$REGISTRY_CA") ||
+    ! d_src=$(node_push_image "$MIRRORED_DIR/oci-diverged-source" "$src" team/diverged 1.0 "$REGISTRY_CA") ||
+    ! d_mir=$(node_push_image "$MIRRORED_DIR/oci-diverged-mirror" "$mir" team/diverged 1.0 "$REGISTRY_CA"); then
+    bad "pushing the images failed"
+    return 1
+  fi
+  expect_eq "team/mirrored:1.0 pushed to the mirror: its digest" "$d_mirrored_at_mirror" "$d" || return 1
   amd64=$(jq -r '[.manifests[] | select(.platform.architecture == "amd64") | .digest][0]' \
     "$MIRRORED_DIR/oci-mirrored/blobs/sha256/${d#sha256:}")
   log "  team/mirrored:1.0 is $d at both (amd64 $amd64); team/diverged:1.0 is $d_src at the source, $d_mir at the mirror"
