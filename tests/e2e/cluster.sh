@@ -370,24 +370,28 @@ e2e_controllers_for_node() {
   _e2e_start_kcm "$E2E_KCM_CONTROLLERS,$E2E_KCM_NODE_CONTROLLERS"
 }
 
-_e2e_kill() { # _e2e_kill NAME
-  local name=$1 pidfile="$E2E_WORK/$1.pid" pid _
-  if _e2e_pid_alive "$pidfile" "$name"; then
+# _e2e_stop_pid PIDFILE NAME COMMAND LOGGER: the process whose PID PIDFILE holds, if its command
+# line has COMMAND: SIGTERM (and SIGCONT, in case it was frozen: e2e_controllers_freeze), SIGKILL
+# after 10 s; then PIDFILE removed. LOGGER (a function) logs what happened, naming NAME.
+_e2e_stop_pid() {
+  local pidfile=$1 name=$2 command=$3 logger=$4 pid _
+  if _e2e_pid_alive "$pidfile" "$command"; then
     pid=$(<"$pidfile")
     kill -TERM "$pid" 2>/dev/null || true
-    kill -CONT "$pid" 2>/dev/null || true # in case it was frozen (e2e_controllers_freeze)
+    kill -CONT "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do
       [[ -d /proc/$pid ]] || break
       sleep 0.2
     done
     if [[ -d /proc/$pid ]]; then
-      _e2e_log "$name (pid $pid) ignored SIGTERM for 10s; SIGKILL"
+      "$logger" "$name (pid $pid) ignored SIGTERM for 10s; SIGKILL"
       kill -KILL "$pid" 2>/dev/null || true
     fi
-    _e2e_log "stopped $name (pid $pid)"
+    "$logger" "stopped $name (pid $pid)"
   fi
   rm -f "$pidfile"
 }
+_e2e_kill() { _e2e_stop_pid "$E2E_WORK/$1.pid" "$1" "$1" _e2e_log; } # _e2e_kill NAME
 
 e2e_stop() {
   _e2e_vars

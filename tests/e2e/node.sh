@@ -11,8 +11,8 @@
 #                         # containerd's certs.d trusting NODE_REGISTRY_CA (default: the e2e CA)
 #   tests/e2e/node.sh stop     # everything below stopped by PID, undone, restored; logs stay
 #   tests/e2e/node.sh status   # exit 0 when the Node is Ready
-# Or source it (after cluster.sh) and call node_start, node_stop, node_ready, node_env,
-# node_oci_image, node_push_image.
+# Or source it (after cluster.sh) and call node_start, node_stop, node_ready, node_env (NODE_CERTS_D:
+# containerd's config_path, read at each pull), node_oci_image, node_push_image, node_hosts_toml.
 #
 # Everything stays on this machine: a bridge ($NODE_BRIDGE, $NODE_SUBNET.1/24) that is the
 # node's IP and the Pods' gateway, no forwarding (the bridge plugin's isGateway is off, so it
@@ -249,19 +249,26 @@ _node_pause_image() {
     tar -C "$NODE_WORK/pause-oci" -cf "$NODE_WORK/pause-oci.tar" oci-layout index.json blobs
 }
 
+# node_hosts_toml REGISTRY CA [HOST [CAPABILITIES]]: containerd's hosts.toml for REGISTRY (for
+# config_path's REGISTRY/ directory), on stdout: its one host HOST (default REGISTRY itself) with
+# CAPABILITIES (default "pull", "resolve"; a TOML list's inside) and the CA it is trusted with
+node_hosts_toml() {
+  local caps=${4:-'"pull", "resolve"'}
+  cat <<EOF
+server = "https://$1"
+
+[host."https://${3:-$1}"]
+  capabilities = [$caps]
+  ca = "$2"
+EOF
+}
+
 _node_containerd_config() { # _node_containerd_config REGISTRY_HOST...
   local h
   rm -rf "$NODE_WORK/certs.d" "$NODE_WORK/cni"
   mkdir -p "$NODE_WORK/certs.d" "$NODE_WORK/cni/net.d" "$NODE_WORK/containerd"
   for h in "$@"; do
-    mkdir -p "$NODE_WORK/certs.d/$h"
-    cat >"$NODE_WORK/certs.d/$h/hosts.toml" <<EOF
-server = "https://$h"
-
-[host."https://$h"]
-  capabilities = ["pull", "resolve"]
-  ca = "$NODE_REGISTRY_CA"
-EOF
+    mkdir -p "$NODE_WORK/certs.d/$h" && node_hosts_toml "$h" "$NODE_REGISTRY_CA" >"$NODE_WORK/certs.d/$h/hosts.toml"
   done
   cat >"$NODE_WORK/containerd/config.toml" <<EOF
 version = 2
@@ -535,14 +542,8 @@ _node_pod_network() {
     _e2e_wait "the registry forwarder $NODE_IP:$port" "$NODE_READY_TIMEOUT" "$NODE_WORK/registry-forward-$port.pid" socat \
       "$NODE_WORK/registry-forward-$port.log" \
       curl -s -o /dev/null --max-time 2 --cacert "$E2E_PKI/ca.crt" "https://$NODE_IP:$port/v2/" || return 1
-    mkdir -p "$NODE_WORK/certs.d/$NODE_IP:$port"
-    cat >"$NODE_WORK/certs.d/$NODE_IP:$port/hosts.toml" <<EOF
-server = "https://$NODE_IP:$port"
-
-[host."https://$NODE_IP:$port"]
-  capabilities = ["pull", "resolve"]
-  ca = "$E2E_PKI/ca.crt"
-EOF
+    mkdir -p "$NODE_WORK/certs.d/$NODE_IP:$port" &&
+      node_hosts_toml "$NODE_IP:$port" "$E2E_PKI/ca.crt" >"$NODE_WORK/certs.d/$NODE_IP:$port/hosts.toml"
   done
   _node_log "apiserver forwarder on $NODE_IP:$E2E_APISERVER_PORT -> 127.0.0.1:$E2E_APISERVER_PORT (log $NODE_WORK/apiserver-forward.log)"
   _node_start_proc apiserver-forward socat \
@@ -639,23 +640,8 @@ _node_proxy_synced() {
 }
 
 # --- stop --------------------------------------------------------------------------------------------
-_node_kill() { # _node_kill NAME [COMMAND]: the PID in NAME.pid, if its command line has COMMAND (NAME)
-  local name=$1 grace=10 pidfile="$NODE_WORK/$1.pid" pid i
-  if _e2e_pid_alive "$pidfile" "${2:-$name}"; then
-    pid=$(<"$pidfile")
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < grace * 5; i++)); do
-      [[ -d /proc/$pid ]] || break
-      sleep 0.2
-    done
-    if [[ -d /proc/$pid ]]; then
-      _node_log "$name (pid $pid) ignored SIGTERM for ${grace}s; SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    _node_log "stopped $name (pid $pid)"
-  fi
-  rm -f "$pidfile"
-}
+# _node_kill NAME [COMMAND]: the PID in NAME.pid, if its command line has COMMAND (NAME)
+_node_kill() { _e2e_stop_pid "$NODE_WORK/$1.pid" "$1" "${2:-$1}" _node_log; }
 
 # the containerd shims of this node: their command line names this node's socket
 _node_shim_pids() {

@@ -32,10 +32,6 @@ CRW_OPERATOR="" # the stand-in operator's PID while it runs
 crw_policy_entry() {
   printf 'customResources:\n  - group: e2e.pinhook.dev\n    kind: Widget\n    images: [/spec/image]\n'
 }
-# crw_policy_write FILE: pinhook's policy file becomes FILE's content, atomically
-crw_policy_write() {
-  cp "$1" "$RUN/policy.yaml.crw" && mv "$RUN/policy.yaml.crw" "$RUN/policy.yaml"
-}
 # crw_policy_add: the Widget entry appended to pinhook's policy file, the original kept as
 # $CRW_DIR/policy.yaml.orig
 crw_policy_add() {
@@ -45,12 +41,12 @@ crw_policy_add() {
   fi
   cp "$RUN/policy.yaml" "$CRW_DIR/policy.yaml.orig"
   { cat "$CRW_DIR/policy.yaml.orig" && crw_policy_entry; } >"$CRW_DIR/policy.yaml" || return 1
-  crw_policy_write "$CRW_DIR/policy.yaml"
+  policy_write "$CRW_DIR/policy.yaml"
 }
 # crw_policy_restore: the original policy file back (nothing to do when it was not changed)
 crw_policy_restore() {
   [[ -n $CRW_DIR && -s $CRW_DIR/policy.yaml.orig ]] || return 0
-  crw_policy_write "$CRW_DIR/policy.yaml.orig" && rm -f "$CRW_DIR/policy.yaml.orig"
+  policy_write "$CRW_DIR/policy.yaml.orig" && rm -f "$CRW_DIR/policy.yaml.orig"
 }
 # crw_rules: the name and rules of every webhook of pinhook's two configurations, one JSON line
 crw_rules() {
@@ -94,6 +90,23 @@ crw_cleanup() {
   crw_rules_remove || log "  could not remove the widgets rules from pinhook's webhook configurations"
   crw_policy_restore || log "  could not restore $RUN/policy.yaml from $CRW_DIR/policy.yaml.orig"
 }
+# crw_setup NS IMAGE PIN: the CRD in $CRW_DIR/widget-crd.yaml applied and served in NS; then pinhook
+# pins Widgets (the policy's customResources and the webhooks' rules, undone by crw_cleanup, the
+# EXIT trap this sets): a dry-run Widget of IMAGE comes back PIN within 30 s
+crw_setup() {
+  klog apply -f "$CRW_DIR/widget-crd.yaml"
+  klog wait --for=condition=Established crd/widgets.e2e.pinhook.dev --timeout=30s
+  wait_until 30 "widgets served in $1" K -n "$1" get widgets ||
+    { bad "the API does not serve widgets in $1"; return 1; }
+  trap 'crw_cleanup' EXIT
+  crw_policy_add
+  crw_rules_add
+  if ! wait_until 30 "a dry-run Widget pinned in $1" crw_dry_run_gives "$1" "$2" "$3"; then
+    bad "a dry-run Widget in $1 is not pinned: spec.image '$(crw_dry_run_image "$1" "$2" || true)'; $(cat "$CRW_DIR/dry-run.err")"
+    return 1
+  fi
+  ok "a dry-run Widget in $1 comes back pinned (policy reloaded, widgets rules in force)"
+}
 # crw_dry_run_image NS IMAGE: spec.image of a server-side dry-run Widget (what the webhooks make of it)
 crw_dry_run_image() {
   widget_yaml probe "$2" | K -n "$1" create --dry-run=server -f - -o jsonpath='{.spec.image}' 2>"$CRW_DIR/dry-run.err"
@@ -121,21 +134,8 @@ scenario_custom_resource_pinned_where_operator_reads() {
   widget_crd_yaml | sed 's/^\( *\)image: {type: string}$/&\n\1replicas: {type: integer}/' >"$CRW_DIR/widget-crd.yaml"
   grep -q 'replicas: {type: integer}' "$CRW_DIR/widget-crd.yaml" ||
     { bad "could not add spec.replicas to the Widget CRD (widget_crd_yaml changed?)"; return 1; }
-  klog apply -f "$CRW_DIR/widget-crd.yaml"
-  klog wait --for=condition=Established crd/widgets.e2e.pinhook.dev --timeout=30s
-  wait_until 30 "widgets served in $ns" K -n "$ns" get widgets ||
-    { bad "the API does not serve widgets in $ns"; return 1; }
-
-  # pinhook pins Widgets: the policy's customResources and the webhooks' rules
   rules_before=$(crw_rules)
-  trap 'crw_cleanup' EXIT
-  crw_policy_add
-  crw_rules_add
-  if ! wait_until 30 "a dry-run Widget pinned in $ns" crw_dry_run_gives "$ns" "$img" "$pin"; then
-    bad "a dry-run Widget in $ns is not pinned: spec.image '$(crw_dry_run_image "$ns" "$img" || true)'; $(cat "$CRW_DIR/dry-run.err")"
-    return 1
-  fi
-  ok "a dry-run Widget in $ns comes back pinned (policy reloaded, widgets rules in force)"
+  crw_setup "$ns" "$img" "$pin" || return 1
 
   # the stand-in operator (operator-pods-left-to-their-operator), bounded as there
   widget_operator "$ns" "$CRW_DIR" "$((secs + 30))" "$me" </dev/null >/dev/null 2>&1 3>&- &

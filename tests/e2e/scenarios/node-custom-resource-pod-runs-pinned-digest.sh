@@ -23,19 +23,7 @@ scenario_node_custom_resource_pod_runs_pinned_digest() {
   e2e_ns "$ns"
 
   widget_crd_yaml >"$CRW_DIR/widget-crd.yaml"
-  klog apply -f "$CRW_DIR/widget-crd.yaml"
-  klog wait --for=condition=Established crd/widgets.e2e.pinhook.dev --timeout=30s
-  wait_until 30 "widgets served in $ns" K -n "$ns" get widgets ||
-    { bad "the API does not serve widgets in $ns"; return 1; }
-
-  trap 'crw_cleanup' EXIT
-  crw_policy_add
-  crw_rules_add
-  if ! wait_until 30 "a dry-run Widget pinned in $ns" crw_dry_run_gives "$ns" "$img" "$pin"; then
-    bad "a dry-run Widget in $ns is not pinned: spec.image '$(crw_dry_run_image "$ns" "$img" || true)'; $(cat "$CRW_DIR/dry-run.err")"
-    return 1
-  fi
-  ok "a dry-run Widget in $ns comes back pinned (policy reloaded, widgets rules in force)"
+  crw_setup "$ns" "$img" "$pin" || return 1
 
   WIDGET_NODE=1 widget_operator "$ns" "$CRW_DIR" "$((secs + 30))" "$me" </dev/null >/dev/null 2>&1 3>&- &
   CRW_OPERATOR=$!

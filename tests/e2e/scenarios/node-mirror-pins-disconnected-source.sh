@@ -40,17 +40,6 @@ mirrored_policy() {
 EOF
   grep -q "^  allowPrivate: \[\"$2\"" "$1"
 }
-# mirrored_hosts_toml SOURCE MIRROR CAPABILITIES: containerd's hosts.toml for SOURCE, whose only
-# host is MIRROR
-mirrored_hosts_toml() {
-  cat <<EOF
-server = "https://$1"
-
-[host."https://$2"]
-  capabilities = [$3]
-  ca = "$REGISTRY_CA"
-EOF
-}
 # mirrored_dry_run NS IMAGE: the image of a server-side dry-run Pod (stderr to $MIRRORED_DIR/dry.err)
 mirrored_dry_run() {
   K -n "$1" run probe --image="$2" --restart=Never --dry-run=server \
@@ -113,11 +102,11 @@ scenario_node_mirror_pins_disconnected_source() {
   # mirror guard judges a ConfigMap holding it (the key names the registry, as containerd's
   # directory does: `127.0.0.1_PORT_hosts.toml`): stored; with `resolve` added: refused.
   mkdir -p "$NODE_CERTS_D/$src"
-  mirrored_hosts_toml "$src" "$mir" '"pull"' >"$NODE_CERTS_D/$src/hosts.toml"
+  node_hosts_toml "$src" "$REGISTRY_CA" "$mir" '"pull"' >"$NODE_CERTS_D/$src/hosts.toml"
   kubectl_to "$MIRRORED_DIR/cm-pull" -n "$ns" create configmap node-hosts \
     --from-file="${src/:/_}_hosts.toml=$NODE_CERTS_D/$src/hosts.toml"
   expect_eq "a ConfigMap holding the node's hosts.toml (pull only): kubectl exit code" "$KCODE" 0 || rc=1
-  mirrored_hosts_toml "$src" "$mir" '"pull", "resolve"' >"$MIRRORED_DIR/hosts-resolve.toml"
+  node_hosts_toml "$src" "$REGISTRY_CA" "$mir" '"pull", "resolve"' >"$MIRRORED_DIR/hosts-resolve.toml"
   kubectl_to "$MIRRORED_DIR/cm-resolve" -n "$ns" create configmap node-hosts-tag-mirror \
     --from-file="${src/:/_}_hosts.toml=$MIRRORED_DIR/hosts-resolve.toml"
   if ((KCODE == 0)); then bad "its twin with \"resolve\" was stored" || rc=1; fi

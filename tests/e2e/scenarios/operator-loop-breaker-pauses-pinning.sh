@@ -27,12 +27,6 @@
 # there: stop file after the watch, its own deadline (watch + 30 s), this subshell's exit; the
 # EXIT trap kills what is left and puts the policy file back.
 
-# breaker_write_policy FILE: replace pinhook's policy file with FILE atomically (rename), so that
-# pinhook's 2 s poll never reads half a file
-breaker_write_policy() {
-  cp "$1" "$RUN/policy.yaml.new"
-  mv -f "$RUN/policy.yaml.new" "$RUN/policy.yaml"
-}
 # breaker_probe NS: the image of a server-side dry-run Pod owned by a Widget (a made-up uid; dry
 # runs never count for the breaker): pinned while owners.pinPodsOf lists Widget, else as written
 breaker_probe() {
@@ -43,14 +37,14 @@ breaker_probe() {
 # and the probe comes back with IMAGE (the log line alone could be the reload of a file the
 # scenario before put back)
 breaker_in_force() {
-  log_since "$1" | grep -q 'reloaded policy' && [[ $(breaker_probe "$2") == "$3" ]]
+  policy_reloaded "$1" && [[ $(breaker_probe "$2") == "$3" ]]
 }
 # breaker_policy FILE NS IMAGE WHAT: pinhook's policy file becomes FILE; waits (≤ 15 s) for
 # pinhook's reload and for the probe to come back with IMAGE
 breaker_policy() {
   local before line
   before=$(log_lines)
-  breaker_write_policy "$1"
+  policy_write "$1"
   if wait_until 15 "pinhook to reload its policy ($4)" breaker_in_force "$before" "$2" "$3"; then
     ok "pinhook reloaded its policy ($4); a Widget's dry-run Pod comes back $3"
   else

@@ -28,6 +28,23 @@ struct Registries {
     started: Vec<TestRegistry>,
 }
 
+impl Registries {
+    /// The first two: the source and its mirror.
+    fn pair(&self) -> (&TestRegistry, &TestRegistry) {
+        match &self.started[..] {
+            [source, mirror, ..] => (source, mirror),
+            _ => panic!("at least two registries"),
+        }
+    }
+}
+
+/// The `resolved-at-mirror-1` audit annotation of a /mutate answer ("" when absent).
+fn mirror_annotation(body: &Value) -> &str {
+    body["response"]["auditAnnotations"]["resolved-at-mirror-1"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 async fn registries(auths: Vec<RegistryAuth>) -> Registries {
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = Arc::new(TestCa::generate(dir.path()));
@@ -82,9 +99,7 @@ fn image_after(review: &Value, body: &Value) -> String {
 #[tokio::test]
 async fn a_stopped_source_is_pinned_through_its_mirror_under_its_own_name() {
     let all = registries(vec![RegistryAuth::None, RegistryAuth::None]).await;
-    let [source, mirror] = &all.started[..] else {
-        panic!("two registries")
-    };
+    let (source, mirror) = all.pair();
     let at_source = images::push_multi_arch(source, "team/app", "1.0", "same").await;
     let at_mirror = images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
     assert_eq!(at_source.index_digest, at_mirror.index_digest);
@@ -149,9 +164,7 @@ async fn mirrors_are_tried_in_order_a_failing_first_gives_way_to_the_second() {
     let body = pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     assert!(image_after(&review, &body).starts_with(&format!("{two}@sha256:")));
-    let annotation = body["response"]["auditAnnotations"]["resolved-at-mirror-1"]
-        .as_str()
-        .unwrap_or_default();
+    let annotation = mirror_annotation(&body);
     assert!(
         annotation.contains(&format!("at {}/team", second.host())),
         "{body}"
@@ -162,9 +175,7 @@ async fn mirrors_are_tried_in_order_a_failing_first_gives_way_to_the_second() {
     pinhook.resolver.expire_all();
     let body = pinhook.mutate(&pod_review(source, &pushed.reference)).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
-    let annotation = body["response"]["auditAnnotations"]["resolved-at-mirror-1"]
-        .as_str()
-        .unwrap_or_default();
+    let annotation = mirror_annotation(&body);
     assert!(
         annotation.contains(&format!("at {}/team", second.host())),
         "{body}"
@@ -174,9 +185,7 @@ async fn mirrors_are_tried_in_order_a_failing_first_gives_way_to_the_second() {
 #[tokio::test]
 async fn every_mirror_failing_is_denied_naming_each() {
     let all = registries(vec![RegistryAuth::None, RegistryAuth::None]).await;
-    let [source, mirror] = &all.started[..] else {
-        panic!("two registries")
-    };
+    let (source, mirror) = all.pair();
     let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
     let pinhook = pinhook(source, policy(source, &[mirror], false)).await;
 
@@ -199,9 +208,7 @@ async fn every_mirror_failing_is_denied_naming_each() {
 #[tokio::test]
 async fn verify_source_denies_a_mirror_that_disagrees_naming_both_digests() {
     let all = registries(vec![RegistryAuth::None, RegistryAuth::None]).await;
-    let [source, mirror] = &all.started[..] else {
-        panic!("two registries")
-    };
+    let (source, mirror) = all.pair();
     let at_source = images::push_multi_arch(source, "team/app", "1.0", "genuine").await;
     let at_mirror = images::push_multi_arch(mirror, "team/app", "1.0", "substituted").await;
     assert_ne!(at_source.index_digest, at_mirror.index_digest);
@@ -240,9 +247,7 @@ async fn verify_source_denies_a_mirror_that_disagrees_naming_both_digests() {
 #[tokio::test]
 async fn verify_source_agrees_and_a_stopped_source_leaves_the_digest_unverified() {
     let all = registries(vec![RegistryAuth::None, RegistryAuth::None]).await;
-    let [source, mirror] = &all.started[..] else {
-        panic!("two registries")
-    };
+    let (source, mirror) = all.pair();
     let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
     images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
     let pinhook = pinhook(source, policy(source, &[mirror], true)).await;
@@ -254,9 +259,7 @@ async fn verify_source_agrees_and_a_stopped_source_leaves_the_digest_unverified(
         pushed.pinned_with_tag(),
         "{body}"
     );
-    let annotation = body["response"]["auditAnnotations"]["resolved-at-mirror-1"]
-        .as_str()
-        .unwrap_or_default();
+    let annotation = mirror_annotation(&body);
     assert!(annotation.ends_with("(source agreed)"), "{body}");
 
     source.stop();
@@ -267,18 +270,14 @@ async fn verify_source_agrees_and_a_stopped_source_leaves_the_digest_unverified(
         pushed.pinned_with_tag(),
         "{body}"
     );
-    let annotation = body["response"]["auditAnnotations"]["resolved-at-mirror-1"]
-        .as_str()
-        .unwrap_or_default();
+    let annotation = mirror_annotation(&body);
     assert!(annotation.ends_with("(source unanswered)"), "{body}");
 }
 
 #[tokio::test]
 async fn the_pods_pull_secret_for_the_mirror_host_is_used_at_the_mirror() {
     let all = registries(vec![RegistryAuth::None, RegistryAuth::htpasswd(USER, PASS)]).await;
-    let [source, mirror] = &all.started[..] else {
-        panic!("two registries")
-    };
+    let (source, mirror) = all.pair();
     let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
     images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
     source.stop();
@@ -323,9 +322,7 @@ async fn the_pods_pull_secret_for_the_mirror_host_is_used_at_the_mirror() {
 #[tokio::test]
 async fn the_policys_mirror_credentials_file_is_used_after_the_pods() {
     let all = registries(vec![RegistryAuth::None, RegistryAuth::htpasswd(USER, PASS)]).await;
-    let [source, mirror] = &all.started[..] else {
-        panic!("two registries")
-    };
+    let (source, mirror) = all.pair();
     let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
     images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
     source.stop();
