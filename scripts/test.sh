@@ -18,6 +18,7 @@
 # chart, demo, fuzz, image, e2e-readme, e2e. A tier that fails without a failure of its own in the
 # total (fmt, clippy, demo, e2e-readme, deps, or a tier that stops before printing its count)
 # counts as 1 failed.
+# Before them, `tier seconds: deps 12, fmt 1, clippy 270, ... (total 3400)`: each tier's wall time.
 # The last three lines: the harness's self-tests (the harness_selftest module of
 # tests/integration), which test the test harness, not pinhook:
 # `harness self-tests: N passed, M failed`; the tiers that failed:
@@ -38,10 +39,16 @@ failed=0
 harness_passed=0
 harness_failed=0
 failed_tiers=()
+# Each tier's wall time, "NAME SECONDS" (from the end of the tier before it to its tier_done),
+# printed as `tier seconds: ...` before the last three lines.
+tier_times=()
+tier_start=$SECONDS
 # tier_done NAME EXIT_CODE [PASSED FAILED]: add a tier's counts to the total; a tier that exited
 # non-zero with no failure counted counts as 1 failed
 tier_done() {
     local name=$1 rc=$2 p=${3:-0} f=${4:-0}
+    tier_times+=("$name $((SECONDS - tier_start))")
+    tier_start=$SECONDS
     if ((rc != 0 && f == 0)); then f=1; fi
     passed=$((passed + p))
     failed=$((failed + f))
@@ -152,6 +159,7 @@ if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
 fi
 
 if ((${#failed_tiers[@]} == 0)); then log "all tests passed"; else log "failed tiers: ${failed_tiers[*]}"; fi
+echo "tier seconds: $(IFS=,; echo "${tier_times[*]}" | sed 's/,/, /g') (total $SECONDS)"
 echo "harness self-tests: $harness_passed passed, $harness_failed failed"
 echo "failed tiers: ${failed_tiers[*]:-none}"
 echo "total: $passed passed, $failed failed"
