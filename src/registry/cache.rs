@@ -367,12 +367,12 @@ impl SharedState {
         fingerprints: &[Fingerprint],
     ) -> Option<(Resolution, Arc<Record>)> {
         fingerprints.iter().find_map(|fp| {
-            let record = self.digests.get(&(tag.to_string(), fp.clone()))?;
+            let record = self.digests.get(&(tag.to_string(), *fp))?;
             let age = record.resolved_at.elapsed();
             (age < self.config.hit_ttl).then(|| {
                 let hit = Resolution {
                     digest: record.digest.clone(),
-                    credential: fp.clone(),
+                    credential: *fp,
                     source: ResolutionSource::Cache,
                     moved_from: None,
                     age,
@@ -395,8 +395,8 @@ impl SharedState {
         key.1
             .iter()
             .filter_map(|fp| {
-                let record = self.digests.get(&(key.0.clone(), fp.clone()))?;
-                Some((fp.clone(), record))
+                let record = self.digests.get(&(key.0.clone(), *fp))?;
+                Some((*fp, record))
             })
             .min_by_key(|(_, record)| record.resolved_at.elapsed())
             .filter(|(_, record)| record.resolved_at.elapsed() <= self.config.max_stale)
@@ -431,7 +431,7 @@ impl SharedState {
     }
 
     fn record_success(&self, tag: &str, mut resolution: Resolution) -> Resolution {
-        let key = (tag.to_string(), resolution.credential.clone());
+        let key = (tag.to_string(), resolution.credential);
         if let Some(previous) = self.digests.get(&key) {
             if previous.digest != resolution.digest {
                 self.record_move(tag, &previous.digest, &resolution.digest);

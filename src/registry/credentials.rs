@@ -46,8 +46,10 @@ pub enum Credential {
 }
 
 /// SHA-256 of a credential (`anonymous` for none): safe to log, to key caches and tokens.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Fingerprint(String);
+/// Held as the 32 bytes themselves (every cache entry carries one), written `sha256:<hex>` or
+/// `anonymous`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fingerprint(Option<[u8; 32]>);
 
 // === impl Credential ===
 
@@ -67,14 +69,14 @@ impl Credential {
 
     pub fn fingerprint(&self) -> Fingerprint {
         match self {
-            Credential::Anonymous => Fingerprint("anonymous".to_string()),
+            Credential::Anonymous => Fingerprint(None),
             // A separator no username contains keeps ("a:b","c") and ("a","b:c") apart.
             Credential::Basic { username, password } => {
                 hash(&[username.as_bytes(), b"\0", password.as_bytes()])
             }
             // The prefix keeps a token apart from any username/password pair.
             Credential::IdentityToken { token } => hash(&[b"identitytoken\0", token.as_bytes()]),
-            Credential::AccessToken { identity, .. } => identity.clone(),
+            Credential::AccessToken { identity, .. } => *identity,
         }
     }
 
@@ -84,7 +86,7 @@ impl Credential {
             Credential::Anonymous => 0,
             Credential::Basic { username, password } => username.len() + password.len(),
             Credential::IdentityToken { token } => token.len(),
-            Credential::AccessToken { identity, token } => identity.as_str().len() + token.len(),
+            Credential::AccessToken { token, .. } => token.len(),
         };
         std::mem::size_of::<Credential>() + held
     }
@@ -106,18 +108,13 @@ impl Credential {
     }
 }
 
-/// `sha256:<hex>` of the concatenated parts.
+/// SHA-256 of the concatenated parts.
 fn hash(parts: &[&[u8]]) -> Fingerprint {
     let mut hasher = Sha256::new();
     for part in parts {
         hasher.update(part);
     }
-    let hex: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Fingerprint(format!("sha256:{hex}"))
+    Fingerprint(Some(hasher.finalize().into()))
 }
 
 impl fmt::Debug for Credential {
@@ -146,14 +143,23 @@ impl Fingerprint {
         Credential::Anonymous.fingerprint()
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match &self.0 {
+            None => f.write_str("anonymous"),
+            Some(bytes) => {
+                f.write_str("sha256:")?;
+                bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({self})")
     }
 }
 
@@ -168,7 +174,7 @@ mod tests {
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), Fingerprint::anonymous());
         assert!(!format!("{a:?}").contains("p1"));
-        assert!(!a.fingerprint().as_str().contains("p1"));
+        assert!(!a.fingerprint().to_string().contains("p1"));
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl IdentityTokens {
             let identity = credential.fingerprint();
             let key = (
                 reference.domain().to_string(),
-                identity.clone(),
+                identity,
                 reference.path().to_string(),
             );
             let access = self
