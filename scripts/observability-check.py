@@ -9,7 +9,8 @@ Usage:
       string pinhook's source writes. The exported metrics are read from src/metrics.rs; with
       --scrape FILE (the /metrics text of a running pinhook), the scrape must agree: every
       pinhook_ sample in it is one src/metrics.rs names, with those labels, and every metric
-      without labels is there (a family appears only once it has a sample).
+      without labels is there (a family appears only once it has a sample), and every
+      selector of the rules matches a series of the scrape.
   scripts/observability-check.py promql OUT
       writes the dashboard's expressions as recording rules to OUT, Grafana's variables
       replaced, for `promtool check rules OUT` to parse.
@@ -94,8 +95,9 @@ def samples_of(family, kind, labels):
 
 
 def exported_from_scrape(path):
-    """{sample name: labels seen} from the text exposition in `path`."""
-    exported, types = {}, {}
+    """({sample name: labels seen}, [(name, {label: value})]) from the text exposition in
+    `path`."""
+    exported, types, samples = {}, {}, []
     for line in Path(path).read_text().splitlines():
         m = re.match(r"# TYPE (\S+) (\S+)", line)
         if m:
@@ -104,9 +106,32 @@ def exported_from_scrape(path):
             continue
         m = re.match(r"([a-zA-Z_:][\w:]*)(\{(.*)\})? ", line)
         if m and not line.startswith("#"):
-            labels = set(re.findall(r'(\w+)="', m.group(3) or ""))
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
             exported.setdefault(m.group(1), set()).update(labels)
-    return exported
+            samples.append((m.group(1), labels))
+    return exported, samples
+
+
+def selectors_of(expr):
+    """(metric name or None, [(label, op, value)]) of each selector in `expr`."""
+    out = []
+    for m in re.finditer(r"([a-zA-Z_:][\w:]*)?\s*\{([^}]*)\}", grafana_free(expr)):
+        out.append((m.group(1), re.findall(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', m.group(2))))
+    for m in re.finditer(r"\b(pinhook_\w+)\b(?!\s*\{)", expr):
+        out.append((m.group(1), []))
+    return out
+
+
+def matches(labels, matchers):
+    for label, op, value in matchers:
+        if label in TARGET_LABELS:
+            continue
+        have = labels.get(label, "")
+        ok = {"=": have == value, "!=": have != value,
+              "=~": re.fullmatch(value, have) is not None, "!~": re.fullmatch(value, have) is None}[op]
+        if not ok:
+            return False
+    return True
 
 
 # === what the dashboard and the rules use ===
@@ -211,7 +236,7 @@ def main(argv):
         exported, plain = exported_from_source()
         problems, seen = [], ""
         if len(argv) == 3 and argv[1] == "--scrape":
-            scraped = exported_from_scrape(argv[2])
+            scraped, samples = exported_from_scrape(argv[2])
             ours = {n for n in scraped if n.startswith("pinhook_")}
             if ours - set(exported):
                 problems.append(f"scraped, but not in src/metrics.rs: {sorted(ours - set(exported))}")
@@ -220,7 +245,13 @@ def main(argv):
             for n, labels in scraped.items():
                 if n in exported and not labels <= exported[n]:
                     problems.append(f"scrape: {n} has labels {sorted(labels - exported[n])} src/metrics.rs does not name")
-            seen = f"; {len(ours)} of their {len(exported)} samples in the scrape, labels as in src"
+            # The alerts' selectors, each matching a series of the real pinhook.
+            for where, expr in rule_exprs():
+                for name, matchers in selectors_of(expr):
+                    if not any(n == name and matches(l, matchers) for n, l in samples):
+                        problems.append(f"{where}: no series of the scrape matches {name}{matchers}")
+            seen = (f"; {len(ours)} of the {len(exported)} names in the scrape, labels as in src;"
+                    " every selector of the rules matches a scraped series")
         elif len(argv) != 1:
             sys.exit(__doc__)
         values = source_strings()
