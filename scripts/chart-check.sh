@@ -541,10 +541,15 @@ packaged() {
     [[ -s $tgz ]] || { echo "no $tgz"; ls "$out"; return 1; }
     files=$(tar -tzf "$tgz") || return 1
     grep -qx 'pinhook/values.schema.json' <<<"$files" || { echo "values.schema.json missing from $tgz"; return 1; }
+    for f in files/pinhook-rules.yaml files/pinhook-dashboard.json; do
+        grep -qx "pinhook/$f" <<<"$files" || { echo "$f missing from $tgz"; return 1; }
+    done
     ! grep '^pinhook/tests-invalid/' <<<"$files" || { echo "tests-invalid/ packaged (.helmignore)"; return 1; }
-    helm4 template "$RELEASE" "$tgz" --namespace "$NS" >/dev/null
+    helm4 template "$RELEASE" "$tgz" --namespace "$NS" >/dev/null &&
+        helm4 template "$RELEASE" "$tgz" --namespace "$NS" --set grafanaDashboard.enabled=true \
+            --set prometheusRule.enabled=true >/dev/null
 }
-check "helm package: the archive, with values.schema.json, without tests-invalid/, renders" packaged
+check "helm package: the archive, with values.schema.json and files/, without tests-invalid/, renders" packaged
 
 # --- one source of truth: manifests/base, the overlays, the README's values table ------------
 check "manifests/base is what the chart renders (scripts/render-base.sh --check)" scripts/render-base.sh --check
