@@ -97,11 +97,10 @@ def samples_of(family, kind, labels):
 def exported_from_scrape(path):
     """({sample name: labels seen}, [(name, {label: value})]) from the text exposition in
     `path`."""
-    exported, types, samples = {}, {}, []
+    exported, samples = {}, []
     for line in Path(path).read_text().splitlines():
-        m = re.match(r"# TYPE (\S+) (\S+)", line)
+        m = re.match(r"# TYPE (\S+) (counter|gauge|histogram)$", line)
         if m:
-            types[m.group(1)] = m.group(2)
             exported.update(samples_of(m.group(1), m.group(2), set()))
             continue
         m = re.match(r"([a-zA-Z_:][\w:]*)(\{(.*)\})? ", line)
