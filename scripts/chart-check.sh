@@ -17,12 +17,18 @@
 #   - settings templates/validate.yaml must stop (kube-system, existingSecret without its
 #     Secret, webhook.url not https, ...) fail with their message;
 #   - helm package builds the archive, without tests-invalid/;
+#   - the alerts and the dashboard: promtool check rules and promtool test rules
+#     (tests/prometheus/), the dashboard's JSON and queries, every metric, label and label value
+#     they use exported by pinhook (scripts/observability-check.py, against src/metrics.rs and
+#     a scrape of target/debug/pinhook serve when built), docs/ copies identical, and what the
+#     chart renders for them;
 #   - manifests/base is what the chart renders (scripts/render-base.sh --check), every overlay
 #     still renders, and the README's values table is current (scripts/chart-values-table.py
 #     --check).
 #
 # Tools: scripts/install-helm.sh (helm3, helm4, and the Python tools under PINHOOK_TOOLS,
-# default /usr/local/lib/pinhook-tools); kubectl for the overlays.
+# default /usr/local/lib/pinhook-tools); kubectl for the overlays; promtool, curl, openssl
+# and jq (scripts/install-test-deps.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,11 +76,11 @@ expect_fail() {
 
 tools_present() {
     local missing=() t
-    for t in "${HELMS[@]}" kubectl; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+    for t in "${HELMS[@]}" kubectl promtool; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
     for t in "$KV_NEW" "$KV_OLD" "$CHECK_JSONSCHEMA" "$PY"; do [[ -x $t ]] || missing+=("$t"); done
-    ((${#missing[@]} == 0)) || { echo "missing: ${missing[*]} (run scripts/install-helm.sh)"; return 1; }
+    ((${#missing[@]} == 0)) || { echo "missing: ${missing[*]} (run scripts/install-test-deps.sh)"; return 1; }
 }
-check "tools: helm3, helm4, kubectl, kubernetes-validate (1.20 and 1.25-1.37), check-jsonschema" tools_present
+check "tools: helm3, helm4, kubectl, promtool, kubernetes-validate (1.20 and 1.25-1.37), check-jsonschema" tools_present
 
 values_sets=()
 for f in "$CHART"/ci/*-values.yaml; do values_sets+=("$f"); done
@@ -405,6 +411,127 @@ check "1.21: webhooks rendered with the configured failurePolicy, no annotation,
 check "1.20 with webhook.url (no pinhook Pod in the cluster): the configured failurePolicy" \
     own_namespace 1.20.2 url
 
+# --- the dashboard and the alerts (docs/observability.md) ------------------------------------
+# files/pinhook-rules.yaml and files/pinhook-dashboard.json are the one source; docs/ holds
+# copies. promtool: scripts/install-test-deps.sh (Debian's prometheus package).
+readonly RULES=$CHART/files/pinhook-rules.yaml DASHBOARD=$CHART/files/pinhook-dashboard.json
+copies_identical() {
+    identical "$RULES" docs/prometheus/pinhook-rules.yaml && identical "$DASHBOARD" docs/grafana/pinhook-dashboard.json
+}
+check "docs/prometheus/pinhook-rules.yaml and docs/grafana/pinhook-dashboard.json are the chart's files" copies_identical
+check "promtool check rules: files/pinhook-rules.yaml" promtool check rules "$RULES"
+check "promtool test rules: each alert firing and not firing (tests/prometheus/pinhook-rules.test.yaml)" \
+    promtool test rules tests/prometheus/pinhook-rules.test.yaml
+dashboard_json() { # valid JSON, schemaVersion 39, the variables, every query parsed by promtool
+    jq -e '.schemaVersion == 39 and .uid == "pinhook"
+        and ([.templating.list[].name] == ["datasource", "namespace", "job"])
+        and ([.panels[] | select(.type != "row") | .datasource.uid] | unique == ["${datasource}"])
+        and ([.panels[].id] | length == (unique | length))' "$DASHBOARD" >/dev/null ||
+        { echo "schemaVersion, uid, variables, datasources or panel ids not as expected"; return 1; }
+    "$PY" scripts/observability-check.py promql "$tmp/dashboard-queries.yaml" &&
+        promtool check rules "$tmp/dashboard-queries.yaml"
+}
+check "dashboard JSON: jq, schemaVersion 39, datasource/namespace/job variables, every query parses (promtool)" dashboard_json
+# scrape_pinhook OUT: /metrics of a real `pinhook serve` (no cluster: KUBECONFIG unset) after a
+# malformed review and six Pods whose registry refuses connections: result="error", a denial
+# for resolution_failed, registry outcome unreachable, cache misses, then the breaker open.
+scrape_pinhook() {
+    local bin=$1 out=$2 dir=$tmp/scrape pid port hport i
+    mkdir -p "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost \
+        -addext subjectAltName=IP:127.0.0.1 -keyout "$dir/key.pem" -out "$dir/cert.pem" 2>/dev/null || return 1
+    printf 'mode: enforce\nregistries:\n  allowPrivate: ["127.0.0.1:1"]\n' >"$dir/policy.yaml"
+    env -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT KUBECONFIG="$dir/no-kubeconfig" \
+        "$bin" serve --policy "$dir/policy.yaml" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+        --tls-cert "$dir/cert.pem" --tls-key "$dir/key.pem" >"$dir/log" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 100; i++)); do
+        port=$(sed -n 's/.*serving \/metrics over plain HTTP addr=127.0.0.1:\([0-9]*\).*/\1/p' "$dir/log")
+        hport=$(sed -n 's/.*listening addr=127.0.0.1:\([0-9]*\).*/\1/p' "$dir/log")
+        [[ -n $port && -n $hport ]] && break
+        sleep 0.1
+    done
+    if [[ -z $port || -z $hport ]]; then
+        kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+        echo "pinhook serve did not start:"; cat "$dir/log"; return 1
+    fi
+    curl -sk -o /dev/null -X POST -H 'Content-Type: application/json' -d '{}' "https://127.0.0.1:$hport/mutate"
+    for i in 1 2 3 4 5 6; do
+        jq ".request.object.spec.containers[0].image = \"127.0.0.1:1/team/app:$i\"" \
+            tests/fixtures/admissionreview/v1.26/pod-create-basic-mutate.json |
+            curl -sk -o /dev/null -X POST -H 'Content-Type: application/json' --data @- \
+                "https://127.0.0.1:$hport/mutate"
+    done
+    curl -sf "http://127.0.0.1:$port/metrics" >"$out"
+    local rc=$?
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return $rc
+}
+metric_names() {
+    local bin=${PINHOOK_BIN:-target/debug/pinhook}
+    if [[ -x $bin ]]; then
+        scrape_pinhook "$bin" "$tmp/scrape.txt" || return 1
+        "$PY" scripts/observability-check.py names --scrape "$tmp/scrape.txt"
+    else
+        echo "note: no $bin (cargo build): src/metrics.rs alone"
+        "$PY" scripts/observability-check.py names
+    fi
+}
+check "dashboard and rules use only metrics, labels and values pinhook exports (src/metrics.rs, a scrape of pinhook serve)" \
+    metric_names
+# monitoring_objects: values.yaml renders none of the new objects; everything-on renders the
+# PrometheusRule (spec passes promtool; the file's groups with additionalRuleLabels, then
+# pinhook-extra), the dashboard ConfigMap (the file byte for byte, the sidecar's label, its
+# namespace), the ServiceMonitor that puts pinhook's endpoint label back, the watch's PodMonitor.
+monitoring_objects() {
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" >"$tmp/mon-default.yaml" || return 1
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" --values "$CHART/ci/everything-on-values.yaml" \
+        >"$tmp/mon-all.yaml" || return 1
+    "$PY" - "$tmp/mon-default.yaml" "$tmp/mon-all.yaml" "$RULES" "$DASHBOARD" "$tmp/mon-rules.yaml" <<'PY' || return 1
+import sys, yaml
+default, everything, rules, dashboard, out = sys.argv[1:]
+def docs(f):
+    return [d for d in yaml.safe_load_all(open(f)) if d]
+def fail(msg):
+    print(msg); sys.exit(1)
+kinds = [d["kind"] for d in docs(default)]
+for kind in ("PrometheusRule", "PodMonitor", "ServiceMonitor"):
+    if kind in kinds:
+        fail(f"values.yaml renders a {kind}")
+if any(d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard") for d in docs(default)):
+    fail("values.yaml renders the dashboard ConfigMap")
+got = {(d["kind"], d["metadata"]["name"]): d for d in docs(everything)}
+rule = got[("PrometheusRule", "pinhook-all")]
+want = yaml.safe_load(open(rules))["groups"]
+for g in want:
+    for r in g["rules"]:
+        r["labels"] = {"team": "platform", **r.get("labels", {})}
+groups = rule["spec"]["groups"]
+if groups[:-1] != want or groups[-1]["name"] != "pinhook-extra" or len(groups[-1]["rules"]) != 1:
+    fail(f"PrometheusRule groups: {[g['name'] for g in groups]}, not the file's with team: platform, then pinhook-extra")
+if rule["metadata"]["labels"].get("release") != "prometheus":
+    fail(f"PrometheusRule labels: {rule['metadata']['labels']}")
+yaml.safe_dump(rule["spec"], open(out, "w"))
+cm = got[("ConfigMap", "pinhook-all-dashboard")]
+if cm["data"]["pinhook-dashboard.json"] != open(dashboard).read():
+    fail("the ConfigMap's pinhook-dashboard.json is not files/pinhook-dashboard.json")
+if cm["metadata"]["namespace"] != "monitoring" or cm["metadata"]["labels"].get("grafana_dashboard") != "1":
+    fail(f"dashboard ConfigMap metadata: {cm['metadata']}")
+if cm["metadata"]["annotations"] != {"owner": "platform@example.com", "grafana_folder": "pinhook"}:
+    fail(f"dashboard ConfigMap annotations: {cm['metadata']['annotations']}")
+relabel = got[("ServiceMonitor", "pinhook-all")]["spec"]["endpoints"][0]["metricRelabelings"]
+if relabel[0].get("sourceLabels") != ["exported_endpoint"] or relabel[0].get("targetLabel") != "endpoint":
+    fail(f"ServiceMonitor metricRelabelings: {relabel}")
+pm = got[("PodMonitor", "pinhook-all-watch")]["spec"]
+if pm["selector"]["matchLabels"].get("app.kubernetes.io/component") != "watch" or pm["podMetricsEndpoints"][0]["port"] != "http":
+    fail(f"PodMonitor: {pm}")
+PY
+    promtool check rules "$tmp/mon-rules.yaml"
+}
+check "values.yaml: no PrometheusRule, dashboard or monitors; everything-on: PrometheusRule (promtool check rules), dashboard ConfigMap, ServiceMonitor endpoint relabeling, watch PodMonitor" \
+    monitoring_objects
+
 # --- package ---------------------------------------------------------------------------------
 packaged() {
     local out="$tmp/package" tgz files
@@ -414,10 +541,15 @@ packaged() {
     [[ -s $tgz ]] || { echo "no $tgz"; ls "$out"; return 1; }
     files=$(tar -tzf "$tgz") || return 1
     grep -qx 'pinhook/values.schema.json' <<<"$files" || { echo "values.schema.json missing from $tgz"; return 1; }
+    for f in files/pinhook-rules.yaml files/pinhook-dashboard.json; do
+        grep -qx "pinhook/$f" <<<"$files" || { echo "$f missing from $tgz"; return 1; }
+    done
     ! grep '^pinhook/tests-invalid/' <<<"$files" || { echo "tests-invalid/ packaged (.helmignore)"; return 1; }
-    helm4 template "$RELEASE" "$tgz" --namespace "$NS" >/dev/null
+    helm4 template "$RELEASE" "$tgz" --namespace "$NS" >/dev/null &&
+        helm4 template "$RELEASE" "$tgz" --namespace "$NS" --set grafanaDashboard.enabled=true \
+            --set prometheusRule.enabled=true >/dev/null
 }
-check "helm package: the archive, with values.schema.json, without tests-invalid/, renders" packaged
+check "helm package: the archive, with values.schema.json and files/, without tests-invalid/, renders" packaged
 
 # --- one source of truth: manifests/base, the overlays, the README's values table ------------
 check "manifests/base is what the chart renders (scripts/render-base.sh --check)" scripts/render-base.sh --check

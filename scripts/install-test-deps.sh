@@ -2,9 +2,12 @@
 # Installs what the tests run besides cargo: Debian's `docker-registry`
 # (distribution 2.8.x, /usr/bin/docker-registry), which tests/common/registry.rs
 # starts as a real OCI registry on 127.0.0.1, and the command-line tools the
-# end-to-end tier uses (curl, openssl, ss, jq), and g++ for libFuzzer, which cargo fuzz's
-# libfuzzer-sys compiles from C++ source. The tier's build script installs
-# its own Go toolchain and etcd.
+# end-to-end tier uses (curl, openssl, ss, jq), g++ for libFuzzer, which cargo fuzz's
+# libfuzzer-sys compiles from C++ source, and Debian's `prometheus` for promtool (the chart
+# checks' `promtool check rules` and `promtool test rules`) and the Prometheus one e2e scenario
+# starts. Neither package's service is left running: apt is kept from starting them (a
+# policy-rc.d for the install, where none exists) and systemd's units are disabled. The tier's
+# build script installs its own Go toolchain and etcd.
 #
 # Idempotent and quiet: does nothing when everything is already there.
 # Works as root (no sudo needed) or as a user with sudo. Exits non-zero on
@@ -18,7 +21,7 @@ readonly BIN=/usr/bin/docker-registry
 # Command -> Debian package, for the tools the end-to-end tier and the demo call.
 # (kubectl is not here: Debian's kubernetes-client is 1.20, whose kustomize cannot render the
 # manifests' `patches`; the machine image ships kubectl 1.32.)
-declare -A TOOLS=([curl]=curl [openssl]=openssl [ss]=iproute2 [jq]=jq [g++]=g++)
+declare -A TOOLS=([curl]=curl [openssl]=openssl [ss]=iproute2 [jq]=jq [g++]=g++ [promtool]=prometheus)
 missing=()
 [[ -x "$BIN" ]] || missing+=("$PKG")
 for tool in "${!TOOLS[@]}"; do
@@ -46,6 +49,16 @@ apt_get() {
     "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o=Dpkg::Use-Pty=0 "$@"
 }
 
+# Services must not start from the install (Prometheus would take :9090, pinhook's metrics port
+# in the chart, and docker-registry :5000): without a policy-rc.d, invoke-rc.d and
+# deb-systemd-invoke start them. Ours answers 101 (action forbidden) and goes afterwards.
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\n# install-test-deps.sh: no service starts during its install\nexit 101\n' |
+        "${SUDO[@]}" tee /usr/sbin/policy-rc.d >/dev/null
+    "${SUDO[@]}" chmod 755 /usr/sbin/policy-rc.d
+    trap '"${SUDO[@]}" rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+
 # Refresh the package lists first only when apt does not know the package;
 # if the install then fails (stale lists), refresh once and retry.
 if ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
@@ -56,11 +69,11 @@ if ! apt_get install -y --no-install-recommends "${missing[@]}" >/dev/null; then
     apt_get install -y --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The package ships a systemd unit listening on :5000; the tests start their
-# own processes, so make sure that service is not left running (ignore
-# failures: containers usually have no systemd).
+# docker-registry ships a systemd unit listening on :5000, prometheus one on :9090; the tests
+# start their own processes, so make sure neither service is left running or starts at boot
+# (ignore failures: containers usually have no systemd).
 if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
-    "${SUDO[@]}" systemctl disable --now "$PKG" >/dev/null 2>&1 || true
+    "${SUDO[@]}" systemctl disable --now "$PKG" prometheus >/dev/null 2>&1 || true
 fi
 
 if [[ ! -x "$BIN" ]]; then
