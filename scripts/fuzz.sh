@@ -3,7 +3,8 @@
 #
 #   scripts/fuzz.sh [seconds-per-target] [target...]
 #
-# Installs cargo-fuzz if missing, builds every target in fuzz/ (its own cargo workspace), then
+# Builds every target in fuzz/ (its own cargo workspace; cargo-fuzz is installed only for a
+# sanitizer or the release profile, see below), then
 # runs each target for the given seconds (default 60), one after another, from a scratch corpus
 # seeded with fuzz/seeds/<target>/ (the generated corpus goes to fuzz/corpus-generated/<target>/,
 # which is git-ignored and kept between runs; fuzz/seeds/ is never written). Prints one line per
@@ -17,11 +18,16 @@
 #                           speed; `address` works too (the stable toolchain ships its runtime).
 #   PINHOOK_FUZZ_RSS_MB     RSS limit per target, MiB (default 1024).
 #   PINHOOK_FUZZ_JOBS       cargo build jobs (default: cargo's).
+#   PINHOOK_FUZZ_PROFILE    dev (default) or release. dev: `cargo fuzz build --dev` with
+#                           fuzz/Cargo.toml's [profile.dev] (opt-level 1, debug assertions and
+#                           overflow checks), about half the build of release, which cargo fuzz
+#                           builds at opt-level 3 in one codegen unit per crate; the targets run
+#                           about as fast (docs/testing.md). release for long campaigns.
 #
 # The machine has only a stable toolchain: cargo fuzz passes nightly-only flags
 # (-Zsanitizer, -Cllvm-args coverage options under -Z), so RUSTC_BOOTSTRAP=1 is set for it.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 
 secs=${1:-60}
@@ -45,7 +51,28 @@ max_len_of() {
 }
 
 export PATH="$HOME/.cargo/bin:$PATH"
-if ! cargo fuzz --version >/dev/null 2>&1; then
+profile=${PINHOOK_FUZZ_PROFILE:-dev}
+case $profile in
+    dev) profile_dir=debug ;;
+    release) profile_dir=release ;;
+    *)
+        echo "PINHOOK_FUZZ_PROFILE must be dev or release, not '$profile'" >&2
+        echo "fuzz: 0 passed, 1 failed"
+        exit 2
+        ;;
+esac
+# The default build (no sanitizer, dev) is `cargo fuzz build --dev` done by cargo itself, with
+# exactly the flags cargo-fuzz 0.13 passes for it (cargo finds its build fresh and the other
+# way round): no cargo-fuzz to install, which costs a fresh machine about 4 minutes. A sanitizer
+# or the release profile goes through cargo fuzz, installed when missing.
+CARGO_FUZZ_DEV_RUSTFLAGS=" -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing \
+-Cllvm-args=-simplifycfg-branch-fold-threshold=0 -Cllvm-args=-sanitizer-coverage-stack-depth \
+-Cdebug-assertions"
+direct=0
+[[ $sanitizer == none && $profile == dev && -z ${RUSTFLAGS:-} ]] && direct=1
+if ((!direct)) && ! cargo fuzz --version >/dev/null 2>&1; then
     log "installing cargo-fuzz"
     cargo install cargo-fuzz --locked || {
         echo "fuzz: 0 passed, 1 failed"
@@ -53,7 +80,9 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     }
 fi
 
-mapfile -t all < <(cd fuzz && cargo fuzz list 2>/dev/null)
+# every [[bin]] of fuzz/Cargo.toml (what `cargo fuzz list` prints)
+mapfile -t all < <(awk '/^\[\[bin\]\]/ { bin = 1; next } /^\[/ { bin = 0 }
+    bin && $1 == "name" { gsub(/"/, "", $3); print $3 }' fuzz/Cargo.toml)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 if ((${#targets[@]} == 0)); then
@@ -66,18 +95,24 @@ export RUSTC_BOOTSTRAP=1
 # The instrumented build has flags of its own: keep it apart from the main build, whatever
 # CARGO_TARGET_DIR the caller set (the binaries are looked for there).
 export CARGO_TARGET_DIR="$root/fuzz/target"
-build_args=(--sanitizer "$sanitizer")
 [[ -n "${PINHOOK_FUZZ_JOBS:-}" ]] && export CARGO_BUILD_JOBS=$PINHOOK_FUZZ_JOBS
-log "building ${#targets[@]} fuzz targets (sanitizer: $sanitizer)"
+log "building ${#targets[@]} fuzz targets (sanitizer: $sanitizer, profile: $profile)"
 build_start=$SECONDS
-if ! (cd fuzz && nice -n 5 cargo fuzz build "${build_args[@]}" 2>&1 | tail -n 20); then
+if ((direct)); then
+    build=(env "RUSTFLAGS=$CARGO_FUZZ_DEV_RUSTFLAGS" cargo build --manifest-path Cargo.toml
+        --target x86_64-unknown-linux-gnu --bins)
+else
+    build=(cargo fuzz build --sanitizer "$sanitizer")
+    [[ $profile == dev ]] && build+=(--dev)
+fi
+if ! (cd fuzz && nice -n 5 "${build[@]}" 2>&1 | tail -n 20); then
     echo "fuzz: build failed"
     echo "fuzz: 0 passed, ${#targets[@]} failed"
     exit 1
 fi
 log "built in $((SECONDS - build_start)) s"
 
-bin_dir=$root/fuzz/target/x86_64-unknown-linux-gnu/release
+bin_dir=$root/fuzz/target/x86_64-unknown-linux-gnu/$profile_dir
 logs=$root/fuzz/corpus-generated/logs
 mkdir -p "$logs"
 passed=0
