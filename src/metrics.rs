@@ -114,6 +114,9 @@ pub struct Metrics {
     pub unauthenticated_reviews: Counter,
     /// `/v1/dry-run` requests answered 429 because the TokenReview budget was spent.
     pub dry_run_throttled: Counter,
+    /// When the certificate pinhook serves now stops being valid (its `notAfter`), Unix seconds;
+    /// set at each load and reload.
+    pub serving_certificate_expiry: Gauge,
 }
 
 // === impl Metrics ===
@@ -232,8 +235,15 @@ impl Metrics {
             "Dry-run requests answered 429 without a TokenReview because the TokenReview rate limit was reached",
             dry_run_throttled.clone(),
         );
+        let serving_certificate_expiry = Gauge::default();
+        registry.register(
+            "serving_certificate_expiry_timestamp_seconds",
+            "When the serving certificate in use expires (its notAfter), Unix seconds",
+            serving_certificate_expiry.clone(),
+        );
         Metrics {
             registry,
+            serving_certificate_expiry,
             unauthenticated_reviews,
             dry_run_throttled,
             running_images,

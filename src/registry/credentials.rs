@@ -142,7 +142,6 @@ impl Fingerprint {
     pub fn anonymous() -> Fingerprint {
         Credential::Anonymous.fingerprint()
     }
-
 }
 
 impl fmt::Display for Fingerprint {

@@ -160,7 +160,8 @@ pub async fn start(
         None => tls::Clients::none(),
     };
     state.require_client_cert = config.client_ca.is_some();
-    let (tls, reloader) = tls::serving(config.tls, clients).await?;
+    let expiry = state.metrics.serving_certificate_expiry.clone();
+    let (tls, reloader) = tls::serving(config.tls, clients, expiry).await?;
     let listener =
         std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
             addr: config.listen,

@@ -4,7 +4,8 @@
 //! who may present a client certificate: with a client CA (`--client-ca-file`) the handshake
 //! asks for one and refuses a certificate that does not chain to that CA, while a client that
 //! presents none still completes it (probes carry none); [`super::client_auth`] then refuses
-//! such a connection's admission reviews.
+//! such a connection's admission reviews. Each certificate put in service sets
+//! `pinhook_serving_certificate_expiry_timestamp_seconds` to its `notAfter`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum_server::tls_rustls::RustlsConfig;
+use prometheus_client::metrics::gauge::Gauge;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::danger::ClientCertVerifier;
@@ -62,11 +64,16 @@ impl Clients {
         Ok(Clients(Some(verifier)))
     }
 
-    /// The rustls configuration serving `cert` (a PEM chain) with `key`.
-    fn config(&self, cert: &[u8], key: &[u8]) -> io::Result<Arc<ServerConfig>> {
+    /// The rustls configuration serving `cert` (a PEM chain) with `key`, and the first
+    /// certificate's `notAfter` (Unix seconds) when it parses as X.509.
+    fn config(&self, cert: &[u8], key: &[u8]) -> io::Result<(Arc<ServerConfig>, Option<i64>)> {
         let chain = CertificateDer::pem_slice_iter(cert)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io::Error::other(format!("failed to parse the certificate: {e}")))?;
+        let not_after = chain.first().and_then(|leaf| {
+            let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+            Some(parsed.validity().not_after.timestamp())
+        });
         let key = PrivateKeyDer::from_pem_slice(key)
             .map_err(|e| io::Error::other(format!("failed to parse the private key: {e}")))?;
         let builder = ServerConfig::builder();
@@ -78,33 +85,49 @@ impl Clients {
             .with_single_cert(chain, key)
             .map_err(io::Error::other)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Arc::new(config))
+        Ok((Arc::new(config), not_after))
     }
 
-    async fn config_from_files(&self, cert: &Path, key: &Path) -> io::Result<Arc<ServerConfig>> {
+    async fn config_from_files(
+        &self,
+        cert: &Path,
+        key: &Path,
+    ) -> io::Result<(Arc<ServerConfig>, Option<i64>)> {
         let cert = tokio::fs::read(cert).await?;
         let key = tokio::fs::read(key).await?;
         self.config(&cert, &key)
     }
 }
 
-/// The first certificate to serve, and the task that keeps it current.
+/// The certificate put in service: `expiry` says until when it is valid.
+fn in_service(expiry: &Gauge, not_after: Option<i64>) {
+    if let Some(not_after) = not_after {
+        expiry.set(not_after);
+    }
+}
+
+/// The first certificate to serve, and the task that keeps it current; `expiry` follows the
+/// certificate in service.
 pub(super) async fn serving(
     tls: ServerTls,
     clients: Clients,
+    expiry: Gauge,
 ) -> Result<(RustlsConfig, tokio::task::JoinHandle<()>), ServerError> {
     match tls {
         ServerTls::Files { cert, key } => {
-            let config = clients
-                .config_from_files(&cert, &key)
-                .await
-                .map_err(|source| ServerError::LoadTls {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                    source,
-                })?;
+            let (config, not_after) =
+                clients
+                    .config_from_files(&cert, &key)
+                    .await
+                    .map_err(|source| ServerError::LoadTls {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        source,
+                    })?;
+            in_service(&expiry, not_after);
             let tls = RustlsConfig::from_config(config);
-            let reloader = tokio::spawn(watch_certificates(tls.clone(), clients, cert, key));
+            let reloader =
+                tokio::spawn(watch_certificates(tls.clone(), clients, cert, key, expiry));
             Ok((tls, reloader))
         }
         ServerTls::Watched(mut pairs) => {
@@ -112,11 +135,12 @@ pub(super) async fn serving(
                 .borrow_and_update()
                 .clone()
                 .ok_or(ServerError::NoManagedTls)?;
-            let config = clients
+            let (config, not_after) = clients
                 .config(first.cert.as_bytes(), first.key.as_bytes())
                 .map_err(ServerError::LoadManagedTls)?;
+            in_service(&expiry, not_after);
             let tls = RustlsConfig::from_config(config);
-            let reloader = tokio::spawn(follow_certificates(tls.clone(), clients, pairs));
+            let reloader = tokio::spawn(follow_certificates(tls.clone(), clients, pairs, expiry));
             Ok((tls, reloader))
         }
     }
@@ -124,7 +148,13 @@ pub(super) async fn serving(
 
 /// Reloads the certificate when the files change (a mounted Secret is updated in place).
 /// A bad new pair keeps the old one serving; existing connections are not touched.
-async fn watch_certificates(tls: RustlsConfig, clients: Clients, cert: PathBuf, key: PathBuf) {
+async fn watch_certificates(
+    tls: RustlsConfig,
+    clients: Clients,
+    cert: PathBuf,
+    key: PathBuf,
+    expiry: Gauge,
+) {
     let mut seen = (modified(&cert).await, modified(&key).await);
     loop {
         tokio::time::sleep(RELOAD_POLL).await;
@@ -134,8 +164,9 @@ async fn watch_certificates(tls: RustlsConfig, clients: Clients, cert: PathBuf, 
         }
         seen = now;
         match clients.config_from_files(&cert, &key).await {
-            Ok(config) => {
+            Ok((config, not_after)) => {
                 tls.reload_from_config(config);
+                in_service(&expiry, not_after);
                 info!(cert = %cert.display(), "reloaded TLS certificate");
             }
             Err(e) => warn!(
@@ -153,14 +184,16 @@ async fn follow_certificates(
     tls: RustlsConfig,
     clients: Clients,
     mut pairs: tokio::sync::watch::Receiver<Option<Serving>>,
+    expiry: Gauge,
 ) {
     while pairs.changed().await.is_ok() {
         let Some(pair) = pairs.borrow_and_update().clone() else {
             continue;
         };
         match clients.config(pair.cert.as_bytes(), pair.key.as_bytes()) {
-            Ok(config) => {
+            Ok((config, not_after)) => {
                 tls.reload_from_config(config);
+                in_service(&expiry, not_after);
                 info!("serving the TLS Secret's new certificate");
             }
             Err(e) => warn!(

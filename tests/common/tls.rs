@@ -62,7 +62,7 @@ impl TestCa {
     pub fn generate(dir: &Path) -> TestCa {
         fs::create_dir_all(dir).expect("create the TLS directory");
         let (issuer, ca_pem) = new_ca();
-        let server = issue_with(&issuer, &SERVER_SANS);
+        let server = issue_with(&issuer, &SERVER_SANS, None);
         let ca = TestCa {
             issuer,
             ca_pem,
@@ -96,7 +96,12 @@ impl TestCa {
     /// Issues another server certificate from this CA (e.g. for the webhook's
     /// own listener). Entries that parse as IP addresses become IP SANs.
     pub fn issue(&self, sans: &[&str]) -> IssuedCert {
-        issue_with(&self.issuer, sans)
+        issue_with(&self.issuer, sans, None)
+    }
+
+    /// [`issue`](Self::issue), valid until `not_after`.
+    pub fn issue_until(&self, sans: &[&str], not_after: time::OffsetDateTime) -> IssuedCert {
+        issue_with(&self.issuer, sans, Some(not_after))
     }
 
     /// A reqwest client trusting only this CA, never using a proxy.
@@ -130,9 +135,16 @@ fn new_ca() -> (Issuer<'static, KeyPair>, String) {
     (Issuer::new(params, key), pem)
 }
 
-fn issue_with(issuer: &Issuer<'static, KeyPair>, sans: &[&str]) -> IssuedCert {
+fn issue_with(
+    issuer: &Issuer<'static, KeyPair>,
+    sans: &[&str],
+    not_after: Option<time::OffsetDateTime>,
+) -> IssuedCert {
     let names: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
     let mut params = CertificateParams::new(names).expect("SANs are valid DNS names or IPs");
+    if let Some(not_after) = not_after {
+        params.not_after = not_after;
+    }
     let cn = sans.first().copied().unwrap_or("pinhook test server");
     params.distinguished_name.push(DnType::CommonName, cn);
     params.is_ca = IsCa::ExplicitNoCa;

@@ -91,7 +91,10 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
     let ca = TestCa::generate(dir.path());
     let cert_path = dir.path().join("tls.crt");
     let key_path = dir.path().join("tls.key");
-    let first = ca.issue(&["127.0.0.1"]);
+    // 2030-01-01 and 2031-01-01, 00:00 UTC: the expiry gauge follows the certificate served.
+    let (first_end, second_end) = (1_893_456_000, 1_924_992_000);
+    let until = |t| time::OffsetDateTime::from_unix_timestamp(t).expect("a valid time");
+    let first = ca.issue_until(&["127.0.0.1"], until(first_end));
     std::fs::write(&key_path, &first.key_pem).expect("key");
     std::fs::write(&cert_path, &first.cert_pem).expect("cert");
     let config = ServerConfig {
@@ -104,15 +107,16 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
         client_ca: None,
         metrics_listen: None,
     };
-    let running = server::start(config, state(Duration::from_secs(2)))
-        .await
-        .expect("starts");
+    let state = state(Duration::from_secs(2));
+    let expiry = state.metrics.serving_certificate_expiry.clone();
+    let running = server::start(config, state).await.expect("starts");
     let url = format!("https://127.0.0.1:{}/healthz", running.addr.port());
     let client = client(&ca);
     assert_eq!(
         served_certificate(&client, &url).await,
         der_of(&first.cert_pem)
     );
+    assert_eq!(expiry.get(), first_end);
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = {
@@ -129,7 +133,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
         })
     };
 
-    let second = ca.issue(&["127.0.0.1"]);
+    let second = ca.issue_until(&["127.0.0.1"], until(second_end));
     // As a Secret update lands: key and certificate replaced by rename, one after the other.
     std::fs::write(dir.path().join("tls.key.new"), &second.key_pem).expect("key");
     std::fs::rename(dir.path().join("tls.key.new"), &key_path).expect("rename key");
@@ -155,6 +159,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
         der_of(&second.cert_pem),
         "the bad certificate replaced the good one"
     );
+    assert_eq!(expiry.get(), second_end, "the gauge follows the served one");
 
     stop.store(true, Ordering::SeqCst);
     let (ok, failed) = load.await.expect("load");
