@@ -1,0 +1,283 @@
+# shellcheck shell=bash
+# The node-availability-* scenarios' shared parts, sourced by run.sh (definitions only): a steady
+# stream of admissions through the apiserver to the chart's pinhook (chart-node.sh's release, with
+# its defaults) while one disruption happens, and the figures of it.
+#
+#   avail_begin NAME      the release installed and both webhook replicas Ready
+#                         (chart_node_ensure), the namespace e2e-avail-NAME (pinhook.dev/mode=enforce,
+#                         skipped by the tier's own pinhook), every webhook at Fail, and each
+#                         replica's cache warm for the stream's image (a dry-run AdmissionReview
+#                         POSTed to each Pod's /mutate: the apiserver would send them all to one)
+#   avail_stream_start [ARG...]
+#                         availability-stream.py in the background (AVAIL_RATE per second, at most
+#                         AVAIL_SECONDS s and AVAIL_RATE x AVAIL_SECONDS attempts; ARGs: its own),
+#                         a copier of the webhook Pods' logs (a deleted Pod's logs go with it) and
+#                         a watch of the Service's Endpoints (avail_endpoint_gone); then waits
+#                         AVAIL_LEAD s (10), the steady state before the disruption
+#   avail_settle_then_stop
+#                         lets the stream run AVAIL_SETTLE s more, then stops it and waits for it
+#   avail_report READY_AGAIN [EXTRA]
+#                         logs `availability: NAME attempted=N failed=M ... ready_again=Ts spread=...`
+#                         and each failure, appends the line to $RUN/availability/results.txt
+#   avail_expect_none_failed
+#                         1 unless every attempt was answered, none failed and none came back
+#                         unpinned (the goal; node-availability-process-killed asserts its own bound)
+#   avail_end             the namespace deleted (its Pods are unbound: they go at once)
+#
+# Figures: attempted, failed (and unpinned: created without a digest, which would mean a webhook
+# that did not run; counted as failed), refused (only registry-stopped: the documented refusal of
+# an image pinhook never resolved), p50/p99/max latency of the attempts as the client saw them,
+# ready_again (the disruption's start to both webhook replicas Running and Ready again, the
+# disrupted one replaced or restarted) and spread: the stream's reviews each webhook Pod answered,
+# from its log (`review` lines of /mutate in the namespace), `<last 5 characters of the Pod's
+# name>:N`, one per Pod that lived during the stream.
+#
+# Files: $RUN/availability/NAME/ (attempts.tsv: one line per attempt; summary.json; logs/: the
+# webhook Pods' logs as last seen). Uses chart-node.sh's helpers and lib.sh's.
+
+AVAIL_RATE="${AVAIL_RATE:-5}"
+AVAIL_SECONDS="${AVAIL_SECONDS:-150}"
+AVAIL_SETTLE="${AVAIL_SETTLE:-10}"
+AVAIL_LEAD="${AVAIL_LEAD:-10}"
+
+avail_begin() {
+  AVAIL_NAME=$1
+  AVAIL_NS="e2e-avail-$1"
+  AVAIL_OUT="$RUN/availability/$1"
+  AVAIL_T_DISRUPT=""
+  rm -rf "$AVAIL_OUT"
+  mkdir -p "$AVAIL_OUT/logs"
+  chart_node_ensure || return 1
+  AVAIL_IMAGE="$(chart_node_registry)/team/node-web:1.0"
+  e2e_ns "$AVAIL_NS" pinhook.dev/mode=enforce pinhook.dev/e2e-chart=1 || return 1
+  wait_until 30 "pin, validate and mirrors at Fail" chart_node_policies_are "Fail Fail Fail" ||
+    { bad "failurePolicy of pin, validate, mirrors: $(chart_node_policies)"; return 1; }
+  wait_until 30 "the Endpoints to hold both webhook Pods" avail_endpoints_are_live ||
+    { bad "the Service's Endpoints are not the two live webhook Pods"; return 1; }
+  local ip
+  for ip in $(chart_node_live_pods webhook | cut -d' ' -f4); do
+    avail_warm "$ip" "$AVAIL_IMAGE" || { bad "the webhook at $ip did not pin $AVAIL_IMAGE"; return 1; }
+  done
+  ok "both replicas pin $AVAIL_IMAGE (dry-run review POSTed to each Pod)"
+}
+
+# avail_endpoints_are_live: the Service's ready addresses are the two live webhook Pods' IPs
+avail_endpoints_are_live() {
+  chart_node_webhook_pods_ready && chart_node_endpoints_are "$(chart_node_live_pods webhook | cut -d' ' -f4 | sort | tr '\n' ' ')"
+}
+
+# avail_warm IP IMAGE: a dry-run Pod CREATE review POSTed to the webhook Pod at IP (the chart asks
+# no client certificate by default); its patch must pin IMAGE
+avail_warm() {
+  local review
+  review=$(jq -nc --arg ns "$AVAIL_NS" --arg img "$2" '{apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
+    request: {uid: "e2e-availability-warm", kind: {group: "", version: "v1", kind: "Pod"},
+      resource: {group: "", version: "v1", resource: "pods"}, namespace: $ns, name: "warm",
+      operation: "CREATE", userInfo: {username: "e2e-availability"}, dryRun: true,
+      object: {apiVersion: "v1", kind: "Pod", metadata: {name: "warm", namespace: $ns},
+        spec: {containers: [{name: "web", image: $img}]}}}}')
+  curl -s --max-time 10 -k -H 'Content-Type: application/json' --data-binary "$review" "https://$1:8443/mutate" |
+    jq -r '.response.patch // empty' | base64 -d 2>/dev/null | grep -q "$2@sha256:"
+}
+
+avail_server() { K config view --minify -o jsonpath='{.clusters[0].cluster.server}'; }
+
+avail_stream_start() {
+  local server
+  server=$(avail_server)
+  rm -f "$AVAIL_OUT/stop"
+  avail_logs_start
+  avail_endpoints_watch
+  python3 "$E2E_DIR/availability-stream.py" --server "$server" --token-file "$E2E_WORK/pki/admin.token" \
+    --ca "$E2E_WORK/pki/ca.crt" --namespace "$AVAIL_NS" --image "$AVAIL_IMAGE" --rate "$AVAIL_RATE" \
+    --duration "$AVAIL_SECONDS" --count "$(awk -v r="$AVAIL_RATE" -v s="$AVAIL_SECONDS" 'BEGIN{printf "%d", r*s}')" \
+    --out "$AVAIL_OUT/attempts.tsv" --stop-file "$AVAIL_OUT/stop" "$@" \
+    >"$AVAIL_OUT/summary.json" 2>"$AVAIL_OUT/stream.err" &
+  AVAIL_STREAM_PID=$!
+  log "  admission stream started (pid $AVAIL_STREAM_PID): $AVAIL_RATE/s into $AVAIL_NS, at most ${AVAIL_SECONDS}s"
+  # the steady state before the disruption
+  sleep "$AVAIL_LEAD"
+}
+
+# avail_logs_start: every second, each webhook Pod's log files (all its containers' restarts) copied
+# to $AVAIL_OUT/logs/POD.log, until $AVAIL_OUT/stop exists
+avail_logs_start() {
+  (
+    local d p
+    while [[ ! -e $AVAIL_OUT/stop ]]; do
+      for d in /var/log/pods/"${CHART_NS}_${CHART_FULL}"-*; do
+        [[ -d $d/pinhook ]] || continue
+        p=${d#/var/log/pods/"${CHART_NS}"_}
+        p=${p%_*}
+        cat "$d"/pinhook/*.log >"$AVAIL_OUT/logs/$p.log.new" 2>/dev/null && mv -f "$AVAIL_OUT/logs/$p.log.new" "$AVAIL_OUT/logs/$p.log"
+      done
+      sleep 1
+    done
+  ) &
+  AVAIL_LOGS_PID=$!
+}
+
+avail_settle_then_stop() {
+  sleep "$AVAIL_SETTLE"
+  touch "$AVAIL_OUT/stop"
+  wait "$AVAIL_STREAM_PID" || log "  the admission stream exited $?: $(tail -n 3 "$AVAIL_OUT/stream.err" | tr '\n' ' ')"
+  wait "$AVAIL_LOGS_PID" 2>/dev/null || true
+  avail_endpoints_stop
+}
+
+# avail_disrupt: now is the disruption's start (AVAIL_T_DISRUPT, printed as T+ by avail_report)
+avail_disrupt() { AVAIL_T_DISRUPT=$(date +%s.%N); }
+
+# avail_since T0: seconds from T0 (date +%s.%N) to now, one decimal
+avail_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
+
+# avail_spread [ENDPOINT]: "<pod suffix>:N,..." the stream's reviews each webhook Pod logged on
+# ENDPOINT (mutate; validate: the apiserver calls each webhook over a connection of its own)
+avail_spread() {
+  local f p n out=() endpoint=${1:-mutate}
+  for f in "$AVAIL_OUT"/logs/*.log; do
+    [[ -e $f ]] || continue
+    p=$(basename "$f" .log)
+    n=$(cut -d' ' -f4- "$f" | jq -r --arg ns "$AVAIL_NS" --arg e "$endpoint" 'select(.fields.message == "review" and
+      .fields.endpoint == $e and .fields.namespace == $ns and .fields.dry_run != true and
+      (.fields.kind == "Pod" or .fields.kind == "Deployment")) | 1' 2>/dev/null | grep -c . || true)
+    # Pods that only lived before the stream (earlier scenarios') are left out
+    if ((n > 0)) || [[ " $(chart_node_live_pods webhook | cut -d' ' -f1 | tr '\n' ' ') " == *" $p "* ]]; then
+      out+=("${p: -5}:$n")
+    fi
+  done
+  local IFS=,
+  printf '%s' "${out[*]}"
+}
+
+# avail_report READY_AGAIN [EXTRA]: the figures line (and EXTRA), then each failure
+avail_report() {
+  local s line failed unpinned attempted
+  s=$(tail -n1 "$AVAIL_OUT/summary.json")
+  jq -e . >/dev/null 2>&1 <<<"$s" || { bad "the admission stream wrote no summary: $(tail -n 5 "$AVAIL_OUT/stream.err" | tr '\n' ' ')"; return 1; }
+  attempted=$(jq -r .attempted <<<"$s")
+  failed=$(jq -r .failed <<<"$s")
+  unpinned=$(jq -r .unpinned <<<"$s")
+  line="availability: $AVAIL_NAME attempted=$attempted failed=$((failed + unpinned)) refused=$(jq -r .refused <<<"$s")"
+  line+=" p50=$(jq -r .p50_ms <<<"$s")ms p99=$(jq -r .p99_ms <<<"$s")ms max=$(jq -r .max_ms <<<"$s")ms"
+  line+=" ready_again=${1}s spread=$(avail_spread) validate_spread=$(avail_spread validate)${2:+ $2}"
+  log "$line"
+  [[ -z ${AVAIL_T_DISRUPT:-} ]] ||
+    log "  availability: $AVAIL_NAME disruption at T+$(awk -v a="$(jq -r .started <<<"$s")" -v b="$AVAIL_T_DISRUPT" 'BEGIN{printf "%.2f", b-a}')s"
+  printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$line" >>"$RUN/availability/results.txt"
+  avail_failures | head -n 20 | while IFS= read -r l; do log "  availability: $AVAIL_NAME failure: $l"; done
+}
+
+# avail_expect_none_failed: every attempt answered, none failed, none stored unpinned
+avail_expect_none_failed() {
+  local s
+  s=$(tail -n1 "$AVAIL_OUT/summary.json")
+  (($(jq -r .attempted <<<"$s") > 0)) || { bad "no admission attempted"; return 1; }
+  expect_eq "attempts answered" "$(jq -r .answered <<<"$s")" "$(jq -r .attempted <<<"$s")" || return 1
+  expect_eq "unpinned admissions" "$(jq -r .unpinned <<<"$s")" 0 || return 1
+  expect_eq "failed admissions" "$(jq -r .failed <<<"$s")" 0
+}
+
+# avail_failures: the failed and unpinned attempts, "T+<s from the stream's start> <kind> <code> <error>"
+avail_failures() {
+  local t0
+  t0=$(jq -r .started "$AVAIL_OUT/summary.json" 2>/dev/null || echo 0)
+  awk -F'\t' -v t0="$t0" '$6 == "failed" || $6 == "unpinned" {printf "T+%.2fs %s %s %s %s\n", $2 - t0, $4, $5, $6, $7}' \
+    "$AVAIL_OUT/attempts.tsv"
+}
+
+avail_end() { K delete ns "$AVAIL_NS" --wait=false >/dev/null 2>&1 || true; }
+
+# avail_busiest: the live webhook Pod that answered most of the stream's reviews so far (the one
+# the apiserver's connection goes to), or the first live one
+avail_busiest() {
+  local f p n best="" top=-1 live
+  live=" $(chart_node_live_pods webhook | cut -d' ' -f1 | tr '\n' ' ') "
+  for f in "$AVAIL_OUT"/logs/*.log; do
+    [[ -e $f ]] || continue
+    p=$(basename "$f" .log)
+    [[ $live == *" $p "* ]] || continue
+    n=$(cut -d' ' -f4- "$f" | jq -r --arg ns "$AVAIL_NS" 'select(.fields.message == "review" and
+      .fields.endpoint == "mutate" and .fields.namespace == $ns) | 1' 2>/dev/null | grep -c . || true)
+    if ((n > top)); then best=$p top=$n; fi
+  done
+  [[ -n $best ]] || best=$(chart_node_live_pods webhook | head -n1 | cut -d' ' -f1)
+  printf '%s' "$best"
+}
+
+# avail_endpoints_watch: the Service's Endpoints, one timestamped line per change, in
+# $AVAIL_OUT/endpoints.log ("UNIX-TIME IP IP..."), until avail_settle_then_stop
+avail_endpoints_watch() {
+  # (the API's watch through curl: `kubectl get --watch -o jsonpath` printed the first state only)
+  (
+    curl -sN --cacert "$E2E_WORK/pki/ca.crt" -H "Authorization: Bearer $(<"$E2E_WORK/pki/admin.token")" \
+      "$(avail_server)/api/v1/namespaces/$CHART_NS/endpoints?watch=1&fieldSelector=metadata.name%3D$CHART_FULL" |
+      jq --unbuffered -r '[.object.subsets[]?.addresses[]?.ip] | join(" ")' |
+      while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done >"$AVAIL_OUT/endpoints.log"
+  ) &
+  AVAIL_EP_PID=$!
+}
+avail_endpoints_stop() {
+  [[ -n ${AVAIL_EP_PID:-} ]] || return 0
+  pkill -P "$AVAIL_EP_PID" 2>/dev/null || true
+  kill "$AVAIL_EP_PID" 2>/dev/null || true
+  wait "$AVAIL_EP_PID" 2>/dev/null || true
+}
+# avail_endpoint_gone IP T0: the first time after T0 the Endpoints did not hold IP ("" if never)
+avail_endpoint_gone() {
+  awk -v ip="$1" -v t0="$2" '$1 >= t0 { found = 0; for (i = 2; i <= NF; i++) if ($i == ip) found = 1
+    if (!found) { print $1; exit } }' "$AVAIL_OUT/endpoints.log"
+}
+
+# avail_restarted POD RESTARTS: POD's container restarted since (restartCount > RESTARTS) and both
+# webhook Pods Running and Ready
+avail_restarted() {
+  (($(K -n "$CHART_NS" get pod "$1" -o jsonpath='{.status.containerStatuses[0].restartCount}') > $2)) &&
+    chart_node_webhook_pods_ready
+}
+
+# avail_evict POD OUT: POST an Eviction (policy/v1beta1 on 1.20) of the webhook Pod POD; the answer
+# to OUT, the HTTP code to stdout
+avail_evict() {
+  curl -s -o "$2" -w '%{http_code}' --max-time 20 --cacert "$E2E_WORK/pki/ca.crt" \
+    -H "Authorization: Bearer $(<"$E2E_WORK/pki/admin.token")" -H 'Content-Type: application/json' \
+    --data-binary "{\"apiVersion\":\"policy/v1beta1\",\"kind\":\"Eviction\",\"metadata\":{\"name\":\"$1\",\"namespace\":\"$CHART_NS\"}}" \
+    "$(avail_server)/api/v1/namespaces/$CHART_NS/pods/$1/eviction"
+}
+avail_pdb_allowed() { K -n "$CHART_NS" get pdb "$CHART_FULL" -o jsonpath='{.status.disruptionsAllowed}'; }
+avail_pdb_allows() { [[ $(avail_pdb_allowed) == "$1" ]]; }
+
+# avail_registry_stop: the registry as the node and its Pods reach it (node.sh's TLS forwarder
+# NODE_IP:PORT -> REGISTRY_HOST, which pinhook's Pods resolve tags through) stopped: its command
+# line kept in $AVAIL_OUT, its forked connections and itself killed by PID
+avail_registry_stop() {
+  local pidfile="$E2E_WORK/node/registry-forward-${REGISTRY_HOST##*:}.pid" pid c
+  pid=$(<"$pidfile")
+  if ! [[ -d /proc/$pid ]] || ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q socat; then
+    bad "no registry forwarder at PID $pid"
+    return 1
+  fi
+  tr '\0' '\n' <"/proc/$pid/cmdline" >"$AVAIL_OUT/registry-forward.cmdline"
+  for c in $(ps -o pid= --ppid "$pid"); do kill "$c" 2>/dev/null || true; done
+  kill "$pid"
+  wait_until 10 "the registry forwarder (PID $pid) to exit" test ! -d "/proc/$pid" || return 1
+  ! curl -s -o /dev/null --max-time 2 --cacert "$E2E_WORK/pki/ca.crt" "https://$NODE_IP:${REGISTRY_HOST##*:}/v2/" ||
+    { bad "the registry still answers on $NODE_IP"; return 1; }
+}
+# avail_registry_start: the forwarder started again with the same command line, its PID where
+# node.sh's stop finds it
+avail_registry_start() {
+  local port=${REGISTRY_HOST##*:} cmd
+  mapfile -t cmd <"$AVAIL_OUT/registry-forward.cmdline"
+  ((${#cmd[@]} > 1)) || { bad "no saved command line of the registry forwarder"; return 1; }
+  "${cmd[@]}" </dev/null >>"$E2E_WORK/node/registry-forward-$port.log" 2>&1 &
+  echo $! >"$E2E_WORK/node/registry-forward-$port.pid"
+  wait_until 30 "the registry on $NODE_IP:$port again" \
+    curl -s -o /dev/null --max-time 2 --cacert "$E2E_WORK/pki/ca.crt" "https://$NODE_IP:$port/v2/"
+}
+
+# avail_restart_counts: the live webhook Pods' "NAME RESTARTS" lines
+avail_restart_counts() {
+  K -n "$CHART_NS" get pods -l app.kubernetes.io/component=webhook \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.status.containerStatuses[0].restartCount}{"\n"}{end}' | sort
+}
