@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # title: on a real node, helm uninstall of the chart leaves no webhook configuration and Pods are admitted unpinned again
-# order: 943
+# order: 960
 # needs: node
 # proves: With the release of node-chart-install-pinned-image-ready (installed if this runs
 #   alone), in an enforce namespace the tier's own pinhook skips: a dry-run Pod comes back
