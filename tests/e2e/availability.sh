@@ -103,6 +103,9 @@ avail_stream_start() {
 # to $AVAIL_OUT/logs/POD.log, until $AVAIL_OUT/stop exists
 avail_logs_start() {
   (
+    # (a background helper: its failures are not the scenario's, and it ends by a signal)
+    set +e
+    trap - ERR
     local d p
     while [[ ! -e $AVAIL_OUT/stop ]]; do
       for d in /var/log/pods/"${CHART_NS}_${CHART_FULL}"-*; do
@@ -210,6 +213,8 @@ avail_busiest() {
 avail_endpoints_watch() {
   # (the API's watch through curl: `kubectl get --watch -o jsonpath` printed the first state only)
   (
+    set +e
+    trap - ERR
     curl -sN --cacert "$E2E_WORK/pki/ca.crt" -H "Authorization: Bearer $(<"$E2E_WORK/pki/admin.token")" \
       "$(avail_server)/api/v1/namespaces/$CHART_NS/endpoints?watch=1&fieldSelector=metadata.name%3D$CHART_FULL" |
       jq --unbuffered -r '[.object.subsets[]?.addresses[]?.ip] | join(" ")' |
@@ -280,4 +285,58 @@ avail_registry_start() {
 avail_restart_counts() {
   K -n "$CHART_NS" get pods -l app.kubernetes.io/component=webhook \
     -o jsonpath='{range .items[*]}{.metadata.name} {.status.containerStatuses[0].restartCount}{"\n"}{end}' | sort
+}
+
+# avail_pinhook_pid POD: the PID of POD's pinhook process, from containerd (`ctr -n k8s.io tasks
+# ls`: the task of the container the Pod's status names), checked on its command line
+avail_pinhook_pid() {
+  local cid pid
+  cid=$(K -n "$CHART_NS" get pod "$1" -o jsonpath='{.status.containerStatuses[0].containerID}')
+  cid=${cid#containerd://}
+  pid=$(ctr --address "$NODE_SOCK" -n k8s.io tasks ls 2>/dev/null | awk -v id="$cid" '$1 == id {print $2}')
+  [[ $pid =~ ^[0-9]+$ && -d /proc/$pid ]] || { bad "no PID for container ${cid:0:12} of $1 (ctr tasks ls)"; return 1; }
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q pinhook || { bad "PID $pid is not pinhook: $(tr '\0' ' ' <"/proc/$pid/cmdline")"; return 1; }
+  printf '%s' "$pid"
+}
+
+# avail_expect_kill_bound T_KILL IP READY_S: after a SIGKILL of the webhook Pod at IP at T_KILL,
+# whose replica was Ready again READY_S later: every attempt answered, none unpinned, and every
+# failed one a connection error to the Service (refused: kube-proxy still sent the new
+# connection to the dead Pod; reset, EOF, lost: the request was in flight on its connection) that
+# started no earlier than 1 s before the kill (in flight) and no later than 3 s after the
+# Endpoints dropped IP, or the replica was Ready again, whichever came first. docs/availability.md
+# explains this bound with the apiserver's code.
+avail_expect_kill_bound() {
+  local t0=$1 ip=$2 ready=$3 gone back limit rc=0 out
+  gone=$(avail_endpoint_gone "$ip" "$t0")
+  back=$(awk -v t0="$t0" -v r="${ready/timeout/100000}" 'BEGIN{printf "%.3f", t0 + r}')
+  limit=$(awk -v g="${gone:-0}" -v b="$back" 'BEGIN{ if (g > 0 && g + 3 < b) printf "%.3f", g + 3; else printf "%.3f", b }')
+  log "  availability: $AVAIL_NAME killed $ip at $(awk -v t="$t0" 'BEGIN{printf "%.3f", t}'), the Endpoints dropped it $(awk -v g="${gone:-0}" -v t="$t0" 'BEGIN{ if (g > 0) printf "%.1fs", g - t; else print "never" }') after, Ready again ${ready}s after"
+  expect_eq "unpinned admissions" "$(jq -r .unpinned "$AVAIL_OUT/summary.json")" 0 || rc=1
+  expect_eq "attempts answered" "$(jq -r .answered "$AVAIL_OUT/summary.json")" "$(jq -r .attempted "$AVAIL_OUT/summary.json")" || rc=1
+  out=$(awk -F'\t' -v t0="$t0" -v lim="$limit" '$6 == "failed" {
+      conn = ($7 ~ /connect: connection refused|connection reset by peer|: EOF$|http2: client connection lost/)
+      if (!conn || $2 < t0 - 1 || $2 > lim) print }' "$AVAIL_OUT/attempts.tsv")
+  expect_eq "failed attempts that are not a connection error between the kill and $limit" "$out" "" || rc=1
+  return "$rc"
+}
+
+# avail_secret_fp KEY: the SHA-256 fingerprint of the certificate under KEY in the managed TLS
+# Secret ("" when absent)
+avail_secret_fp() {
+  K -n "$CHART_NS" get secret "$CHART_FULL-tls" -o jsonpath="{.data.${1//./\\.}}" | base64 -d 2>/dev/null |
+    openssl x509 -noout -fingerprint -sha256 2>/dev/null | cut -d= -f2
+}
+# avail_rotation_started "OLD...": the webhook Pods are new (none in OLD) and the Secret holds a
+# published next CA
+avail_rotation_started() {
+  chart_node_new_pods_ready "$1" &&
+    [[ -n $(K -n "$CHART_NS" get secret "$CHART_FULL-tls" -o jsonpath='{.metadata.annotations.pinhook\.dev/next-ca-published-at}') ]] &&
+    [[ -n $(avail_secret_fp next.crt) ]]
+}
+# avail_rotation_done NEXT_FP OLD_FP: the CA that was next signs, the old one is previous.crt, no
+# next CA, and every webhook's caBundle is the Secret's ca.crt
+avail_rotation_done() {
+  [[ $(avail_secret_fp signer.crt) == "$1" && $(avail_secret_fp previous.crt) == "$2" && -z $(avail_secret_fp next.crt) ]] &&
+    helm_secret_ca "$CHART_NS" "$CHART_FULL-tls" "$AVAIL_OUT/ca.crt" && helm_bundles_are "$CHART_FULL" "$AVAIL_OUT/ca.crt"
 }
