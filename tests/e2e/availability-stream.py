@@ -17,10 +17,12 @@ apiserver answered it:
 OUTCOME: ok (created, every image has a digest), unpinned (created without a digest: a webhook
 that did not run), refused (with --refusal TEXT: an attempt with --uncached-image refused with a
 message containing TEXT, the documented answer when pinhook cannot resolve an image), failed
-(anything else: the apiserver's message, or the client's error when no answer came).
+(any other answer: the apiserver's message), unanswered (no HTTP answer at all: the client's
+error; the apiserver was not there to admit anything).
 
-The last line of stdout is a JSON summary: attempted, ok, unpinned, refused, failed, p50_ms,
-p99_ms, max_ms (over every attempt that got an answer or an error), started, ended.
+The last line of stdout is a JSON summary: attempted, answered, unanswered (with the attempts
+still running at the end), ok, unpinned, refused, failed, p50_ms, p99_ms, max_ms (over every
+attempt that ended), started, ended.
 """
 
 import argparse
@@ -163,10 +165,13 @@ def attempt(seq, client, args, out, lock, results):
             outcome, err = "ok", ""
         else:
             outcome, err = "unpinned", "stored as " + " ".join(imgs)
+    elif code == 0:
+        # no HTTP answer: the apiserver itself was not there (node-availability-apiserver-restart)
+        outcome = "unanswered"
     else:
         if parsed is not None:
             err = parsed.get("message", json.dumps(parsed))
-        if uncached and code != 0 and args.refusal and args.refusal in err:
+        if uncached and args.refusal and args.refusal in err:
             outcome = "refused"
         else:
             outcome = "failed"
@@ -231,11 +236,12 @@ def main():
     lat = sorted(ms for _, ms in done)
     summary = {
         "attempted": seq,
-        "answered": len(done),
+        "answered": sum(1 for o, _ in done if o != "unanswered"),
+        "unanswered": sum(1 for o, _ in done if o == "unanswered") + (seq - len(done)),
         "ok": sum(1 for o, _ in done if o == "ok"),
         "unpinned": sum(1 for o, _ in done if o == "unpinned"),
         "refused": sum(1 for o, _ in done if o == "refused"),
-        "failed": sum(1 for o, _ in done if o == "failed") + (seq - len(done)),
+        "failed": sum(1 for o, _ in done if o == "failed"),
         "p50_ms": round(percentile(lat, 50), 1),
         "p99_ms": round(percentile(lat, 99), 1),
         "max_ms": round(lat[-1], 1) if lat else 0.0,

@@ -162,13 +162,20 @@ avail_report() {
   failed=$(jq -r .failed <<<"$s")
   unpinned=$(jq -r .unpinned <<<"$s")
   line="availability: $AVAIL_NAME attempted=$attempted failed=$((failed + unpinned)) refused=$(jq -r .refused <<<"$s")"
+  line+=" unanswered=$(jq -r .unanswered <<<"$s")"
   line+=" p50=$(jq -r .p50_ms <<<"$s")ms p99=$(jq -r .p99_ms <<<"$s")ms max=$(jq -r .max_ms <<<"$s")ms"
   line+=" ready_again=${1}s spread=$(avail_spread) validate_spread=$(avail_spread validate)${2:+ $2}"
   log "$line"
   [[ -z ${AVAIL_T_DISRUPT:-} ]] ||
     log "  availability: $AVAIL_NAME disruption at T+$(awk -v a="$(jq -r .started <<<"$s")" -v b="$AVAIL_T_DISRUPT" 'BEGIN{printf "%.2f", b-a}')s"
   printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$line" >>"$RUN/availability/results.txt"
-  avail_failures | head -n 20 | while IFS= read -r l; do log "  availability: $AVAIL_NAME failure: $l"; done
+  # (through a file: `head` closing a pipe early would fail the scenario with SIGPIPE)
+  avail_failures >"$AVAIL_OUT/failures.txt"
+  sed -n 1,20p "$AVAIL_OUT/failures.txt" | while IFS= read -r l; do log "  availability: $AVAIL_NAME failure: $l"; done
+  (($(grep -c . "$AVAIL_OUT/failures.txt") <= 20)) || log "  availability: $AVAIL_NAME ... $(($(grep -c . "$AVAIL_OUT/failures.txt") - 20)) more in $AVAIL_OUT/failures.txt"
+  awk -F'\t' -v t0="$(jq -r .started <<<"$s")" '$6 == "unanswered" { n++; if (!a) { a = $2; ea = $7 } b = $2; eb = $7 }
+    END { if (n) printf "%d unanswered (no HTTP answer) from T+%.2fs to T+%.2fs; first: %s; last: %s\n", n, a - t0, b - t0, ea, eb }' \
+    "$AVAIL_OUT/attempts.tsv" | while IFS= read -r l; do log "  availability: $AVAIL_NAME $l"; done
 }
 
 # avail_expect_none_failed: every attempt answered, none failed, none stored unpinned
@@ -204,7 +211,7 @@ avail_busiest() {
       .fields.endpoint == "mutate" and .fields.namespace == $ns) | 1' 2>/dev/null | grep -c . || true)
     if ((n > top)); then best=$p top=$n; fi
   done
-  [[ -n $best ]] || best=$(chart_node_live_pods webhook | head -n1 | cut -d' ' -f1)
+  [[ -n $best ]] || best=$(chart_node_live_pods webhook | sed -n 1p | cut -d' ' -f1)
   printf '%s' "$best"
 }
 
@@ -340,3 +347,28 @@ avail_rotation_done() {
   [[ $(avail_secret_fp signer.crt) == "$1" && $(avail_secret_fp previous.crt) == "$2" && -z $(avail_secret_fp next.crt) ]] &&
     helm_secret_ca "$CHART_NS" "$CHART_FULL-tls" "$AVAIL_OUT/ca.crt" && helm_bundles_are "$CHART_FULL" "$AVAIL_OUT/ca.crt"
 }
+
+# avail_apiserver_stop: kube-apiserver (cluster.sh's, by the PID in its pid file) stopped with
+# SIGTERM, its command line kept in $AVAIL_OUT; avail_apiserver_start: started again with it, the
+# same log, its PID where cluster.sh's stop finds it, then its /readyz ok (≤ 90 s)
+avail_apiserver_stop() {
+  local pid
+  pid=$(<"$E2E_WORK/kube-apiserver.pid")
+  if ! [[ -d /proc/$pid ]] || ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q kube-apiserver; then
+    bad "no kube-apiserver at PID $pid"
+    return 1
+  fi
+  tr '\0' '\n' <"/proc/$pid/cmdline" >"$AVAIL_OUT/apiserver.cmdline"
+  kill -TERM "$pid"
+  wait_until 90 "kube-apiserver (PID $pid) to exit" test ! -d "/proc/$pid"
+}
+avail_apiserver_start() {
+  local cmd
+  mapfile -t cmd <"$AVAIL_OUT/apiserver.cmdline"
+  ((${#cmd[@]} > 1)) || { bad "no saved command line of kube-apiserver"; return 1; }
+  env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u all_proxy -u ALL_PROXY \
+    "${cmd[@]}" </dev/null >>"$E2E_WORK/kube-apiserver.log" 2>&1 &
+  echo $! >"$E2E_WORK/kube-apiserver.pid"
+  wait_until 90 "kube-apiserver's /readyz" avail_apiserver_ready
+}
+avail_apiserver_ready() { [[ $(kubectl --request-timeout=2s get --raw /readyz 2>/dev/null) == ok ]]; }

@@ -17,7 +17,7 @@ scenario_node_availability_eviction() {
     { bad "PDB $CHART_FULL: status.disruptionsAllowed $(avail_pdb_allowed) (the disruption controller runs?)"; return 1; }
   avail_stream_start
   victim=$(avail_busiest)
-  other=$(chart_node_live_pods webhook | cut -d' ' -f1 | grep -vx "$victim" | head -n1)
+  other=$(chart_node_live_pods webhook | cut -d' ' -f1 | grep -vx "$victim" | sed -n 1p)
   log "  evicting webhook Pod $victim (the busiest so far), then $other"
   avail_disrupt
   t0=$AVAIL_T_DISRUPT
