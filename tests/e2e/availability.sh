@@ -372,3 +372,60 @@ avail_apiserver_start() {
   wait_until 90 "kube-apiserver's /readyz" avail_apiserver_ready
 }
 avail_apiserver_ready() { [[ $(kubectl --request-timeout=2s get --raw /readyz 2>/dev/null) == ok ]]; }
+
+# avail_node_stop: the node "powered off": the kubelet stopped (SIGTERM, by the PID in its pid
+# file), every container killed (SIGKILL through containerd, as a power cut would), containerd
+# stopped, its leftover shims killed; the command lines of the kubelet and containerd kept in
+# $AVAIL_OUT. kube-proxy, the forwarders and the control plane stay up (another machine's, in a
+# cluster). avail_node_start: containerd, then the kubelet, started again with those command lines
+# and their pid files updated (node.sh's stop finds them), then the Node Ready (≤ 120 s).
+avail_node_stop() {
+  local nw="$E2E_WORK/node" name pid t s
+  for name in kubelet containerd; do
+    pid=$(<"$nw/$name.pid")
+    if ! [[ -d /proc/$pid ]] || ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$name"; then
+      bad "no $name at PID $pid"
+      return 1
+    fi
+    tr '\0' '\n' <"/proc/$pid/cmdline" >"$AVAIL_OUT/$name.cmdline"
+  done
+  pid=$(<"$nw/kubelet.pid")
+  kill -TERM "$pid"
+  wait_until 30 "the kubelet (PID $pid) to exit" test ! -d "/proc/$pid" || return 1
+  for t in $(ctr --address "$NODE_SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+    ctr --address "$NODE_SOCK" -n k8s.io tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true
+  done
+  pid=$(<"$nw/containerd.pid")
+  kill -TERM "$pid"
+  wait_until 30 "containerd (PID $pid) to exit" test ! -d "/proc/$pid" || return 1
+  for s in /proc/[0-9]*; do
+    if tr '\0' ' ' 2>/dev/null <"$s/cmdline" | grep -q -- "containerd-shim.* -address $NODE_SOCK"; then
+      kill -KILL "${s#/proc/}" 2>/dev/null || true
+    fi
+  done
+  return 0
+}
+avail_node_start() {
+  local nw="$E2E_WORK/node" name cmd
+  for name in containerd kubelet; do
+    mapfile -t cmd <"$AVAIL_OUT/$name.cmdline"
+    ((${#cmd[@]} > 0)) || { bad "no saved command line of $name"; return 1; }
+    env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u all_proxy -u ALL_PROXY \
+      AWS_EC2_METADATA_DISABLED=true "${cmd[@]}" </dev/null >>"$nw/$name.log" 2>&1 &
+    echo $! >"$nw/$name.pid"
+    if [[ $name == containerd ]]; then
+      wait_until 30 "containerd's socket" ctr --address "$NODE_SOCK" --timeout 2s version || return 1
+    fi
+  done
+  wait_until 120 "the Node Ready" node_ready
+}
+# avail_all_restarted "BEFORE": every webhook Pod of BEFORE ("NAME RESTARTS" lines) restarted
+# since, and both Running and Ready
+avail_all_restarted() {
+  local name n
+  chart_node_webhook_pods_ready || return 1
+  while read -r name n; do
+    [[ -n $name ]] || continue
+    (($(K -n "$CHART_NS" get pod "$name" -o jsonpath='{.status.containerStatuses[0].restartCount}' 2>/dev/null || echo -1) > n)) || return 1
+  done <<<"$1"
+}
