@@ -235,6 +235,10 @@ avail_endpoints_stop() {
   kill "$AVAIL_EP_PID" 2>/dev/null || true
   wait "$AVAIL_EP_PID" 2>/dev/null || true
 }
+# avail_dropped_after IP T0: "<s>s" from T0 until the Endpoints no longer held IP, or "never"
+avail_dropped_after() {
+  awk -v g="$(avail_endpoint_gone "$1" "$2")" -v t="$2" 'BEGIN{ if (g > 0) printf "%.1fs", g - t; else print "never" }'
+}
 # avail_endpoint_gone IP T0: the first time after T0 the Endpoints did not hold IP ("" if never)
 avail_endpoint_gone() {
   awk -v ip="$1" -v t0="$2" '$1 >= t0 { found = 0; for (i = 2; i <= NF; i++) if ($i == ip) found = 1

@@ -11,7 +11,7 @@
 #   fails, none is stored unpinned; the replacement is Running and Ready (ready_again, ≤ 180 s)
 #   and the budget allows one disruption again; one `availability: eviction ...` line.
 scenario_node_availability_eviction() {
-  local victim other t0 ready=timeout rc=0 code1 code2 msg2
+  local victim other ip t0 ready=timeout rc=0 code1 code2 msg2
   avail_begin eviction || return 1
   wait_until 60 "the PodDisruptionBudget to allow 1 disruption" avail_pdb_allows 1 ||
     { bad "PDB $CHART_FULL: status.disruptionsAllowed $(avail_pdb_allowed) (the disruption controller runs?)"; return 1; }
@@ -19,6 +19,7 @@ scenario_node_availability_eviction() {
   victim=$(avail_busiest)
   other=$(chart_node_live_pods webhook | cut -d' ' -f1 | grep -vx "$victim" | sed -n 1p)
   log "  evicting webhook Pod $victim (the busiest so far), then $other"
+  ip=$(K -n "$CHART_NS" get pod "$victim" -o jsonpath='{.status.podIP}')
   avail_disrupt
   t0=$AVAIL_T_DISRUPT
   code1=$(avail_evict "$victim" "$AVAIL_OUT/evict-1.json")
@@ -37,7 +38,7 @@ scenario_node_availability_eviction() {
   wait_until 60 "the PodDisruptionBudget to allow 1 disruption again" avail_pdb_allows 1 ||
     bad "PDB $CHART_FULL: status.disruptionsAllowed $(avail_pdb_allowed) after" || rc=1
   avail_settle_then_stop
-  avail_report "$ready" "victim=${victim: -5} evictions=$code1/$code2"
+  avail_report "$ready" "victim=${victim: -5} endpoints_dropped_after=$(avail_dropped_after "$ip" "$t0") evictions=$code1/$code2"
   avail_expect_none_failed || rc=1
   avail_end
   return "$rc"

@@ -10,11 +10,12 @@
 #   Every attempt is answered, none fails, none is stored unpinned; the ReplicaSet's replacement
 #   is Running and Ready (ready_again, ≤ 180 s); one `availability: pod-deleted ...` line.
 scenario_node_availability_pod_deleted() {
-  local victim t0 ready=timeout rc=0
+  local victim ip t0 ready=timeout rc=0
   avail_begin pod-deleted || return 1
   avail_stream_start
   victim=$(avail_busiest)
   log "  deleting webhook Pod $victim (the busiest so far)"
+  ip=$(K -n "$CHART_NS" get pod "$victim" -o jsonpath='{.status.podIP}')
   avail_disrupt
   t0=$AVAIL_T_DISRUPT
   K -n "$CHART_NS" delete pod "$victim" --wait=false >/dev/null
@@ -24,7 +25,7 @@ scenario_node_availability_pod_deleted() {
     rc=1
   fi
   avail_settle_then_stop
-  avail_report "$ready" "victim=${victim: -5}"
+  avail_report "$ready" "victim=${victim: -5} endpoints_dropped_after=$(avail_dropped_after "$ip" "$t0")"
   avail_expect_none_failed || rc=1
   avail_end
   return "$rc"
