@@ -155,7 +155,7 @@ avail_spread() {
 
 # avail_report READY_AGAIN [EXTRA]: the figures line (and EXTRA), then each failure
 avail_report() {
-  local s line failed unpinned attempted
+  local s line failed unpinned attempted n
   s=$(tail -n1 "$AVAIL_OUT/summary.json")
   jq -e . >/dev/null 2>&1 <<<"$s" || { bad "the admission stream wrote no summary: $(tail -n 5 "$AVAIL_OUT/stream.err" | tr '\n' ' ')"; return 1; }
   attempted=$(jq -r .attempted <<<"$s")
@@ -172,7 +172,8 @@ avail_report() {
   # (through a file: `head` closing a pipe early would fail the scenario with SIGPIPE)
   avail_failures >"$AVAIL_OUT/failures.txt"
   sed -n 1,20p "$AVAIL_OUT/failures.txt" | while IFS= read -r l; do log "  availability: $AVAIL_NAME failure: $l"; done
-  (($(grep -c . "$AVAIL_OUT/failures.txt") <= 20)) || log "  availability: $AVAIL_NAME ... $(($(grep -c . "$AVAIL_OUT/failures.txt") - 20)) more in $AVAIL_OUT/failures.txt"
+  n=$(wc -l <"$AVAIL_OUT/failures.txt")
+  ((n <= 20)) || log "  availability: $AVAIL_NAME ... $((n - 20)) more in $AVAIL_OUT/failures.txt"
   awk -F'\t' -v t0="$(jq -r .started <<<"$s")" '$6 == "unanswered" { n++; if (!a) { a = $2; ea = $7 } b = $2; eb = $7 }
     END { if (n) printf "%d unanswered (no HTTP answer) from T+%.2fs to T+%.2fs; first: %s; last: %s\n", n, a - t0, b - t0, ea, eb }' \
     "$AVAIL_OUT/attempts.tsv" | while IFS= read -r l; do log "  availability: $AVAIL_NAME $l"; done
@@ -292,10 +293,11 @@ avail_registry_start() {
     curl -s -o /dev/null --max-time 2 --cacert "$E2E_WORK/pki/ca.crt" "https://$NODE_IP:$port/v2/"
 }
 
-# avail_restart_counts: the live webhook Pods' "NAME RESTARTS" lines
+# avail_restart_counts: the live webhook Pods' "NAME RESTARTS" lines (a Pod being deleted, as
+# the previous scenario's victim may still be, is not one of them)
 avail_restart_counts() {
-  K -n "$CHART_NS" get pods -l app.kubernetes.io/component=webhook \
-    -o jsonpath='{range .items[*]}{.metadata.name} {.status.containerStatuses[0].restartCount}{"\n"}{end}' | sort
+  K -n "$CHART_NS" get pods -l app.kubernetes.io/component=webhook -o json | jq -r '.items[] |
+    select(.metadata.deletionTimestamp == null) | "\(.metadata.name) \(.status.containerStatuses[0].restartCount)"' | sort
 }
 
 # avail_pinhook_pid POD: the PID of POD's pinhook process, from containerd (`ctr -n k8s.io tasks
