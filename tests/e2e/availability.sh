@@ -17,23 +17,36 @@
 #   avail_settle_then_stop
 #                         lets the stream run AVAIL_SETTLE s more, then stops it and waits for it
 #   avail_report READY_AGAIN [EXTRA]
-#                         logs `availability: NAME attempted=N failed=M ... ready_again=Ts spread=...`
-#                         and each failure, appends the line to $RUN/availability/results.txt
+#                         logs `availability: NAME attempted=N failed=M refused=R unanswered=U
+#                         p50= p99= max= ready_again=Ts spread=... validate_spread=... EXTRA`, the
+#                         first 20 failures with the apiserver's message, the unanswered span, and
+#                         appends the line to $RUN/availability/results.txt
 #   avail_expect_none_failed
 #                         1 unless every attempt was answered, none failed and none came back
-#                         unpinned (the goal; node-availability-process-killed asserts its own bound)
+#                         unpinned (the goal)
+#   avail_expect_kill_bound T_KILL IP READY_S
+#                         after a SIGKILL: only the connection errors docs/availability.md explains
 #   avail_end             the namespace deleted (its Pods are unbound: they go at once)
+# and the disruptions' own helpers: avail_busiest (the Pod the apiserver's connection goes to),
+# avail_pinhook_pid (a Pod's pinhook PID through containerd), avail_evict, avail_pdb_allows,
+# avail_registry_stop/_start (node.sh's registry forwarder), avail_apiserver_stop/_start,
+# avail_node_stop/_start (kubelet and containerd, every container killed), avail_rotation_started/
+# _done (the managed TLS Secret), avail_restarted, avail_all_restarted, avail_restart_counts.
+# A process started again (forwarder, apiserver, containerd, kubelet) gets the same command line
+# and its PID in the pid file the teardown reads.
 #
 # Figures: attempted, failed (and unpinned: created without a digest, which would mean a webhook
 # that did not run; counted as failed), refused (only registry-stopped: the documented refusal of
-# an image pinhook never resolved), p50/p99/max latency of the attempts as the client saw them,
-# ready_again (the disruption's start to both webhook replicas Running and Ready again, the
-# disrupted one replaced or restarted) and spread: the stream's reviews each webhook Pod answered,
-# from its log (`review` lines of /mutate in the namespace), `<last 5 characters of the Pod's
-# name>:N`, one per Pod that lived during the stream.
+# an image pinhook never resolved), unanswered (no HTTP answer: only while the apiserver is away),
+# p50/p99/max latency of the answered attempts as the client saw them, ready_again (the
+# disruption's start to both webhook replicas Running and Ready again, the disrupted one replaced
+# or restarted) and spread: the stream's reviews each webhook Pod answered, from its log (`review`
+# lines of /mutate, and of /validate for validate_spread, in the namespace), `<last 5 characters
+# of the Pod's name>:N`, one per Pod that answered any or is live at the end.
 #
-# Files: $RUN/availability/NAME/ (attempts.tsv: one line per attempt; summary.json; logs/: the
-# webhook Pods' logs as last seen). Uses chart-node.sh's helpers and lib.sh's.
+# Files: $RUN/availability/NAME/ (attempts.tsv: one line per attempt; summary.json; failures.txt;
+# endpoints.log; logs/: the webhook Pods' logs as last seen). Uses chart-node.sh's helpers and
+# lib.sh's.
 
 AVAIL_RATE="${AVAIL_RATE:-5}"
 AVAIL_SECONDS="${AVAIL_SECONDS:-150}"

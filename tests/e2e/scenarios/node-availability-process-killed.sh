@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# title: on a real node, the webhook process serving the apiserver SIGKILLed under a steady stream of admissions: only the explained dial failures
+# title: on a real node, the webhook process serving the apiserver SIGKILLed under a steady stream of admissions: only the connection errors the apiserver's code explains
 # order: 946
 # needs: node
 # proves: With the chart's release (as node-availability-rollout-restart) and the same stream of
