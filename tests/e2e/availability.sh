@@ -99,38 +99,45 @@ avail_stream_start() {
   local server
   server=$(avail_server)
   rm -f "$AVAIL_OUT/stop"
-  avail_logs_start
-  avail_endpoints_watch
   python3 "$E2E_DIR/availability-stream.py" --server "$server" --token-file "$E2E_WORK/pki/admin.token" \
     --ca "$E2E_WORK/pki/ca.crt" --namespace "$AVAIL_NS" --image "$AVAIL_IMAGE" --rate "$AVAIL_RATE" \
     --duration "$AVAIL_SECONDS" --count "$(awk -v r="$AVAIL_RATE" -v s="$AVAIL_SECONDS" 'BEGIN{printf "%d", r*s}')" \
     --out "$AVAIL_OUT/attempts.tsv" --stop-file "$AVAIL_OUT/stop" "$@" \
     >"$AVAIL_OUT/summary.json" 2>"$AVAIL_OUT/stream.err" &
   AVAIL_STREAM_PID=$!
+  # (both end with the stream at the latest, should the scenario stop before avail_settle_then_stop)
+  avail_logs_start
+  avail_endpoints_watch
   log "  admission stream started (pid $AVAIL_STREAM_PID): $AVAIL_RATE/s into $AVAIL_NS, at most ${AVAIL_SECONDS}s"
   # the steady state before the disruption
   sleep "$AVAIL_LEAD"
 }
 
 # avail_logs_start: every second, each webhook Pod's log files (all its containers' restarts) copied
-# to $AVAIL_OUT/logs/POD.log, until $AVAIL_OUT/stop exists
+# to $AVAIL_OUT/logs/POD.log (avail_logs_copy), until $AVAIL_OUT/stop exists or the stream has
+# ended, then once more
 avail_logs_start() {
   (
-    # (a background helper: its failures are not the scenario's, and it ends by a signal)
+    # (a background helper: its failures are not the scenario's; it ends with the stream)
     set +e
     trap - ERR
-    local d p
-    while [[ ! -e $AVAIL_OUT/stop ]]; do
-      for d in /var/log/pods/"${CHART_NS}_${CHART_FULL}"-*; do
-        [[ -d $d/pinhook ]] || continue
-        p=${d#/var/log/pods/"${CHART_NS}"_}
-        p=${p%_*}
-        cat "$d"/pinhook/*.log >"$AVAIL_OUT/logs/$p.log.new" 2>/dev/null && mv -f "$AVAIL_OUT/logs/$p.log.new" "$AVAIL_OUT/logs/$p.log"
-      done
-      sleep 1
+    local last=0
+    while ((!last)); do
+      [[ ! -e $AVAIL_OUT/stop && -d /proc/$AVAIL_STREAM_PID ]] || last=1
+      avail_logs_copy
+      ((last)) || sleep 1
     done
   ) &
   AVAIL_LOGS_PID=$!
+}
+avail_logs_copy() {
+  local d p
+  for d in /var/log/pods/"${CHART_NS}_${CHART_FULL}"-*; do
+    [[ -d $d/pinhook ]] || continue
+    p=${d#/var/log/pods/"${CHART_NS}"_}
+    p=${p%_*}
+    cat "$d"/pinhook/*.log >"$AVAIL_OUT/logs/$p.log.new" 2>/dev/null && mv -f "$AVAIL_OUT/logs/$p.log.new" "$AVAIL_OUT/logs/$p.log"
+  done
 }
 
 avail_settle_then_stop() {
@@ -138,6 +145,7 @@ avail_settle_then_stop() {
   touch "$AVAIL_OUT/stop"
   wait "$AVAIL_STREAM_PID" || log "  the admission stream exited $?: $(tail -n 3 "$AVAIL_OUT/stream.err" | tr '\n' ' ')"
   wait "$AVAIL_LOGS_PID" 2>/dev/null || true
+  avail_logs_copy # (the reviews of the stream's last attempts)
   avail_endpoints_stop
 }
 
@@ -236,7 +244,7 @@ avail_endpoints_watch() {
   (
     set +e
     trap - ERR
-    curl -sN --cacert "$E2E_WORK/pki/ca.crt" -H "Authorization: Bearer $(<"$E2E_WORK/pki/admin.token")" \
+    curl -sN --max-time "$((${AVAIL_SECONDS%.*} + 60))" --cacert "$E2E_WORK/pki/ca.crt" -H "Authorization: Bearer $(<"$E2E_WORK/pki/admin.token")" \
       "$(avail_server)/api/v1/namespaces/$CHART_NS/endpoints?watch=1&fieldSelector=metadata.name%3D$CHART_FULL" |
       jq --unbuffered -r '[.object.subsets[]?.addresses[]?.ip] | join(" ")' |
       while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done >"$AVAIL_OUT/endpoints.log"
