@@ -325,9 +325,10 @@ e2e_start() {
 # The workload controllers (the tier without a node), and the ones a node needs besides them
 # (node.sh: Services get Endpoints, ServiceAccounts get token Secrets, deleted namespaces go,
 # Nodes get their lifecycle taints, a deleted Deployment's ReplicaSets and Pods go: `helm
-# uninstall` of the chart, node-chart-uninstall-admits-again)
+# uninstall` of the chart, node-chart-uninstall-admits-again; PodDisruptionBudgets get their
+# status, which the Eviction API reads: node-availability-eviction)
 E2E_KCM_CONTROLLERS=deployment,replicaset,statefulset,daemonset,job,cronjob
-E2E_KCM_NODE_CONTROLLERS=endpoint,serviceaccount-token,namespace,nodelifecycle,garbagecollector
+E2E_KCM_NODE_CONTROLLERS=endpoint,serviceaccount-token,namespace,nodelifecycle,garbagecollector,disruption
 
 # _e2e_start_kcm CONTROLLERS: start kube-controller-manager with these controllers, wait for /healthz
 _e2e_start_kcm() {

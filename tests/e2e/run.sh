@@ -97,6 +97,8 @@ source "$E2E_DIR/helm.sh"
 source "$E2E_DIR/watch.sh"
 # shellcheck source=tests/e2e/chart-node.sh
 source "$E2E_DIR/chart-node.sh"
+# shellcheck source=tests/e2e/availability.sh
+source "$E2E_DIR/availability.sh"
 
 # --- the scenario files: headers checked, each sourced ------------------------------------------
 declare -A TITLE=() DEFAULT=() NEEDS=()
@@ -128,9 +130,9 @@ done < <(scenario_files)
 ((n_files > 0)) || problems+=("no scenario file in $E2E_DIR/scenarios")
 # sourced one after the other, two files defining the same function would silently share one
 while IFS= read -r dup; do
-  problems+=("function $dup is defined twice in lib.sh, helm.sh, watch.sh, chart-node.sh or scenarios/")
+  problems+=("function $dup is defined twice in lib.sh, helm.sh, watch.sh, chart-node.sh, availability.sh or scenarios/")
 done < <(sed -n 's/^\([a-zA-Z_][a-zA-Z0-9_]*\)() *{.*/\1/p' "$E2E_DIR/lib.sh" "$E2E_DIR/helm.sh" \
-  "$E2E_DIR/watch.sh" "$E2E_DIR/chart-node.sh" "$E2E_DIR"/scenarios/*.sh | sort | uniq -d)
+  "$E2E_DIR/watch.sh" "$E2E_DIR/chart-node.sh" "$E2E_DIR/availability.sh" "$E2E_DIR"/scenarios/*.sh | sort | uniq -d)
 if ((${#problems[@]} > 0)); then
   printf 'run.sh: %s\n' "${problems[@]}" >&2
   exit 2

@@ -1,12 +1,13 @@
 # shellcheck shell=bash
 # title: on a real node, helm uninstall of the chart leaves no webhook configuration and Pods are admitted unpinned again
-# order: 943
+# order: 960
 # needs: node
 # proves: With the release of node-chart-install-pinned-image-ready (installed if this runs
 #   alone), in an enforce namespace the tier's own pinhook skips: a dry-run Pod comes back
 #   pinned by the chart's pinhook; `helm uninstall` succeeds, no Mutating- or
 #   ValidatingWebhookConfiguration named after the release is left, nor a Deployment,
-#   ReplicaSet, Service or ConfigMap of it, and every Pod of it is being deleted;
+#   ReplicaSet, Service or ConfigMap of it (≤ 60 s: the garbage collector deletes the
+#   ReplicaSets), and every Pod of it is being deleted;
 #   then a Pod with the same tag-only image is created and stored exactly as written (no digest),
 #   and runs on the node. The tier's own webhooks are put back as they were.
 scenario_node_chart_uninstall_admits_again() {
@@ -23,8 +24,12 @@ scenario_node_chart_uninstall_admits_again() {
   fi
   expect_eq "webhook configurations named $CHART_FULL" \
     "$(K get mutatingwebhookconfiguration,validatingwebhookconfiguration -o name | grep -c "/$CHART_FULL\$" || true)" 0 || rc=1
+  # (helm deletes the Deployments; the garbage collector deletes their ReplicaSets in the
+  # background, which takes longer after the node-availability-* scenarios' rollouts left several)
+  wait_until 60 "no Deployment, ReplicaSet, Service or ConfigMap of the release" node_chart_release_objects_gone || true
   expect_eq "Deployments, ReplicaSets, Services, ConfigMaps of the release left in $CHART_NS" \
-    "$(K -n "$CHART_NS" get deployment,replicaset,service,configmap -l app.kubernetes.io/instance="$CHART_REL" -o name | grep -c . || true)" 0 || rc=1
+    "$(node_chart_release_objects | grep -c . || true)" 0 ||
+    { node_chart_release_objects | while IFS= read -r l; do log "  left: $l"; done; rc=1; }
   # (a deleted Pod is removed by the kubelet up to about a minute after its container stopped)
   wait_until 60 "no live Pod of the release" chart_node_no_live_pods || true
   expect_eq "Pods of the release not being deleted" "$(chart_node_no_live_pods_count)" 0 || rc=1
@@ -49,3 +54,7 @@ EOF
   K delete ns "$ns" "$CHART_NS" --wait=false >/dev/null || true
   return "$rc"
 }
+node_chart_release_objects() {
+  K -n "$CHART_NS" get deployment,replicaset,service,configmap -l app.kubernetes.io/instance="$CHART_REL" -o name
+}
+node_chart_release_objects_gone() { [[ -z $(node_chart_release_objects) ]]; }

@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# title: on a real node, kube-apiserver restarted under a steady stream of admissions: every admission it answers succeeds, pinned
+# order: 951
+# needs: node
+# proves: With the chart's release (as node-availability-rollout-restart) and the same stream of
+#   admissions (availability.sh): kube-apiserver is stopped (SIGTERM) and started again with the
+#   same command line. While it is away the client gets no HTTP answer (`unanswered`: nothing was
+#   admitted or refused, counted apart), and only then: no attempt is unanswered before the stop
+#   or more than 1 s after its /readyz answers again. Every attempt the apiserver answers, before,
+#   during its shutdown and after its start, succeeds and is stored pinned (none fails: its new
+#   webhook clients dial pinhook's Service afresh); both webhook Pods are Running and Ready after,
+#   with no restart; ready_again is the apiserver's stop to its /readyz; one
+#   `availability: apiserver-restart ...` line.
+scenario_node_availability_apiserver_restart() {
+  local rc=0 before after t0 tup ready=timeout out
+  avail_begin apiserver-restart || return 1
+  before=$(avail_restart_counts)
+  avail_stream_start
+  log "  stopping kube-apiserver (PID $(<"$E2E_WORK/kube-apiserver.pid"))"
+  avail_disrupt
+  t0=$AVAIL_T_DISRUPT
+  avail_apiserver_stop || rc=1
+  log "  kube-apiserver stopped after $(avail_since "$t0")s; starting it again"
+  if avail_apiserver_start; then
+    ready=$(avail_since "$t0")
+    tup=$(date +%s.%N)
+    log "  kube-apiserver ready again ${ready}s after the stop began"
+  else
+    rc=1
+    tup=$(date +%s.%N)
+  fi
+  wait_until 60 "both webhook Pods Running and Ready" chart_node_webhook_pods_ready || rc=1
+  avail_settle_then_stop
+  after=$(avail_restart_counts)
+  expect_eq "webhook Pods and restarts (before: $(tr '\n' ' ' <<<"$before"))" "$after" "$before" || rc=1
+  avail_report "$ready"
+  expect_eq "unpinned admissions" "$(jq -r .unpinned "$AVAIL_OUT/summary.json")" 0 || rc=1
+  expect_eq "failed admissions (answered by the apiserver)" "$(jq -r .failed "$AVAIL_OUT/summary.json")" 0 || rc=1
+  out=$(awk -F'\t' -v t0="$t0" -v t1="$tup" '$6 == "unanswered" && ($2 < t0 - 1 || $2 > t1 + 1)' "$AVAIL_OUT/attempts.tsv")
+  expect_eq "attempts unanswered outside the apiserver's absence" "$out" "" || rc=1
+  avail_end
+  return "$rc"
+}
