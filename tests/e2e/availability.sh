@@ -95,6 +95,7 @@ avail_warm() {
 
 avail_server() { K config view --minify -o jsonpath='{.clusters[0].cluster.server}'; }
 
+# shellcheck disable=SC2120 # (optional arguments: node-availability-registry-stopped passes some)
 avail_stream_start() {
   local server
   server=$(avail_server)
@@ -151,6 +152,19 @@ avail_settle_then_stop() {
 
 # avail_disrupt: now is the disruption's start (AVAIL_T_DISRUPT, printed as T+ by avail_report)
 avail_disrupt() { AVAIL_T_DISRUPT=$(date +%s.%N); }
+# avail_upgrade WHAT HELM-ARGS...: the stream started, then the disruption: `helm3 upgrade` of the
+# release with its values and HELM-ARGS (log $AVAIL_OUT/upgrade.log); non-zero, said, when it fails
+avail_upgrade() {
+  local what=$1
+  shift
+  # shellcheck disable=SC2119 # (no arguments of its own here)
+  avail_stream_start
+  log "  helm3 upgrade $CHART_REL: $what"
+  avail_disrupt
+  helm3 upgrade "$CHART_REL" "$ROOT/charts/pinhook" -n "$CHART_NS" -f "$CHART_DIR_RUN/values.yaml" \
+    "$@" >"$AVAIL_OUT/upgrade.log" 2>&1 ||
+    bad "helm3 upgrade failed: $(tail -n 5 "$AVAIL_OUT/upgrade.log" | tr '\n' ' ')"
+}
 
 # avail_since T0: seconds from T0 (date +%s.%N) to now, one decimal
 avail_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }

@@ -21,16 +21,12 @@ scenario_node_availability_ca_rotation_holder_killed() {
   avail_begin ca-rotation-holder-killed || return 1
   old_fp=$(avail_secret_fp signer.crt)
   old=$(chart_node_live_pods webhook | cut -d' ' -f1 | tr '\n' ' ')
-  avail_stream_start
-  log "  helm3 upgrade $CHART_REL: tls.managed.caLifetime=12h, certLifetime=1h (signer now ${old_fp:0:16})"
-  avail_disrupt
-  t0=$AVAIL_T_DISRUPT
-  if ! helm3 upgrade "$CHART_REL" "$ROOT/charts/pinhook" -n "$CHART_NS" -f "$CHART_DIR_RUN/values.yaml" \
-    --set tls.managed.caLifetime=12h --set tls.managed.certLifetime=1h >"$AVAIL_OUT/upgrade.log" 2>&1; then
-    bad "helm3 upgrade failed: $(tail -n 5 "$AVAIL_OUT/upgrade.log" | tr '\n' ' ')"
+  if ! avail_upgrade "tls.managed.caLifetime=12h, certLifetime=1h (signer now ${old_fp:0:16})" \
+    --set tls.managed.caLifetime=12h --set tls.managed.certLifetime=1h; then
     avail_settle_then_stop
     return 1
   fi
+  t0=$AVAIL_T_DISRUPT
   if ! wait_until 150 "the next CA published (pinhook.dev/next-ca-published-at) by a new Pod" avail_rotation_started "$old"; then
     bad "no CA rotation started: $(K -n "$CHART_NS" get secret "$CHART_FULL-tls" -o jsonpath='{.metadata.annotations}')"
     avail_settle_then_stop

@@ -27,15 +27,10 @@ scenario_node_availability_helm_upgrade() {
     { bad "no new digest from image.sh: '$digest' (installed: $CHART_IMAGE_DIGEST)"; return 1; }
   log "  new image $reg/pinhook/pinhook:$tag@$digest (installed: $CHART_IMAGE_DIGEST)"
   old=$(chart_node_live_pods webhook | cut -d' ' -f1 | tr '\n' ' ')
-  avail_stream_start
-  log "  helm3 upgrade $CHART_REL: image $tag@${digest:0:19}..., resources.requests.cpu=60m, a pod annotation"
-  avail_disrupt
-  t0=$AVAIL_T_DISRUPT
-  if ! helm3 upgrade "$CHART_REL" "$ROOT/charts/pinhook" -n "$CHART_NS" -f "$CHART_DIR_RUN/values.yaml" \
+  avail_upgrade "image $tag@${digest:0:19}..., resources.requests.cpu=60m, a pod annotation" \
     --set image.tag="$tag" --set image.digest="$digest" --set resources.requests.cpu=60m \
-    --set-string 'podAnnotations.e2e\.pinhook\.dev/upgraded=yes' >"$AVAIL_OUT/upgrade.log" 2>&1; then
-    bad "helm3 upgrade failed: $(tail -n 5 "$AVAIL_OUT/upgrade.log" | tr '\n' ' ')" || rc=1
-  fi
+    --set-string 'podAnnotations.e2e\.pinhook\.dev/upgraded=yes' || rc=1
+  t0=$AVAIL_T_DISRUPT
   if wait_until 240 "two new webhook Pods Running and Ready" chart_node_new_pods_ready "$old"; then
     ready=$(avail_since "$t0")
   else
