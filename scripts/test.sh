@@ -159,7 +159,8 @@ if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
 fi
 
 if ((${#failed_tiers[@]} == 0)); then log "all tests passed"; else log "failed tiers: ${failed_tiers[*]}"; fi
-echo "tier seconds: $(IFS=,; echo "${tier_times[*]}" | sed 's/,/, /g') (total $SECONDS)"
+times_line=$(IFS=,; echo "${tier_times[*]}")
+echo "tier seconds: ${times_line//,/, } (total $SECONDS)"
 echo "harness self-tests: $harness_passed passed, $harness_failed failed"
 echo "failed tiers: ${failed_tiers[*]:-none}"
 echo "total: $passed passed, $failed failed"
