@@ -305,7 +305,7 @@ avail_pdb_allows() { [[ $(avail_pdb_allowed) == "$1" ]]; }
 avail_registry_stop() {
   local pidfile="$E2E_WORK/node/registry-forward-${REGISTRY_HOST##*:}.pid" pid c
   pid=$(<"$pidfile")
-  if ! [[ -d /proc/$pid ]] || ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q socat; then
+  if ! [[ -d /proc/$pid ]] || ! _e2e_cmdline_has "$pid" socat; then
     bad "no registry forwarder at PID $pid"
     return 1
   fi
@@ -343,7 +343,7 @@ avail_pinhook_pid() {
   cid=${cid#containerd://}
   pid=$(ctr --address "$NODE_SOCK" -n k8s.io tasks ls 2>/dev/null | awk -v id="$cid" '$1 == id {print $2}')
   [[ $pid =~ ^[0-9]+$ && -d /proc/$pid ]] || { bad "no PID for container ${cid:0:12} of $1 (ctr tasks ls)"; return 1; }
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q pinhook || { bad "PID $pid is not pinhook: $(tr '\0' ' ' <"/proc/$pid/cmdline")"; return 1; }
+  _e2e_cmdline_has "$pid" pinhook || { bad "PID $pid is not pinhook: $(tr '\0' ' ' <"/proc/$pid/cmdline")"; return 1; }
   printf '%s' "$pid"
 }
 
@@ -395,7 +395,7 @@ avail_rotation_done() {
 avail_apiserver_stop() {
   local pid
   pid=$(<"$E2E_WORK/kube-apiserver.pid")
-  if ! [[ -d /proc/$pid ]] || ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q kube-apiserver; then
+  if ! [[ -d /proc/$pid ]] || ! _e2e_cmdline_has "$pid" kube-apiserver; then
     bad "no kube-apiserver at PID $pid"
     return 1
   fi
@@ -424,7 +424,7 @@ avail_node_stop() {
   local nw="$E2E_WORK/node" name pid t s
   for name in kubelet containerd; do
     pid=$(<"$nw/$name.pid")
-    if ! [[ -d /proc/$pid ]] || ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$name"; then
+    if ! [[ -d /proc/$pid ]] || ! _e2e_cmdline_has "$pid" "$name"; then
       bad "no $name at PID $pid"
       return 1
     fi
@@ -440,7 +440,7 @@ avail_node_stop() {
   kill -TERM "$pid"
   wait_until 30 "containerd (PID $pid) to exit" test ! -d "/proc/$pid" || return 1
   for s in /proc/[0-9]*; do
-    if tr '\0' ' ' 2>/dev/null <"$s/cmdline" | grep -q -- "containerd-shim.* -address $NODE_SOCK"; then
+    if _e2e_cmdline_has "${s#/proc/}" "containerd-shim.* -address $NODE_SOCK"; then
       kill -KILL "${s#/proc/}" 2>/dev/null || true
     fi
   done

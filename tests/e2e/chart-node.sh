@@ -150,7 +150,7 @@ chart_node_exclude_tier() {
   local kind patch
   for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
     [[ -s $CHART_DIR_RUN/tier-$kind.json ]] || K get "$kind" pinhook -o json >"$CHART_DIR_RUN/tier-$kind.json" || return 1
-    K get "$kind" pinhook -o json | grep -q 'pinhook.dev/e2e-chart' && continue
+    grep -q 'pinhook.dev/e2e-chart' <<<"$(K get "$kind" pinhook -o json)" && continue
     patch=$(K get "$kind" pinhook -o json | jq -c '[range(0; .webhooks | length) as $i |
       {op: "add", path: "/webhooks/\($i)/namespaceSelector/matchExpressions/-",
        value: {key: "pinhook.dev/e2e-chart", operator: "DoesNotExist"}}]')
@@ -162,7 +162,7 @@ chart_node_exclude_tier() {
 chart_node_restore() {
   local kind patch
   for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
-    K get "$kind" pinhook -o json | grep -q 'pinhook.dev/e2e-chart' || continue
+    grep -q 'pinhook.dev/e2e-chart' <<<"$(K get "$kind" pinhook -o json)" || continue
     patch=$(K get "$kind" pinhook -o json | jq -c '[range(0; .webhooks | length) as $i |
       (.webhooks[$i].namespaceSelector.matchExpressions | map(.key) | index("pinhook.dev/e2e-chart")) as $j |
       select($j != null) | {op: "remove", path: "/webhooks/\($i)/namespaceSelector/matchExpressions/\($j)"}]')

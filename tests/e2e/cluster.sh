@@ -59,13 +59,22 @@ _e2e_vars() {
 
 _e2e_log() { printf '%s [cluster] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 
+# _e2e_cmdline_has PID REGEX: process PID runs and its command line (arguments joined by spaces)
+# matches the grep REGEX. Read whole first: `tr … | grep -q` under pipefail fails at random when
+# grep exits on a match before tr wrote its last chunk (a command line over a page: SIGPIPE).
+_e2e_cmdline_has() {
+  local cmdline
+  cmdline=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  grep -q -- "$2" <<<"$cmdline"
+}
+
 # pid_alive PIDFILE NAME: the PID in PIDFILE is running and is NAME
 _e2e_pid_alive() {
   local pidfile=$1 name=$2 pid
   [[ -s $pidfile ]] || return 1
   pid=$(<"$pidfile")
   [[ -d /proc/$pid ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name"
+  _e2e_cmdline_has "$pid" "$name"
 }
 
 _e2e_port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
@@ -363,7 +372,7 @@ e2e_controllers_for_node() {
   _e2e_vars
   local pidfile="$E2E_WORK/kube-controller-manager.pid"
   if _e2e_pid_alive "$pidfile" kube-controller-manager &&
-    tr '\0' ' ' <"/proc/$(<"$pidfile")/cmdline" | grep -q -- "--controllers=.*,$E2E_KCM_NODE_CONTROLLERS"; then
+    _e2e_cmdline_has "$(<"$pidfile")" "--controllers=.*,$E2E_KCM_NODE_CONTROLLERS"; then
     return 0
   fi
   _e2e_kill kube-controller-manager

@@ -70,7 +70,16 @@ scenarios_in_order() {
 
 # === logging, ports, processes ====================================================================
 log() { printf '%s [e2e] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)" "$*" | sed 's/\x1b\[[0-9;]*m//g' >&2; }
-die() { log "ERROR: $*"; exit 1; }
+die() {
+  log "ERROR: $*"
+  _keep_failure "$*"
+  exit 1
+}
+# _keep_failure WHY: append to $RUN/failures (run.sh repeats those lines last, where a CI log's
+# tail shows them)
+_keep_failure() {
+  [[ ! -d ${RUN:-} ]] || printf '%s: %s\n' "${E2E_SCENARIO:-set-up}" "$*" | head -c 2000 >>"$RUN/failures" || true
+}
 
 port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
 
@@ -209,7 +218,7 @@ e2e_setup_cluster() {
   for leftover in "pinhook.pid:pinhook serve" "pinhook-pods.pid:pinhook serve" "registry-helper.pid:e2e_registry"; do
     pidfile="$RUN/${leftover%%:*}"
     if [[ -s $pidfile ]] && pid=$(<"$pidfile") && [[ -d /proc/$pid ]] &&
-      tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "${leftover#*:}"; then
+      _e2e_cmdline_has "$pid" "${leftover#*:}"; then
       log "stopping a previous run's ${leftover#*:} (pid $pid)"
       stop_pid "$pid" "${leftover#*:}" 25
     fi
@@ -289,7 +298,7 @@ extra_registry() {
 # pinhook's 2 s poll never reads half a file
 policy_write() { cp "$1" "$RUN/policy.yaml.new" && mv -f "$RUN/policy.yaml.new" "$RUN/policy.yaml"; }
 # policy_reloaded LINES_BEFORE: pinhook logged `reloaded policy` after line LINES_BEFORE
-policy_reloaded() { log_since "$1" | grep -q 'reloaded policy'; }
+policy_reloaded() { grep -q 'reloaded policy' <<<"$(log_since "$1")"; }
 
 # e2e_setup_manifests: pinhook's certificate and port (CERT_DIR, PINHOOK_PORT, PINHOOK_URL), then
 # the manifests
@@ -570,7 +579,11 @@ e2e_teardown() {
 # Assertions print one line each and return 1 on failure; scenarios run in a
 # subshell with errexit on, so an unexpected failing command fails the scenario too.
 ok() { log "  ok: $*"; }
-bad() { log "  FAIL: $*"; return 1; }
+bad() { # bad WHY: a failed check (also kept for the summary)
+  log "  FAIL: $*"
+  _keep_failure "$*"
+  return 1
+}
 expect_eq() { # expect_eq WHAT ACTUAL EXPECTED
   if [[ $2 == "$3" ]]; then ok "$1 = $2"; else bad "$1: got '$2', expected '$3'"; fi
 }

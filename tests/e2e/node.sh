@@ -148,7 +148,7 @@ _node_record_host_state() {
     for p in "${NODE_HOST_PATHS[@]}" /sys/fs/cgroup/*/kubepods; do
       if [[ -e $p ]]; then printf 'existed %s\n' "$p"; fi
     done
-    if iptables-save 2>/dev/null | grep -q 'KUBE-'; then echo 'existed iptables-kube-chains'; fi
+    if grep -q 'KUBE-' <<<"$(iptables-save 2>/dev/null)"; then echo 'existed iptables-kube-chains'; fi
   } >"$f.tmp" && mv "$f.tmp" "$f"
 }
 _node_existed() { grep -qxF "existed $1" "$NODE_WORK/host-state" 2>/dev/null; }
@@ -612,7 +612,7 @@ _node_iptables_cleanup() {
       iptables -t "$t" -X "$c" 2>/dev/null || true
     done
   done
-  if iptables-save 2>/dev/null | grep -q 'KUBE-'; then
+  if grep -q 'KUBE-' <<<"$(iptables-save 2>/dev/null)"; then
     _node_log "WARNING: iptables rules of kube-proxy left: $(iptables-save | grep -c 'KUBE-') lines"
   else
     _node_log "no KUBE-* iptables chain or rule left"
@@ -636,7 +636,7 @@ _node_forwarding_cleanup() {
 # kube-proxy has written the rules of the `kubernetes` Service
 _node_proxy_synced() {
   curl -s --max-time 2 "http://127.0.0.1:$NODE_PROXY_HEALTHZ_PORT/healthz" >/dev/null &&
-    iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q 'default/kubernetes:https'
+    grep -q 'default/kubernetes:https' <<<"$(iptables -t nat -S KUBE-SERVICES 2>/dev/null)"
 }
 
 # --- stop --------------------------------------------------------------------------------------------
@@ -647,7 +647,7 @@ _node_kill() { _e2e_stop_pid "$NODE_WORK/$1.pid" "$1" "${2:-$1}" _node_log; }
 _node_shim_pids() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "containerd-shim.* -address $NODE_SOCK" && echo "${p#/proc/}"
+    _e2e_cmdline_has "${p#/proc/}" "containerd-shim.* -address $NODE_SOCK" && echo "${p#/proc/}"
   done
 }
 

@@ -198,7 +198,11 @@ cleanup() {
   fi
   e2e_teardown "$((rc != 0 || failed > 0))"
   log "total $(($(date +%s) - T_START))s"
-  ((${#FAILED_NAMES[@]} == 0)) || log "failed: ${FAILED_NAMES[*]}"
+  if ((${#FAILED_NAMES[@]} > 0)); then
+    log "failed: ${FAILED_NAMES[*]}"
+    # the failed checks again, each cut to a line (the first 40 of them)
+    [[ ! -s $RUN/failures ]] || cut -c1-400 "$RUN/failures" | head -n 40 | sed 's/^/  FAIL /' >&2
+  fi
   echo "$PASSED passed, $failed failed"
   ((failed == 0 && rc == 0)) || exit 1
   exit 0
@@ -237,7 +241,8 @@ run_scenario() { # run_scenario NAME
   set +e
   (
     set -eE
-    trap '[[ $BASH_COMMAND == return* ]] || log "  FAIL: \`$BASH_COMMAND\` exited $? (line $LINENO)"' ERR
+    export E2E_SCENARIO=$s
+    trap '[[ $BASH_COMMAND == return* ]] || bad "\`$BASH_COMMAND\` exited $? (line $LINENO)" || true' ERR
     "$(scenario_fn "$s")"
   )
   rc=$?

@@ -29,7 +29,7 @@ scenario_apiserver_client_cert_required() {
   pki="${E2E_WORK:-/tmp/pinhook-e2e}/pki"
   MTLS_DIR="$RUN/mtls"
   [[ -s $pki/webhook-client-ca.crt ]] || { bad "no $pki/webhook-client-ca.crt: the apiserver was started without cluster.sh's admission configuration (restart it)"; return 1; }
-  tr '\0' ' ' <"/proc/$(cat "${E2E_WORK:-/tmp/pinhook-e2e}/kube-apiserver.pid")/cmdline" | grep -q -- '--admission-control-config-file=' ||
+  _e2e_cmdline_has "$(cat "${E2E_WORK:-/tmp/pinhook-e2e}/kube-apiserver.pid")" '--admission-control-config-file=' ||
     { bad "the running kube-apiserver has no --admission-control-config-file (started before cluster.sh had it: cluster.sh stop, then run again)"; return 1; }
   e2e_cert "$MTLS_DIR" >/dev/null || { bad "cluster.sh cert failed"; return 1; }
   pick_port MTLS_PORT "$(free_port)"
