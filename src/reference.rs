@@ -318,6 +318,37 @@ impl Reference {
         self.joined(Some(self.effective_tag()))
     }
 
+    /// The same repository addressed by `digest` alone (no tag): resolving it asks the registry
+    /// whether that manifest still exists (the drift watch's check of pinned digests).
+    pub fn by_digest(&self, digest: &Digest) -> Reference {
+        Reference {
+            original_name: self.original_name.clone(),
+            domain: self.domain.clone(),
+            path: self.path.clone(),
+            tag: None,
+            digest: Some(digest.clone()),
+        }
+    }
+
+    /// What a resolution asks for at `/v2/<path>/manifests/<…>`: the effective tag, or the
+    /// digest of a reference that has a digest and no tag ([`Self::by_digest`]).
+    pub fn manifest(&self) -> String {
+        match (&self.tag, &self.digest) {
+            (None, Some(digest)) => digest.to_string(),
+            _ => self.effective_tag().to_string(),
+        }
+    }
+
+    /// [`Self::tag_reference`], or `domain/path@digest` for a reference with a digest and no
+    /// tag: what a resolution asks for, as the caches key it. A tag never contains `@`, so the
+    /// two forms never meet.
+    pub fn manifest_reference(&self) -> String {
+        match (&self.tag, &self.digest) {
+            (None, Some(digest)) => format!("{}@{digest}", self.joined(None)),
+            _ => self.tag_reference(),
+        }
+    }
+
     /// `domain/path`, then `:tag` when given, in one allocation: both run several times per
     /// image on every review (issue 13).
     fn joined(&self, tag: Option<&str>) -> String {
@@ -1189,6 +1220,31 @@ mod tests {
             let shown: String = input.chars().take(40).collect();
             assert!(Reference::parse(&input).is_err(), "{shown:?} should fail");
         }
+    }
+
+    #[test]
+    fn a_reference_by_digest_asks_for_the_digest_and_never_shares_a_tag_key() {
+        let digest = Digest::sha256_of(b"pinned");
+        let tagged = Reference::parse(&format!("Registry.example:5000/team/app:1.0@{digest}"))
+            .expect("valid");
+        assert_eq!(tagged.manifest(), "1.0");
+        assert_eq!(
+            tagged.manifest_reference(),
+            "Registry.example:5000/team/app:1.0"
+        );
+        let probe = tagged.by_digest(&digest);
+        assert_eq!((probe.tag(), probe.digest()), (None, Some(&digest)));
+        assert_eq!(probe.manifest(), digest.to_string());
+        assert_eq!(
+            probe.manifest_reference(),
+            format!("Registry.example:5000/team/app@{digest}")
+        );
+        assert_eq!(probe.repository(), tagged.repository());
+        // Untagged and digest-less: `latest`, as before.
+        let bare = Reference::parse("nginx").expect("valid");
+        assert_eq!(bare.manifest(), "latest");
+        assert_eq!(bare.manifest_reference(), "docker.io/library/nginx:latest");
+        assert_eq!(bare.manifest_reference(), bare.tag_reference());
     }
 
     /// A tiny deterministic fuzzer: strings over the grammar's interesting characters never

@@ -523,7 +523,7 @@ fn flight_key(reference: &Reference, credentials: &[Credential]) -> FlightKey {
         .iter()
         .map(Credential::fingerprint)
         .collect();
-    (reference.tag_reference(), fingerprints)
+    (reference.manifest_reference(), fingerprints)
 }
 
 /// The candidates in kubelet's order, then anonymous (always available to everyone).

@@ -156,7 +156,7 @@ impl OciResolver {
             "{scheme}://{}/v2/{}/manifests/{}",
             api_host(registry),
             reference.path(),
-            reference.effective_tag()
+            reference.manifest()
         );
         let login = Login {
             http: &http,

@@ -109,7 +109,7 @@ impl Resolver for Scripted {
             }),
             Answer::NotFound => Err(RegistryError::NotFound {
                 repository: reference.repository().to_string(),
-                tag: reference.effective_tag().to_string(),
+                tag: reference.manifest(),
             }),
         }
     }

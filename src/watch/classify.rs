@@ -21,10 +21,25 @@
 //!
 //! A failed lookup of an unpinned image is still `unpinned`: whether the image is pinned never
 //! depends on the registry, and the failure is the caller's to log.
+//!
+//! **What runs, and whether the pin still exists** ([`judge_running`], issue 29). The state the
+//! spec gives is then refined by what the node reports it runs ([`RunningImage`]) and by the
+//! registry's answer for the pinned digest itself, first match wins:
+//!
+//! | spec state | and | state |
+//! |---|---|---|
+//! | exempt, left-to-owner, unresolvable without a pin | anything | unchanged |
+//! | any pinned state | the node runs a pulled digest other than the pin (same algorithm) | `runs-other-digest`, both digests kept |
+//! | `unpinned` with the tag's current digest known | the node runs a pulled digest other than it | `runs-stale-digest`, both digests kept |
+//! | any pinned state | the registry answered "not found" for the pinned digest | `digest-missing` |
+//! | anything else | | unchanged |
+//!
+//! A local image ID (`sha256:…` alone) is a config digest and never compared; neither are
+//! digests of different algorithms.
 
 use crate::reference::{Digest, Reference};
 
-use super::pod::{PodImage, PodRecord, WorkloadRef};
+use super::pod::{PodImage, PodRecord, RunningImage, WorkloadRef};
 
 /// What the watch concludes about one image.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -49,6 +64,24 @@ pub enum ImageState {
     /// Not pinned, and pinhook leaves it so: its Pod belongs to an operator that compares the
     /// Pod's image with its own resource's, or mirrors a static pod (`why` says which).
     LeftToOwner { why: String },
+    /// Pinned to `pinned`, and the node reports it runs `running`.
+    RunsOtherDigest { pinned: Digest, running: Digest },
+    /// Not pinned; the node runs `running`, and the tag now points to `now`.
+    RunsStaleDigest { running: Digest, now: Digest },
+    /// Pinned to `pinned`, which the registry no longer has: a new Pod of it cannot pull.
+    DigestMissing { pinned: Digest },
+}
+
+/// What the registry said of a pinned digest this cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DigestCheck {
+    /// Not asked (its tag resolved to it this cycle, or no check was possible), or no answer.
+    #[default]
+    Unknown,
+    /// The registry has it.
+    Present,
+    /// The registry answered "not found".
+    Missing,
 }
 
 /// The outcome of re-resolving an image's tag, as the caller obtained it.
@@ -73,6 +106,8 @@ pub struct ClassifiedImage {
     pub state: ImageState,
     /// The mirror the drift watch resolved the tag at (`registries.resolveThrough`), if any.
     pub origin: Option<String>,
+    /// The node the Pod runs on, once scheduled.
+    pub node: Option<String>,
 }
 
 /// Classifies a parsed reference (module docs: the rule). `exempt` is the caller's reason when
@@ -131,6 +166,53 @@ pub fn classify_image(image: &str, exempt: Option<&str>, lookup: TagLookup) -> I
     }
 }
 
+/// Refines `state` (what the spec says) with what the node runs and the registry's answer for
+/// the pinned digest (module docs: the table).
+pub fn judge_running(
+    state: ImageState,
+    running: Option<&RunningImage>,
+    check: DigestCheck,
+) -> ImageState {
+    if matches!(
+        state,
+        ImageState::Exempt { .. }
+            | ImageState::LeftToOwner { .. }
+            | ImageState::Unresolvable { pinned: None, .. }
+    ) {
+        return state;
+    }
+    let comparable = |a: &Digest, b: &Digest| a != b && a.algorithm() == b.algorithm();
+    let running = running.and_then(RunningImage::digest);
+    if let (Some(pinned), Some(running)) = (state.pinned(), running) {
+        if comparable(running, pinned) {
+            return ImageState::RunsOtherDigest {
+                pinned: pinned.clone(),
+                running: running.clone(),
+            };
+        }
+    }
+    if let (
+        ImageState::Unpinned {
+            current: Some(now), ..
+        },
+        Some(running),
+    ) = (&state, running)
+    {
+        if comparable(running, now) {
+            return ImageState::RunsStaleDigest {
+                running: running.clone(),
+                now: now.clone(),
+            };
+        }
+    }
+    if let (DigestCheck::Missing, Some(pinned)) = (check, state.pinned()) {
+        return ImageState::DigestMissing {
+            pinned: pinned.clone(),
+        };
+    }
+    state
+}
+
 /// Every image of `pod` with the state `state_of` gives it, in the Pod's site order.
 pub fn classify_pod(
     pod: &PodRecord,
@@ -144,6 +226,7 @@ pub fn classify_pod(
             site: site.clone(),
             state: state_of(site),
             origin: None,
+            node: pod.node.clone(),
         })
         .collect()
 }
@@ -152,7 +235,7 @@ pub fn classify_pod(
 
 impl ImageState {
     /// Every state's name, in the order of the table in the module docs.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 10] = [
         "unpinned",
         "pinned-current",
         "tag-moved",
@@ -160,6 +243,9 @@ impl ImageState {
         "unresolvable",
         "exempt",
         "left-to-owner",
+        "runs-other-digest",
+        "runs-stale-digest",
+        "digest-missing",
     ];
 
     /// The state's name in reports, events and the inventory.
@@ -172,6 +258,9 @@ impl ImageState {
             ImageState::Unresolvable { .. } => "unresolvable",
             ImageState::Exempt { .. } => "exempt",
             ImageState::LeftToOwner { .. } => "left-to-owner",
+            ImageState::RunsOtherDigest { .. } => "runs-other-digest",
+            ImageState::RunsStaleDigest { .. } => "runs-stale-digest",
+            ImageState::DigestMissing { .. } => "digest-missing",
         }
     }
 
@@ -181,11 +270,14 @@ impl ImageState {
             ImageState::PinnedCurrent { digest } | ImageState::DigestOnly { digest } => {
                 Some(digest)
             }
-            ImageState::TagMoved { pinned, .. } => Some(pinned),
+            ImageState::TagMoved { pinned, .. }
+            | ImageState::RunsOtherDigest { pinned, .. }
+            | ImageState::DigestMissing { pinned } => Some(pinned),
             ImageState::Unresolvable { pinned, .. } => pinned.as_ref(),
             ImageState::Unpinned { .. }
             | ImageState::Exempt { .. }
-            | ImageState::LeftToOwner { .. } => None,
+            | ImageState::LeftToOwner { .. }
+            | ImageState::RunsStaleDigest { .. } => None,
         }
     }
 
@@ -194,11 +286,22 @@ impl ImageState {
         match self {
             ImageState::Unpinned { current } => current.as_ref(),
             ImageState::PinnedCurrent { digest } => Some(digest),
-            ImageState::TagMoved { now, .. } => Some(now),
+            ImageState::TagMoved { now, .. } | ImageState::RunsStaleDigest { now, .. } => Some(now),
             ImageState::DigestOnly { .. }
             | ImageState::Unresolvable { .. }
             | ImageState::Exempt { .. }
-            | ImageState::LeftToOwner { .. } => None,
+            | ImageState::LeftToOwner { .. }
+            | ImageState::RunsOtherDigest { .. }
+            | ImageState::DigestMissing { .. } => None,
+        }
+    }
+
+    /// The digest the node runs, when it differs from what the state compares it with.
+    pub fn running(&self) -> Option<&Digest> {
+        match self {
+            ImageState::RunsOtherDigest { running, .. }
+            | ImageState::RunsStaleDigest { running, .. } => Some(running),
+            _ => None,
         }
     }
 
@@ -402,9 +505,125 @@ mod tests {
         assert_eq!(state.as_str(), "unpinned");
     }
 
+    fn pulled(c: char) -> RunningImage {
+        RunningImage::Pulled(digest(c))
+    }
+
+    #[rstest]
+    #[case::pinned_runs_its_pin(
+        ImageState::PinnedCurrent { digest: digest('a') }, Some(pulled('a')), DigestCheck::Unknown,
+        ImageState::PinnedCurrent { digest: digest('a') })]
+    #[case::pinned_runs_another(
+        ImageState::PinnedCurrent { digest: digest('a') }, Some(pulled('b')), DigestCheck::Present,
+        ImageState::RunsOtherDigest { pinned: digest('a'), running: digest('b') })]
+    #[case::moved_tag_runs_another(
+        ImageState::TagMoved { pinned: digest('a'), now: digest('c') }, Some(pulled('b')), DigestCheck::Unknown,
+        ImageState::RunsOtherDigest { pinned: digest('a'), running: digest('b') })]
+    #[case::digest_only_runs_another(
+        ImageState::DigestOnly { digest: digest('a') }, Some(pulled('b')), DigestCheck::Missing,
+        ImageState::RunsOtherDigest { pinned: digest('a'), running: digest('b') })]
+    #[case::local_image_id_is_not_compared(
+        ImageState::PinnedCurrent { digest: digest('a') }, Some(RunningImage::ImageId), DigestCheck::Unknown,
+        ImageState::PinnedCurrent { digest: digest('a') })]
+    #[case::unpinned_runs_what_the_tag_points_to(
+        ImageState::Unpinned { current: Some(digest('a')) }, Some(pulled('a')), DigestCheck::Unknown,
+        ImageState::Unpinned { current: Some(digest('a')) })]
+    #[case::unpinned_runs_what_the_tag_no_longer_points_to(
+        ImageState::Unpinned { current: Some(digest('a')) }, Some(pulled('b')), DigestCheck::Unknown,
+        ImageState::RunsStaleDigest { running: digest('b'), now: digest('a') })]
+    #[case::unpinned_with_the_tag_unknown(
+        ImageState::Unpinned { current: None }, Some(pulled('b')), DigestCheck::Unknown,
+        ImageState::Unpinned { current: None })]
+    #[case::pin_missing(
+        ImageState::TagMoved { pinned: digest('a'), now: digest('c') }, Some(pulled('a')), DigestCheck::Missing,
+        ImageState::DigestMissing { pinned: digest('a') })]
+    #[case::pin_missing_nothing_runs_yet(
+        ImageState::Unresolvable { reason: "registry r: timeout".into(), pinned: Some(digest('a')) }, None, DigestCheck::Missing,
+        ImageState::DigestMissing { pinned: digest('a') })]
+    #[case::missing_means_nothing_without_a_pin(
+        ImageState::Unpinned { current: None }, None, DigestCheck::Missing,
+        ImageState::Unpinned { current: None })]
+    #[case::exempt_stays_exempt(
+        ImageState::Exempt { why: "w".into() }, Some(pulled('b')), DigestCheck::Missing,
+        ImageState::Exempt { why: "w".into() })]
+    #[case::left_to_owner_stays(
+        ImageState::LeftToOwner { why: "w".into() }, Some(pulled('b')), DigestCheck::Missing,
+        ImageState::LeftToOwner { why: "w".into() })]
+    fn what_runs_and_whether_the_pin_exists_refine_the_state(
+        #[case] state: ImageState,
+        #[case] running: Option<RunningImage>,
+        #[case] check: DigestCheck,
+        #[case] expected: ImageState,
+    ) {
+        assert_eq!(judge_running(state, running.as_ref(), check), expected);
+    }
+
+    #[test]
+    fn digests_of_another_algorithm_are_never_called_another_digest() {
+        let sha512 = Digest::new(crate::reference::Algorithm::Sha512, &"c".repeat(128))
+            .expect("valid sha512");
+        let state = ImageState::PinnedCurrent {
+            digest: digest('a'),
+        };
+        let running = RunningImage::Pulled(sha512);
+        assert_eq!(
+            judge_running(state.clone(), Some(&running), DigestCheck::Unknown),
+            state
+        );
+    }
+
+    #[test]
+    fn the_new_states_name_their_digests() {
+        let other = ImageState::RunsOtherDigest {
+            pinned: digest('a'),
+            running: digest('b'),
+        };
+        assert_eq!(
+            (
+                other.as_str(),
+                other.pinned(),
+                other.current(),
+                other.running()
+            ),
+            (
+                "runs-other-digest",
+                Some(&digest('a')),
+                None,
+                Some(&digest('b'))
+            )
+        );
+        let stale = ImageState::RunsStaleDigest {
+            running: digest('b'),
+            now: digest('a'),
+        };
+        assert_eq!(
+            (
+                stale.as_str(),
+                stale.pinned(),
+                stale.current(),
+                stale.running()
+            ),
+            (
+                "runs-stale-digest",
+                None,
+                Some(&digest('a')),
+                Some(&digest('b'))
+            )
+        );
+        let missing = ImageState::DigestMissing {
+            pinned: digest('a'),
+        };
+        assert_eq!(
+            (missing.as_str(), missing.pinned(), missing.running()),
+            ("digest-missing", Some(&digest('a')), None)
+        );
+        assert!(ImageState::NAMES.contains(&"digest-missing"));
+    }
+
     #[test]
     fn classify_pod_keeps_site_order_and_attributes_each_image() {
         let pod = PodRecord {
+            node: None,
             namespace: "shop".into(),
             name: "web-1".into(),
             uid: "pod-uid".into(),
@@ -418,11 +637,13 @@ mod tests {
             },
             images: vec![
                 PodImage {
+                    running: None,
                     field: ImageField::InitContainers,
                     name: "init".into(),
                     image: "busybox".into(),
                 },
                 PodImage {
+                    running: None,
                     field: ImageField::Containers,
                     name: "app".into(),
                     image: format!("nginx@{}", digest('a')),

@@ -8,6 +8,9 @@
 //! | tag-moved | `TagMoved` | `TagMoved` | — |
 //! | unpinned | — | `Unpinned` | — |
 //! | unresolvable | `ResolutionFailed` | `ResolutionFailed` | — |
+//! | runs-other-digest | `RunsOtherDigest` | `RunsOtherDigest` | — |
+//! | runs-stale-digest | `RunsStaleDigest` | `RunsStaleDigest` | — |
+//! | digest-missing | `PinnedDigestMissing` | `PinnedDigestMissing` | — |
 //! | pinned-current, digest-only, exempt | — | — | — |
 //!
 //! `Unpinned` only in audit namespaces: there pinhook admits unpinned Pods by design and the
@@ -32,6 +35,12 @@ pub enum EventReason {
     TagMoved,
     Unpinned,
     ResolutionFailed,
+    /// The node runs another digest than the pinned one.
+    RunsOtherDigest,
+    /// The node runs a digest the (unpinned) tag no longer points to.
+    RunsStaleDigest,
+    /// The registry no longer has the pinned digest.
+    PinnedDigestMissing,
     /// Sent by `pinhook serve` (not the watch) on an owner the loop breaker paused.
     PinningPaused,
 }
@@ -70,6 +79,24 @@ pub fn event_for(image: &ClassifiedImage, mode: Mode) -> Option<EventSpec> {
             EventReason::ResolutionFailed,
             format!("{runs}: cannot be checked: {reason}"),
         ),
+        (ImageState::RunsOtherDigest { pinned, running }, _) => (
+            EventReason::RunsOtherDigest,
+            format!(
+                "{runs}: node {} runs {running}, not the pinned {pinned}",
+                node(image)
+            ),
+        ),
+        (ImageState::RunsStaleDigest { running, now }, _) => (
+            EventReason::RunsStaleDigest,
+            format!(
+                "{runs}: node {} runs {running}, which its tag no longer points to (now {now})",
+                node(image)
+            ),
+        ),
+        (ImageState::DigestMissing { pinned }, _) => (
+            EventReason::PinnedDigestMissing,
+            format!("{runs}: the registry no longer has the pinned {pinned}; a new Pod of it cannot pull"),
+        ),
         _ => return None,
     };
     Some(EventSpec {
@@ -78,6 +105,10 @@ pub fn event_for(image: &ClassifiedImage, mode: Mode) -> Option<EventSpec> {
         note: truncated(note, MAX_NOTE_BYTES),
         regarding: image.workload.clone(),
     })
+}
+
+fn node(image: &ClassifiedImage) -> &str {
+    image.node.as_deref().unwrap_or("(not scheduled)")
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut.
@@ -103,6 +134,9 @@ impl EventReason {
             EventReason::TagMoved => "TagMoved",
             EventReason::Unpinned => "Unpinned",
             EventReason::ResolutionFailed => "ResolutionFailed",
+            EventReason::RunsOtherDigest => "RunsOtherDigest",
+            EventReason::RunsStaleDigest => "RunsStaleDigest",
+            EventReason::PinnedDigestMissing => "PinnedDigestMissing",
             EventReason::PinningPaused => "PinningPaused",
         }
     }
@@ -130,6 +164,7 @@ mod tests {
 
     fn image(image: &str, state: ImageState) -> ClassifiedImage {
         ClassifiedImage {
+            node: None,
             pod_uid: "pod-uid".into(),
             origin: None,
             workload: WorkloadRef {
@@ -140,6 +175,7 @@ mod tests {
                 uid: None,
             },
             site: PodImage {
+                running: None,
                 field: ImageField::Containers,
                 name: "app".into(),
                 image: image.into(),
@@ -177,6 +213,10 @@ mod tests {
     #[case::current(ImageState::PinnedCurrent { digest: digest('a') }, Mode::Audit, None)]
     #[case::digest_only(ImageState::DigestOnly { digest: digest('a') }, Mode::Audit, None)]
     #[case::exempt(ImageState::Exempt { why: "x".into() }, Mode::Audit, None)]
+    #[case::runs_other(ImageState::RunsOtherDigest { pinned: digest('a'), running: digest('b') }, Mode::Enforce, Some(EventReason::RunsOtherDigest))]
+    #[case::runs_stale(ImageState::RunsStaleDigest { running: digest('b'), now: digest('a') }, Mode::Audit, Some(EventReason::RunsStaleDigest))]
+    #[case::missing(ImageState::DigestMissing { pinned: digest('a') }, Mode::Enforce, Some(EventReason::PinnedDigestMissing))]
+    #[case::missing_off(ImageState::DigestMissing { pinned: digest('a') }, Mode::Off, None)]
     fn which_states_raise_an_event(
         #[case] state: ImageState,
         #[case] mode: Mode,
@@ -211,6 +251,29 @@ mod tests {
             event.map(|e| e.note),
             Some(format!(
                 "containers[app] runs {pinned}: cannot be checked: registry docker.io: timeout"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_note_of_what_runs_names_the_node_and_both_digests() {
+        let mut stale = image(
+            "nginx:1.25",
+            ImageState::RunsStaleDigest {
+                running: digest('b'),
+                now: digest('a'),
+            },
+        );
+        stale.node = Some("node-3".into());
+        assert_eq!(
+            event_for(&stale, Mode::Audit).map(|e| (e.reason.as_str(), e.note)),
+            Some((
+                "RunsStaleDigest",
+                format!(
+                    "containers[app] runs nginx:1.25: node node-3 runs {}, which its tag no longer points to (now {})",
+                    digest('b'),
+                    digest('a')
+                )
             ))
         );
     }

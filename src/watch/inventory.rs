@@ -4,7 +4,8 @@
 //! Owns: aggregating classified images into rows, the `--digest` filter and the two renderings
 //! (a kubectl-style table and JSON). Pure: works on what the caller classified.
 //!
-//! **Rows.** One row per distinct (image, pinned digest, state, current digest, reason), so a
+//! **Rows.** One row per distinct (image, pinned digest, state, current digest, reason, what
+//! runs), so a
 //! row's state is never ambiguous: the same image exempt in one namespace and unpinned in
 //! another is two rows. Images are normalised (`nginx:1.25` and
 //! `docker.io/library/nginx:1.25` are one image); one that does not parse is shown as written.
@@ -15,7 +16,9 @@
 //! resolves to now. For an unpinned image the latter says what a new Pod would pull, not
 //! necessarily what a running one pulled earlier: the filter matches it so that a digest an
 //! unpinned tag points at is found, and the state (`unpinned`) tells the reader how far to trust
-//! it.
+//! it. `running` is what the nodes report they run (`imageID`: the digest pulled,
+//! `local-image-id` for a config digest, `unrecognized`), with the `nodes` the row's Pods are on:
+//! for an unpinned image it is what a running Pod did pull.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,7 +27,7 @@ use serde::Serialize;
 use crate::reference::{Digest, Reference};
 
 use super::classify::ClassifiedImage;
-use super::pod::WorkloadRef;
+use super::pod::{RunningImage, WorkloadRef};
 
 /// Every row, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -49,8 +52,15 @@ pub struct InventoryRow {
     /// Why it is unresolvable or exempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the nodes report they run (`status.containerStatuses[].imageID`): the digest
+    /// pulled, or what kind of ID they report instead; absent while nothing runs yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
     /// Distinct Pods running it.
     pub pods: usize,
+    /// The nodes its Pods run on, sorted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
     pub workloads: Vec<WorkloadRef>,
 }
 
@@ -61,11 +71,13 @@ type RowKey = (
     &'static str,
     Option<String>,
     Option<String>,
+    Option<String>,
 );
 
 #[derive(Default)]
 struct Users {
     pods: BTreeSet<String>,
+    nodes: BTreeSet<String>,
     workloads: BTreeSet<WorkloadRef>,
 }
 
@@ -89,21 +101,25 @@ impl Inventory {
                 state.as_str(),
                 state.current().map(Digest::to_string),
                 state.detail().map(str::to_string),
+                image.site.running.as_ref().map(RunningImage::describe),
             );
             let users = rows.entry(key).or_default();
             users.pods.insert(image.pod_uid.clone());
+            users.nodes.extend(image.node.iter().cloned());
             users.workloads.insert(image.workload.clone());
         }
         let images = rows
             .into_iter()
             .map(
-                |((image, digest, state, current_digest, reason), users)| InventoryRow {
+                |((image, digest, state, current_digest, reason, running), users)| InventoryRow {
                     image,
                     digest,
                     current_digest,
                     state,
                     reason,
+                    running,
                     pods: users.pods.len(),
+                    nodes: users.nodes.into_iter().collect(),
                     workloads: users.workloads.into_iter().collect(),
                 },
             )
@@ -111,7 +127,8 @@ impl Inventory {
         Inventory { images }
     }
 
-    /// The rows where `digest` runs: pinned to it, or the tag's current digest.
+    /// The rows where `digest` runs: pinned to it, the tag's current digest, or what a node
+    /// reports it runs.
     pub fn with_digest(&self, digest: &Digest) -> Inventory {
         let wanted = digest.to_string();
         let matches = |d: &Option<String>| d.as_deref() == Some(wanted.as_str());
@@ -119,7 +136,9 @@ impl Inventory {
             images: self
                 .images
                 .iter()
-                .filter(|row| matches(&row.digest) || matches(&row.current_digest))
+                .filter(|row| {
+                    matches(&row.digest) || matches(&row.current_digest) || matches(&row.running)
+                })
                 .cloned()
                 .collect(),
         }
@@ -130,7 +149,17 @@ impl Inventory {
     /// `--digest`). Workloads are `namespace/Kind/name`, comma-separated. An empty inventory is
     /// the header alone; what to say about it is the caller's.
     pub fn to_table(&self) -> String {
-        let header = ["IMAGE", "STATE", "DIGEST", "CURRENT", "PODS", "WORKLOADS"].map(String::from);
+        let header = [
+            "IMAGE",
+            "STATE",
+            "DIGEST",
+            "CURRENT",
+            "RUNNING",
+            "PODS",
+            "NODES",
+            "WORKLOADS",
+        ]
+        .map(String::from);
         let mut lines = vec![header];
         for row in &self.images {
             let workloads: Vec<String> = row.workloads.iter().map(WorkloadRef::describe).collect();
@@ -141,7 +170,13 @@ impl Inventory {
                 row.current_digest
                     .clone()
                     .unwrap_or_else(|| NONE.to_string()),
+                row.running.clone().unwrap_or_else(|| NONE.to_string()),
                 row.pods.to_string(),
+                if row.nodes.is_empty() {
+                    NONE.to_string()
+                } else {
+                    row.nodes.join(",")
+                },
                 if workloads.is_empty() {
                     NONE.to_string()
                 } else {
@@ -175,7 +210,7 @@ impl Inventory {
     }
 
     /// The inventory as pretty JSON: `{"images": [{"image", "digest"?, "currentDigest"?,
-    /// "state", "reason"?, "pods", "workloads": [{"namespace", "kind", "name", "apiVersion",
+    /// "state", "reason"?, "running"?, "pods", "nodes"?, "workloads": [{"namespace", "kind", "name", "apiVersion",
     /// "uid"?}]}]}`.
     pub fn to_json(&self) -> Result<String, serde_json::Error> {
         serde_json::to_string_pretty(self)
@@ -207,9 +242,11 @@ mod tests {
 
     fn seen(pod: &str, workload: &WorkloadRef, image: &str, state: ImageState) -> ClassifiedImage {
         ClassifiedImage {
+            node: None,
             pod_uid: pod.into(),
             workload: workload.clone(),
             site: PodImage {
+                running: None,
                 field: ImageField::Containers,
                 name: "app".into(),
                 image: image.into(),
@@ -345,26 +382,28 @@ mod tests {
         assert_eq!(
             lines[0],
             format!(
-                "{:<image_width$}{:<12}{:<74}{:<74}{:<7}WORKLOADS",
-                "IMAGE", "STATE", "DIGEST", "CURRENT", "PODS"
+                "{:<image_width$}{:<12}{:<74}{:<74}{:<10}{:<7}{:<9}WORKLOADS",
+                "IMAGE", "STATE", "DIGEST", "CURRENT", "RUNNING", "PODS", "NODES"
             )
         );
         assert_eq!(
             lines[1],
             format!(
-                "{:<image_width$}{:<12}{:<74}{:<74}{:<7}jobs/Job/nightly",
+                "{:<image_width$}{:<12}{:<74}{:<74}{:<10}{:<7}{:<9}jobs/Job/nightly",
                 "docker.io/library/busybox:1.36",
                 "unpinned",
                 NONE,
                 digest('b').to_string(),
-                1
+                NONE,
+                1,
+                NONE
             )
         );
-        assert!(lines[2].ends_with("   3      shop/Deployment/api,shop/Deployment/web"));
+        assert!(lines[2].ends_with("   3      <none>   shop/Deployment/api,shop/Deployment/web"));
         let empty = Inventory::default().to_table();
         assert_eq!(
             empty,
-            "IMAGE   STATE   DIGEST   CURRENT   PODS   WORKLOADS\n"
+            "IMAGE   STATE   DIGEST   CURRENT   RUNNING   PODS   NODES   WORKLOADS\n"
         );
     }
 

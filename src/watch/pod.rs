@@ -24,6 +24,24 @@
 //!   `<cronjob>-<minutes>`: a Pod carries nothing that ties its Job to a CronJob (only the Job's
 //!   own `ownerReferences` do), and anyone can name a Job that way.
 //!
+//! **What runs.** Each image site also keeps what the node reports it runs, from the Pod's status:
+//! `containerStatuses`, `initContainerStatuses` and `ephemeralContainerStatuses` (`imageID`,
+//! matched to the container by name) and, for an image volume, the `image.imageRef` of a
+//! container's `volumeMounts` status entry of that name (`ImageVolumeWithDigest`, alpha in
+//! 1.36). The runtimes write it in these forms ([`RunningImage::read`]):
+//! - `repo@sha256:…` (containerd, CRI-O) and `docker-pullable://repo@sha256:…` (dockershim,
+//!   cri-dockerd): the digest of the manifest (or index) the runtime pulled, comparable with a
+//!   pinned digest. containerd reports its image record's first repo digest: an image pulled
+//!   under two digests (an index and, before that, one of its platform manifests) may show the
+//!   other one;
+//! - `sha256:…` and `docker://sha256:…`: the image's own ID, the digest of its config blob, not
+//!   of a manifest: nothing to compare it with (an image loaded locally, never pulled by name);
+//! - empty: the container has not started (waiting to pull, or never ran).
+//!
+//! The status is the node's to write, not the Pod creator's; an entry of the wrong shape, an
+//! unknown container name or an over-long `imageID` is ignored (the site's running image is
+//! then unknown), never an error that would drop what the spec says.
+//!
 //! **Bounds.** A string longer than the API lets the field be, or a list longer than the watch
 //! keeps, is an error ([`WatchError::TooLong`], [`WatchError::TooMany`]) rather than a silent
 //! truncation that would misname what runs: namespaces are DNS labels (63), object names and
@@ -39,6 +57,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::owners;
+use crate::reference::Digest;
 use crate::workload::{self, ImageField, PodSpecKinds};
 
 use super::WatchError;
@@ -100,6 +119,21 @@ const SERVICE_ACCOUNT: Field = Field {
     name: "spec.serviceAccount",
     max: MAX_NAME_LEN,
 };
+const NODE_NAME: Field = Field {
+    pointer: "/spec/nodeName",
+    name: "spec.nodeName",
+    max: MAX_NAME_LEN,
+};
+
+/// Where a node reports what each kind of site runs.
+const STATUSES: [(ImageField, &str); 3] = [
+    (ImageField::Containers, "containerStatuses"),
+    (ImageField::InitContainers, "initContainerStatuses"),
+    (
+        ImageField::EphemeralContainers,
+        "ephemeralContainerStatuses",
+    ),
+];
 
 /// What the watch keeps of one Pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +156,8 @@ pub struct PodRecord {
     pub terminal: bool,
     /// The API mirror of a static pod (annotation `kubernetes.io/config.mirror`).
     pub mirror: bool,
+    /// `spec.nodeName`: the node the Pod is bound to, once scheduled.
+    pub node: Option<String>,
 }
 
 /// A controller `ownerReference`, owned.
@@ -156,6 +192,19 @@ pub struct PodImage {
     pub name: String,
     /// The image string as written in the Pod.
     pub image: String,
+    /// What the node reports it runs for this site (module docs); `None` when it says nothing.
+    pub running: Option<RunningImage>,
+}
+
+/// What a node reports a container (or image volume) runs: the forms of `imageID`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RunningImage {
+    /// The digest of the manifest or index the runtime pulled (`repo@sha256:…`).
+    Pulled(Digest),
+    /// A local image ID (`sha256:…`, the config digest): not a manifest digest.
+    ImageId,
+    /// A form pinhook does not read.
+    Unrecognized,
 }
 
 // === impl PodRecord ===
@@ -174,7 +223,8 @@ impl PodRecord {
         let owner = owner_of(pod)?;
         let hash = optional(pod, &POD_TEMPLATE_HASH)?;
         let workload = workload_of(&namespace, &name, &uid, owner.as_ref(), hash);
-        let images = images_of(pod)?;
+        let mut images = images_of(pod)?;
+        running_of(pod, &mut images);
         let pull_secrets = pull_secrets_of(pod)?;
         let service_account = match optional(pod, &SERVICE_ACCOUNT_NAME)? {
             Some(sa) => sa,
@@ -193,7 +243,57 @@ impl PodRecord {
             service_account,
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             mirror: owners::is_mirror_pod(pod),
+            node: optional(pod, &NODE_NAME)?.map(str::to_string),
         })
+    }
+}
+
+// === impl RunningImage ===
+
+impl RunningImage {
+    /// Reads an `imageID` (or an image volume's `imageRef`) in the runtimes' forms (module
+    /// docs); `None` for an empty one (nothing runs yet).
+    pub fn read(image_id: &str) -> Option<RunningImage> {
+        if image_id.is_empty() {
+            return None;
+        }
+        if image_id.len() > MAX_IMAGE_LEN {
+            return Some(RunningImage::Unrecognized);
+        }
+        let id = image_id
+            .strip_prefix("docker-pullable://")
+            .unwrap_or(image_id);
+        if let Some((repository, digest)) = id.rsplit_once('@') {
+            return Some(match digest.parse::<Digest>() {
+                Ok(digest) if !repository.is_empty() && !repository.contains("://") => {
+                    RunningImage::Pulled(digest)
+                }
+                _ => RunningImage::Unrecognized,
+            });
+        }
+        let id = id.strip_prefix("docker://").unwrap_or(id);
+        Some(match id.parse::<Digest>() {
+            Ok(_) => RunningImage::ImageId,
+            Err(_) => RunningImage::Unrecognized,
+        })
+    }
+
+    /// The pulled digest, when the form has one.
+    pub fn digest(&self) -> Option<&Digest> {
+        match self {
+            RunningImage::Pulled(digest) => Some(digest),
+            RunningImage::ImageId | RunningImage::Unrecognized => None,
+        }
+    }
+
+    /// How the inventory shows it: the digest, `local-image-id` (a config digest, nothing to
+    /// compare) or `unrecognized`.
+    pub fn describe(&self) -> String {
+        match self {
+            RunningImage::Pulled(digest) => digest.to_string(),
+            RunningImage::ImageId => "local-image-id".to_string(),
+            RunningImage::Unrecognized => "unrecognized".to_string(),
+        }
     }
 }
 
@@ -328,9 +428,67 @@ fn images_of(pod: &Value) -> Result<Vec<PodImage>, WatchError> {
                 field: site.field,
                 name: site.name,
                 image: site.image,
+                running: None,
             })
         })
         .collect()
+}
+
+/// Fills each site's running image from the Pod's status (module docs). Lenient: the status is
+/// the node's, and a malformed entry only leaves its site's running image unknown.
+fn running_of(pod: &Value, images: &mut [PodImage]) {
+    let Some(status) = pod.get("status").filter(|s| s.is_object()) else {
+        return;
+    };
+    let mut set = |field: ImageField, name: &str, image_id: Option<&str>| {
+        let Some(image_id) = image_id else { return };
+        if let Some(site) = images
+            .iter_mut()
+            .find(|site| site.field == field && site.name == name)
+        {
+            site.running = RunningImage::read(image_id);
+        }
+    };
+    for (field, list) in STATUSES {
+        let entries = status.get(list).and_then(Value::as_array);
+        for entry in entries.into_iter().flatten().take(MAX_IMAGES_PER_POD) {
+            let name = entry
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            set(field, name, entry.get("imageID").and_then(Value::as_str));
+        }
+    }
+    // Image volumes (1.36, `ImageVolumeWithDigest`): each container's mount of the volume
+    // reports the same image; the first one that says something wins.
+    if !images
+        .iter()
+        .any(|site| site.field == ImageField::ImageVolume)
+    {
+        return;
+    }
+    let mounts = status
+        .get("containerStatuses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .take(MAX_IMAGES_PER_POD)
+        .filter_map(|entry| entry.get("volumeMounts").and_then(Value::as_array))
+        .flatten()
+        .take(MAX_IMAGES_PER_POD);
+    for mount in mounts {
+        let name = mount
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let image_ref = mount.pointer("/image/imageRef").and_then(Value::as_str);
+        if let Some(site) = images
+            .iter_mut()
+            .find(|s| s.field == ImageField::ImageVolume && s.name == name && s.running.is_none())
+        {
+            site.running = image_ref.and_then(RunningImage::read);
+        }
+    }
 }
 
 fn pull_secrets_of(pod: &Value) -> Result<Vec<String>, WatchError> {

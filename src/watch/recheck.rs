@@ -14,8 +14,17 @@
 //! - An unpinned image in a Pod admission leaves alone (an operator's not listed as safe to
 //!   pin, a static pod's mirror) is `left-to-owner`, not `unpinned`: its own state, neither a
 //!   pass nor a failure, naming why.
-//! - Only `tag@digest` images in a namespace in enforce or audit are looked up: whether an image
-//!   is pinned never depends on the registry, and a digest-only image has no tag.
+//! - Only images with a tag in a namespace in enforce or audit are looked up: `tag@digest` ones
+//!   to see whether the tag moved, unpinned ones (not left to their owner) to compare what the
+//!   node runs with what the tag points to now. Whether an image is pinned never depends on the
+//!   registry, and a digest-only image has no tag.
+//! - Every pinned digest in use there is checked to still exist (a HEAD of the manifest by
+//!   digest, with the credentials its tag is looked up with, through the same cache, single
+//!   flight and per-registry limits; one request per (digest, credentials) per cycle), unless
+//!   its tag resolved to it this cycle (the registry just named it). A digest the policy routes
+//!   through mirrors (`registries.resolveThrough`) is not checked: the nodes pull it from the
+//!   mirrors, and the source may be out of reach by design. "Not found" is `digest-missing`;
+//!   any other failure leaves the state as the tag lookup made it.
 //! - Pods of one namespace with the same pull secrets share one keyring; one lookup per (tag,
 //!   credential fingerprints): registry requests per cycle = distinct keys. A tag the policy
 //!   routes through mirrors (`registries.resolveThrough`) is looked up at those mirrors, as
@@ -32,10 +41,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::error::error_chain;
 use crate::owners::{pod_ownership, ControllerRef, Ownership};
 use crate::policy::{CompiledPolicy, Mode};
+use crate::reference::Digest;
 use crate::reference::Reference;
 use crate::registry::keyring::Keyring;
 use crate::registry::mirrored::RoutedCall;
 use crate::registry::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource};
+use crate::watch::classify::{judge_running, DigestCheck};
 use crate::watch::{
     classify, classify_image, classify_pod, event_for, ClassifiedImage, EventSpec, ImageState,
     PodRecord, PolicyReport, TagLookup,
@@ -49,6 +60,9 @@ pub type Modes = HashMap<String, Option<Mode>>;
 
 /// What one lookup is keyed by: the tag, and the fingerprints of the credentials that answer it.
 pub type LookupKey = (String, Vec<Fingerprint>);
+
+/// What one digest check is keyed by: `repository@digest`, and the credentials' fingerprints.
+pub type ProbeKey = (String, Vec<Fingerprint>);
 
 /// A Pod image: the Pod's uid and the image as the Pod holds it.
 type Site<'a> = (&'a str, &'a str);
@@ -64,7 +78,10 @@ pub struct KeyringRequest<'a> {
     /// The distinct repositories to resolve (what credential plugins and helpers are asked
     /// about), sorted.
     pub repositories: Vec<String>,
+    /// Images with a tag: looked up.
     sites: Sites<'a>,
+    /// Digest-only images: their digest is checked.
+    digests: Sites<'a>,
 }
 
 /// The distinct lookups of a cycle, and which Pod images each one answers.
@@ -72,7 +89,20 @@ pub struct KeyringRequest<'a> {
 pub struct LookupPlan<'a> {
     calls: HashMap<LookupKey, (Reference, Vec<Credential>, Option<RoutedCall>)>,
     sites: Vec<(Site<'a>, LookupKey)>,
+    /// The digest checks known before any answer: those of digest-only images.
+    probes: ProbePlan<'a>,
 }
+
+/// The distinct digest checks of a cycle, and which Pod images each one answers.
+#[derive(Debug, Default)]
+pub struct ProbePlan<'a> {
+    calls: HashMap<ProbeKey, (Reference, Vec<Credential>)>,
+    sites: Vec<(Site<'a>, ProbeKey)>,
+}
+
+/// Each checked Pod image's answer.
+#[derive(Debug, Default)]
+pub struct SiteChecks<'a>(HashMap<Site<'a>, DigestCheck>);
 
 /// Each looked-up Pod image's answer.
 #[derive(Debug, Default)]
@@ -126,7 +156,7 @@ pub fn keyrings_wanted<'a>(
     pods: &[&'a PodRecord],
     modes: &Modes,
 ) -> Vec<KeyringRequest<'a>> {
-    let mut groups: BTreeMap<(&str, &[String]), Sites<'a>> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, &[String]), (Sites<'a>, Sites<'a>)> = BTreeMap::new();
     for pod in pods {
         if !matches!(
             modes.get(&pod.namespace),
@@ -135,28 +165,36 @@ pub fn keyrings_wanted<'a>(
         {
             continue;
         }
-        let group = groups
+        let left_to_owner = left_to_owner(policy, pod).is_some();
+        let (tagged, digests) = groups
             .entry((pod.namespace.as_str(), pod.pull_secrets.as_slice()))
             .or_default();
         for site in &pod.images {
             let Ok(reference) = Reference::parse(&site.image) else {
                 continue;
             };
-            if reference.tag().is_some()
-                && reference.digest().is_some()
-                && policy.exemption(&pod.namespace, Some(&reference)).is_none()
-            {
-                group.push(((pod.uid.as_str(), site.image.as_str()), reference));
+            if policy.exemption(&pod.namespace, Some(&reference)).is_some() {
+                continue;
+            }
+            let at = (pod.uid.as_str(), site.image.as_str());
+            match (reference.tag().is_some(), reference.digest().is_some()) {
+                (true, true) => tagged.push((at, reference)),
+                (false, true) => digests.push((at, reference)),
+                // Unpinned (a bare name means `latest`): compared with what runs, unless its
+                // owner manages the image.
+                (_, false) if !left_to_owner => tagged.push((at, reference)),
+                (_, false) => {}
             }
         }
     }
     groups
         .into_iter()
-        .filter(|(_, sites)| !sites.is_empty())
-        .map(|((namespace, pull_secrets), sites)| {
+        .filter(|(_, (sites, digests))| !sites.is_empty() || !digests.is_empty())
+        .map(|((namespace, pull_secrets), (sites, digests))| {
             // A routed tag is rechecked at its mirrors: plugins and helpers are asked for them.
             let mut repositories: Vec<String> = sites
                 .iter()
+                .chain(&digests)
                 .flat_map(|(_, r)| {
                     let mirrors = policy.routes.route(r).into_iter().flat_map(|route| {
                         route.mirrors.into_iter().map(|m| m.reference.repository())
@@ -171,6 +209,7 @@ pub fn keyrings_wanted<'a>(
                 pull_secrets,
                 repositories,
                 sites,
+                digests,
             }
         })
         .collect()
@@ -193,6 +232,21 @@ pub fn tag_lookup(reference: &Reference, answer: &Result<Resolution, RegistryErr
     }
 }
 
+/// How the watch reads the registry's answer for a pinned digest (`expected`): only "not found"
+/// is `Missing`; a failure to answer (or a stale answer) says nothing.
+pub fn digest_check(answer: &Result<Resolution, RegistryError>, expected: &Digest) -> DigestCheck {
+    match answer {
+        Ok(resolution)
+            if resolution.source != ResolutionSource::Stale && resolution.digest == *expected =>
+        {
+            DigestCheck::Present
+        }
+        Ok(_) => DigestCheck::Unknown,
+        Err(error) if error.kind() == "not_found" => DigestCheck::Missing,
+        Err(_) => DigestCheck::Unknown,
+    }
+}
+
 /// A failed answer's whole chain, for the debug log.
 pub fn failure_detail(answer: &Result<Resolution, RegistryError>) -> Option<String> {
     answer.as_ref().err().map(|e| error_chain(e))
@@ -204,6 +258,7 @@ pub fn classify_all(
     pods: &[&PodRecord],
     modes: &Modes,
     lookups: &SiteLookups<'_>,
+    checks: &SiteChecks<'_>,
 ) -> Vec<ClassifiedImage> {
     let mut images = Vec::new();
     for pod in pods {
@@ -224,11 +279,13 @@ pub fn classify_all(
             if let (Some(why), None, None) = (&left_to, &exempt, reference.digest()) {
                 return ImageState::LeftToOwner { why: why.clone() };
             }
-            let lookup = match mode {
-                Mode::Off => TagLookup::NotLooked,
-                _ => lookups.get(&pod.uid, &site.image),
-            };
-            classify(&reference, exempt.as_deref(), lookup)
+            if *mode == Mode::Off {
+                return classify(&reference, exempt.as_deref(), TagLookup::NotLooked);
+            }
+            let lookup = lookups.get(&pod.uid, &site.image);
+            let state = classify(&reference, exempt.as_deref(), lookup);
+            let check = checks.get(&pod.uid, &site.image);
+            judge_running(state, site.running.as_ref(), check)
         }));
         if *mode != Mode::Off {
             for image in &mut images[start..] {
@@ -336,6 +393,16 @@ impl<'a> LookupPlan<'a> {
         keyring: &Keyring,
         mut route: impl FnMut(&Reference) -> Option<RoutedCall>,
     ) {
+        for (site, reference) in request.digests {
+            // Routed digests are pulled through the mirrors, and not checked (module docs).
+            if route(&reference).is_some() {
+                continue;
+            }
+            if let Some(digest) = reference.digest().cloned() {
+                self.probes
+                    .add(site, &reference, &digest, keyring.lookup(&reference));
+            }
+        }
         for (site, reference) in request.sites {
             let routed = route(&reference);
             let (credentials, fingerprints) = match &routed {
@@ -357,6 +424,29 @@ impl<'a> LookupPlan<'a> {
     /// Distinct (tag, credentials) keys: the registry requests the cycle makes at most.
     pub fn distinct(&self) -> usize {
         self.calls.len()
+    }
+
+    /// The digest checks the cycle makes, given the tag answers: every digest-only image's, and
+    /// every `tag@digest` image's whose tag did not resolve to its pin, unless routed through
+    /// mirrors (module docs). Keeps the plan: call it before [`Self::answer`].
+    pub fn probes(&mut self, answers: &HashMap<LookupKey, TagLookup>) -> ProbePlan<'a> {
+        let mut probes = std::mem::take(&mut self.probes);
+        for (site, key) in &self.sites {
+            let Some((reference, credentials, None)) = self.calls.get(key) else {
+                continue;
+            };
+            let Some(pinned) = Reference::parse(site.1)
+                .ok()
+                .and_then(|r| r.digest().cloned())
+            else {
+                continue;
+            };
+            if matches!(answers.get(key), Some(TagLookup::Resolved(now)) if *now == pinned) {
+                continue;
+            }
+            probes.add(*site, reference, &pinned, credentials.clone());
+        }
+        probes
     }
 
     /// The lookups to make, one per key; a routed one carries its call.
@@ -397,6 +487,58 @@ impl<'a> LookupPlan<'a> {
             }
         }
         SiteLookups(found, at)
+    }
+}
+
+// === impl ProbePlan ===
+
+impl<'a> ProbePlan<'a> {
+    fn add(
+        &mut self,
+        site: Site<'a>,
+        reference: &Reference,
+        digest: &Digest,
+        credentials: Vec<Credential>,
+    ) {
+        let probe = reference.by_digest(digest);
+        let key = (
+            probe.manifest_reference(),
+            credentials.iter().map(Credential::fingerprint).collect(),
+        );
+        self.sites.push((site, key.clone()));
+        self.calls.entry(key).or_insert((probe, credentials));
+    }
+
+    /// Distinct (digest, credentials) keys: the checks the cycle makes at most.
+    pub fn distinct(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// The checks to make, one per key: a reference by digest and its credentials.
+    pub fn calls(&self) -> Vec<(ProbeKey, Reference, Vec<Credential>)> {
+        self.calls
+            .iter()
+            .map(|(key, (probe, credentials))| (key.clone(), probe.clone(), credentials.clone()))
+            .collect()
+    }
+
+    /// Each image's answer, given each key's.
+    pub fn answer(self, answers: &HashMap<ProbeKey, DigestCheck>) -> SiteChecks<'a> {
+        SiteChecks(
+            self.sites
+                .into_iter()
+                .filter_map(|(site, key)| answers.get(&key).map(|check| (site, *check)))
+                .collect(),
+        )
+    }
+}
+
+// === impl SiteChecks ===
+
+impl SiteChecks<'_> {
+    /// The answer for the pinned digest of the image `image` of the Pod `uid`.
+    pub fn get(&self, uid: &str, image: &str) -> DigestCheck {
+        self.0.get(&(uid, image)).copied().unwrap_or_default()
     }
 }
 

@@ -24,6 +24,17 @@
 //! | exempt | skip | — |
 //! | left-to-owner (an operator's or a static pod's, unpinned) | skip | — |
 //!
+//! What runs and whether the pin still exists (issue 29) add two rules, both severity `high`:
+//!
+//! | state | `pinned` | `runs-pinned` | `digest-available` |
+//! |---|---|---|---|
+//! | runs-other-digest | pass | fail (both digests and the node) | — |
+//! | runs-stale-digest | fail | fail (both digests and the node) | — |
+//! | digest-missing | pass | — | fail |
+//!
+//! Only these results name the node (`properties.node`, `runningDigest`): a result of any other
+//! state stays the same wherever its Pods run, so rescheduling never rewrites a report.
+//!
 //! `error` rather than `warn` for an unresolvable tag: the CRD defines `error` as "policies that
 //! could not be evaluated", which is exactly a registry that did not answer; `warn` is for
 //! requirements that were evaluated and not met. In an `audit` namespace every `fail` becomes
@@ -85,6 +96,8 @@ pub const POLICY: &str = "pinhook";
 pub const SOURCE: &str = "pinhook";
 pub const RULE_PINNED: &str = "pinned";
 pub const RULE_TAG_CURRENT: &str = "tag-current";
+pub const RULE_RUNS_PINNED: &str = "runs-pinned";
+pub const RULE_DIGEST_AVAILABLE: &str = "digest-available";
 pub const RULE_MIRRORS: &str = "mirror-by-digest-only";
 pub const CATEGORY: &str = "Supply Chain Security";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -102,6 +115,8 @@ pub const MAX_RESULTS: usize = 1000;
 enum Rule {
     Pinned,
     TagCurrent,
+    RunsPinned,
+    DigestAvailable,
 }
 
 /// A result with the key it is sorted by.
@@ -240,6 +255,42 @@ fn image_results(image: &ClassifiedImage, mode: Mode) -> Vec<(Rule, Verdict, Str
             Verdict::Skip,
             format!("{runs} by tag, left to its owner: {why}"),
         )],
+        ImageState::RunsOtherDigest { pinned, running } => vec![
+            pinned_pass(pinned),
+            (
+                Rule::RunsPinned,
+                Verdict::Fail,
+                format!(
+                    "{runs}: node {} runs {running}, not the pinned {pinned}",
+                    node_of(image)
+                ),
+            ),
+        ],
+        ImageState::RunsStaleDigest { running, now } => vec![
+            (
+                Rule::Pinned,
+                Verdict::Fail,
+                format!("{runs} by tag, not pinned to a digest"),
+            ),
+            (
+                Rule::RunsPinned,
+                Verdict::Fail,
+                format!(
+                    "{runs}: node {} runs {running}, which its tag no longer points to (now {now})",
+                    node_of(image)
+                ),
+            ),
+        ],
+        ImageState::DigestMissing { pinned } => vec![
+            pinned_pass(pinned),
+            (
+                Rule::DigestAvailable,
+                Verdict::Fail,
+                format!(
+                    "{runs}: the registry no longer has the pinned {pinned}; a new Pod of it cannot pull"
+                ),
+            ),
+        ],
     };
     results
         .into_iter()
@@ -271,7 +322,16 @@ fn image_properties(image: &ClassifiedImage) -> BTreeMap<String, String> {
     if let Some(origin) = &image.origin {
         properties.insert("resolvedAt".to_string(), origin.clone());
     }
+    if let Some(running) = state.running() {
+        properties.insert("runningDigest".to_string(), running.to_string());
+        properties.insert("node".to_string(), node_of(image).to_string());
+    }
     properties
+}
+
+/// The node an image's Pod runs on, as results name it.
+fn node_of(image: &ClassifiedImage) -> &str {
+    image.node.as_deref().unwrap_or("(not scheduled)")
 }
 
 /// Bounds every string, sorts and deduplicates the results, counts them all in the summary,
@@ -381,12 +441,14 @@ impl Rule {
         match self {
             Rule::Pinned => RULE_PINNED,
             Rule::TagCurrent => RULE_TAG_CURRENT,
+            Rule::RunsPinned => RULE_RUNS_PINNED,
+            Rule::DigestAvailable => RULE_DIGEST_AVAILABLE,
         }
     }
 
     fn severity(self) -> Severity {
         match self {
-            Rule::Pinned => Severity::High,
+            Rule::Pinned | Rule::RunsPinned | Rule::DigestAvailable => Severity::High,
             Rule::TagCurrent => Severity::Medium,
         }
     }

@@ -41,7 +41,7 @@ impl Resolver for RunMemo {
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError> {
         let fingerprints = credentials.iter().map(Credential::fingerprint).collect();
-        let key: MemoKey = (reference.tag_reference(), fingerprints);
+        let key: MemoKey = (reference.manifest_reference(), fingerprints);
         let answer = self
             .answers
             .get_with(key, async {

@@ -115,7 +115,7 @@ fn judge_failure(status: StatusCode, body: &[u8], reference: &Reference) -> Regi
         (Some("MANIFEST_UNKNOWN" | "NAME_UNKNOWN" | "NOT_FOUND"), _) | (None, 404) => {
             RegistryError::NotFound {
                 repository: reference.repository(),
-                tag: reference.effective_tag().to_string(),
+                tag: reference.manifest(),
             }
         }
         (Some("UNAUTHORIZED"), _) | (None, 401) => RegistryError::Unauthorized { registry },

@@ -99,7 +99,7 @@ fn judge(status: StatusCode, headers: &HeaderMap, reference: &Reference) -> Head
         ),
         404 => Head::Failed(RegistryError::NotFound {
             repository: reference.repository(),
-            tag: reference.effective_tag().to_string(),
+            tag: reference.manifest(),
         }),
         403 => Head::Failed(RegistryError::Denied {
             registry,
@@ -110,7 +110,7 @@ fn judge(status: StatusCode, headers: &HeaderMap, reference: &Reference) -> Head
         status => Head::Failed(RegistryError::Status {
             registry,
             status,
-            message: format!("HEAD {} answered {status}", reference.tag_reference()),
+            message: format!("HEAD {} answered {status}", reference.manifest_reference()),
         }),
     }
 }

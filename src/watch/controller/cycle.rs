@@ -31,8 +31,10 @@ use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
 use crate::registry::mirrored::{self, MirrorKeyrings, RoutedCall};
 use crate::registry::pull_secrets::{PodContext, PullSecrets, SecretNames};
 use crate::registry::{CachingResolver, Resolver};
+use crate::watch::classify::DigestCheck;
 use crate::watch::recheck::{
-    self, EventMemory, LookupKey, LookupPlan, Modes, ReportTarget, SiteLookups,
+    self, EventMemory, LookupKey, LookupPlan, Modes, ProbeKey, ReportTarget, SiteChecks,
+    SiteLookups,
 };
 use crate::watch::report::{
     mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, Timestamp,
@@ -52,6 +54,8 @@ pub struct CycleSummary {
     pub images: usize,
     /// Distinct (tag, credentials) keys looked up.
     pub lookups: usize,
+    /// Distinct (digest, credentials) keys checked to still exist.
+    pub digest_checks: usize,
     /// Report creates/updates and deletes sent.
     pub report_writes: usize,
     pub events: usize,
@@ -146,10 +150,10 @@ impl Watch {
             modes.insert(namespace.to_string(), mode);
         }
         self.resolver.expire_all();
-        let (distinct, lookups) = self.look_up(&policy, &pods, &modes).await;
-        summary.lookups = distinct;
+        let (distinct, lookups, checks) = self.look_up(&policy, &pods, &modes).await;
+        (summary.lookups, summary.digest_checks) = distinct;
 
-        let images = recheck::classify_all(&policy, &pods, &modes, &lookups);
+        let images = recheck::classify_all(&policy, &pods, &modes, &lookups, &checks);
         summary.images = images.len();
         summary.states = recheck::states(&images);
         self.record_states(&summary.states);
@@ -166,6 +170,7 @@ impl Watch {
             pods = summary.pods,
             images = summary.images,
             lookups = summary.lookups,
+            digest_checks = summary.digest_checks,
             report_writes = summary.report_writes,
             events = summary.events,
             states = ?summary.states,
@@ -192,14 +197,15 @@ impl Watch {
         }
     }
 
-    /// Resolves every `tag@digest` image once per (tag, credentials): the distinct keys, and
-    /// each image's answer.
+    /// Resolves every tag once per (tag, credentials), then checks the pinned digests the
+    /// answers did not vouch for once per (digest, credentials): the distinct keys of each, and
+    /// each image's answers.
     async fn look_up<'a>(
         &self,
         policy: &CompiledPolicy,
         pods: &[&'a PodRecord],
         modes: &Modes,
-    ) -> (usize, SiteLookups<'a>) {
+    ) -> ((usize, usize), SiteLookups<'a>, SiteChecks<'a>) {
         let mut plan = LookupPlan::default();
         for request in recheck::keyrings_wanted(policy, pods, modes) {
             let context = PodContext {
@@ -259,9 +265,26 @@ impl Watch {
             }
             answers.insert(key, lookup);
         }
+        let probes = plan.probes(&answers);
+        let checked: HashMap<ProbeKey, DigestCheck> = futures::stream::iter(probes.calls())
+            .map(|(key, probe, credentials)| async move {
+                let answer = resolver.resolve(&probe, &credentials).await;
+                if let Some(detail) = recheck::failure_detail(&answer) {
+                    debug!(image = %probe, error = %detail, "digest check failed");
+                }
+                let check = match probe.digest() {
+                    Some(expected) => recheck::digest_check(&answer, expected),
+                    None => DigestCheck::Unknown,
+                };
+                (key, check)
+            })
+            .buffer_unordered(LOOKUP_CONCURRENCY)
+            .collect()
+            .await;
         (
-            plan.distinct(),
+            (plan.distinct(), probes.distinct()),
             plan.answer_with_origins(&answers, &origins),
+            probes.answer(&checked),
         )
     }
 

@@ -448,3 +448,116 @@ fn junk_anywhere_in_a_pod_never_panics() {
         }
     }
 }
+
+// === what runs (issue 29) ===
+
+#[rstest]
+#[case::containerd("registry.example/team/app@sha256:{A}", Some("pulled"))]
+#[case::dockershim("docker-pullable://nginx@sha256:{A}", Some("pulled"))]
+#[case::image_id("sha256:{A}", Some("local-image-id"))]
+#[case::docker_image_id("docker://sha256:{A}", Some("local-image-id"))]
+#[case::not_started("", None)]
+#[case::no_repository("@sha256:{A}", Some("unrecognized"))]
+#[case::bad_digest("nginx@sha256:short", Some("unrecognized"))]
+#[case::other_scheme("cri-o://nginx@sha256:{A}", Some("unrecognized"))]
+#[case::words("something else", Some("unrecognized"))]
+fn the_runtimes_forms_of_image_id(#[case] image_id: &str, #[case] expected: Option<&str>) {
+    let hex = "a".repeat(64);
+    let read = RunningImage::read(&image_id.replace("{A}", &hex));
+    let kind = read.as_ref().map(|r| match r {
+        RunningImage::Pulled(digest) => {
+            assert_eq!(digest.to_string(), format!("sha256:{hex}"));
+            "pulled"
+        }
+        RunningImage::ImageId => "local-image-id",
+        RunningImage::Unrecognized => "unrecognized",
+    });
+    assert_eq!(kind, expected);
+    assert_eq!(
+        RunningImage::read(&format!("nginx@sha256:{}", "a".repeat(MAX_IMAGE_LEN))),
+        Some(RunningImage::Unrecognized),
+        "an over-long imageID is not read"
+    );
+}
+
+fn digest_of(c: char) -> String {
+    format!("sha256:{}", c.to_string().repeat(64))
+}
+
+#[test]
+fn each_site_keeps_what_its_status_entry_says_it_runs_and_the_pod_its_node() {
+    let mut object = pod();
+    object["spec"]["nodeName"] = json!("node-1");
+    object["status"] = json!({
+        "phase": "Running",
+        "initContainerStatuses": [{"name": "setup", "imageID": format!("docker.io/library/busybox@{}", digest_of('1'))}],
+        "containerStatuses": [
+            {"name": "sidecar", "imageID": format!("sha256:{}", "2".repeat(64))},
+            {"name": "app", "imageID": format!("docker.io/library/nginx@{}", digest_of('3')),
+             "volumeMounts": [{"name": "models", "mountPath": "/m",
+                               "image": {"imageRef": format!("registry.example/models@{}", digest_of('4'))}}]},
+            {"name": "not-in-spec", "imageID": format!("x@{}", digest_of('5'))}
+        ],
+        "ephemeralContainerStatuses": [{"name": "debugger", "imageID": ""}]
+    });
+    let record = PodRecord::from_pod(&object).expect("valid pod");
+    assert_eq!(record.node.as_deref(), Some("node-1"));
+    let running: Vec<(String, Option<String>)> = record
+        .images
+        .iter()
+        .map(|s| (s.describe(), s.running.as_ref().map(RunningImage::describe)))
+        .collect();
+    assert_eq!(
+        running,
+        [
+            ("containers[app]".to_string(), Some(digest_of('3'))),
+            (
+                "containers[sidecar]".to_string(),
+                Some("local-image-id".to_string())
+            ),
+            ("initContainers[setup]".to_string(), Some(digest_of('1'))),
+            ("ephemeralContainers[debugger]".to_string(), None),
+            ("volumes[models]".to_string(), Some(digest_of('4'))),
+        ]
+    );
+}
+
+#[rstest]
+#[case::status_not_an_object(json!("Running"))]
+#[case::statuses_not_a_list(json!({"containerStatuses": {"name": "app"}}))]
+#[case::entry_not_an_object(json!({"containerStatuses": ["app"]}))]
+#[case::image_id_not_a_string(json!({"containerStatuses": [{"name": "app", "imageID": 7}]}))]
+#[case::name_missing(json!({"containerStatuses": [{"imageID": "nginx@sha256:abc"}]}))]
+#[case::mounts_not_a_list(json!({"containerStatuses": [{"name": "app", "volumeMounts": "x"}]}))]
+#[case::image_ref_not_a_string(json!({"containerStatuses": [{"name": "app", "volumeMounts": [{"name": "models", "image": {"imageRef": []}}]}]}))]
+fn a_malformed_status_leaves_what_runs_unknown_and_keeps_the_pod(#[case] status: Value) {
+    let record = PodRecord::from_pod(&with(pod(), "/status", status)).expect("the spec is read");
+    assert_eq!(record.images.len(), 5);
+    assert!(record.images.iter().all(|s| s.running.is_none()));
+}
+
+#[test]
+fn status_lists_past_the_bound_are_not_read_past_it() {
+    let mut entries: Vec<Value> = (0..MAX_IMAGES_PER_POD)
+        .map(|i| json!({"name": format!("filler-{i}"), "imageID": ""}))
+        .collect();
+    entries.push(json!({"name": "app", "imageID": format!("nginx@{}", digest_of('3'))}));
+    let record = PodRecord::from_pod(&with(
+        pod(),
+        "/status",
+        json!({"containerStatuses": entries}),
+    ))
+    .expect("valid pod");
+    assert!(record.images.iter().all(|s| s.running.is_none()));
+}
+
+#[test]
+fn an_over_long_node_name_is_an_error() {
+    let mut object = pod();
+    object["spec"]["nodeName"] = json!("n".repeat(254));
+    let error = PodRecord::from_pod(&object).expect_err("too long");
+    assert_eq!(
+        error_chain(&error),
+        "spec.nodeName is 254 bytes long, more than the 253 the watch keeps"
+    );
+}

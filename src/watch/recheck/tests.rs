@@ -86,7 +86,7 @@ fn terminal_pods_do_not_run_and_namespaces_are_read_once_each() {
 }
 
 #[test]
-fn only_tagged_and_pinned_images_of_judged_unexempt_namespaces_are_looked_up() {
+fn tags_are_looked_up_and_digest_only_pins_checked_in_judged_unexempt_namespaces_only() {
     let policy = policy(
         "exempt:\n  namespaces: [kube-system]\n  images: [\"registry.example/team/sidecar*\"]\n",
     );
@@ -117,15 +117,24 @@ fn only_tagged_and_pinned_images_of_judged_unexempt_namespaces_are_looked_up() {
         ("audit", Some(Mode::Audit)),
     ]);
     let wanted = keyrings_wanted(&policy, &pods, &modes);
-    let seen: Vec<(&str, Vec<String>, usize)> = wanted
+    // shop: the pinned and the unpinned tag are looked up, the digest-only pin is checked; the
+    // exempt sidecar and what does not parse are left alone.
+    let seen: Vec<(&str, Vec<String>, usize, usize)> = wanted
         .iter()
-        .map(|r| (r.namespace, r.repositories.clone(), r.sites.len()))
+        .map(|r| {
+            (
+                r.namespace,
+                r.repositories.clone(),
+                r.sites.len(),
+                r.digests.len(),
+            )
+        })
         .collect();
     assert_eq!(
         seen,
         vec![
-            ("audit", vec![REPO.to_string()], 1),
-            ("shop", vec![REPO.to_string()], 1)
+            ("audit", vec![REPO.to_string()], 1, 0),
+            ("shop", vec![REPO.to_string()], 2, 1)
         ]
     );
 }
@@ -241,7 +250,7 @@ fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
         .map(|(key, _, _, _)| (key, TagLookup::Resolved(digest('b'))))
         .collect();
     let lookups = plan.answer(&answers);
-    let images = classify_all(&policy, &pods, &modes, &lookups);
+    let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
     assert_eq!(
         state_names(&images),
         vec![
@@ -271,6 +280,7 @@ fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
 #[test]
 fn reports_are_written_for_known_modes_left_for_unknown_ones_and_deleted_when_nothing_runs() {
     let image = |namespace: &str| ClassifiedImage {
+        node: None,
         pod_uid: format!("uid-{namespace}"),
         origin: None,
         workload: crate::watch::WorkloadRef {
@@ -333,6 +343,7 @@ fn an_unchanged_report_is_recognised_by_its_content_digest_alone() {
 #[test]
 fn events_go_out_for_new_findings_only_within_the_per_workload_bound() {
     let moved = |image: &str, pinned: char, now: char| ClassifiedImage {
+        node: None,
         pod_uid: "uid".to_string(),
         origin: None,
         workload: crate::watch::WorkloadRef {
@@ -413,7 +424,13 @@ fn unpinned_images_of_operators_and_static_pods_are_left_to_their_owner() {
         plan.add(request, &Keyring::new());
     }
     let answers = answer_all(&plan, 'a');
-    let images = classify_all(&policy, &pods, &modes, &plan.answer(&answers));
+    let images = classify_all(
+        &policy,
+        &pods,
+        &modes,
+        &plan.answer(&answers),
+        &SiteChecks::default(),
+    );
     // (The fixture sets each owner after the record is read, so the workload is the Pod.)
     let states: Vec<(&str, &str)> = images
         .iter()
@@ -494,9 +511,279 @@ fn routed_tags_are_keyed_by_their_mirrors_credentials() {
         .map(|(key, _, _, _)| (key, "mirror.example/team".to_string()))
         .collect();
     let lookups = plan.answer_with_origins(&answers, &origins);
-    let images = classify_all(&policy, &pods, &modes, &lookups);
+    let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
     assert_eq!(images.len(), 2);
     assert!(images
         .iter()
         .all(|i| i.origin.as_deref() == Some("mirror.example/team")));
+}
+
+// === pinned digests that vanished, what runs (issue 29) ===
+
+/// A Pod whose containers report they run `running` (one `imageID` per image, "" for none).
+fn pod_running(namespace: &str, name: &str, images: &[(&str, &str)]) -> PodRecord {
+    let containers: Vec<Value> = images
+        .iter()
+        .enumerate()
+        .map(|(i, (image, _))| json!({"name": format!("c{i}"), "image": image}))
+        .collect();
+    let statuses: Vec<Value> = images
+        .iter()
+        .enumerate()
+        .map(|(i, (_, id))| json!({"name": format!("c{i}"), "imageID": id}))
+        .collect();
+    let object = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{namespace}-{name}")},
+        "spec": {"containers": containers, "nodeName": "node-1"},
+        "status": {"phase": "Running", "containerStatuses": statuses},
+    });
+    PodRecord::from_pod(&object).unwrap_or_else(|e| panic!("a valid pod: {e}"))
+}
+
+/// Plans every keyring of `pods` with `keyring` (anonymous when empty).
+fn plan_for<'a>(policy: &CompiledPolicy, pods: &[&'a PodRecord], modes: &Modes) -> LookupPlan<'a> {
+    let mut plan = LookupPlan::default();
+    for request in keyrings_wanted(policy, pods, modes) {
+        plan.add(request, &Keyring::new());
+    }
+    plan
+}
+
+#[test]
+fn pinned_digests_are_checked_once_each_unless_their_tag_just_resolved_to_them() {
+    let policy = policy("mode: enforce");
+    let current = pinned("1.0", 'a'); // the tag still points here: no check
+    let moved = pinned("2.0", 'b'); // the tag moved: its pin is checked
+    let digest_only = format!("{REPO}@{}", digest('c')); // no tag: always checked
+    let pods = [
+        pod("shop", "p1", &[&current, &moved, &digest_only], &[]),
+        pod("shop", "p2", &[&moved, &digest_only], &[]),
+        pod("other", "p3", &[&digest_only], &[]),
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Enforce)), ("other", Some(Mode::Audit))]);
+    let mut plan = plan_for(&policy, &pods, &modes);
+    let answers: HashMap<LookupKey, TagLookup> = plan
+        .calls()
+        .into_iter()
+        .map(|(key, reference, _, _)| {
+            let now = if reference.tag() == Some("1.0") {
+                'a'
+            } else {
+                'd'
+            };
+            (key, TagLookup::Resolved(digest(now)))
+        })
+        .collect();
+    let probes = plan.probes(&answers);
+    let mut asked: Vec<String> = probes
+        .calls()
+        .into_iter()
+        .map(|(key, _, _)| key.0)
+        .collect();
+    asked.sort();
+    assert_eq!(
+        asked,
+        [
+            format!("{REPO}@{}", digest('b')),
+            format!("{REPO}@{}", digest('c'))
+        ],
+        "one check per (digest, credentials), whichever Pods and namespaces use it"
+    );
+    // Each check asks for the manifest by digest, with no tag.
+    for (_, probe, _) in probes.calls() {
+        assert_eq!(probe.tag(), None);
+        assert!(probe.manifest().starts_with("sha256:"));
+    }
+    let checks: HashMap<ProbeKey, DigestCheck> = probes
+        .calls()
+        .into_iter()
+        .map(|(key, probe, _)| {
+            let missing = probe.digest() == Some(&digest('c'));
+            (
+                key,
+                if missing {
+                    DigestCheck::Missing
+                } else {
+                    DigestCheck::Present
+                },
+            )
+        })
+        .collect();
+    let checks = probes.answer(&checks);
+    let lookups = plan.answer(&answers);
+    let images = classify_all(&policy, &pods, &modes, &lookups, &checks);
+    let states = state_names(&images);
+    assert_eq!(
+        states,
+        [
+            (current.as_str(), "pinned-current"),
+            (moved.as_str(), "tag-moved"),
+            (digest_only.as_str(), "digest-missing"),
+            (moved.as_str(), "tag-moved"),
+            (digest_only.as_str(), "digest-missing"),
+            (digest_only.as_str(), "digest-missing"),
+        ]
+    );
+}
+
+#[test]
+fn digests_routed_through_mirrors_and_of_off_namespaces_are_not_checked() {
+    let policy = policy(
+        "registries:\n  resolveThrough:\n    - {source: registry.example/team, mirrors: [{location: mirror.example/team}]}\n",
+    );
+    let digest_only = format!("{REPO}@{}", digest('c'));
+    let moved = pinned("2.0", 'b');
+    let pods = [
+        pod("shop", "p1", &[&digest_only, &moved], &[]),
+        pod("quiet", "p2", &[&digest_only], &[]),
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Enforce)), ("quiet", Some(Mode::Off))]);
+    let mut plan = LookupPlan::default();
+    for request in keyrings_wanted(&policy, &pods, &modes) {
+        let keyring = Keyring::new();
+        let mut warnings = Vec::new();
+        plan.add_routed(request, &keyring, |reference| {
+            let route = policy.routes.route(reference)?;
+            Some(RoutedCall::new(
+                reference,
+                &route,
+                &keyring,
+                &crate::registry::mirrored::MirrorKeyrings::new(),
+                &mut warnings,
+            ))
+        });
+    }
+    let answers = answer_all(&plan, 'd');
+    assert_eq!(plan.probes(&answers).distinct(), 0);
+}
+
+#[test]
+fn a_missing_answer_is_only_ever_not_found_and_a_stale_one_says_nothing() {
+    let expected = digest('a');
+    assert_eq!(
+        digest_check(&resolution('a', ResolutionSource::Registry), &expected),
+        DigestCheck::Present
+    );
+    assert_eq!(
+        digest_check(&resolution('a', ResolutionSource::Stale), &expected),
+        DigestCheck::Unknown
+    );
+    assert_eq!(
+        digest_check(&resolution('b', ResolutionSource::Registry), &expected),
+        DigestCheck::Unknown,
+        "a registry that names another digest for a digest did not say it is gone"
+    );
+    let not_found = Err(RegistryError::NotFound {
+        repository: REPO.to_string(),
+        tag: expected.to_string(),
+    });
+    assert_eq!(digest_check(&not_found, &expected), DigestCheck::Missing);
+    let shared = Err(RegistryError::Shared(std::sync::Arc::new(
+        RegistryError::NotFound {
+            repository: REPO.to_string(),
+            tag: expected.to_string(),
+        },
+    )));
+    assert_eq!(digest_check(&shared, &expected), DigestCheck::Missing);
+    for error in [
+        RegistryError::Unauthorized {
+            registry: "registry.example".into(),
+        },
+        RegistryError::RateLimited {
+            registry: "registry.example".into(),
+        },
+    ] {
+        assert_eq!(digest_check(&Err(error), &expected), DigestCheck::Unknown);
+    }
+}
+
+#[test]
+fn unpinned_tags_are_looked_up_and_compared_with_what_runs() {
+    let policy = policy("mode: audit");
+    let tag = format!("{REPO}:1.0");
+    let pods = [
+        pod_running(
+            "shop",
+            "fresh",
+            &[(&tag, &format!("{REPO}@{}", digest('a')))],
+        ),
+        pod_running(
+            "shop",
+            "stale",
+            &[(&tag, &format!("{REPO}@{}", digest('b')))],
+        ),
+        pod_running(
+            "shop",
+            "local",
+            &[(&tag, &format!("sha256:{}", "e".repeat(64)))],
+        ),
+        pod_running("shop", "waiting", &[(&tag, "")]),
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Audit))]);
+    let mut plan = plan_for(&policy, &pods, &modes);
+    assert_eq!(
+        plan.distinct(),
+        1,
+        "one lookup of the tag for all four Pods"
+    );
+    let answers = answer_all(&plan, 'a');
+    assert_eq!(
+        plan.probes(&answers).distinct(),
+        0,
+        "nothing pinned: no check"
+    );
+    let lookups = plan.answer(&answers);
+    let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
+    let states: Vec<(&str, &str)> = images
+        .iter()
+        .map(|i| (i.pod_uid.as_str(), i.state.as_str()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("uid-shop-fresh", "unpinned"),
+            ("uid-shop-stale", "runs-stale-digest"),
+            ("uid-shop-local", "unpinned"),
+            ("uid-shop-waiting", "unpinned"),
+        ]
+    );
+    let stale = &images[1];
+    assert_eq!(
+        stale.state,
+        ImageState::RunsStaleDigest {
+            running: digest('b'),
+            now: digest('a')
+        }
+    );
+    assert_eq!(stale.node.as_deref(), Some("node-1"));
+}
+
+#[test]
+fn a_pinned_pod_that_runs_another_digest_is_reported_with_both() {
+    let policy = policy("mode: enforce");
+    let image = pinned("1.0", 'a');
+    let pods = [pod_running(
+        "shop",
+        "p",
+        &[(&image, &format!("{REPO}@{}", digest('b')))],
+    )];
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Enforce))]);
+    let mut plan = plan_for(&policy, &pods, &modes);
+    let answers = answer_all(&plan, 'a');
+    let _ = plan.probes(&answers);
+    let lookups = plan.answer(&answers);
+    let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
+    assert_eq!(
+        images[0].state,
+        ImageState::RunsOtherDigest {
+            pinned: digest('a'),
+            running: digest('b')
+        }
+    );
 }

@@ -41,9 +41,11 @@ fn worst_case_images(n: usize) -> Vec<ClassifiedImage> {
                 },
             };
             ClassifiedImage {
+                node: None,
                 pod_uid: format!("p{i}"),
                 workload,
                 site: PodImage {
+                    running: None,
                     field: ImageField::Containers,
                     name: "c".repeat(63),
                     image,
@@ -162,6 +164,7 @@ fn strings_of_a_megabyte_are_cut_to_the_bound_in_both_reports() {
     let findings = vec![finding; 3];
     let report = mirror_report(Mode::Enforce, &findings, NOW, None);
     let images = vec![ClassifiedImage {
+        node: None,
         pod_uid: "p".into(),
         origin: None,
         workload: WorkloadRef {
@@ -172,6 +175,7 @@ fn strings_of_a_megabyte_are_cut_to_the_bound_in_both_reports() {
             uid: None,
         },
         site: PodImage {
+            running: None,
             field: ImageField::Containers,
             name: "app".into(),
             image: huge.clone(),

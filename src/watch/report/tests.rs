@@ -41,9 +41,11 @@ fn seen(
     state: ImageState,
 ) -> ClassifiedImage {
     ClassifiedImage {
+        node: None,
         pod_uid: pod.into(),
         workload: workload.clone(),
         site: PodImage {
+            running: None,
             field,
             name: container.into(),
             image: image.into(),
@@ -87,6 +89,10 @@ fn rules(report: &PolicyReport) -> Vec<(&str, &str)> {
 #[case::left_to_owner(ImageState::LeftToOwner { why: "the mirror of a static pod".into() }, Mode::Enforce, &[("pinned", "skip")])]
 #[case::left_to_owner_audit(ImageState::LeftToOwner { why: "x".into() }, Mode::Audit, &[("pinned", "skip")])]
 #[case::off(moved(), Mode::Off, &[("pinned", "skip")])]
+#[case::runs_other(ImageState::RunsOtherDigest { pinned: digest('a'), running: digest('b') }, Mode::Enforce, &[("pinned", "pass"), ("runs-pinned", "fail")])]
+#[case::runs_other_audit(ImageState::RunsOtherDigest { pinned: digest('a'), running: digest('b') }, Mode::Audit, &[("pinned", "pass"), ("runs-pinned", "warn")])]
+#[case::runs_stale(ImageState::RunsStaleDigest { running: digest('b'), now: digest('a') }, Mode::Audit, &[("pinned", "warn"), ("runs-pinned", "warn")])]
+#[case::digest_missing(ImageState::DigestMissing { pinned: digest('a') }, Mode::Enforce, &[("pinned", "pass"), ("digest-available", "fail")])]
 fn each_state_maps_to_its_results(
     #[case] state: ImageState,
     #[case] mode: Mode,
@@ -701,4 +707,94 @@ fn the_content_digest_follows_what_the_report_says_not_when() {
     let mut old = first.clone();
     old.metadata.annotations.remove(CONTENT_ANNOTATION);
     assert!(matches!(plan(Some(&old), again), ReportWrite::Update(_)));
+}
+
+#[test]
+fn what_runs_is_named_with_both_digests_and_the_node_only_when_it_differs() {
+    let web = workload("shop", "Deployment", "web");
+    let image = format!("nginx:1.25@{}", digest('a'));
+    let mut other = seen(
+        "p1",
+        &web,
+        ImageField::Containers,
+        "app",
+        &image,
+        ImageState::RunsOtherDigest {
+            pinned: digest('a'),
+            running: digest('b'),
+        },
+    );
+    other.node = Some("node-7".into());
+    let mut fine = seen(
+        "p2",
+        &web,
+        ImageField::Containers,
+        "app",
+        &image,
+        ImageState::PinnedCurrent {
+            digest: digest('a'),
+        },
+    );
+    fine.node = Some("node-8".into());
+    let report = namespace_report("shop", Mode::Enforce, &[other, fine], T1, None);
+    let runs: Vec<_> = report
+        .results
+        .iter()
+        .filter(|r| r.rule == "runs-pinned")
+        .collect();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        runs[0].message,
+        format!(
+            "containers[app] runs {image}: node node-7 runs {}, not the pinned {}",
+            digest('b'),
+            digest('a')
+        )
+    );
+    let properties = &runs[0].properties;
+    assert_eq!(properties.get("node").map(String::as_str), Some("node-7"));
+    assert_eq!(
+        properties.get("runningDigest"),
+        Some(&digest('b').to_string())
+    );
+    assert_eq!(
+        properties.get("pinnedDigest"),
+        Some(&digest('a').to_string())
+    );
+    // The Pod that runs its pin adds no node: moving it never rewrites the report.
+    assert!(report
+        .results
+        .iter()
+        .filter(|r| r.properties.get("state").map(String::as_str) == Some("pinned-current"))
+        .all(|r| !r.properties.contains_key("node")));
+}
+
+#[test]
+fn a_missing_pin_says_a_new_pod_cannot_pull() {
+    let image = format!("nginx:1.25@{}", digest('a'));
+    let report = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &[app(
+            &image,
+            ImageState::DigestMissing {
+                pinned: digest('a'),
+            },
+        )],
+        T1,
+        None,
+    );
+    let missing = report
+        .results
+        .iter()
+        .find(|r| r.rule == "digest-available")
+        .expect("a digest-available result");
+    assert_eq!(missing.result.as_str(), "fail");
+    assert_eq!(
+        missing.message,
+        format!(
+            "containers[app] runs {image}: the registry no longer has the pinned {}; a new Pod of it cannot pull",
+            digest('a')
+        )
+    );
 }
