@@ -69,6 +69,7 @@ use crate::policy::Mode;
 use super::classify::{ClassifiedImage, ImageState};
 
 pub use self::mirrors::{mirror_findings, mirror_report, MirrorFinding};
+pub use self::openreports::{ReportApi, ReportScope};
 pub use self::wire::{
     ObjectRef, PolicyReport, ReportMetadata, ReportResult, ReportWrite, Severity, Summary,
     Timestamp, Verdict,
@@ -396,6 +397,9 @@ pub mod budget;
 #[cfg(test)]
 mod budget_tests;
 mod mirrors;
+pub mod openreports;
+#[cfg(test)]
+mod openreports_tests;
 #[cfg(test)]
 mod tests;
 mod wire;

@@ -35,7 +35,7 @@ use crate::watch::recheck::{
     self, EventMemory, LookupKey, LookupPlan, Modes, ReportTarget, SiteLookups,
 };
 use crate::watch::report::{
-    mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, Timestamp,
+    mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, ReportApi, Timestamp,
     CLUSTER_POLICY_REPORT_KIND, MIRROR_REPORT_NAME, POLICY_REPORT_KIND, REPORT_NAME,
 };
 use crate::watch::{ClassifiedImage, ImageState, Inventory, PodRecord, TagLookup};
@@ -68,6 +68,8 @@ pub struct CycleSettings {
     pub mirrors: bool,
     /// Read ConfigMaps cluster-wide for registries.conf / hosts.toml mirrors.
     pub mirror_config_maps: bool,
+    /// The API the reports are written to (wgpolicyk8s or OpenReports).
+    pub report_api: ReportApi,
 }
 
 /// The watch's state across cycles.
@@ -283,7 +285,7 @@ impl Watch {
         images: &[ClassifiedImage],
         modes: &Modes,
     ) -> Result<usize, CycleError> {
-        let stored = api::namespace_report_digests(&self.client)
+        let stored = api::namespace_report_digests(&self.client, self.settings.report_api)
             .await
             .map_err(CycleError::ListReports)?;
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
@@ -321,13 +323,16 @@ impl Watch {
         }
         let previous = match stored {
             None => None,
-            Some(_) => match api::namespace_report(&self.client, namespace).await {
-                Ok(previous) => previous,
-                Err(error) => {
-                    warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
-                    return 0;
+            Some(_) => {
+                match api::namespace_report(&self.client, self.settings.report_api, namespace).await
+                {
+                    Ok(previous) => previous,
+                    Err(error) => {
+                        warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
+                        return 0;
+                    }
                 }
-            },
+            }
         };
         let desired = match &previous {
             Some(previous) => namespace_report(namespace, mode, &images, now, Some(previous)),
@@ -335,7 +340,7 @@ impl Watch {
         };
         let write = plan(previous.as_ref(), desired);
         let target = (POLICY_REPORT_KIND, Some(namespace), REPORT_NAME);
-        match api::write_report(&self.client, write, target).await {
+        match api::write_report(&self.client, self.settings.report_api, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
@@ -403,18 +408,21 @@ impl Watch {
                 return 0;
             }
         }
-        let stored = match api::cluster_report(&self.client, MIRROR_REPORT_NAME).await {
-            Ok(stored) => stored,
-            Err(error) => {
-                warn!(error = %error_chain(&error), "cannot read the ClusterPolicyReport");
-                return 0;
-            }
-        };
+        let stored =
+            match api::cluster_report(&self.client, self.settings.report_api, MIRROR_REPORT_NAME)
+                .await
+            {
+                Ok(stored) => stored,
+                Err(error) => {
+                    warn!(error = %error_chain(&error), "cannot read the ClusterPolicyReport");
+                    return 0;
+                }
+            };
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
         let desired = mirror_report(policy.policy.mode, &findings, now, stored.as_ref());
         let write = plan(stored.as_ref(), desired);
         let target = (CLUSTER_POLICY_REPORT_KIND, None, MIRROR_REPORT_NAME);
-        match api::write_report(&self.client, write, target).await {
+        match api::write_report(&self.client, self.settings.report_api, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(error = %error_chain(&error), "cannot write the ClusterPolicyReport");
