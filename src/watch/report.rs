@@ -61,6 +61,10 @@
 //! builds the ClusterPolicyReport from them with the same stability rules. Both live in
 //! [`mirrors`]; the mapping helpers and [`plan`] they share are here, the wire types in
 //! [`wire`].
+//!
+//! **OpenReports.** [`openreports`] puts the reports built here into the
+//! `openreports.io/v1alpha1` Report and ClusterReport envelope and reads them back, for a watch
+//! told `--report-api openreports`; the results, the bounds and [`plan`] stay these.
 
 use std::collections::{BTreeMap, HashMap};
 

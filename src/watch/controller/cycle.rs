@@ -93,7 +93,7 @@ pub struct Watch {
 /// Why a cycle stopped before its end.
 #[derive(Debug, thiserror::Error)]
 pub enum CycleError {
-    #[error("failed to read pinhook's PolicyReports")]
+    #[error("failed to read pinhook's reports")]
     ListReports(#[source] kube::Error),
 }
 
