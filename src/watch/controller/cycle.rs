@@ -317,22 +317,20 @@ impl Watch {
             images,
         } = target;
         let namespace = namespace.as_str();
+        let shape = self.settings.report_api;
         let fresh = namespace_report(namespace, mode, &images, now, None);
         if recheck::report_unchanged(&fresh, stored.as_ref().and_then(|d| d.as_deref())) {
             return 0;
         }
         let previous = match stored {
             None => None,
-            Some(_) => {
-                match api::namespace_report(&self.client, self.settings.report_api, namespace).await
-                {
-                    Ok(previous) => previous,
-                    Err(error) => {
-                        warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
-                        return 0;
-                    }
+            Some(_) => match api::namespace_report(&self.client, shape, namespace).await {
+                Ok(previous) => previous,
+                Err(error) => {
+                    warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
+                    return 0;
                 }
-            }
+            },
         };
         let desired = match &previous {
             Some(previous) => namespace_report(namespace, mode, &images, now, Some(previous)),
@@ -340,7 +338,7 @@ impl Watch {
         };
         let write = plan(previous.as_ref(), desired);
         let target = (POLICY_REPORT_KIND, Some(namespace), REPORT_NAME);
-        match api::write_report(&self.client, self.settings.report_api, write, target).await {
+        match api::write_report(&self.client, shape, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
@@ -408,21 +406,19 @@ impl Watch {
                 return 0;
             }
         }
-        let stored =
-            match api::cluster_report(&self.client, self.settings.report_api, MIRROR_REPORT_NAME)
-                .await
-            {
-                Ok(stored) => stored,
-                Err(error) => {
-                    warn!(error = %error_chain(&error), "cannot read the ClusterPolicyReport");
-                    return 0;
-                }
-            };
+        let shape = self.settings.report_api;
+        let stored = match api::cluster_report(&self.client, shape, MIRROR_REPORT_NAME).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                warn!(error = %error_chain(&error), "cannot read the ClusterPolicyReport");
+                return 0;
+            }
+        };
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
         let desired = mirror_report(policy.policy.mode, &findings, now, stored.as_ref());
         let write = plan(stored.as_ref(), desired);
         let target = (CLUSTER_POLICY_REPORT_KIND, None, MIRROR_REPORT_NAME);
-        match api::write_report(&self.client, self.settings.report_api, write, target).await {
+        match api::write_report(&self.client, shape, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(error = %error_chain(&error), "cannot write the ClusterPolicyReport");
