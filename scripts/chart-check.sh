@@ -23,8 +23,8 @@
 #     a scrape of target/debug/pinhook serve when built), docs/ copies identical, and what the
 #     chart renders for them;
 #   - manifests/base is what the chart renders (scripts/render-base.sh --check), every overlay
-#     still renders, and the README's values table is current (scripts/chart-values-table.py
-#     --check).
+#     still renders, components/watch-openreports renders what watch.reportApi=openreports
+#     does, and the README's values table is current (scripts/chart-values-table.py --check).
 #
 # Tools: scripts/install-helm.sh (helm3, helm4, and the Python tools under PINHOOK_TOOLS,
 # default /usr/local/lib/pinhook-tools); kubectl for the overlays; promtool, curl, openssl
@@ -575,6 +575,68 @@ operator_kinds() {
     done
 }
 check "manifests/components/operator-kinds adds the Rollout and Cluster rules to pin and validate" operator_kinds
+# report_api: watch.reportApi picks the API of the watch's reports. wgpolicyk8s (the default):
+# the watch's ClusterRole may write policyreports / clusterpolicyreports and nothing of
+# openreports.io, and the watch gets no PINHOOK_REPORT_API; openreports: the same rights on
+# reports / clusterreports in their place, none on wgpolicyk8s.io, and
+# PINHOOK_REPORT_API=openreports. The kustomize base with components/watch-openreports renders
+# the same ClusterRole rules and watch env as the chart with openreports (and
+# components/openreports the two CRDs).
+report_api() {
+    local dir
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" >"$tmp/ra-default.yaml" || return 1
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" --set watch.reportApi=openreports \
+        >"$tmp/ra-openreports.yaml" || return 1
+    helm3 template "$RELEASE" "$CHART" --namespace "$NS" --skip-tests \
+        --values scripts/render-base-values.yaml --set watch.reportApi=openreports \
+        >"$tmp/ra-base-values.yaml" || return 1
+    dir=$(mktemp -d)
+    cp -r manifests "$dir/" && mkdir -p "$dir/manifests/overlays/report-api-check"
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents: [../../components/openreports, ../../components/watch-openreports]\n' \
+        >"$dir/manifests/overlays/report-api-check/kustomization.yaml"
+    kubectl kustomize "$dir/manifests/overlays/report-api-check" >"$tmp/ra-kustomize.yaml" || { rm -rf "$dir"; return 1; }
+    rm -rf "$dir"
+    "$PY" - "$tmp/ra-default.yaml" "$tmp/ra-openreports.yaml" "$tmp/ra-base-values.yaml" "$tmp/ra-kustomize.yaml" <<'PY'
+import sys, yaml
+def docs(f):
+    return [d for d in yaml.safe_load_all(open(f)) if d]
+def fail(msg):
+    print(msg); sys.exit(1)
+def watch(f, name="pinhook-watch"):
+    got = docs(f)
+    role = next(d for d in got if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name)
+    dep = next(d for d in got if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    reports = [r for r in role["rules"] if set(r["apiGroups"]) & {"wgpolicyk8s.io", "openreports.io"}]
+    return got, role["rules"], reports, env
+def rule(group, resource, name, verbs):
+    return {"apiGroups": [group], "resources": [resource], "resourceNames": [name], "verbs": verbs}
+WG = [rule("wgpolicyk8s.io", "policyreports", "pinhook", ["get", "list", "create", "patch", "delete"]),
+      rule("wgpolicyk8s.io", "clusterpolicyreports", "pinhook-mirrors", ["get", "create", "patch", "delete"])]
+OR = [rule("openreports.io", "reports", "pinhook", ["get", "list", "create", "patch", "delete"]),
+      rule("openreports.io", "clusterreports", "pinhook-mirrors", ["get", "create", "patch", "delete"])]
+_, _, reports, env = watch(sys.argv[1])
+if reports != WG:
+    fail(f"default: report rules {reports}")
+if "PINHOOK_REPORT_API" in env:
+    fail(f"default: PINHOOK_REPORT_API={env['PINHOOK_REPORT_API']!r}")
+_, _, reports, env = watch(sys.argv[2])
+if reports != OR:
+    fail(f"openreports: report rules {reports}")
+if env.get("PINHOOK_REPORT_API") != "openreports":
+    fail(f"openreports: PINHOOK_REPORT_API={env.get('PINHOOK_REPORT_API')!r}")
+_, chart_rules, _, chart_env = watch(sys.argv[3])
+got, kust_rules, _, kust_env = watch(sys.argv[4])
+if kust_rules != chart_rules:
+    fail(f"components/watch-openreports rules differ from the chart's:\n{kust_rules}\n{chart_rules}")
+if kust_env != chart_env:
+    fail(f"components/watch-openreports env differs from the chart's:\n{kust_env}\n{chart_env}")
+crds = sorted(d["metadata"]["name"] for d in got if d["kind"] == "CustomResourceDefinition")
+if crds != ["clusterreports.openreports.io", "reports.openreports.io"]:
+    fail(f"components/openreports CRDs: {crds}")
+PY
+}
+check "watch.reportApi: wgpolicyk8s or openreports rights and env only; components/watch-openreports = the chart's openreports" report_api
 check "charts/pinhook/README.md values table is current (scripts/chart-values-table.py --check)" \
     python3 scripts/chart-values-table.py --check
 

@@ -662,6 +662,50 @@ mod tests {
     }
 
     #[test]
+    fn watch_and_inventory_write_and_read_the_report_api_chosen() {
+        use crate::watch::report::ReportApi;
+        let watch = |args: &[&str]| match parse(args).expect("parses").command {
+            Command::Watch(args) => args.into_config().expect("converts").cycle.report_api,
+            other => panic!("not watch: {other:?}"),
+        };
+        assert_eq!(watch(&["watch"]), ReportApi::Wgpolicyk8s);
+        assert_eq!(
+            watch(&["watch", "--report-api", "openreports"]),
+            ReportApi::OpenReports
+        );
+        assert_eq!(
+            watch(&["watch", "--report-api=wgpolicyk8s"]),
+            ReportApi::Wgpolicyk8s
+        );
+        assert!(parse(&["watch", "--report-api=policyreport"]).is_err());
+        match parse(&["inventory", "--report-api", "openreports"])
+            .expect("parses")
+            .command
+        {
+            Command::Inventory(args) => {
+                assert_eq!(ReportApi::from(args.report_api), ReportApi::OpenReports)
+            }
+            other => panic!("not inventory: {other:?}"),
+        }
+        // The default is visible in -h and --help; --help's lines (one a line: the text, each
+        // value, the env var, the default) fit 80 columns.
+        let mut command = Cli::command();
+        let watch = command.find_subcommand_mut("watch").expect("watch");
+        let short = watch.render_help().to_string();
+        assert!(short.contains("[default: wgpolicyk8s]"), "{short}");
+        let long = watch.render_long_help().to_string();
+        assert!(long.contains("[default: wgpolicyk8s]"), "{long}");
+        assert!(long.contains("[env: PINHOOK_REPORT_API="), "{long}");
+        let start = long.find("--report-api").expect("listed");
+        let end = long[start..]
+            .find("\n\n      --")
+            .map_or(long.len(), |e| start + e);
+        for line in long[start..end].lines() {
+            assert!(line.chars().count() < 80, "{line:?}");
+        }
+    }
+
+    #[test]
     fn inventory_takes_an_output_a_namespace_and_a_digest() {
         let digest = format!("sha256:{}", "a".repeat(64));
         match parse(&["inventory", "-o", "json", "-n", "shop", "--digest", &digest])

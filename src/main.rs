@@ -111,8 +111,12 @@ async fn inventory(args: InventoryArgs) -> Result<ExitCode> {
     let Some(client) = app::client_for(access).await? else {
         anyhow::bail!("no Kubernetes API configured (give --kubeconfig or set KUBECONFIG)");
     };
-    let mut inventory =
-        pinhook::watch::controller::inventory::read(&client, args.namespace.as_deref()).await?;
+    let mut inventory = pinhook::watch::controller::inventory::read(
+        &client,
+        args.namespace.as_deref(),
+        args.report_api.into(),
+    )
+    .await?;
     if let Some(digest) = &args.digest {
         inventory = inventory.with_digest(digest);
     }

@@ -12,6 +12,7 @@ use super::durations::{parse_lifetime, seconds_flag};
 use super::{CliError, KubeAccess, NodeCredentialArgs, PolicySource, RegistryArgs};
 use crate::registry::CacheConfig;
 use crate::watch::controller::{CycleSettings, InventoryAuth, LeaseConfig, WatchConfig};
+use crate::watch::report::ReportApi;
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
@@ -64,6 +65,9 @@ pub struct WatchArgs {
     /// Also read every ConfigMap for registries.conf / hosts.toml tag mirrors.
     #[arg(long, env = "PINHOOK_MIRROR_CONFIG_MAPS")]
     mirror_config_maps: bool,
+    /// Report API: wgpolicyk8s (PolicyReport) or openreports (Report).
+    #[arg(long, env = "PINHOOK_REPORT_API", default_value = "wgpolicyk8s")]
+    report_api: ReportApiArg,
     /// Seconds a namespace's pinhook.dev/mode label is cached.
     #[arg(long, env = "PINHOOK_NAMESPACE_CACHE_TTL", default_value_t = 30, value_parser = seconds_flag())]
     namespace_cache_ttl: u64,
@@ -83,6 +87,9 @@ pub struct InventoryArgs {
     /// Kubeconfig (default: $KUBECONFIG or ~/.kube/config, else in-cluster).
     #[arg(long, env = "PINHOOK_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// The reports the watch writes: wgpolicyk8s or openreports.
+    #[arg(long, env = "PINHOOK_REPORT_API", default_value = "wgpolicyk8s")]
+    pub report_api: ReportApiArg,
 }
 
 /// `--inventory-auth`.
@@ -92,10 +99,30 @@ pub enum InventoryAuthArg {
     None,
 }
 
+/// `--report-api`: the API of the watch's reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportApiArg {
+    /// wgpolicyk8s.io PolicyReport, ClusterPolicyReport.
+    Wgpolicyk8s,
+    /// openreports.io Report, ClusterReport.
+    Openreports,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InventoryOutput {
     Table,
     Json,
+}
+
+// === impl ReportApiArg ===
+
+impl From<ReportApiArg> for ReportApi {
+    fn from(arg: ReportApiArg) -> ReportApi {
+        match arg {
+            ReportApiArg::Wgpolicyk8s => ReportApi::Wgpolicyk8s,
+            ReportApiArg::Openreports => ReportApi::OpenReports,
+        }
+    }
 }
 
 // === impl WatchArgs ===
@@ -143,6 +170,7 @@ impl WatchArgs {
                 events_per_workload: self.events_per_workload,
                 mirrors: !self.no_mirror_report,
                 mirror_config_maps: self.mirror_config_maps,
+                report_api: self.report_api.into(),
             },
             namespace_label_ttl: Duration::from_secs(self.namespace_cache_ttl),
             inventory_auth: match self.inventory_auth {

@@ -9,7 +9,8 @@
 //! - [`report`]: the `wgpolicyk8s.io/v1alpha2` PolicyReport of a namespace and the
 //!   ClusterPolicyReport of tag-mirror objects, built so that an unchanged cluster yields an
 //!   unchanged report, and the write (create, update, delete, nothing) that brings the cluster's
-//!   copy to it;
+//!   copy to it; [`report::openreports`] writes the same reports as `openreports.io/v1alpha1`
+//!   Report and ClusterReport instead (`--report-api openreports`);
 //! - [`recheck`]: one recheck's decisions: which keyrings and lookups it needs, each image's
 //!   state under its namespace's mode and exemptions, which reports and Events to write;
 //! - [`events`]: which Event, if any, an image's state calls for;

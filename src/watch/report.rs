@@ -72,6 +72,10 @@
 //! builds the ClusterPolicyReport from them with the same stability rules. Both live in
 //! [`mirrors`]; the mapping helpers and [`plan`] they share are here, the wire types in
 //! [`wire`].
+//!
+//! **OpenReports.** [`openreports`] puts the reports built here into the
+//! `openreports.io/v1alpha1` Report and ClusterReport envelope and reads them back, for a watch
+//! told `--report-api openreports`; the results, the bounds and [`plan`] stay these.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -80,6 +84,7 @@ use crate::policy::Mode;
 use super::classify::{ClassifiedImage, ImageState};
 
 pub use self::mirrors::{mirror_findings, mirror_report, MirrorFinding};
+pub use self::openreports::{ReportApi, ReportScope};
 pub use self::wire::{
     ObjectRef, PolicyReport, ReportMetadata, ReportResult, ReportWrite, Severity, Summary,
     Timestamp, Verdict,
@@ -458,6 +463,9 @@ pub mod budget;
 #[cfg(test)]
 mod budget_tests;
 mod mirrors;
+pub mod openreports;
+#[cfg(test)]
+mod openreports_tests;
 #[cfg(test)]
 mod tests;
 mod wire;

@@ -1,13 +1,16 @@
-//! What the watch reads and writes through the Kubernetes API besides Pods: its PolicyReports
-//! and ClusterPolicyReport (`wgpolicyk8s.io/v1alpha2`, read back as the pure core's
-//! [`PolicyReport`]), the objects that configure tag mirrors, and `events.k8s.io/v1` Events.
+//! What the watch reads and writes through the Kubernetes API besides Pods: its reports (the
+//! `wgpolicyk8s.io/v1alpha2` PolicyReports and ClusterPolicyReport, or with
+//! [`ReportApi::OpenReports`] the `openreports.io/v1alpha1` Reports and ClusterReport, converted
+//! by [`openreports`]; either is read back as the pure core's [`PolicyReport`]), the objects
+//! that configure tag mirrors, and `events.k8s.io/v1` Events.
 //!
 //! Every list is read in pages of [`PAGE_SIZE`] ([`paged`]: `limit`, then each `continue`),
 //! and tag-mirror objects are judged a page at a time, so neither a cluster's ConfigMaps nor
 //! its reports arrive as one response. Only pinhook's own report names are ever read back,
-//! written or deleted: `pinhook` (PolicyReport, in any namespace) and `pinhook-mirrors`
-//! (ClusterPolicyReport); a listed report with another name is ignored even if it carries
-//! pinhook's label.
+//! written or deleted: `pinhook` (PolicyReport or Report, in any namespace) and
+//! `pinhook-mirrors` (ClusterPolicyReport or ClusterReport); a listed report with another name
+//! is ignored even if it carries pinhook's label. Only the chosen API is ever touched: the
+//! other's reports (of an earlier setting) are left as they are.
 //!
 //! Reports are written with server-side apply (field manager `pinhook-watch`, forced): a
 //! create and an update are the same request, and a replica that took the Lease over writes
@@ -33,9 +36,10 @@ use kube::core::GroupVersionKind;
 use tokio::sync::Mutex;
 
 use crate::watch::events::{EventSpec, ACTION};
+use crate::watch::report::openreports::{self, OpenReport, OpenReportsError};
 use crate::watch::report::{
-    PolicyReport, ReportWrite, CLUSTER_POLICY_REPORT_KIND, CONTENT_ANNOTATION, MANAGED_BY,
-    MANAGED_BY_LABEL, POLICY_REPORT_KIND, REPORT_NAME,
+    PolicyReport, ReportApi, ReportScope, ReportWrite, CLUSTER_POLICY_REPORT_KIND,
+    CONTENT_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, POLICY_REPORT_KIND, REPORT_NAME,
 };
 
 /// The field manager of every report write.
@@ -47,26 +51,33 @@ pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// Objects per page of every cluster-wide list (the Pod watcher's own default too).
 pub const PAGE_SIZE: u32 = 500;
 
-/// The resource of a (Cluster)PolicyReport.
-pub fn report_resource(kind: &str) -> ApiResource {
-    let plural = if kind == CLUSTER_POLICY_REPORT_KIND {
-        "clusterpolicyreports"
-    } else {
-        "policyreports"
-    };
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportWriteError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("cannot write the report as OpenReports")]
+    OpenReports(#[from] OpenReportsError),
+}
+
+/// The resource, in `shape`'s API, of a report built as `kind` (PolicyReport or
+/// ClusterPolicyReport).
+pub fn report_resource(shape: ReportApi, kind: &str) -> ApiResource {
+    let scope = ReportScope::of_built(kind);
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", kind),
-        plural,
+        &GroupVersionKind::gvk(shape.group(), shape.version(), shape.kind(scope)),
+        shape.plural(scope),
     )
 }
 
-/// pinhook's PolicyReports in every namespace (or in `only`), by namespace. A report that does
-/// not read as a PolicyReport is left out; the CRD's schema keeps such reports from existing.
+/// pinhook's namespace reports in every namespace (or in `only`), by namespace. A report that
+/// does not read as one is left out; the CRD's schema keeps such reports from existing.
 pub async fn namespace_reports(
     client: &kube::Client,
+    shape: ReportApi,
     only: Option<&str>,
 ) -> Result<HashMap<String, PolicyReport>, kube::Error> {
-    let api = report_api(client, POLICY_REPORT_KIND, only);
+    let api = report_api(client, shape, POLICY_REPORT_KIND, only);
     let mut reports = HashMap::new();
     paged(
         own_reports(),
@@ -82,7 +93,7 @@ pub async fn namespace_reports(
                 if object.metadata.name.as_deref() != Some(REPORT_NAME) {
                     continue;
                 }
-                if let Some(report) = as_report(object, POLICY_REPORT_KIND) {
+                if let Some(report) = as_report(shape, object, POLICY_REPORT_KIND) {
                     reports.insert(namespace, report);
                 }
             }
@@ -92,13 +103,14 @@ pub async fn namespace_reports(
     Ok(reports)
 }
 
-/// The [`CONTENT_ANNOTATION`] of each of pinhook's PolicyReports (`None`: a report without it),
-/// by namespace, read from the objects' metadata only: an unchanged report's results are never
-/// transferred.
+/// The [`CONTENT_ANNOTATION`] of each of pinhook's namespace reports (`None`: a report without
+/// it), by namespace, read from the objects' metadata only: an unchanged report's results are
+/// never transferred.
 pub async fn namespace_report_digests(
     client: &kube::Client,
+    shape: ReportApi,
 ) -> Result<HashMap<String, Option<String>>, kube::Error> {
-    let api = report_api(client, POLICY_REPORT_KIND, None);
+    let api = report_api(client, shape, POLICY_REPORT_KIND, None);
     let mut digests = HashMap::new();
     paged(
         own_reports(),
@@ -161,77 +173,105 @@ where
     }
 }
 
-/// pinhook's PolicyReport in `namespace`, if any.
+/// pinhook's namespace report in `namespace`, if any.
 pub async fn namespace_report(
     client: &kube::Client,
+    shape: ReportApi,
     namespace: &str,
 ) -> Result<Option<PolicyReport>, kube::Error> {
-    Ok(report_api(client, POLICY_REPORT_KIND, Some(namespace))
-        .get_opt(REPORT_NAME)
-        .await?
-        .and_then(|o| as_report(o, POLICY_REPORT_KIND)))
+    Ok(
+        report_api(client, shape, POLICY_REPORT_KIND, Some(namespace))
+            .get_opt(REPORT_NAME)
+            .await?
+            .and_then(|o| as_report(shape, o, POLICY_REPORT_KIND)),
+    )
 }
 
-/// The cluster's ClusterPolicyReport `name`, if any.
+/// The cluster's cluster report `name` (ClusterPolicyReport or ClusterReport), if any.
 pub async fn cluster_report(
     client: &kube::Client,
+    shape: ReportApi,
     name: &str,
 ) -> Result<Option<PolicyReport>, kube::Error> {
-    Ok(report_api(client, CLUSTER_POLICY_REPORT_KIND, None)
+    Ok(report_api(client, shape, CLUSTER_POLICY_REPORT_KIND, None)
         .get_opt(name)
         .await?
-        .and_then(|o| as_report(o, CLUSTER_POLICY_REPORT_KIND)))
+        .and_then(|o| as_report(shape, o, CLUSTER_POLICY_REPORT_KIND)))
 }
 
-fn as_report(object: DynamicObject, kind: &str) -> Option<PolicyReport> {
+/// A stored report of `shape`'s API in the shape the pure core builds (`kind`: the built
+/// kind); `None` when it does not read as one.
+fn as_report(shape: ReportApi, object: DynamicObject, kind: &str) -> Option<PolicyReport> {
     let mut value = serde_json::to_value(object).ok()?;
     // A listed item carries no kind of its own.
     if let Some(map) = value.as_object_mut() {
-        map.insert("kind".into(), kind.into());
-        map.insert(
-            "apiVersion".into(),
-            crate::watch::report::API_VERSION.into(),
-        );
+        let scope = ReportScope::of_built(kind);
+        map.insert("kind".into(), shape.kind(scope).into());
+        map.insert("apiVersion".into(), shape.api_version().into());
     }
-    serde_json::from_value(value).ok()
+    match shape {
+        ReportApi::Wgpolicyk8s => serde_json::from_value(value).ok(),
+        ReportApi::OpenReports => {
+            let report: OpenReport = serde_json::from_value(value).ok()?;
+            openreports::from_openreports(report).ok()
+        }
+    }
 }
 
-/// Applies `report` (creates or updates it).
-async fn apply_report(client: &kube::Client, report: &PolicyReport) -> Result<(), kube::Error> {
-    let api = report_api(client, &report.kind, report.metadata.namespace.as_deref());
+/// Applies `report` (creates or updates it) in `shape`'s API.
+async fn apply_report(
+    client: &kube::Client,
+    shape: ReportApi,
+    report: &PolicyReport,
+) -> Result<(), ReportWriteError> {
+    let api = report_api(
+        client,
+        shape,
+        &report.kind,
+        report.metadata.namespace.as_deref(),
+    );
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&report.metadata.name, &params, &Patch::Apply(report))
-        .await?;
+    let name = &report.metadata.name;
+    match shape {
+        ReportApi::Wgpolicyk8s => api.patch(name, &params, &Patch::Apply(report)).await?,
+        ReportApi::OpenReports => {
+            let wire = openreports::to_openreports(report)?;
+            api.patch(name, &params, &Patch::Apply(&wire)).await?
+        }
+    };
     Ok(())
 }
 
-/// Carries out one planned report write: server-side apply for a new or changed report, delete
-/// for one with no finding left. `target` is (kind, namespace, name) of the report a delete
-/// removes. `Ok(false)`: nothing to write.
+/// Carries out one planned report write in `shape`'s API: server-side apply for a new or
+/// changed report, delete for one with no finding left. `target` is (built kind, namespace,
+/// name) of the report a delete removes. `Ok(false)`: nothing to write.
 pub async fn write_report(
     client: &kube::Client,
+    shape: ReportApi,
     write: ReportWrite,
     (kind, namespace, name): (&str, Option<&str>, &str),
-) -> Result<bool, kube::Error> {
+) -> Result<bool, ReportWriteError> {
     match write {
         ReportWrite::Unchanged => Ok(false),
         ReportWrite::Create(report) | ReportWrite::Update(report) => {
-            apply_report(client, &report).await.map(|()| true)
+            apply_report(client, shape, &report).await.map(|()| true)
         }
-        ReportWrite::Delete => delete_report(client, kind, namespace, name)
+        ReportWrite::Delete => delete_report(client, shape, kind, namespace, name)
             .await
-            .map(|()| true),
+            .map(|()| true)
+            .map_err(ReportWriteError::from),
     }
 }
 
 /// Deletes the report `name` (in `namespace`, or the cluster's); gone already is fine.
 async fn delete_report(
     client: &kube::Client,
+    shape: ReportApi,
     kind: &str,
     namespace: Option<&str>,
     name: &str,
 ) -> Result<(), kube::Error> {
-    match report_api(client, kind, namespace)
+    match report_api(client, shape, kind, namespace)
         .delete(name, &DeleteParams::default())
         .await
     {
@@ -241,9 +281,14 @@ async fn delete_report(
     }
 }
 
-/// The reports of `kind` in `namespace`, or the cluster's.
-fn report_api(client: &kube::Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
-    let resource = report_resource(kind);
+/// The reports of built `kind`, in `shape`'s API, in `namespace`, or the cluster's.
+fn report_api(
+    client: &kube::Client,
+    shape: ReportApi,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let resource = report_resource(shape, kind);
     match namespace {
         Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
         None => Api::all_with(client.clone(), &resource),

@@ -37,7 +37,7 @@ use crate::watch::recheck::{
     SiteLookups,
 };
 use crate::watch::report::{
-    mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, Timestamp,
+    mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, ReportApi, Timestamp,
     CLUSTER_POLICY_REPORT_KIND, MIRROR_REPORT_NAME, POLICY_REPORT_KIND, REPORT_NAME,
 };
 use crate::watch::{ClassifiedImage, ImageState, Inventory, PodRecord, TagLookup};
@@ -72,6 +72,8 @@ pub struct CycleSettings {
     pub mirrors: bool,
     /// Read ConfigMaps cluster-wide for registries.conf / hosts.toml mirrors.
     pub mirror_config_maps: bool,
+    /// The API the reports are written to (wgpolicyk8s or OpenReports).
+    pub report_api: ReportApi,
 }
 
 /// The watch's state across cycles.
@@ -95,7 +97,7 @@ pub struct Watch {
 /// Why a cycle stopped before its end.
 #[derive(Debug, thiserror::Error)]
 pub enum CycleError {
-    #[error("failed to read pinhook's PolicyReports")]
+    #[error("failed to read pinhook's reports")]
     ListReports(#[source] kube::Error),
 }
 
@@ -306,7 +308,7 @@ impl Watch {
         images: &[ClassifiedImage],
         modes: &Modes,
     ) -> Result<usize, CycleError> {
-        let stored = api::namespace_report_digests(&self.client)
+        let stored = api::namespace_report_digests(&self.client, self.settings.report_api)
             .await
             .map_err(CycleError::ListReports)?;
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
@@ -338,13 +340,14 @@ impl Watch {
             images,
         } = target;
         let namespace = namespace.as_str();
+        let shape = self.settings.report_api;
         let fresh = namespace_report(namespace, mode, &images, now, None);
         if recheck::report_unchanged(&fresh, stored.as_ref().and_then(|d| d.as_deref())) {
             return 0;
         }
         let previous = match stored {
             None => None,
-            Some(_) => match api::namespace_report(&self.client, namespace).await {
+            Some(_) => match api::namespace_report(&self.client, shape, namespace).await {
                 Ok(previous) => previous,
                 Err(error) => {
                     warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
@@ -358,7 +361,7 @@ impl Watch {
         };
         let write = plan(previous.as_ref(), desired);
         let target = (POLICY_REPORT_KIND, Some(namespace), REPORT_NAME);
-        match api::write_report(&self.client, write, target).await {
+        match api::write_report(&self.client, shape, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
@@ -426,7 +429,8 @@ impl Watch {
                 return 0;
             }
         }
-        let stored = match api::cluster_report(&self.client, MIRROR_REPORT_NAME).await {
+        let shape = self.settings.report_api;
+        let stored = match api::cluster_report(&self.client, shape, MIRROR_REPORT_NAME).await {
             Ok(stored) => stored,
             Err(error) => {
                 warn!(error = %error_chain(&error), "cannot read the ClusterPolicyReport");
@@ -437,7 +441,7 @@ impl Watch {
         let desired = mirror_report(policy.policy.mode, &findings, now, stored.as_ref());
         let write = plan(stored.as_ref(), desired);
         let target = (CLUSTER_POLICY_REPORT_KIND, None, MIRROR_REPORT_NAME);
-        match api::write_report(&self.client, write, target).await {
+        match api::write_report(&self.client, shape, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(error = %error_chain(&error), "cannot write the ClusterPolicyReport");

@@ -1,6 +1,7 @@
 //! `pinhook inventory`: the running images, read from the cluster with the user's own
 //! kubeconfig: the Pods (which images run, in how many Pods, for which workloads) joined with
-//! the watch's PolicyReports (each image's state and digests, as the watch last found them).
+//! the watch's PolicyReports, or Reports with `--report-api openreports` (each image's state
+//! and digests, as the watch last found them).
 //!
 //! Why these sources and not the watch's `/inventory` endpoint: they need nothing but `get` /
 //! `list` on Pods and PolicyReports (no port-forward, no Service proxy), and they answer
@@ -19,7 +20,7 @@ use kube::api::{Api, ListParams};
 use super::api;
 use crate::reference::Digest;
 use crate::watch::classify::{classify_image, classify_pod, TagLookup};
-use crate::watch::report::{PolicyReport, Verdict, RULE_TAG_CURRENT};
+use crate::watch::report::{PolicyReport, ReportApi, Verdict, RULE_TAG_CURRENT};
 use crate::watch::{ClassifiedImage, Inventory, PodRecord};
 
 /// Why the inventory could not be read.
@@ -45,6 +46,7 @@ type SiteKey = (String, String, String);
 pub async fn read(
     client: &kube::Client,
     namespace: Option<&str>,
+    reports: ReportApi,
 ) -> Result<Inventory, InventoryError> {
     let pods: Api<Pod> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -69,7 +71,7 @@ pub async fn read(
     )
     .await
     .map_err(InventoryError::ListPods)?;
-    let reports = api::namespace_reports(client, namespace)
+    let reports = api::namespace_reports(client, reports, namespace)
         .await
         .map_err(InventoryError::ListReports)?;
     Ok(join(&records, reports.values()))

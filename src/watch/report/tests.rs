@@ -13,11 +13,11 @@ use crate::watch::pod::{PodImage, WorkloadRef};
 use crate::watch::WatchError;
 use crate::workload::ImageField;
 
-const T1: Timestamp = Timestamp {
+pub(super) const T1: Timestamp = Timestamp {
     seconds: 1_700_000_000,
     nanos: 0,
 };
-const T2: Timestamp = Timestamp {
+pub(super) const T2: Timestamp = Timestamp {
     seconds: 1_700_000_600,
     nanos: 5,
 };
@@ -55,12 +55,12 @@ fn seen(
     }
 }
 
-fn app(image: &str, state: ImageState) -> ClassifiedImage {
+pub(super) fn app(image: &str, state: ImageState) -> ClassifiedImage {
     let web = workload("shop", "Deployment", "web");
     seen("p1", &web, ImageField::Containers, "app", image, state)
 }
 
-fn moved() -> ImageState {
+pub(super) fn moved() -> ImageState {
     ImageState::TagMoved {
         pinned: digest('a'),
         now: digest('b'),
@@ -172,7 +172,7 @@ fn unpinned_results_leave_out_the_tags_current_digest() {
     assert_eq!(before, report(Some(digest('b'))));
 }
 
-fn cluster() -> Vec<ClassifiedImage> {
+pub(super) fn cluster() -> Vec<ClassifiedImage> {
     let web = workload("shop", "Deployment", "web");
     let db = workload("shop", "StatefulSet", "db");
     let other = workload("blog", "Deployment", "web");
@@ -420,7 +420,7 @@ fn timestamps_from_the_callers_clock_keep_nanos_non_negative() {
 
 // --- mirrors ---
 
-fn itms(mirrors: Value) -> Value {
+pub(super) fn itms(mirrors: Value) -> Value {
     json!({
         "apiVersion": "config.openshift.io/v1",
         "kind": "ImageTagMirrorSet",
@@ -562,7 +562,7 @@ impl PolicyReport {
 /// Where a value does not fit a CRD's schema, and how.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{at}: {problem}")]
-struct SchemaMismatch {
+pub(super) struct SchemaMismatch {
     at: String,
     problem: String,
 }
@@ -574,7 +574,7 @@ fn mismatch(at: &str, problem: String) -> SchemaMismatch {
     }
 }
 
-fn conforms(schema: &Value, value: &Value, at: &str) -> Result<(), SchemaMismatch> {
+pub(super) fn conforms(schema: &Value, value: &Value, at: &str) -> Result<(), SchemaMismatch> {
     let kind = schema["type"].as_str().unwrap_or_default();
     let fits = match kind {
         "object" => value.is_object(),

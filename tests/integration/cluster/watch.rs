@@ -22,9 +22,11 @@ use pinhook::registry::{
     ResolutionSource, Resolver,
 };
 use pinhook::watch::controller::{inventory, CycleSettings, Watch};
+use pinhook::watch::report::ReportApi;
 use pinhook::watch::PodRecord;
 
 const REPORTS: &str = "apis/wgpolicyk8s.io/v1alpha2";
+const OPENREPORTS: &str = "apis/openreports.io/v1alpha1";
 
 fn digest(c: char) -> Digest {
     Digest::new_sha256(&c.to_string().repeat(64)).expect("valid sha256")
@@ -96,6 +98,7 @@ pub(super) async fn rig(policy: Policy) -> Rig {
             events_per_workload: 5,
             mirrors: true,
             mirror_config_maps: false,
+            report_api: ReportApi::Wgpolicyk8s,
         },
     )
     .await
@@ -508,6 +511,128 @@ async fn an_image_tag_mirror_set_fails_the_cluster_policy_report() {
 }
 
 #[tokio::test]
+async fn with_openreports_the_watch_writes_reports_and_cluster_reports_only() {
+    let rig = rig_with(
+        Policy::default(),
+        CycleSettings {
+            events_per_workload: 5,
+            mirrors: true,
+            mirror_config_maps: false,
+            report_api: ReportApi::OpenReports,
+        },
+    )
+    .await;
+    rig.api.put(
+        "apis/config.openshift.io/v1/imagetagmirrorsets/legacy-mirror",
+        json!({"apiVersion": "config.openshift.io/v1", "kind": "ImageTagMirrorSet",
+               "metadata": {"name": "legacy-mirror", "uid": "itms-uid"},
+               "spec": {"imageTagMirrors": [{"source": "docker.io/library", "mirrors": ["mirror.example/library"]}]}}),
+    );
+    let pinned = format!("{APP}@{}", digest('a'));
+    let pods = vec![record(&deployment_pod(
+        "shop",
+        "web",
+        1,
+        &[("app", &pinned)],
+    ))];
+    rig.tags.point(APP_TAG, digest('b'));
+
+    let first = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(first.report_writes, 2, "the Report and the ClusterReport");
+    let stored = rig
+        .api
+        .get(&format!("{OPENREPORTS}/namespaces/shop/reports/pinhook"))
+        .expect("the namespace's Report");
+    assert_eq!(stored["apiVersion"], "openreports.io/v1alpha1");
+    assert_eq!(stored["kind"], "Report");
+    assert_eq!(stored["source"], "pinhook");
+    assert_eq!(
+        stored["configuration"],
+        json!({"limits": {"maxResults": 1000}})
+    );
+    assert_eq!(
+        stored["summary"],
+        json!({"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0})
+    );
+    assert_eq!(
+        results(&stored)
+            .iter()
+            .map(|(rule, result, _)| format!("{rule}={result}"))
+            .collect::<Vec<_>>(),
+        ["pinned=pass", "tag-current=fail"]
+    );
+    assert_eq!(
+        stored["results"][1]["resources"][0],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "shop", "name": "web"})
+    );
+    let mirrors = rig
+        .api
+        .get(&format!("{OPENREPORTS}/clusterreports/pinhook-mirrors"))
+        .expect("the ClusterReport");
+    assert_eq!(mirrors["kind"], "ClusterReport");
+    assert_eq!(mirrors["results"][0]["rule"], "mirror-by-digest-only");
+    assert_eq!(mirrors["results"][0]["result"], "fail");
+    let wgpolicyk8s = |paths: Vec<String>| {
+        paths
+            .into_iter()
+            .filter(|p| p.contains("wgpolicyk8s.io"))
+            .collect::<Vec<_>>()
+    };
+    let written = rig.api.writes().into_iter().map(|(_, path)| path).collect();
+    assert_eq!(
+        wgpolicyk8s(written),
+        Vec::<String>::new(),
+        "no PolicyReport written"
+    );
+    assert_eq!(
+        wgpolicyk8s(rig.api.reads()),
+        Vec::<String>::new(),
+        "none read"
+    );
+
+    // Unchanged: nothing written, the Report compared by its digest, never read whole.
+    let writes = rig.api.writes().len();
+    let reads = rig.api.reads().len();
+    let again = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(again.report_writes, 0);
+    assert_eq!(
+        rig.api.writes().len(),
+        writes,
+        "{:?}",
+        &rig.api.writes()[writes..]
+    );
+    assert!(
+        !rig.api.reads()[reads..]
+            .iter()
+            .any(|path| path.ends_with("/reports/pinhook")),
+        "{:?}",
+        &rig.api.reads()[reads..]
+    );
+
+    // The tag comes back: the Report is updated in place, then deleted with the last Pod.
+    rig.tags.point(APP_TAG, digest('a'));
+    let back = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(back.report_writes, 1);
+    let stored = rig
+        .api
+        .get(&format!("{OPENREPORTS}/namespaces/shop/reports/pinhook"))
+        .expect("the namespace's Report");
+    assert_eq!(stored["summary"]["pass"], 2);
+    let gone = rig.watch.recheck(&[]).await.expect("cycle");
+    assert_eq!(gone.report_writes, 1);
+    assert_eq!(
+        rig.api
+            .get(&format!("{OPENREPORTS}/namespaces/shop/reports/pinhook")),
+        None
+    );
+    assert_eq!(
+        rig.api
+            .get(&format!("{REPORTS}/namespaces/shop/policyreports/pinhook")),
+        None
+    );
+}
+
+#[tokio::test]
 async fn the_inventory_joins_pods_with_the_reports_and_finds_where_a_digest_runs() {
     let rig = rig(Policy::default()).await;
     let pinned = format!("{APP}@{}", digest('a'));
@@ -569,6 +694,7 @@ async fn config_maps_are_listed_in_pages_and_a_mirror_on_the_last_page_is_found(
             events_per_workload: 5,
             mirrors: true,
             mirror_config_maps: true,
+            report_api: ReportApi::Wgpolicyk8s,
         },
     )
     .await;
