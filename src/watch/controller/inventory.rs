@@ -10,7 +10,9 @@
 //! [`classify`](crate::watch::classify) then gives the same state the watch gave. An image the
 //! reports do not cover yet (a Pod newer than the last cycle) is classified without a lookup:
 //! `unpinned` and `digest-only` are exact, a `tag@digest` reads `unresolvable` ("tag not looked
-//! up").
+//! up"). What runs comes from the Pods themselves (their status), so `runs-other-digest` is
+//! exact; `runs-stale-digest` needs the tag's current digest, which the report's `runs-pinned`
+//! result carries, and `digest-missing` the report's `digest-available` result.
 
 use std::collections::HashMap;
 
@@ -19,8 +21,10 @@ use kube::api::{Api, ListParams};
 
 use super::api;
 use crate::reference::Digest;
-use crate::watch::classify::{classify_image, classify_pod, TagLookup};
-use crate::watch::report::{PolicyReport, ReportApi, Verdict, RULE_TAG_CURRENT};
+use crate::watch::classify::{classify_image, classify_pod, judge_running, DigestCheck, TagLookup};
+use crate::watch::report::{
+    PolicyReport, ReportApi, Verdict, RULE_DIGEST_AVAILABLE, RULE_RUNS_PINNED, RULE_TAG_CURRENT,
+};
 use crate::watch::{ClassifiedImage, Inventory, PodRecord};
 
 /// Why the inventory could not be read.
@@ -37,6 +41,7 @@ pub enum InventoryError {
 struct Said {
     exempt: Option<String>,
     lookup: Option<TagLookup>,
+    check: DigestCheck,
 }
 
 /// (workload `ns/Kind/name`, container `containers[app]`, image as written).
@@ -89,11 +94,12 @@ pub fn join<'a>(
             classify_pod(pod, |site| {
                 let key = (pod.workload.describe(), site.describe(), site.image.clone());
                 let said = said.get(&key).cloned().unwrap_or_default();
-                classify_image(
+                let state = classify_image(
                     &site.image,
                     said.exempt.as_deref(),
                     said.lookup.unwrap_or(TagLookup::NotLooked),
-                )
+                );
+                judge_running(state, site.running.as_ref(), said.check)
             })
         })
         .collect();
@@ -134,6 +140,14 @@ fn said_by<'a>(reports: impl IntoIterator<Item = &'a PolicyReport>) -> HashMap<S
                         (None, Some(reason), Verdict::Error) => Some(TagLookup::Failed(reason)),
                         _ => None,
                     }
+                }
+                (_, RULE_RUNS_PINNED) => {
+                    if let Some(digest) = current {
+                        entry.lookup = Some(TagLookup::Resolved(digest));
+                    }
+                }
+                (_, RULE_DIGEST_AVAILABLE) if result.result != Verdict::Pass => {
+                    entry.check = DigestCheck::Missing;
                 }
                 // `pinned` results say nothing the image string does not.
                 _ => {}

@@ -36,6 +36,8 @@ fn digest(c: char) -> Digest {
 #[derive(Default)]
 struct Tags {
     tags: Mutex<HashMap<String, Digest>>,
+    /// `repository@digest` of manifests deleted from the registry: every other digest exists.
+    deleted: Mutex<Vec<String>>,
     calls: Mutex<Vec<(String, Vec<Fingerprint>)>>,
 }
 
@@ -45,6 +47,13 @@ impl Tags {
             .lock()
             .expect("tags")
             .insert(tag_reference.to_string(), to);
+    }
+
+    fn delete(&self, repository_at_digest: &str) {
+        self.deleted
+            .lock()
+            .expect("deleted")
+            .push(repository_at_digest.to_string());
     }
 
     fn take_calls(&self) -> Vec<(String, Vec<Fingerprint>)> {
@@ -61,12 +70,18 @@ impl Resolver for Tags {
         reference: &Reference,
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError> {
-        let key = reference.tag_reference();
+        let key = reference.manifest_reference();
         self.calls.lock().expect("calls").push((
             key.clone(),
             credentials.iter().map(Credential::fingerprint).collect(),
         ));
-        let found = self.tags.lock().expect("tags").get(&key).cloned();
+        // A manifest asked for by digest (the watch's check of a pin) exists unless deleted.
+        let found = match (reference.tag(), reference.digest()) {
+            (None, Some(digest)) => {
+                (!self.deleted.lock().expect("deleted").contains(&key)).then(|| digest.clone())
+            }
+            _ => self.tags.lock().expect("tags").get(&key).cloned(),
+        };
         match found {
             Some(digest) => Ok(Resolution {
                 digest,
@@ -78,7 +93,7 @@ impl Resolver for Tags {
             }),
             None => Err(RegistryError::NotFound {
                 repository: reference.repository(),
-                tag: reference.effective_tag().to_string(),
+                tag: reference.manifest(),
             }),
         }
     }
@@ -218,7 +233,16 @@ async fn a_tag_moved_under_a_running_pin_fails_tag_current_with_both_digests_and
     // The tag is re-pushed: the next cycle asks the registry again and sees it.
     rig.tags.point(APP_TAG, digest('b'));
     let second = rig.watch.recheck(&pods).await.expect("cycle");
-    assert_eq!(rig.tags.take_calls().len(), 1, "one lookup again");
+    let calls: Vec<String> = rig.tags.take_calls().into_iter().map(|c| c.0).collect();
+    assert_eq!(
+        calls,
+        [
+            APP_TAG.to_string(),
+            format!("reg.example/team/app@{}", digest('a'))
+        ],
+        "one lookup again, and one check that the pin (no longer the tag's) still exists"
+    );
+    assert_eq!(second.digest_checks, 1);
     assert_eq!(second.states.get("tag-moved"), Some(&2));
     let stored = report(&rig.api, "shop").expect("the namespace's report");
     let (rule, result, message) = results(&stored)[1].clone();
@@ -296,8 +320,8 @@ async fn an_unchanged_cluster_costs_one_lookup_per_key_and_no_write() {
         assert_eq!(again.events, 0);
         assert_eq!(
             rig.tags.take_calls().len(),
-            2,
-            "app:1.4 and db:2, once each"
+            3,
+            "app:1.4 and db:2 once each, and db's pin (its tag moved) checked once"
         );
     }
     assert_eq!(
@@ -339,8 +363,11 @@ async fn audit_namespace_with_an_unpinned_pod() -> (Rig, Vec<PodRecord>) {
 async fn an_unpinned_image_in_an_audit_namespace_warns_and_is_an_unpinned_event() {
     let (rig, pods) = audit_namespace_with_an_unpinned_pod().await;
     let summary = rig.watch.recheck(&pods).await.expect("cycle");
-    assert_eq!(summary.lookups, 0, "an unpinned image needs no lookup");
-    assert_eq!(rig.tags.take_calls().len(), 0);
+    assert_eq!(
+        summary.lookups, 1,
+        "an unpinned tag is looked up once, to compare what the node runs with it"
+    );
+    assert_eq!(rig.tags.take_calls().len(), 1);
     let stored = report(&rig.api, "legacy").expect("report");
     assert_eq!(
         results(&stored),
@@ -819,4 +846,87 @@ async fn the_watch_writes_and_deletes_only_reports_named_pinhook_and_pinhook_mir
         .filter(|path| path.contains("/namespaces/shop/policyreports"))
         .collect();
     assert!(shop_reads.is_empty(), "{shop_reads:?}");
+}
+
+#[tokio::test]
+async fn a_pin_deleted_from_the_registry_is_digest_missing_and_a_pod_running_another_digest_is_named(
+) {
+    let rig = rig(Policy::default()).await;
+    let pinned = format!("{APP}@{}", digest('a'));
+    let mut drifted = deployment_pod("shop", "api", 1, &[("app", &pinned)]);
+    drifted["spec"]["nodeName"] = json!("node-9");
+    drifted["status"] = json!({"containerStatuses": [
+        {"name": "app", "imageID": format!("reg.example/team/app@{}", digest('e'))}
+    ]});
+    let pods = vec![
+        record(&deployment_pod("shop", "web", 1, &[("app", &pinned)])),
+        record(&drifted),
+    ];
+    rig.tags.point(APP_TAG, digest('a'));
+    let first = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(first.digest_checks, 0, "the tag still names the pin");
+    assert_eq!(first.states.get("pinned-current"), Some(&1));
+    assert_eq!(first.states.get("runs-other-digest"), Some(&1));
+
+    // The tag moves on and the pinned manifest is deleted (a retention policy).
+    rig.tags.point(APP_TAG, digest('b'));
+    rig.tags
+        .delete(&format!("reg.example/team/app@{}", digest('a')));
+    rig.tags.take_calls();
+    let second = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(
+        second.digest_checks, 1,
+        "one check of the pin for both Pods"
+    );
+    assert_eq!(
+        rig.tags.take_calls().len(),
+        2,
+        "the tag and the pin, once each"
+    );
+    assert_eq!(second.states.get("digest-missing"), Some(&1));
+    assert_eq!(second.states.get("runs-other-digest"), Some(&1));
+    let stored = report(&rig.api, "shop").expect("the namespace's report");
+    let found: Vec<String> = results(&stored)
+        .iter()
+        .map(|(rule, result, _)| format!("{rule}={result}"))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "pinned=pass",
+            "runs-pinned=fail",
+            "pinned=pass",
+            "digest-available=fail"
+        ]
+    );
+    let runs = &stored["results"][1];
+    assert_eq!(runs["properties"]["node"], "node-9");
+    assert_eq!(
+        runs["properties"]["runningDigest"],
+        json!(digest('e').to_string())
+    );
+    let reasons: Vec<String> = rig
+        .api
+        .all("events")
+        .iter()
+        .map(|e| {
+            format!(
+                "{}/{}",
+                e["regarding"]["name"].as_str().unwrap_or_default(),
+                e["reason"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert!(
+        reasons.contains(&"web/PinnedDigestMissing".to_string())
+            && reasons.contains(&"api/RunsOtherDigest".to_string()),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        gauge(
+            &rig.metrics,
+            "pinhook_running_images{state=\"digest-missing\"}"
+        ),
+        "pinhook_running_images{state=\"digest-missing\"} 1"
+    );
 }
