@@ -37,7 +37,8 @@
 # Ctrl-C (pinhook, the registry helper, the cluster); logs stay in $E2E_WORK.
 #
 # Environment: E2E_WORK (/tmp/e2e-cost), PINHOOK_LOG (pinhook's filter, default info),
-# E2E_COST_SMOKE=1 (1 round of 5 creates per cell, for a check that the script still works:
+# E2E_COST_PPROF=DIR (after the rounds, CPU profiles of the apiserver with no webhook and with
+# pinhook warm, and `go tool pprof -top` of them, into DIR; needs `go`), E2E_COST_SMOKE=1 (1 round of 5 creates per cell, for a check that the script still works:
 # about a minute, most of it starting the cluster), PINHOOK_E2E_CACHE, KUBE_APISERVER (see
 # tests/e2e/cluster.sh), CARGO_TARGET_DIR.
 set -euo pipefail
@@ -165,6 +166,18 @@ metrics() {
     /^pinhook_admission_review_duration_seconds_sum\{/ && /endpoint="validate"/ { vs += $NF }
     END { printf "%d %d %d %.6f %.6f\n", m, v, r, ms, vs }'
 }
+# apimetrics: "pin_seconds pin_calls validate_seconds validate_calls" so far: the apiserver's own
+# time in pinhook's two webhook calls (apiserver_admission_webhook_admission_duration_seconds:
+# from building the AdmissionReview to the decoded answer, TLS and pinhook included)
+apimetrics() {
+  curl -s --max-time 5 --cacert "$E2E_CA_CERT" -H "Authorization: Bearer $(<"$E2E_WORK/pki/admin.token")" \
+    "$E2E_APISERVER_URL/metrics" | awk '
+    /^apiserver_admission_webhook_admission_duration_seconds_sum\{/ && /name="pin.pinhook.dev"/ && /operation="CREATE"/ { ps += $NF }
+    /^apiserver_admission_webhook_admission_duration_seconds_count\{/ && /name="pin.pinhook.dev"/ && /operation="CREATE"/ { pc += $NF }
+    /^apiserver_admission_webhook_admission_duration_seconds_sum\{/ && /name="validate.pinhook.dev"/ && /operation="CREATE"/ { vs += $NF }
+    /^apiserver_admission_webhook_admission_duration_seconds_count\{/ && /name="validate.pinhook.dev"/ && /operation="CREATE"/ { vc += $NF }
+    END { printf "%.6f %d %.6f %d\n", ps, pc, vs, vc }'
+}
 # conns: the apiserver's connections to pinhook now (their local ports, sorted, joined by ,)
 conns() {
   ss -Htn state established "( dport = :$PINHOOK_PORT )" | awk '{ split($3, a, ":"); print a[length(a)] }' |
@@ -175,8 +188,8 @@ log "pinhook $("$PINHOOK_BIN" --version 2>/dev/null || true), commit $(git rev-p
 log "$rounds rounds x 12 cells x ($warmup untimed + $n timed) creates, one at a time; apiserver $E2E_APISERVER_URL, pinhook pid $PINHOOK_PID"
 results=$RUN/results.txt
 : >"$results"
-printf '%-5s %-5s %-4s %3s %7s %8s %8s %8s %9s %9s %9s %6s %6s %6s %8s %8s %5s\n' \
-  round arm mode img n p50_ms p99_ms max_ms api_us/c pin_us/c etcd_us/c mut/c val/c reg/c mut_ms val_ms conns
+printf '%-5s %-5s %-4s %3s %7s %8s %8s %8s %9s %9s %9s %6s %6s %6s %8s %8s %8s %8s %5s\n' \
+  round arm mode img n p50_ms p99_ms max_ms api_us/c pin_us/c etcd_us/c mut/c val/c reg/c mut_ms val_ms a_mut_ms a_val_ms conns
 for round in $(seq 1 "$rounds"); do
   for arm in none warm cold; do
     case $arm in
@@ -199,8 +212,10 @@ for round in $(seq 1 "$rounds"); do
         fi
         c0=$(conns)
         read -r m0 v0 r0 ms0 vs0 < <(metrics)
+        read -r aps0 apc0 avs0 avc0 < <(apimetrics)
         out=$(client "cost-$arm" "$label" "$expect" "${args[@]}") || die "cell $label failed"
         read -r m1 v1 r1 ms1 vs1 < <(metrics)
+        read -r aps1 apc1 avs1 avc1 < <(apimetrics)
         c1=$(conns)
         read -r cn p50 p99 max _mean api pin etcd <<<"$out"
         # total creates in the cell (the untimed ones reach pinhook too)
@@ -210,10 +225,12 @@ for round in $(seq 1 "$rounds"); do
         line=$(awk -v r="$round" -v a="$arm" -v mo="$mode" -v i="$img" -v cn="$cn" -v p50="$p50" -v p99="$p99" \
           -v max="$max" -v api="$api" -v pin="$pin" -v etcd="$etcd" -v t="$total" \
           -v dm=$((m1 - m0)) -v dv=$((v1 - v0)) -v dr=$((r1 - r0)) -v ms="$(awk -v a="$ms0" -v b="$ms1" 'BEGIN { print b - a }')" \
-          -v vs="$(awk -v a="$vs0" -v b="$vs1" 'BEGIN { print b - a }')" -v c="$(tr ',' '\n' <<<"$c1" | grep -c . || true)/$same" \
-          'BEGIN { printf "%-5s %-5s %-4s %3s %7s %8.2f %8.2f %8.2f %9s %9s %9s %6.2f %6.2f %6.2f %8.3f %8.3f %5s\n",
+          -v vs="$(awk -v a="$vs0" -v b="$vs1" 'BEGIN { print b - a }')" \
+          -v am="$(awk -v a="$aps0" -v b="$aps1" -v n=$((apc1 - apc0)) 'BEGIN { print n ? (b - a) * 1000 / n : 0 }')" \
+          -v av="$(awk -v a="$avs0" -v b="$avs1" -v n=$((avc1 - avc0)) 'BEGIN { print n ? (b - a) * 1000 / n : 0 }')" -v c="$(tr ',' '\n' <<<"$c1" | grep -c . || true)/$same" \
+          'BEGIN { printf "%-5s %-5s %-4s %3s %7s %8.2f %8.2f %8.2f %9s %9s %9s %6.2f %6.2f %6.2f %8.3f %8.3f %8.3f %8.3f %5s\n",
             r, a, mo, i, cn, p50, p99, max, api, pin, etcd, dm / t, dv / t, dr / t,
-            dm ? ms * 1000 / dm : 0, dv ? vs * 1000 / dv : 0, c }')
+            dm ? ms * 1000 / dm : 0, dv ? vs * 1000 / dv : 0, am, av, c }')
         printf '%s\n' "$line"
         printf '%s\n' "$line" >>"$results"
       done
@@ -225,8 +242,8 @@ done
 # of the same round, mode and image count).
 echo
 echo "medians over $rounds rounds (N = $n per cell; + = median of the per-round difference to 'none'):"
-printf '%-5s %-4s %3s %8s %8s %8s %8s %9s %9s %9s %9s %6s %6s %6s %8s %8s\n' \
-  arm mode img p50_ms +p50_ms p99_ms +p99_ms api_us/c +api_us/c pin_us/c etcd_us/c mut/c val/c reg/c mut_ms val_ms
+printf '%-5s %-4s %3s %8s %8s %8s %8s %9s %9s %9s %9s %6s %6s %6s %8s %8s %8s %8s\n' \
+  arm mode img p50_ms +p50_ms p99_ms +p99_ms api_us/c +api_us/c pin_us/c etcd_us/c mut/c val/c reg/c mut_ms val_ms a_mut_ms a_val_ms
 awk '
   function median(s,   v, k, i, j, t) {
     k = split(s, v, " ")
@@ -238,6 +255,7 @@ awk '
     p50[key] = p50[key] " " $6; p99[key] = p99[key] " " $7; api[key] = api[key] " " $9
     pin[key] = pin[key] " " $10; etcd[key] = etcd[key] " " $11; mu[key] = mu[key] " " $12
     va[key] = va[key] " " $13; re[key] = re[key] " " $14; mms[key] = mms[key] " " $15; vms[key] = vms[key] " " $16
+    ams[key] = ams[key] " " $17; avs[key] = avs[key] " " $18
     P50[$1, key] = $6; P99[$1, key] = $7; API[$1, key] = $9; rounds[$1] = 1
   }
   END {
@@ -251,11 +269,35 @@ awk '
         d50 = d50 " " (P50[r, key] - P50[r, base]); d99 = d99 " " (P99[r, key] - P99[r, base]); dapi = dapi " " (API[r, key] - API[r, base])
       }
       split(key, f, " ")
-      printf "%-5s %-4s %3s %8.2f %8.2f %8.2f %8.2f %9.0f %9.0f %9.0f %9.0f %6.2f %6.2f %6.2f %8.3f %8.3f\n",
+      printf "%-5s %-4s %3s %8.2f %8.2f %8.2f %8.2f %9.0f %9.0f %9.0f %9.0f %6.2f %6.2f %6.2f %8.3f %8.3f %8.3f %8.3f\n",
         f[1], f[2], f[3], median(p50[key]), median(d50), median(p99[key]), median(d99), median(api[key]), median(dapi),
-        median(pin[key]), median(etcd[key]), median(mu[key]), median(va[key]), median(re[key]), median(mms[key]), median(vms[key])
+        median(pin[key]), median(etcd[key]), median(mu[key]), median(va[key]), median(re[key]), median(mms[key]), median(vms[key]),
+        median(ams[key]), median(avs[key])
     }
   }' "$results" | tee "$RUN/summary.txt"
+# E2E_COST_PPROF=DIR: CPU profiles of the apiserver (its /debug/pprof, 10 s each) while real
+# 1-image creates run with no webhook and with pinhook warm; `go tool pprof -top` of each into DIR.
+if [[ -n ${E2E_COST_PPROF:-} ]]; then
+  mkdir -p "$E2E_COST_PPROF"
+  for arm in none warm; do
+    if [[ $arm == none ]]; then webhooks off; expect=unpinned; else webhooks on; expect=pinned; fi
+    curl -s --max-time 30 --cacert "$E2E_CA_CERT" -H "Authorization: Bearer $(<"$E2E_WORK/pki/admin.token")" \
+      -o "$E2E_COST_PPROF/apiserver-$arm.pprof" "$E2E_APISERVER_URL/debug/pprof/profile?seconds=10" &
+    profiler=$!
+    k=0
+    while kill -0 "$profiler" 2>/dev/null && ((k < 100)); do
+      k=$((k + 1))
+      client "cost-$arm" "pprof-$arm-$k" "$expect" --count 100 --warmup 0 --images 1 --warm-images "$warm_images" \
+        >/dev/null || die "profiled creates failed"
+    done
+    wait "$profiler" || die "no profile of the apiserver"
+    go tool pprof -top -cum -nodecount=60 "$KUBE_APISERVER" "$E2E_COST_PPROF/apiserver-$arm.pprof" \
+      >"$E2E_COST_PPROF/apiserver-$arm.top-cum.txt" 2>&1 || true
+    go tool pprof -top -nodecount=40 "$KUBE_APISERVER" "$E2E_COST_PPROF/apiserver-$arm.pprof" \
+      >"$E2E_COST_PPROF/apiserver-$arm.top.txt" 2>&1 || true
+    log "apiserver profile ($arm, $((k * 100)) creates): $E2E_COST_PPROF/apiserver-$arm.top-cum.txt"
+  done
+fi
 warm99=$(awk '$1 == "warm" { if ($7 > m) m = $7 } END { print m + 0 }' "$RUN/summary.txt")
 echo "goal (issue 30): warm p99 added <= 2 ms: largest warm +p99 is $warm99 ms: $(awk -v w="$warm99" 'BEGIN { print (w <= 2 ? "met" : "NOT met") }')"
 exit 0
