@@ -4,7 +4,8 @@
 # needs: node
 # proves: (issue 29) With `pinhook watch` running against the node's Pods:
 #   1. What runs. `team/node-drift:1.0` is pushed (content A) and another image (content B) is
-#      imported into the node's containerd under the same name: an unpinned `IfNotPresent` Pod of
+#      imported into the node's containerd under the same tag (and as REPO@B, as a CRI pull names
+#      it): an unpinned `IfNotPresent` Pod of
 #      that tag in an audit namespace is admitted as written and runs B (its
 #      `status.containerStatuses[0].imageID` is `REPO@B`). Within two rechecks the namespace's
 #      PolicyReport has a `runs-pinned` warn result with state `runs-stale-digest`,
@@ -29,8 +30,13 @@ scenario_node_watch_reports_what_runs() {
   oci="$RUN/oci-node-drift-preloaded"
   node_oci_image "$oci" "$RUN/pause" "node-drift:1.0, as pre-loaded on the node" || return 1
   b=$OCI_TOP
-  # ctr import names an OCI layout's image after this annotation: the tag the Pod names
-  jq --arg n "$repo:1.0" '.manifests[0].annotations = {"io.containerd.image.name": $n}' \
+  # ctr import names an OCI layout's image after this annotation, one image per entry: the tag
+  # the Pod names and REPO@B, the two names containerd's CRI gives an image it pulls (a node
+  # that pulled B under this tag earlier; CRI reports the digested name as the Pod's imageID,
+  # an image with no such name as its bare config digest, which cannot be compared)
+  jq --arg t "$repo:1.0" --arg d "$repo@$b" \
+    '.manifests = [(.manifests[0] | .annotations = {"io.containerd.image.name": $t}),
+                   (.manifests[0] | .annotations = {"io.containerd.image.name": $d})]' \
     "$oci/index.json" >"$oci/index.json.tmp" && mv "$oci/index.json.tmp" "$oci/index.json" &&
     tar -C "$oci" -cf "$oci.tar" oci-layout index.json blobs || return 1
   ctr --address "$NODE_SOCK" --timeout 30s -n k8s.io images import "$oci.tar" >/dev/null ||
