@@ -199,7 +199,7 @@ measure() {
   local listed
   listed=$(grep -m1 'pod list complete' "$log" | sed -nE 's/^([^ ]+) .*/\1/p')
   say ""
-  say "== $n Pods ($per per namespace) in $nss namespaces, $images images; $name: $bin"
+  say "== $n Pods ($per per namespace) in $nss namespaces, $images images; $name: $bin (built $(date -u -r "$bin" +%H:%M:%SZ), sha256 $(sha256sum "$bin" | cut -c1-12))"
   say "first recheck: done ${t_first} s after the watch started (pod list complete at $listed); $(field "$line" pods) Pods, $(field "$line" images) images, $(field "$line" lookups) keys, $(field "$line" report_writes) report writes, its own time $(field "$line" seconds) s; watch CPU so far ${cpu0} s"
   say "RSS after the first recheck: $(mib "$rss") MiB (peak so far $(mib "$hwm") MiB)"
   say "apiserver for the start and first recheck: $(client diff "$E2E_WORK/api-0.json" "$E2E_WORK/api-1.json" | jq -c '{requests_total, bytes_total}')"
