@@ -20,6 +20,10 @@
       apiserver_request_total by "VERB resource" and apiserver_response_sizes_sum (bytes of GET
       and LIST responses) by "VERB resource". Non-resource requests (/metrics itself) left out.
 
+  watch-scale.py delete-reports --server URL --ca CA --token-file F --namespaces M
+      Deletes pinhook's PolicyReport of each namespace and its ClusterPolicyReport, W threads
+      (kubectl deletes one at a time at 5 requests/s: 200 s for 1,000).
+
   watch-scale.py diff BEFORE.json AFTER.json
       AFTER - BEFORE of two apiserver-metrics lines: requests and response bytes, per
       "VERB resource" (nonzero only) and in total, as one JSON line.
@@ -212,6 +216,31 @@ def cmd_create(args):
         sys.exit(1)
 
 
+def cmd_delete_reports(args):
+    """Deletes pinhook's PolicyReport in each namespace, and the mirror ClusterPolicyReport."""
+    with open(args.token_file, encoding="utf-8") as f:
+        token = f.read().strip()
+    base = "/apis/wgpolicyk8s.io/v1alpha2"
+    paths = [f"{base}/namespaces/e2e-z-{n:04d}/policyreports/pinhook" for n in range(args.namespaces)]
+    paths.append(f"{base}/clusterpolicyreports/pinhook-mirrors")
+
+    def delete(client, path):
+        for _ in range(8):
+            try:
+                status, _ = client.request("DELETE", path)
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.2)
+                continue
+            if status in (200, 202, 404):
+                return True
+            time.sleep(0.2)
+        return False
+
+    failed = run_parallel(paths, args.workers, lambda: Client(args.server, args.ca, token), delete)
+    if failed:
+        sys.exit(f"watch-scale.py: {failed} reports not deleted")
+
+
 def labels_of(text):
     """`{a="b",c="d"}` -> dict (label values here hold no escaped quotes that matter)."""
     labels = {}
@@ -283,6 +312,11 @@ def main():
     c.add_argument("--images", type=int, default=2000)
     c.add_argument("--workers", type=int, default=16)
     c.add_argument("--from", dest="start", type=int, default=0, help="first Pod index per namespace (namespaces exist)")
+    r = sub.add_parser("delete-reports")
+    for flag in ("--server", "--ca", "--token-file"):
+        r.add_argument(flag, required=True)
+    r.add_argument("--namespaces", type=int, default=1000)
+    r.add_argument("--workers", type=int, default=16)
     m = sub.add_parser("apiserver-metrics")
     for flag in ("--server", "--ca", "--token-file"):
         m.add_argument(flag, required=True)
@@ -290,7 +324,12 @@ def main():
     d.add_argument("before")
     d.add_argument("after")
     args = parser.parse_args()
-    {"create": cmd_create, "apiserver-metrics": cmd_apiserver_metrics, "diff": cmd_diff}[args.command](args)
+    {
+        "create": cmd_create,
+        "delete-reports": cmd_delete_reports,
+        "apiserver-metrics": cmd_apiserver_metrics,
+        "diff": cmd_diff,
+    }[args.command](args)
 
 
 if __name__ == "__main__":

@@ -238,8 +238,8 @@ measure() {
   watch_pid=""
   # the next step's watch starts from no reports and no Lease, as this one did
   kubectl -n pinhook-system delete lease pinhook-watch --ignore-not-found >/dev/null
-  kubectl delete policyreports.wgpolicyk8s.io -A --all >/dev/null
-  kubectl delete clusterpolicyreports.wgpolicyk8s.io --all >/dev/null
+  client delete-reports --server "$server" --ca "$ca" --token-file "$token" --namespaces "$nss" \
+    --workers "$workers"
   ((complete == nss)) || { echo "incomplete reports" >&2; exit 1; }
 }
 apiserver_metrics() { client apiserver-metrics --server "$server" --ca "$ca" --token-file "$token" >"$1"; }
