@@ -41,8 +41,15 @@ import urllib.parse
 
 
 # Resources the watch never reads or writes: the apiserver's own loops (the Service IP and port
-# repair, the `kubernetes` Service) touch them every few minutes.
-NOT_THE_WATCHS = {"services", "endpoints", "endpointslices", "apiservices"}
+# repair, the `kubernetes` Service, API priority and fairness) touch them every few seconds.
+NOT_THE_WATCHS = {
+    "services",
+    "endpoints",
+    "endpointslices",
+    "apiservices",
+    "flowschemas",
+    "prioritylevelconfigurations",
+}
 
 
 def connect(server, ca):
