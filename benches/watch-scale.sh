@@ -173,6 +173,9 @@ say() { printf '%s\n' "$*" | tee -a "$summary"; }
 measure() {
   local n=$1 bin=$2 name=$3 per=$(($1 / nss)) port log started t_first i c line seconds rss hwm cpu0 cpu1
   local reg0 reg1 lookups writes events api
+  # every watch starts from no reports (and no Lease: the previous one deleted it)
+  client delete-reports --server "$server" --ca "$ca" --token-file "$token" --namespaces "$nss" \
+    --workers "$workers"
   port=$(free_port)
   log="$E2E_WORK/watch-$n-${name%% *}.log"
   apiserver_metrics "$E2E_WORK/api-0.json"
@@ -236,10 +239,7 @@ measure() {
   say "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   stop "$watch_pid"
   watch_pid=""
-  # the next step's watch starts from no reports and no Lease, as this one did
   kubectl -n pinhook-system delete lease pinhook-watch --ignore-not-found >/dev/null
-  client delete-reports --server "$server" --ca "$ca" --token-file "$token" --namespaces "$nss" \
-    --workers "$workers"
   ((complete == nss)) || { echo "incomplete reports" >&2; exit 1; }
 }
 apiserver_metrics() { client apiserver-metrics --server "$server" --ca "$ca" --token-file "$token" >"$1"; }
