@@ -54,6 +54,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use common::images;
 use common::registry::{RegistryAuth, TestRegistry, Transport};
+use futures::StreamExt as _;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
@@ -74,6 +75,9 @@ const IMAGES: &[(&str, &str)] = &[
     // Re-pushed by the watch's scenario `watch-reports-tag-moved`, for the same reason.
     ("team/drift", "1.0"),
 ];
+
+/// `E2E_SCALE_IMAGES` images pushed at once.
+const SCALE_PUSH_CONCURRENCY: usize = 8;
 
 /// The private registry's only user (htpasswd).
 const PRIVATE_USER: &str = "e2e-private";
@@ -147,14 +151,26 @@ async fn main() -> Result<()> {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    for i in 1..=scale {
-        let (tag, seed) = (i.to_string(), format!("scale:{i}"));
-        let pushed = tokio::select! {
-            pushed = images::push_multi_arch(&registry, "team/scale", &tag, &seed) => pushed,
-            _ = sigterm.recv() => { eprintln!("e2e_registry: SIGTERM while pushing"); return Ok(()); }
-            _ = sigint.recv() => { eprintln!("e2e_registry: SIGINT while pushing"); return Ok(()); }
-        };
-        env.push_str(&format!("DIGEST_scale_{i}={}\n", pushed.index_digest));
+    // Pushed SCALE_PUSH_CONCURRENCY at a time (2,000 images one by one take minutes), listed in
+    // order.
+    let pushes = futures::stream::iter(1..=scale)
+        .map(|i| {
+            let registry = &registry;
+            async move {
+                let (tag, seed) = (i.to_string(), format!("scale:{i}"));
+                let pushed = images::push_multi_arch(registry, "team/scale", &tag, &seed).await;
+                (i, pushed.index_digest)
+            }
+        })
+        .buffered(SCALE_PUSH_CONCURRENCY)
+        .collect::<Vec<_>>();
+    let pushed = tokio::select! {
+        pushed = pushes => pushed,
+        _ = sigterm.recv() => { eprintln!("e2e_registry: SIGTERM while pushing"); return Ok(()); }
+        _ = sigint.recv() => { eprintln!("e2e_registry: SIGINT while pushing"); return Ok(()); }
+    };
+    for (i, digest) in pushed {
+        env.push_str(&format!("DIGEST_scale_{i}={digest}\n"));
     }
     if scale > 0 {
         eprintln!("e2e_registry: pushed team/scale:1..{scale}");
