@@ -75,8 +75,29 @@ fn row(stage: &str, bytes: isize, pods: usize) {
     );
 }
 
-/// A Pod as the apiserver serves it for `benches/watch-scale.py`'s creates (defaults filled).
+/// A Pod as the apiserver serves it for `benches/watch-scale.py`'s creates (defaults filled);
+/// with `WATCH_MEMORY_RUNNING=1`, scheduled and running as a node reports it (`nodeName`, the
+/// container's `imageID`: what the watch keeps of what runs).
 fn pod_json(namespace: &str, name: &str, uid: &str, image: &str) -> serde_json::Value {
+    let mut pod = pending_pod_json(namespace, name, uid, image);
+    if std::env::var_os("WATCH_MEMORY_RUNNING").is_some() {
+        let (name, digest) = image.rsplit_once('@').unwrap_or((image, ""));
+        let slash = name.rfind('/').unwrap_or(0);
+        let repository = match name.rfind(':') {
+            Some(colon) if colon > slash => &name[..colon],
+            _ => name,
+        };
+        pod["spec"]["nodeName"] = serde_json::json!("node-0001.example.internal");
+        pod["status"] = serde_json::json!({
+            "phase": "Running", "qosClass": "BestEffort",
+            "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0,
+                "image": image, "imageID": format!("{repository}@{digest}")}],
+        });
+    }
+    pod
+}
+
+fn pending_pod_json(namespace: &str, name: &str, uid: &str, image: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -180,11 +201,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (key, lookup)
         })
         .collect();
+    // Every tag resolves to its pin (an unchanged cluster): no pin is checked by digest.
+    let probes = plan.probes(&answers);
+    let checks = probes.answer(&HashMap::new());
     let lookups = plan.answer(&answers);
     drop(answers);
     row("  site lookups (plan consumed)", live() - mark, pods);
     let mark = live();
-    let classified = recheck::classify_all(&policy.clone(), &running, &modes, &lookups);
+    let classified =
+        recheck::classify_all(&policy.clone(), &running, &modes, &lookups, &checks);
     row("  classified images", live() - mark, pods);
     let mark = live();
     let targets = recheck::report_targets(&classified, &modes, std::iter::empty());
