@@ -208,8 +208,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(answers);
     row("  site lookups (plan consumed)", live() - mark, pods);
     let mark = live();
-    let classified =
-        recheck::classify_all(&policy.clone(), &running, &modes, &lookups, &checks);
+    let classified = recheck::classify_all(&policy.clone(), &running, &modes, &lookups, &checks);
     row("  classified images", live() - mark, pods);
     let mark = live();
     let targets = recheck::report_targets(&classified, &modes, std::iter::empty());
