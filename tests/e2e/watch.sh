@@ -25,21 +25,23 @@ watch_setup() {
   token_kubeconfig "$token" "$WATCH_DIR/kubeconfig"
 }
 
-# watch_start N: replica N of `pinhook watch` (pod name watch-N, port in WATCH_PORT_N, log
-# $WATCH_DIR/watch-N.log, PID in $WATCH_DIR/watch-N.pid); waits for its /readyz
+# watch_start N [ARGS...]: replica N of `pinhook watch` (pod name watch-N, port in WATCH_PORT_N,
+# log $WATCH_DIR/watch-N.log, PID in $WATCH_DIR/watch-N.pid), with ARGS added to its flags;
+# waits for its /readyz
 watch_start() {
   local n=$1 port
+  shift
   port=$(free_port)
   printf -v "WATCH_PORT_$n" '%s' "$port"
   echo "$port" >"$WATCH_DIR/watch-$n.port"
-  NO_COLOR=1 PINHOOK_LOG=info "$PINHOOK_BIN" watch \
+  NO_COLOR=1 PINHOOK_LOG=info "$PINHOOK_BIN" watch "$@" \
     --listen "127.0.0.1:$port" --recheck-interval "${WATCH_INTERVAL}s" \
     --lease-namespace pinhook-system --lease pinhook-watch --pod-name "watch-$n" \
     --lease-duration "${WATCH_LEASE_SECONDS}s" \
     --registry-ca "$REGISTRY_CA" --policy "$RUN/policy.yaml" --kubeconfig "$WATCH_DIR/kubeconfig" \
     </dev/null >>"$WATCH_DIR/watch-$n.log" 2>&1 3>&- &
   echo $! >"$WATCH_DIR/watch-$n.pid"
-  log "  started pinhook watch replica $n on 127.0.0.1:$port (pid $!, log $WATCH_DIR/watch-$n.log)"
+  log "  started pinhook watch replica $n${*:+ ($*)} on 127.0.0.1:$port (pid $!, log $WATCH_DIR/watch-$n.log)"
   WAIT_PID=$! wait_until 30 "watch-$n /readyz" watch_readyz "$port"
 }
 watch_readyz() { [[ $(curl -s --max-time 2 "http://127.0.0.1:$1/readyz") == ok* ]]; }

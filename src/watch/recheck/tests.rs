@@ -63,6 +63,27 @@ fn answer_all(plan: &LookupPlan<'_>, hex: char) -> HashMap<LookupKey, TagLookup>
         .collect()
 }
 
+/// Adds `request` to `plan` as the cycle does: tags the policy routes through mirrors looked up
+/// at them.
+fn add_routed<'a>(
+    policy: &CompiledPolicy,
+    plan: &mut LookupPlan<'a>,
+    request: KeyringRequest<'a>,
+    keyring: &Keyring,
+) {
+    let mut warnings = Vec::new();
+    plan.add_routed(request, keyring, |reference| {
+        let route = policy.routes.route(reference)?;
+        Some(RoutedCall::new(
+            reference,
+            &route,
+            keyring,
+            &crate::registry::mirrored::MirrorKeyrings::new(),
+            &mut warnings,
+        ))
+    });
+}
+
 fn state_names(images: &[ClassifiedImage]) -> Vec<(&str, &'static str)> {
     images
         .iter()
@@ -484,17 +505,7 @@ fn routed_tags_are_keyed_by_their_mirrors_credentials() {
         if request.pull_secrets == ["mirror-cred".to_string()] {
             keyring.add("mirror.example", Credential::basic("u", "p"));
         }
-        let mut warnings = Vec::new();
-        plan.add_routed(request, &keyring, |reference| {
-            let route = policy.routes.route(reference)?;
-            Some(RoutedCall::new(
-                reference,
-                &route,
-                &keyring,
-                &crate::registry::mirrored::MirrorKeyrings::new(),
-                &mut warnings,
-            ))
-        });
+        add_routed(&policy, &mut plan, request, &keyring);
     }
     assert_eq!(plan.distinct(), 2);
     let mirrors: Vec<String> = plan
@@ -645,17 +656,7 @@ fn digests_routed_through_mirrors_and_of_off_namespaces_are_not_checked() {
     let mut plan = LookupPlan::default();
     for request in keyrings_wanted(&policy, &pods, &modes) {
         let keyring = Keyring::new();
-        let mut warnings = Vec::new();
-        plan.add_routed(request, &keyring, |reference| {
-            let route = policy.routes.route(reference)?;
-            Some(RoutedCall::new(
-                reference,
-                &route,
-                &keyring,
-                &crate::registry::mirrored::MirrorKeyrings::new(),
-                &mut warnings,
-            ))
-        });
+        add_routed(&policy, &mut plan, request, &keyring);
     }
     let answers = answer_all(&plan, 'd');
     assert_eq!(plan.probes(&answers).distinct(), 0);

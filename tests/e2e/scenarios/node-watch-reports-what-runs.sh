@@ -17,6 +17,14 @@
 #      result with state `digest-missing` and `pinnedDigest` V, a PinnedDigestMissing Event
 #      regards the Deployment, `pinhook_running_images{state="digest-missing"}` is 1, and the
 #      registry's access log has the watch's HEAD of V by digest answered 404.
+# wrw_show NS RULE REASON: log NS's report results of RULE and its Events of REASON (README output)
+wrw_show() {
+  log "  kubectl get policyreport pinhook -n $1 ($2):"
+  report_json "$1" | jq -r --arg rule "$2" '.results[] | select(.rule == $rule) | "\(.rule) \(.result): \(.message)"' |
+    while IFS= read -r line; do log "    $line"; done
+  log "  kubectl get events.events.k8s.io -n $1:"
+  K -n "$1" get events.events.k8s.io --field-selector "reason=$3" | while IFS= read -r line; do log "    $line"; done
+}
 scenario_node_watch_reports_what_runs() {
   local audit=e2e-node-drift enforce=e2e-node-vanish rc=0 a b v repo oci port log_before status
   watch_ensure || return 1
@@ -72,11 +80,7 @@ EOF
   expect_eq "pinhook inventory --namespace $audit" \
     "$(jq -c '[.images[] | {state, running, currentDigest, nodes}]' <<<"$inv")" \
     "[{\"state\":\"runs-stale-digest\",\"running\":\"$b\",\"currentDigest\":\"$a\",\"nodes\":[\"$NODE_NAME\"]}]" || rc=1
-  log "  kubectl get policyreport pinhook -n $audit (runs-pinned):"
-  report_json "$audit" | jq -r '.results[] | select(.rule == "runs-pinned") | "\(.rule) \(.result): \(.message)"' |
-    while IFS= read -r line; do log "    $line"; done
-  log "  kubectl get events.events.k8s.io -n $audit:"
-  K -n "$audit" get events.events.k8s.io --field-selector reason=RunsStaleDigest | while IFS= read -r line; do log "    $line"; done
+  wrw_show "$audit" runs-pinned RunsStaleDigest
   log "  pinhook inventory --namespace $audit:"
   "$PINHOOK_BIN" inventory --namespace "$audit" --kubeconfig "$KUBECONFIG" | while IFS= read -r line; do log "    $line"; done
 
@@ -127,10 +131,6 @@ EOF
     grep -F "HEAD /v2/team/node-vanish/manifests/$v " || true)
   log "  the watch's requests for $v: $(head -n 2 <<<"$heads" | sed 's/  */ /g')"
   expect_contains "the watch's HEAD of the pinned digest" "$heads" '" 404 ' || rc=1
-  log "  kubectl get policyreport pinhook -n $enforce (digest-available):"
-  report_json "$enforce" | jq -r '.results[] | select(.rule == "digest-available") | "\(.rule) \(.result): \(.message)"' |
-    while IFS= read -r line; do log "    $line"; done
-  log "  kubectl get events.events.k8s.io -n $enforce:"
-  K -n "$enforce" get events.events.k8s.io --field-selector reason=PinnedDigestMissing | while IFS= read -r line; do log "    $line"; done
+  wrw_show "$enforce" digest-available PinnedDigestMissing
   return "$rc"
 }

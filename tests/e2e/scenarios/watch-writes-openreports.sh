@@ -14,22 +14,6 @@
 #   Report's resourceVersion unchanged); `pinhook inventory --report-api openreports` reads the
 #   states back from the Report. Afterwards the base ClusterRole and the shared replica are back.
 
-# or_watch_start: `pinhook watch --report-api openreports` as replica watch-or (Lease pinhook-watch,
-# the only one its Role lets it update); waits for its /readyz
-or_watch_start() {
-  local port
-  port=$(free_port)
-  NO_COLOR=1 PINHOOK_LOG=info "$PINHOOK_BIN" watch --report-api openreports \
-    --listen "127.0.0.1:$port" --recheck-interval "${WATCH_INTERVAL}s" \
-    --lease-namespace pinhook-system --lease pinhook-watch --pod-name watch-or \
-    --lease-duration "${WATCH_LEASE_SECONDS}s" \
-    --registry-ca "$REGISTRY_CA" --policy "$RUN/policy.yaml" --kubeconfig "$WATCH_DIR/kubeconfig" \
-    </dev/null >>"$WATCH_DIR/watch-or.log" 2>&1 3>&- &
-  echo $! >"$WATCH_DIR/watch-or.pid"
-  log "  started pinhook watch --report-api openreports on 127.0.0.1:$port (pid $!, log $WATCH_DIR/watch-or.log)"
-  WAIT_PID=$! wait_until 30 "watch-or /readyz" watch_readyz "$port"
-}
-
 scenario_watch_writes_openreports() {
   local ns=e2e-or rc=0 dir="$WATCH_DIR/or" crd saved_role=0 saved_vwc=0 tagged pinned_app
   mkdir -p "$dir"
@@ -108,7 +92,8 @@ or_body() {
   pinned_app=$(pinned app 2.0)
   klog -n "$ns" run legacy --image="$tagged" --restart=Never || return 1
   klog -n "$ns" run current --image="$pinned_app" --restart=Never || return 1
-  or_watch_start || return 1
+  # replica watch-or (Lease pinhook-watch, the only one its Role lets it update)
+  watch_start or --report-api openreports || return 1
 
   rep() { K -n "$ns" get reports.openreports.io pinhook -o json 2>/dev/null || true; }
   rep_complete() { [[ $(rep | jq '.results | length') == 3 ]]; }
