@@ -50,8 +50,7 @@ pub struct ViolationLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    /// An image state of `pinhook watch`: `unpinned`, `pinned-current`, `tag-moved`,
-    /// `digest-only`, `unresolvable`, `exempt`.
+    /// An image state of `pinhook watch` (`watch::ImageState::NAMES`).
     pub state: &'static str,
 }
 
@@ -194,6 +193,11 @@ impl Metrics {
             connections_refused.clone(),
         );
         let running_images = Family::<StateLabels, Gauge>::default();
+        // Every state reads 0 until the watch finds one (an alert on a state is never on an
+        // absent series), like the watch's counters.
+        for state in crate::watch::ImageState::NAMES {
+            drop(running_images.get_or_create(&StateLabels { state }));
+        }
         registry.register(
             "running_images",
             "Running images (per container of each Pod) by state, as pinhook watch last found them",
