@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::openreports::{
     from_openreports, to_openreports, OpenReport, OpenReportsError, ReportApi, ReportScope,
 };
-use super::tests::{app, cluster, conforms, itms, moved, T1, T2};
+use super::tests::{app, cluster, conforms, every_state, itms, moved, T1, T2};
 use super::*;
 use crate::policy::MirrorPolicy;
 use crate::registry::testing::digest;
@@ -171,15 +171,7 @@ fn reports_conform_to_the_openreports_crds_the_component_installs() {
         version["schema"]["openAPIV3Schema"].clone()
     };
 
-    let mut images = cluster();
-    images.push(app(
-        "Bad",
-        ImageState::Unresolvable {
-            reason: "invalid image reference".into(),
-            pinned: None,
-        },
-    ));
-    images.push(app("nginx", ImageState::Exempt { why: "x".into() }));
+    let images = every_state();
     for mode in [Mode::Enforce, Mode::Audit, Mode::Off] {
         let built = namespace_report("shop", mode, &images, T2, None);
         let value =

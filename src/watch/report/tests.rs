@@ -637,15 +637,7 @@ fn reports_conform_to_the_crds_the_manifests_install() {
         version["schema"]["openAPIV3Schema"].clone()
     };
 
-    let mut images = cluster();
-    images.push(app(
-        "Bad",
-        ImageState::Unresolvable {
-            reason: "invalid image reference".into(),
-            pinned: None,
-        },
-    ));
-    images.push(app("nginx", ImageState::Exempt { why: "x".into() }));
+    let images = every_state();
     for mode in [Mode::Enforce, Mode::Audit, Mode::Off] {
         let report = namespace_report("shop", mode, &images, T2, None);
         let value = serde_json::to_value(&report).expect("serialises");
@@ -797,4 +789,34 @@ fn a_missing_pin_says_a_new_pod_cannot_pull() {
             digest('a')
         )
     );
+}
+
+/// The cluster's images plus one of each remaining state (what runs included): what the schema
+/// tests check every result shape with.
+pub(super) fn every_state() -> Vec<ClassifiedImage> {
+    let mut images = cluster();
+    images.push(app(
+        "Bad",
+        ImageState::Unresolvable {
+            reason: "invalid image reference".into(),
+            pinned: None,
+        },
+    ));
+    images.push(app("nginx", ImageState::Exempt { why: "x".into() }));
+    let mut other = app(
+        "redis:7",
+        ImageState::RunsOtherDigest {
+            pinned: digest('a'),
+            running: digest('b'),
+        },
+    );
+    other.node = Some("node-1".into());
+    images.push(other);
+    images.push(app(
+        "memcached:1",
+        ImageState::DigestMissing {
+            pinned: digest('c'),
+        },
+    ));
+    images
 }
