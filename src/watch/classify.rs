@@ -231,6 +231,15 @@ pub fn classify_pod(
         .collect()
 }
 
+// === impl ClassifiedImage ===
+
+impl ClassifiedImage {
+    /// The node its Pod runs on, as reports and Events name it.
+    pub fn node_name(&self) -> &str {
+        self.node.as_deref().unwrap_or("(not scheduled)")
+    }
+}
+
 // === impl ImageState ===
 
 impl ImageState {

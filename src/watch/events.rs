@@ -83,14 +83,14 @@ pub fn event_for(image: &ClassifiedImage, mode: Mode) -> Option<EventSpec> {
             EventReason::RunsOtherDigest,
             format!(
                 "{runs}: node {} runs {running}, not the pinned {pinned}",
-                node(image)
+                image.node_name()
             ),
         ),
         (ImageState::RunsStaleDigest { running, now }, _) => (
             EventReason::RunsStaleDigest,
             format!(
                 "{runs}: node {} runs {running}, which its tag no longer points to (now {now})",
-                node(image)
+                image.node_name()
             ),
         ),
         (ImageState::DigestMissing { pinned }, _) => (
@@ -105,10 +105,6 @@ pub fn event_for(image: &ClassifiedImage, mode: Mode) -> Option<EventSpec> {
         note: truncated(note, MAX_NOTE_BYTES),
         regarding: image.workload.clone(),
     })
-}
-
-fn node(image: &ClassifiedImage) -> &str {
-    image.node.as_deref().unwrap_or("(not scheduled)")
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut.

@@ -267,7 +267,7 @@ fn image_results(image: &ClassifiedImage, mode: Mode) -> Vec<(Rule, Verdict, Str
                 Verdict::Fail,
                 format!(
                     "{runs}: node {} runs {running}, not the pinned {pinned}",
-                    node_of(image)
+                    image.node_name()
                 ),
             ),
         ],
@@ -282,7 +282,7 @@ fn image_results(image: &ClassifiedImage, mode: Mode) -> Vec<(Rule, Verdict, Str
                 Verdict::Fail,
                 format!(
                     "{runs}: node {} runs {running}, which its tag no longer points to (now {now})",
-                    node_of(image)
+                    image.node_name()
                 ),
             ),
         ],
@@ -329,14 +329,9 @@ fn image_properties(image: &ClassifiedImage) -> BTreeMap<String, String> {
     }
     if let Some(running) = state.running() {
         properties.insert("runningDigest".to_string(), running.to_string());
-        properties.insert("node".to_string(), node_of(image).to_string());
+        properties.insert("node".to_string(), image.node_name().to_string());
     }
     properties
-}
-
-/// The node an image's Pod runs on, as results name it.
-fn node_of(image: &ClassifiedImage) -> &str {
-    image.node.as_deref().unwrap_or("(not scheduled)")
 }
 
 /// Bounds every string, sorts and deduplicates the results, counts them all in the summary,
