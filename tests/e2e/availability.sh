@@ -29,6 +29,8 @@
 #   avail_end             the namespace deleted (its Pods are unbound: they go at once)
 # and the disruptions' own helpers: avail_busiest (the Pod the apiserver's connection goes to),
 # avail_pinhook_pid (a Pod's pinhook PID through containerd), avail_evict, avail_pdb_allows,
+# avail_node_and_endpoints_ready, avail_endpoints_explain (one line for a failure: the Endpoints,
+# each webhook Pod's Ready condition, the Node's),
 # avail_registry_stop/_start (node.sh's registry forwarder), avail_apiserver_stop/_start,
 # avail_node_stop/_start (kubelet and containerd, every container killed), avail_rotation_started/
 # _done (the managed TLS Secret), avail_restarted, avail_all_restarted, avail_restart_counts.
@@ -65,8 +67,8 @@ avail_begin() {
   e2e_ns "$AVAIL_NS" pinhook.dev/mode=enforce pinhook.dev/e2e-chart=1 || return 1
   wait_until 30 "pin, validate and mirrors at Fail" chart_node_policies_are "Fail Fail Fail" ||
     { bad "failurePolicy of pin, validate, mirrors: $(chart_node_policies)"; return 1; }
-  wait_until 30 "the Endpoints to hold both webhook Pods" avail_endpoints_are_live ||
-    { bad "the Service's Endpoints are not the two live webhook Pods"; return 1; }
+  wait_until 120 "the Endpoints to hold both webhook Pods" avail_endpoints_are_live ||
+    { bad "the Service's Endpoints are not the two live webhook Pods: $(avail_endpoints_explain)"; return 1; }
   local ip
   for ip in $(chart_node_live_pods webhook | cut -d' ' -f4); do
     avail_warm "$ip" "$AVAIL_IMAGE" || { bad "the webhook at $ip did not pin $AVAIL_IMAGE"; return 1; }
@@ -77,6 +79,27 @@ avail_begin() {
 # avail_endpoints_are_live: the Service's ready addresses are the two live webhook Pods' IPs
 avail_endpoints_are_live() {
   chart_node_webhook_pods_ready && chart_node_endpoints_are "$(chart_node_live_pods webhook | cut -d' ' -f4 | sort | tr '\n' ' ')"
+}
+
+# avail_node_and_endpoints_ready: every Node Ready, both webhook Pods Ready and the Endpoints theirs
+avail_node_and_endpoints_ready() {
+  [[ $(K get nodes -o json | jq -r '[.items[] | (.status.conditions // [])[] | select(.type == "Ready") | .status] | unique | join(",")') == True ]] &&
+    avail_endpoints_are_live
+}
+
+# avail_endpoints_explain: one line, what the Endpoints hold and what each live webhook Pod is
+# (phase, the Ready condition with its reason and time, container ready, IP) and the Node's Ready
+avail_endpoints_explain() {
+  local ep pods node
+  ep=$(K -n "$CHART_NS" get endpoints "$CHART_FULL" -o json 2>&1 | jq -rc '[.subsets[]? |
+    {ready: [.addresses[]?.ip], notReady: [.notReadyAddresses[]?.ip]}]' 2>&1) || true
+  pods=$(K -n "$CHART_NS" get pods -l app.kubernetes.io/component=webhook -o json 2>&1 | jq -rc '[.items[] |
+    "\(.metadata.name[-5:]) \(.status.phase) deleting=\(.metadata.deletionTimestamp != null)
+    Ready=\((.status.conditions // [])[] | select(.type == "Ready") | "\(.status)/\(.reason // "")@\(.lastTransitionTime)")
+    container=\([.status.containerStatuses[]?.ready]) ip=\(.status.podIP)"] | join("; ")' 2>&1) || true
+  node=$(K get nodes -o json 2>&1 | jq -rc '[.items[] | "\(.metadata.name) \((.status.conditions // [])[] |
+    select(.type == "Ready") | "\(.status)/\(.reason // "")@\(.lastTransitionTime)")"] | join("; ")' 2>&1) || true
+  printf 'endpoints %s; pods: %s; node: %s' "$ep" "$pods" "$node" | tr '\n' ' ' | tr -s ' '
 }
 
 # avail_warm IP IMAGE: a dry-run Pod CREATE review POSTed to the webhook Pod at IP (the chart asks

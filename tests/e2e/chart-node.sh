@@ -51,13 +51,17 @@ chart_node_installed() { helm3 status "$CHART_REL" -n "$CHART_NS" >/dev/null 2>&
 
 # chart_node_live_pods COMPONENT: the release's Pods of that component not being deleted,
 # "NAME PHASE READY IP" a line (a deleted Pod can stay Terminating a while after its container
-# stopped; it is not one of the replicas any more)
+# stopped; it is not one of the replicas any more). READY: every container ready and the Pod's
+# Ready condition True, which is what the Endpoints controller reads (the node lifecycle
+# controller sets the condition False on its own when the Node stops reporting, for instance
+# while the apiserver restarts, and the kubelet sets it back).
 chart_node_live_pods() {
   K -n "$CHART_NS" get pods -l "app.kubernetes.io/component=$1" -o json | jq -r '.items[] |
     select(.metadata.deletionTimestamp == null) |
-    "\(.metadata.name) \(.status.phase) \([.status.containerStatuses[]?.ready] | all and length > 0) \(.status.podIP)"'
+    "\(.metadata.name) \(.status.phase) \(([.status.containerStatuses[]?.ready] | all and length > 0) and
+      ((.status.conditions // []) | any(.type == "Ready" and .status == "True"))) \(.status.podIP)"'
 }
-# chart_node_webhook_pods_ready: exactly 2 live webhook Pods, Running with the container ready
+# chart_node_webhook_pods_ready: exactly 2 live webhook Pods, Running, containers and Pod Ready
 chart_node_webhook_pods_ready() {
   local out
   out=$(chart_node_live_pods webhook) || return 1

@@ -4,9 +4,13 @@
 //! by [`openreports`]; either is read back as the pure core's [`PolicyReport`]), the objects
 //! that configure tag mirrors, and `events.k8s.io/v1` Events.
 //!
-//! Every list is read in pages of [`PAGE_SIZE`] ([`paged`]: `limit`, then each `continue`),
-//! and tag-mirror objects are judged a page at a time, so neither a cluster's ConfigMaps nor
-//! its reports arrive as one response. Only pinhook's own report names are ever read back,
+//! Every list of objects read whole is read in pages of [`PAGE_SIZE`] ([`paged`]: `limit`, then
+//! each `continue`), and tag-mirror objects are judged a page at a time, so neither a cluster's
+//! ConfigMaps nor its reports arrive as one response. The one exception is each recheck's list
+//! of pinhook's own reports' metadata ([`namespace_report_digests`]): it is read from the
+//! apiserver's watch cache (`resourceVersion=0`), which answers it whole whatever the `limit`
+//! and without reading every report from etcd; it holds a few hundred bytes per namespace
+//! that has a report. Only pinhook's own report names are ever read back,
 //! written or deleted: `pinhook` (PolicyReport or Report, in any namespace) and
 //! `pinhook-mirrors` (ClusterPolicyReport or ClusterReport); a listed report with another name
 //! is ignored even if it carries pinhook's label. Only the chosen API is ever touched: the
@@ -111,32 +115,37 @@ pub async fn namespace_report_digests(
     shape: ReportApi,
 ) -> Result<HashMap<String, Option<String>>, kube::Error> {
     let api = report_api(client, shape, POLICY_REPORT_KIND, None);
+    let list = api.list_metadata(&from_watch_cache(own_reports())).await?;
     let mut digests = HashMap::new();
-    paged(
-        own_reports(),
-        |params| {
-            let api = &api;
-            async move { api.list_metadata(&params).await }
-        },
-        |page| {
-            for object in page {
-                if object.metadata.name.as_deref() != Some(REPORT_NAME) {
-                    continue;
-                }
-                let digest = object
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(CONTENT_ANNOTATION))
-                    .cloned();
-                if let Some(namespace) = object.metadata.namespace {
-                    digests.insert(namespace, digest);
-                }
-            }
-        },
-    )
-    .await?;
+    for object in list.items {
+        if object.metadata.name.as_deref() != Some(REPORT_NAME) {
+            continue;
+        }
+        let digest = object
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONTENT_ANNOTATION))
+            .cloned();
+        if let Some(namespace) = object.metadata.namespace {
+            digests.insert(namespace, digest);
+        }
+    }
     Ok(digests)
+}
+
+/// `params` answered from the apiserver's watch cache (`resourceVersion=0`, no `limit`: with
+/// a limit kube leaves the version out and the apiserver reads etcd). An answer a moment old
+/// is safe for what it is used for: a report whose newest digest the cache has not seen yet
+/// reads as changed and is written once more (the same content), and a report someone else
+/// changed or deleted a moment before is seen at the next recheck.
+fn from_watch_cache(params: ListParams) -> ListParams {
+    ListParams {
+        limit: None,
+        continue_token: None,
+        ..params
+    }
+    .at("0")
 }
 
 /// The list of pinhook's own PolicyReports: its label and its name (a tenant's report that
@@ -451,5 +460,44 @@ impl EventPublisher {
             },
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The query each recheck's report list sends: pinhook's label and name, `resourceVersion=0`
+    /// (the watch cache) and no `limit` (with one, the version would be left out).
+    #[test]
+    fn report_digests_are_listed_from_the_watch_cache() {
+        let params = from_watch_cache(own_reports().limit(PAGE_SIZE));
+        let request = kube::core::Request::new("/apis/wgpolicyk8s.io/v1alpha2/policyreports")
+            .list_metadata(&params)
+            .map_err(|e| e.to_string());
+        let query = request.map(|r| r.uri().query().unwrap_or_default().to_string());
+        let query = query.as_deref().unwrap_or("not built");
+        let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let get = |key: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("resourceVersion"), Some("0"), "{query}");
+        assert_eq!(get("limit"), None, "{query}");
+        assert_eq!(get("continue"), None, "{query}");
+        assert_eq!(
+            get("labelSelector"),
+            Some("app.kubernetes.io/managed-by=pinhook"),
+            "{query}"
+        );
+        assert_eq!(
+            get("fieldSelector"),
+            Some("metadata.name=pinhook"),
+            "{query}"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! One recheck cycle, the I/O half: reads each namespace's mode label, the keyrings and the
+//! One recheck cycle, the I/O half: reads each namespace's mode label (a few at once), the keyrings and the
 //! registry (and, for the mirror report, the tag-mirror objects), and writes the namespaces'
 //! PolicyReports, the `pinhook-mirrors` ClusterPolicyReport, Events, this process's gauges and
 //! the `/inventory` snapshot; every
@@ -44,6 +44,8 @@ use crate::watch::{ClassifiedImage, ImageState, Inventory, PodRecord, TagLookup}
 
 /// Concurrent lookups a cycle starts (the cache's per-registry limit still applies).
 const LOOKUP_CONCURRENCY: usize = 32;
+/// Namespaces whose mode label is read at once (one GET each, answered by the apiserver alone).
+const NAMESPACE_READ_CONCURRENCY: usize = 8;
 /// Namespaces whose reports are read and written at once.
 const REPORT_WRITE_CONCURRENCY: usize = 4;
 
@@ -146,11 +148,7 @@ impl Watch {
             ..CycleSummary::default()
         };
         // Modes first: a namespace whose label cannot be read is left as it is this cycle.
-        let mut modes = Modes::new();
-        for namespace in recheck::namespaces(&pods) {
-            let mode = self.mode_of(&policy, namespace).await;
-            modes.insert(namespace.to_string(), mode);
-        }
+        let modes = self.modes_of(&policy, recheck::namespaces(&pods)).await;
         self.resolver.expire_all();
         let (distinct, lookups, checks) = self.look_up(&policy, &pods, &modes).await;
         (summary.lookups, summary.digest_checks) = distinct;
@@ -180,6 +178,29 @@ impl Watch {
             "recheck done"
         );
         Ok(summary)
+    }
+
+    /// The modes of `namespaces`, [`NAMESPACE_READ_CONCURRENCY`] read at once.
+    async fn modes_of(&self, policy: &CompiledPolicy, namespaces: Vec<&str>) -> Modes {
+        // (a loop, not a closure: the compiler cannot prove a closure's futures `Send` for
+        // every lifetime of the `&self` they hold)
+        let mut reads = Vec::with_capacity(namespaces.len());
+        for namespace in namespaces {
+            reads.push(self.named_mode(policy, namespace.to_string()));
+        }
+        futures::stream::iter(reads)
+            .buffer_unordered(NAMESPACE_READ_CONCURRENCY)
+            .collect()
+            .await
+    }
+
+    async fn named_mode(
+        &self,
+        policy: &CompiledPolicy,
+        namespace: String,
+    ) -> (String, Option<Mode>) {
+        let mode = self.mode_of(policy, &namespace).await;
+        (namespace, mode)
     }
 
     /// The mode of `namespace` as admission judges it; `None` when it cannot be known (a label

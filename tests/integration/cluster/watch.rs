@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::common::fake_kube::FakeKube;
-use pinhook::cluster::KubeNamespaces;
+use pinhook::cluster::{KubeNamespaces, LabelError, NamespaceLabels};
 use pinhook::metrics::Metrics;
 use pinhook::policy::{Policy, PolicyHandle};
 use pinhook::reference::{Digest, Reference};
@@ -120,6 +120,15 @@ pub(super) async fn rig(policy: Policy) -> Rig {
 }
 
 async fn rig_with(policy: Policy, settings: CycleSettings) -> Rig {
+    rig_with_namespaces(policy, settings, None).await
+}
+
+/// A rig whose namespace labels come from `namespaces` (the fake API's, when `None`).
+async fn rig_with_namespaces(
+    policy: Policy,
+    settings: CycleSettings,
+    namespaces: Option<Arc<dyn NamespaceLabels>>,
+) -> Rig {
     let api = FakeKube::start().await;
     let tags = Arc::new(Tags::default());
     let metrics = Arc::new(Metrics::new());
@@ -134,7 +143,7 @@ async fn rig_with(policy: Policy, settings: CycleSettings) -> Rig {
         PolicyHandle::new(policy.compile().expect("policy")),
         resolver,
         Arc::new(KubeSecrets::new(client.clone(), Keyring::new())),
-        Arc::new(KubeNamespaces::with_ttl(client, Duration::ZERO)),
+        namespaces.unwrap_or_else(|| Arc::new(KubeNamespaces::with_ttl(client, Duration::ZERO))),
         metrics.clone(),
         "watch-0",
         settings,
@@ -339,6 +348,79 @@ async fn an_unchanged_cluster_costs_one_lookup_per_key_and_no_write() {
         report_reads,
         Vec::<String>::new(),
         "unchanged reports are compared by their digest, never read whole"
+    );
+}
+
+/// Namespace labels that take 20 ms to read and count how many reads are in flight at once.
+#[derive(Default)]
+struct SlowNamespaces {
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl NamespaceLabels for SlowNamespaces {
+    async fn label(&self, _namespace: &str, _label: &str) -> Result<Option<String>, LabelError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        self.reads.fetch_add(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.in_flight.fetch_sub(1, SeqCst);
+        Ok(Some("enforce".to_string()))
+    }
+}
+
+#[tokio::test]
+async fn namespace_modes_are_read_eight_at_a_time_and_reports_listed_from_the_watch_cache() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let namespaces = Arc::new(SlowNamespaces::default());
+    let rig = rig_with_namespaces(
+        Policy::default(),
+        CycleSettings {
+            events_per_workload: 5,
+            mirrors: false,
+            mirror_config_maps: false,
+            report_api: ReportApi::Wgpolicyk8s,
+        },
+        Some(namespaces.clone()),
+    )
+    .await;
+    let pinned = format!("{APP}@{}", digest('a'));
+    rig.tags.point(APP_TAG, digest('a'));
+    let pods: Vec<PodRecord> = (0..40)
+        .map(|n| {
+            record(&deployment_pod(
+                &format!("team-{n}"),
+                "web",
+                1,
+                &[("app", &pinned)],
+            ))
+        })
+        .collect();
+    let summary = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(summary.report_writes, 40, "one report per namespace");
+    assert_eq!(
+        namespaces.reads.load(SeqCst),
+        40,
+        "each namespace's mode read once"
+    );
+    assert_eq!(
+        namespaces.most.load(SeqCst),
+        8,
+        "namespace modes read eight at a time, never more"
+    );
+    let report_lists: Vec<String> = rig
+        .api
+        .lists()
+        .into_iter()
+        .filter(|list| list.contains("/policyreports?"))
+        .collect();
+    assert_eq!(report_lists.len(), 1, "{report_lists:?}");
+    assert!(
+        report_lists[0].contains("resourceVersion=0") && !report_lists[0].contains("limit="),
+        "the reports' metadata comes from the watch cache, whole: {report_lists:?}"
     );
 }
 
