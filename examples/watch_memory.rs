@@ -222,7 +222,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut largest: isize = 0;
     for target in &targets {
         let before = live();
-        let report = namespace_report(&target.namespace, target.mode, &target.images, now, None);
+        let report = namespace_report(
+            &target.namespace,
+            target.mode,
+            target.images.iter().copied(),
+            now,
+            None,
+        );
         largest = largest.max(live() - before);
         drop(report);
     }

@@ -97,17 +97,17 @@ pub enum TagLookup {
 }
 
 /// One image of one Pod, classified: what reports, events and the inventory are built from.
+/// Borrows its Pod and site from the records it was classified from: only the state (and the
+/// mirror, if any) is its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClassifiedImage {
-    /// The Pod's uid, to count Pods per image.
-    pub pod_uid: String,
-    pub workload: WorkloadRef,
-    pub site: PodImage,
+pub struct ClassifiedImage<'a> {
+    /// The Pod: its uid counts Pods per image, its workload and node are what reports name.
+    pub pod: &'a PodRecord,
+    /// The image site, one of the Pod's.
+    pub site: &'a PodImage,
     pub state: ImageState,
     /// The mirror the drift watch resolved the tag at (`registries.resolveThrough`), if any.
     pub origin: Option<String>,
-    /// The node the Pod runs on, once scheduled.
-    pub node: Option<String>,
 }
 
 /// Classifies a parsed reference (module docs: the rule). `exempt` is the caller's reason when
@@ -214,29 +214,42 @@ pub fn judge_running(
 }
 
 /// Every image of `pod` with the state `state_of` gives it, in the Pod's site order.
-pub fn classify_pod(
-    pod: &PodRecord,
+pub fn classify_pod<'a>(
+    pod: &'a PodRecord,
     mut state_of: impl FnMut(&PodImage) -> ImageState,
-) -> Vec<ClassifiedImage> {
+) -> Vec<ClassifiedImage<'a>> {
     pod.images
         .iter()
         .map(|site| ClassifiedImage {
-            pod_uid: pod.uid.clone(),
-            workload: pod.workload.clone(),
-            site: site.clone(),
+            pod,
+            site,
             state: state_of(site),
             origin: None,
-            node: pod.node.clone(),
         })
         .collect()
 }
 
 // === impl ClassifiedImage ===
 
-impl ClassifiedImage {
+impl<'a> ClassifiedImage<'a> {
+    /// The Pod's uid, to count Pods per image.
+    pub fn pod_uid(&self) -> &'a str {
+        &self.pod.uid
+    }
+
+    /// The workload the Pod belongs to.
+    pub fn workload(&self) -> &'a WorkloadRef {
+        &self.pod.workload
+    }
+
+    /// The node the Pod runs on, once scheduled.
+    pub fn node(&self) -> Option<&'a str> {
+        self.pod.node.as_deref()
+    }
+
     /// The node its Pod runs on, as reports and Events name it.
-    pub fn node_name(&self) -> &str {
-        self.node.as_deref().unwrap_or("(not scheduled)")
+    pub fn node_name(&self) -> &'a str {
+        self.node().unwrap_or("(not scheduled)")
     }
 }
 
@@ -668,7 +681,7 @@ mod tests {
         });
         let states: Vec<_> = classified
             .iter()
-            .map(|c| (c.site.describe(), c.state.as_str(), c.pod_uid.as_str()))
+            .map(|c| (c.site.describe(), c.state.as_str(), c.pod_uid()))
             .collect();
         assert_eq!(
             states,
@@ -677,6 +690,6 @@ mod tests {
                 ("containers[app]".to_string(), "digest-only", "pod-uid"),
             ]
         );
-        assert!(classified.iter().all(|c| c.workload == pod.workload));
+        assert!(classified.iter().all(|c| *c.workload() == pod.workload));
     }
 }

@@ -63,7 +63,7 @@ pub struct EventSpec {
 }
 
 /// The Event `image`'s state calls for in a namespace of `mode`, if any (module docs: table).
-pub fn event_for(image: &ClassifiedImage, mode: Mode) -> Option<EventSpec> {
+pub fn event_for(image: &ClassifiedImage<'_>, mode: Mode) -> Option<EventSpec> {
     let runs = format!("{} runs {}", image.site.describe(), image.site.image);
     let (reason, note) = match (&image.state, mode) {
         (_, Mode::Off) => return None,
@@ -103,7 +103,7 @@ pub fn event_for(image: &ClassifiedImage, mode: Mode) -> Option<EventSpec> {
         reason,
         type_: EventType::Warning,
         note: truncated(note, MAX_NOTE_BYTES),
-        regarding: image.workload.clone(),
+        regarding: image.workload().clone(),
     })
 }
 
@@ -156,28 +156,24 @@ mod tests {
     use super::*;
     use crate::registry::testing::digest;
     use crate::watch::pod::PodImage;
+    use crate::watch::testing::{seen, Seen};
     use crate::workload::ImageField;
 
-    fn image(image: &str, state: ImageState) -> ClassifiedImage {
-        ClassifiedImage {
-            node: None,
-            pod_uid: "pod-uid".into(),
-            origin: None,
-            workload: WorkloadRef {
-                namespace: "shop".into(),
-                kind: "Deployment".into(),
-                name: "web".into(),
-                api_version: "apps/v1".into(),
-                uid: None,
-            },
-            site: PodImage {
-                running: None,
-                field: ImageField::Containers,
-                name: "app".into(),
-                image: image.into(),
-            },
-            state,
-        }
+    fn image(image: &str, state: ImageState) -> Seen {
+        let workload = WorkloadRef {
+            namespace: "shop".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            api_version: "apps/v1".into(),
+            uid: None,
+        };
+        let site = PodImage {
+            running: None,
+            field: ImageField::Containers,
+            name: "app".into(),
+            image: image.into(),
+        };
+        seen("pod-uid", &workload, site, state)
     }
 
     fn moved() -> ImageState {
@@ -218,7 +214,7 @@ mod tests {
         #[case] mode: Mode,
         #[case] expected: Option<EventReason>,
     ) {
-        let event = event_for(&image("nginx:1.25", state), mode);
+        let event = event_for(&image("nginx:1.25", state).classified(), mode);
         assert_eq!(event.as_ref().map(|e| e.reason), expected);
         if let Some(event) = event {
             assert_eq!(event.type_, EventType::Warning);
@@ -229,7 +225,7 @@ mod tests {
     #[test]
     fn notes_name_the_container_image_and_digests() {
         let pinned = format!("nginx:1.25@{}", digest('a'));
-        let event = event_for(&image(&pinned, moved()), Mode::Enforce);
+        let event = event_for(&image(&pinned, moved()).classified(), Mode::Enforce);
         assert_eq!(
             event.map(|e| (e.reason.as_str(), e.type_.as_str(), e.note)),
             Some((
@@ -242,7 +238,7 @@ mod tests {
                 )
             ))
         );
-        let event = event_for(&image(&pinned, unresolvable()), Mode::Enforce);
+        let event = event_for(&image(&pinned, unresolvable()).classified(), Mode::Enforce);
         assert_eq!(
             event.map(|e| e.note),
             Some(format!(
@@ -253,16 +249,16 @@ mod tests {
 
     #[test]
     fn a_note_of_what_runs_names_the_node_and_both_digests() {
-        let mut stale = image(
+        let stale = image(
             "nginx:1.25",
             ImageState::RunsStaleDigest {
                 running: digest('b'),
                 now: digest('a'),
             },
-        );
-        stale.node = Some("node-3".into());
+        )
+        .on("node-3");
         assert_eq!(
-            event_for(&stale, Mode::Audit).map(|e| (e.reason.as_str(), e.note)),
+            event_for(&stale.classified(), Mode::Audit).map(|e| (e.reason.as_str(), e.note)),
             Some((
                 "RunsStaleDigest",
                 format!(
@@ -278,7 +274,7 @@ mod tests {
     fn a_long_note_is_cut_within_the_api_limit_on_a_character_boundary() {
         let long = format!("registry.example/{}é:1", "a".repeat(1100));
         let event = event_for(
-            &image(&long, ImageState::Unpinned { current: None }),
+            &image(&long, ImageState::Unpinned { current: None }).classified(),
             Mode::Audit,
         );
         let note = event.map(|e| e.note).unwrap_or_default();

@@ -74,11 +74,12 @@ type RowKey = (
     Option<String>,
 );
 
+/// Who runs one row's image, borrowed from the classified images until the row is built.
 #[derive(Default)]
-struct Users {
-    pods: BTreeSet<String>,
-    nodes: BTreeSet<String>,
-    workloads: BTreeSet<WorkloadRef>,
+struct Users<'a> {
+    pods: BTreeSet<&'a str>,
+    nodes: BTreeSet<&'a str>,
+    workloads: BTreeSet<&'a WorkloadRef>,
 }
 
 /// Padding between table columns, and the narrowest column: kubectl's tabwriter settings
@@ -91,7 +92,7 @@ const NONE: &str = "<none>";
 
 impl Inventory {
     /// Aggregates classified images (from any number of Pods and namespaces) into rows.
-    pub fn from_images(images: &[ClassifiedImage]) -> Inventory {
+    pub fn from_images(images: &[ClassifiedImage<'_>]) -> Inventory {
         let mut rows: BTreeMap<RowKey, Users> = BTreeMap::new();
         for image in images {
             let state = &image.state;
@@ -104,9 +105,9 @@ impl Inventory {
                 image.site.running.as_ref().map(RunningImage::describe),
             );
             let users = rows.entry(key).or_default();
-            users.pods.insert(image.pod_uid.clone());
-            users.nodes.extend(image.node.iter().cloned());
-            users.workloads.insert(image.workload.clone());
+            users.pods.insert(image.pod_uid());
+            users.nodes.extend(image.node());
+            users.workloads.insert(image.workload());
         }
         let images = rows
             .into_iter()
@@ -119,8 +120,8 @@ impl Inventory {
                     reason,
                     running,
                     pods: users.pods.len(),
-                    nodes: users.nodes.into_iter().collect(),
-                    workloads: users.workloads.into_iter().collect(),
+                    nodes: users.nodes.into_iter().map(str::to_string).collect(),
+                    workloads: users.workloads.into_iter().cloned().collect(),
                 },
             )
             .collect();
@@ -228,6 +229,7 @@ mod tests {
     use crate::registry::testing::digest;
     use crate::watch::classify::{classify_image, ImageState, TagLookup};
     use crate::watch::pod::PodImage;
+    use crate::watch::testing::{classified, Seen};
     use crate::workload::ImageField;
 
     fn workload(namespace: &str, kind: &str, name: &str) -> WorkloadRef {
@@ -240,23 +242,17 @@ mod tests {
         }
     }
 
-    fn seen(pod: &str, workload: &WorkloadRef, image: &str, state: ImageState) -> ClassifiedImage {
-        ClassifiedImage {
-            node: None,
-            pod_uid: pod.into(),
-            workload: workload.clone(),
-            site: PodImage {
-                running: None,
-                field: ImageField::Containers,
-                name: "app".into(),
-                image: image.into(),
-            },
-            state,
-            origin: None,
-        }
+    fn seen(pod: &str, workload: &WorkloadRef, image: &str, state: ImageState) -> Seen {
+        let site = PodImage {
+            running: None,
+            field: ImageField::Containers,
+            name: "app".into(),
+            image: image.into(),
+        };
+        crate::watch::testing::seen(pod, workload, site, state)
     }
 
-    fn fixture() -> Vec<ClassifiedImage> {
+    fn fixture() -> Vec<Seen> {
         let web = workload("shop", "Deployment", "web");
         let api = workload("shop", "Deployment", "api");
         let batch = workload("jobs", "Job", "nightly");
@@ -294,7 +290,7 @@ mod tests {
 
     #[test]
     fn rows_aggregate_pods_and_workloads_per_image_and_state() {
-        let inventory = Inventory::from_images(&fixture());
+        let inventory = Inventory::from_images(&classified(&fixture()));
         let summary: Vec<_> = inventory
             .images
             .iter()
@@ -344,7 +340,7 @@ mod tests {
                 ImageState::Unpinned { current: None },
             ),
         ];
-        let states: Vec<_> = Inventory::from_images(&images)
+        let states: Vec<_> = Inventory::from_images(&classified(&images))
             .images
             .iter()
             .map(|r| r.state)
@@ -354,7 +350,7 @@ mod tests {
 
     #[test]
     fn the_digest_filter_matches_pinned_and_current_digests() {
-        let inventory = Inventory::from_images(&fixture());
+        let inventory = Inventory::from_images(&classified(&fixture()));
         let images = |d: char| -> Vec<String> {
             inventory
                 .with_digest(&digest(d))
@@ -374,7 +370,7 @@ mod tests {
 
     #[test]
     fn the_table_is_aligned_like_kubectl() {
-        let inventory = Inventory::from_images(&fixture()).with_digest(&digest('b'));
+        let inventory = Inventory::from_images(&classified(&fixture())).with_digest(&digest('b'));
         let table = inventory.to_table();
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3);
@@ -409,7 +405,7 @@ mod tests {
 
     #[test]
     fn json_names_every_field_in_camel_case() {
-        let inventory = Inventory::from_images(&fixture()).with_digest(&digest('a'));
+        let inventory = Inventory::from_images(&classified(&fixture())).with_digest(&digest('a'));
         let json: serde_json::Value =
             serde_json::from_str(&inventory.to_json().expect("serialises")).expect("JSON");
         assert_eq!(

@@ -35,6 +35,8 @@ pub mod inventory;
 pub mod pod;
 pub mod recheck;
 pub mod report;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use crate::workload::WorkloadError;
 

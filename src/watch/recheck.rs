@@ -37,6 +37,7 @@
 //! Never: I/O, a client, the clock.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::error::error_chain;
 use crate::owners::{pod_ownership, ControllerRef, Ownership};
@@ -67,8 +68,9 @@ pub type ProbeKey = (String, Vec<Fingerprint>);
 /// A Pod image: the Pod's uid and the image as the Pod holds it.
 type Site<'a> = (&'a str, &'a str);
 
-/// The images of one keyring's Pods to look up, each parsed.
-type Sites<'a> = Vec<(Site<'a>, Reference)>;
+/// The images of one keyring's Pods to look up, each parsed (each distinct image string once
+/// per cycle, shared by its sites).
+type Sites<'a> = Vec<(Site<'a>, Arc<Reference>)>;
 
 /// The keyring one group of Pods needs: those of `namespace` with the same `pull_secrets`.
 #[derive(Debug)]
@@ -87,8 +89,11 @@ pub struct KeyringRequest<'a> {
 /// The distinct lookups of a cycle, and which Pod images each one answers.
 #[derive(Debug, Default)]
 pub struct LookupPlan<'a> {
-    calls: HashMap<LookupKey, (Reference, Vec<Credential>, Option<RoutedCall>)>,
-    sites: Vec<(Site<'a>, LookupKey)>,
+    /// Each distinct key's index in `calls`.
+    keys: HashMap<LookupKey, usize>,
+    calls: Vec<(LookupKey, Reference, Vec<Credential>, Option<RoutedCall>)>,
+    /// Each image, and the index of its call.
+    sites: Vec<(Site<'a>, usize)>,
     /// The digest checks known before any answer: those of digest-only images.
     probes: ProbePlan<'a>,
 }
@@ -104,18 +109,22 @@ pub struct ProbePlan<'a> {
 #[derive(Debug, Default)]
 pub struct SiteChecks<'a>(HashMap<Site<'a>, DigestCheck>);
 
-/// Each looked-up Pod image's answer.
+/// Each looked-up Pod image's answer: each distinct key's answer (and the mirror its tag was
+/// resolved at, when routed) once, and each image's index into them.
 #[derive(Debug, Default)]
-pub struct SiteLookups<'a>(HashMap<Site<'a>, TagLookup>, HashMap<Site<'a>, String>);
+pub struct SiteLookups<'a> {
+    answers: Vec<(Option<TagLookup>, Option<String>)>,
+    sites: HashMap<Site<'a>, usize>,
+}
 
 /// A namespace whose report the cycle brings up to date.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReportTarget {
+pub struct ReportTarget<'i> {
     pub namespace: String,
     /// The mode the report is written for (the namespace's; enforce for a report that goes).
     pub mode: Mode,
-    /// Its running images: none when the report goes.
-    pub images: Vec<ClassifiedImage>,
+    /// Its running images, borrowed from the cycle's: none when the report goes.
+    pub images: Vec<&'i ClassifiedImage<'i>>,
 }
 
 /// What the previous cycles of this leader found worth an Event, and the tag moves seen.
@@ -157,6 +166,8 @@ pub fn keyrings_wanted<'a>(
     modes: &Modes,
 ) -> Vec<KeyringRequest<'a>> {
     let mut groups: BTreeMap<(&str, &[String]), (Sites<'a>, Sites<'a>)> = BTreeMap::new();
+    // Distinct images repeat across Pods: each is parsed once.
+    let mut parsed: HashMap<&str, Option<Arc<Reference>>> = HashMap::new();
     for pod in pods {
         if !matches!(
             modes.get(&pod.namespace),
@@ -170,7 +181,8 @@ pub fn keyrings_wanted<'a>(
             .entry((pod.namespace.as_str(), pod.pull_secrets.as_slice()))
             .or_default();
         for site in &pod.images {
-            let Ok(reference) = Reference::parse(&site.image) else {
+            let parse = || Reference::parse(&site.image).ok().map(Arc::new);
+            let Some(reference) = parsed.entry(&site.image).or_insert_with(parse).clone() else {
                 continue;
             };
             if policy.exemption(&pod.namespace, Some(&reference)).is_some() {
@@ -253,14 +265,14 @@ pub fn failure_detail(answer: &Result<Resolution, RegistryError>) -> Option<Stri
 }
 
 /// Every running image of a namespace whose mode is known, classified.
-pub fn classify_all(
+pub fn classify_all<'a>(
     policy: &CompiledPolicy,
-    pods: &[&PodRecord],
+    pods: &[&'a PodRecord],
     modes: &Modes,
     lookups: &SiteLookups<'_>,
     checks: &SiteChecks<'_>,
-) -> Vec<ClassifiedImage> {
-    let mut images = Vec::new();
+) -> Vec<ClassifiedImage<'a>> {
+    let mut images = Vec::with_capacity(pods.iter().map(|p| p.images.len()).sum());
     for pod in pods {
         let Some(Some(mode)) = modes.get(&pod.namespace) else {
             continue;
@@ -318,7 +330,7 @@ fn left_to_owner(policy: &CompiledPolicy, pod: &PodRecord) -> Option<String> {
 }
 
 /// Images per state (states with none are absent).
-pub fn states(images: &[ClassifiedImage]) -> BTreeMap<&'static str, usize> {
+pub fn states(images: &[ClassifiedImage<'_>]) -> BTreeMap<&'static str, usize> {
     let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();
     for image in images {
         *states.entry(image.state.as_str()).or_default() += 1;
@@ -330,16 +342,16 @@ pub fn states(images: &[ClassifiedImage]) -> BTreeMap<&'static str, usize> {
 /// known mode, and each with a `stored` report but no running image left (that report goes).
 /// A namespace whose mode is unknown this cycle is left out: its report stays as it is.
 pub fn report_targets<'s>(
-    images: &'s [ClassifiedImage],
+    images: &'s [ClassifiedImage<'s>],
     modes: &Modes,
     stored: impl IntoIterator<Item = &'s str>,
-) -> Vec<ReportTarget> {
-    let mut by_namespace: BTreeMap<&str, Vec<ClassifiedImage>> = BTreeMap::new();
+) -> Vec<ReportTarget<'s>> {
+    let mut by_namespace: BTreeMap<&str, Vec<&ClassifiedImage<'s>>> = BTreeMap::new();
     for image in images {
         by_namespace
-            .entry(image.workload.namespace.as_str())
+            .entry(image.workload().namespace.as_str())
             .or_default()
-            .push(image.clone());
+            .push(image);
     }
     let mut namespaces: Vec<&str> = by_namespace.keys().copied().collect();
     namespaces.extend(stored);
@@ -348,8 +360,8 @@ pub fn report_targets<'s>(
     namespaces
         .into_iter()
         .filter_map(|namespace| {
-            let (mode, images) = match (by_namespace.get(namespace), modes.get(namespace)) {
-                (Some(images), Some(Some(mode))) => (*mode, images.clone()),
+            let (mode, images) = match (by_namespace.remove(namespace), modes.get(namespace)) {
+                (Some(images), Some(Some(mode))) => (*mode, images),
                 // Pods whose namespace's mode is unknown this cycle: leave the report.
                 (Some(_), _) | (None, Some(None)) => return None,
                 // No running images left: the report goes.
@@ -414,10 +426,17 @@ impl<'a> LookupPlan<'a> {
                 }
             };
             let key = (reference.tag_reference(), fingerprints);
-            self.sites.push((site, key.clone()));
-            self.calls
-                .entry(key)
-                .or_insert((reference, credentials, routed));
+            let call = match self.keys.get(&key) {
+                Some(call) => *call,
+                None => {
+                    let call = self.calls.len();
+                    self.keys.insert(key.clone(), call);
+                    let reference = Reference::clone(&reference);
+                    self.calls.push((key, reference, credentials, routed));
+                    call
+                }
+            };
+            self.sites.push((site, call));
         }
     }
 
@@ -431,8 +450,8 @@ impl<'a> LookupPlan<'a> {
     /// mirrors (module docs). Keeps the plan: call it before [`Self::answer`].
     pub fn probes(&mut self, answers: &HashMap<LookupKey, TagLookup>) -> ProbePlan<'a> {
         let mut probes = std::mem::take(&mut self.probes);
-        for (site, key) in &self.sites {
-            let Some((reference, credentials, None)) = self.calls.get(key) else {
+        for (site, call) in &self.sites {
+            let Some((key, reference, credentials, None)) = self.calls.get(*call) else {
                 continue;
             };
             let Some(pinned) = Reference::parse(site.1)
@@ -451,17 +470,7 @@ impl<'a> LookupPlan<'a> {
 
     /// The lookups to make, one per key; a routed one carries its call.
     pub fn calls(&self) -> Vec<(LookupKey, Reference, Vec<Credential>, Option<RoutedCall>)> {
-        self.calls
-            .iter()
-            .map(|(key, (reference, credentials, routed))| {
-                (
-                    key.clone(),
-                    reference.clone(),
-                    credentials.clone(),
-                    routed.clone(),
-                )
-            })
-            .collect()
+        self.calls.clone()
     }
 
     /// Each image's answer, given each key's; an image whose key has no answer is not looked up.
@@ -476,17 +485,17 @@ impl<'a> LookupPlan<'a> {
         answers: &HashMap<LookupKey, TagLookup>,
         origins: &HashMap<LookupKey, String>,
     ) -> SiteLookups<'a> {
-        let mut found = HashMap::new();
-        let mut at = HashMap::new();
-        for (site, key) in self.sites {
-            if let Some(lookup) = answers.get(&key) {
-                found.insert(site, lookup.clone());
-            }
-            if let Some(origin) = origins.get(&key) {
-                at.insert(site, origin.clone());
-            }
-        }
-        SiteLookups(found, at)
+        let answers: Vec<_> = self
+            .calls
+            .iter()
+            .map(|(key, ..)| (answers.get(key).cloned(), origins.get(key).cloned()))
+            .collect();
+        let sites = self
+            .sites
+            .into_iter()
+            .filter(|(_, call)| matches!(answers.get(*call), Some((Some(_), _) | (_, Some(_)))))
+            .collect();
+        SiteLookups { answers, sites }
     }
 }
 
@@ -547,15 +556,20 @@ impl SiteChecks<'_> {
 impl SiteLookups<'_> {
     /// The answer for the image `image` of the Pod `uid`.
     pub fn get(&self, uid: &str, image: &str) -> TagLookup {
-        self.0
-            .get(&(uid, image))
-            .cloned()
+        self.answer_of(uid, image)
+            .and_then(|(lookup, _)| lookup.clone())
             .unwrap_or(TagLookup::NotLooked)
     }
 
     /// The mirror the image's tag was resolved at, when the policy routes it through mirrors.
     pub fn origin(&self, uid: &str, image: &str) -> Option<String> {
-        self.1.get(&(uid, image)).cloned()
+        self.answer_of(uid, image)
+            .and_then(|(_, origin)| origin.clone())
+    }
+
+    fn answer_of(&self, uid: &str, image: &str) -> Option<&(Option<TagLookup>, Option<String>)> {
+        let call = self.sites.get(&(uid, image))?;
+        self.answers.get(*call)
     }
 }
 
@@ -567,7 +581,7 @@ impl EventMemory {
     /// (published or rate-limited alike) for the next.
     pub fn next(
         &mut self,
-        images: &[ClassifiedImage],
+        images: &[ClassifiedImage<'_>],
         modes: &Modes,
         per_workload: usize,
     ) -> EventPlan {
@@ -578,7 +592,7 @@ impl EventMemory {
         for image in images {
             if let ImageState::TagMoved { pinned, now } = &image.state {
                 let key = (
-                    image.workload.describe(),
+                    image.workload().describe(),
                     image.site.describe(),
                     pinned.to_string(),
                     now.to_string(),
@@ -588,7 +602,7 @@ impl EventMemory {
                 }
                 moves.insert(key);
             }
-            let Some(Some(mode)) = modes.get(&image.workload.namespace) else {
+            let Some(Some(mode)) = modes.get(&image.workload().namespace) else {
                 continue;
             };
             let Some(spec) = event_for(image, *mode) else {

@@ -133,21 +133,24 @@ struct Keyed<K> {
 /// The PolicyReport of `namespace`: every image in `images` whose workload is in `namespace`
 /// (others are not this report's), mapped for `mode`. `now` stamps results that are new since
 /// `previous`, the report currently stored.
-pub fn namespace_report(
+pub fn namespace_report<'i, 'p: 'i>(
     namespace: &str,
     mode: Mode,
-    images: &[ClassifiedImage],
+    images: impl IntoIterator<Item = &'i ClassifiedImage<'p>>,
     now: Timestamp,
     previous: Option<&PolicyReport>,
 ) -> PolicyReport {
     let mut keyed = Vec::new();
-    for image in images.iter().filter(|i| i.workload.namespace == namespace) {
+    for image in images
+        .into_iter()
+        .filter(|i| i.workload().namespace == namespace)
+    {
         for (rule, verdict, message) in image_results(image, mode) {
             let key = (
-                image.workload.clone(),
+                image.workload(),
                 image.site.field_rank(),
-                image.site.name.clone(),
-                image.site.image.clone(),
+                image.site.name.as_str(),
+                image.site.image.as_str(),
                 rule,
             );
             let result = ReportResult {
@@ -156,7 +159,7 @@ pub fn namespace_report(
                 result: verdict,
                 scored: mode == Mode::Enforce,
                 message,
-                resources: vec![ObjectRef::from(&image.workload)],
+                resources: vec![ObjectRef::from(image.workload())],
                 source: SOURCE.to_string(),
                 severity: Some(rule.severity()),
                 category: CATEGORY.to_string(),
@@ -191,7 +194,7 @@ pub fn plan(existing: Option<&PolicyReport>, desired: PolicyReport) -> ReportWri
 // === building helpers ===
 
 /// The (rule, verdict, message) results of one image (module docs: the mapping).
-fn image_results(image: &ClassifiedImage, mode: Mode) -> Vec<(Rule, Verdict, String)> {
+fn image_results(image: &ClassifiedImage<'_>, mode: Mode) -> Vec<(Rule, Verdict, String)> {
     let state = &image.state;
     let runs = format!("{} runs {}", image.site.describe(), image.site.image);
     if mode == Mode::Off {
@@ -305,7 +308,7 @@ fn image_results(image: &ClassifiedImage, mode: Mode) -> Vec<(Rule, Verdict, Str
 
 /// Properties of every result of one image. An unpinned tag's current digest is left out: it
 /// is not part of any verdict, and a moving `latest` would rewrite the report on every move.
-fn image_properties(image: &ClassifiedImage) -> BTreeMap<String, String> {
+fn image_properties(image: &ClassifiedImage<'_>) -> BTreeMap<String, String> {
     let state = &image.state;
     let mut properties = BTreeMap::from([
         ("state".to_string(), state.as_str().to_string()),

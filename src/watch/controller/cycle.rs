@@ -326,7 +326,7 @@ impl Watch {
     /// results that stay.
     async fn write_reports(
         &self,
-        images: &[ClassifiedImage],
+        images: &[ClassifiedImage<'_>],
         modes: &Modes,
     ) -> Result<usize, CycleError> {
         let stored = api::namespace_report_digests(&self.client, self.settings.report_api)
@@ -334,10 +334,13 @@ impl Watch {
             .map_err(CycleError::ListReports)?;
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
         let targets = recheck::report_targets(images, modes, stored.keys().map(String::as_str));
-        let jobs = targets.into_iter().map(|target| {
+        // (a loop, not a closure: as in `modes_of`, the compiler cannot prove a closure's
+        // futures `Send` for every lifetime of what they borrow)
+        let mut jobs = Vec::with_capacity(targets.len());
+        for target in targets {
             let stored = stored.get(&target.namespace).cloned();
-            self.sync_report(target, stored, now)
-        });
+            jobs.push(self.sync_report(target, stored, now));
+        }
         // A few namespaces at a time: one report can be a large object for the apiserver.
         let writes: Vec<usize> = futures::stream::iter(jobs)
             .buffer_unordered(REPORT_WRITE_CONCURRENCY)
@@ -351,7 +354,7 @@ impl Watch {
     /// it has no digest.
     async fn sync_report(
         &self,
-        target: ReportTarget,
+        target: ReportTarget<'_>,
         stored: Option<Option<String>>,
         now: Timestamp,
     ) -> usize {
@@ -362,7 +365,7 @@ impl Watch {
         } = target;
         let namespace = namespace.as_str();
         let shape = self.settings.report_api;
-        let fresh = namespace_report(namespace, mode, &images, now, None);
+        let fresh = namespace_report(namespace, mode, images.iter().copied(), now, None);
         if recheck::report_unchanged(&fresh, stored.as_ref().and_then(|d| d.as_deref())) {
             return 0;
         }
@@ -377,7 +380,9 @@ impl Watch {
             },
         };
         let desired = match &previous {
-            Some(previous) => namespace_report(namespace, mode, &images, now, Some(previous)),
+            Some(previous) => {
+                namespace_report(namespace, mode, images.iter().copied(), now, Some(previous))
+            }
             None => fresh,
         };
         let write = plan(previous.as_ref(), desired);
@@ -392,7 +397,7 @@ impl Watch {
     }
 
     /// Publishes the Events of findings new since the previous cycle; returns how many.
-    async fn publish_events(&self, images: &[ClassifiedImage], modes: &Modes) -> usize {
+    async fn publish_events(&self, images: &[ClassifiedImage<'_>], modes: &Modes) -> usize {
         let events =
             self.previous
                 .lock()

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use super::*;
 use crate::policy::Policy;
 use crate::registry::testing::digest;
+use crate::watch::testing::{classified, seen};
 
 const REPO: &str = "registry.example/team/app";
 
@@ -84,7 +85,7 @@ fn add_routed<'a>(
     });
 }
 
-fn state_names(images: &[ClassifiedImage]) -> Vec<(&str, &'static str)> {
+fn state_names<'a>(images: &'a [ClassifiedImage<'_>]) -> Vec<(&'a str, &'static str)> {
     images
         .iter()
         .map(|i| (i.site.image.as_str(), i.state.as_str()))
@@ -300,26 +301,25 @@ fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
 
 #[test]
 fn reports_are_written_for_known_modes_left_for_unknown_ones_and_deleted_when_nothing_runs() {
-    let image = |namespace: &str| ClassifiedImage {
-        node: None,
-        pod_uid: format!("uid-{namespace}"),
-        origin: None,
-        workload: crate::watch::WorkloadRef {
+    let image = |namespace: &str| {
+        let workload = crate::watch::WorkloadRef {
             namespace: namespace.to_string(),
             api_version: "v1".to_string(),
             kind: "Pod".to_string(),
             name: "p".to_string(),
             uid: None,
-        },
-        site: pod(namespace, "p", &["x:1"], &[]).images[0].clone(),
-        state: ImageState::Unpinned { current: None },
+        };
+        let site = pod(namespace, "p", &["x:1"], &[]).images[0].clone();
+        let state = ImageState::Unpinned { current: None };
+        seen(&format!("uid-{namespace}"), &workload, site, state)
     };
-    let images = [
+    let fixtures = [
         image("audit"),
         image("enforce"),
         image("unknown"),
         image("audit"),
     ];
+    let images = classified(&fixtures);
     let modes = modes(&[
         ("audit", Some(Mode::Audit)),
         ("enforce", Some(Mode::Enforce)),
@@ -363,29 +363,28 @@ fn an_unchanged_report_is_recognised_by_its_content_digest_alone() {
 
 #[test]
 fn events_go_out_for_new_findings_only_within_the_per_workload_bound() {
-    let moved = |image: &str, pinned: char, now: char| ClassifiedImage {
-        node: None,
-        pod_uid: "uid".to_string(),
-        origin: None,
-        workload: crate::watch::WorkloadRef {
+    let moved = |image: &str, pinned: char, now: char| {
+        let workload = crate::watch::WorkloadRef {
             namespace: "shop".to_string(),
             api_version: "apps/v1".to_string(),
             kind: "Deployment".to_string(),
             name: "web".to_string(),
             uid: None,
-        },
-        site: pod("shop", "p", &[image], &[]).images[0].clone(),
-        state: ImageState::TagMoved {
+        };
+        let site = pod("shop", "p", &[image], &[]).images[0].clone();
+        let state = ImageState::TagMoved {
             pinned: digest(pinned),
             now: digest(now),
-        },
+        };
+        seen("uid", &workload, site, state)
     };
     let modes = modes(&[("shop", Some(Mode::Enforce))]);
-    let images = [
+    let fixtures = [
         moved("a:1", 'a', 'b'),
         moved("b:1", 'a', 'c'),
         moved("c:1", 'a', 'd'),
     ];
+    let images = classified(&fixtures);
     let mut memory = EventMemory::default();
     let first = memory.next(&images, &modes, 2);
     assert_eq!(first.publish.len(), 2, "two per workload");
@@ -455,7 +454,7 @@ fn unpinned_images_of_operators_and_static_pods_are_left_to_their_owner() {
     // (The fixture sets each owner after the record is read, so the workload is the Pod.)
     let states: Vec<(&str, &str)> = images
         .iter()
-        .map(|i| (i.workload.name.as_str(), i.state.as_str()))
+        .map(|i| (i.workload().name.as_str(), i.state.as_str()))
         .collect();
     assert_eq!(
         states,
@@ -742,7 +741,7 @@ fn unpinned_tags_are_looked_up_and_compared_with_what_runs() {
     let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
     let states: Vec<(&str, &str)> = images
         .iter()
-        .map(|i| (i.pod_uid.as_str(), i.state.as_str()))
+        .map(|i| (i.pod_uid(), i.state.as_str()))
         .collect();
     assert_eq!(
         states,
@@ -761,7 +760,7 @@ fn unpinned_tags_are_looked_up_and_compared_with_what_runs() {
             now: digest('a')
         }
     );
-    assert_eq!(stale.node.as_deref(), Some("node-1"));
+    assert_eq!(stale.node(), Some("node-1"));
 }
 
 #[test]

@@ -5,6 +5,7 @@ use super::budget::{MAX_REPORT_BYTES, MAX_STRING_BYTES, RULE_OMITTED, TRUNCATION
 use super::*;
 use crate::registry::testing::digest;
 use crate::watch::pod::{PodImage, WorkloadRef};
+use crate::watch::testing::{classified, seen, Seen};
 use crate::workload::ImageField;
 
 /// etcd's default object limit.
@@ -18,7 +19,7 @@ const NOW: Timestamp = Timestamp {
 /// 1024-byte image, and a lookup failure of 4 KiB (the registry's words). Every third is an
 /// unpinned image (a high finding), every third a tag that could not be checked (a medium
 /// finding and a pass), the rest pinned and current (two passes).
-fn worst_case_images(n: usize) -> Vec<ClassifiedImage> {
+fn worst_case_images(n: usize) -> Vec<Seen> {
     (0..n)
         .map(|i| {
             let name = format!("{i:05}{}", "w".repeat(248));
@@ -40,19 +41,13 @@ fn worst_case_images(n: usize) -> Vec<ClassifiedImage> {
                     digest: digest('a'),
                 },
             };
-            ClassifiedImage {
-                node: None,
-                pod_uid: format!("p{i}"),
-                workload,
-                site: PodImage {
-                    running: None,
-                    field: ImageField::Containers,
-                    name: "c".repeat(63),
-                    image,
-                },
-                state,
-                origin: None,
-            }
+            let site = PodImage {
+                running: None,
+                field: ImageField::Containers,
+                name: "c".repeat(63),
+                image,
+            };
+            seen(&format!("p{i}"), &workload, site, state)
         })
         .collect()
 }
@@ -80,13 +75,13 @@ fn strings(value: &serde_json::Value, out: &mut Vec<String>) {
 fn a_namespace_of_5000_worst_case_images_fits_with_every_result_counted() {
     for n in [1000, 5000] {
         let images = worst_case_images(n);
-        let report = namespace_report("shop", Mode::Enforce, &images, NOW, None);
+        let report = namespace_report("shop", Mode::Enforce, &classified(&images), NOW, None);
         let bytes = json_len(&report);
         // The bytes of every result, were they all listed (strings already bounded).
         let unbounded: usize = images
             .iter()
             .flat_map(|i| {
-                namespace_report("shop", Mode::Enforce, std::slice::from_ref(i), NOW, None).results
+                namespace_report("shop", Mode::Enforce, &[i.classified()], NOW, None).results
             })
             .map(|r| json_len(&r) + 1)
             .sum();
@@ -137,9 +132,15 @@ fn a_namespace_of_5000_worst_case_images_fits_with_every_result_counted() {
 #[test]
 fn the_same_oversized_namespace_rebuilds_the_same_report_and_writes_nothing() {
     let images = worst_case_images(3000);
-    let first = namespace_report("shop", Mode::Enforce, &images, NOW, None);
+    let first = namespace_report("shop", Mode::Enforce, &classified(&images), NOW, None);
     let later = Timestamp::new(NOW.seconds + 600, 0);
-    let again = namespace_report("shop", Mode::Enforce, &images, later, Some(&first));
+    let again = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &classified(&images),
+        later,
+        Some(&first),
+    );
     assert_eq!(again, first);
     assert_eq!(plan(Some(&first), again), ReportWrite::Unchanged);
 }
@@ -163,26 +164,26 @@ fn strings_of_a_megabyte_are_cut_to_the_bound_in_both_reports() {
     };
     let findings = vec![finding; 3];
     let report = mirror_report(Mode::Enforce, &findings, NOW, None);
-    let images = vec![ClassifiedImage {
-        node: None,
-        pod_uid: "p".into(),
-        origin: None,
-        workload: WorkloadRef {
-            namespace: "shop".into(),
-            kind: "Deployment".into(),
-            name: huge.clone(),
-            api_version: "apps/v1".into(),
-            uid: None,
-        },
-        site: PodImage {
-            running: None,
-            field: ImageField::Containers,
-            name: "app".into(),
-            image: huge.clone(),
-        },
-        state: ImageState::Exempt { why: huge.clone() },
-    }];
-    let namespaced = namespace_report("shop", Mode::Enforce, &images, NOW, None);
+    let workload = WorkloadRef {
+        namespace: "shop".into(),
+        kind: "Deployment".into(),
+        name: huge.clone(),
+        api_version: "apps/v1".into(),
+        uid: None,
+    };
+    let site = PodImage {
+        running: None,
+        field: ImageField::Containers,
+        name: "app".into(),
+        image: huge.clone(),
+    };
+    let images = vec![seen(
+        "p",
+        &workload,
+        site,
+        ImageState::Exempt { why: huge.clone() },
+    )];
+    let namespaced = namespace_report("shop", Mode::Enforce, &classified(&images), NOW, None);
     for report in [report, namespaced] {
         let value = serde_json::to_value(&report).expect("serialises");
         let mut all = Vec::new();

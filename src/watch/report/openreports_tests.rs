@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::openreports::{
     from_openreports, to_openreports, OpenReport, OpenReportsError, ReportApi, ReportScope,
 };
-use super::tests::{app, cluster, conforms, every_state, itms, moved, T1, T2};
+use super::tests::{app, classified, cluster, conforms, every_state, itms, moved, T1, T2};
 use super::*;
 use crate::policy::MirrorPolicy;
 use crate::registry::testing::digest;
@@ -25,7 +25,13 @@ fn stored_copy(report: &OpenReport) -> OpenReport {
 #[test]
 fn a_report_is_the_policy_reports_results_under_the_openreports_envelope() {
     let image = format!("nginx:1.25@{}", digest('a'));
-    let built = namespace_report("shop", Mode::Enforce, &[app(&image, moved())], T1, None);
+    let built = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &classified(&[app(&image, moved())]),
+        T1,
+        None,
+    );
     let report = to_openreports(&built).expect("converts");
     let value = serde_json::to_value(&report).expect("serialises");
     let policy_report = serde_json::to_value(&built).expect("serialises");
@@ -69,7 +75,7 @@ fn the_summary_counts_every_result_by_verdict() {
     // shop: web's app tag-moved (pinned pass, tag-current fail), its init container unpinned
     // (pinned fail), db digest-only (pinned pass, tag-current skip).
     let count = |mode| {
-        let built = namespace_report("shop", mode, &cluster(), T1, None);
+        let built = namespace_report("shop", mode, &classified(&cluster()), T1, None);
         to_openreports(&built).expect("converts").summary
     };
     let enforce = count(Mode::Enforce);
@@ -97,11 +103,17 @@ fn the_summary_counts_every_result_by_verdict() {
 
 #[test]
 fn an_unchanged_cluster_rebuilds_the_same_report_bytes_and_plans_no_write() {
-    let first = namespace_report("shop", Mode::Enforce, &cluster(), T1, None);
+    let first = namespace_report("shop", Mode::Enforce, &classified(&cluster()), T1, None);
     let written = to_openreports(&first).expect("converts");
     // The next cycle reads the stored Report back (in the built shape) and rebuilds later.
     let previous = from_openreports(stored_copy(&written)).expect("reads back");
-    let second = namespace_report("shop", Mode::Enforce, &cluster(), T2, Some(&previous));
+    let second = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &classified(&cluster()),
+        T2,
+        Some(&previous),
+    );
     let rewritten = to_openreports(&second).expect("converts");
     assert_eq!(
         serde_json::to_vec(&rewritten).expect("serialises"),
@@ -110,10 +122,16 @@ fn an_unchanged_cluster_rebuilds_the_same_report_bytes_and_plans_no_write() {
     );
     assert_eq!(plan(Some(&previous), second), ReportWrite::Unchanged);
     // Even rebuilt without the stored copy (fresh timestamps), nothing to write.
-    let fresh = namespace_report("shop", Mode::Enforce, &cluster(), T2, None);
+    let fresh = namespace_report("shop", Mode::Enforce, &classified(&cluster()), T2, None);
     assert_eq!(plan(Some(&previous), fresh), ReportWrite::Unchanged);
     // A change is still a change.
-    let audit = namespace_report("shop", Mode::Audit, &cluster(), T2, Some(&previous));
+    let audit = namespace_report(
+        "shop",
+        Mode::Audit,
+        &classified(&cluster()),
+        T2,
+        Some(&previous),
+    );
     assert!(matches!(
         plan(Some(&previous), audit),
         ReportWrite::Update(_)
@@ -122,7 +140,7 @@ fn an_unchanged_cluster_rebuilds_the_same_report_bytes_and_plans_no_write() {
 
 #[test]
 fn both_reports_read_back_as_what_was_built() {
-    let built = namespace_report("shop", Mode::Audit, &cluster(), T1, None);
+    let built = namespace_report("shop", Mode::Audit, &classified(&cluster()), T1, None);
     let back = from_openreports(stored_copy(&to_openreports(&built).expect("converts")))
         .expect("reads back");
     assert_eq!(back.kind, "PolicyReport");
@@ -173,7 +191,7 @@ fn reports_conform_to_the_openreports_crds_the_component_installs() {
 
     let images = every_state();
     for mode in [Mode::Enforce, Mode::Audit, Mode::Off] {
-        let built = namespace_report("shop", mode, &images, T2, None);
+        let built = namespace_report("shop", mode, &classified(&images), T2, None);
         let value =
             serde_json::to_value(to_openreports(&built).expect("converts")).expect("serialises");
         assert_eq!(conforms(&schema_of("Report"), &value, "Report"), Ok(()));
@@ -204,7 +222,7 @@ fn reports_conform_to_the_openreports_crds_the_component_installs() {
 
 #[test]
 fn reports_of_other_kinds_apis_or_scopes_do_not_convert() {
-    let built = namespace_report("shop", Mode::Enforce, &cluster(), T1, None);
+    let built = namespace_report("shop", Mode::Enforce, &classified(&cluster()), T1, None);
     let mut other = built.clone();
     other.kind = "Deployment".into();
     assert_eq!(

@@ -10,6 +10,7 @@ use crate::policy::mirrors::AllowedMirror;
 use crate::policy::MirrorPolicy;
 use crate::registry::testing::digest;
 use crate::watch::pod::{PodImage, WorkloadRef};
+pub(super) use crate::watch::testing::{classified, Seen};
 use crate::watch::WatchError;
 use crate::workload::ImageField;
 
@@ -39,23 +40,17 @@ fn seen(
     container: &str,
     image: &str,
     state: ImageState,
-) -> ClassifiedImage {
-    ClassifiedImage {
-        node: None,
-        pod_uid: pod.into(),
-        workload: workload.clone(),
-        site: PodImage {
-            running: None,
-            field,
-            name: container.into(),
-            image: image.into(),
-        },
-        state,
-        origin: None,
-    }
+) -> Seen {
+    let site = PodImage {
+        running: None,
+        field,
+        name: container.into(),
+        image: image.into(),
+    };
+    crate::watch::testing::seen(pod, workload, site, state)
 }
 
-pub(super) fn app(image: &str, state: ImageState) -> ClassifiedImage {
+pub(super) fn app(image: &str, state: ImageState) -> Seen {
     let web = workload("shop", "Deployment", "web");
     seen("p1", &web, ImageField::Containers, "app", image, state)
 }
@@ -98,7 +93,13 @@ fn each_state_maps_to_its_results(
     #[case] mode: Mode,
     #[case] expected: &[(&str, &str)],
 ) {
-    let report = namespace_report("shop", mode, &[app("nginx:1.25", state)], T1, None);
+    let report = namespace_report(
+        "shop",
+        mode,
+        &classified(&[app("nginx:1.25", state)]),
+        T1,
+        None,
+    );
     assert_eq!(rules(&report), expected);
     assert!(report
         .results
@@ -109,7 +110,13 @@ fn each_state_maps_to_its_results(
 #[test]
 fn a_tag_moved_report_is_exactly_this_json() {
     let image = format!("nginx:1.25@{}", digest('a'));
-    let report = namespace_report("shop", Mode::Enforce, &[app(&image, moved())], T1, None);
+    let report = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &classified(&[app(&image, moved())]),
+        T1,
+        None,
+    );
     let resource = json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "shop",
                           "name": "web"});
     let properties = json!({
@@ -157,7 +164,7 @@ fn unpinned_results_leave_out_the_tags_current_digest() {
         namespace_report(
             "shop",
             Mode::Audit,
-            &[app("nginx:latest", ImageState::Unpinned { current })],
+            &classified(&[app("nginx:latest", ImageState::Unpinned { current })]),
             T1,
             None,
         )
@@ -172,7 +179,7 @@ fn unpinned_results_leave_out_the_tags_current_digest() {
     assert_eq!(before, report(Some(digest('b'))));
 }
 
-pub(super) fn cluster() -> Vec<ClassifiedImage> {
+pub(super) fn cluster() -> Vec<Seen> {
     let web = workload("shop", "Deployment", "web");
     let db = workload("shop", "StatefulSet", "db");
     let other = workload("blog", "Deployment", "web");
@@ -213,7 +220,7 @@ pub(super) fn cluster() -> Vec<ClassifiedImage> {
 #[test]
 fn results_are_per_workload_in_a_fixed_order_whatever_order_pods_come_in() {
     let images = cluster();
-    let report = namespace_report("shop", Mode::Enforce, &images, T1, None);
+    let report = namespace_report("shop", Mode::Enforce, &classified(&images), T1, None);
     let order: Vec<_> = report
         .results
         .iter()
@@ -252,23 +259,29 @@ fn results_are_per_workload_in_a_fixed_order_whatever_order_pods_come_in() {
     let bytes = serde_json::to_vec(&report).expect("serialises");
     let mut reversed = images.clone();
     reversed.reverse();
-    let again = namespace_report("shop", Mode::Enforce, &reversed, T1, None);
+    let again = namespace_report("shop", Mode::Enforce, &classified(&reversed), T1, None);
     assert_eq!(serde_json::to_vec(&again).expect("serialises"), bytes);
 }
 
 #[test]
 fn images_of_other_namespaces_are_not_in_the_report() {
-    let report = namespace_report("blog", Mode::Enforce, &cluster(), T1, None);
+    let report = namespace_report("blog", Mode::Enforce, &classified(&cluster()), T1, None);
     assert_eq!(rules(&report), [("pinned", "fail")]);
     assert_eq!(report.metadata.namespace.as_deref(), Some("blog"));
-    let empty = namespace_report("empty", Mode::Enforce, &cluster(), T1, None);
+    let empty = namespace_report("empty", Mode::Enforce, &classified(&cluster()), T1, None);
     assert!(empty.results.is_empty());
 }
 
 #[test]
 fn an_unchanged_cluster_rebuilds_a_byte_identical_report_and_writes_nothing() {
-    let first = namespace_report("shop", Mode::Enforce, &cluster(), T1, None);
-    let second = namespace_report("shop", Mode::Enforce, &cluster(), T2, Some(&first));
+    let first = namespace_report("shop", Mode::Enforce, &classified(&cluster()), T1, None);
+    let second = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &classified(&cluster()),
+        T2,
+        Some(&first),
+    );
     assert_eq!(
         serde_json::to_vec(&second).expect("serialises"),
         serde_json::to_vec(&first).expect("serialises")
@@ -278,14 +291,20 @@ fn an_unchanged_cluster_rebuilds_a_byte_identical_report_and_writes_nothing() {
 
 #[test]
 fn a_changed_result_alone_gets_the_new_timestamp_and_the_report_is_updated() {
-    let first = namespace_report("shop", Mode::Enforce, &cluster(), T1, None);
+    let first = namespace_report("shop", Mode::Enforce, &classified(&cluster()), T1, None);
     let mut images = cluster();
-    for image in images.iter_mut().filter(|i| i.site.name == "app") {
+    for image in images.iter_mut().filter(|i| i.pod.images[0].name == "app") {
         image.state = ImageState::PinnedCurrent {
             digest: digest('a'),
         };
     }
-    let second = namespace_report("shop", Mode::Enforce, &images, T2, Some(&first));
+    let second = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &classified(&images),
+        T2,
+        Some(&first),
+    );
     let stamps: Vec<_> = second
         .results
         .iter()
@@ -307,23 +326,29 @@ fn a_changed_result_alone_gets_the_new_timestamp_and_the_report_is_updated() {
 
 #[test]
 fn the_plan_creates_updates_deletes_or_leaves_alone() {
-    let full = namespace_report("shop", Mode::Enforce, &cluster(), T1, None);
+    let full = namespace_report("shop", Mode::Enforce, &classified(&cluster()), T1, None);
     let empty = namespace_report("shop", Mode::Enforce, &[], T1, None);
     assert_eq!(plan(None, full.clone()), ReportWrite::Create(full.clone()));
     assert_eq!(plan(Some(&full), empty.clone()), ReportWrite::Delete);
     assert_eq!(plan(None, empty), ReportWrite::Unchanged);
     // A caller that lost the stored copy rebuilds with fresh timestamps: still no write.
-    let fresh = namespace_report("shop", Mode::Enforce, &cluster(), T2, None);
+    let fresh = namespace_report("shop", Mode::Enforce, &classified(&cluster()), T2, None);
     assert_ne!(fresh, full);
     assert_eq!(plan(Some(&full), fresh), ReportWrite::Unchanged);
     // A mode change is a change.
-    let audit = namespace_report("shop", Mode::Audit, &cluster(), T2, Some(&full));
+    let audit = namespace_report(
+        "shop",
+        Mode::Audit,
+        &classified(&cluster()),
+        T2,
+        Some(&full),
+    );
     assert!(matches!(plan(Some(&full), audit), ReportWrite::Update(_)));
 }
 
 #[test]
 fn a_report_read_back_from_the_apiserver_has_the_same_content() {
-    let desired = namespace_report("shop", Mode::Enforce, &cluster(), T1, None);
+    let desired = namespace_report("shop", Mode::Enforce, &classified(&cluster()), T1, None);
     let mut stored = serde_json::to_value(&desired).expect("serialises");
     stored["metadata"]["resourceVersion"] = json!("4711");
     stored["metadata"]["uid"] = json!("report-uid");
@@ -361,7 +386,7 @@ fn a_report_over_the_bound_keeps_findings_first_and_says_how_many_it_dropped() {
             state,
         ));
     }
-    let report = namespace_report("shop", Mode::Enforce, &images, T1, None);
+    let report = namespace_report("shop", Mode::Enforce, &classified(&images), T1, None);
     // MAX_RESULTS - 1 results and the one that counts the rest.
     assert_eq!(report.results.len(), MAX_RESULTS);
     assert_eq!(
@@ -639,7 +664,7 @@ fn reports_conform_to_the_crds_the_manifests_install() {
 
     let images = every_state();
     for mode in [Mode::Enforce, Mode::Audit, Mode::Off] {
-        let report = namespace_report("shop", mode, &images, T2, None);
+        let report = namespace_report("shop", mode, &classified(&images), T2, None);
         let value = serde_json::to_value(&report).expect("serialises");
         assert_eq!(
             conforms(&schema_of("PolicyReport"), &value, "PolicyReport"),
@@ -684,16 +709,34 @@ fn the_content_digest_follows_what_the_report_says_not_when() {
             .cloned()
             .expect("every report carries its content digest")
     };
-    let first = namespace_report("shop", Mode::Enforce, &[app(&image, moved())], T1, None);
+    let first = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &classified(&[app(&image, moved())]),
+        T1,
+        None,
+    );
     let later = Timestamp::new(T1.seconds + 600, 0);
-    let again = namespace_report("shop", Mode::Enforce, &[app(&image, moved())], later, None);
+    let again = namespace_report(
+        "shop",
+        Mode::Enforce,
+        &classified(&[app(&image, moved())]),
+        later,
+        None,
+    );
     assert_eq!(
         digest_of(&first),
         digest_of(&again),
         "timestamps do not count"
     );
     assert_eq!(digest_of(&first).len(), 64);
-    let audit = namespace_report("shop", Mode::Audit, &[app(&image, moved())], T1, None);
+    let audit = namespace_report(
+        "shop",
+        Mode::Audit,
+        &classified(&[app(&image, moved())]),
+        T1,
+        None,
+    );
     assert_ne!(digest_of(&first), digest_of(&audit), "fail became warn");
     // A stored report without the digest (written before it existed) is brought up to date.
     let mut old = first.clone();
@@ -705,7 +748,7 @@ fn the_content_digest_follows_what_the_report_says_not_when() {
 fn what_runs_is_named_with_both_digests_and_the_node_only_when_it_differs() {
     let web = workload("shop", "Deployment", "web");
     let image = format!("nginx:1.25@{}", digest('a'));
-    let mut other = seen(
+    let other = seen(
         "p1",
         &web,
         ImageField::Containers,
@@ -715,9 +758,9 @@ fn what_runs_is_named_with_both_digests_and_the_node_only_when_it_differs() {
             pinned: digest('a'),
             running: digest('b'),
         },
-    );
-    other.node = Some("node-7".into());
-    let mut fine = seen(
+    )
+    .on("node-7");
+    let fine = seen(
         "p2",
         &web,
         ImageField::Containers,
@@ -726,9 +769,9 @@ fn what_runs_is_named_with_both_digests_and_the_node_only_when_it_differs() {
         ImageState::PinnedCurrent {
             digest: digest('a'),
         },
-    );
-    fine.node = Some("node-8".into());
-    let report = namespace_report("shop", Mode::Enforce, &[other, fine], T1, None);
+    )
+    .on("node-8");
+    let report = namespace_report("shop", Mode::Enforce, &classified(&[other, fine]), T1, None);
     let runs: Vec<_> = report
         .results
         .iter()
@@ -767,12 +810,12 @@ fn a_missing_pin_says_a_new_pod_cannot_pull() {
     let report = namespace_report(
         "shop",
         Mode::Enforce,
-        &[app(
+        &classified(&[app(
             &image,
             ImageState::DigestMissing {
                 pinned: digest('a'),
             },
-        )],
+        )]),
         T1,
         None,
     );
@@ -793,7 +836,7 @@ fn a_missing_pin_says_a_new_pod_cannot_pull() {
 
 /// The cluster's images plus one of each remaining state (what runs included): what the schema
 /// tests check every result shape with.
-pub(super) fn every_state() -> Vec<ClassifiedImage> {
+pub(super) fn every_state() -> Vec<Seen> {
     let mut images = cluster();
     images.push(app(
         "Bad",
@@ -803,14 +846,14 @@ pub(super) fn every_state() -> Vec<ClassifiedImage> {
         },
     ));
     images.push(app("nginx", ImageState::Exempt { why: "x".into() }));
-    let mut other = app(
+    let other = app(
         "redis:7",
         ImageState::RunsOtherDigest {
             pinned: digest('a'),
             running: digest('b'),
         },
-    );
-    other.node = Some("node-1".into());
+    )
+    .on("node-1");
     images.push(other);
     images.push(app(
         "memcached:1",
