@@ -87,7 +87,9 @@ pub struct CachingResolver {
 struct SharedState {
     config: CacheConfig,
     metrics: Arc<Metrics>,
-    /// Positive entries; kept for `max_stale`, fresh for `hit_ttl`.
+    /// Positive entries, bounded by `max_entries` only: fresh for `hit_ttl`, served stale up to
+    /// `max_stale`, and older than both treated as absent (see [`SharedState::entry`]); each
+    /// record's `resolved_at` says its age, so moka keeps no expiry of its own per entry.
     digests: moka::sync::Cache<EntryKey, Arc<Record>>,
     failures: moka::sync::Cache<FlightKey, Arc<FailureRecord>>,
     backoff: moka::sync::Cache<FlightKey, Arc<Backoff>>,
@@ -147,7 +149,6 @@ impl CachingResolver {
     pub fn new(inner: Arc<dyn Resolver>, config: CacheConfig, metrics: Arc<Metrics>) -> Self {
         let digests = moka::sync::Cache::builder()
             .max_capacity(config.max_entries)
-            .time_to_live(config.max_stale.max(config.hit_ttl))
             .build();
         let failures = moka::sync::Cache::builder()
             .max_capacity(config.max_entries)
@@ -197,11 +198,15 @@ impl CachingResolver {
     /// Makes every positive entry stale, as if `hit_ttl` had passed, and forgets every
     /// remembered failure: the watch calls it at the start of each recheck cycle, so each
     /// (tag, credentials) key is asked once per cycle.
+    /// An entry already stale keeps its age, so `max_stale` still counts from its resolution.
     pub fn expire_all(&self) {
         let stale_at = Instant::now()
             .checked_sub(self.shared.config.hit_ttl)
             .unwrap_or_else(Instant::now);
         for (key, record) in self.shared.digests.iter() {
+            if record.resolved_at <= stale_at {
+                continue;
+            }
             self.shared.digests.insert(
                 (*key).clone(),
                 Arc::new(Record::new(record.digest.clone(), stale_at)),
@@ -367,7 +372,7 @@ impl SharedState {
         fingerprints: &[Fingerprint],
     ) -> Option<(Resolution, Arc<Record>)> {
         fingerprints.iter().find_map(|fp| {
-            let record = self.digests.get(&(tag.to_string(), *fp))?;
+            let record = self.entry(&(tag.to_string(), *fp))?;
             let age = record.resolved_at.elapsed();
             (age < self.config.hit_ttl).then(|| {
                 let hit = Resolution {
@@ -383,6 +388,18 @@ impl SharedState {
         })
     }
 
+    /// The entry for `key` unless it is older than both `max_stale` and `hit_ttl`: such an
+    /// entry is removed and treated as absent. (A record resolved between the read and the
+    /// removal can be removed with it: the next lookup asks the registry once more.)
+    fn entry(&self, key: &EntryKey) -> Option<Arc<Record>> {
+        let record = self.digests.get(key)?;
+        if record.resolved_at.elapsed() > self.config.max_stale.max(self.config.hit_ttl) {
+            self.digests.invalidate(key);
+            return None;
+        }
+        Some(record)
+    }
+
     /// True for the one lookup that finds `entry` in the last quarter of its TTL first.
     fn refresh_due(&self, entry: &Record) -> bool {
         self.config.refresh_ahead
@@ -395,7 +412,7 @@ impl SharedState {
         key.1
             .iter()
             .filter_map(|fp| {
-                let record = self.digests.get(&(key.0.clone(), *fp))?;
+                let record = self.entry(&(key.0.clone(), *fp))?;
                 Some((*fp, record))
             })
             .min_by_key(|(_, record)| record.resolved_at.elapsed())
@@ -432,7 +449,7 @@ impl SharedState {
 
     fn record_success(&self, tag: &str, mut resolution: Resolution) -> Resolution {
         let key = (tag.to_string(), resolution.credential);
-        if let Some(previous) = self.digests.get(&key) {
+        if let Some(previous) = self.entry(&key) {
             if previous.digest != resolution.digest {
                 self.record_move(tag, &previous.digest, &resolution.digest);
                 resolution.moved_from = Some(previous.digest.clone());
