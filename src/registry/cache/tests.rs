@@ -515,10 +515,10 @@ async fn an_entry_past_max_stale_is_absent_and_removed() {
     let cache = cache(inner.clone(), config);
     let image = reference("registry.example/team/app:1.0");
     assert!(cache.resolve(&image, &[]).await.is_ok());
-    let key = (
-        image.manifest_reference(),
-        Credential::Anonymous.fingerprint(),
-    );
+    let key = EntryKey {
+        tag: image.manifest_reference().into(),
+        credential: Credential::Anonymous.fingerprint(),
+    };
     tokio::time::sleep(Duration::from_millis(600)).await; // past max_stale
     assert!(cache.last_known(&image, &[]).is_none());
     assert!(
@@ -566,4 +566,19 @@ async fn expire_all_keeps_the_age_of_a_stale_entry() {
     tokio::time::sleep(Duration::from_millis(300)).await; // 700 ms since resolved
     cache.expire_all();
     assert!(cache.last_known(&image, &[]).is_none());
+}
+
+#[test]
+fn a_stored_digest_is_the_digest_it_was_made_from() {
+    let sha256 = digest('a');
+    assert!(matches!(
+        StoredDigest::new(&sha256),
+        StoredDigest::Sha256(_)
+    ));
+    assert_eq!(StoredDigest::new(&sha256).digest(), sha256);
+    let sha512: Digest = format!("sha512:{}", "0f".repeat(64))
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(StoredDigest::new(&sha512), StoredDigest::Other(_)));
+    assert_eq!(StoredDigest::new(&sha512).digest(), sha512);
 }
