@@ -187,11 +187,44 @@ impl Digest {
     /// The sha256 digest of `bytes`.
     pub fn sha256_of(bytes: &[u8]) -> Digest {
         use sha2::Digest as _;
-        let sum = sha2::Sha256::digest(bytes);
+        let sum: [u8; 32] = sha2::Sha256::digest(bytes).into();
+        Digest::from_sha256_bytes(&sum)
+    }
+
+    /// The sha256 digest whose hash is `bytes`.
+    pub fn from_sha256_bytes(bytes: &[u8; 32]) -> Digest {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = String::with_capacity(64);
+        for byte in bytes {
+            hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+            hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+        }
         Digest {
             algorithm: Algorithm::Sha256,
-            hex: sum.iter().map(|b| format!("{b:02x}")).collect(),
+            hex,
         }
+    }
+
+    /// The hash of a sha256 digest as its 32 bytes (`None` for another algorithm): the compact
+    /// form [`Digest::from_sha256_bytes`] turns back.
+    pub fn sha256_bytes(&self) -> Option<[u8; 32]> {
+        if self.algorithm != Algorithm::Sha256 {
+            return None;
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut bytes = [0u8; 32];
+        let mut pairs = self.hex.as_bytes().chunks_exact(2);
+        for byte in &mut bytes {
+            let [high, low] = pairs.next()? else {
+                return None;
+            };
+            *byte = nibble(*high)? << 4 | nibble(*low)?;
+        }
+        Some(bytes)
     }
 }
 
@@ -1097,6 +1130,17 @@ mod tests {
             Digest::sha256_of(b"").to_string(),
             "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
+    }
+
+    #[test]
+    fn a_sha256_digest_round_trips_through_its_bytes() {
+        let digest = Digest::sha256_of(b"pinned");
+        let bytes = digest.sha256_bytes();
+        assert_eq!(bytes.map(|b| Digest::from_sha256_bytes(&b)), Some(digest));
+        let ab = Digest::new_sha256(&"ab".repeat(32)).map(|d| d.sha256_bytes());
+        assert_eq!(ab, Ok(Some([0xab; 32])));
+        let sha512 = Digest::new(Algorithm::Sha512, &"0f".repeat(64));
+        assert_eq!(sha512.map(|d| d.sha256_bytes()), Ok(None));
     }
 
     #[test]

@@ -87,7 +87,9 @@ pub struct CachingResolver {
 struct SharedState {
     config: CacheConfig,
     metrics: Arc<Metrics>,
-    /// Positive entries; kept for `max_stale`, fresh for `hit_ttl`.
+    /// Positive entries, bounded by `max_entries` only: fresh for `hit_ttl`, served stale up to
+    /// `max_stale`, and older than both treated as absent (see [`SharedState::entry`]); each
+    /// record's `resolved_at` says its age, so moka keeps no expiry of its own per entry.
     digests: moka::sync::Cache<EntryKey, Arc<Record>>,
     failures: moka::sync::Cache<FlightKey, Arc<FailureRecord>>,
     backoff: moka::sync::Cache<FlightKey, Arc<Backoff>>,
@@ -101,15 +103,37 @@ struct SharedState {
     moves: Mutex<VecDeque<TagMove>>,
 }
 
-type EntryKey = (String, Fingerprint);
+/// (tag reference, fingerprint of the credential that resolved it); the tag without spare
+/// capacity.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct EntryKey {
+    tag: Box<str>,
+    credential: Fingerprint,
+}
+
+/// An [`EntryKey`] borrowed, to look an entry up without copying the tag. Hashes as the key
+/// does (the same fields in the same order).
+#[derive(Hash)]
+struct EntryRef<'a> {
+    tag: &'a str,
+    credential: Fingerprint,
+}
 /// (tag reference, fingerprints of every candidate credential in order).
 type FlightKey = (String, Vec<Fingerprint>);
 
 struct Record {
-    digest: Digest,
+    digest: StoredDigest,
     resolved_at: Instant,
     /// Set by the one lookup that starts this entry's refresh-ahead.
     refresh_claimed: AtomicBool,
+}
+
+/// A digest as an entry keeps it: sha256 (nearly every registry's) as the hash's 32 bytes,
+/// written out again on a hit; any other algorithm as it is.
+#[derive(Clone, PartialEq, Eq)]
+enum StoredDigest {
+    Sha256([u8; 32]),
+    Other(Digest),
 }
 
 struct FailureRecord {
@@ -147,7 +171,6 @@ impl CachingResolver {
     pub fn new(inner: Arc<dyn Resolver>, config: CacheConfig, metrics: Arc<Metrics>) -> Self {
         let digests = moka::sync::Cache::builder()
             .max_capacity(config.max_entries)
-            .time_to_live(config.max_stale.max(config.hit_ttl))
             .build();
         let failures = moka::sync::Cache::builder()
             .max_capacity(config.max_entries)
@@ -197,14 +220,22 @@ impl CachingResolver {
     /// Makes every positive entry stale, as if `hit_ttl` had passed, and forgets every
     /// remembered failure: the watch calls it at the start of each recheck cycle, so each
     /// (tag, credentials) key is asked once per cycle.
+    /// An entry already stale keeps its age, so `max_stale` still counts from its resolution.
     pub fn expire_all(&self) {
         let stale_at = Instant::now()
             .checked_sub(self.shared.config.hit_ttl)
             .unwrap_or_else(Instant::now);
         for (key, record) in self.shared.digests.iter() {
+            if record.resolved_at <= stale_at {
+                continue;
+            }
             self.shared.digests.insert(
                 (*key).clone(),
-                Arc::new(Record::new(record.digest.clone(), stale_at)),
+                Arc::new(Record {
+                    digest: record.digest.clone(),
+                    resolved_at: stale_at,
+                    refresh_claimed: AtomicBool::new(false),
+                }),
             );
         }
         self.shared.failures.invalidate_all();
@@ -308,12 +339,38 @@ enum Lookup {
 // === impl Record ===
 
 impl Record {
-    fn new(digest: Digest, resolved_at: Instant) -> Record {
+    fn new(digest: &Digest, resolved_at: Instant) -> Record {
         Record {
-            digest,
+            digest: StoredDigest::new(digest),
             resolved_at,
             refresh_claimed: AtomicBool::new(false),
         }
+    }
+}
+
+// === impl StoredDigest ===
+
+impl StoredDigest {
+    fn new(digest: &Digest) -> StoredDigest {
+        match digest.sha256_bytes() {
+            Some(bytes) => StoredDigest::Sha256(bytes),
+            None => StoredDigest::Other(digest.clone()),
+        }
+    }
+
+    fn digest(&self) -> Digest {
+        match self {
+            StoredDigest::Sha256(bytes) => Digest::from_sha256_bytes(bytes),
+            StoredDigest::Other(digest) => digest.clone(),
+        }
+    }
+}
+
+// === impl EntryRef ===
+
+impl moka::Equivalent<EntryKey> for EntryRef<'_> {
+    fn equivalent(&self, key: &EntryKey) -> bool {
+        self.credential == key.credential && *self.tag == *key.tag
     }
 }
 
@@ -367,11 +424,14 @@ impl SharedState {
         fingerprints: &[Fingerprint],
     ) -> Option<(Resolution, Arc<Record>)> {
         fingerprints.iter().find_map(|fp| {
-            let record = self.digests.get(&(tag.to_string(), *fp))?;
+            let record = self.entry(&EntryRef {
+                tag,
+                credential: *fp,
+            })?;
             let age = record.resolved_at.elapsed();
             (age < self.config.hit_ttl).then(|| {
                 let hit = Resolution {
-                    digest: record.digest.clone(),
+                    digest: record.digest.digest(),
                     credential: *fp,
                     source: ResolutionSource::Cache,
                     moved_from: None,
@@ -381,6 +441,18 @@ impl SharedState {
                 (hit, record)
             })
         })
+    }
+
+    /// The entry for `key` unless it is older than both `max_stale` and `hit_ttl`: such an
+    /// entry is removed and treated as absent. (A record resolved between the read and the
+    /// removal can be removed with it: the next lookup asks the registry once more.)
+    fn entry(&self, key: &EntryRef<'_>) -> Option<Arc<Record>> {
+        let record = self.digests.get(key)?;
+        if record.resolved_at.elapsed() > self.config.max_stale.max(self.config.hit_ttl) {
+            self.digests.invalidate(key);
+            return None;
+        }
+        Some(record)
     }
 
     /// True for the one lookup that finds `entry` in the last quarter of its TTL first.
@@ -395,13 +467,16 @@ impl SharedState {
         key.1
             .iter()
             .filter_map(|fp| {
-                let record = self.digests.get(&(key.0.clone(), *fp))?;
+                let record = self.entry(&EntryRef {
+                    tag: &key.0,
+                    credential: *fp,
+                })?;
                 Some((*fp, record))
             })
             .min_by_key(|(_, record)| record.resolved_at.elapsed())
             .filter(|(_, record)| record.resolved_at.elapsed() <= self.config.max_stale)
             .map(|(fp, record)| Resolution {
-                digest: record.digest.clone(),
+                digest: record.digest.digest(),
                 credential: fp,
                 source: ResolutionSource::Stale,
                 moved_from: None,
@@ -431,17 +506,23 @@ impl SharedState {
     }
 
     fn record_success(&self, tag: &str, mut resolution: Resolution) -> Resolution {
-        let key = (tag.to_string(), resolution.credential);
-        if let Some(previous) = self.digests.get(&key) {
-            if previous.digest != resolution.digest {
-                self.record_move(tag, &previous.digest, &resolution.digest);
-                resolution.moved_from = Some(previous.digest.clone());
+        let record = Record::new(&resolution.digest, Instant::now());
+        let found = EntryRef {
+            tag,
+            credential: resolution.credential,
+        };
+        if let Some(previous) = self.entry(&found) {
+            if previous.digest != record.digest {
+                let from = previous.digest.digest();
+                self.record_move(tag, &from, &resolution.digest);
+                resolution.moved_from = Some(from);
             }
         }
-        self.digests.insert(
-            key,
-            Arc::new(Record::new(resolution.digest.clone(), Instant::now())),
-        );
+        let key = EntryKey {
+            tag: tag.into(),
+            credential: resolution.credential,
+        };
+        self.digests.insert(key, Arc::new(record));
         resolution
     }
 

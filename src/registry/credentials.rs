@@ -46,10 +46,11 @@ pub enum Credential {
 }
 
 /// SHA-256 of a credential (`anonymous` for none): safe to log, to key caches and tokens.
-/// Held as the 32 bytes themselves (every cache entry carries one), written `sha256:<hex>` or
-/// `anonymous`.
+/// Held as the 32 bytes themselves (every cache entry carries one), anonymous as 32 zero bytes
+/// (no flag byte beside them: a credential hashing to zeros would take a SHA-256 preimage),
+/// written `sha256:<hex>` or `anonymous`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Fingerprint(Option<[u8; 32]>);
+pub struct Fingerprint([u8; 32]);
 
 // === impl Credential ===
 
@@ -69,7 +70,7 @@ impl Credential {
 
     pub fn fingerprint(&self) -> Fingerprint {
         match self {
-            Credential::Anonymous => Fingerprint(None),
+            Credential::Anonymous => Fingerprint::ANONYMOUS,
             // A separator no username contains keeps ("a:b","c") and ("a","b:c") apart.
             Credential::Basic { username, password } => {
                 hash(&[username.as_bytes(), b"\0", password.as_bytes()])
@@ -114,7 +115,7 @@ fn hash(parts: &[&[u8]]) -> Fingerprint {
     for part in parts {
         hasher.update(part);
     }
-    Fingerprint(Some(hasher.finalize().into()))
+    Fingerprint(hasher.finalize().into())
 }
 
 impl fmt::Debug for Credential {
@@ -139,6 +140,8 @@ impl fmt::Debug for Credential {
 // === impl Fingerprint ===
 
 impl Fingerprint {
+    const ANONYMOUS: Fingerprint = Fingerprint([0; 32]);
+
     pub fn anonymous() -> Fingerprint {
         Credential::Anonymous.fingerprint()
     }
@@ -146,13 +149,11 @@ impl Fingerprint {
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            None => f.write_str("anonymous"),
-            Some(bytes) => {
-                f.write_str("sha256:")?;
-                bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
-            }
+        if *self == Fingerprint::ANONYMOUS {
+            return f.write_str("anonymous");
         }
+        f.write_str("sha256:")?;
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 

@@ -497,3 +497,88 @@ async fn dry_runs_and_a_disabled_refresh_ahead_never_refresh() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(inner.calls(), 1, "refresh-ahead is off");
 }
+
+/// Without a moka TTL, an entry older than `max_stale` (and `hit_ttl`) is absent: not served
+/// stale, not the "from" of a tag move, and removed when a lookup finds it.
+#[tokio::test]
+async fn an_entry_past_max_stale_is_absent_and_removed() {
+    let inner = Scripted::new(&[
+        Answer::Digest('a'),
+        Answer::Unreachable,
+        Answer::Digest('b'),
+    ]);
+    let config = CacheConfig {
+        max_stale: Duration::from_millis(500),
+        backoff_base: Duration::ZERO,
+        ..quick()
+    };
+    let cache = cache(inner.clone(), config);
+    let image = reference("registry.example/team/app:1.0");
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    let key = EntryKey {
+        tag: image.manifest_reference().into(),
+        credential: Credential::Anonymous.fingerprint(),
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await; // past max_stale
+    assert!(cache.last_known(&image, &[]).is_none());
+    assert!(
+        !cache.shared.digests.contains_key(&key),
+        "the lookup removed it"
+    );
+    assert!(
+        cache.resolve(&image, &[]).await.is_err(),
+        "an outage is not answered from it"
+    );
+    let fresh = cache.resolve(&image, &[]).await;
+    assert_eq!(
+        fresh.as_ref().map(|r| r.moved_from.clone()).ok(),
+        Some(None)
+    );
+    assert_eq!(fresh.map(|r| r.digest).ok(), Some(digest('b')));
+    assert!(
+        cache.recent_moves().is_empty(),
+        "{:?}",
+        cache.recent_moves()
+    );
+}
+
+/// `expire_all` makes fresh entries stale but never younger: `max_stale` still counts from
+/// the resolution, however many recheck cycles pass.
+#[tokio::test]
+async fn expire_all_keeps_the_age_of_a_stale_entry() {
+    let inner = Scripted::new(&[Answer::Digest('a')]);
+    let config = CacheConfig {
+        max_stale: Duration::from_millis(600),
+        ..quick()
+    };
+    let cache = cache(inner.clone(), config);
+    let image = reference("registry.example/team/app:1.0");
+    assert!(cache.resolve(&image, &[]).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(400)).await; // stale, within max_stale
+    cache.expire_all();
+    let stale = cache.last_known(&image, &[]);
+    assert!(
+        stale
+            .as_ref()
+            .is_some_and(|s| s.age >= Duration::from_millis(400)),
+        "{stale:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await; // 700 ms since resolved
+    cache.expire_all();
+    assert!(cache.last_known(&image, &[]).is_none());
+}
+
+#[test]
+fn a_stored_digest_is_the_digest_it_was_made_from() {
+    let sha256 = digest('a');
+    assert!(matches!(
+        StoredDigest::new(&sha256),
+        StoredDigest::Sha256(_)
+    ));
+    assert_eq!(StoredDigest::new(&sha256).digest(), sha256);
+    let sha512: Digest = format!("sha512:{}", "0f".repeat(64))
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(StoredDigest::new(&sha512), StoredDigest::Other(_)));
+    assert_eq!(StoredDigest::new(&sha512).digest(), sha512);
+}
