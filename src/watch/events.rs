@@ -155,25 +155,15 @@ mod tests {
 
     use super::*;
     use crate::registry::testing::digest;
-    use crate::watch::pod::PodImage;
-    use crate::watch::testing::{seen, Seen};
-    use crate::workload::ImageField;
+    use crate::watch::testing::{container, deployment, seen, Seen};
 
     fn image(image: &str, state: ImageState) -> Seen {
-        let workload = WorkloadRef {
-            namespace: "shop".into(),
-            kind: "Deployment".into(),
-            name: "web".into(),
-            api_version: "apps/v1".into(),
-            uid: None,
-        };
-        let site = PodImage {
-            running: None,
-            field: ImageField::Containers,
-            name: "app".into(),
-            image: image.into(),
-        };
-        seen("pod-uid", &workload, site, state)
+        seen(
+            "pod-uid",
+            &deployment("shop", "web"),
+            container(image),
+            state,
+        )
     }
 
     fn moved() -> ImageState {

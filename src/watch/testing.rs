@@ -4,6 +4,7 @@
 
 use super::classify::{ClassifiedImage, ImageState};
 use super::pod::{PodImage, PodRecord, WorkloadRef};
+use crate::workload::ImageField;
 
 /// One Pod with one image site, and the state that image is classified in.
 #[derive(Debug, Clone)]
@@ -31,6 +32,27 @@ pub(crate) fn seen(uid: &str, workload: &WorkloadRef, site: PodImage, state: Ima
         },
         state,
         origin: None,
+    }
+}
+
+/// Deployment `name` in `namespace` (no uid: the owner chain is not followed).
+pub(crate) fn deployment(namespace: &str, name: &str) -> WorkloadRef {
+    WorkloadRef {
+        namespace: namespace.into(),
+        kind: "Deployment".into(),
+        name: name.into(),
+        api_version: "apps/v1".into(),
+        uid: None,
+    }
+}
+
+/// Container `app` running `image`, not started.
+pub(crate) fn container(image: &str) -> PodImage {
+    PodImage {
+        running: None,
+        field: ImageField::Containers,
+        name: "app".into(),
+        image: image.into(),
     }
 }
 

@@ -164,19 +164,8 @@ fn strings_of_a_megabyte_are_cut_to_the_bound_in_both_reports() {
     };
     let findings = vec![finding; 3];
     let report = mirror_report(Mode::Enforce, &findings, NOW, None);
-    let workload = WorkloadRef {
-        namespace: "shop".into(),
-        kind: "Deployment".into(),
-        name: huge.clone(),
-        api_version: "apps/v1".into(),
-        uid: None,
-    };
-    let site = PodImage {
-        running: None,
-        field: ImageField::Containers,
-        name: "app".into(),
-        image: huge.clone(),
-    };
+    let workload = crate::watch::testing::deployment("shop", &huge);
+    let site = crate::watch::testing::container(&huge);
     let images = vec![seen(
         "p",
         &workload,
