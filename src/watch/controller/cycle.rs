@@ -1,9 +1,9 @@
-//! One recheck cycle, the I/O half: reads each namespace's mode label (a few at once), the keyrings and the
-//! registry (and, for the mirror report, the tag-mirror objects), and writes the namespaces'
-//! PolicyReports, the `pinhook-mirrors` ClusterPolicyReport, Events, this process's gauges and
-//! the `/inventory` snapshot; every
-//! decision in between is the pure [`recheck`] plan's (which images are looked up with which
-//! credentials, each image's state, which reports and Events).
+//! One recheck cycle, the I/O half: reads each namespace's mode label (a few at once), the
+//! keyrings and the registry (and, for the mirror report, the tag-mirror objects), and writes
+//! the namespaces' PolicyReports, the `pinhook-mirrors` ClusterPolicyReport, Events, this
+//! process's gauges and the `/inventory` snapshot; every decision in between is the pure
+//! [`recheck`] plan's (which images are looked up with which credentials, each image's state,
+//! which reports and Events).
 //!
 //! **Re-resolution.** The watch has its own [`CachingResolver`] over the same guarded registry
 //! client, credentials and per-registry limits as admission (built by
@@ -194,6 +194,7 @@ impl Watch {
             .await
     }
 
+    /// `namespace`'s mode, named (what [`Self::modes_of`] collects).
     async fn named_mode(
         &self,
         policy: &CompiledPolicy,
