@@ -387,7 +387,7 @@ impl SharedState {
                 return Lookup::Answered(Ok(hit));
             }
             self.metrics.cache("hit");
-            if self.refresh_due(&entry) {
+            if self.refresh_due(&entry, hit.age) {
                 return Lookup::RefreshAhead(hit, key, candidates);
             }
             return Lookup::Answered(Ok(hit));
@@ -424,11 +424,10 @@ impl SharedState {
         fingerprints: &[Fingerprint],
     ) -> Option<(Resolution, Arc<Record>)> {
         fingerprints.iter().find_map(|fp| {
-            let record = self.entry(&EntryRef {
+            let (record, age) = self.entry(&EntryRef {
                 tag,
                 credential: *fp,
             })?;
-            let age = record.resolved_at.elapsed();
             (age < self.config.hit_ttl).then(|| {
                 let hit = Resolution {
                     digest: record.digest.digest(),
@@ -443,22 +442,25 @@ impl SharedState {
         })
     }
 
-    /// The entry for `key` unless it is older than both `max_stale` and `hit_ttl`: such an
-    /// entry is removed and treated as absent. (A record resolved between the read and the
-    /// removal can be removed with it: the next lookup asks the registry once more.)
-    fn entry(&self, key: &EntryRef<'_>) -> Option<Arc<Record>> {
+    /// The entry for `key` and its age, unless it is older than both `max_stale` and
+    /// `hit_ttl`: such an entry is removed and treated as absent. (A record resolved between
+    /// the read and the removal can be removed with it: the next lookup asks the registry once
+    /// more.) The age is read once here for every decision the caller makes on it.
+    fn entry(&self, key: &EntryRef<'_>) -> Option<(Arc<Record>, Duration)> {
         let record = self.digests.get(key)?;
-        if record.resolved_at.elapsed() > self.config.max_stale.max(self.config.hit_ttl) {
+        let age = record.resolved_at.elapsed();
+        if age > self.config.max_stale.max(self.config.hit_ttl) {
             self.digests.invalidate(key);
             return None;
         }
-        Some(record)
+        Some((record, age))
     }
 
-    /// True for the one lookup that finds `entry` in the last quarter of its TTL first.
-    fn refresh_due(&self, entry: &Record) -> bool {
+    /// True for the one lookup that finds `entry` (`age` old) in the last quarter of its TTL
+    /// first.
+    fn refresh_due(&self, entry: &Record, age: Duration) -> bool {
         self.config.refresh_ahead
-            && entry.resolved_at.elapsed() >= self.config.hit_ttl / 4 * 3
+            && age >= self.config.hit_ttl / 4 * 3
             && !entry.refresh_claimed.swap(true, Ordering::AcqRel)
     }
 
@@ -467,20 +469,20 @@ impl SharedState {
         key.1
             .iter()
             .filter_map(|fp| {
-                let record = self.entry(&EntryRef {
+                let (record, age) = self.entry(&EntryRef {
                     tag: &key.0,
                     credential: *fp,
                 })?;
-                Some((*fp, record))
+                Some((*fp, record, age))
             })
-            .min_by_key(|(_, record)| record.resolved_at.elapsed())
-            .filter(|(_, record)| record.resolved_at.elapsed() <= self.config.max_stale)
-            .map(|(fp, record)| Resolution {
+            .min_by_key(|(_, _, age)| *age)
+            .filter(|(_, _, age)| *age <= self.config.max_stale)
+            .map(|(fp, record, age)| Resolution {
                 digest: record.digest.digest(),
                 credential: fp,
                 source: ResolutionSource::Stale,
                 moved_from: None,
-                age: record.resolved_at.elapsed(),
+                age,
                 origin: None,
             })
     }
@@ -511,7 +513,7 @@ impl SharedState {
             tag,
             credential: resolution.credential,
         };
-        if let Some(previous) = self.entry(&found) {
+        if let Some((previous, _)) = self.entry(&found) {
             if previous.digest != record.digest {
                 let from = previous.digest.digest();
                 self.record_move(tag, &from, &resolution.digest);
