@@ -81,25 +81,30 @@ avail_endpoints_are_live() {
   chart_node_webhook_pods_ready && chart_node_endpoints_are "$(chart_node_live_pods webhook | cut -d' ' -f4 | sort | tr '\n' ' ')"
 }
 
-# avail_node_and_endpoints_ready: every Node Ready, both webhook Pods Ready and the Endpoints theirs
+# avail_node_and_endpoints_ready: the tier's Node ($NODE_NAME, the one with a kubelet) Ready, both
+# webhook Pods Ready and the Endpoints theirs. Other Node objects are left out: a scenario of the
+# controller tier makes one with no kubelet, which stays NotReady for good.
 avail_node_and_endpoints_ready() {
-  [[ $(K get nodes -o json | jq -r '[.items[] | (.status.conditions // [])[] | select(.type == "Ready") | .status] | unique | join(",")') == True ]] &&
-    avail_endpoints_are_live
+  node_ready && avail_endpoints_are_live
 }
 
 # avail_endpoints_explain: one line, what the Endpoints hold and what each live webhook Pod is
 # (phase, the Ready condition with its reason and time, container ready, IP) and the Node's Ready
 avail_endpoints_explain() {
-  local ep pods node
+  local ep pods node kcm
   ep=$(K -n "$CHART_NS" get endpoints "$CHART_FULL" -o json 2>&1 | jq -rc '[.subsets[]? |
     {ready: [.addresses[]?.ip], notReady: [.notReadyAddresses[]?.ip]}]' 2>&1) || true
   pods=$(K -n "$CHART_NS" get pods -l app.kubernetes.io/component=webhook -o json 2>&1 | jq -rc '[.items[] |
     "\(.metadata.name[-5:]) \(.status.phase) deleting=\(.metadata.deletionTimestamp != null)
     Ready=\((.status.conditions // [])[] | select(.type == "Ready") | "\(.status)/\(.reason // "")@\(.lastTransitionTime)")
     container=\([.status.containerStatuses[]?.ready]) ip=\(.status.podIP)"] | join("; ")' 2>&1) || true
-  node=$(K get nodes -o json 2>&1 | jq -rc '[.items[] | "\(.metadata.name) \((.status.conditions // [])[] |
-    select(.type == "Ready") | "\(.status)/\(.reason // "")@\(.lastTransitionTime)")"] | join("; ")' 2>&1) || true
-  printf 'endpoints %s; pods: %s; node: %s' "$ep" "$pods" "$node" | tr '\n' ' ' | tr -s ' '
+  node=$(_node_vars; K get node "$NODE_NAME" -o json 2>&1 | jq -rc '"\(.metadata.name) \((.status.conditions // [])[] |
+    select(.type == "Ready") | "\(.status)/\(.reason // "")@\(.lastTransitionTime)")"' 2>&1) || true
+  kcm=running
+  if ! _e2e_pid_alive "$E2E_WORK/kube-controller-manager.pid" kube-controller-manager; then
+    kcm="EXITED: $(grep -m1 -E '^panic:|F[0-9]{4} ' "$E2E_WORK/kube-controller-manager.log" 2>/dev/null | cut -c1-200)"
+  fi
+  printf 'endpoints %s; pods: %s; node: %s; kube-controller-manager %s' "$ep" "$pods" "$node" "$kcm" | tr '\n' ' ' | tr -s ' '
 }
 
 # avail_warm IP IMAGE: a dry-run Pod CREATE review POSTed to the webhook Pod at IP (the chart asks

@@ -36,7 +36,8 @@
 #      dir, restrict_oom_score_adj (root here lacks CAP_SYS_RESOURCE), registry config_path ->
 #      $NODE_WORK/certs.d (one hosts.toml per registry host, its CA trusted), CNI conf dir
 #      $NODE_WORK/cni (bridge + host-local with its data dir there + loopback)
-#   6. the controller manager restarted with the controllers a node needs besides the
+#   6. every other Node object deleted (_node_delete_other_nodes), then the controller manager
+#      restarted with the controllers a node needs besides the
 #      workload ones (cluster.sh e2e_controllers_for_node: endpoint, serviceaccount-token,
 #      namespace, nodelifecycle, garbagecollector)
 #   7. the kubelet, registering the Node with the taint $NODE_TAINT (only Pods that tolerate it
@@ -424,6 +425,22 @@ _node_ready() {
     -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
 node_ready() { _node_vars; _node_ready; }
+
+# _node_delete_other_nodes: every Node object but $NODE_NAME deleted (a scenario before the node's
+# makes one with no kubelet, controller-pods-carry-template-digest). A Node with no kubelet never
+# gets conditions; when the node lifecycle controller (started with the node) finds one
+# unresponsive while the apiserver is away (node-availability-apiserver-restart), 1.20's
+# doNoExecuteTaintingPass dereferences its missing Ready condition and kube-controller-manager
+# exits: no Endpoints, no Node or Pod status from then on.
+_node_delete_other_nodes() {
+  local n
+  for n in $(_node_kubectl get nodes -o jsonpath='{.items[*].metadata.name}' 2>/dev/null); do
+    [[ $n == "$NODE_NAME" ]] && continue
+    _node_kubectl delete node "$n" --wait=false >/dev/null ||
+      { _node_log "ERROR: cannot delete Node $n"; return 1; }
+    _node_log "deleted Node $n (no kubelet: 1.20's node lifecycle controller would crash on it)"
+  done
+}
 _node_scheduler_healthy() { [[ $(curl -s --max-time 2 "http://127.0.0.1:$NODE_SCHEDULER_PORT/healthz") == ok ]]; }
 
 # _node_start_proc NAME CMD...: start CMD in the background, proxies unset, PID in $NODE_WORK/NAME.pid
@@ -467,6 +484,7 @@ _node_start_steps() {
   _node_ctr -n k8s.io images import --no-unpack=false "$NODE_WORK/pause-oci.tar" >/dev/null ||
     { _node_log "ERROR: ctr images import of the pause image failed"; return 1; }
 
+  _node_delete_other_nodes || return 1
   e2e_controllers_for_node || return 1
 
   _node_kubelet_files || { _node_log "ERROR: cannot write the kubelet's files"; return 1; }
