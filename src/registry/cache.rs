@@ -22,9 +22,10 @@
 //!   keeps to the same single flight, per-registry limit, backoff and breaker as a miss.
 
 mod flight;
+mod record;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -33,6 +34,7 @@ use tokio::sync::Semaphore;
 use tracing::warn;
 
 use self::flight::{Cause, InFlight};
+use self::record::{Clock, Record, RefreshClaims};
 mod breaker;
 mod memo;
 
@@ -89,8 +91,11 @@ struct SharedState {
     metrics: Arc<Metrics>,
     /// Positive entries, bounded by `max_entries` only: fresh for `hit_ttl`, served stale up to
     /// `max_stale`, and older than both treated as absent (see [`SharedState::entry`]); each
-    /// record's `resolved_at` says its age, so moka keeps no expiry of its own per entry.
-    digests: moka::sync::Cache<EntryKey, Arc<Record>>,
+    /// record's `resolved_at` says its age, so moka keeps no expiry of its own per entry; the
+    /// record is held inline (no `Arc`), its refresh claim in `refresh_claims`.
+    digests: moka::sync::Cache<EntryKey, Record>,
+    clock: Clock,
+    refresh_claims: RefreshClaims,
     failures: moka::sync::Cache<FlightKey, Arc<FailureRecord>>,
     backoff: moka::sync::Cache<FlightKey, Arc<Backoff>>,
     in_flight: Mutex<HashMap<FlightKey, InFlight>>,
@@ -120,21 +125,6 @@ struct EntryRef<'a> {
 }
 /// (tag reference, fingerprints of every candidate credential in order).
 type FlightKey = (String, Vec<Fingerprint>);
-
-struct Record {
-    digest: StoredDigest,
-    resolved_at: Instant,
-    /// Set by the one lookup that starts this entry's refresh-ahead.
-    refresh_claimed: AtomicBool,
-}
-
-/// A digest as an entry keeps it: sha256 (nearly every registry's) as the hash's 32 bytes,
-/// written out again on a hit; any other algorithm as it is.
-#[derive(Clone, PartialEq, Eq)]
-enum StoredDigest {
-    Sha256([u8; 32]),
-    Other(Digest),
-}
 
 struct FailureRecord {
     error: Arc<RegistryError>,
@@ -187,6 +177,8 @@ impl CachingResolver {
                 config,
                 metrics,
                 digests,
+                clock: Clock::new(),
+                refresh_claims: RefreshClaims::new(),
                 failures,
                 backoff,
                 in_flight: Mutex::new(HashMap::new()),
@@ -222,21 +214,14 @@ impl CachingResolver {
     /// (tag, credentials) key is asked once per cycle.
     /// An entry already stale keeps its age, so `max_stale` still counts from its resolution.
     pub fn expire_all(&self) {
-        let stale_at = Instant::now()
-            .checked_sub(self.shared.config.hit_ttl)
-            .unwrap_or_else(Instant::now);
+        let stale_at = self.shared.clock.now().minus(self.shared.config.hit_ttl);
         for (key, record) in self.shared.digests.iter() {
-            if record.resolved_at <= stale_at {
+            if record.resolved_at() <= stale_at {
                 continue;
             }
-            self.shared.digests.insert(
-                (*key).clone(),
-                Arc::new(Record {
-                    digest: record.digest.clone(),
-                    resolved_at: stale_at,
-                    refresh_claimed: AtomicBool::new(false),
-                }),
-            );
+            self.shared
+                .digests
+                .insert((*key).clone(), record.resolved(stale_at));
         }
         self.shared.failures.invalidate_all();
     }
@@ -336,36 +321,6 @@ enum Lookup {
     Miss(FlightKey, Vec<Credential>),
 }
 
-// === impl Record ===
-
-impl Record {
-    fn new(digest: &Digest, resolved_at: Instant) -> Record {
-        Record {
-            digest: StoredDigest::new(digest),
-            resolved_at,
-            refresh_claimed: AtomicBool::new(false),
-        }
-    }
-}
-
-// === impl StoredDigest ===
-
-impl StoredDigest {
-    fn new(digest: &Digest) -> StoredDigest {
-        match digest.sha256_bytes() {
-            Some(bytes) => StoredDigest::Sha256(bytes),
-            None => StoredDigest::Other(digest.clone()),
-        }
-    }
-
-    fn digest(&self) -> Digest {
-        match self {
-            StoredDigest::Sha256(bytes) => Digest::from_sha256_bytes(bytes),
-            StoredDigest::Other(digest) => digest.clone(),
-        }
-    }
-}
-
 // === impl EntryRef ===
 
 impl moka::Equivalent<EntryKey> for EntryRef<'_> {
@@ -387,7 +342,11 @@ impl SharedState {
                 return Lookup::Answered(Ok(hit));
             }
             self.metrics.cache("hit");
-            if self.refresh_due(&entry, hit.age) {
+            let found = EntryRef {
+                tag: &key.0,
+                credential: hit.credential,
+            };
+            if self.refresh_due(&found, &entry, hit.age) {
                 return Lookup::RefreshAhead(hit, key, candidates);
             }
             return Lookup::Answered(Ok(hit));
@@ -418,11 +377,7 @@ impl SharedState {
     }
 
     /// The first of the caller's credentials with a fresh entry: the answer and the entry.
-    fn fresh_entry(
-        &self,
-        tag: &str,
-        fingerprints: &[Fingerprint],
-    ) -> Option<(Resolution, Arc<Record>)> {
+    fn fresh_entry(&self, tag: &str, fingerprints: &[Fingerprint]) -> Option<(Resolution, Record)> {
         fingerprints.iter().find_map(|fp| {
             let (record, age) = self.entry(&EntryRef {
                 tag,
@@ -430,7 +385,7 @@ impl SharedState {
             })?;
             (age < self.config.hit_ttl).then(|| {
                 let hit = Resolution {
-                    digest: record.digest.digest(),
+                    digest: record.digest(),
                     credential: *fp,
                     source: ResolutionSource::Cache,
                     moved_from: None,
@@ -446,9 +401,9 @@ impl SharedState {
     /// `hit_ttl`: such an entry is removed and treated as absent. (A record resolved between
     /// the read and the removal can be removed with it: the next lookup asks the registry once
     /// more.) The age is read once here for every decision the caller makes on it.
-    fn entry(&self, key: &EntryRef<'_>) -> Option<(Arc<Record>, Duration)> {
+    fn entry(&self, key: &EntryRef<'_>) -> Option<(Record, Duration)> {
         let record = self.digests.get(key)?;
-        let age = record.resolved_at.elapsed();
+        let age = record.resolved_at().age_at(self.clock.now());
         if age > self.config.max_stale.max(self.config.hit_ttl) {
             self.digests.invalidate(key);
             return None;
@@ -456,12 +411,17 @@ impl SharedState {
         Some((record, age))
     }
 
-    /// True for the one lookup that finds `entry` (`age` old) in the last quarter of its TTL
-    /// first.
-    fn refresh_due(&self, entry: &Record, age: Duration) -> bool {
+    /// True for the one lookup that finds `entry` (`age` old, under `key`) in the last quarter
+    /// of its TTL first.
+    fn refresh_due(&self, key: &EntryRef<'_>, entry: &Record, age: Duration) -> bool {
         self.config.refresh_ahead
             && age >= self.config.hit_ttl / 4 * 3
-            && !entry.refresh_claimed.swap(true, Ordering::AcqRel)
+            && self.refresh_claims.claim(
+                key,
+                entry.resolved_at(),
+                self.clock.now(),
+                self.config.hit_ttl,
+            )
     }
 
     /// The newest entry for any of the caller's credentials, however old (within `max_stale`).
@@ -478,7 +438,7 @@ impl SharedState {
             .min_by_key(|(_, _, age)| *age)
             .filter(|(_, _, age)| *age <= self.config.max_stale)
             .map(|(fp, record, age)| Resolution {
-                digest: record.digest.digest(),
+                digest: record.digest(),
                 credential: fp,
                 source: ResolutionSource::Stale,
                 moved_from: None,
@@ -508,14 +468,14 @@ impl SharedState {
     }
 
     fn record_success(&self, tag: &str, mut resolution: Resolution) -> Resolution {
-        let record = Record::new(&resolution.digest, Instant::now());
+        let record = Record::new(&resolution.digest, self.clock.now());
         let found = EntryRef {
             tag,
             credential: resolution.credential,
         };
         if let Some((previous, _)) = self.entry(&found) {
-            if previous.digest != record.digest {
-                let from = previous.digest.digest();
+            if !previous.same_digest(&record) {
+                let from = previous.digest();
                 self.record_move(tag, &from, &resolution.digest);
                 resolution.moved_from = Some(from);
             }
@@ -524,7 +484,7 @@ impl SharedState {
             tag: tag.into(),
             credential: resolution.credential,
         };
-        self.digests.insert(key, Arc::new(record));
+        self.digests.insert(key, record);
         resolution
     }
 

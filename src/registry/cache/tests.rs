@@ -567,18 +567,3 @@ async fn expire_all_keeps_the_age_of_a_stale_entry() {
     cache.expire_all();
     assert!(cache.last_known(&image, &[]).is_none());
 }
-
-#[test]
-fn a_stored_digest_is_the_digest_it_was_made_from() {
-    let sha256 = digest('a');
-    assert!(matches!(
-        StoredDigest::new(&sha256),
-        StoredDigest::Sha256(_)
-    ));
-    assert_eq!(StoredDigest::new(&sha256).digest(), sha256);
-    let sha512: Digest = format!("sha512:{}", "0f".repeat(64))
-        .parse()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(StoredDigest::new(&sha512), StoredDigest::Other(_)));
-    assert_eq!(StoredDigest::new(&sha512).digest(), sha512);
-}
