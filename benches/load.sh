@@ -25,7 +25,10 @@
 # LOAD_CONNECTIONS (16), LOAD_PERF=FILE (run pinhook under `perf record -F 999` into FILE,
 # and the floor into FILE.floor, for `perf report -i FILE --no-children --sort symbol`),
 # LOAD_PERF_CALLS=1 (with LOAD_PERF: record call graphs by DWARF unwinding at 199 Hz, for
-# `perf report -i FILE --children`).
+# `perf report -i FILE --children`), LOAD_PIN=SERVER_CPUS:WRK_CPUS (e.g. `0:1`: every server
+# under `taskset -c SERVER_CPUS`, so its runtime sees those cores only, and wrk under
+# `taskset -c WRK_CPUS`; the servers and the load generator on separate cores, as issue 30's
+# figures were taken, instead of all sharing every core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -33,6 +36,11 @@ seconds=${2:-5}
 ((rounds >= 1 && rounds <= 10)) || { echo "ROUNDS must be 1-10" >&2; exit 2; }
 ((seconds >= 1 && seconds <= 60)) || { echo "SECONDS must be 1-60" >&2; exit 2; }
 threads=${LOAD_THREADS:-2}
+server_pin=() wrk_pin=()
+if [[ -n ${LOAD_PIN:-} ]]; then
+    [[ $LOAD_PIN =~ ^[0-9,-]+:[0-9,-]+$ ]] || { echo "LOAD_PIN must be SERVER_CPUS:WRK_CPUS, e.g. 0:1" >&2; exit 2; }
+    server_pin=(taskset -c "${LOAD_PIN%%:*}") wrk_pin=(taskset -c "${LOAD_PIN##*:}")
+fi
 connections=${LOAD_CONNECTIONS:-16}
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -103,7 +111,7 @@ perf_for "${LOAD_PERF:-}"
 start_pinhook() {
     local name=$1 port=$2
     shift 2
-    HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "${perf[@]}" "$target/pinhook" serve --listen "127.0.0.1:$port" \
+    HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "${server_pin[@]}" "${perf[@]}" "$target/pinhook" serve --listen "127.0.0.1:$port" \
         --tls-cert "$work/tls/tls.crt" --tls-key "$work/tls/tls.key" \
         --policy "$work/policy.yaml" --registry-ca "$REGISTRY_CA" "$@" \
         >"$work/$name.log" 2>&1 &
@@ -132,7 +140,7 @@ curl -s --cacert "$work/tls/ca.crt" -H 'Content-Type: application/json' --data-b
     { echo "the ${ttl} s TTL pinhook answered differently" >&2; exit 1; }
 
 perf_for "${LOAD_PERF:-}.floor"
-"${perf[@]}" "$target/examples/floor" "127.0.0.1:$floor_port" "$work/tls/tls.crt" "$work/tls/tls.key" "$work/answer.json" >"$work/floor.log" 2>&1 &
+"${server_pin[@]}" "${perf[@]}" "$target/examples/floor" "127.0.0.1:$floor_port" "$work/tls/tls.crt" "$work/tls/tls.key" "$work/answer.json" >"$work/floor.log" 2>&1 &
 pids+=($!)
 floor_pid=$!
 wait_for 10 grep -q listening "$work/floor.log" || { cat "$work/floor.log" >&2; exit 1; }
@@ -166,7 +174,7 @@ hz=$(getconf CLK_TCK)
 run() {
     local before after
     before=$(usage "$3")
-    LOAD_BODY="$work/review.json" wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency \
+    LOAD_BODY="$work/review.json" "${wrk_pin[@]}" wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency \
         -s "$work/post.lua" "https://127.0.0.1:$2/mutate?timeout=10s" >"$work/wrk-$1.txt" 2>&1
     awk '
         function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
@@ -185,7 +193,7 @@ run() {
         'BEGIN { printf "%s %s %s %s %.1f %.2f %s\n", q, a, b, bad, dt * 1e6 / hz / (n > 0 ? n : 1), ds / (n > 0 ? n : 1), m }'
 }
 
-log "warm /mutate: $rounds rounds x ${seconds}s, wrk -t$threads -c$connections, $(wc -c <"$work/review.json") byte review, $(wc -c <"$work/answer.json") byte answer"
+log "warm /mutate: $rounds rounds x ${seconds}s, wrk -t$threads -c$connections${LOAD_PIN:+, pinned servers:wrk $LOAD_PIN}, $(wc -c <"$work/review.json") byte review, $(wc -c <"$work/answer.json") byte answer"
 before=$(registry_requests "$pinhook_port")
 ttl_before=$(registry_requests "$ttl_port")
 printf '%-8s %5s %10s %9s %9s %9s %6s %11s %11s\n' server round req/s p50_ms p99_ms max_ms non2xx cpu_us/req switch/req
