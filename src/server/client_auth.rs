@@ -5,7 +5,8 @@
 //! token callers carry none), so the check is per request: [`PeerAcceptor`] records after the
 //! handshake whether a verified certificate was presented ([`ClientCert`], a request
 //! extension), and [`require_client_cert`] answers `/mutate` and `/validate` 403 without one,
-//! before the body is read. A certificate that does not chain to the CA fails the handshake.
+//! after reading and dropping the body (never parsed), so the answer is not lost to a reset.
+//! A certificate that does not chain to the CA fails the handshake.
 
 use std::future::Future;
 use std::io;
@@ -17,6 +18,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum_server::accept::Accept;
+use futures::StreamExt as _;
 use tokio_rustls::server::TlsStream;
 use tracing::warn;
 
@@ -96,7 +98,8 @@ where
 }
 
 /// Lets an admission review through only from a verified client when client certificates
-/// are required; 403, with nothing read or resolved, otherwise.
+/// are required; 403 otherwise, once the body is in (read and dropped: nothing parsed or
+/// resolved).
 pub(super) async fn require_client_cert(
     State(state): State<AppState>,
     request: Request,
@@ -112,6 +115,12 @@ pub(super) async fn require_client_cert(
         "refused an admission review from a client without a verified certificate"
     );
     state.metrics.unauthenticated_reviews.inc();
+    // Read and drop the body, unparsed, before answering: answering first ends an HTTP/2 stream
+    // with a reset, which clients such as curl report instead of the 403, and closing an
+    // HTTP/1.1 connection with the body unread makes the kernel reset it. Bounded by the body
+    // size limit and the body read timeout layered outside (a longer or slower body ends it).
+    let mut body = request.into_body().into_data_stream();
+    while let Some(Ok(_)) = body.next().await {}
     (
         StatusCode::FORBIDDEN,
         "admission reviews need a client certificate signed by the configured client CA\n",

@@ -33,7 +33,8 @@ struct ReviewQuery {
 /// over [`MAX_BODY_BYTES`] before it is read, an error when a body stalls for
 /// `header_read_timeout`, and 408 when a request takes longer than `request_timeout`.
 /// With client certificates required, `/mutate` and `/validate` answer 403 to a connection
-/// without a verified one (before reading the body); the other routes do not look at it.
+/// without a verified one (the body read and dropped, never parsed); the other routes do not
+/// look at it.
 pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
     let reviews = Router::new()
         .route("/mutate", post(mutate_handler))

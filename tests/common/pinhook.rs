@@ -162,6 +162,31 @@ impl TestPinhook {
         format!("{}{}", self.base, path)
     }
 
+    /// A raw TLS connection to pinhook, no client certificate, offering `alpn` (none: HTTP/1.1),
+    /// for tests that must lie about a body or stall where a real HTTP client would not.
+    pub async fn raw_tls(
+        &self,
+        alpn: &[&[u8]],
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        super::tls::init_crypto();
+        let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+        let mut pem = self.ca_pem().as_bytes();
+        for cert in rustls_pemfile::certs(&mut pem) {
+            roots.add(cert?).map_err(std::io::Error::other)?;
+        }
+        let mut config = tokio_rustls::rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let port = self.base.rsplit(':').next().unwrap_or_default();
+        let tcp = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}")).await?;
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1")
+            .map_err(std::io::Error::other)?;
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+    }
+
     /// POSTs a body to `/mutate?timeout=10s` and returns (status, body text).
     pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
         let response = self

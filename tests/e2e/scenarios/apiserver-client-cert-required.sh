@@ -76,7 +76,8 @@ EOF2
   local path
   for path in /mutate /validate; do
     status=$(mtls_curl "$path")
-    expect_eq "curl $path without a client certificate: HTTP status" "$status" 403 || rc=1
+    expect_eq "curl $path without a client certificate: HTTP status" "$status" 403 ||
+      { rc=1; log "  curl said: $(head -c 200 "$MTLS_DIR/curl.err")"; }
     if grep -q AdmissionReview "$MTLS_DIR/answer"; then bad "curl $path without a client certificate got a review: $(cat "$MTLS_DIR/answer")" || rc=1; fi
     if grep -q sha256 "$MTLS_DIR/answer"; then bad "curl $path without a client certificate learnt a digest" || rc=1; fi
   done

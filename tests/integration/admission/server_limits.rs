@@ -3,18 +3,14 @@
 //! Every client here is a raw TLS connection on 127.0.0.1, so it can lie about its body and
 //! stall where a real HTTP client would not.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::pinhook::{Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
-use crate::common::tls::init_crypto;
 use pinhook::server::ConnectionLimits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::TlsConnector;
 
 /// Short bounds, so that each test takes seconds.
 fn short_limits() -> ConnectionLimits {
@@ -38,7 +34,7 @@ async fn start(limits: ConnectionLimits) -> (TestRegistry, TestPinhook) {
 
 /// A TLS connection to pinhook that speaks HTTP/1.1 (no ALPN).
 async fn connect(pinhook: &TestPinhook) -> std::io::Result<TlsStream<TcpStream>> {
-    connect_alpn(pinhook, &[]).await
+    pinhook.raw_tls(&[]).await
 }
 
 /// A TLS connection to pinhook offering `alpn` (e.g. `h2`).
@@ -46,22 +42,7 @@ async fn connect_alpn(
     pinhook: &TestPinhook,
     alpn: &[&[u8]],
 ) -> std::io::Result<TlsStream<TcpStream>> {
-    init_crypto();
-    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-    let mut pem = pinhook.ca_pem().as_bytes();
-    for cert in rustls_pemfile::certs(&mut pem) {
-        roots.add(cert?).map_err(std::io::Error::other)?;
-    }
-    let mut config = tokio_rustls::rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let port = pinhook.base.rsplit(':').next().unwrap_or_default();
-    let tcp = TcpStream::connect(format!("127.0.0.1:{port}")).await?;
-    let name = ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
-    TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
+    pinhook.raw_tls(alpn).await
 }
 
 /// Reads until the server closes the connection (or `limit` passes); returns what it sent

@@ -168,6 +168,48 @@ async fn with_a_client_ca_only_a_verified_client_gets_a_review() {
     );
 }
 
+/// The 403 waits for the body: pinhook reads and discards a refused review's body before it
+/// answers. Answering first ends an HTTP/2 stream with a reset (curl 7.88 then reports "Stream
+/// error in the HTTP/2 framing layer" and no status: 128 of 200 `/validate` calls, and the e2e
+/// tier's `apiserver-client-cert-required` once in CI and once locally), and an HTTP/1.1
+/// connection closed with the body unread is reset by the kernel. A raw client sends the head,
+/// sees no answer while its body is unsent, then sends the body and gets the 403.
+#[tokio::test]
+async fn a_refused_review_is_answered_once_its_body_is_in() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let apiserver_ca = ClientCa::new("apiserver client CA");
+    let pinhook = pinhook_requiring(&registry, &apiserver_ca, dir.path()).await;
+    let body = br#"{"kind":"AdmissionReview"}"#;
+    for path in ["/mutate", "/validate"] {
+        let mut conn = pinhook.raw_tls(&[]).await.expect("TLS connection");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: pinhook\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(head.as_bytes()).await.expect("head");
+        let mut buf = [0u8; 1024];
+        let early =
+            tokio::time::timeout(std::time::Duration::from_millis(500), conn.read(&mut buf)).await;
+        if let Ok(read) = early {
+            let n = read.unwrap_or(0);
+            panic!(
+                "{path}: answered before the body was sent: {:?}",
+                String::from_utf8_lossy(&buf[..n])
+            );
+        }
+        conn.write_all(body).await.expect("body");
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .expect("an answer within 10 s")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_metrics_listener_serves_metrics_and_no_review() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
