@@ -32,19 +32,6 @@ async fn start(limits: ConnectionLimits) -> (TestRegistry, TestPinhook) {
     (registry, pinhook)
 }
 
-/// A TLS connection to pinhook that speaks HTTP/1.1 (no ALPN).
-async fn connect(pinhook: &TestPinhook) -> std::io::Result<TlsStream<TcpStream>> {
-    pinhook.raw_tls(&[]).await
-}
-
-/// A TLS connection to pinhook offering `alpn` (e.g. `h2`).
-async fn connect_alpn(
-    pinhook: &TestPinhook,
-    alpn: &[&[u8]],
-) -> std::io::Result<TlsStream<TcpStream>> {
-    pinhook.raw_tls(alpn).await
-}
-
 /// Reads until the server closes the connection (or `limit` passes); returns what it sent
 /// and when it closed.
 async fn read_until_closed(
@@ -76,7 +63,7 @@ async fn read_until_closed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_announced_body_over_the_limit_gets_413_without_being_sent() {
     let (_registry, pinhook) = start(short_limits()).await;
-    let mut conn = connect(&pinhook).await.expect("TLS connection");
+    let mut conn = pinhook.raw_tls(&[]).await.expect("TLS connection");
     let started = Instant::now();
     conn.write_all(
         b"POST /mutate HTTP/1.1\r\nhost: pinhook\r\ncontent-type: application/json\r\n\
@@ -101,7 +88,7 @@ async fn an_announced_body_over_the_limit_gets_413_without_being_sent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_sent_a_line_at_a_time_are_cut_off_at_the_header_read_timeout() {
     let (_registry, pinhook) = start(short_limits()).await;
-    let conn = connect(&pinhook).await.expect("TLS connection");
+    let conn = pinhook.raw_tls(&[]).await.expect("TLS connection");
     let (mut reader, mut writer) = tokio::io::split(conn);
     let started = Instant::now();
     // A slowloris: one header line every 300 ms, never the blank line that ends them.
@@ -136,7 +123,7 @@ async fn headers_sent_a_line_at_a_time_are_cut_off_at_the_header_read_timeout() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_stalls_is_refused_and_the_connection_closed() {
     let (_registry, pinhook) = start(short_limits()).await;
-    let mut conn = connect(&pinhook).await.expect("TLS connection");
+    let mut conn = pinhook.raw_tls(&[]).await.expect("TLS connection");
     conn.write_all(
         b"POST /mutate HTTP/1.1\r\nhost: pinhook\r\ncontent-type: application/json\r\n\
           content-length: 1000\r\n\r\n{",
@@ -164,7 +151,7 @@ async fn an_idle_connection_is_closed_at_the_idle_timeout() {
         ..short_limits()
     })
     .await;
-    let mut conn = connect(&pinhook).await.expect("TLS connection");
+    let mut conn = pinhook.raw_tls(&[]).await.expect("TLS connection");
     let (_, closed) = read_until_closed(&mut conn, Duration::from_secs(15)).await;
     let closed = closed.expect("an idle connection stays open past 15 s");
     assert!(
@@ -184,11 +171,11 @@ async fn past_max_connections_new_ones_are_closed_and_a_freed_slot_serves_again(
     .await;
     let mut held = Vec::new();
     for _ in 0..4 {
-        held.push(connect(&pinhook).await.expect("within the limit"));
+        held.push(pinhook.raw_tls(&[]).await.expect("within the limit"));
     }
     // The fifth is closed before (or right after) its handshake: it gets no answer.
     let fifth = async {
-        let mut conn = connect(&pinhook).await?;
+        let mut conn = pinhook.raw_tls(&[]).await?;
         conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: pinhook\r\n\r\n")
             .await?;
         let (answer, _) = read_until_closed(&mut conn, Duration::from_secs(3)).await;
@@ -209,7 +196,7 @@ async fn past_max_connections_new_ones_are_closed_and_a_freed_slot_serves_again(
         "{metrics}"
     );
     assert!(metrics.contains("pinhook_connections_open 3"), "{metrics}");
-    let mut conn = connect(&pinhook).await.expect("a freed slot");
+    let mut conn = pinhook.raw_tls(&[]).await.expect("a freed slot");
     conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: pinhook\r\nconnection: close\r\n\r\n")
         .await
         .expect("request");
@@ -226,9 +213,7 @@ async fn past_max_connections_new_ones_are_closed_and_a_freed_slot_serves_again(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_rapid_reset_gets_goaway() {
     let (_registry, pinhook) = start(ConnectionLimits::default()).await;
-    let mut tls = connect_alpn(&pinhook, &[b"h2"])
-        .await
-        .expect("TLS connection");
+    let mut tls = pinhook.raw_tls(&[b"h2"]).await.expect("TLS connection");
     let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
         let mut out = Vec::with_capacity(9 + payload.len());
         out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
