@@ -4,7 +4,7 @@
 //! lets a client without a certificate in (the kubelet's probes, Prometheus and `/v1/dry-run`'s
 //! token callers carry none), so the check is per request: [`PeerAcceptor`] records after the
 //! handshake whether a verified certificate was presented ([`ClientCert`], a request
-//! extension), and [`require_client_cert`] answers `/mutate` and `/validate` 403 without one,
+//! extension), and [`refuse_unverified`] answers `/mutate` and `/validate` 403 without one,
 //! after reading and dropping the body (never parsed), so the answer is not lost to a reset.
 //! A certificate that does not chain to the CA fails the handshake.
 
@@ -13,9 +13,8 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum_server::accept::Accept;
 use futures::StreamExt as _;
@@ -98,17 +97,18 @@ where
 }
 
 /// Lets an admission review through only from a verified client when client certificates
-/// are required; 403 otherwise, once the body is in (read and dropped: nothing parsed or
-/// resolved).
-pub(super) async fn require_client_cert(
-    State(state): State<AppState>,
+/// are required (the request back, to be read); otherwise the 403 to answer, once the body is
+/// in (read and dropped: nothing parsed or resolved). Called by the review handlers before they
+/// read the body, not as a middleware layer: a layer costs every review a boxed future and a
+/// clone of the routes behind it.
+pub(super) async fn refuse_unverified(
+    state: &AppState,
     request: Request,
-    next: Next,
-) -> Response {
+) -> Result<Request, Response> {
     if !state.require_client_cert
         || request.extensions().get::<ClientCert>() == Some(&ClientCert::Verified)
     {
-        return next.run(request).await;
+        return Ok(request);
     }
     warn!(
         path = request.uri().path(),
@@ -121,9 +121,9 @@ pub(super) async fn require_client_cert(
     // size limit and the body read timeout layered outside (a longer or slower body ends it).
     let mut body = request.into_body().into_data_stream();
     while let Some(Ok(_)) = body.next().await {}
-    (
+    Err((
         StatusCode::FORBIDDEN,
         "admission reviews need a client certificate signed by the configured client CA\n",
     )
-        .into_response()
+        .into_response())
 }

@@ -41,7 +41,7 @@ pub(super) struct DryRunQuery {
 /// authenticates (TokenReview) and allows to create each pod-bearing object (SubjectAccessReview),
 /// because the answer is computed with the namespace's own pull secrets.
 pub(super) async fn dry_run_handler(
-    State(state): State<AppState>,
+    State(state): State<std::sync::Arc<AppState>>,
     Query(query): Query<DryRunQuery>,
     headers: HeaderMap,
     body: Bytes,

@@ -4,10 +4,11 @@
 //! request gets. The dry-run route is [`super::dry_run`]'s; who may ask for reviews is
 //! [`super::client_auth`]'s.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,7 +19,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tracing::{warn, Instrument};
 
-use super::client_auth::require_client_cert;
+use super::client_auth::refuse_unverified;
 use super::dry_run::dry_run_handler;
 use super::observe::{observe_decision, record_review, review_span};
 use super::{AppState, ConnectionLimits, MAX_BODY_BYTES};
@@ -34,17 +35,12 @@ struct ReviewQuery {
 /// `header_read_timeout`, and 408 when a request takes longer than `request_timeout`.
 /// With client certificates required, `/mutate` and `/validate` answer 403 to a connection
 /// without a verified one (the body read and dropped, never parsed); the other routes do not
-/// look at it.
+/// look at it. The state is shared behind one `Arc`: each request clones it (the router, then
+/// each handler's `State`), and a clone of [`AppState`] itself is one count per field.
 pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
-    let reviews = Router::new()
+    Router::new()
         .route("/mutate", post(mutate_handler))
         .route("/validate", post(validate_handler))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            require_client_cert,
-        ));
-    Router::new()
-        .merge(reviews)
         .route("/v1/dry-run", post(dry_run_handler))
         .route("/healthz", get(healthz_handler))
         .route("/readyz", get(readyz_handler))
@@ -58,7 +54,7 @@ pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
             RequestBodyTimeoutLayer::new(limits.header_read_timeout),
             DefaultBodyLimit::max(MAX_BODY_BYTES),
         ))
-        .with_state(state)
+        .with_state(Arc::new(state))
 }
 
 /// The plain-HTTP metrics listener's routes: `/metrics` and `/healthz`, nothing else.
@@ -71,14 +67,30 @@ pub(super) fn metrics_router(state: AppState, limits: &ConnectionLimits) -> Rout
             TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout),
             RequestBodyLimitLayer::new(4096),
         ))
-        .with_state(state)
+        .with_state(Arc::new(state))
 }
 
-async fn mutate_handler(
-    State(state): State<AppState>,
-    Query(query): Query<ReviewQuery>,
-    body: Bytes,
-) -> Response {
+/// A review's query and body, once its caller is known to be allowed one
+/// ([`refuse_unverified`], before anything of the request is read): parsed and read as the
+/// `Query` and `Bytes` extractors do (the body limits above), or the answer to send instead.
+async fn review_input(
+    state: &AppState,
+    request: Request,
+) -> Result<(ReviewQuery, Bytes), Response> {
+    let request = refuse_unverified(state, request).await?;
+    let Query(query) =
+        Query::<ReviewQuery>::try_from_uri(request.uri()).map_err(IntoResponse::into_response)?;
+    let body = Bytes::from_request(request, &())
+        .await
+        .map_err(IntoResponse::into_response)?;
+    Ok((query, body))
+}
+
+async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let (query, body) = match review_input(&state, request).await {
+        Ok(input) => input,
+        Err(refused) => return refused,
+    };
     let started = Instant::now();
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
     let _share = match state.large_reviews.admit(&body, budget).await {
@@ -96,11 +108,11 @@ async fn mutate_handler(
     answer(&state, "mutate", &request, &decision, &span, started)
 }
 
-async fn validate_handler(
-    State(state): State<AppState>,
-    Query(query): Query<ReviewQuery>,
-    body: Bytes,
-) -> Response {
+async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let (query, body) = match review_input(&state, request).await {
+        Ok(input) => input,
+        Err(refused) => return refused,
+    };
     let started = Instant::now();
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
     let _share = match state.large_reviews.admit(&body, budget).await {
@@ -178,7 +190,7 @@ async fn healthz_handler() -> &'static str {
     "ok\n"
 }
 
-async fn readyz_handler(State(state): State<AppState>) -> Response {
+async fn readyz_handler(State(state): State<Arc<AppState>>) -> Response {
     if state.ready.load(Ordering::SeqCst) {
         (StatusCode::OK, "ok\n").into_response()
     } else {
@@ -186,7 +198,7 @@ async fn readyz_handler(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn metrics_handler(State(state): State<AppState>) -> Response {
+async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
     match state.metrics.encode() {
         Ok(text) => (
             [(
