@@ -580,7 +580,8 @@ subsets:
 EOF
   # the cluster DNS the kubelet names (clusterDNS): Service names of the Pods' search list
   _node_log "cluster DNS on $NODE_IP:53 (node/cluster-dns.py, log $NODE_WORK/cluster-dns.log)"
-  # (Debian's python3 itself, not a shim that execs it: the PID is the server's from the start)
+  # (Debian's python3 itself; _node_start_proc starts it through `env`, which execs it, so the
+  # PID is the server's once env has exec'd)
   _node_start_proc cluster-dns "$(command -v /usr/bin/python3 || command -v python3)" "$_NODE_DIR/node/cluster-dns.py" "$NODE_IP" \
     "https://127.0.0.1:$E2E_APISERVER_PORT" "$E2E_PKI/ca.crt" "$E2E_PKI/admin.token"
   # (until the forked shell has exec'd python3, its command line is still this script's)
