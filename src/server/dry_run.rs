@@ -5,6 +5,7 @@
 //! the caller gets 429 and the apiserver no call. Manifests are parsed on the blocking pool, a
 //! few bodies at a time.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -41,7 +42,7 @@ pub(super) struct DryRunQuery {
 /// authenticates (TokenReview) and allows to create each pod-bearing object (SubjectAccessReview),
 /// because the answer is computed with the namespace's own pull secrets.
 pub(super) async fn dry_run_handler(
-    State(state): State<std::sync::Arc<AppState>>,
+    State(state): State<Arc<AppState>>,
     Query(query): Query<DryRunQuery>,
     headers: HeaderMap,
     body: Bytes,

@@ -232,8 +232,9 @@ _e2e_wait() { # _e2e_wait WHAT TIMEOUT PIDFILE NAME LOG CMD...
   shift 5
   local deadline=$(($(date +%s) + timeout))
   until "$@" >/dev/null 2>&1; do
-    # Looked at twice before it counts as exited: a process started through a shim that execs
-    # it (`env … python3 …`) has no command line to read for a moment during the exec.
+    # Looked at twice before it counts as exited: once, a fresh machine saw the cluster DNS
+    # "exit" while it was starting and kept running (suspected: its command line read during
+    # `env`'s exec of python3; not reproduced).
     if ! _e2e_pid_alive "$pidfile" "$name" && ! { sleep 0.2 && _e2e_pid_alive "$pidfile" "$name"; }; then
       _e2e_log "ERROR: $what exited; last lines of $logf:"
       tail -n 30 "$logf" >&2
