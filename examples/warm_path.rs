@@ -65,9 +65,12 @@ fn main() -> anyhow::Result<()> {
         .lossy(false)
         .finish(std::io::sink());
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("PINHOOK_LOG").unwrap_or_else(|_| "info".into()),
+        ))
         .with_ansi(false)
         .with_writer(writer)
+        .fmt_fields(pinhook::log_fields::PlainFields::new())
         .init();
     let metrics = Arc::new(Metrics::new());
     let policy =

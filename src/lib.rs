@@ -20,6 +20,7 @@
 //! - [`admission`]: AdmissionReview wire types, the pure decision core, the I/O pipeline,
 //!   `/mutate`, `/validate` and the dry run.
 //! - [`metrics`]: every Prometheus metric pinhook exports.
+//! - [`log_fields`]: the fields of a text log line, as tracing writes them, cheaper.
 //! - [`server`]: HTTPS (axum + rustls), connection bounds, routes, the dry-run endpoint, TLS
 //!   reloads, health, shutdown.
 //! - [`app`]: the composition root, one `build(Config)` for `pinhook serve` and the tests.
@@ -39,6 +40,7 @@ pub mod cluster;
 pub mod documents;
 pub mod error;
 pub mod lease;
+pub mod log_fields;
 pub mod metrics;
 pub mod own_namespace;
 pub mod owners;

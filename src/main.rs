@@ -60,7 +60,9 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
         .with_ansi(ansi)
         .with_writer(writer);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder
+            .fmt_fields(pinhook::log_fields::PlainFields::new())
+            .init(),
         LogFormat::Json => builder.json().init(),
     }
     guard
