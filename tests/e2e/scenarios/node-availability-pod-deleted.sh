@@ -6,7 +6,8 @@
 #   admissions (availability.sh), the webhook Pod that answered most of the stream so far (the
 #   one the apiserver's kept-alive connection goes to) is deleted (`kubectl delete pod`, default
 #   grace period): it leaves the Endpoints at once, keeps answering for its 5 s shutdown delay,
-#   then closes its connections with an HTTP/2 GOAWAY and the apiserver dials the other replica.
+#   then closes its connections (HTTP/1.1, which the apiserver's webhook client speaks: an idle
+#   one at once, a busy one after its answer) and the apiserver dials the other replica.
 #   Every attempt is answered, none fails, none is stored unpinned; the ReplicaSet's replacement
 #   is Running and Ready (ready_again, ≤ 180 s); one `availability: pod-deleted ...` line.
 scenario_node_availability_pod_deleted() {

@@ -4,7 +4,7 @@
 # needs: node
 # proves: With the chart's release (as node-availability-rollout-restart) and the same stream of
 #   admissions (availability.sh), the pinhook process of the webhook Pod serving the stream (its
-#   PID from containerd: `ctr -n k8s.io tasks ls`) is SIGKILLed: no shutdown delay, no GOAWAY.
+#   PID from containerd: `ctr -n k8s.io tasks ls`) is SIGKILLed: no shutdown delay, no orderly close.
 #   The kubelet restarts the container (restartCount + 1) and both Pods are Running and Ready
 #   again (ready_again, ≤ 180 s). Admissions may fail here, and only as docs/availability.md
 #   explains with the apiserver's code: the apiserver's connection dies with the process; a
