@@ -570,7 +570,8 @@ impl Outage {
 }
 
 /// One Kubernetes API outage under load, with a pinhook reading namespace labels (cached 300 ms
-/// here) and pull secrets (cached 30 s, fixed) through a fake API that serves 128 namespaces,
+/// here) and pull secrets (cached 30 s, fixed) through a fake API that serves
+/// [`OUTAGE_NAMESPACES`] namespaces,
 /// each labelled `pinhook.dev/mode=enforce` and holding a pull secret for the registry. The
 /// load moves to another namespace every 8 requests, so during the outage labels are read again
 /// and the secrets of namespaces not seen before are read for the first time.
@@ -580,7 +581,9 @@ async fn kube_outage_under_load(
     outage: Outage,
 ) -> Summary {
     let kube = FakeKube::start().await;
-    let namespaces: Vec<String> = (0..128).map(|i| format!("team-{i}")).collect();
+    let namespaces: Vec<String> = (0..OUTAGE_NAMESPACES)
+        .map(|i| format!("team-{i}"))
+        .collect();
     for namespace in &namespaces {
         kube.add_namespace(namespace, json!({"pinhook.dev/mode": "enforce"}));
         add_pull_secret(&kube, registry, namespace);
@@ -604,6 +607,12 @@ async fn kube_outage_under_load(
         &[UNREAD_LABEL, UNREAD_SECRET, SLOW_LABEL, SLOW_SECRETS],
     )
 }
+
+/// Namespaces of the Kubernetes API outage tests: more than the load reaches before the fault
+/// (`FAULT_AT` × its rate / `NAMESPACE_STRIDE`), so that it reaches unseen ones, whose pull
+/// secrets are read for the first time, during the outage. With 128, a 2-core machine that
+/// sent 1,100 requests before the fault had visited all of them, and no secret read failed.
+const OUTAGE_NAMESPACES: usize = 1024;
 
 const UNREAD_LABEL: &str = "pinhook: cannot read namespace team-";
 const UNREAD_SECRET: &str = "pinhook: cannot read imagePullSecret team-";
