@@ -193,15 +193,17 @@ struct ConnectionArgs {
     /// accepted.
     #[arg(long, env = "PINHOOK_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
     max_connections: usize,
-    /// Seconds to receive a request's headers (HTTP/1.1; also the longest wait for the next
-    /// request on a kept-alive connection) and the longest pause inside a request body.
+    /// Seconds to receive a request's headers, from its first byte (HTTP/1.1), and the longest
+    /// pause inside a request body. A kept-alive connection waiting for its next request is
+    /// bounded by --idle-timeout instead.
     #[arg(long, env = "PINHOOK_HEADER_READ_TIMEOUT", default_value = "10", value_parser = parse_timeout)]
     header_read_timeout: Duration,
     /// Seconds one request may take, body and answer included (then 408).
     #[arg(long, env = "PINHOOK_REQUEST_TIMEOUT", default_value = "70", value_parser = parse_timeout)]
     request_timeout: Duration,
-    /// Seconds a connection may stay open with no byte crossing it; longer than
-    /// --request-timeout.
+    /// Seconds a connection may stay open with no byte crossing it (also the longest wait for
+    /// the next request on a kept-alive connection); longer than --request-timeout and than the
+    /// apiserver's 90 s, so that the apiserver closes its idle connections first.
     #[arg(long, env = "PINHOOK_IDLE_TIMEOUT", default_value = "120", value_parser = parse_timeout)]
     idle_timeout: Duration,
 }

@@ -27,13 +27,15 @@ use tokio::time::{Instant, Sleep};
 pub struct ConnectionLimits {
     /// Connections open at once; past it a new connection is closed as soon as it is accepted.
     pub max_connections: usize,
-    /// Time to receive a request's headers over HTTP/1.1 (also the longest wait for the next
-    /// request on a kept-alive connection), and the longest gap between two pieces of a body.
+    /// Time to receive a request's headers over HTTP/1.1, from its first byte (`header_clock`),
+    /// and the longest gap between two pieces of a body.
     pub header_read_timeout: Duration,
     /// Time a whole request may take, body and answer included (answered 408).
     pub request_timeout: Duration,
-    /// A connection on which no byte crossed either way for this long is closed. Longer than
-    /// `request_timeout`, so that no answer being computed is cut off.
+    /// A connection on which no byte crossed either way for this long is closed: also the
+    /// longest wait for the next request on a kept-alive connection. Longer than
+    /// `request_timeout`, so that no answer being computed is cut off, and than the apiserver's
+    /// 90 s, so that the apiserver closes its idle connections first.
     pub idle_timeout: Duration,
 }
 

@@ -4,6 +4,7 @@
 //! TokenReview budget of dry-run callers), [`tls`] (the serving certificate, its reloads and
 //! the client CA), [`client_auth`] (admission reviews only from a verified client certificate,
 //! when a client CA is set), [`connections`] (bounds on clients' connections),
+//! [`header_clock`] (the HTTP/1.1 header read timeout, from a request's first byte),
 //! [`large_reviews`] (the memory budget of large reviews) and [`observe`] (what each review
 //! logs and counts).
 //!
@@ -29,6 +30,7 @@ use tracing::info;
 pub mod client_auth;
 mod connections;
 mod dry_run;
+mod header_clock;
 pub mod large_reviews;
 pub mod observe;
 mod routes;
@@ -38,6 +40,7 @@ mod tls;
 use client_auth::PeerAcceptor;
 pub use connections::ConnectionLimits;
 use connections::LimitedAcceptor;
+use header_clock::HeaderClockAcceptor;
 pub use routes::router;
 pub use throttle::{TokenBucket, TokenReviewLimit};
 
@@ -187,7 +190,12 @@ pub async fn start(
         state.metrics.connections_open.clone(),
         state.metrics.connections_refused.clone(),
     );
-    let acceptor = PeerAcceptor::new(RustlsAcceptor::new(tls.clone()).acceptor(limited));
+    // The header read timeout is pinhook's own (header_clock: from a request's first byte),
+    // not hyper's, which would also close kept-alive connections idle between two reviews.
+    let acceptor = HeaderClockAcceptor::new(
+        PeerAcceptor::new(RustlsAcceptor::new(tls.clone()).acceptor(limited)),
+        limits.header_read_timeout,
+    );
     let mut server = axum_server::from_tcp(listener)
         .map_err(|source| ServerError::Bind {
             addr: config.listen,
@@ -195,12 +203,12 @@ pub async fn start(
         })?
         .acceptor(acceptor)
         .handle(handle.clone());
-    // hyper's header read timeout needs a timer; without one it is silently off.
+    // hyper's header read timeout off (it defaults to 30 s once a timer is set): see above.
     server
         .http_builder()
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(None);
     server.http_builder().http2().timer(TokioTimer::new());
     // Before the HTTPS task starts, so that a metrics address that cannot be bound leaves
     // nothing running.

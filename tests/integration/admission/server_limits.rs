@@ -120,6 +120,44 @@ async fn headers_sent_a_line_at_a_time_are_cut_off_at_the_header_read_timeout() 
     );
 }
 
+/// The apiserver keeps its HTTP/1.1 connection to a webhook for 90 s between reviews. hyper's
+/// header read timeout also ran while a kept-alive connection waited for its next request, so
+/// pinhook closed it after 10 s of quiet, and a review the apiserver sent as it closed failed.
+/// Now the header clock starts at a request's first byte: the connection waits past the header
+/// read timeout, serves the next request, and is closed only at the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_waits_past_the_header_read_timeout_for_its_next_request() {
+    let (_registry, pinhook) = start(short_limits()).await;
+    let mut conn = pinhook
+        .raw_tls(&[b"http/1.1"])
+        .await
+        .expect("TLS connection");
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: pinhook\r\n\r\n")
+            .await
+            .expect("request");
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("an answer within 5 s")
+            .expect("read");
+        answers.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        // Quiet for 2.5 s: past the 1 s header read timeout, within the 4 s idle timeout.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+    }
+    for answer in &answers {
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answers:?}");
+    }
+    // Then, quiet, it is closed at the idle timeout (4 s after the last answer).
+    let (_, closed) = read_until_closed(&mut conn, Duration::from_secs(10)).await;
+    let closed = closed.expect("closed at the idle timeout");
+    assert!(
+        closed >= Duration::from_millis(1_000) && closed < Duration::from_secs(4),
+        "closed {closed:?} after 2.5 s of quiet"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_stalls_is_refused_and_the_connection_closed() {
     let (_registry, pinhook) = start(short_limits()).await;
