@@ -58,7 +58,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     node_credentials: NodeCredentialArgs,
     /// Seconds to keep serving after SIGTERM with readiness off, before closing the listener
-    /// (so the Service's endpoints drop this pod before it stops answering).
+    /// (so the Service's endpoints drop this pod before it stops answering); each HTTP/1.1
+    /// answer meanwhile says `Connection: close`.
     #[arg(long, env = "PINHOOK_SHUTDOWN_DELAY", default_value_t = 5, value_parser = seconds_flag())]
     shutdown_delay: u64,
     #[command(flatten)]

@@ -4,7 +4,8 @@
 //! TokenReview budget of dry-run callers), [`tls`] (the serving certificate, its reloads and
 //! the client CA), [`client_auth`] (admission reviews only from a verified client certificate,
 //! when a client CA is set), [`connections`] (bounds on clients' connections),
-//! [`header_clock`] (the HTTP/1.1 header read timeout, from a request's first byte),
+//! [`keep_alive`] (how long an HTTP/1.1 connection is kept: the header read timeout from a
+//! request's first byte, `Connection: close` while draining),
 //! [`large_reviews`] (the memory budget of large reviews) and [`observe`] (what each review
 //! logs and counts).
 //!
@@ -30,7 +31,7 @@ use tracing::info;
 pub mod client_auth;
 mod connections;
 mod dry_run;
-mod header_clock;
+mod keep_alive;
 pub mod large_reviews;
 pub mod observe;
 mod routes;
@@ -40,7 +41,7 @@ mod tls;
 use client_auth::PeerAcceptor;
 pub use connections::ConnectionLimits;
 use connections::LimitedAcceptor;
-use header_clock::HeaderClockAcceptor;
+use keep_alive::KeepAliveAcceptor;
 pub use routes::router;
 pub use throttle::{TokenBucket, TokenReviewLimit};
 
@@ -190,11 +191,12 @@ pub async fn start(
         state.metrics.connections_open.clone(),
         state.metrics.connections_refused.clone(),
     );
-    // The header read timeout is pinhook's own (header_clock: from a request's first byte),
-    // not hyper's, which would also close kept-alive connections idle between two reviews.
-    let acceptor = HeaderClockAcceptor::new(
+    // The header read timeout is pinhook's own (keep_alive: from a request's first byte), not
+    // hyper's, which would also close kept-alive connections idle between two reviews.
+    let acceptor = KeepAliveAcceptor::new(
         PeerAcceptor::new(RustlsAcceptor::new(tls.clone()).acceptor(limited)),
         limits.header_read_timeout,
+        state.ready.clone(),
     );
     let mut server = axum_server::from_tcp(listener)
         .map_err(|source| ServerError::Bind {

@@ -250,6 +250,75 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
     drop(silent);
 }
 
+/// While the server drains (after SIGTERM), each HTTP/1.1 answer says `Connection: close`, so
+/// the client (the apiserver) closes that connection itself and dials the Service again for
+/// its next review, instead of keeping a connection pinhook will close at the end of the drain
+/// (a review sent onto it as it closes fails). Before the drain no answer says so; HTTP/2 has
+/// no such header, its connections get a GOAWAY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_draining_http1_answers_say_connection_close() {
+    init_crypto();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::generate(dir.path());
+    let config = ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        tls: ServerTls::Files {
+            cert: ca.server_cert_path().to_path_buf(),
+            key: ca.server_key_path().to_path_buf(),
+        },
+        limits: ConnectionLimits::default(),
+        client_ca: None,
+        metrics_listen: None,
+    };
+    let running = server::start(config, state(Duration::from_secs(1)))
+        .await
+        .expect("starts");
+    let url = format!("https://127.0.0.1:{}/healthz", running.addr.port());
+    let client = |http1: bool| {
+        let ca = reqwest::Certificate::from_pem(ca.ca_pem().as_bytes()).expect("CA");
+        let builder = reqwest::Client::builder().tls_certs_only([ca]).no_proxy();
+        let builder = if http1 { builder.http1_only() } else { builder };
+        builder.build().expect("client")
+    };
+    let (http1, http2) = (client(true), client(false));
+    let connection = |response: &reqwest::Response| {
+        (
+            response.version(),
+            response
+                .headers()
+                .get("connection")
+                .map(|v| v.to_str().unwrap_or("?").to_string()),
+        )
+    };
+    let before = http1.get(&url).send().await.expect("answered");
+    assert_eq!(
+        connection(&before),
+        (reqwest::Version::HTTP_11, None),
+        "before the drain"
+    );
+    let shutdown = tokio::spawn(running.shutdown(Duration::from_millis(1500)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..2 {
+        let during = http1
+            .get(&url)
+            .send()
+            .await
+            .expect("answered during the drain");
+        assert_eq!(
+            connection(&during),
+            (reqwest::Version::HTTP_11, Some("close".to_string())),
+            "during the drain"
+        );
+    }
+    let during = http2
+        .get(&url)
+        .send()
+        .await
+        .expect("answered during the drain");
+    assert_eq!(connection(&during), (reqwest::Version::HTTP_2, None));
+    shutdown.await.expect("task").expect("clean shutdown");
+}
+
 /// What `pinhook certs` issues is what a client of the Service accepts: the serving
 /// certificate chains to the CA in the caBundle and names `pinhook.pinhook-system.svc` and
 /// the extra SAN, over a real handshake with pinhook's server; other names are refused.

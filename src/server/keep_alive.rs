@@ -1,28 +1,38 @@
-//! The HTTP/1.1 header read timeout, counted from a request's first byte. hyper's own
-//! (`header_read_timeout`) starts as soon as a connection waits for a request, so it also
-//! closes a kept-alive connection that is merely idle between two requests. The apiserver's
-//! webhook client speaks HTTP/1.1 and keeps idle connections for 90 s (client-go's
-//! `IdleConnTimeout`); a server that closes one first races the apiserver's next review, which
-//! fails (`EOF`, `connection reset`: a written POST is not retried) and, with `failurePolicy:
-//! Fail`, fails the user's write with it. So pinhook turns hyper's timer off and keeps its own
-//! here: [`HeaderClockAcceptor`] wraps each HTTP/1.1 connection in a [`Clocked`] stream, which
-//! starts the clock at the first byte that arrives while no request is being answered, and in a
-//! [`ClockedService`], which stops it once the request's headers are parsed (the request
-//! reaches the service) and lets the next byte start it again once the answer is ready. Headers
-//! that take longer fail the connection's read, and hyper closes it. A connection waiting for
-//! its next request is bounded by the idle timeout instead (`connections`, 120 s), longer than
-//! the apiserver's, so the apiserver closes idle connections first. HTTP/2, negotiated by ALPN,
-//! carries requests as frames between which the client may send others (window updates,
-//! pings); it keeps hyper's and h2's own bounds and no clock.
+//! How long an HTTP/1.1 connection is kept, and who ends it. The apiserver's webhook client
+//! speaks HTTP/1.1 and keeps idle connections for 90 s (client-go's `IdleConnTimeout`); a
+//! server that closes one first races the apiserver's next review, which fails (`EOF`,
+//! `connection reset`: a written POST is not retried) and, with `failurePolicy: Fail`, fails
+//! the user's write with it. So pinhook leaves closing to the client wherever it can:
+//!
+//! - **The header read timeout counts from a request's first byte.** hyper's own
+//!   (`header_read_timeout`) starts as soon as a connection waits for a request, so it also
+//!   closed kept-alive connections merely idle between two requests; pinhook turns it off and
+//!   keeps its own: [`KeepAliveAcceptor`] wraps each HTTP/1.1 connection in a [`Clocked`]
+//!   stream, which starts the clock at the first byte that arrives while no request is being
+//!   answered, and in a [`KeptService`], which stops it once the request's headers are parsed
+//!   (the request reaches the service) and lets the next byte start it again once the answer is
+//!   ready. Headers that take longer fail the connection's read, and hyper closes it. A
+//!   connection waiting for its next request is bounded by the idle timeout instead
+//!   (`connections`, 120 s), longer than the apiserver's, so the apiserver closes first.
+//! - **While the server drains** (after SIGTERM, before it stops accepting), each answer says
+//!   `Connection: close`: the client closes that connection after reading it and dials the
+//!   Service again for its next review, which leads to live replicas. At the end of the drain
+//!   hyper closes what is left, the connections no review used during the drain.
+//!
+//! HTTP/2, negotiated by ALPN, carries requests as frames between which the client may send
+//! others (window updates, pings), and has no `Connection` header: it keeps hyper's and h2's
+//! own bounds and its GOAWAY at shutdown.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use axum::http::header::CONNECTION;
+use axum::http::{HeaderValue, Request, Response};
 use axum_server::accept::Accept;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
@@ -35,41 +45,51 @@ const HEAD: u8 = 1;
 /// A request reached the service and its answer is not ready: no clock.
 const BUSY: u8 = 2;
 
-/// Wraps an acceptor of TLS connections: each HTTP/1.1 one gets the header clock.
+/// Wraps an acceptor of TLS connections: each HTTP/1.1 one gets the header clock and, while
+/// the server drains, `Connection: close` on its answers.
 #[derive(Clone)]
-pub struct HeaderClockAcceptor<A> {
+pub struct KeepAliveAcceptor<A> {
     inner: A,
     timeout: Duration,
+    /// False once the server drains.
+    ready: Arc<AtomicBool>,
 }
 
-impl<A> HeaderClockAcceptor<A> {
-    /// `timeout`: the time from a request's first byte to the end of its headers.
-    pub fn new(inner: A, timeout: Duration) -> Self {
-        HeaderClockAcceptor { inner, timeout }
+impl<A> KeepAliveAcceptor<A> {
+    /// `timeout`: the time from a request's first byte to the end of its headers; `ready`:
+    /// the server's readiness, false while it drains.
+    pub fn new(inner: A, timeout: Duration, ready: Arc<AtomicBool>) -> Self {
+        KeepAliveAcceptor {
+            inner,
+            timeout,
+            ready,
+        }
     }
 }
 
-impl<A, I, S, T> Accept<I, S> for HeaderClockAcceptor<A>
+impl<A, I, S, T> Accept<I, S> for KeepAliveAcceptor<A>
 where
     A: Accept<I, S, Stream = TlsStream<T>>,
     A::Future: Send + 'static,
 {
     type Stream = Clocked<TlsStream<T>>;
-    type Service = ClockedService<A::Service>;
+    type Service = KeptService<A::Service>;
     type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
         let accepted = self.inner.accept(stream, service);
-        let timeout = self.timeout;
+        let (timeout, ready) = (self.timeout, self.ready.clone());
         Box::pin(async move {
             let (stream, inner) = accepted.await?;
             let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
             let phase = Arc::new(AtomicU8::new(IDLE));
             let clock = (!http2).then_some(timeout);
-            Ok((
-                Clocked::new(stream, phase.clone(), clock),
-                ClockedService { inner, phase },
-            ))
+            let service = KeptService {
+                inner,
+                phase: phase.clone(),
+                ready: (!http2).then_some(ready),
+            };
+            Ok((Clocked::new(stream, phase, clock), service))
         })
     }
 }
@@ -178,16 +198,18 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Clocked<T> {
 }
 
 /// A connection's service: a request that reaches it has its headers; the clock stops until
-/// its answer is ready.
+/// its answer is ready. While the server drains, the answer asks the client to close.
 #[derive(Clone)]
-pub struct ClockedService<S> {
+pub struct KeptService<S> {
     inner: S,
     phase: Arc<AtomicU8>,
+    /// The server's readiness; `None` for HTTP/2 (no `Connection` header there).
+    ready: Option<Arc<AtomicBool>>,
 }
 
-impl<S, B> tower_service::Service<axum::http::Request<B>> for ClockedService<S>
+impl<S, B, R> tower_service::Service<Request<B>> for KeptService<S>
 where
-    S: tower_service::Service<axum::http::Request<B>>,
+    S: tower_service::Service<Request<B>, Response = Response<R>>,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -197,11 +219,12 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+    fn call(&mut self, request: Request<B>) -> Self::Future {
         self.phase.store(BUSY, Ordering::Release);
         Answering {
             inner: self.inner.call(request),
             _busy: Busy(self.phase.clone()),
+            ready: self.ready.clone(),
         }
     }
 }
@@ -221,14 +244,28 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: F,
         _busy: Busy,
+        ready: Option<Arc<AtomicBool>>,
     }
 }
 
-impl<F: Future> Future for Answering<F> {
+impl<F, R, E> Future for Answering<F>
+where
+    F: Future<Output = Result<Response<R>, E>>,
+{
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().inner.poll(cx)
+        let this = self.project();
+        let mut answer = ready!(this.inner.poll(cx));
+        if let (Ok(response), Some(ready)) = (&mut answer, this.ready) {
+            if !ready.load(Ordering::Acquire) {
+                // hyper closes the connection once this answer is written (proto/h1/role.rs).
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+        }
+        Poll::Ready(answer)
     }
 }
 
@@ -277,20 +314,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_request_being_answered_and_the_wait_after_it_have_no_clock() {
         let (mut server, mut client, phase) = clocked(Some(Duration::from_secs(1)));
-        let mut service = ClockedService {
-            inner: tower_service_fn(),
-            phase: phase.clone(),
-        };
+        let mut service = kept(&phase, Some(Arc::new(AtomicBool::new(true))));
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         let mut buf = [0u8; 64];
         assert!(server.read(&mut buf).await.unwrap() > 0);
         // The headers reached the service: the clock stops while the answer is made...
-        let answer = tower_service::Service::call(&mut service, axum::http::Request::new(()));
+        let answer = tower_service::Service::call(&mut service, Request::new(()));
         assert_eq!(phase.load(Ordering::Acquire), BUSY);
         let pending = tokio::time::timeout(Duration::from_secs(5), server.read(&mut buf)).await;
         assert!(pending.is_err(), "read ended while answering: {pending:?}");
         // ... and once it is ready the connection waits for the next request with no clock.
-        answer.await.unwrap();
+        let response = answer.await.unwrap();
+        assert_eq!(response.headers().get(CONNECTION), None);
         assert_eq!(phase.load(Ordering::Acquire), IDLE);
         let idle = tokio::time::timeout(Duration::from_secs(60), server.read(&mut buf)).await;
         assert!(
@@ -306,6 +341,31 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(1));
     }
 
+    #[tokio::test]
+    async fn while_the_server_drains_each_http1_answer_says_connection_close() {
+        let phase = Arc::new(AtomicU8::new(IDLE));
+        let ready = Arc::new(AtomicBool::new(true));
+        let mut http1 = kept(&phase, Some(ready.clone()));
+        let mut http2 = kept(&phase, None);
+        let call = |service: &mut KeptService<AtOnce>| {
+            tower_service::Service::call(service, Request::new(()))
+        };
+        assert_eq!(
+            call(&mut http1).await.unwrap().headers().get(CONNECTION),
+            None
+        );
+        ready.store(false, Ordering::Release);
+        let closing = call(&mut http1).await.unwrap();
+        assert_eq!(
+            closing.headers().get(CONNECTION),
+            Some(&HeaderValue::from_static("close"))
+        );
+        assert_eq!(
+            call(&mut http2).await.unwrap().headers().get(CONNECTION),
+            None
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn http2_has_no_clock() {
         let (mut server, mut client, phase) = clocked(None);
@@ -318,25 +378,26 @@ mod tests {
     }
 
     /// A service that answers at once.
-    fn tower_service_fn() -> impl tower_service::Service<
-        axum::http::Request<()>,
-        Response = (),
-        Error = std::convert::Infallible,
-        Future = std::future::Ready<Result<(), std::convert::Infallible>>,
-    > + Clone {
-        #[derive(Clone)]
-        struct AtOnce;
-        impl tower_service::Service<axum::http::Request<()>> for AtOnce {
-            type Response = ();
-            type Error = std::convert::Infallible;
-            type Future = std::future::Ready<Result<(), std::convert::Infallible>>;
-            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-                Poll::Ready(Ok(()))
-            }
-            fn call(&mut self, _: axum::http::Request<()>) -> Self::Future {
-                std::future::ready(Ok(()))
-            }
+    #[derive(Clone)]
+    struct AtOnce;
+
+    impl tower_service::Service<Request<()>> for AtOnce {
+        type Response = Response<()>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Response<()>, std::convert::Infallible>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
         }
-        AtOnce
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            std::future::ready(Ok(Response::new(())))
+        }
+    }
+
+    fn kept(phase: &Arc<AtomicU8>, ready: Option<Arc<AtomicBool>>) -> KeptService<AtOnce> {
+        KeptService {
+            inner: AtOnce,
+            phase: phase.clone(),
+            ready,
+        }
     }
 }
