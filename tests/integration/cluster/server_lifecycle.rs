@@ -48,6 +48,20 @@ fn der_of(pem: &str) -> Vec<u8> {
         .to_vec()
 }
 
+/// A server on a free port of 127.0.0.1 serving the test CA's certificate files, default limits.
+fn serving_ca_files(ca: &TestCa) -> ServerConfig {
+    ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        tls: ServerTls::Files {
+            cert: ca.server_cert_path().to_path_buf(),
+            key: ca.server_key_path().to_path_buf(),
+        },
+        limits: ConnectionLimits::default(),
+        client_ca: None,
+        metrics_listen: None,
+    }
+}
+
 fn state(resolver_timeout: Duration) -> AppState {
     let metrics = Arc::new(Metrics::new());
     let oci = Arc::new(
@@ -180,16 +194,7 @@ async fn shutdown_turns_readiness_off_and_finishes_reviews_in_flight() {
     let silent = SilentServer::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = TestCa::generate(dir.path());
-    let config = ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        tls: ServerTls::Files {
-            cert: ca.server_cert_path().to_path_buf(),
-            key: ca.server_key_path().to_path_buf(),
-        },
-        limits: ConnectionLimits::default(),
-        client_ca: None,
-        metrics_listen: None,
-    };
+    let config = serving_ca_files(&ca);
     let state = state(Duration::from_secs(1));
     let ready = state.ready.clone();
     let running = server::start(config, state).await.expect("starts");
@@ -260,16 +265,7 @@ async fn while_draining_http1_answers_say_connection_close() {
     init_crypto();
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = TestCa::generate(dir.path());
-    let config = ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        tls: ServerTls::Files {
-            cert: ca.server_cert_path().to_path_buf(),
-            key: ca.server_key_path().to_path_buf(),
-        },
-        limits: ConnectionLimits::default(),
-        client_ca: None,
-        metrics_listen: None,
-    };
+    let config = serving_ca_files(&ca);
     let running = server::start(config, state(Duration::from_secs(1)))
         .await
         .expect("starts");
