@@ -194,9 +194,10 @@ struct ConnectionArgs {
     /// accepted.
     #[arg(long, env = "PINHOOK_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
     max_connections: usize,
-    /// Seconds to receive a request's headers, from its first byte (HTTP/1.1), and the longest
-    /// pause inside a request body. A kept-alive connection waiting for its next request is
-    /// bounded by --idle-timeout instead.
+    /// Seconds to receive a request's headers (HTTP/1.1: a connection's first request from the
+    /// connection's start, a later one from its first byte), and the longest pause inside a
+    /// request body. A kept-alive connection waiting for its next request is bounded by
+    /// --idle-timeout instead.
     #[arg(long, env = "PINHOOK_HEADER_READ_TIMEOUT", default_value = "10", value_parser = parse_timeout)]
     header_read_timeout: Duration,
     /// Seconds one request may take, body and answer included (then 408).

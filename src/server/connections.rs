@@ -27,8 +27,9 @@ use tokio::time::{Instant, Sleep};
 pub struct ConnectionLimits {
     /// Connections open at once; past it a new connection is closed as soon as it is accepted.
     pub max_connections: usize,
-    /// Time to receive a request's headers over HTTP/1.1, from its first byte (`keep_alive`),
-    /// and the longest gap between two pieces of a body.
+    /// Time to receive a request's headers over HTTP/1.1 (`keep_alive`: the first request's
+    /// from the connection's start, a later one's from its first byte), and the longest gap
+    /// between two pieces of a body.
     pub header_read_timeout: Duration,
     /// Time a whole request may take, body and answer included (answered 408).
     pub request_timeout: Duration,

@@ -2,26 +2,30 @@
 //! speaks HTTP/1.1 and keeps idle connections for 90 s (client-go's `IdleConnTimeout`); a
 //! server that closes one first races the apiserver's next review, which fails (`EOF`,
 //! `connection reset`: a written POST is not retried) and, with `failurePolicy: Fail`, fails
-//! the user's write with it. So pinhook leaves closing to the client wherever it can:
+//! the user's write with it. So pinhook leaves closing to the client wherever it can, with the
+//! bounds Go's `net/http` keeps (`ReadHeaderTimeout`, `IdleTimeout`):
 //!
-//! - **The header read timeout counts from a request's first byte.** hyper's own
-//!   (`header_read_timeout`) starts as soon as a connection waits for a request, so it also
-//!   closed kept-alive connections merely idle between two requests; pinhook turns it off and
-//!   keeps its own: [`KeepAliveAcceptor`] wraps each HTTP/1.1 connection in a [`Clocked`]
-//!   stream, which starts the clock at the first byte that arrives while no request is being
-//!   answered, and in a [`KeptService`], which stops it once the request's headers are parsed
-//!   (the request reaches the service) and lets the next byte start it again once the answer is
-//!   ready. Headers that take longer fail the connection's read, and hyper closes it. A
-//!   connection waiting for its next request is bounded by the idle timeout instead
-//!   (`connections`, 120 s), longer than the apiserver's, so the apiserver closes first.
+//! - **A connection's first request** must have its headers within the header read timeout of
+//!   the connection's start (10 s): a client that sends nothing, or trickles TLS records or
+//!   header bytes, is cut there.
+//! - **Between two requests** a kept-alive connection waits for its next request's first byte
+//!   for the idle timeout (120 s, longer than the apiserver's 90 s), counted from the end of
+//!   the answer in decrypted bytes; that byte starts the header read timeout again. hyper's own
+//!   `header_read_timeout` is off: it starts as soon as a connection waits, so it closed
+//!   kept-alive connections idle for 10 s. [`KeepAliveAcceptor`] wraps each connection in a
+//!   [`Clocked`] stream, which keeps these deadlines, and its service in a [`KeptService`],
+//!   which stops them while a request is being answered (from the end of its headers to its
+//!   answer). A partial head read ahead while the previous request was answered waits at most
+//!   the idle timeout.
 //! - **While the server drains** (after SIGTERM, before it stops accepting), each answer says
 //!   `Connection: close`: the client closes that connection after reading it and dials the
 //!   Service again for its next review, which leads to live replicas. At the end of the drain
 //!   hyper closes what is left, the connections no review used during the drain.
 //!
-//! HTTP/2, negotiated by ALPN, carries requests as frames between which the client may send
-//! others (window updates, pings), and has no `Connection` header: it keeps hyper's and h2's
-//! own bounds and its GOAWAY at shutdown.
+//! A connection is HTTP/2 when its first bytes are the HTTP/2 preface (what hyper serves, ALPN
+//! or not): its requests are frames between which the client may send others (window updates,
+//! pings), and it has no `Connection` header, so it keeps hyper's and h2's own bounds and its
+//! GOAWAY at shutdown, and no clock.
 
 use std::future::Future;
 use std::io;
@@ -38,30 +42,43 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
 
-/// No request on the connection: the next byte starts the clock.
+/// No request under way: waiting for a request's first byte.
 const IDLE: u8 = 0;
-/// A request's first bytes arrived, its headers are not parsed yet: the clock runs.
+/// A request's first bytes arrived, its headers are not parsed yet.
 const HEAD: u8 = 1;
-/// A request reached the service and its answer is not ready: no clock.
+/// A request reached the service and its answer is not ready: no deadline.
 const BUSY: u8 = 2;
+/// The connection speaks HTTP/2: no deadline, no `Connection` header.
+const HTTP2: u8 = 3;
 
-/// Wraps an acceptor of TLS connections: each HTTP/1.1 one gets the header clock and, while
-/// the server drains, `Connection: close` on its answers.
+/// What an HTTP/2 connection's first bytes are (RFC 9113, 3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Bounds of a kept HTTP/1.1 connection.
+#[derive(Debug, Clone, Copy)]
+pub struct KeepAliveLimits {
+    /// From a connection's start, or a later request's first byte, to the end of its headers.
+    pub header_read_timeout: Duration,
+    /// From the end of an answer to the next request's first byte.
+    pub idle_timeout: Duration,
+}
+
+/// Wraps an acceptor of TLS connections: each gets the deadlines of [`KeepAliveLimits`] and,
+/// while the server drains, `Connection: close` on its answers (HTTP/1.1 only).
 #[derive(Clone)]
 pub struct KeepAliveAcceptor<A> {
     inner: A,
-    timeout: Duration,
+    limits: KeepAliveLimits,
     /// False once the server drains.
     ready: Arc<AtomicBool>,
 }
 
 impl<A> KeepAliveAcceptor<A> {
-    /// `timeout`: the time from a request's first byte to the end of its headers; `ready`:
-    /// the server's readiness, false while it drains.
-    pub fn new(inner: A, timeout: Duration, ready: Arc<AtomicBool>) -> Self {
+    /// `ready`: the server's readiness, false while it drains.
+    pub fn new(inner: A, limits: KeepAliveLimits, ready: Arc<AtomicBool>) -> Self {
         KeepAliveAcceptor {
             inner,
-            timeout,
+            limits,
             ready,
         }
     }
@@ -78,45 +95,74 @@ where
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
         let accepted = self.inner.accept(stream, service);
-        let (timeout, ready) = (self.timeout, self.ready.clone());
+        let (limits, ready) = (self.limits, self.ready.clone());
         Box::pin(async move {
             let (stream, inner) = accepted.await?;
-            let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
             let phase = Arc::new(AtomicU8::new(IDLE));
-            let clock = (!http2).then_some(timeout);
             let service = KeptService {
                 inner,
                 phase: phase.clone(),
-                ready: (!http2).then_some(ready),
+                ready,
             };
-            Ok((Clocked::new(stream, phase, clock), service))
+            Ok((Clocked::new(stream, phase, limits), service))
         })
     }
 }
 
-/// A connection whose request headers must arrive within the clock's time.
+/// Which deadline is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Armed {
+    /// The connection's first request: its headers within the header read timeout of the start.
+    First,
+    /// A later request's headers, from its first byte.
+    Head,
+    /// The wait for the next request's first byte.
+    Idle,
+}
+
+/// A connection held to the deadlines of [`KeepAliveLimits`].
 pub struct Clocked<T> {
     inner: T,
     phase: Arc<AtomicU8>,
-    /// The header read timeout; `None` for HTTP/2 (no clock).
-    timeout: Option<Duration>,
-    /// Made at the first request, reset at each one after.
-    deadline: Option<Pin<Box<Sleep>>>,
+    limits: KeepAliveLimits,
+    deadline: Pin<Box<Sleep>>,
+    armed: Armed,
+    /// How many of the preface's bytes the connection's first bytes matched; `None` once they
+    /// did not (HTTP/1.1).
+    preface: Option<usize>,
 }
 
 impl<T> Clocked<T> {
-    fn new(inner: T, phase: Arc<AtomicU8>, timeout: Option<Duration>) -> Self {
+    fn new(inner: T, phase: Arc<AtomicU8>, limits: KeepAliveLimits) -> Self {
         Clocked {
             inner,
             phase,
-            timeout,
-            deadline: None,
+            limits,
+            deadline: Box::pin(tokio::time::sleep(limits.header_read_timeout)),
+            armed: Armed::First,
+            preface: Some(0),
         }
     }
 
-    /// Bytes arrived: if no request was under way, one starts now, and so does its clock.
+    fn arm(&mut self, armed: Armed, after: Duration) {
+        self.armed = armed;
+        self.deadline.as_mut().reset(Instant::now() + after);
+    }
+
+    /// Compares the connection's first bytes with the HTTP/2 preface.
+    fn sniff(&mut self, bytes: &[u8]) {
+        let Some(matched) = self.preface else { return };
+        let take = bytes.len().min(PREFACE.len() - matched);
+        self.preface =
+            (bytes[..take] == PREFACE[matched..matched + take]).then_some(matched + take);
+        if self.preface == Some(PREFACE.len()) {
+            self.phase.store(HTTP2, Ordering::Release);
+        }
+    }
+
+    /// Bytes arrived: a request that was not under way starts now (the first request keeps
+    /// the deadline counted from the connection's start).
     fn bytes_arrived(&mut self) {
-        let Some(timeout) = self.timeout else { return };
         if self
             .phase
             .compare_exchange(IDLE, HEAD, Ordering::AcqRel, Ordering::Acquire)
@@ -124,22 +170,26 @@ impl<T> Clocked<T> {
         {
             return;
         }
-        let deadline = Instant::now() + timeout;
-        match &mut self.deadline {
-            Some(sleep) => sleep.as_mut().reset(deadline),
-            None => self.deadline = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        match self.armed {
+            Armed::First => self.armed = Armed::Head,
+            // Head: the previous request's deadline, if its answer came with no wait after it.
+            Armed::Idle | Armed::Head => self.arm(Armed::Head, self.limits.header_read_timeout),
         }
     }
 
-    /// Nothing to read now: has the request's time to send its headers run out?
-    fn headers_overdue(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.phase.load(Ordering::Acquire) != HEAD {
-            return false;
+    /// Nothing to read now: is the deadline of what the connection waits for past?
+    fn overdue(&mut self, cx: &mut Context<'_>) -> bool {
+        match self.phase.load(Ordering::Acquire) {
+            IDLE => {
+                // An answer was made since the deadline was set: wait for the next request.
+                if self.armed == Armed::Head {
+                    self.arm(Armed::Idle, self.limits.idle_timeout);
+                }
+            }
+            HEAD => {}
+            _ => return false,
         }
-        match &mut self.deadline {
-            Some(sleep) => sleep.as_mut().poll(cx).is_ready(),
-            None => false,
-        }
+        self.deadline.as_mut().poll(cx).is_ready()
     }
 }
 
@@ -150,18 +200,27 @@ impl<T: AsyncRead + Unpin> AsyncRead for Clocked<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.phase.load(Ordering::Acquire) == HTTP2 {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
+                    this.sniff(&buf.filled()[before..]);
                     this.bytes_arrived();
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending if this.headers_overdue(cx) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "request headers not received within the header read timeout",
-            ))),
+            Poll::Pending if this.overdue(cx) => {
+                let what = match this.armed {
+                    Armed::Idle => "no request within the idle timeout",
+                    Armed::First | Armed::Head => {
+                        "request headers not received within the header read timeout"
+                    }
+                };
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)))
+            }
             other => other,
         }
     }
@@ -197,14 +256,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Clocked<T> {
     }
 }
 
-/// A connection's service: a request that reaches it has its headers; the clock stops until
-/// its answer is ready. While the server drains, the answer asks the client to close.
+/// A connection's service: a request that reaches it has its headers; no deadline runs until
+/// its answer is ready. While the server drains, an HTTP/1.1 answer asks the client to close.
 #[derive(Clone)]
 pub struct KeptService<S> {
     inner: S,
     phase: Arc<AtomicU8>,
-    /// The server's readiness; `None` for HTTP/2 (no `Connection` header there).
-    ready: Option<Arc<AtomicBool>>,
+    /// The server's readiness.
+    ready: Arc<AtomicBool>,
 }
 
 impl<S, B, R> tower_service::Service<Request<B>> for KeptService<S>
@@ -220,11 +279,16 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        self.phase.store(BUSY, Ordering::Release);
+        let http1 = self
+            .phase
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                (p != HTTP2).then_some(BUSY)
+            })
+            .is_ok();
         Answering {
             inner: self.inner.call(request),
             _busy: Busy(self.phase.clone()),
-            ready: self.ready.clone(),
+            ready: http1.then(|| self.ready.clone()),
         }
     }
 }
@@ -234,7 +298,9 @@ struct Busy(Arc<AtomicU8>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.store(IDLE, Ordering::Release);
+        let _ = self
+            .0
+            .compare_exchange(BUSY, IDLE, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -275,78 +341,138 @@ mod tests {
 
     use super::*;
 
-    fn clocked(
-        timeout: Option<Duration>,
-    ) -> (
+    const LIMITS: KeepAliveLimits = KeepAliveLimits {
+        header_read_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(4),
+    };
+
+    fn clocked() -> (
         Clocked<tokio::io::DuplexStream>,
         tokio::io::DuplexStream,
         Arc<AtomicU8>,
     ) {
         let (server, client) = tokio::io::duplex(1024);
         let phase = Arc::new(AtomicU8::new(IDLE));
-        (Clocked::new(server, phase.clone(), timeout), client, phase)
+        (Clocked::new(server, phase.clone(), LIMITS), client, phase)
+    }
+
+    /// Reads until the read fails; returns the error's kind and how long it took.
+    async fn fails_after(
+        server: &mut Clocked<tokio::io::DuplexStream>,
+    ) -> (io::ErrorKind, Duration) {
+        let started = Instant::now();
+        let mut buf = [0u8; 64];
+        loop {
+            match server.read(&mut buf).await {
+                Ok(_) => continue,
+                Err(e) => return (e.kind(), started.elapsed()),
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_idle_connection_has_no_clock() {
-        let (mut server, _client, _) = clocked(Some(Duration::from_secs(1)));
-        let mut buf = [0u8; 16];
-        let read = tokio::time::timeout(Duration::from_secs(60), server.read(&mut buf)).await;
-        assert!(read.is_err(), "an idle connection's read ended: {read:?}");
+    async fn a_connection_that_sends_nothing_is_cut_at_the_header_read_timeout() {
+        let (mut server, _client, _) = clocked();
+        assert_eq!(
+            fails_after(&mut server).await,
+            (io::ErrorKind::TimedOut, Duration::from_secs(1))
+        );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn headers_that_do_not_end_fail_the_read_at_the_timeout() {
-        let (mut server, mut client, phase) = clocked(Some(Duration::from_secs(1)));
+    async fn first_headers_that_do_not_end_fail_the_read_from_the_connections_start() {
+        let (mut server, mut client, phase) = clocked();
+        tokio::time::sleep(Duration::from_millis(600)).await;
         client
             .write_all(b"POST /mutate HTTP/1.1\r\n")
             .await
             .unwrap();
         let mut buf = [0u8; 64];
-        let started = Instant::now();
         assert!(server.read(&mut buf).await.unwrap() > 0);
         assert_eq!(phase.load(Ordering::Acquire), HEAD);
-        let error = server.read(&mut buf).await.unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert_eq!(
+            fails_after(&mut server).await,
+            (io::ErrorKind::TimedOut, Duration::from_millis(400))
+        );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_request_being_answered_and_the_wait_after_it_have_no_clock() {
-        let (mut server, mut client, phase) = clocked(Some(Duration::from_secs(1)));
-        let mut service = kept(&phase, Some(Arc::new(AtomicBool::new(true))));
+    async fn between_requests_the_wait_is_the_idle_timeout_then_the_header_clock_again() {
+        let (mut server, mut client, phase) = clocked();
+        let mut service = kept(&phase, Arc::new(AtomicBool::new(true)));
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         let mut buf = [0u8; 64];
         assert!(server.read(&mut buf).await.unwrap() > 0);
-        // The headers reached the service: the clock stops while the answer is made...
+        // The headers reached the service: no deadline while the answer is made...
         let answer = tower_service::Service::call(&mut service, Request::new(()));
         assert_eq!(phase.load(Ordering::Acquire), BUSY);
-        let pending = tokio::time::timeout(Duration::from_secs(5), server.read(&mut buf)).await;
+        let pending = tokio::time::timeout(Duration::from_secs(30), server.read(&mut buf)).await;
         assert!(pending.is_err(), "read ended while answering: {pending:?}");
-        // ... and once it is ready the connection waits for the next request with no clock.
         let response = answer.await.unwrap();
         assert_eq!(response.headers().get(CONNECTION), None);
         assert_eq!(phase.load(Ordering::Acquire), IDLE);
-        let idle = tokio::time::timeout(Duration::from_secs(60), server.read(&mut buf)).await;
+        // ... then the wait for the next request: past the header read timeout, within the
+        // idle timeout, the next request's first byte starts the header clock.
+        let quiet = tokio::time::timeout(Duration::from_secs(3), server.read(&mut buf)).await;
         assert!(
-            idle.is_err(),
-            "an idle kept-alive connection's read ended: {idle:?}"
+            quiet.is_err(),
+            "a kept-alive connection's read ended: {quiet:?}"
         );
-        // The next request's first byte starts the clock again.
         client.write_all(b"G").await.unwrap();
         assert_eq!(server.read(&mut buf).await.unwrap(), 1);
-        let started = Instant::now();
-        let error = server.read(&mut buf).await.unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert_eq!(
+            fails_after(&mut server).await,
+            (io::ErrorKind::TimedOut, Duration::from_secs(1))
+        );
+        // A connection left quiet after an answer is cut at the idle timeout.
+        let (mut server, mut client, phase) = clocked();
+        let mut service = kept(&phase, Arc::new(AtomicBool::new(true)));
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        assert!(server.read(&mut buf).await.unwrap() > 0);
+        tower_service::Service::call(&mut service, Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(
+            fails_after(&mut server).await,
+            (io::ErrorKind::TimedOut, Duration::from_secs(4))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http2_by_its_preface_has_no_clock_and_no_connection_header() {
+        let (mut server, mut client, phase) = clocked();
+        let mut service = kept(&phase, Arc::new(AtomicBool::new(false)));
+        // The preface in two pieces, as a client may write it.
+        client.write_all(&PREFACE[..10]).await.unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(server.read(&mut buf).await.unwrap(), 10);
+        client.write_all(&PREFACE[10..]).await.unwrap();
+        assert_eq!(server.read(&mut buf).await.unwrap(), 14);
+        assert_eq!(phase.load(Ordering::Acquire), HTTP2);
+        let answer = tower_service::Service::call(&mut service, Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(answer.headers().get(CONNECTION), None);
+        assert_eq!(phase.load(Ordering::Acquire), HTTP2);
+        let read = tokio::time::timeout(Duration::from_secs(60), server.read(&mut buf)).await;
+        assert!(read.is_err(), "an HTTP/2 connection's read ended: {read:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http1_that_begins_like_the_preface_keeps_its_clock() {
+        let (mut server, mut client, phase) = clocked();
+        client.write_all(b"PRI * HTTP/1.1\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert!(server.read(&mut buf).await.unwrap() > 0);
+        assert_eq!(phase.load(Ordering::Acquire), HEAD);
+        assert_eq!(fails_after(&mut server).await.0, io::ErrorKind::TimedOut);
     }
 
     #[tokio::test]
     async fn while_the_server_drains_each_http1_answer_says_connection_close() {
         let phase = Arc::new(AtomicU8::new(IDLE));
         let ready = Arc::new(AtomicBool::new(true));
-        let mut http1 = kept(&phase, Some(ready.clone()));
-        let mut http2 = kept(&phase, None);
+        let mut http1 = kept(&phase, ready.clone());
         let call = |service: &mut KeptService<AtOnce>| {
             tower_service::Service::call(service, Request::new(()))
         };
@@ -360,21 +486,6 @@ mod tests {
             closing.headers().get(CONNECTION),
             Some(&HeaderValue::from_static("close"))
         );
-        assert_eq!(
-            call(&mut http2).await.unwrap().headers().get(CONNECTION),
-            None
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn http2_has_no_clock() {
-        let (mut server, mut client, phase) = clocked(None);
-        client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
-        let mut buf = [0u8; 64];
-        assert!(server.read(&mut buf).await.unwrap() > 0);
-        assert_eq!(phase.load(Ordering::Acquire), IDLE);
-        let read = tokio::time::timeout(Duration::from_secs(60), server.read(&mut buf)).await;
-        assert!(read.is_err(), "an HTTP/2 connection's read ended: {read:?}");
     }
 
     /// A service that answers at once.
@@ -393,7 +504,7 @@ mod tests {
         }
     }
 
-    fn kept(phase: &Arc<AtomicU8>, ready: Option<Arc<AtomicBool>>) -> KeptService<AtOnce> {
+    fn kept(phase: &Arc<AtomicU8>, ready: Arc<AtomicBool>) -> KeptService<AtOnce> {
         KeptService {
             inner: AtOnce,
             phase: phase.clone(),

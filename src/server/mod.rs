@@ -195,7 +195,10 @@ pub async fn start(
     // hyper's, which would also close kept-alive connections idle between two reviews.
     let acceptor = KeepAliveAcceptor::new(
         PeerAcceptor::new(RustlsAcceptor::new(tls.clone()).acceptor(limited)),
-        limits.header_read_timeout,
+        keep_alive::KeepAliveLimits {
+            header_read_timeout: limits.header_read_timeout,
+            idle_timeout: limits.idle_timeout,
+        },
         state.ready.clone(),
     );
     let mut server = axum_server::from_tcp(listener)

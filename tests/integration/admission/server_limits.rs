@@ -333,3 +333,78 @@ async fn deeply_nested_json_is_a_400() {
         "{text}"
     );
 }
+
+/// hyper serves the protocol a connection's bytes speak, whatever ALPN said: a client that
+/// negotiates h2 and then trickles an HTTP/1.1 head is held to the header read timeout too.
+/// (Deciding by ALPN, the first version of pinhook's own clock left it no deadline at all:
+/// header bytes every 0.5 s for 8 s, then an answer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_head_trickled_after_alpn_h2_is_cut_at_the_header_read_timeout() {
+    let (_registry, pinhook) = start(short_limits()).await;
+    let mut conn = pinhook.raw_tls(&[b"h2"]).await.expect("TLS connection");
+    let started = Instant::now();
+    conn.write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .expect("request line");
+    let (reader, mut writer) = tokio::io::split(conn);
+    let trickle = tokio::spawn(async move {
+        for _ in 0..16 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if writer.write_all(b"x").await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut reader = reader;
+    let mut buf = [0u8; 256];
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(12), reader.read(&mut buf)).await {
+            Err(_) => panic!("still open after 12 s of header bytes"),
+            Ok(Ok(0)) | Ok(Err(_)) => break started.elapsed(),
+            Ok(Ok(_)) => continue,
+        }
+    };
+    trickle.abort();
+    assert!(
+        closed >= Duration::from_millis(900) && closed < Duration::from_secs(4),
+        "closed after {closed:?}"
+    );
+}
+
+/// A partial head read ahead while the request before it was answered waits at most the idle
+/// timeout (4 s here), like any wait for a request; it is not left open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_head_pipelined_behind_a_request_is_cut_at_the_idle_timeout() {
+    let (_registry, pinhook) = start(short_limits()).await;
+    let mut conn = pinhook
+        .raw_tls(&[b"http/1.1"])
+        .await
+        .expect("TLS connection");
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: p\r\n\r\nGET /healthz HTTP/1.1\r\nx-a: ")
+        .await
+        .expect("requests");
+    let (answer, closed) = read_until_closed(&mut conn, Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    let closed = closed.expect("closed within 10 s");
+    assert!(
+        closed >= Duration::from_millis(3_500) && closed < Duration::from_secs(6),
+        "closed after {closed:?}"
+    );
+}
+
+/// HTTP/2 is told by its preface, ALPN or not: with prior knowledge and no ALPN it gets no
+/// HTTP/1.1 header clock (an idle HTTP/2 connection is closed at the idle timeout, 4 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_with_prior_knowledge_and_no_alpn_has_no_header_clock() {
+    let (_registry, pinhook) = start(short_limits()).await;
+    let mut conn = pinhook.raw_tls(&[]).await.expect("TLS connection");
+    conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .expect("preface and SETTINGS");
+    let (_, closed) = read_until_closed(&mut conn, Duration::from_secs(10)).await;
+    let closed = closed.expect("closed within 10 s");
+    assert!(
+        closed >= Duration::from_millis(3_500) && closed < Duration::from_secs(6),
+        "closed after {closed:?}"
+    );
+}
