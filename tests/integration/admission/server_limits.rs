@@ -60,6 +60,23 @@ async fn read_until_closed(
     }
 }
 
+/// Reads the read half of a connection another task is writing slowly until the server closes
+/// it; returns when, counted from `started`. Fails the test when it is still open after 12 s.
+async fn closed_since(
+    reader: &mut tokio::io::ReadHalf<TlsStream<TcpStream>>,
+    started: Instant,
+    what: &str,
+) -> Duration {
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(12), reader.read(&mut buf)).await {
+            Err(_) => panic!("still open after 12 s of {what}"),
+            Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_announced_body_over_the_limit_gets_413_without_being_sent() {
     let (_registry, pinhook) = start(short_limits()).await;
@@ -105,14 +122,7 @@ async fn headers_sent_a_line_at_a_time_are_cut_off_at_the_header_read_timeout() 
         }
         Ok::<(), std::io::Error>(())
     });
-    let mut buf = [0u8; 1024];
-    let closed = loop {
-        match tokio::time::timeout(Duration::from_secs(12), reader.read(&mut buf)).await {
-            Err(_) => panic!("still open after 12 s of header lines"),
-            Ok(Ok(0)) | Ok(Err(_)) => break started.elapsed(),
-            Ok(Ok(_)) => continue,
-        }
-    };
+    let closed = closed_since(&mut reader, started, "header lines").await;
     slow.abort();
     assert!(
         closed >= Duration::from_millis(900) && closed < Duration::from_secs(4),
@@ -346,7 +356,7 @@ async fn an_http1_head_trickled_after_alpn_h2_is_cut_at_the_header_read_timeout(
     conn.write_all(b"GET /healthz HTTP/1.1\r\n")
         .await
         .expect("request line");
-    let (reader, mut writer) = tokio::io::split(conn);
+    let (mut reader, mut writer) = tokio::io::split(conn);
     let trickle = tokio::spawn(async move {
         for _ in 0..16 {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -355,15 +365,7 @@ async fn an_http1_head_trickled_after_alpn_h2_is_cut_at_the_header_read_timeout(
             }
         }
     });
-    let mut reader = reader;
-    let mut buf = [0u8; 256];
-    let closed = loop {
-        match tokio::time::timeout(Duration::from_secs(12), reader.read(&mut buf)).await {
-            Err(_) => panic!("still open after 12 s of header bytes"),
-            Ok(Ok(0)) | Ok(Err(_)) => break started.elapsed(),
-            Ok(Ok(_)) => continue,
-        }
-    };
+    let closed = closed_since(&mut reader, started, "header bytes").await;
     trickle.abort();
     assert!(
         closed >= Duration::from_millis(900) && closed < Duration::from_secs(4),
