@@ -19,6 +19,13 @@
 //!
 //! Prints one line: `n p50_ms p99_ms max_ms mean_ms` then, for each `--cpu`, that process's CPU
 //! time per create in microseconds. `--latencies FILE` appends every latency (ms), one a line.
+//!
+//! `--paired-namespace NS` makes every timed create a pair: the same Pod (its own name) is also
+//! created in NS, a namespace the webhooks' `namespaceSelector` leaves out, so the apiserver calls
+//! no webhook for it; the two creates alternate which goes first (ABBA), so that whatever slows
+//! the machine for a moment falls on both arms alike. Its Pods must come back as written. The
+//! line then ends with `p50_ms p99_ms max_ms mean_ms` of the paired creates, and the CPU times
+//! are per pair.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -75,6 +82,9 @@ struct Args {
     /// Append every timed latency (ms) to this file
     #[arg(long)]
     latencies: Option<PathBuf>,
+    /// A namespace the webhooks leave out: pair every create with one there (see above)
+    #[arg(long)]
+    paired_namespace: Option<String>,
 }
 
 #[tokio::main]
@@ -121,13 +131,16 @@ async fn main() -> Result<()> {
         }
     };
 
-    let url = format!(
-        "{}/api/v1/namespaces/{}/pods{}",
-        args.server.trim_end_matches('/'),
-        args.namespace,
-        if args.dry_run { "?dryRun=All" } else { "" }
-    );
-    let create = |i: usize| {
+    let url_in = |namespace: &str| {
+        format!(
+            "{}/api/v1/namespaces/{namespace}/pods{}",
+            args.server.trim_end_matches('/'),
+            if args.dry_run { "?dryRun=All" } else { "" }
+        )
+    };
+    let url = url_in(&args.namespace);
+    let paired_url = args.paired_namespace.as_deref().map(url_in);
+    let create = |url: &str, i: usize| {
         let containers: Vec<Value> = images[i]
             .iter()
             .enumerate()
@@ -144,7 +157,7 @@ async fn main() -> Result<()> {
             },
         });
         client
-            .post(&url)
+            .post(url)
             .bearer_auth(&token)
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")
@@ -152,37 +165,62 @@ async fn main() -> Result<()> {
     };
 
     for i in 0..args.warmup {
-        let (_, body) = send(create(i)).await?;
+        let (_, body) = send(create(&url, i)).await?;
         check(&body, args.images, pinned).with_context(|| format!("warm-up create {i}"))?;
+        if let Some(paired) = &paired_url {
+            let (_, body) = send(create(paired, i)).await?;
+            check(&body, args.images, false)
+                .with_context(|| format!("paired warm-up create {i}"))?;
+        }
     }
     let before = cpu_ticks(&cpus)?;
     let mut latencies = Vec::with_capacity(args.count);
+    let mut paired_latencies = Vec::with_capacity(args.count);
     let mut bodies = Vec::with_capacity(args.count);
+    let mut paired_bodies = Vec::with_capacity(args.count);
     for i in args.warmup..total {
-        let request = create(i);
-        let started = Instant::now();
-        let (status, body) = send(request).await?;
-        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
-        bodies.push((status, body));
+        // ABBA: the paired create goes first on every other pair
+        let paired_first = i % 2 == 1;
+        if let (Some(paired), true) = (&paired_url, paired_first) {
+            let (ms, body) = timed(create(paired, i)).await?;
+            paired_latencies.push(ms);
+            paired_bodies.push(body);
+        }
+        let (ms, body) = timed(create(&url, i)).await?;
+        latencies.push(ms);
+        bodies.push(body);
+        if let (Some(paired), false) = (&paired_url, paired_first) {
+            let (ms, body) = timed(create(paired, i)).await?;
+            paired_latencies.push(ms);
+            paired_bodies.push(body);
+        }
     }
     let after = cpu_ticks(&cpus)?;
-    for (i, (_, body)) in bodies.iter().enumerate() {
+    for (i, body) in bodies.iter().enumerate() {
         check(body, args.images, pinned).with_context(|| format!("create {}", args.warmup + i))?;
     }
+    for (i, body) in paired_bodies.iter().enumerate() {
+        check(body, args.images, false)
+            .with_context(|| format!("paired create {}", args.warmup + i))?;
+    }
     if !args.dry_run {
-        let delete = format!(
-            "{}/api/v1/namespaces/{}/pods?labelSelector=e2e-cost%3D{}",
-            args.server.trim_end_matches('/'),
-            args.namespace,
-            args.label
-        );
-        let status = client
-            .delete(&delete)
-            .bearer_auth(&token)
-            .send()
-            .await?
-            .status();
-        ensure!(status.is_success(), "deleting the Pods: {status}");
+        for namespace in std::iter::once(&args.namespace).chain(&args.paired_namespace) {
+            let delete = format!(
+                "{}/api/v1/namespaces/{namespace}/pods?labelSelector=e2e-cost%3D{}",
+                args.server.trim_end_matches('/'),
+                args.label
+            );
+            let status = client
+                .delete(&delete)
+                .bearer_auth(&token)
+                .send()
+                .await?
+                .status();
+            ensure!(
+                status.is_success(),
+                "deleting the Pods in {namespace}: {status}"
+            );
+        }
     }
 
     if let Some(path) = &args.latencies {
@@ -195,22 +233,38 @@ async fn main() -> Result<()> {
             writeln!(f, "{ms:.3}")?;
         }
     }
-    let mean = latencies.iter().sum::<f64>() / latencies.len().max(1) as f64;
-    latencies.sort_by(f64::total_cmp);
-    let mut line = format!(
-        "{} {:.3} {:.3} {:.3} {:.3}",
-        latencies.len(),
-        percentile(&latencies, 50.0),
-        percentile(&latencies, 99.0),
-        latencies.last().copied().unwrap_or(0.0),
-        mean
-    );
+    let mut line = summary(&mut latencies);
     for (b, a) in before.iter().zip(&after) {
         let us = (a - b) as f64 * 1e6 / args.clk_tck as f64 / args.count.max(1) as f64;
         line.push_str(&format!(" {us:.0}"));
     }
+    if paired_url.is_some() {
+        line.push(' ');
+        line.push_str(&summary(&mut paired_latencies));
+    }
     println!("{line}");
     Ok(())
+}
+
+/// One create, timed from the request to the last byte of the answer: (ms, body).
+async fn timed(request: reqwest::RequestBuilder) -> Result<(f64, axum::body::Bytes)> {
+    let started = Instant::now();
+    let (_, body) = send(request).await?;
+    Ok((started.elapsed().as_secs_f64() * 1000.0, body))
+}
+
+/// `n p50 p99 max mean` of these latencies (sorted in place).
+fn summary(latencies: &mut [f64]) -> String {
+    let mean = latencies.iter().sum::<f64>() / latencies.len().max(1) as f64;
+    latencies.sort_by(f64::total_cmp);
+    format!(
+        "{} {:.3} {:.3} {:.3} {:.3}",
+        latencies.len(),
+        percentile(latencies, 50.0),
+        percentile(latencies, 99.0),
+        latencies.last().copied().unwrap_or(0.0),
+        mean
+    )
 }
 
 /// Sends one request; the status and the whole body (an answer other than 201 is an error).
