@@ -5,8 +5,8 @@
 //! `/healthz` and the apiservers need.
 //!
 //! The bounds on requests (header read time, 413 on an announced body over the limit, body and
-//! request timeouts) are hyper's and tower-http's, set up in [`super::start`] (header read
-//! time) and `routes::router` (the rest) with [`ConnectionLimits`]'s values.
+//! request timeouts) are `keep_alive`'s (header read time), tower-http's (the body limit) and
+//! `bounds`' (the body and request timeouts), set up with [`ConnectionLimits`]'s values.
 
 use std::future::Future;
 use std::io;

@@ -1,6 +1,7 @@
 //! HTTPS server: binding, serving and shutting down the webhook, with its parts in rooms of
 //! their own: [`routes`] (the handlers of `/mutate`, `/validate`, health and metrics, and each
-//! request's bounds), [`dry_run`] (`/v1/dry-run` and who may call it), [`throttle`] (the
+//! request's bounds), [`bounds`] (a request's and its body's timeouts, with a timer only for a
+//! request that waits), [`dry_run`] (`/v1/dry-run` and who may call it), [`throttle`] (the
 //! TokenReview budget of dry-run callers), [`tls`] (the serving certificate, its reloads and
 //! the client CA), [`client_auth`] (admission reviews only from a verified client certificate,
 //! when a client CA is set), [`connections`] (bounds on clients' connections),
@@ -28,6 +29,7 @@ use axum_server::tls_rustls::RustlsAcceptor;
 use hyper_util::rt::TokioTimer;
 use tracing::info;
 
+mod bounds;
 pub mod client_auth;
 mod connections;
 mod dry_run;

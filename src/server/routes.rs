@@ -16,9 +16,10 @@ use axum::Router;
 use serde::Deserialize;
 use std::sync::atomic::Ordering;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+use tower_http::timeout::TimeoutLayer;
 use tracing::{warn, Instrument};
 
+use super::bounds::BoundsLayer;
 use super::client_auth::refuse_unverified;
 use super::dry_run::dry_run_handler;
 use super::observe::{observe_decision, record_review, review_span};
@@ -32,7 +33,8 @@ struct ReviewQuery {
 
 /// The routes, without a socket, with the bounds on each request: 413 for a body announced
 /// over [`MAX_BODY_BYTES`] before it is read, an error when a body stalls for
-/// `header_read_timeout`, and 408 when a request takes longer than `request_timeout`.
+/// `header_read_timeout`, and 408 when a request takes longer than `request_timeout` (both
+/// [`BoundsLayer`]'s, which starts a timer only for a request that has to wait).
 /// With client certificates required, `/mutate` and `/validate` answer 403 to a connection
 /// without a verified one (the body read and dropped, never parsed); the other routes do not
 /// look at it. The state is shared behind one `Arc`: each request clones it (the router, then
@@ -49,9 +51,8 @@ pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
         // every box is a clone and an allocation per request (issue 13).
         .layer((
             tower_http::catch_panic::CatchPanicLayer::new(),
-            TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout),
+            BoundsLayer::new(limits.request_timeout, limits.header_read_timeout),
             RequestBodyLimitLayer::new(MAX_BODY_BYTES),
-            RequestBodyTimeoutLayer::new(limits.header_read_timeout),
             DefaultBodyLimit::max(MAX_BODY_BYTES),
         ))
         .with_state(Arc::new(state))
