@@ -7,7 +7,10 @@
 //! one more for every piece of body), and these poll the work first and start a timer only when
 //! it is pending. A review whose body is already read and whose answer is ready when first
 //! polled (the warm path) registers no timer at all; one that waits has the same bounds as
-//! before. Headers are bounded elsewhere ([`super::keep_alive`]).
+//! before. The timers are polled outside tokio's cooperative budget
+//! ([`tokio::task::coop::unconstrained`], as tokio's own `Timeout` does), so work that spends
+//! the whole budget on every poll cannot starve them. Headers are bounded elsewhere
+//! ([`super::keep_alive`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +20,7 @@ use std::time::Duration;
 use axum::http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tokio::task::coop::{unconstrained, Unconstrained};
 use tokio::time::{sleep, sleep_until, Instant, Sleep};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -87,7 +91,7 @@ pin_project! {
         inner: F,
         deadline: Instant,
         #[pin]
-        sleep: Option<Sleep>,
+        sleep: Option<Unconstrained<Sleep>>,
     }
 }
 
@@ -104,7 +108,8 @@ where
             return Poll::Ready(answer);
         }
         if this.sleep.is_none() {
-            this.sleep.set(Some(sleep_until(*this.deadline)));
+            this.sleep
+                .set(Some(unconstrained(sleep_until(*this.deadline))));
         }
         if let Some(timer) = this.sleep.as_pin_mut() {
             ready!(timer.poll(cx));
@@ -128,7 +133,7 @@ pin_project! {
         body: B,
         timeout: Duration,
         #[pin]
-        sleep: Option<Sleep>,
+        sleep: Option<Unconstrained<Sleep>>,
     }
 }
 
@@ -161,7 +166,7 @@ where
             return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
         }
         if this.sleep.is_none() {
-            this.sleep.set(Some(sleep(*this.timeout)));
+            this.sleep.set(Some(unconstrained(sleep(*this.timeout))));
         }
         if let Some(timer) = this.sleep.as_pin_mut() {
             ready!(timer.poll(cx));
@@ -267,18 +272,23 @@ mod tests {
         drop(tx);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_ready_body_starts_no_timer() {
-        let (tx, mut body) = body();
-        tx.send(Bytes::from_static(b"{}")).expect("reader alive");
-        drop(tx);
-        assert_eq!(&data(next(&mut body).await)[..], b"{}");
-        assert!(
-            body.sleep.is_none(),
-            "a piece that was there needs no timer"
-        );
-        assert!(next(&mut body).await.is_none());
-        assert!(body.sleep.is_none());
+    /// A runtime with no timers: creating a `Sleep` in it panics, so whatever runs in it must
+    /// start no timer.
+    fn without_timers() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+    }
+
+    #[test]
+    fn a_ready_body_starts_no_timer() {
+        without_timers().block_on(async {
+            let (tx, mut body) = body();
+            tx.send(Bytes::from_static(b"{}")).expect("reader alive");
+            drop(tx);
+            assert_eq!(&data(next(&mut body).await)[..], b"{}");
+            assert!(next(&mut body).await.is_none());
+        });
     }
 
     /// A service that answers at once, or after `delay`, counting its calls.
@@ -335,18 +345,81 @@ mod tests {
         assert_eq!(service.inner.calls.load(Ordering::SeqCst), 1);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_answer_ready_at_once_starts_no_timer() {
-        let mut service = bounded(None);
-        let mut deadline = Box::pin(service.call(Request::new(())));
-        let polled = std::future::poll_fn(|cx| Poll::Ready(deadline.as_mut().poll(cx))).await;
-        let Poll::Ready(Ok(answer)) = polled else {
-            panic!("an answer ready at once must come out of the first poll");
-        };
-        assert_eq!(answer.status(), StatusCode::OK);
-        assert!(
-            deadline.sleep.is_none(),
-            "no timer for an answer that was ready"
-        );
+    #[test]
+    fn an_answer_ready_at_once_starts_no_timer() {
+        without_timers().block_on(async {
+            let mut service = bounded(None);
+            let answer = service.call(Request::new(())).await.expect("infallible");
+            assert_eq!(answer.status(), StatusCode::OK);
+        });
+    }
+
+    /// Work that spends tokio's whole cooperative budget on every poll and never ends.
+    struct Spinner;
+
+    impl<B: Send + 'static> Service<Request<B>> for Spinner {
+        type Response = Response<String>;
+        type Error = Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<String>, Infallible>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<B>) -> Self::Future {
+            Box::pin(async {
+                loop {
+                    tokio::task::coop::consume_budget().await;
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn work_that_spends_the_whole_budget_still_gets_408() {
+        let timeout = Duration::from_millis(300);
+        let mut service = BoundsLayer::new(timeout, STALL).layer(Spinner);
+        let started = Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(5), service.call(Request::new(())))
+            .await
+            .expect("answered within 5 s")
+            .expect("infallible");
+        assert_eq!(answer.status(), StatusCode::REQUEST_TIMEOUT);
+        assert!(started.elapsed() >= timeout);
+    }
+
+    /// A body that spends tokio's whole cooperative budget on every read and never yields a
+    /// piece.
+    struct SpinningBody(Pin<Box<dyn Future<Output = ()> + Send>>);
+
+    impl Body for SpinningBody {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            let _ = self.0.as_mut().poll(cx);
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_spends_the_whole_budget_still_stalls_out() {
+        let stall = Duration::from_millis(300);
+        let spin = SpinningBody(Box::pin(async {
+            loop {
+                tokio::task::coop::consume_budget().await;
+            }
+        }));
+        let mut body = Box::pin(StallBody::new(spin, stall));
+        let read = tokio::time::timeout(
+            Duration::from_secs(5),
+            std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)),
+        )
+        .await
+        .expect("a stall within 5 s");
+        assert!(matches!(read, Some(Err(ref e)) if e.is::<BodyStalled>()));
     }
 }
