@@ -44,7 +44,7 @@
 # mode and image count (median over rounds). Every answer must be 201 with every image pinned
 # (pinhook's arms) or as written (`none`), or the run fails.
 #
-# Everything on 127.0.0.1; the load is bounded in creates (ROUNDS x 12 x (N + 10)) and each
+# Everything on 127.0.0.1; the load is bounded in creates (ROUNDS x (12 + 4 x 2) x (N + 10)) and each
 # create by a 30 s client timeout. Everything started is stopped at the end, also on failure or
 # Ctrl-C (pinhook, the registry helper, the cluster); logs stay in $E2E_WORK.
 #
@@ -198,7 +198,7 @@ conns() {
 }
 
 log "pinhook $("$PINHOOK_BIN" --version 2>/dev/null || true), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo '+changes')"
-log "$rounds rounds x 12 cells x ($warmup untimed + $n timed) creates, one at a time; apiserver $E2E_APISERVER_URL, pinhook pid $PINHOOK_PID"
+log "$rounds rounds x (12 cells + 4 paired cells of twice as many) x ($warmup untimed + $n timed) creates, one at a time; apiserver $E2E_APISERVER_URL, pinhook pid $PINHOOK_PID"
 results=$RUN/results.txt
 paired=$RUN/paired.txt
 : >"$results"
