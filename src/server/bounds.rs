@@ -186,8 +186,6 @@ where
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
 
     use axum::body::Bytes;
     use tokio::sync::mpsc;
@@ -291,14 +289,25 @@ mod tests {
         });
     }
 
-    /// A service that answers at once, or after `delay`, counting its calls.
-    #[derive(Clone)]
-    struct Answer {
-        delay: Option<Duration>,
-        calls: Arc<AtomicUsize>,
+    /// What the service behind the bounds does before it answers.
+    #[derive(Clone, Copy)]
+    enum Work {
+        /// Answers at once.
+        None,
+        /// Answers after this long.
+        Sleep(Duration),
+        /// Never answers, spending tokio's whole cooperative budget on every poll.
+        Spin,
     }
 
-    impl<B: Send + 'static> Service<Request<B>> for Answer {
+    /// Spends tokio's whole cooperative budget on every poll, forever.
+    async fn spin() {
+        loop {
+            tokio::task::coop::consume_budget().await;
+        }
+    }
+
+    impl<B> Service<Request<B>> for Work {
         type Response = Response<String>;
         type Error = Infallible;
         type Future = Pin<Box<dyn Future<Output = Result<Response<String>, Infallible>> + Send>>;
@@ -308,27 +317,25 @@ mod tests {
         }
 
         fn call(&mut self, _: Request<B>) -> Self::Future {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let delay = self.delay;
+            let work = *self;
             Box::pin(async move {
-                if let Some(delay) = delay {
-                    tokio::time::sleep(delay).await;
+                match work {
+                    Work::None => {}
+                    Work::Sleep(delay) => tokio::time::sleep(delay).await,
+                    Work::Spin => spin().await,
                 }
                 Ok(Response::new("answer".to_string()))
             })
         }
     }
 
-    fn bounded(delay: Option<Duration>) -> Bounds<Answer> {
-        BoundsLayer::new(REQUEST, STALL).layer(Answer {
-            delay,
-            calls: Arc::new(AtomicUsize::new(0)),
-        })
+    fn bounded(work: Work) -> Bounds<Work> {
+        BoundsLayer::new(REQUEST, STALL).layer(work)
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_answer_within_the_request_timeout_goes_out_as_is() {
-        let mut service = bounded(Some(REQUEST - Duration::from_secs(1)));
+        let mut service = bounded(Work::Sleep(REQUEST - Duration::from_secs(1)));
         let answer = service.call(Request::new(())).await.expect("infallible");
         assert_eq!(answer.status(), StatusCode::OK);
         assert_eq!(answer.body(), "answer");
@@ -336,49 +343,27 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_still_pending_at_its_deadline_is_answered_408() {
-        let mut service = bounded(Some(REQUEST + Duration::from_secs(1)));
+        let mut service = bounded(Work::Sleep(REQUEST + Duration::from_secs(1)));
         let started = Instant::now();
         let answer = service.call(Request::new(())).await.expect("infallible");
         assert_eq!(answer.status(), StatusCode::REQUEST_TIMEOUT);
         assert_eq!(answer.body(), "");
         assert_eq!(started.elapsed(), REQUEST, "timed from the call");
-        assert_eq!(service.inner.calls.load(Ordering::SeqCst), 1);
     }
 
     #[test]
     fn an_answer_ready_at_once_starts_no_timer() {
         without_timers().block_on(async {
-            let mut service = bounded(None);
+            let mut service = bounded(Work::None);
             let answer = service.call(Request::new(())).await.expect("infallible");
             assert_eq!(answer.status(), StatusCode::OK);
         });
     }
 
-    /// Work that spends tokio's whole cooperative budget on every poll and never ends.
-    struct Spinner;
-
-    impl<B: Send + 'static> Service<Request<B>> for Spinner {
-        type Response = Response<String>;
-        type Error = Infallible;
-        type Future = Pin<Box<dyn Future<Output = Result<Response<String>, Infallible>> + Send>>;
-
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _: Request<B>) -> Self::Future {
-            Box::pin(async {
-                loop {
-                    tokio::task::coop::consume_budget().await;
-                }
-            })
-        }
-    }
-
     #[tokio::test]
     async fn work_that_spends_the_whole_budget_still_gets_408() {
         let timeout = Duration::from_millis(300);
-        let mut service = BoundsLayer::new(timeout, STALL).layer(Spinner);
+        let mut service = BoundsLayer::new(timeout, STALL).layer(Work::Spin);
         let started = Instant::now();
         let answer = tokio::time::timeout(Duration::from_secs(5), service.call(Request::new(())))
             .await
@@ -408,11 +393,7 @@ mod tests {
     #[tokio::test]
     async fn a_body_that_spends_the_whole_budget_still_stalls_out() {
         let stall = Duration::from_millis(300);
-        let spin = SpinningBody(Box::pin(async {
-            loop {
-                tokio::task::coop::consume_budget().await;
-            }
-        }));
+        let spin = SpinningBody(Box::pin(spin()));
         let mut body = Box::pin(StallBody::new(spin, stall));
         let read = tokio::time::timeout(
             Duration::from_secs(5),
