@@ -16,7 +16,6 @@ use axum::Router;
 use serde::Deserialize;
 use std::sync::atomic::Ordering;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::TimeoutLayer;
 use tracing::{warn, Instrument};
 
 use super::bounds::BoundsLayer;
@@ -58,14 +57,15 @@ pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
         .with_state(Arc::new(state))
 }
 
-/// The plain-HTTP metrics listener's routes: `/metrics` and `/healthz`, nothing else.
+/// The plain-HTTP metrics listener's routes: `/metrics` and `/healthz`, nothing else, with
+/// the same time bounds as the webhook's.
 pub(super) fn metrics_router(state: AppState, limits: &ConnectionLimits) -> Router {
     Router::new()
         .route("/healthz", get(healthz_handler))
         .route("/metrics", get(metrics_handler))
         .layer((
             tower_http::catch_panic::CatchPanicLayer::new(),
-            TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout),
+            BoundsLayer::new(limits.request_timeout, limits.header_read_timeout),
             RequestBodyLimitLayer::new(4096),
         ))
         .with_state(Arc::new(state))
