@@ -276,12 +276,15 @@ echo
 echo "medians over $rounds rounds (N = $n per cell; + = median of the per-round difference to 'none'):"
 printf '%-5s %-4s %3s %8s %8s %8s %8s %9s %9s %9s %9s %6s %6s %6s %8s %8s %8s %8s\n' \
   arm mode img p50_ms +p50_ms p99_ms +p99_ms api_us/c +api_us/c pin_us/c etcd_us/c mut/c val/c reg/c mut_ms val_ms a_mut_ms a_val_ms
-awk '
+# median(s): the median of the space-separated numbers in s (an awk function, for both summaries)
+median_awk='
   function median(s,   v, k, i, j, t) {
     k = split(s, v, " ")
     for (i = 2; i <= k; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] + 0 > t + 0; j--) v[j + 1] = v[j]; v[j + 1] = t }
     return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
   }
+'
+awk "$median_awk"'
   {
     key = $2 " " $3 " " $4; cell[key] = 1
     p50[key] = p50[key] " " $6; p99[key] = p99[key] " " $7; api[key] = api[key] " " $9
@@ -310,12 +313,7 @@ awk '
 echo
 echo "paired cells, medians over $rounds rounds (N = $n pairs per cell; warm in cost-warm, exempt in cost-exempt, alternating; + = median of the per-round warm - exempt):"
 printf '%-4s %3s %8s %8s %8s %8s %8s %8s %9s\n' mode img p50_ms p99_ms ex_p50_ms ex_p99_ms +p50_ms +p99_ms api_us/pair
-awk '
-  function median(s,   v, k, i, j, t) {
-    k = split(s, v, " ")
-    for (i = 2; i <= k; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] + 0 > t + 0; j--) v[j + 1] = v[j]; v[j + 1] = t }
-    return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
-  }
+awk "$median_awk"'
   { key = $3 " " $4; cell[key] = 1; p50[key] = p50[key] " " $6; p99[key] = p99[key] " " $7; e50[key] = e50[key] " " $9
     e99[key] = e99[key] " " $10; d50[key] = d50[key] " " $12; d99[key] = d99[key] " " $13; api[key] = api[key] " " $14 }
   END {
