@@ -165,10 +165,10 @@ async fn main() -> Result<()> {
     };
 
     for i in 0..args.warmup {
-        let (_, body) = send(create(&url, i)).await?;
+        let body = send(create(&url, i)).await?;
         check(&body, args.images, pinned).with_context(|| format!("warm-up create {i}"))?;
         if let Some(paired) = &paired_url {
-            let (_, body) = send(create(paired, i)).await?;
+            let body = send(create(paired, i)).await?;
             check(&body, args.images, false)
                 .with_context(|| format!("paired warm-up create {i}"))?;
         }
@@ -249,7 +249,7 @@ async fn main() -> Result<()> {
 /// One create, timed from the request to the last byte of the answer: (ms, body).
 async fn timed(request: reqwest::RequestBuilder) -> Result<(f64, axum::body::Bytes)> {
     let started = Instant::now();
-    let (_, body) = send(request).await?;
+    let body = send(request).await?;
     Ok((started.elapsed().as_secs_f64() * 1000.0, body))
 }
 
@@ -267,8 +267,8 @@ fn summary(latencies: &mut [f64]) -> String {
     )
 }
 
-/// Sends one request; the status and the whole body (an answer other than 201 is an error).
-async fn send(request: reqwest::RequestBuilder) -> Result<(u16, axum::body::Bytes)> {
+/// Sends one create; its whole body (an answer other than 201 is an error).
+async fn send(request: reqwest::RequestBuilder) -> Result<axum::body::Bytes> {
     let response = request.send().await?;
     let status = response.status().as_u16();
     let body = response.bytes().await?;
@@ -278,7 +278,7 @@ async fn send(request: reqwest::RequestBuilder) -> Result<(u16, axum::body::Byte
             String::from_utf8_lossy(&body[..body.len().min(400)])
         );
     }
-    Ok((status, body))
+    Ok(body)
 }
 
 /// The created Pod has `images` containers, all pinned (or none).
