@@ -64,6 +64,12 @@ fn main() -> anyhow::Result<()> {
     let (writer, _guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
         .finish(std::io::sink());
+    let lines = writer.clone();
+    pinhook::log_line::install(Box::new(move |line| {
+        use std::io::Write as _;
+        use tracing_subscriber::fmt::MakeWriter as _;
+        let _ = lines.make_writer().write_all(line);
+    }));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(
             std::env::var("PINHOOK_LOG").unwrap_or_else(|_| "info".into()),

@@ -41,6 +41,7 @@ pub mod documents;
 pub mod error;
 pub mod lease;
 pub mod log_fields;
+pub mod log_line;
 pub mod metrics;
 pub mod own_namespace;
 pub mod owners;

@@ -50,7 +50,7 @@ struct PlainVisitor<'a> {
 }
 
 /// Printable ASCII without `"` or `\`: what `{:?}` writes unchanged between its quotes.
-fn quotes_unchanged(value: &str) -> bool {
+pub(crate) fn quotes_unchanged(value: &str) -> bool {
     value
         .bytes()
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
@@ -165,42 +165,9 @@ impl Visit for PlainVisitor<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use tracing_subscriber::fmt::MakeWriter;
+    use crate::log_line::testing::Captured;
 
     use super::*;
-
-    /// Lines written into memory.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .map_err(|_| std::io::Error::other("poisoned"))?
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> MakeWriter<'a> for Captured {
-        type Writer = Captured;
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
-
-    impl Captured {
-        fn text(&self) -> String {
-            let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
-            String::from_utf8_lossy(&bytes).into_owned()
-        }
-    }
 
     #[derive(Debug)]
     struct Broken;

@@ -55,6 +55,16 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
             std::io::stderr(),
         ));
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    if matches!(format, LogFormat::Text) && !ansi {
+        // The per-review summary line goes to the same writer, formatted by `log_line`.
+        let lines = writer.clone();
+        pinhook::log_line::install(Box::new(move |line| {
+            use std::io::Write as _;
+            use tracing_subscriber::fmt::MakeWriter as _;
+            // As tracing's own lines: nowhere to report a failed log write.
+            let _ = lines.make_writer().write_all(line);
+        }));
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)

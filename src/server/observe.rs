@@ -6,9 +6,10 @@
 
 use std::time::Instant;
 
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Level};
 
 use crate::admission;
+use crate::log_line;
 use crate::metrics::{
     EndpointLabels, LeftAloneLabels, Metrics, MirrorLabels, ReviewLabels, ViolationLabels,
 };
@@ -160,9 +161,91 @@ pub fn observe_decision(
     let operation = &request.operation;
     // Where routed tags were resolved (`registries.resolveThrough`): empty when none was.
     let origins = origins.join(",");
-    if violations > 0 {
-        warn!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, through_mirror, %origins, "review");
-    } else {
+    Summary {
+        endpoint,
+        uid,
+        namespace,
+        kind,
+        operation,
+        dry_run,
+        result,
+        mode,
+        pinned,
+        would_pin,
+        unchanged,
+        exempt,
+        violations,
+        through_mirror,
+        origins: &origins,
+    }
+    .log(log_line::sink());
+}
+
+/// A planned review's summary line: at warn when anything broke the policy, else at info.
+struct Summary<'a> {
+    endpoint: &'static str,
+    uid: &'a str,
+    namespace: &'a str,
+    kind: &'a str,
+    operation: &'a str,
+    dry_run: bool,
+    result: &'static str,
+    mode: &'static str,
+    pinned: usize,
+    would_pin: usize,
+    unchanged: usize,
+    exempt: usize,
+    violations: usize,
+    through_mirror: usize,
+    origins: &'a str,
+}
+
+impl Summary<'_> {
+    /// Logs the line: an info line through `sink` ([`log_line`], the same bytes) when there is
+    /// one and it may, else through `tracing`.
+    fn log(&self, sink: Option<&log_line::Sink>) {
+        let Summary {
+            endpoint,
+            uid,
+            namespace,
+            kind,
+            operation,
+            dry_run,
+            result,
+            mode,
+            pinned,
+            would_pin,
+            unchanged,
+            exempt,
+            violations,
+            through_mirror,
+            origins,
+        } = *self;
+        if violations > 0 {
+            warn!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, through_mirror, %origins, "review");
+            return;
+        }
+        if let Some(sink) = sink.filter(|_| tracing::enabled!(Level::INFO)) {
+            if let Some(line) = log_line::Line::start(Level::INFO, module_path!(), "review") {
+                line.display("endpoint", endpoint)
+                    .display("uid", uid)
+                    .display("namespace", namespace)
+                    .display("kind", kind)
+                    .display("operation", operation)
+                    .bool("dry_run", dry_run)
+                    .str("result", result)
+                    .display("mode", mode)
+                    .u64("pinned", pinned as u64)
+                    .u64("would_pin", would_pin as u64)
+                    .u64("unchanged", unchanged as u64)
+                    .u64("exempt", exempt as u64)
+                    .u64("violations", violations as u64)
+                    .u64("through_mirror", through_mirror as u64)
+                    .display("origins", origins)
+                    .end(sink);
+                return;
+            }
+        }
         info!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, through_mirror, %origins, "review");
     }
 }
@@ -220,4 +303,75 @@ pub fn record_review(
         .review_duration
         .get_or_create(&EndpointLabels { endpoint })
         .observe(started.elapsed().as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::log_line::testing::{self, untimed};
+
+    use super::*;
+
+    fn summary<'a>(uid: &'a str, violations: usize, origins: &'a str) -> Summary<'a> {
+        Summary {
+            endpoint: "mutate",
+            uid,
+            namespace: "team-a",
+            kind: "Pod",
+            operation: "CREATE",
+            dry_run: false,
+            result: "pinned",
+            mode: "enforce",
+            pinned: 3,
+            would_pin: 0,
+            unchanged: 1,
+            exempt: 0,
+            violations,
+            through_mirror: 2,
+            origins,
+        }
+    }
+
+    /// The summary line through `log_line` is the line `tracing` writes, and it is written only
+    /// where `tracing` would write one: not below the filter's level, and never for a review
+    /// with violations (a warn line, through `tracing`).
+    #[test]
+    fn the_direct_summary_line_is_the_tracing_line() {
+        let uids = ["39f9b946-537c-4e57-992d-0eddda10c503", "odd \"uid\"\nnext"];
+        let mirrors = "mirror.example:5000,other.example";
+        let through_tracing = testing::text_format("info", || {
+            for uid in uids {
+                summary(uid, 0, mirrors).log(None);
+            }
+        });
+        let (sink, got) = testing::sink();
+        let tracing_too = testing::text_format("info", || {
+            for uid in uids {
+                summary(uid, 0, mirrors).log(Some(&sink));
+            }
+        });
+        assert_eq!(tracing_too, "", "a line went through tracing");
+        let direct = testing::text(&got);
+        assert_eq!(untimed(&direct), untimed(&through_tracing));
+        assert!(
+            direct.contains("  INFO pinhook::server::observe: review endpoint=mutate uid=39f9b946-537c-4e57-992d-0eddda10c503 namespace=team-a kind=Pod operation=CREATE dry_run=false result=\"pinned\" mode=enforce pinned=3 would_pin=0 unchanged=1 exempt=0 violations=0 through_mirror=2 origins=mirror.example:5000,other.example\n"),
+            "{direct}"
+        );
+
+        let filtered = testing::text_format("warn,pinhook::server::observe=warn", || {
+            summary(uids[0], 0, "").log(Some(&sink));
+        });
+        assert_eq!(filtered, "");
+        let warned = testing::text_format("info", || {
+            summary(uids[0], 1, "").log(Some(&sink));
+        });
+        assert!(
+            warned.contains(" WARN pinhook::server::observe: review "),
+            "{warned}"
+        );
+        assert_eq!(
+            untimed(&testing::text(&got)),
+            untimed(&direct),
+            "the sink got more"
+        );
+    }
 }
