@@ -25,6 +25,7 @@ use pinhook::registry::keyring::Keyring;
 use pinhook::registry::pull_secrets::NodeOnly;
 use pinhook::registry::{CacheConfig, CachingResolver};
 use pinhook::server::observe;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 #[path = "support/instant_registry.rs"]
 mod instant_registry;
@@ -64,20 +65,15 @@ fn main() -> anyhow::Result<()> {
     let (writer, _guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
         .finish(std::io::sink());
-    let lines = writer.clone();
-    pinhook::log_line::install(Box::new(move |line| {
-        use std::io::Write as _;
-        use tracing_subscriber::fmt::MakeWriter as _;
-        let _ = lines.make_writer().write_all(line);
-    }));
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
+    pinhook::log_line::text_format(
+        tracing_subscriber::EnvFilter::new(
             std::env::var("PINHOOK_LOG").unwrap_or_else(|_| "info".into()),
-        ))
-        .with_ansi(false)
-        .with_writer(writer)
-        .fmt_fields(pinhook::log_fields::PlainFields::new())
-        .init();
+        ),
+        false,
+        writer.clone(),
+    )
+    .init();
+    pinhook::log_line::install_writer(writer);
     let metrics = Arc::new(Metrics::new());
     let policy =
         Policy::parse("mode: enforce\nregistries:\n  allowPrivate: [\"127.0.0.1:5000\"]\n")?;

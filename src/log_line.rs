@@ -1,24 +1,33 @@
 //! Log lines written straight to the log's writer, for the one line every warm review logs
-//! (its summary, `server/observe.rs`). [`Line`] builds the bytes the text format writes for an
-//! event (tracing-subscriber's `Full` format with [`crate::log_fields::PlainFields`], colours
-//! off: `2026-11-27T10:47:23.040763Z  INFO target: message name=value …`), byte for byte, in
-//! one pass: no dispatch through the subscriber's layers, no field visitor, and the timestamp's
-//! date and time of day formatted once per second per thread. Under load that dispatch and
-//! formatting cost a warm review more than the rest of its line (issue 30; the figures are in
-//! `docs/performance.md`). The tests hold its lines beside the text format's.
+//! (its summary, `server/observe.rs`), and the text format they copy ([`text_format`], the
+//! subscriber `main` sets up). [`Line`] builds the bytes that format writes for an event
+//! (tracing-subscriber's `Full` format with [`PlainFields`], colours off: `2026-11-27T10:47:23.040763Z
+//!  INFO target: message name=value …`), byte for byte, in one pass: no dispatch through the
+//! subscriber's layers, no field visitor, and the timestamp's date and time of day formatted
+//! once per second per thread. Under load that dispatch and formatting cost a warm review more
+//! than the rest of its line (issue 30, `docs/performance.md`). The tests hold its lines beside
+//! the text format's.
 //!
 //! It is used only where it cannot differ from `tracing`: once `main` has [`install`]ed the
-//! writer (only for the text format without colours), and with no span entered (at `debug`
-//! the review's span is, and `Full` prefixes the line with it). The caller checks that its
-//! level and target are enabled (`tracing::enabled!`), and logs through `tracing` whenever
-//! [`Line::start`] says no: in tests, examples, the JSON format and on a terminal.
+//! writer (only for the text format without colours; in tests, with `--log-format json` and
+//! on a terminal there is no [`sink`]), when the caller's `tracing::event_enabled!` with the
+//! line's level, target and field names says the filter lets the line through, and when
+//! [`Line::start`] agrees (no span entered: at `debug` the review's span is, and `Full`
+//! prefixes the line with it; a printable message; a clock between 1970 and 9999). Anywhere
+//! else the caller logs through `tracing`.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
+use std::io::Write as _;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::Level;
+use tracing_subscriber::fmt::format::Format;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::EnvFilter;
+
+use crate::log_fields::PlainFields;
 
 /// Where finished lines go: the same writer as every other log line, so they stay in order.
 pub type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -29,6 +38,35 @@ static SINK: OnceLock<Sink> = OnceLock::new();
 /// ignored (returns false).
 pub fn install(sink: Sink) -> bool {
     SINK.set(sink).is_ok()
+}
+
+/// [`install`]s `writer` (the writer [`text_format`] got, so that every line keeps its order).
+pub fn install_writer<W>(writer: W) -> bool
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    install(Box::new(move |line| {
+        // As tracing's own lines: nowhere to report a failed log write.
+        let _ = writer.make_writer().write_all(line);
+    }))
+}
+
+/// The text format's subscriber as `pinhook serve` sets it up: `Full` lines with
+/// [`PlainFields`], `filter`, colours when `ansi`, written to `writer`.
+pub fn text_format<W>(
+    filter: EnvFilter,
+    ansi: bool,
+    writer: W,
+) -> tracing_subscriber::fmt::Subscriber<PlainFields, Format, EnvFilter, W>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(writer)
+        .fmt_fields(PlainFields::new())
+        .finish()
 }
 
 /// The installed writer, if `main` installed one.
@@ -51,7 +89,8 @@ pub struct Line {
 
 impl Line {
     /// Starts a line of `level` and `target` with `message`, or says no (`None`) when `tracing`
-    /// must write it: a span is entered, or the message needs escaping.
+    /// must write it: a span is entered, the message needs escaping, or the clock is before
+    /// 1970 or after 9999.
     pub fn start(level: Level, target: &str, message: &str) -> Option<Self> {
         if !tracing::Span::current().is_none() {
             return None;
@@ -203,6 +242,7 @@ pub(crate) mod testing {
     use std::sync::{Arc, Mutex};
 
     use tracing_subscriber::fmt::MakeWriter;
+    use tracing_subscriber::EnvFilter;
 
     use super::Sink;
 
@@ -239,12 +279,7 @@ pub(crate) mod testing {
     /// What `emit` logs through the text format as `main` sets it up (no colours, `filter`).
     pub(crate) fn text_format(filter: &str, emit: impl FnOnce()) -> String {
         let captured = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .fmt_fields(crate::log_fields::PlainFields::new())
-            .finish();
+        let subscriber = super::text_format(EnvFilter::new(filter), false, captured.clone());
         tracing::subscriber::with_default(subscriber, emit);
         captured.text()
     }

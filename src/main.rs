@@ -46,6 +46,7 @@ fn main() -> ExitCode {
 /// would. Colours only on a terminal, and not with `NO_COLOR`.
 fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     use std::io::IsTerminal as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PINHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
@@ -55,25 +56,21 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
             std::io::stderr(),
         ));
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    if matches!(format, LogFormat::Text) && !ansi {
-        // The per-review summary line goes to the same writer, formatted by `log_line`.
-        let lines = writer.clone();
-        pinhook::log_line::install(Box::new(move |line| {
-            use std::io::Write as _;
-            use tracing_subscriber::fmt::MakeWriter as _;
-            // As tracing's own lines: nowhere to report a failed log write.
-            let _ = lines.make_writer().write_all(line);
-        }));
-    }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(writer);
     match format {
-        LogFormat::Text => builder
-            .fmt_fields(pinhook::log_fields::PlainFields::new())
+        LogFormat::Text => {
+            let subscriber = pinhook::log_line::text_format(filter, ansi, writer.clone());
+            if !ansi {
+                // The per-review summary line goes to the same writer, formatted by `log_line`.
+                pinhook::log_line::install_writer(writer);
+            }
+            subscriber.init();
+        }
+        LogFormat::Json => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .with_writer(writer)
+            .json()
             .init(),
-        LogFormat::Json => builder.json().init(),
     }
     guard
 }

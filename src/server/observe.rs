@@ -225,7 +225,29 @@ impl Summary<'_> {
             warn!(%endpoint, %uid, %namespace, %kind, %operation, dry_run, result, mode = %mode, pinned, would_pin, unchanged, exempt, violations, through_mirror, %origins, "review");
             return;
         }
-        if let Some(sink) = sink.filter(|_| tracing::enabled!(Level::INFO)) {
+        // The same level, target and field names as the `info!` below: a filter may name fields.
+        let enabled = || {
+            tracing::event_enabled!(
+                Level::INFO,
+                message,
+                endpoint,
+                uid,
+                namespace,
+                kind,
+                operation,
+                dry_run,
+                result,
+                mode,
+                pinned,
+                would_pin,
+                unchanged,
+                exempt,
+                violations,
+                through_mirror,
+                origins
+            )
+        };
+        if let Some(sink) = sink.filter(|_| enabled()) {
             if let Some(line) = log_line::Line::start(Level::INFO, module_path!(), "review") {
                 line.display("endpoint", endpoint)
                     .display("uid", uid)
@@ -357,10 +379,27 @@ mod tests {
             "{direct}"
         );
 
-        let filtered = testing::text_format("warn,pinhook::server::observe=warn", || {
-            summary(uids[0], 0, "").log(Some(&sink));
+        for filter in [
+            "warn,pinhook::server::observe=warn",
+            // Directives naming a field: only events with that field are at info.
+            "warn,pinhook[{image}]=info",
+            "warn,[{error}]=info",
+        ] {
+            let filtered = testing::text_format(filter, || {
+                summary(uids[0], 0, "").log(Some(&sink));
+            });
+            assert_eq!(filtered, "", "{filter}");
+        }
+        let (field_sink, field_got) = testing::sink();
+        let by_field = testing::text_format("warn,pinhook[{uid}]=info", || {
+            summary(uids[0], 0, "").log(Some(&field_sink));
+            summary(uids[0], 0, "").log(None);
         });
-        assert_eq!(filtered, "");
+        assert_eq!(
+            untimed(&testing::text(&field_got)),
+            untimed(&by_field),
+            "{{uid}}"
+        );
         let warned = testing::text_format("info", || {
             summary(uids[0], 1, "").log(Some(&sink));
         });
