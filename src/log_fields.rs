@@ -50,14 +50,27 @@ struct PlainVisitor<'a> {
 }
 
 /// Printable ASCII without `"` or `\`: what `{:?}` writes unchanged between its quotes.
-pub(crate) fn quotes_unchanged(value: &str) -> bool {
+fn quotes_unchanged(value: &str) -> bool {
     value
         .bytes()
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
 
-/// Printable ASCII: a message the terminal-escape sanitising leaves unchanged.
-fn printable(value: &str) -> bool {
+/// A string field's value as `{:?}` writes it, quoted and escaped; plain ASCII is copied
+/// between the quotes as it is. Also `log_line`'s.
+pub(crate) fn write_quoted(out: &mut impl fmt::Write, value: &str) -> fmt::Result {
+    if quotes_unchanged(value) {
+        out.write_char('"')?;
+        out.write_str(value)?;
+        out.write_char('"')
+    } else {
+        write!(out, "{value:?}")
+    }
+}
+
+/// Printable ASCII: a message the terminal-escape sanitising leaves unchanged. Also
+/// `log_line`'s.
+pub(crate) fn printable(value: &str) -> bool {
     value.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
@@ -103,12 +116,8 @@ impl Visit for PlainVisitor<'_> {
                 self.result = self.writer.write_char(' ');
             }
             self.result = self.result.and_then(|()| self.writer.write_str(value));
-        } else if field.name() != "message" && !Self::special(field) && quotes_unchanged(value) {
-            self.record_with(field, |w| {
-                w.write_char('"')?;
-                w.write_str(value)?;
-                w.write_char('"')
-            });
+        } else if field.name() != "message" && !Self::special(field) {
+            self.record_with(field, |w| write_quoted(w, value));
         } else {
             self.default_visitor().record_str(field, value);
         }

@@ -27,7 +27,7 @@ use tracing_subscriber::fmt::format::Format;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::log_fields::PlainFields;
+use crate::log_fields::{printable, write_quoted, PlainFields};
 
 /// Where finished lines go: the same writer as every other log line, so they stay in order.
 pub type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -135,13 +135,7 @@ impl Line {
     /// A string field: quoted and escaped as `{:?}` does.
     pub fn str(mut self, name: &str, value: &str) -> Self {
         self.name(name);
-        if crate::log_fields::quotes_unchanged(value) {
-            self.text.push('"');
-            self.text.push_str(value);
-            self.text.push('"');
-        } else {
-            let _ = write!(self.text, "{value:?}");
-        }
+        let _ = write_quoted(&mut self.text, value);
         self
     }
 
@@ -165,11 +159,6 @@ impl Line {
     }
 }
 
-/// Printable ASCII: a message the text format writes unchanged.
-fn printable(value: &str) -> bool {
-    value.bytes().all(|b| (0x20..0x7f).contains(&b))
-}
-
 /// The latest second whose year has four digits: 9999-12-31T23:59:59Z.
 const LAST_FOUR_DIGIT_SECOND: u64 = 253_402_300_799;
 
@@ -190,16 +179,7 @@ fn write_timestamp(text: &mut String, now: SystemTime) -> Option<()> {
         }
         text.push_str(&cached.1);
     });
-    let mut micros = [b'0'; 6];
-    let mut rest = since.subsec_micros();
-    for digit in micros.iter_mut().rev() {
-        *digit = b'0' + (rest % 10) as u8;
-        rest /= 10;
-    }
-    micros
-        .iter()
-        .for_each(|&digit| text.push(char::from(digit)));
-    text.push_str("Z ");
+    let _ = write!(text, "{:06}Z ", since.subsec_micros());
     Some(())
 }
 
@@ -239,6 +219,7 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 /// sink gets.
 #[cfg(test)]
 pub(crate) mod testing {
+    use std::io::Write as _;
     use std::sync::{Arc, Mutex};
 
     use tracing_subscriber::fmt::MakeWriter;
@@ -272,7 +253,8 @@ pub(crate) mod testing {
 
     impl Captured {
         pub(crate) fn text(&self) -> String {
-            text(&self.0)
+            let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8_lossy(&bytes).into_owned()
         }
     }
 
@@ -285,20 +267,13 @@ pub(crate) mod testing {
     }
 
     /// A sink and what it got.
-    pub(crate) fn sink() -> (Sink, Arc<Mutex<Vec<u8>>>) {
-        let got = Arc::new(Mutex::new(Vec::new()));
+    pub(crate) fn sink() -> (Sink, Captured) {
+        let got = Captured::default();
         let into = got.clone();
         let sink: Sink = Box::new(move |line| {
-            if let Ok(mut got) = into.lock() {
-                got.extend_from_slice(line);
-            }
+            let _ = into.clone().write_all(line);
         });
         (sink, got)
-    }
-
-    pub(crate) fn text(bytes: &Mutex<Vec<u8>>) -> String {
-        let bytes = bytes.lock().map(|b| b.clone()).unwrap_or_default();
-        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     /// The lines with their timestamps (`YYYY-MM-DDTHH:MM:SS.ffffffZ `) cut off; a line that
@@ -312,9 +287,10 @@ pub(crate) mod testing {
                     .take(28)
                     .map(|c| if c.is_ascii_digit() { '9' } else { c })
                     .collect();
-                match shape == "9999-99-99T99:99:99.999999Z " {
-                    true => line[28..].to_string(),
-                    false => line.to_string(),
+                if shape == "9999-99-99T99:99:99.999999Z " {
+                    line[28..].to_string()
+                } else {
+                    line.to_string()
                 }
             })
             .collect();
@@ -388,7 +364,7 @@ mod tests {
                 .unwrap();
             line(Level::TRACE, "trace").map(|l| l.end(&sink)).unwrap();
         }
-        let direct = testing::text(&got);
+        let direct = got.text();
         // Five lines per string, and "multi\nline" breaks the two lines that `Display` it.
         assert_eq!(direct.lines().count(), 5 * STRINGS.len() + 2, "{direct}");
         assert_eq!(untimed(&through_tracing), untimed(&direct));

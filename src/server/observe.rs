@@ -372,7 +372,7 @@ mod tests {
             }
         });
         assert_eq!(tracing_too, "", "a line went through tracing");
-        let direct = testing::text(&got);
+        let direct = got.text();
         assert_eq!(untimed(&direct), untimed(&through_tracing));
         assert!(
             direct.contains("  INFO pinhook::server::observe: review endpoint=mutate uid=39f9b946-537c-4e57-992d-0eddda10c503 namespace=team-a kind=Pod operation=CREATE dry_run=false result=\"pinned\" mode=enforce pinned=3 would_pin=0 unchanged=1 exempt=0 violations=0 through_mirror=2 origins=mirror.example:5000,other.example\n"),
@@ -395,11 +395,7 @@ mod tests {
             summary(uids[0], 0, "").log(Some(&field_sink));
             summary(uids[0], 0, "").log(None);
         });
-        assert_eq!(
-            untimed(&testing::text(&field_got)),
-            untimed(&by_field),
-            "{{uid}}"
-        );
+        assert_eq!(untimed(&field_got.text()), untimed(&by_field), "{{uid}}");
         let warned = testing::text_format("info", || {
             summary(uids[0], 1, "").log(Some(&sink));
         });
@@ -407,10 +403,6 @@ mod tests {
             warned.contains(" WARN pinhook::server::observe: review "),
             "{warned}"
         );
-        assert_eq!(
-            untimed(&testing::text(&got)),
-            untimed(&direct),
-            "the sink got more"
-        );
+        assert_eq!(untimed(&got.text()), untimed(&direct), "the sink got more");
     }
 }
