@@ -5,8 +5,12 @@
 //! and with plain ASCII strings and integers copied straight into the line. Anything less
 //! common (errors, floats, strings that need escaping, a coloured writer) is handed to
 //! `DefaultFields`' own visitor, so the text is the same byte for byte; the tests below hold
-//! the two side by side. Only the text format uses it: `--log-format json` keeps tracing's
-//! JSON fields.
+//! the two side by side. One difference, on purpose: one event is one line. A control
+//! character (a line break, `ESC`, C1) or a Unicode line separator that would reach the line
+//! raw, in a `%`-value, an error's text or a formatted message, is written escaped as `{:?}`
+//! escapes it ([`write_escaped`]), so no value from outside (a review's `uid`, an owner's kind, a
+//! registry's error) can forge a line or carry terminal codes. Only the text format uses it:
+//! `--log-format json` keeps tracing's JSON fields, which JSON escapes.
 
 use std::fmt;
 
@@ -32,8 +36,9 @@ impl<'writer> FormatFields<'writer> for PlainFields {
         if writer.has_ansi_escapes() {
             return self.default.format_fields(writer, fields);
         }
+        let mut one_line = OneLine(writer);
         let mut visitor = PlainVisitor {
-            writer,
+            writer: Writer::new(&mut one_line),
             is_empty: true,
             result: Ok(()),
         };
@@ -66,6 +71,41 @@ pub(crate) fn write_quoted(out: &mut impl fmt::Write, value: &str) -> fmt::Resul
     } else {
         write!(out, "{value:?}")
     }
+}
+
+/// A writer that passes text on with [`write_escaped`]: what `PlainFields` writes through.
+struct OneLine<W>(W);
+
+impl<W: fmt::Write> fmt::Write for OneLine<W> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        write_escaped(&mut self.0, text)
+    }
+}
+
+/// Whether `text` may hold a character [`write_escaped`] escapes: a byte below 0x20, DEL, or
+/// the first byte of U+0080–U+00BF (C1 controls) or of U+2000–U+2FFF (the line and paragraph
+/// separators). A scan of bytes, so plain text costs one pass and no decoding. Also
+/// `log_line`'s.
+pub(crate) fn may_break_line(text: &str) -> bool {
+    text.bytes()
+        .any(|b| b < 0x20 || b == 0x7f || b == 0xc2 || b == 0xe2)
+}
+
+/// `text` with its control characters (C0, DEL, C1) and the Unicode line and paragraph
+/// separators escaped as `{:?}` escapes them (`\n`, `\u{1b}`, `\u{2028}`); everything else,
+/// quotes included, as it is. Also `log_line`'s.
+pub(crate) fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Result {
+    if !may_break_line(text) {
+        return out.write_str(text);
+    }
+    for c in text.chars() {
+        if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+            write!(out, "{}", c.escape_debug())?;
+        } else {
+            out.write_char(c)?;
+        }
+    }
+    Ok(())
 }
 
 /// Printable ASCII: a message the terminal-escape sanitising leaves unchanged. Also
@@ -253,7 +293,10 @@ mod tests {
     fn plain_fields_write_what_default_fields_write() {
         let default = lines(DefaultFields::new(), false);
         let plain = lines(PlainFields::new(), false);
+        // The one difference: the formatted message's line break, which PlainFields escapes.
         assert_eq!(default.lines().count(), 14, "{default}");
+        let default = default.replace("multi\nline formatted", "multi\\nline formatted");
+        assert_eq!(plain.lines().count(), 13, "{plain}");
         for (d, p) in default.lines().zip(plain.lines()) {
             assert_eq!(d, p);
         }
@@ -262,6 +305,77 @@ mod tests {
             plain.contains(r#"review endpoint=mutate uid=39f9b946-537c-4e57-992d-0eddda10c503 namespace=team-a dry_run=false result="pinned" pinned=3 would_pin=0 offset=-4 origins="#),
             "{plain}"
         );
+    }
+
+    /// Text from outside (a review's uid, an error's text, an owner's kind) cannot break a
+    /// line or carry terminal codes, in any place a value reaches the line: a `%`-value, an
+    /// error and its sources, a `?`-value, a formatted message, a span's fields.
+    #[test]
+    fn one_event_is_one_line_whatever_its_values_hold() {
+        #[derive(Debug)]
+        struct Hostile;
+        impl fmt::Display for Hostile {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("denied\n2026-11-27T00:00:00.000000Z  INFO forged: line")
+            }
+        }
+        impl std::error::Error for Hostile {}
+        let forged = "a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
+        let text = lines(PlainFields::new(), false);
+        assert!(!text.contains("forged"));
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .without_time()
+            .fmt_fields(PlainFields::new())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("review", uid = %forged);
+            let _entered = span.enter();
+            tracing::info!(uid = %forged, kind = ?forged, quoted = forged, "review");
+            tracing::warn!(
+                error = &Hostile as &(dyn std::error::Error + 'static),
+                "failed"
+            );
+            tracing::warn!(
+                error = &Outer(Broken) as &(dyn std::error::Error + 'static),
+                "failed"
+            );
+            tracing::warn!("formatted {forged} message");
+        });
+        let text = captured.text();
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert!(!text.contains('\x1b') && !text.contains('\r') && !text.contains('\u{85}'));
+        assert!(!text.contains('\u{2028}') && !text.contains('\0') && !text.contains('\x7f'));
+        let escaped = r"a\nb\rc\td\u{1b}[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\u{7f}k";
+        assert!(
+            text.contains(&format!(
+                "review{{uid={escaped}}}: pinhook::log_fields::tests: review uid={escaped} kind=\"{escaped}\" quoted=\"{escaped}\"\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(r"failed error=denied\n2026-11-27T00:00:00.000000Z  INFO forged: line"),
+            "{text}"
+        );
+        // An error's sources, and a message's ESC as tracing escapes it (`\x1b`), unchanged.
+        assert!(
+            text.contains(r"failed error=cannot resolve \x1b[31mred\x1b[0m error.sources=[the registry answered 500]"),
+            "{text}"
+        );
+        // In a message, tracing escapes ESC and DEL itself (`\x1b`, `\x7f`), PlainFields the rest.
+        let in_message = r"a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
+        assert!(
+            text.contains(&format!(" formatted {in_message} message\n")),
+            "{text}"
+        );
+        // Plain text, and text that only looks like it might need escaping, is untouched.
+        for plain in ["", "team-a", "é/ü:1 … – ©", "quote \" and backslash \\"] {
+            let mut out = String::new();
+            write_escaped(&mut out, plain).unwrap();
+            assert_eq!(out, plain);
+        }
     }
 
     #[test]

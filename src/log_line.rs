@@ -27,7 +27,7 @@ use tracing_subscriber::fmt::format::Format;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::log_fields::{printable, write_quoted, PlainFields};
+use crate::log_fields::{may_break_line, printable, write_escaped, write_quoted, PlainFields};
 
 /// Where finished lines go: the same writer as every other log line, so they stay in order.
 pub type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -124,11 +124,17 @@ impl Line {
         self.text.push('=');
     }
 
-    /// A `%value` field: its `Display`, unquoted, as `tracing` writes it.
+    /// A `%value` field: its `Display`, unquoted, as the text format writes it (a control
+    /// character or line separator in it escaped, [`write_escaped`]).
     pub fn display(mut self, name: &str, value: impl fmt::Display) -> Self {
         self.name(name);
+        let start = self.text.len();
         // Writing to a String cannot fail.
         let _ = write!(self.text, "{value}");
+        if may_break_line(&self.text[start..]) {
+            let raw = self.text.split_off(start);
+            let _ = write_escaped(&mut self.text, &raw);
+        }
         self
     }
 
@@ -315,13 +321,15 @@ mod tests {
     const TARGET: &str = module_path!();
 
     /// Strings as pinhook's lines carry them, and the ones that need escaping or are odd.
-    const STRINGS: [&str; 6] = [
+    const STRINGS: [&str; 8] = [
         "pinned",
         "",
         "quote \" and backslash \\ and tab \t",
-        "é/ü:1",
+        "é/ü:1 … ©",
         "terminal \x1b[2J and \u{9b} C1",
         "multi\nline",
+        "forged\r\n2026-11-27T00:00:00.000000Z  INFO pinhook: review\u{2028}\u{85}\0\x7f",
+        "ünïcode\nthen a break",
     ];
 
     /// Lines with every kind of field `Line` writes, through `tracing` and through `Line`, are
@@ -365,9 +373,14 @@ mod tests {
             line(Level::TRACE, "trace").map(|l| l.end(&sink)).unwrap();
         }
         let direct = got.text();
-        // Five lines per string, and "multi\nline" breaks the two lines that `Display` it.
-        assert_eq!(direct.lines().count(), 5 * STRINGS.len() + 2, "{direct}");
+        // Five lines per string: a line break in a `Display` value is escaped, as the text
+        // format escapes it.
+        assert_eq!(direct.lines().count(), 5 * STRINGS.len(), "{direct}");
         assert_eq!(untimed(&through_tracing), untimed(&direct));
+        assert!(
+            direct.contains(r"review endpoint=mutate uid=forged\r\n2026-11-27T00:00:00.000000Z  INFO pinhook: review\u{2028}\u{85}\0\u{7f} dry_run=true"),
+            "{direct}"
+        );
         assert!(
             direct.contains(r#"  INFO pinhook::log_line::tests: review endpoint=mutate uid=pinned dry_run=true result="pinned" pinned=0 big=18446744073709551615 origins="#),
             "{direct}"

@@ -378,6 +378,12 @@ mod tests {
             direct.contains("  INFO pinhook::server::observe: review endpoint=mutate uid=39f9b946-537c-4e57-992d-0eddda10c503 namespace=team-a kind=Pod operation=CREATE dry_run=false result=\"pinned\" mode=enforce pinned=3 would_pin=0 unchanged=1 exempt=0 violations=0 through_mirror=2 origins=mirror.example:5000,other.example\n"),
             "{direct}"
         );
+        // A uid from outside stays on its line.
+        assert_eq!(direct.lines().count(), uids.len(), "{direct}");
+        assert!(
+            direct.contains(r#" review endpoint=mutate uid=odd "uid"\nnext namespace=team-a "#),
+            "{direct}"
+        );
 
         for filter in [
             "warn,pinhook::server::observe=warn",
