@@ -278,6 +278,15 @@ mod tests {
     }
 
     fn lines(fields: impl for<'w> FormatFields<'w> + Send + Sync + 'static, ansi: bool) -> String {
+        lines_of(fields, ansi, emit)
+    }
+
+    /// What `emit` logs through `fields`, without timestamps.
+    fn lines_of(
+        fields: impl for<'w> FormatFields<'w> + Send + Sync + 'static,
+        ansi: bool,
+        emit: impl FnOnce(),
+    ) -> String {
         let captured = Captured::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(captured.clone())
@@ -321,16 +330,7 @@ mod tests {
         }
         impl std::error::Error for Hostile {}
         let forged = "a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
-        let text = lines(PlainFields::new(), false);
-        assert!(!text.contains("forged"));
-        let captured = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .without_time()
-            .fmt_fields(PlainFields::new())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        let text = lines_of(PlainFields::new(), false, || {
             let span = tracing::info_span!("review", uid = %forged);
             let _entered = span.enter();
             tracing::info!(uid = %forged, kind = ?forged, quoted = forged, "review");
@@ -344,7 +344,6 @@ mod tests {
             );
             tracing::warn!("formatted {forged} message");
         });
-        let text = captured.text();
         assert_eq!(text.lines().count(), 4, "{text}");
         assert!(!text.contains('\x1b') && !text.contains('\r') && !text.contains('\u{85}'));
         assert!(!text.contains('\u{2028}') && !text.contains('\0') && !text.contains('\x7f'));
