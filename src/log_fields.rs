@@ -6,35 +6,39 @@
 //! common (errors, floats, strings that need escaping, a coloured writer) is handed to
 //! `DefaultFields`' own visitor, so the text is the same byte for byte; the tests below hold
 //! the two side by side. One difference, on purpose: one event is one line. A control
-//! character (a line break, `ESC`, C1) or a Unicode line separator that would reach the line
-//! raw, in a `%`-value, an error's text or a formatted message, is written escaped as `{:?}`
-//! escapes it ([`write_escaped`]), so no value from outside (a review's `uid`, an owner's kind, a
-//! registry's error) can forge a line or carry terminal codes. Only the text format uses it:
-//! `--log-format json` keeps tracing's JSON fields, which JSON escapes.
+//! character (a line break, `ESC`, C1) or a Unicode line separator that `DefaultFields` would
+//! write raw, in a `%`-value, an error's text or a formatted message, is written escaped as
+//! `{:?}` escapes it ([`write_escaped`]; where tracing's own sanitising of messages and errors
+//! got there first, as it writes it: `\x1b`), with colours or without, so no value from outside
+//! (a review's `uid`, an owner's kind, a registry's error) can forge a line or carry terminal
+//! codes. Only the text format uses it: `--log-format json` keeps tracing's JSON fields, in
+//! which JSON escapes line breaks and C0 controls but leaves DEL, C1 and U+2028 as they are.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use tracing::field::{Field, Visit};
-use tracing_subscriber::field::RecordFields;
-use tracing_subscriber::fmt::format::{DefaultFields, DefaultVisitor, Writer};
+use tracing_subscriber::field::{RecordFields, VisitOutput};
+use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
 use tracing_subscriber::fmt::FormatFields;
 
 /// The text format's field formatter: `DefaultFields`' output, cheaper to produce.
 #[derive(Debug, Default)]
-pub struct PlainFields {
-    default: DefaultFields,
-}
+pub struct PlainFields;
 
 impl PlainFields {
     pub fn new() -> Self {
-        Self::default()
+        Self
     }
 }
 
 impl<'writer> FormatFields<'writer> for PlainFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
         if writer.has_ansi_escapes() {
-            return self.default.format_fields(writer, fields);
+            // Colours: `DefaultFields`' own visitor writes every field, styles and all; a value
+            // it would write with a raw control character is escaped first.
+            let mut visitor = Coloured(DefaultVisitor::new(writer, true));
+            fields.record(&mut visitor);
+            return visitor.0.finish();
         }
         let mut one_line = OneLine(writer);
         let mut visitor = PlainVisitor {
@@ -106,6 +110,107 @@ pub(crate) fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Resul
         }
     }
     Ok(())
+}
+
+/// What `DefaultVisitor` leaves raw in a value: a character [`write_escaped`] escapes, except,
+/// in a message or an error's text (`guarded`), the ones tracing's own terminal-escape
+/// sanitising already writes escaped (ESC, BEL, BS, FF, DEL, C1).
+fn left_raw(text: &str, guarded: bool) -> bool {
+    may_break_line(text)
+        && text.chars().any(|c| {
+            let escaped = c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+            let by_tracing = matches!(c, '\x1b' | '\x07' | '\x08' | '\x0c' | '\x7f')
+                || ('\u{80}'..='\u{9f}').contains(&c);
+            escaped && !(guarded && by_tracing)
+        })
+}
+
+/// Text written through [`write_escaped`].
+struct Escaped<'a>(&'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_escaped(f, self.0)
+    }
+}
+
+/// `DefaultFields`' visitor for the coloured format, handed a value escaped ([`Escaped`]) when it
+/// would write it with a raw control character or line separator. A value that needs nothing is
+/// handed on as it is, so such lines are `DefaultFields`' own, byte for byte. Values are
+/// formatted twice here: colours mean a terminal, never the server's log under load.
+struct Coloured<'a>(DefaultVisitor<'a>);
+
+impl Coloured<'_> {
+    fn escaped(&mut self, field: &Field, text: &str) {
+        self.0
+            .record_debug(field, &format_args!("{}", Escaped(text)));
+    }
+}
+
+impl Visit for Coloured<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        // Any other string is written as `{:?}`, which escapes it.
+        if field.name() == "message" && left_raw(value, true) {
+            self.escaped(field, value);
+        } else {
+            self.0.record_str(field, value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // Not `format!`, which panics when an implementation returns an error.
+        let mut text = String::new();
+        let _ = write!(text, "{value:?}");
+        if left_raw(&text, field.name() == "message") {
+            self.escaped(field, &text);
+        } else {
+            self.0.record_debug(field, value);
+        }
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        let mut texts = Vec::new();
+        let mut next = Some(value);
+        while let Some(error) = next {
+            let mut text = String::new();
+            let _ = write!(text, "{error}");
+            texts.push(text);
+            next = error.source();
+        }
+        if !texts.iter().any(|text| left_raw(text, true)) {
+            return self.0.record_error(field, value);
+        }
+        // As `DefaultVisitor` writes it, without the styles of `.sources=`.
+        let mut text = texts.remove(0);
+        if !texts.is_empty() {
+            text = format!("{text} {}.sources=[{}]", field.name(), texts.join(", "));
+        }
+        self.escaped(field, &text);
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.record_u64(field, value);
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.record_i64(field, value);
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.record_bool(field, value);
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.record_f64(field, value);
+    }
+
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        self.0.record_i128(field, value);
+    }
+
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.0.record_u128(field, value);
+    }
 }
 
 /// Printable ASCII: a message the terminal-escape sanitising leaves unchanged. Also
@@ -214,6 +319,8 @@ impl Visit for PlainVisitor<'_> {
 
 #[cfg(test)]
 mod tests {
+    use tracing_subscriber::fmt::format::DefaultFields;
+
     use crate::log_line::testing::Captured;
 
     use super::*;
@@ -226,6 +333,38 @@ mod tests {
         }
     }
     impl std::error::Error for Broken {}
+
+    /// An error whose text forges a line.
+    #[derive(Debug)]
+    struct Hostile;
+    impl fmt::Display for Hostile {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("denied\n2026-11-27T00:00:00.000000Z  INFO forged: line")
+        }
+    }
+    impl std::error::Error for Hostile {}
+
+    /// An error whose source's text (a registry's answer) breaks the line.
+    #[derive(Debug)]
+    struct Chain;
+    impl fmt::Display for Chain {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("cannot resolve")
+        }
+    }
+    impl std::error::Error for Chain {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&HostileSource)
+        }
+    }
+    #[derive(Debug)]
+    struct HostileSource;
+    impl fmt::Display for HostileSource {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("the registry\r\nanswered 500")
+        }
+    }
+    impl std::error::Error for HostileSource {}
 
     #[derive(Debug)]
     struct Outer(Broken);
@@ -321,14 +460,6 @@ mod tests {
     /// error and its sources, a `?`-value, a formatted message, a span's fields.
     #[test]
     fn one_event_is_one_line_whatever_its_values_hold() {
-        #[derive(Debug)]
-        struct Hostile;
-        impl fmt::Display for Hostile {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("denied\n2026-11-27T00:00:00.000000Z  INFO forged: line")
-            }
-        }
-        impl std::error::Error for Hostile {}
         let forged = "a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
         let text = lines_of(PlainFields::new(), false, || {
             let span = tracing::info_span!("review", uid = %forged);
@@ -377,11 +508,87 @@ mod tests {
         }
     }
 
+    /// With colours the fields are `DefaultFields`' own, except the formatted message's line
+    /// break, which it writes raw.
     #[test]
     fn with_colours_the_fields_are_default_fields_own() {
-        assert_eq!(
-            lines(DefaultFields::new(), true),
-            lines(PlainFields::new(), true)
-        );
+        let default = lines(DefaultFields::new(), true);
+        assert_eq!(default.lines().count(), 14, "{default}");
+        let default = default.replace("multi\nline formatted", "multi\\nline formatted");
+        assert_eq!(default, lines(PlainFields::new(), true));
+    }
+
+    /// The hostile events of the test above, coloured: after the colours' own escape
+    /// sequences, nothing of the values reaches the terminal raw.
+    #[test]
+    fn with_colours_one_event_is_one_line_too() {
+        let forged = "a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
+        let text = lines_of(PlainFields::new(), true, || {
+            let span = tracing::info_span!("review", uid = %forged);
+            let _entered = span.enter();
+            tracing::info!(uid = %forged, kind = ?forged, quoted = forged, "review");
+            tracing::info!(message = forged, uid = 1u64);
+            tracing::warn!(
+                error = &Hostile as &(dyn std::error::Error + 'static),
+                "failed"
+            );
+            tracing::warn!(
+                error = &Chain as &(dyn std::error::Error + 'static),
+                "failed"
+            );
+            tracing::warn!("formatted {forged} message");
+        });
+        // Colours are `ESC [ digits ; … m`; anything else of ESC is a value's.
+        let mut uncoloured = String::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("\x1b[") {
+            uncoloured.push_str(&rest[..at]);
+            let after = &rest[at + 2..];
+            let end = after
+                .find(|c: char| !(c.is_ascii_digit() || c == ';'))
+                .unwrap_or(after.len());
+            if after[end..].starts_with('m') {
+                rest = &after[end + 1..];
+            } else {
+                uncoloured.push_str("\x1b[");
+                rest = after;
+            }
+        }
+        uncoloured.push_str(rest);
+        assert_eq!(uncoloured.lines().count(), 5, "{uncoloured}");
+        let raw = |c: char| c != '\n' && (c.is_control() || c == '\u{2028}' || c == '\u{2029}');
+        assert!(!uncoloured.chars().any(raw), "{uncoloured:?}");
+        let escaped = r"a\nb\rc\td\u{1b}[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\u{7f}k";
+        for expected in [
+            format!("review{{uid={escaped}}}"),
+            format!("review uid={escaped} kind=\"{escaped}\" quoted=\"{escaped}\""),
+            format!(" {escaped} uid=1\n"),
+            format!(" formatted {escaped} message\n"),
+            r"failed error=denied\n2026-11-27T00:00:00.000000Z  INFO forged: line".to_string(),
+            r"failed error=cannot resolve error.sources=[the registry\r\nanswered 500]".to_string(),
+        ] {
+            assert!(uncoloured.contains(&expected), "{expected}\n{uncoloured}");
+        }
+    }
+
+    #[test]
+    fn every_character_that_could_break_a_line_is_escaped() {
+        for c in [
+            '\0', '\n', '\r', '\t', '\x1b', '\x7f', '\u{80}', '\u{85}', '\u{9b}', '\u{9f}',
+            '\u{2028}', '\u{2029}',
+        ] {
+            let text = format!("a{c}b");
+            assert!(may_break_line(&text), "{c:?}");
+            let mut out = String::new();
+            write_escaped(&mut out, &text).unwrap();
+            assert_eq!(out, format!("a{}b", c.escape_debug()), "{c:?}");
+            assert!(left_raw(&text, false), "{c:?}");
+        }
+        // The scan that skips plain text misses no character the escaping would change.
+        for c in (0..=0x10ffff).filter_map(char::from_u32) {
+            if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+                assert!(may_break_line(c.encode_utf8(&mut [0; 4])), "{c:?}");
+            }
+        }
     }
 }
