@@ -137,7 +137,8 @@ impl fmt::Display for Escaped<'_> {
 /// `DefaultFields`' visitor for the coloured format, handed a value escaped ([`Escaped`]) when it
 /// would write it with a raw control character or line separator. A value that needs nothing is
 /// handed on as it is, so such lines are `DefaultFields`' own, byte for byte. Values are
-/// formatted twice here: colours mean a terminal, never the server's log under load.
+/// formatted twice here: colours mean a terminal, never the server's log under load. Numbers
+/// reach `record_debug` (`Visit`'s defaults), as they do in `DefaultVisitor`.
 struct Coloured<'a>(DefaultVisitor<'a>);
 
 impl Coloured<'_> {
@@ -186,30 +187,6 @@ impl Visit for Coloured<'_> {
             text = format!("{text} {}.sources=[{}]", field.name(), texts.join(", "));
         }
         self.escaped(field, &text);
-    }
-
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.record_u64(field, value);
-    }
-
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.0.record_i64(field, value);
-    }
-
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0.record_bool(field, value);
-    }
-
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0.record_f64(field, value);
-    }
-
-    fn record_i128(&mut self, field: &Field, value: i128) {
-        self.0.record_i128(field, value);
-    }
-
-    fn record_u128(&mut self, field: &Field, value: u128) {
-        self.0.record_u128(field, value);
     }
 }
 
@@ -325,59 +302,34 @@ mod tests {
 
     use super::*;
 
+    /// An error of a fixed text, with a source or none.
     #[derive(Debug)]
-    struct Broken;
-    impl fmt::Display for Broken {
+    struct TextError(&'static str, Option<&'static TextError>);
+    impl fmt::Display for TextError {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("the registry answered 500")
+            f.write_str(self.0)
         }
     }
-    impl std::error::Error for Broken {}
+    impl std::error::Error for TextError {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1
+                .map(|source| source as &(dyn std::error::Error + 'static))
+        }
+    }
 
+    static BROKEN: TextError = TextError("the registry answered 500", None);
+    /// Terminal codes in an error's text, which tracing escapes itself.
+    static OUTER: TextError = TextError("cannot resolve \x1b[31mred\x1b[0m", Some(&BROKEN));
     /// An error whose text forges a line.
-    #[derive(Debug)]
-    struct Hostile;
-    impl fmt::Display for Hostile {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("denied\n2026-11-27T00:00:00.000000Z  INFO forged: line")
-        }
-    }
-    impl std::error::Error for Hostile {}
-
+    static HOSTILE: TextError = TextError(
+        "denied\n2026-11-27T00:00:00.000000Z  INFO forged: line",
+        None,
+    );
     /// An error whose source's text (a registry's answer) breaks the line.
-    #[derive(Debug)]
-    struct Chain;
-    impl fmt::Display for Chain {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("cannot resolve")
-        }
-    }
-    impl std::error::Error for Chain {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&HostileSource)
-        }
-    }
-    #[derive(Debug)]
-    struct HostileSource;
-    impl fmt::Display for HostileSource {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("the registry\r\nanswered 500")
-        }
-    }
-    impl std::error::Error for HostileSource {}
-
-    #[derive(Debug)]
-    struct Outer(Broken);
-    impl fmt::Display for Outer {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("cannot resolve \x1b[31mred\x1b[0m")
-        }
-    }
-    impl std::error::Error for Outer {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.0)
-        }
-    }
+    static CHAIN: TextError = TextError(
+        "cannot resolve",
+        Some(&TextError("the registry\r\nanswered 500", None)),
+    );
 
     /// Every kind of field pinhook's lines carry, and the ones that need escaping.
     fn emit() {
@@ -402,9 +354,8 @@ mod tests {
             small = -170141183460469231731687303715884105728i128,
             "numbers"
         );
-        let error = Outer(Broken);
         tracing::warn!(
-            error = &error as &(dyn std::error::Error + 'static),
+            error = &OUTER as &(dyn std::error::Error + 'static),
             "with an error"
         );
         tracing::info!(r#type = "Pod", debug = ?vec!["a", "b\"c"], display = %"x y", "raw identifier and Debug");
@@ -455,51 +406,56 @@ mod tests {
         );
     }
 
+    /// Every control character and line separator class, and text that forges a line.
+    const FORGED: &str = "a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
+    /// [`FORGED`] escaped.
+    const ESCAPED: &str = r"a\nb\rc\td\u{1b}[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\u{7f}k";
+
+    /// Text from outside in every place a value reaches the line: a span's field, a
+    /// `%`-value, a `?`-value, a string, a message given as a field, an error's text and its
+    /// source's, a formatted message.
+    fn emit_hostile() {
+        let span = tracing::info_span!("review", uid = %FORGED);
+        let _entered = span.enter();
+        tracing::info!(uid = %FORGED, kind = ?FORGED, quoted = FORGED, "review");
+        tracing::info!(message = FORGED, uid = 1u64);
+        for error in [&HOSTILE, &OUTER, &CHAIN] {
+            tracing::warn!(
+                error = error as &(dyn std::error::Error + 'static),
+                "failed"
+            );
+        }
+        tracing::warn!("formatted {FORGED} message");
+    }
+
+    /// What every hostile line must hold, with and without colours; `message` is how a
+    /// message holding [`FORGED`] is written.
+    fn hostile_lines(message: &str) -> Vec<String> {
+        vec![
+            format!("review{{uid={ESCAPED}}}"),
+            format!("review uid={ESCAPED} kind=\"{ESCAPED}\" quoted=\"{ESCAPED}\"\n"),
+            format!(" {message} uid=1\n"),
+            r"failed error=denied\n2026-11-27T00:00:00.000000Z  INFO forged: line".to_string(),
+            // Terminal codes in an error's text, as tracing's sanitising writes them.
+            r"failed error=cannot resolve \x1b[31mred\x1b[0m error.sources=[the registry answered 500]".to_string(),
+            r"failed error=cannot resolve error.sources=[the registry\r\nanswered 500]".to_string(),
+            format!(" formatted {message} message\n"),
+        ]
+    }
+
     /// Text from outside (a review's uid, an error's text, an owner's kind) cannot break a
-    /// line or carry terminal codes, in any place a value reaches the line: a `%`-value, an
-    /// error and its sources, a `?`-value, a formatted message, a span's fields.
+    /// line or carry terminal codes.
     #[test]
     fn one_event_is_one_line_whatever_its_values_hold() {
-        let forged = "a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
-        let text = lines_of(PlainFields::new(), false, || {
-            let span = tracing::info_span!("review", uid = %forged);
-            let _entered = span.enter();
-            tracing::info!(uid = %forged, kind = ?forged, quoted = forged, "review");
-            tracing::warn!(
-                error = &Hostile as &(dyn std::error::Error + 'static),
-                "failed"
-            );
-            tracing::warn!(
-                error = &Outer(Broken) as &(dyn std::error::Error + 'static),
-                "failed"
-            );
-            tracing::warn!("formatted {forged} message");
-        });
-        assert_eq!(text.lines().count(), 4, "{text}");
-        assert!(!text.contains('\x1b') && !text.contains('\r') && !text.contains('\u{85}'));
-        assert!(!text.contains('\u{2028}') && !text.contains('\0') && !text.contains('\x7f'));
-        let escaped = r"a\nb\rc\td\u{1b}[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\u{7f}k";
-        assert!(
-            text.contains(&format!(
-                "review{{uid={escaped}}}: pinhook::log_fields::tests: review uid={escaped} kind=\"{escaped}\" quoted=\"{escaped}\"\n"
-            )),
-            "{text}"
-        );
-        assert!(
-            text.contains(r"failed error=denied\n2026-11-27T00:00:00.000000Z  INFO forged: line"),
-            "{text}"
-        );
-        // An error's sources, and a message's ESC as tracing escapes it (`\x1b`), unchanged.
-        assert!(
-            text.contains(r"failed error=cannot resolve \x1b[31mred\x1b[0m error.sources=[the registry answered 500]"),
-            "{text}"
-        );
+        let text = lines_of(PlainFields::new(), false, emit_hostile);
+        assert_eq!(text.lines().count(), 6, "{text}");
+        let raw = |c: char| c != '\n' && (c.is_control() || c == '\u{2028}' || c == '\u{2029}');
+        assert!(!text.chars().any(raw), "{text:?}");
         // In a message, tracing escapes ESC and DEL itself (`\x1b`, `\x7f`), PlainFields the rest.
         let in_message = r"a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
-        assert!(
-            text.contains(&format!(" formatted {in_message} message\n")),
-            "{text}"
-        );
+        for expected in hostile_lines(in_message) {
+            assert!(text.contains(&expected), "{expected}\n{text}");
+        }
         // Plain text, and text that only looks like it might need escaping, is untouched.
         for plain in ["", "team-a", "é/ü:1 … – ©", "quote \" and backslash \\"] {
             let mut out = String::new();
@@ -508,36 +464,11 @@ mod tests {
         }
     }
 
-    /// With colours the fields are `DefaultFields`' own, except the formatted message's line
-    /// break, which it writes raw.
-    #[test]
-    fn with_colours_the_fields_are_default_fields_own() {
-        let default = lines(DefaultFields::new(), true);
-        assert_eq!(default.lines().count(), 14, "{default}");
-        let default = default.replace("multi\nline formatted", "multi\\nline formatted");
-        assert_eq!(default, lines(PlainFields::new(), true));
-    }
-
-    /// The hostile events of the test above, coloured: after the colours' own escape
-    /// sequences, nothing of the values reaches the terminal raw.
+    /// The same, coloured: after the colours' own escape sequences, nothing of the values
+    /// reaches the terminal raw.
     #[test]
     fn with_colours_one_event_is_one_line_too() {
-        let forged = "a\nb\rc\td\x1b[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\x7fk";
-        let text = lines_of(PlainFields::new(), true, || {
-            let span = tracing::info_span!("review", uid = %forged);
-            let _entered = span.enter();
-            tracing::info!(uid = %forged, kind = ?forged, quoted = forged, "review");
-            tracing::info!(message = forged, uid = 1u64);
-            tracing::warn!(
-                error = &Hostile as &(dyn std::error::Error + 'static),
-                "failed"
-            );
-            tracing::warn!(
-                error = &Chain as &(dyn std::error::Error + 'static),
-                "failed"
-            );
-            tracing::warn!("formatted {forged} message");
-        });
+        let text = lines_of(PlainFields::new(), true, emit_hostile);
         // Colours are `ESC [ digits ; … m`; anything else of ESC is a value's.
         let mut uncoloured = String::new();
         let mut rest = text.as_str();
@@ -555,20 +486,22 @@ mod tests {
             }
         }
         uncoloured.push_str(rest);
-        assert_eq!(uncoloured.lines().count(), 5, "{uncoloured}");
+        assert_eq!(uncoloured.lines().count(), 6, "{uncoloured}");
         let raw = |c: char| c != '\n' && (c.is_control() || c == '\u{2028}' || c == '\u{2029}');
         assert!(!uncoloured.chars().any(raw), "{uncoloured:?}");
-        let escaped = r"a\nb\rc\td\u{1b}[2Je\u{85}f\u{9b}g\u{2028}h\u{2029}i\0j\u{7f}k";
-        for expected in [
-            format!("review{{uid={escaped}}}"),
-            format!("review uid={escaped} kind=\"{escaped}\" quoted=\"{escaped}\""),
-            format!(" {escaped} uid=1\n"),
-            format!(" formatted {escaped} message\n"),
-            r"failed error=denied\n2026-11-27T00:00:00.000000Z  INFO forged: line".to_string(),
-            r"failed error=cannot resolve error.sources=[the registry\r\nanswered 500]".to_string(),
-        ] {
+        for expected in hostile_lines(ESCAPED) {
             assert!(uncoloured.contains(&expected), "{expected}\n{uncoloured}");
         }
+    }
+
+    /// With colours the fields are `DefaultFields`' own, except the formatted message's line
+    /// break, which it writes raw.
+    #[test]
+    fn with_colours_the_fields_are_default_fields_own() {
+        let default = lines(DefaultFields::new(), true);
+        assert_eq!(default.lines().count(), 14, "{default}");
+        let default = default.replace("multi\nline formatted", "multi\\nline formatted");
+        assert_eq!(default, lines(PlainFields::new(), true));
     }
 
     #[test]
