@@ -30,7 +30,8 @@ pub struct Captured(Arc<Mutex<Vec<u8>>>);
 impl Captured {
     /// Runs `test` on a runtime from `runtime` (with every driver enabled, as `#[tokio::test]`
     /// builds it) each of whose threads, the test's own, the workers and the blocking pool,
-    /// logs plain text (no colours) at `level` into a new capture, which `test` is given.
+    /// logs at `level` into a new capture, which `test` is given, in the text format `pinhook
+    /// serve` writes without colours (`log_line::text_format`).
     ///
     /// Scoped to those threads, not process-wide: the tests of a binary run in parallel in one
     /// process, and a global subscriber would capture the other tests' lines too (and could be
@@ -44,13 +45,11 @@ impl Captured {
         pin_second_dispatch();
         let captured = Captured::default();
         let writer = captured.clone();
-        let dispatch = Dispatch::new(
-            tracing_subscriber::fmt()
-                .with_max_level(level)
-                .with_ansi(false)
-                .with_writer(move || writer.clone())
-                .finish(),
-        );
+        // The text format as `pinhook serve` sets it up (its field formatter and escaping).
+        let filter = tracing_subscriber::EnvFilter::new(level.as_str().to_ascii_lowercase());
+        let dispatch = Dispatch::new(pinhook::log_line::text_format(filter, false, move || {
+            writer.clone()
+        }));
         let threads = dispatch.clone();
         let runtime = runtime
             .enable_all()
