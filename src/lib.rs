@@ -21,6 +21,7 @@
 //!   `/mutate`, `/validate` and the dry run.
 //! - [`metrics`]: every Prometheus metric pinhook exports.
 //! - [`log_fields`]: the fields of a text log line, as tracing writes them, cheaper.
+//! - [`log_json`]: the JSON log format's writer, escaping what JSON leaves raw (C1, DEL, U+2028).
 //! - [`server`]: HTTPS (axum + rustls), connection bounds, routes, the dry-run endpoint, TLS
 //!   reloads, health, shutdown.
 //! - [`app`]: the composition root, one `build(Config)` for `pinhook serve` and the tests.
@@ -41,6 +42,7 @@ pub mod documents;
 pub mod error;
 pub mod lease;
 pub mod log_fields;
+pub mod log_json;
 pub mod log_line;
 pub mod metrics;
 pub mod own_namespace;

@@ -12,7 +12,7 @@
 //! got there first, as it writes it: `\x1b`), with colours or without, so no value from outside
 //! (a review's `uid`, an owner's kind, a registry's error) can forge a line or carry terminal
 //! codes. Only the text format uses it: `--log-format json` keeps tracing's JSON fields, in
-//! which JSON escapes line breaks and C0 controls but leaves DEL, C1 and U+2028 as they are.
+//! which JSON escapes line breaks and C0 controls, and `log_json` the rest.
 
 use std::fmt::{self, Write as _};
 

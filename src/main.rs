@@ -68,7 +68,7 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
         LogFormat::Json => tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(ansi)
-            .with_writer(writer)
+            .with_writer(pinhook::log_json::JsonEscaping(writer))
             .json()
             .init(),
     }

@@ -1,0 +1,160 @@
+//! The JSON log format's writer (`--log-format json`, the chart's default). JSON escapes line
+//! breaks and the C0 controls in a string, but leaves DEL, the C1 controls (U+0080–U+009F,
+//! among them CSI, U+009B, which some terminals obey) and the Unicode line and paragraph
+//! separators (which some log viewers break lines at) as they are. [`JsonEscaping`] writes
+//! those as `\u` escapes, which a JSON reader reads back as the same characters, so a value
+//! from outside (a review's `uid`, an image, a registry's error) reaches neither a terminal nor
+//! a viewer raw. serde_json writes these bytes only inside strings, where the escape means the
+//! same; a line without them (nearly every line) is passed on as it is, after a scan of its
+//! bytes.
+
+use std::io;
+
+use tracing_subscriber::fmt::MakeWriter;
+
+/// A [`MakeWriter`] whose writers escape what JSON leaves raw before the bytes reach `M`'s.
+#[derive(Debug, Clone)]
+pub struct JsonEscaping<M>(pub M);
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for JsonEscaping<M> {
+    type Writer = Escaping<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Escaping(self.0.make_writer())
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        Escaping(self.0.make_writer_for(meta))
+    }
+}
+
+/// One writer of [`JsonEscaping`]. tracing hands it each formatted line whole.
+#[derive(Debug)]
+pub struct Escaping<W>(W);
+
+impl<W: io::Write> io::Write for Escaping<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if !buf.iter().any(|&b| b == 0x7f || b == 0xc2 || b == 0xe2) {
+            return self.0.write(buf);
+        }
+        self.0.write_all(&escaped(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// `line` with DEL, U+0080–U+009F (`C2 80`–`C2 9F` in UTF-8) and U+2028/U+2029 (`E2 80 A8`,
+/// `E2 80 A9`) written as `\u` escapes; every other byte as it is.
+fn escaped(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len() + 16);
+    let mut i = 0;
+    while i < line.len() {
+        match line[i..] {
+            [0x7f, ..] => {
+                out.extend_from_slice(b"\\u007f");
+                i += 1;
+            }
+            [0xc2, low @ 0x80..=0x9f, ..] => {
+                out.extend_from_slice(format!("\\u00{low:02x}").as_bytes());
+                i += 2;
+            }
+            [0xe2, 0x80, last @ (0xa8 | 0xa9), ..] => {
+                out.extend_from_slice(if last == 0xa8 { b"\\u2028" } else { b"\\u2029" });
+                i += 3;
+            }
+            [byte, ..] => {
+                out.push(byte);
+                i += 1;
+            }
+            [] => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use crate::log_line::testing::Captured;
+
+    use super::*;
+
+    /// Every character JSON leaves raw that a terminal or a viewer may obey, between text that
+    /// must stay as it is (é is `C3 A9`, … is `E2 80 A6`: the same lead bytes).
+    const HOSTILE: &str =
+        "a\u{7f}b\u{80}c\u{85}d\u{9b}31me\u{9f}f\u{2028}g\u{2029}h é … \u{a0} \n\x1b end";
+
+    const ONE_BY_ONE: [char; 6] = [
+        '\u{7f}', '\u{80}', '\u{85}', '\u{9f}', '\u{2028}', '\u{2029}',
+    ];
+
+    fn json_lines(escaping: bool) -> String {
+        let captured = Captured::default();
+        let builder = tracing_subscriber::fmt().json().with_ansi(false);
+        let emit = || {
+            tracing::info!(uid = HOSTILE, image = %HOSTILE, "review");
+            tracing::warn!("message {HOSTILE}");
+            // Each alone too, so that no one of them relies on another's escaping.
+            for c in ONE_BY_ONE {
+                tracing::info!(uid = %format!("a{c}b"), "one");
+            }
+        };
+        if escaping {
+            let subscriber = builder.with_writer(JsonEscaping(captured.clone())).finish();
+            tracing::subscriber::with_default(subscriber, emit);
+        } else {
+            let subscriber = builder.with_writer(captured.clone()).finish();
+            tracing::subscriber::with_default(subscriber, emit);
+        }
+        captured.text()
+    }
+
+    fn raw(text: &str) -> bool {
+        text.chars().any(|c| {
+            c == '\u{7f}'
+                || ('\u{80}'..='\u{9f}').contains(&c)
+                || c == '\u{2028}'
+                || c == '\u{2029}'
+        })
+    }
+
+    #[test]
+    fn what_json_leaves_raw_is_escaped_and_reads_back_the_same() {
+        // Without it, JSON writes them raw.
+        assert!(raw(&json_lines(false)));
+        let text = json_lines(true);
+        assert!(!raw(&text), "{text:?}");
+        assert_eq!(text.lines().count(), 2 + ONE_BY_ONE.len(), "{text}");
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(lines[0]["fields"]["uid"], HOSTILE);
+        assert_eq!(lines[0]["fields"]["image"], HOSTILE);
+        assert_eq!(lines[1]["fields"]["message"], format!("message {HOSTILE}"));
+        assert!(
+            text.contains(r"a\u007fb\u0080c\u0085d\u009b31me\u009ff\u2028g\u2029h é … "),
+            "{text}"
+        );
+        for (line, c) in lines[2..].iter().zip(ONE_BY_ONE) {
+            assert_eq!(line["fields"]["uid"], format!("a{c}b"));
+        }
+    }
+
+    #[test]
+    fn text_without_them_is_passed_on_as_it_is() {
+        for line in ["", "{\"a\":\"é … \u{a0} © ⁂ Â\"}\n"] {
+            let mut out = Vec::new();
+            io::Write::write_all(&mut Escaping(&mut out), line.as_bytes()).unwrap();
+            assert_eq!(out, line.as_bytes());
+        }
+        // A line cut inside a character (tracing writes whole lines) is passed on too.
+        let mut out = Vec::new();
+        io::Write::write_all(&mut Escaping(&mut out), &[b'a', 0xc2]).unwrap();
+        assert_eq!(out, [b'a', 0xc2]);
+    }
+}
