@@ -36,9 +36,13 @@ impl<'writer> FormatFields<'writer> for PlainFields {
         if writer.has_ansi_escapes() {
             // Colours: `DefaultFields`' own visitor writes every field, styles and all; a value
             // it would write with a raw control character is escaped first.
-            let mut visitor = Coloured(DefaultVisitor::new(writer, true));
+            let guarded = writer.sanitizes_ansi_escapes();
+            let mut visitor = Coloured {
+                visitor: DefaultVisitor::new(writer, true),
+                guarded,
+            };
             fields.record(&mut visitor);
-            return visitor.0.finish();
+            return visitor.visitor.finish();
         }
         let mut one_line = OneLine(writer);
         let mut visitor = PlainVisitor {
@@ -125,36 +129,65 @@ fn left_raw(text: &str, guarded: bool) -> bool {
         })
 }
 
-/// Text written through [`write_escaped`].
-struct Escaped<'a>(&'a str);
+/// `DefaultFields`' visitor for the coloured format. Each value is formatted once, here, and
+/// its text handed on ([`Saved`]), escaped ([`write_escaped`]) when `DefaultFields` would write it
+/// with a raw control character or line separator; a value that needs nothing is written as
+/// `DefaultFields` writes it, byte for byte. Formatting once means a value whose text changes
+/// from call to call cannot pass the check and then be written differently. The cost (a
+/// `String` per value) is a terminal's: colours are never the server's log under load. Numbers
+/// reach `record_debug` (`Visit`'s defaults), as they do in `DefaultVisitor`.
+struct Coloured<'a> {
+    visitor: DefaultVisitor<'a>,
+    /// Whether tracing escapes ESC, BEL, BS, FF, DEL and C1 in messages and errors itself (its
+    /// terminal-escape sanitising, on unless a subscriber turns it off).
+    guarded: bool,
+}
 
-impl fmt::Display for Escaped<'_> {
+/// Text already formatted, written as it is wherever `{:?}` or `{}` writes it.
+struct Saved<'a>(&'a str);
+
+impl fmt::Debug for Saved<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_escaped(f, self.0)
+        f.write_str(self.0)
     }
 }
 
-/// `DefaultFields`' visitor for the coloured format, handed a value escaped ([`Escaped`]) when it
-/// would write it with a raw control character or line separator. A value that needs nothing is
-/// handed on as it is, so such lines are `DefaultFields`' own, byte for byte. Values are
-/// formatted twice here: colours mean a terminal, never the server's log under load. Numbers
-/// reach `record_debug` (`Visit`'s defaults), as they do in `DefaultVisitor`.
-struct Coloured<'a>(DefaultVisitor<'a>);
+/// An error's text and its sources' texts, saved, for `DefaultVisitor::record_error`.
+#[derive(Debug)]
+struct SavedError {
+    text: String,
+    source: Option<Box<SavedError>>,
+}
 
-impl Coloured<'_> {
-    fn escaped(&mut self, field: &Field, text: &str) {
-        self.0
-            .record_debug(field, &format_args!("{}", Escaped(text)));
+impl fmt::Display for SavedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
     }
+}
+
+impl std::error::Error for SavedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// `text` through [`write_escaped`], in a `String`.
+fn escaped_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let _ = write_escaped(&mut out, text);
+    out
 }
 
 impl Visit for Coloured<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         // Any other string is written as `{:?}`, which escapes it.
-        if field.name() == "message" && left_raw(value, true) {
-            self.escaped(field, value);
+        if field.name() == "message" && left_raw(value, self.guarded) {
+            self.visitor
+                .record_debug(field, &Saved(&escaped_text(value)));
         } else {
-            self.0.record_str(field, value);
+            self.visitor.record_str(field, value);
         }
     }
 
@@ -162,11 +195,10 @@ impl Visit for Coloured<'_> {
         // Not `format!`, which panics when an implementation returns an error.
         let mut text = String::new();
         let _ = write!(text, "{value:?}");
-        if left_raw(&text, field.name() == "message") {
-            self.escaped(field, &text);
-        } else {
-            self.0.record_debug(field, value);
+        if left_raw(&text, field.name() == "message" && self.guarded) {
+            text = escaped_text(&text);
         }
+        self.visitor.record_debug(field, &Saved(&text));
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
@@ -178,15 +210,26 @@ impl Visit for Coloured<'_> {
             texts.push(text);
             next = error.source();
         }
-        if !texts.iter().any(|text| left_raw(text, true)) {
-            return self.0.record_error(field, value);
+        if texts.iter().any(|text| left_raw(text, self.guarded)) {
+            texts = texts.iter().map(|text| escaped_text(text)).collect();
         }
-        // As `DefaultVisitor` writes it, without the styles of `.sources=`.
-        let mut text = texts.remove(0);
-        if !texts.is_empty() {
-            text = format!("{text} {}.sources=[{}]", field.name(), texts.join(", "));
+        let saved = texts.into_iter().rev().fold(None, |source, text| {
+            Some(Box::new(SavedError { text, source }))
+        });
+        if let Some(saved) = saved {
+            self.visitor.record_error(field, saved.as_ref());
         }
-        self.escaped(field, &text);
+    }
+}
+
+/// `text` as one line: its control characters and line separators escaped ([`write_escaped`]),
+/// borrowed as it is when it has none. For text from outside that the CLI prints to a terminal
+/// (its errors, `pinhook check`'s table and problems).
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if left_raw(text, false) {
+        std::borrow::Cow::Owned(escaped_text(text))
+    } else {
+        std::borrow::Cow::Borrowed(text)
     }
 }
 
@@ -456,6 +499,11 @@ mod tests {
         for expected in hostile_lines(in_message) {
             assert!(text.contains(&expected), "{expected}\n{text}");
         }
+        assert!(matches!(
+            one_line("team/app:1 é …"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(one_line(FORGED), ESCAPED);
         // Plain text, and text that only looks like it might need escaping, is untouched.
         for plain in ["", "team-a", "é/ü:1 … – ©", "quote \" and backslash \\"] {
             let mut out = String::new();
@@ -502,6 +550,32 @@ mod tests {
         assert_eq!(default.lines().count(), 14, "{default}");
         let default = default.replace("multi\nline formatted", "multi\\nline formatted");
         assert_eq!(default, lines(PlainFields::new(), true));
+    }
+
+    /// A value whose text changes from one formatting to the next (plain, then a forged line)
+    /// is formatted once: what was checked is what is written.
+    #[test]
+    fn a_value_is_formatted_once() {
+        struct Flips(std::cell::Cell<u32>);
+        impl fmt::Display for Flips {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.set(self.0.get() + 1);
+                match self.0.get() {
+                    1 => f.write_str("x"),
+                    _ => f.write_str("x\nFORGED"),
+                }
+            }
+        }
+        for ansi in [false, true] {
+            let text = lines_of(PlainFields::new(), ansi, || {
+                tracing::info!(flip = %Flips(std::cell::Cell::new(0)), "review");
+            });
+            assert_eq!(text.lines().count(), 1, "{text}");
+            assert!(
+                !text.lines().any(|line| line.starts_with("FORGED")),
+                "{text}"
+            );
+        }
     }
 
     #[test]

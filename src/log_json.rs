@@ -6,11 +6,32 @@
 //! from outside (a review's `uid`, an image, a registry's error) reaches neither a terminal nor
 //! a viewer raw. serde_json writes these bytes only inside strings, where the escape means the
 //! same; a line without them (nearly every line) is passed on as it is, after a scan of its
-//! bytes.
+//! bytes (`memchr`). [`json_format`] is the subscriber `main` sets up with it, and the one the
+//! tests hold.
 
 use std::io;
 
+use tracing_subscriber::fmt::format::{Format, Json, JsonFields};
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::EnvFilter;
+
+/// The JSON format's subscriber as `pinhook serve` sets it up: tracing's JSON lines, `filter`,
+/// written to `writer` through [`JsonEscaping`].
+pub fn json_format<W>(
+    filter: EnvFilter,
+    ansi: bool,
+    writer: W,
+) -> tracing_subscriber::fmt::Subscriber<JsonFields, Format<Json>, EnvFilter, JsonEscaping<W>>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(JsonEscaping(writer))
+        .json()
+        .finish()
+}
 
 /// A [`MakeWriter`] whose writers escape what JSON leaves raw before the bytes reach `M`'s.
 #[derive(Debug, Clone)]
@@ -34,7 +55,7 @@ pub struct Escaping<W>(W);
 
 impl<W: io::Write> io::Write for Escaping<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if !buf.iter().any(|&b| b == 0x7f || b == 0xc2 || b == 0xe2) {
+        if memchr::memchr3(0x7f, 0xc2, 0xe2, buf).is_none() {
             return self.0.write(buf);
         }
         self.0.write_all(&escaped(buf))?;
@@ -94,7 +115,6 @@ mod tests {
 
     fn json_lines(escaping: bool) -> String {
         let captured = Captured::default();
-        let builder = tracing_subscriber::fmt().json().with_ansi(false);
         let emit = || {
             tracing::info!(uid = HOSTILE, image = %HOSTILE, "review");
             tracing::warn!("message {HOSTILE}");
@@ -104,10 +124,15 @@ mod tests {
             }
         };
         if escaping {
-            let subscriber = builder.with_writer(JsonEscaping(captured.clone())).finish();
+            // As `main` sets it up.
+            let subscriber = json_format(EnvFilter::new("trace"), false, captured.clone());
             tracing::subscriber::with_default(subscriber, emit);
         } else {
-            let subscriber = builder.with_writer(captured.clone()).finish();
+            let subscriber = tracing_subscriber::fmt()
+                .json()
+                .with_ansi(false)
+                .with_writer(captured.clone())
+                .finish();
             tracing::subscriber::with_default(subscriber, emit);
         }
         captured.text()

@@ -9,6 +9,7 @@ use anyhow::Result;
 use clap::Parser;
 
 use pinhook::cli::{Cli, Command, InventoryArgs, InventoryOutput, LogFormat};
+use pinhook::log_fields::one_line;
 use pinhook::{app, certs, check};
 
 /// mimalloc instead of glibc's malloc: malloc and free were about 12 % of the warm path's CPU
@@ -32,7 +33,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli.command)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("pinhook: {e:#}");
+            eprintln!("pinhook: {}", one_line(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }
@@ -65,12 +66,7 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
             }
             subscriber.init();
         }
-        LogFormat::Json => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(ansi)
-            .with_writer(pinhook::log_json::JsonEscaping(writer))
-            .json()
-            .init(),
+        LogFormat::Json => pinhook::log_json::json_format(filter, ansi, writer).init(),
     }
     guard
 }
@@ -90,7 +86,8 @@ async fn run(command: Command) -> Result<ExitCode> {
                 }
                 Err(e) => {
                     let reason = pinhook::admission::pipeline::error_chain(&e);
-                    eprintln!("pinhook: cannot resolve {}: {reason}", config.image);
+                    let message = format!("cannot resolve {}: {reason}", config.image);
+                    eprintln!("pinhook: {}", one_line(&message));
                     Ok(ExitCode::from(1))
                 }
             }

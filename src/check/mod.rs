@@ -22,6 +22,7 @@ pub use render::{problems, render, RenderError};
 
 use crate::admission::dry_run::Report;
 use crate::app::AppError;
+use crate::log_fields::one_line;
 use crate::registry::RegistryConfig;
 use progress::Progress;
 
@@ -160,7 +161,7 @@ pub async fn run(config: CheckConfig) -> Result<u8, CheckError> {
         // The manifests go to stdout (often into a file); what kept them from being pinned
         // goes to stderr, so a broken document or a denial is never silent.
         for line in problems(&report) {
-            eprintln!("pinhook: {line}");
+            eprintln!("pinhook: {}", one_line(&line));
         }
     }
     let undigested = if config.require_digest {
@@ -169,7 +170,7 @@ pub async fn run(config: CheckConfig) -> Result<u8, CheckError> {
         Vec::new()
     };
     for line in &undigested {
-        eprintln!("pinhook: --require-digest: {line}");
+        eprintln!("pinhook: --require-digest: {}", one_line(line));
     }
     let code = exit_code(&report);
     Ok(if code == 0 && !undigested.is_empty() {

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::Output;
 use crate::admission::dry_run::{ObjectReport, Report};
+use crate::log_fields::one_line;
 
 /// Why a report could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -85,12 +86,13 @@ fn render_table(report: &Report, colour: bool) -> String {
                 "pinned" => image.digest.clone().unwrap_or_default(),
                 _ => image.reason.clone().unwrap_or_default(),
             };
+            // Text from the manifests and the registries: one line each, nothing raw.
             rows.push([
-                object_name(object),
-                image.container.clone(),
+                one_line(&object_name(object)).into_owned(),
+                one_line(&image.container).into_owned(),
                 image.action.clone(),
-                image.original.clone(),
-                result,
+                one_line(&image.original).into_owned(),
+                one_line(&result).into_owned(),
             ]);
         }
     }
@@ -118,11 +120,8 @@ fn render_table(report: &Report, colour: bool) -> String {
     }
     for error in &report.errors {
         let source = error.source.as_deref().unwrap_or("input");
-        let _ = writeln!(
-            out,
-            "error: {source} document {}: {}",
-            error.index, error.error
-        );
+        let line = format!("error: {source} document {}: {}", error.index, error.error);
+        let _ = writeln!(out, "{}", one_line(&line));
     }
     let s = &report.summary;
     let _ = writeln!(

@@ -407,3 +407,45 @@ async fn require_digest_passes_only_when_every_image_resolved() {
         stderr(&output)
     );
 }
+
+/// Text from a manifest cannot forge rows or put terminal codes into `pinhook check`'s table or
+/// its problems on stderr: an image and a container name holding a line break, ESC and C1 come
+/// out escaped, one row each.
+#[tokio::test]
+async fn hostile_manifest_text_stays_on_its_row() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let host = registry.host();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = format!("{host}/team/app:1\\nPod/default/forged  c  pinned  x\\u001b[2J\\u009b31m");
+    std::fs::write(
+        dir.path().join("pod.json"),
+        format!(r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p"}},"spec":{{"containers":[{{"name":"c\r\nforged","image":"{image}"}}]}}}}"#),
+    )
+    .expect("write");
+    let path = dir.path().to_str().expect("path");
+    let raw = |c: char| c != '\n' && (c.is_control() || c == '\u{2028}' || c == '\u{2029}');
+    for args in [vec![path], vec![path, "-o", "yaml"]] {
+        let output = pinhook(&registry, &args, None);
+        assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        for text in [stdout(&output), stderr] {
+            assert!(!text.chars().any(raw), "{args:?}: {text:?}");
+            assert!(
+                !text
+                    .lines()
+                    .any(|line| line.starts_with("Pod/default/forged")),
+                "{args:?}: {text}"
+            );
+        }
+    }
+    let table = stdout(&pinhook(&registry, &[path], None));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("Pod/default/p"))
+        .unwrap_or_else(|| panic!("no row for Pod/default/p:\n{table}"));
+    assert!(
+        row.contains(r"c\r\nforged")
+            && row.contains(r"team/app:1\nPod/default/forged  c  pinned  x\u{1b}[2J\u{9b}31m"),
+        "{table}"
+    );
+}
