@@ -224,7 +224,7 @@ impl Visit for Coloured<'_> {
 
 /// `text` as one line: its control characters and line separators escaped ([`write_escaped`]),
 /// borrowed as it is when it has none. For text from outside that the CLI prints to a terminal
-/// (its errors, `pinhook check`'s table and problems).
+/// (its errors, `pinhook check`'s table and problems, `pinhook inventory`'s table).
 pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     if left_raw(text, false) {
         std::borrow::Cow::Owned(escaped_text(text))

@@ -20,10 +20,12 @@
 //! `local-image-id` for a config digest, `unrecognized`), with the `nodes` the row's Pods are on:
 //! for an unpinned image it is what a running Pod did pull.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::log_fields::one_line;
 use crate::reference::{Digest, Reference};
 
 use super::classify::ClassifiedImage;
@@ -164,7 +166,7 @@ impl Inventory {
         let mut lines = vec![header];
         for row in &self.images {
             let workloads: Vec<String> = row.workloads.iter().map(WorkloadRef::describe).collect();
-            lines.push([
+            let cells = [
                 row.image.clone(),
                 row.state.to_string(),
                 row.digest.clone().unwrap_or_else(|| NONE.to_string()),
@@ -183,7 +185,13 @@ impl Inventory {
                 } else {
                     workloads.join(",")
                 },
-            ]);
+            ];
+            // Images and names come from the cluster's objects: one line each, nothing raw
+            // reaches the terminal.
+            lines.push(cells.map(|cell| match one_line(&cell) {
+                Cow::Borrowed(_) => cell,
+                Cow::Owned(escaped) => escaped,
+            }));
         }
         let columns = lines[0].len();
         let widths: Vec<usize> = (0..columns)
@@ -396,6 +404,17 @@ mod tests {
             )
         );
         assert!(lines[2].ends_with("   3      <none>   shop/Deployment/api,shop/Deployment/web"));
+        // An image from a tenant's Pod with a line break and terminal codes stays on its row.
+        let mut hostile = inventory.clone();
+        hostile.images[0].image = "busybox:1\nforged   row\x1b[2J\u{9b}".to_string();
+        let table = hostile.to_table();
+        assert_eq!(table.lines().count(), 3, "{table}");
+        assert!(
+            table.lines().nth(1).is_some_and(|row| row
+                .starts_with(r"busybox:1\nforged   row\u{1b}[2J\u{9b} ")
+                && row.contains(" unpinned ")),
+            "{table}"
+        );
         let empty = Inventory::default().to_table();
         assert_eq!(
             empty,
