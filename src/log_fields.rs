@@ -81,8 +81,9 @@ pub(crate) fn write_quoted(out: &mut impl fmt::Write, value: &str) -> fmt::Resul
     }
 }
 
-/// A writer that passes text on with [`write_escaped`]: what `PlainFields` writes through.
-struct OneLine<W>(W);
+/// A writer that passes text on with [`write_escaped`]: what `PlainFields` and `log_line`'s
+/// `%`-values write through.
+pub(crate) struct OneLine<W>(pub(crate) W);
 
 impl<W: fmt::Write> fmt::Write for OneLine<W> {
     fn write_str(&mut self, text: &str) -> fmt::Result {
@@ -99,6 +100,12 @@ pub(crate) fn may_break_line(text: &str) -> bool {
         .any(|b| b < 0x20 || b == 0x7f || b == 0xc2 || b == 0xe2)
 }
 
+/// Whether [`write_escaped`] escapes `c`: a control character (C0, DEL, C1) or a Unicode line
+/// or paragraph separator.
+fn escapes(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
+}
+
 /// `text` with its control characters (C0, DEL, C1) and the Unicode line and paragraph
 /// separators escaped as `{:?}` escapes them (`\n`, `\u{1b}`, `\u{2028}`); everything else,
 /// quotes included, as it is. Also `log_line`'s.
@@ -107,7 +114,7 @@ pub(crate) fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Resul
         return out.write_str(text);
     }
     for c in text.chars() {
-        if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+        if escapes(c) {
             write!(out, "{}", c.escape_debug())?;
         } else {
             out.write_char(c)?;
@@ -122,7 +129,7 @@ pub(crate) fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Resul
 fn left_raw(text: &str, guarded: bool) -> bool {
     may_break_line(text)
         && text.chars().any(|c| {
-            let escaped = c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+            let escaped = escapes(c);
             let by_tracing = matches!(c, '\x1b' | '\x07' | '\x08' | '\x0c' | '\x7f')
                 || ('\u{80}'..='\u{9f}').contains(&c);
             escaped && !(guarded && by_tracing)
@@ -230,6 +237,15 @@ pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
         std::borrow::Cow::Owned(escaped_text(text))
     } else {
         std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// [`one_line`] of an owned `text`, kept as it is (no copy) when it needs nothing: for the
+/// cells of the CLI's tables.
+pub fn into_one_line(text: String) -> String {
+    match one_line(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(escaped) => escaped,
     }
 }
 

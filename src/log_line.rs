@@ -27,7 +27,7 @@ use tracing_subscriber::fmt::format::Format;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::log_fields::{may_break_line, printable, write_escaped, write_quoted, PlainFields};
+use crate::log_fields::{printable, write_quoted, OneLine, PlainFields};
 
 /// Where finished lines go: the same writer as every other log line, so they stay in order.
 pub type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -125,16 +125,12 @@ impl Line {
     }
 
     /// A `%value` field: its `Display`, unquoted, as the text format writes it (a control
-    /// character or line separator in it escaped, [`write_escaped`]).
+    /// character or line separator in it escaped through `log_fields`' `OneLine`, as
+    /// `PlainFields` does).
     pub fn display(mut self, name: &str, value: impl fmt::Display) -> Self {
         self.name(name);
-        let start = self.text.len();
         // Writing to a String cannot fail.
-        let _ = write!(self.text, "{value}");
-        if may_break_line(&self.text[start..]) {
-            let raw = self.text.split_off(start);
-            let _ = write_escaped(&mut self.text, &raw);
-        }
+        let _ = write!(OneLine(&mut self.text), "{value}");
         self
     }
 

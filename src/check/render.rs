@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::Output;
 use crate::admission::dry_run::{ObjectReport, Report};
-use crate::log_fields::one_line;
+use crate::log_fields::{into_one_line, one_line};
 
 /// Why a report could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -88,11 +88,11 @@ fn render_table(report: &Report, colour: bool) -> String {
             };
             // Text from the manifests and the registries: one line each, nothing raw.
             rows.push([
-                one_line(&object_name(object)).into_owned(),
-                one_line(&image.container).into_owned(),
+                into_one_line(object_name(object)),
+                into_one_line(image.container.clone()),
                 image.action.clone(),
-                one_line(&image.original).into_owned(),
-                one_line(&result).into_owned(),
+                into_one_line(image.original.clone()),
+                into_one_line(result),
             ]);
         }
     }

@@ -20,12 +20,11 @@
 //! `local-image-id` for a config digest, `unrecognized`), with the `nodes` the row's Pods are on:
 //! for an unpinned image it is what a running Pod did pull.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::log_fields::one_line;
+use crate::log_fields::into_one_line;
 use crate::reference::{Digest, Reference};
 
 use super::classify::ClassifiedImage;
@@ -188,10 +187,7 @@ impl Inventory {
             ];
             // Images and names come from the cluster's objects: one line each, nothing raw
             // reaches the terminal.
-            lines.push(cells.map(|cell| match one_line(&cell) {
-                Cow::Borrowed(_) => cell,
-                Cow::Owned(escaped) => escaped,
-            }));
+            lines.push(cells.map(into_one_line));
         }
         let columns = lines[0].len();
         let widths: Vec<usize> = (0..columns)
