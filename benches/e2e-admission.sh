@@ -25,13 +25,20 @@
 #   images 1 or 10 containers, each with an image of its own
 #
 # and, last in each round, 4 paired cells (real / dry, 1 / 10 images; webhooks on): every timed
-# create in cost-warm (pinhook's webhooks, warm) is paired with the same create in cost-exempt, a
-# namespace labelled pinhook.dev/ignore=true, which the webhooks' namespaceSelector leaves out
-# (the apiserver calls no webhook for it: the floor), the two alternating which goes first
-# (ABBA). The `none` cells measure the floor minutes apart from the warm ones, so the p99 of each
-# carries whatever else the machine did in its own minute; the paired cells measure both arms in
-# the same seconds. Their `+` columns are the median over rounds of (warm - exempt) in the same
-# cell.
+# create in cost-warm (pinhook's webhooks, warm) is one of a set of four, the same create also
+# made in
+#   cost-exempt        labelled pinhook.dev/ignore=true, which the webhooks' namespaceSelector
+#                      leaves out (the apiserver calls no webhook for it: the floor);
+#   cost-floor         left out by pinhook's webhooks too, but selected by a mutating and a
+#                      validating webhook of the same settings served by the webhook floor
+#                      (examples/e2e_webhook_floor.rs: pinhook's stack answering the same patch
+#                      from a table, nothing else): what any webhook of pinhook's shape costs;
+#   cost-floor-mutate  the floor's mutating webhook alone (no validating one): what the
+#                      validating call adds;
+# the four rotating which goes first. The `none` cells measure the floor minutes apart from the
+# warm ones, so the p99 of each carries whatever else the machine did in its own minute; the
+# paired cells measure every arm in the same seconds. Their `+` columns are the median over
+# rounds of (arm - exempt) in the same cell.
 #
 # After the rounds: from pinhook's log, the time between each create's mutating and validating
 # reviews (the apiserver's work between its two calls; benches/webhook-gaps.py).
@@ -44,9 +51,9 @@
 # mode and image count (median over rounds). Every answer must be 201 with every image pinned
 # (pinhook's arms) or as written (`none`), or the run fails.
 #
-# Everything on 127.0.0.1; the load is bounded in creates (ROUNDS x (12 + 4 x 2) x (N + 10)) and each
+# Everything on 127.0.0.1; the load is bounded in creates (ROUNDS x (12 + 4 x 4) x (N + 10)) and each
 # create by a 30 s client timeout. Everything started is stopped at the end, also on failure or
-# Ctrl-C (pinhook, the registry helper, the cluster); logs stay in $E2E_WORK.
+# Ctrl-C (pinhook, the webhook floor, the registry helper, the cluster); logs stay in $E2E_WORK.
 #
 # Environment: E2E_WORK (/tmp/e2e-cost), PINHOOK_LOG (pinhook's filter, default info),
 # E2E_COST_PPROF=DIR (after the rounds, CPU profiles of the apiserver with no webhook and with
@@ -68,6 +75,7 @@ if [[ ${E2E_COST_SMOKE:-0} == 1 ]]; then rounds=1 n=5 warmup=2; fi
 export E2E_WORK="${E2E_WORK:-/tmp/e2e-cost}"
 RUN="$E2E_WORK/run"
 PINHOOK_PID=""
+FLOOR_PID=""
 PODS_PINHOOK_PID=""
 REGISTRY_PID=""
 CLUSTER_STARTED=0
@@ -80,12 +88,13 @@ for tool in kubectl jq curl ss openssl docker-registry; do
 done
 KUBE_APISERVER=${KUBE_APISERVER:-$("$E2E_DIR/build-kube-apiserver.sh" | tail -n1)}
 export KUBE_APISERVER
-log "cargo build --release (pinhook, examples e2e_registry and e2e_admission)"
-cargo build --release --quiet --bin pinhook --example e2e_registry --example e2e_admission
+log "cargo build --release (pinhook, examples e2e_registry, e2e_admission and e2e_webhook_floor)"
+cargo build --release --quiet --bin pinhook --example e2e_registry --example e2e_admission --example e2e_webhook_floor
 target=${CARGO_TARGET_DIR:-$ROOT/target}/release
 PINHOOK_BIN=$target/pinhook
 E2E_REGISTRY_BIN=$target/examples/e2e_registry
 client_bin=$target/examples/e2e_admission
+floor_bin=$target/examples/e2e_webhook_floor
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 
@@ -99,6 +108,7 @@ finish() {
   local rc=$?
   trap - EXIT INT TERM
   ((rc == 0)) || log "failed (exit $rc); logs in $E2E_WORK and $RUN"
+  [[ -z $FLOOR_PID ]] || kill "$FLOOR_PID" 2>/dev/null || true
   e2e_teardown "$((rc != 0))" || true
   exit "$rc"
 }
@@ -122,6 +132,9 @@ start_pinhook pinhook "$PINHOOK_PORT" "$CERT_DIR" "$RUN/policy.yaml"
 PINHOOK_PID=$STARTED_PID
 for ns in cost-none cost-warm cost-cold cost-probe; do e2e_ns "$ns" || die "cannot create namespace $ns"; done
 e2e_ns cost-exempt pinhook.dev/ignore=true || die "cannot create namespace cost-exempt"
+e2e_ns cost-floor pinhook.dev/ignore=true cost.pinhook.dev/floor=both || die "cannot create namespace cost-floor"
+e2e_ns cost-floor-mutate pinhook.dev/ignore=true cost.pinhook.dev/floor=mutate ||
+  die "cannot create namespace cost-floor-mutate"
 apiserver_pid=$(<"$E2E_WORK/kube-apiserver.pid")
 etcd_pid=$(<"$E2E_WORK/etcd.pid")
 hz=$(getconf CLK_TCK)
@@ -129,6 +142,51 @@ warm_images=$(for r in app:1.0 app:2.0 db:1.0 cron:1.0 init:1.0 sidecar:1.0 agen
   printf '%s/team/%s,' "$REGISTRY_HOST" "$r"
 done)
 warm_images=${warm_images%,}
+
+# The webhook floor: pinhook's certificate, the same pins pinhook answers for the warm images.
+for r in app:1.0 app:2.0 db:1.0 cron:1.0 init:1.0 sidecar:1.0 agent:1.0 job:1.0 roll:1.0 drift:1.0; do
+  printf '%s %s\n' "$(image "${r%%:*}" "${r#*:}")" "$(pinned "${r%%:*}" "${r#*:}")"
+done >"$RUN/floor-pins.txt"
+pick_port FLOOR_PORT "$(free_port)"
+"$floor_bin" "127.0.0.1:$FLOOR_PORT" "$CERT_DIR/tls.crt" "$CERT_DIR/tls.key" "$RUN/floor-pins.txt" \
+  </dev/null >"$RUN/floor.log" 2>&1 &
+FLOOR_PID=$!
+# shellcheck disable=SC2317 # (called by wait_until)
+floor_listening() { grep -q '^listening on' "$RUN/floor.log"; }
+WAIT_PID=$FLOOR_PID wait_until 30 "the webhook floor" floor_listening || die "the webhook floor did not start"
+# Its configurations: pinhook's settings for Pods (failurePolicy, matchPolicy, sideEffects,
+# timeout, reinvocation), selecting only the cost-floor namespaces.
+floor_webhook() { # floor_webhook NAME PATH VALUES...: one webhook entry
+  local name=$1 path=$2
+  shift 2
+  cat <<EOF
+- name: $name
+  admissionReviewVersions: [v1]
+  clientConfig:
+    url: https://127.0.0.1:$FLOOR_PORT$path
+    caBundle: $(base64 -w0 <"$CERT_DIR/ca.crt")
+  failurePolicy: Fail
+  matchPolicy: Equivalent
+  sideEffects: None
+  timeoutSeconds: 10
+  namespaceSelector:
+    matchExpressions:
+    - {key: cost.pinhook.dev/floor, operator: In, values: [$(IFS=,; echo "$*")]}
+  rules:
+  - apiGroups: [""]
+    apiVersions: [v1]
+    operations: [CREATE, UPDATE]
+    resources: [pods]
+    scope: Namespaced
+EOF
+}
+{
+  printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: cost-floor}\nwebhooks:\n'
+  floor_webhook pin.floor.cost.pinhook.dev /mutate both mutate
+  printf '  reinvocationPolicy: IfNeeded\n---\n'
+  printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: cost-floor}\nwebhooks:\n'
+  floor_webhook validate.floor.cost.pinhook.dev /validate both
+} >"$RUN/floor-webhooks.yaml"
 
 # client NS LABEL EXPECT [ARGS...]: the load generator against this cluster
 client() {
@@ -141,19 +199,24 @@ client() {
 probe_seq=0
 # webhooks_effective pinned|unpinned: a dry-run create in cost-probe comes back so
 # shellcheck disable=SC2317 # (called by wait_until)
-probe() {
+probe() { # probe pinned|unpinned [NS]
   probe_seq=$((probe_seq + 1))
-  client cost-probe "probe-$probe_seq" "$1" --dry-run --count 1 --warmup 0 \
+  client "${2:-cost-probe}" "probe-$probe_seq" "$1" --dry-run --count 1 --warmup 0 \
     --warm-images "$REGISTRY_HOST/team/app:1.0" >/dev/null 2>"$RUN/probe.err"
 }
-webhooks() { # webhooks on|off: register pinhook's webhook configurations, or delete them
+webhooks() { # webhooks on|off: register pinhook's and the floor's webhook configurations, or delete them
   if [[ $1 == on ]]; then
     K apply -f "$RUN/manifests.yaml" >/dev/null
+    K apply -f "$RUN/floor-webhooks.yaml" >/dev/null
     wait_until 30 "the webhooks to pin" probe pinned || die "webhooks not effective: $(<"$RUN/probe.err")"
+    wait_until 30 "the floor's webhooks to pin" probe pinned cost-floor-mutate ||
+      die "the floor's webhooks not effective: $(<"$RUN/probe.err")"
   else
-    K delete mutatingwebhookconfiguration pinhook --ignore-not-found >/dev/null
-    K delete validatingwebhookconfiguration pinhook --ignore-not-found >/dev/null
+    K delete mutatingwebhookconfiguration pinhook cost-floor --ignore-not-found >/dev/null
+    K delete validatingwebhookconfiguration pinhook cost-floor --ignore-not-found >/dev/null
     wait_until 30 "the webhooks to be gone" probe unpinned || die "webhooks still called: $(<"$RUN/probe.err")"
+    wait_until 30 "the floor's webhooks to be gone" probe unpinned cost-floor-mutate ||
+      die "the floor's webhooks still called: $(<"$RUN/probe.err")"
   fi
   # (the mutating and validating configurations come from two informers: let both settle)
   sleep 1
@@ -198,7 +261,7 @@ conns() {
 }
 
 log "pinhook $("$PINHOOK_BIN" --version 2>/dev/null || true), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo '+changes')"
-log "$rounds rounds x (12 cells + 4 paired cells of twice as many) x ($warmup untimed + $n timed) creates, one at a time; apiserver $E2E_APISERVER_URL, pinhook pid $PINHOOK_PID"
+log "$rounds rounds x (12 cells + 4 paired cells of four times as many) x ($warmup untimed + $n timed) creates, one at a time; apiserver $E2E_APISERVER_URL, pinhook pid $PINHOOK_PID"
 results=$RUN/results.txt
 paired=$RUN/paired.txt
 : >"$results"
@@ -256,14 +319,20 @@ for round in $(seq 1 "$rounds"); do
     for img in 1 10; do
       label="r$round-pair-$mode-$img"
       args=(--count "$n" --warmup "$warmup" --images "$img" --cpu "apiserver=$apiserver_pid"
-        --paired-namespace cost-exempt --warm-images "$warm_images")
+        --paired-namespace cost-exempt --paired-namespace cost-floor=pinned
+        --paired-namespace cost-floor-mutate=pinned --warm-images "$warm_images")
       [[ $mode == real ]] || args+=(--dry-run)
       out=$(client cost-warm "$label" pinned "${args[@]}") || die "cell $label failed"
-      read -r cn p50 p99 max _mean api _en ep50 ep99 emax _emean <<<"$out"
+      read -r cn p50 p99 max _mean api _en ep50 ep99 emax _emean _fn fp50 fp99 _fmax _fmean \
+        _mn mp50 mp99 _mmax _mmean <<<"$out"
+      # columns: round pair mode img n | warm p50 p99 max | exempt p50 p99 max | warm - exempt
+      # p50 p99 | apiserver us/set | floor p50 p99, - exempt | floor-mutate p50 p99, - exempt
       line=$(awk -v r="$round" -v mo="$mode" -v i="$img" -v cn="$cn" -v p50="$p50" -v p99="$p99" -v max="$max" \
-        -v ep50="$ep50" -v ep99="$ep99" -v emax="$emax" -v api="$api" \
-        'BEGIN { printf "%-5s %-5s %-4s %3s %7s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9s\n",
-          r, "pair", mo, i, cn, p50, p99, max, ep50, ep99, emax, p50 - ep50, p99 - ep99, api }')
+        -v ep50="$ep50" -v ep99="$ep99" -v emax="$emax" -v api="$api" -v fp50="$fp50" -v fp99="$fp99" \
+        -v mp50="$mp50" -v mp99="$mp99" \
+        'BEGIN { printf "%-5s %-5s %-4s %3s %7s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n",
+          r, "pair", mo, i, cn, p50, p99, max, ep50, ep99, emax, p50 - ep50, p99 - ep99, api,
+          fp50, fp99, fp50 - ep50, fp99 - ep99, mp50, mp99, mp50 - ep50, mp99 - ep99 }')
       printf '%s\n' "$line"
       printf '%s\n' "$line" >>"$paired"
     done
@@ -311,19 +380,27 @@ awk "$median_awk"'
     }
   }' "$results" | tee "$RUN/summary.txt"
 echo
-echo "paired cells, medians over $rounds rounds (N = $n pairs per cell; warm in cost-warm, exempt in cost-exempt, alternating; + = median of the per-round warm - exempt):"
-printf '%-4s %3s %8s %8s %8s %8s %8s %8s %9s\n' mode img p50_ms p99_ms ex_p50_ms ex_p99_ms +p50_ms +p99_ms api_us/pair
+echo "paired cells, medians over $rounds rounds (N = $n sets per cell, the arms rotating: warm in cost-warm, exempt in"
+echo "cost-exempt, floor in cost-floor, floor-mutate in cost-floor-mutate; + = median of the per-round arm - exempt;"
+echo "warm-floor = median of the per-round warm p99 - floor p99):"
+printf '%-4s %3s %8s %8s %8s %8s %8s %8s %9s %8s %8s %8s %8s %8s %8s %8s\n' mode img p50_ms p99_ms ex_p50_ms ex_p99_ms \
+  +p50_ms +p99_ms api_us/set fl_p99 fl+p50 fl+p99 flm_p99 flm+p50 flm+p99 w-fl_p99
 awk "$median_awk"'
   { key = $3 " " $4; cell[key] = 1; p50[key] = p50[key] " " $6; p99[key] = p99[key] " " $7; e50[key] = e50[key] " " $9
-    e99[key] = e99[key] " " $10; d50[key] = d50[key] " " $12; d99[key] = d99[key] " " $13; api[key] = api[key] " " $14 }
+    e99[key] = e99[key] " " $10; d50[key] = d50[key] " " $12; d99[key] = d99[key] " " $13; api[key] = api[key] " " $14
+    f99[key] = f99[key] " " $16; fd50[key] = fd50[key] " " $17; fd99[key] = fd99[key] " " $18
+    m99[key] = m99[key] " " $20; md50[key] = md50[key] " " $21; md99[key] = md99[key] " " $22
+    wf99[key] = wf99[key] " " ($7 - $16) }
   END {
     split("real 1,real 10,dry 1,dry 10", kinds, ",")
     for (k = 1; k <= 4; k++) {
       key = kinds[k]
       if (!(key in cell)) continue
       split(key, f, " ")
-      printf "%-4s %3s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.0f\n", f[1], f[2], median(p50[key]), median(p99[key]),
-        median(e50[key]), median(e99[key]), median(d50[key]), median(d99[key]), median(api[key])
+      printf "%-4s %3s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.0f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", f[1], f[2],
+        median(p50[key]), median(p99[key]), median(e50[key]), median(e99[key]), median(d50[key]), median(d99[key]),
+        median(api[key]), median(f99[key]), median(fd50[key]), median(fd99[key]), median(m99[key]), median(md50[key]),
+        median(md99[key]), median(wf99[key])
     }
   }' "$paired" | tee "$RUN/paired-summary.txt"
 # E2E_COST_PPROF=DIR: CPU profiles of the apiserver (its /debug/pprof, 10 s each) while real
@@ -356,5 +433,7 @@ warm99=$(awk '$1 == "warm" { if ($7 > m) m = $7 } END { print m + 0 }' "$RUN/sum
 echo "goal (issue 30): warm p99 added <= 2 ms: largest warm +p99 is $warm99 ms: $(awk -v w="$warm99" 'BEGIN { print (w <= 2 ? "met" : "NOT met") }')"
 pair99=$(awk '{ if ($8 > m) m = $8 } END { print m + 0 }' "$RUN/paired-summary.txt")
 echo "paired (same seconds): largest warm +p99 is $pair99 ms: $(awk -v w="$pair99" 'BEGIN { print (w <= 2 ? "within 2 ms" : "over 2 ms") }')"
+floor99=$(awk '{ if ($12 > m) m = $12 } END { print m + 0 }' "$RUN/paired-summary.txt")
+echo "the webhook floor (same seconds): largest +p99 is $floor99 ms: $(awk -v w="$floor99" 'BEGIN { print (w <= 2 ? "within 2 ms" : "over 2 ms") }')"
 exit 0
 }

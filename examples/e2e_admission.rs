@@ -20,12 +20,14 @@
 //! Prints one line: `n p50_ms p99_ms max_ms mean_ms` then, for each `--cpu`, that process's CPU
 //! time per create in microseconds. `--latencies FILE` appends every latency (ms), one a line.
 //!
-//! `--paired-namespace NS` makes every timed create a pair: the same Pod (its own name) is also
+//! `--paired-namespace NS` makes every timed create a set: the same Pod (its own name) is also
 //! created in NS, a namespace the webhooks' `namespaceSelector` leaves out, so the apiserver calls
-//! no webhook for it; the two creates alternate which goes first (ABBA), so that whatever slows
-//! the machine for a moment falls on both arms alike. Its Pods must come back as written. The
-//! line then ends with `p50_ms p99_ms max_ms mean_ms` of the paired creates, and the CPU times
-//! are per pair.
+//! no webhook for it; the creates of a set rotate which goes first (with one paired namespace:
+//! ABBA), so that whatever slows the machine for a moment falls on every arm alike. Its Pods must
+//! come back as written, or pinned when it is given as `NS=pinned` (a namespace another webhook,
+//! such as `benches/e2e-admission.sh`'s webhook floor, pins). The flag may be repeated; the line
+//! then ends, for each paired namespace in order, with `p50_ms p99_ms max_ms mean_ms` of its
+//! creates, and the CPU times are per set.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -82,9 +84,9 @@ struct Args {
     /// Append every timed latency (ms) to this file
     #[arg(long)]
     latencies: Option<PathBuf>,
-    /// A namespace the webhooks leave out: pair every create with one there (see above)
+    /// NS or NS=pinned: pair every create with one in this namespace (see above); repeatable
     #[arg(long)]
-    paired_namespace: Option<String>,
+    paired_namespace: Vec<String>,
 }
 
 #[tokio::main]
@@ -139,7 +141,16 @@ async fn main() -> Result<()> {
         )
     };
     let url = url_in(&args.namespace);
-    let paired_url = args.paired_namespace.as_deref().map(url_in);
+    // (url, pinned) of each paired namespace
+    let paired: Vec<(String, bool)> = args
+        .paired_namespace
+        .iter()
+        .map(|spec| match spec.split_once('=') {
+            None => Ok((url_in(spec), false)),
+            Some((ns, "pinned")) => Ok((url_in(ns), true)),
+            Some(_) => bail!("--paired-namespace NS or NS=pinned, not {spec:?}"),
+        })
+        .collect::<Result<_>>()?;
     let create = |url: &str, i: usize| {
         let containers: Vec<Value> = images[i]
             .iter()
@@ -167,44 +178,45 @@ async fn main() -> Result<()> {
     for i in 0..args.warmup {
         let body = send(create(&url, i)).await?;
         check(&body, args.images, pinned).with_context(|| format!("warm-up create {i}"))?;
-        if let Some(paired) = &paired_url {
-            let body = send(create(paired, i)).await?;
-            check(&body, args.images, false)
-                .with_context(|| format!("paired warm-up create {i}"))?;
+        for (paired_url, paired_pinned) in &paired {
+            let body = send(create(paired_url, i)).await?;
+            check(&body, args.images, *paired_pinned)
+                .with_context(|| format!("paired warm-up create {i} ({paired_url})"))?;
         }
     }
+    // arm 0 is this namespace, arm k the k-th paired one
+    let arms = 1 + paired.len();
     let before = cpu_ticks(&cpus)?;
-    let mut latencies = Vec::with_capacity(args.count);
-    let mut paired_latencies = Vec::with_capacity(args.count);
-    let mut bodies = Vec::with_capacity(args.count);
-    let mut paired_bodies = Vec::with_capacity(args.count);
+    let mut latencies: Vec<Vec<f64>> = vec![Vec::with_capacity(args.count); arms];
+    let mut bodies: Vec<Vec<axum::body::Bytes>> = vec![Vec::with_capacity(args.count); arms];
     for i in args.warmup..total {
-        // ABBA: the paired create goes first on every other pair
-        let paired_first = i % 2 == 1;
-        if let (Some(paired), true) = (&paired_url, paired_first) {
-            let (ms, body) = timed(create(paired, i)).await?;
-            paired_latencies.push(ms);
-            paired_bodies.push(body);
-        }
-        let (ms, body) = timed(create(&url, i)).await?;
-        latencies.push(ms);
-        bodies.push(body);
-        if let (Some(paired), false) = (&paired_url, paired_first) {
-            let (ms, body) = timed(create(paired, i)).await?;
-            paired_latencies.push(ms);
-            paired_bodies.push(body);
+        // the arms of a set in rotation: each goes first, second... equally often
+        for k in 0..arms {
+            let arm = (i + k) % arms;
+            let target = if arm == 0 { &url } else { &paired[arm - 1].0 };
+            let (ms, body) = timed(create(target, i)).await?;
+            latencies[arm].push(ms);
+            bodies[arm].push(body);
         }
     }
     let after = cpu_ticks(&cpus)?;
-    for (i, body) in bodies.iter().enumerate() {
-        check(body, args.images, pinned).with_context(|| format!("create {}", args.warmup + i))?;
-    }
-    for (i, body) in paired_bodies.iter().enumerate() {
-        check(body, args.images, false)
-            .with_context(|| format!("paired create {}", args.warmup + i))?;
+    for (arm, arm_bodies) in bodies.iter().enumerate() {
+        let want = if arm == 0 { pinned } else { paired[arm - 1].1 };
+        for (i, body) in arm_bodies.iter().enumerate() {
+            check(body, args.images, want).with_context(|| {
+                format!(
+                    "create {} in arm {arm} (0: --namespace, then each --paired-namespace)",
+                    args.warmup + i
+                )
+            })?;
+        }
     }
     if !args.dry_run {
-        for namespace in std::iter::once(&args.namespace).chain(&args.paired_namespace) {
+        let namespaces = args
+            .paired_namespace
+            .iter()
+            .map(|spec| spec.split_once('=').map_or(spec.as_str(), |(ns, _)| ns));
+        for namespace in std::iter::once(args.namespace.as_str()).chain(namespaces) {
             let delete = format!(
                 "{}/api/v1/namespaces/{namespace}/pods?labelSelector=e2e-cost%3D{}",
                 args.server.trim_end_matches('/'),
@@ -229,18 +241,18 @@ async fn main() -> Result<()> {
             .create(true)
             .append(true)
             .open(path)?;
-        for ms in &latencies {
+        for ms in &latencies[0] {
             writeln!(f, "{ms:.3}")?;
         }
     }
-    let mut line = summary(&mut latencies);
+    let mut line = summary(&mut latencies[0]);
     for (b, a) in before.iter().zip(&after) {
         let us = (a - b) as f64 * 1e6 / args.clk_tck as f64 / args.count.max(1) as f64;
         line.push_str(&format!(" {us:.0}"));
     }
-    if paired_url.is_some() {
+    for arm_latencies in latencies.iter_mut().skip(1) {
         line.push(' ');
-        line.push_str(&summary(&mut paired_latencies));
+        line.push_str(&summary(arm_latencies));
     }
     println!("{line}");
     Ok(())
