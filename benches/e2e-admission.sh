@@ -40,8 +40,10 @@
 # paired cells measure every arm in the same seconds. Their `+` columns are the median over
 # rounds of (arm - exempt) in the same cell.
 #
-# After the rounds: from pinhook's log, the time between each create's mutating and validating
-# reviews (the apiserver's work between its two calls; benches/webhook-gaps.py).
+# After the rounds: the p50 and p99 of each cell's creates of every round together
+# (benches/e2e-pooled.py: a steadier p99 than one round's 500 creates) and, from pinhook's log,
+# the time between each create's mutating and validating reviews (the apiserver's work between
+# its two calls; benches/webhook-gaps.py).
 #
 # Per cell: p50 / p99 / max latency (ms), CPU time per create (µs) of the apiserver, pinhook and
 # etcd (/proc/PID/stat utime+stime around the timed creates; clock ticks, so ±1 tick / N), and
@@ -320,7 +322,8 @@ for round in $(seq 1 "$rounds"); do
       label="r$round-pair-$mode-$img"
       args=(--count "$n" --warmup "$warmup" --images "$img" --cpu "apiserver=$apiserver_pid"
         --paired-namespace cost-exempt --paired-namespace cost-floor=pinned
-        --paired-namespace cost-floor-mutate=pinned --warm-images "$warm_images")
+        --paired-namespace cost-floor-mutate=pinned --warm-images "$warm_images"
+        --latencies "$RUN/paired-$mode-$img.txt")
       [[ $mode == real ]] || args+=(--dry-run)
       out=$(client cost-warm "$label" pinned "${args[@]}") || die "cell $label failed"
       read -r cn p50 p99 max _mean api _en ep50 ep99 emax _emean _fn fp50 fp99 _fmax _fmean \
@@ -426,6 +429,9 @@ if [[ -n ${E2E_COST_PPROF:-} ]]; then
     log "apiserver profile ($arm, $((k * 100)) creates): $E2E_COST_PPROF/apiserver-$arm.top-cum.txt"
   done
 fi
+echo
+echo "every round's creates together (benches/e2e-pooled.py; + = the difference to none, or to exempt in the same seconds):"
+python3 benches/e2e-pooled.py "$RUN" | tee "$RUN/pooled.txt"
 echo
 echo "the apiserver's time between pinhook's mutating answer and its validating review (pinhook's log; benches/webhook-gaps.py):"
 python3 benches/webhook-gaps.py "$RUN/pinhook.log" | tee "$RUN/gaps.txt"

@@ -18,7 +18,8 @@
 //! deletecollection by label; not timed).
 //!
 //! Prints one line: `n p50_ms p99_ms max_ms mean_ms` then, for each `--cpu`, that process's CPU
-//! time per create in microseconds. `--latencies FILE` appends every latency (ms), one a line.
+//! time per create in microseconds. `--latencies FILE` appends every latency (ms), one a line
+//! (with paired namespaces, those of each paired namespace NS to `FILE.NS`).
 //!
 //! `--paired-namespace NS` makes every timed create a set: the same Pod (its own name) is also
 //! created in NS, a namespace the webhooks' `namespaceSelector` leaves out, so the apiserver calls
@@ -140,17 +141,24 @@ async fn main() -> Result<()> {
             if args.dry_run { "?dryRun=All" } else { "" }
         )
     };
-    let url = url_in(&args.namespace);
-    // (url, pinned) of each paired namespace
-    let paired: Vec<(String, bool)> = args
-        .paired_namespace
-        .iter()
-        .map(|spec| match spec.split_once('=') {
-            None => Ok((url_in(spec), false)),
-            Some((ns, "pinned")) => Ok((url_in(ns), true)),
+    // arm 0: --namespace; then each --paired-namespace, in order
+    let mut arms = vec![Arm {
+        url: url_in(&args.namespace),
+        namespace: args.namespace.clone(),
+        pinned,
+    }];
+    for spec in &args.paired_namespace {
+        let (namespace, pinned) = match spec.split_once('=') {
+            None => (spec.as_str(), false),
+            Some((ns, "pinned")) => (ns, true),
             Some(_) => bail!("--paired-namespace NS or NS=pinned, not {spec:?}"),
-        })
-        .collect::<Result<_>>()?;
+        };
+        arms.push(Arm {
+            url: url_in(namespace),
+            namespace: namespace.to_string(),
+            pinned,
+        });
+    }
     let create = |url: &str, i: usize| {
         let containers: Vec<Value> = images[i]
             .iter()
@@ -176,47 +184,33 @@ async fn main() -> Result<()> {
     };
 
     for i in 0..args.warmup {
-        let body = send(create(&url, i)).await?;
-        check(&body, args.images, pinned).with_context(|| format!("warm-up create {i}"))?;
-        for (paired_url, paired_pinned) in &paired {
-            let body = send(create(paired_url, i)).await?;
-            check(&body, args.images, *paired_pinned)
-                .with_context(|| format!("paired warm-up create {i} ({paired_url})"))?;
+        for arm in &arms {
+            let body = send(create(&arm.url, i)).await?;
+            check(&body, args.images, arm.pinned)
+                .with_context(|| format!("warm-up create {i} in {}", arm.namespace))?;
         }
     }
-    // arm 0 is this namespace, arm k the k-th paired one
-    let arms = 1 + paired.len();
     let before = cpu_ticks(&cpus)?;
-    let mut latencies: Vec<Vec<f64>> = vec![Vec::with_capacity(args.count); arms];
-    let mut bodies: Vec<Vec<axum::body::Bytes>> = vec![Vec::with_capacity(args.count); arms];
+    let mut latencies: Vec<Vec<f64>> = vec![Vec::with_capacity(args.count); arms.len()];
+    let mut bodies: Vec<Vec<axum::body::Bytes>> = vec![Vec::with_capacity(args.count); arms.len()];
     for i in args.warmup..total {
         // the arms of a set in rotation: each goes first, second... equally often
-        for k in 0..arms {
-            let arm = (i + k) % arms;
-            let target = if arm == 0 { &url } else { &paired[arm - 1].0 };
-            let (ms, body) = timed(create(target, i)).await?;
-            latencies[arm].push(ms);
-            bodies[arm].push(body);
+        for k in 0..arms.len() {
+            let a = (i + k) % arms.len();
+            let (ms, body) = timed(create(&arms[a].url, i)).await?;
+            latencies[a].push(ms);
+            bodies[a].push(body);
         }
     }
     let after = cpu_ticks(&cpus)?;
-    for (arm, arm_bodies) in bodies.iter().enumerate() {
-        let want = if arm == 0 { pinned } else { paired[arm - 1].1 };
+    for (arm, arm_bodies) in arms.iter().zip(&bodies) {
         for (i, body) in arm_bodies.iter().enumerate() {
-            check(body, args.images, want).with_context(|| {
-                format!(
-                    "create {} in arm {arm} (0: --namespace, then each --paired-namespace)",
-                    args.warmup + i
-                )
-            })?;
+            check(body, args.images, arm.pinned)
+                .with_context(|| format!("create {} in {}", args.warmup + i, arm.namespace))?;
         }
     }
     if !args.dry_run {
-        let namespaces = args
-            .paired_namespace
-            .iter()
-            .map(|spec| spec.split_once('=').map_or(spec.as_str(), |(ns, _)| ns));
-        for namespace in std::iter::once(args.namespace.as_str()).chain(namespaces) {
+        for Arm { namespace, .. } in &arms {
             let delete = format!(
                 "{}/api/v1/namespaces/{namespace}/pods?labelSelector=e2e-cost%3D{}",
                 args.server.trim_end_matches('/'),
@@ -237,12 +231,18 @@ async fn main() -> Result<()> {
 
     if let Some(path) = &args.latencies {
         use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        for ms in &latencies[0] {
-            writeln!(f, "{ms:.3}")?;
+        for (a, arm_latencies) in latencies.iter().enumerate() {
+            let path = match a {
+                0 => path.clone(),
+                _ => PathBuf::from(format!("{}.{}", path.display(), arms[a].namespace)),
+            };
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
+            for ms in arm_latencies {
+                writeln!(f, "{ms:.3}")?;
+            }
         }
     }
     let mut line = summary(&mut latencies[0]);
@@ -256,6 +256,13 @@ async fn main() -> Result<()> {
     }
     println!("{line}");
     Ok(())
+}
+
+/// Where one arm of a set creates its Pods, and what their images must be.
+struct Arm {
+    namespace: String,
+    url: String,
+    pinned: bool,
 }
 
 /// One create, timed from the request to the last byte of the answer: (ms, body).
