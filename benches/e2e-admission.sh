@@ -35,7 +35,12 @@
 #                      from a table, nothing else): what any webhook of pinhook's shape costs;
 #   cost-floor-mutate  the floor's mutating webhook alone (no validating one): what the
 #                      validating call adds;
-# the four rotating which goes first. The `none` cells measure the floor minutes apart from the
+# the four rotating which goes first. With E2E_COST_B=BINARY, a fifth arm: cost-warm-b, served by
+# a second pinhook (that binary; PINHOOK_LOG=$E2E_COST_B_LOG, default the first's; the same
+# policy, certificate and settings, its cache warmed the same way) through webhook configurations
+# of the same settings that select only that namespace (pinhook's own are given a
+# `cost.pinhook.dev/b DoesNotExist` requirement): two builds, or two settings, of pinhook side by
+# side in the same seconds. The `none` cells measure the floor minutes apart from the
 # warm ones, so the p99 of each carries whatever else the machine did in its own minute; the
 # paired cells measure every arm in the same seconds. Their `+` columns are the median over
 # rounds of (arm - exempt) in the same cell.
@@ -58,7 +63,7 @@
 # Ctrl-C (pinhook, the webhook floor, the registry helper, the cluster); logs stay in $E2E_WORK.
 #
 # Environment: E2E_WORK (/tmp/e2e-cost), PINHOOK_LOG (pinhook's filter, default info),
-# E2E_COST_PPROF=DIR (after the rounds, CPU profiles of the apiserver with no webhook and with
+# E2E_COST_B and E2E_COST_B_LOG (above), E2E_COST_PPROF=DIR (after the rounds, CPU profiles of the apiserver with no webhook and with
 # pinhook warm, and `go tool pprof -top` of them, into DIR; needs `go`), E2E_COST_SMOKE=1 (1 round of 5 creates per cell, for a check that the script still works:
 # about a minute, most of it starting the cluster), PINHOOK_E2E_CACHE, KUBE_APISERVER (see
 # tests/e2e/cluster.sh), CARGO_TARGET_DIR.
@@ -77,6 +82,7 @@ if [[ ${E2E_COST_SMOKE:-0} == 1 ]]; then rounds=1 n=5 warmup=2; fi
 export E2E_WORK="${E2E_WORK:-/tmp/e2e-cost}"
 RUN="$E2E_WORK/run"
 PINHOOK_PID=""
+PINHOOK_B_PID=""
 FLOOR_PID=""
 PODS_PINHOOK_PID=""
 REGISTRY_PID=""
@@ -111,6 +117,7 @@ finish() {
   trap - EXIT INT TERM
   ((rc == 0)) || log "failed (exit $rc); logs in $E2E_WORK and $RUN"
   [[ -z $FLOOR_PID ]] || kill "$FLOOR_PID" 2>/dev/null || true
+  [[ -z $PINHOOK_B_PID ]] || stop_pid "$PINHOOK_B_PID" "pinhook B" 25 || true
   e2e_teardown "$((rc != 0))" || true
   exit "$rc"
 }
@@ -132,6 +139,19 @@ registries:
 EOF
 start_pinhook pinhook "$PINHOOK_PORT" "$CERT_DIR" "$RUN/policy.yaml"
 PINHOOK_PID=$STARTED_PID
+if [[ -n ${E2E_COST_B:-} ]]; then
+  [[ -x $E2E_COST_B ]] || die "E2E_COST_B: $E2E_COST_B is not an executable"
+  pick_port PINHOOK_B_PORT "$(free_port)"
+  PINHOOK_BIN=$E2E_COST_B PINHOOK_LOG=${E2E_COST_B_LOG:-${PINHOOK_LOG:-info}} \
+    start_pinhook pinhook-b "$PINHOOK_B_PORT" "$CERT_DIR" "$RUN/policy.yaml"
+  PINHOOK_B_PID=$STARTED_PID
+  # pinhook's own webhooks leave cost-warm-b to B's
+  sed -i 's|^    - key: pinhook.dev/ignore$|    - key: cost.pinhook.dev/b\n      operator: DoesNotExist\n    - key: pinhook.dev/ignore|' \
+    "$RUN/manifests.yaml"
+  grep -q 'key: cost.pinhook.dev/b' "$RUN/manifests.yaml" || die "cannot add the B requirement to $RUN/manifests.yaml"
+  K apply -f "$RUN/manifests.yaml" >/dev/null
+  e2e_ns cost-warm-b cost.pinhook.dev/b=true || die "cannot create namespace cost-warm-b"
+fi
 for ns in cost-none cost-warm cost-cold cost-probe; do e2e_ns "$ns" || die "cannot create namespace $ns"; done
 e2e_ns cost-exempt pinhook.dev/ignore=true || die "cannot create namespace cost-exempt"
 e2e_ns cost-floor pinhook.dev/ignore=true cost.pinhook.dev/floor=both || die "cannot create namespace cost-floor"
@@ -156,16 +176,16 @@ FLOOR_PID=$!
 # shellcheck disable=SC2317 # (called by wait_until)
 floor_listening() { grep -q '^listening on' "$RUN/floor.log"; }
 WAIT_PID=$FLOOR_PID wait_until 30 "the webhook floor" floor_listening || die "the webhook floor did not start"
-# Its configurations: pinhook's settings for Pods (failurePolicy, matchPolicy, sideEffects,
-# timeout, reinvocation), selecting only the cost-floor namespaces.
-floor_webhook() { # floor_webhook NAME PATH VALUES...: one webhook entry
-  local name=$1 path=$2
-  shift 2
+# Its configurations (and pinhook B's): pinhook's settings for Pods (failurePolicy, matchPolicy,
+# sideEffects, timeout, reinvocation), selecting only their own namespaces.
+webhook_entry() { # webhook_entry NAME URL LABEL VALUES...: one webhook entry, for namespaces whose LABEL is one of VALUES
+  local name=$1 url=$2 label=$3
+  shift 3
   cat <<EOF
 - name: $name
   admissionReviewVersions: [v1]
   clientConfig:
-    url: https://127.0.0.1:$FLOOR_PORT$path
+    url: $url
     caBundle: $(base64 -w0 <"$CERT_DIR/ca.crt")
   failurePolicy: Fail
   matchPolicy: Equivalent
@@ -173,7 +193,7 @@ floor_webhook() { # floor_webhook NAME PATH VALUES...: one webhook entry
   timeoutSeconds: 10
   namespaceSelector:
     matchExpressions:
-    - {key: cost.pinhook.dev/floor, operator: In, values: [$(IFS=,; echo "$*")]}
+    - {key: $label, operator: In, values: [$(printf '"%s",' "$@" | sed 's/,$//')]}
   rules:
   - apiGroups: [""]
     apiVersions: [v1]
@@ -182,12 +202,16 @@ floor_webhook() { # floor_webhook NAME PATH VALUES...: one webhook entry
     scope: Namespaced
 EOF
 }
+floor_url=https://127.0.0.1:$FLOOR_PORT
 {
   printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: cost-floor}\nwebhooks:\n'
-  floor_webhook pin.floor.cost.pinhook.dev /mutate both mutate
-  printf '  reinvocationPolicy: IfNeeded\n---\n'
-  printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: cost-floor}\nwebhooks:\n'
-  floor_webhook validate.floor.cost.pinhook.dev /validate both
+  webhook_entry pin.floor.cost.pinhook.dev "$floor_url/mutate" cost.pinhook.dev/floor both mutate
+  printf '  reinvocationPolicy: IfNeeded\n'
+  [[ -z $PINHOOK_B_PID ]] || webhook_entry pin.b.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_B_PORT/mutate" cost.pinhook.dev/b true
+  [[ -z $PINHOOK_B_PID ]] || printf '  reinvocationPolicy: IfNeeded\n'
+  printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: cost-floor}\nwebhooks:\n'
+  webhook_entry validate.floor.cost.pinhook.dev "$floor_url/validate" cost.pinhook.dev/floor both
+  [[ -z $PINHOOK_B_PID ]] || webhook_entry validate.b.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_B_PORT/validate" cost.pinhook.dev/b true
 } >"$RUN/floor-webhooks.yaml"
 
 # client NS LABEL EXPECT [ARGS...]: the load generator against this cluster
@@ -229,6 +253,12 @@ wait_until 30 "the webhooks to pin" probe pinned || die "webhooks not effective:
 # record them).
 client cost-warm warm-up pinned --count 1 --warmup 0 --images 10 --warm-images "$warm_images" >/dev/null ||
   die "the warm-up create failed"
+if [[ -n $PINHOOK_B_PID ]]; then
+  K apply -f "$RUN/floor-webhooks.yaml" >/dev/null
+  wait_until 30 "pinhook B's webhooks to pin" probe pinned cost-warm-b || die "pinhook B's webhooks not effective: $(<"$RUN/probe.err")"
+  client cost-warm-b warm-up pinned --count 1 --warmup 0 --images 10 --warm-images "$warm_images" >/dev/null ||
+    die "pinhook B's warm-up create failed"
+fi
 
 # metrics: "mutate_reviews validate_reviews registry_requests mutate_seconds validate_seconds"
 # so far (sums of pinhook's counters and of the review duration histograms' _sum). The registry
@@ -263,7 +293,8 @@ conns() {
 }
 
 log "pinhook $("$PINHOOK_BIN" --version 2>/dev/null || true), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo '+changes')"
-log "$rounds rounds x (12 cells + 4 paired cells of four times as many) x ($warmup untimed + $n timed) creates, one at a time; apiserver $E2E_APISERVER_URL, pinhook pid $PINHOOK_PID"
+set_arms=$([[ -n $PINHOOK_B_PID ]] && echo 5 || echo 4)
+log "$rounds rounds x (12 cells + 4 paired cells of sets of $set_arms) x ($warmup untimed + $n timed) creates, one at a time; apiserver $E2E_APISERVER_URL, pinhook pid $PINHOOK_PID"
 results=$RUN/results.txt
 paired=$RUN/paired.txt
 : >"$results"
@@ -324,6 +355,7 @@ for round in $(seq 1 "$rounds"); do
         --paired-namespace cost-exempt --paired-namespace cost-floor=pinned
         --paired-namespace cost-floor-mutate=pinned --warm-images "$warm_images"
         --latencies "$RUN/paired-$mode-$img.txt")
+      [[ -z $PINHOOK_B_PID ]] || args+=(--paired-namespace cost-warm-b=pinned)
       [[ $mode == real ]] || args+=(--dry-run)
       out=$(client cost-warm "$label" pinned "${args[@]}") || die "cell $label failed"
       read -r cn p50 p99 max _mean api _en ep50 ep99 emax _emean _fn fp50 fp99 _fmax _fmean \

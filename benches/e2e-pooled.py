@@ -10,7 +10,8 @@ the separate cells, `paired-MODE-IMAGES.txt` and `paired-MODE-IMAGES.txt.NAMESPA
 ones) and prints, per cell, the p50 and p99 of them all (2,500 creates with 5 rounds) and each
 arm's difference to the arm with no webhook: `none` for the separate cells, `cost-exempt` (the
 same seconds) for the paired ones, whose arms are pinhook warm, the webhook floor (a mutating and
-a validating webhook that only answer) and the floor's mutating webhook alone. Nearest rank, as
+a validating webhook that only answer), the floor's mutating webhook alone and, with E2E_COST_B,
+pinhook B (`warm-b`). Nearest rank, as
 the load generator. Standard library only.
 """
 import math
@@ -49,6 +50,7 @@ def main():
         row(f"paired {mode} {images}", "warm", read(base), exempt)
         row(f"paired {mode} {images}", "floor", read(base + ".cost-floor"), exempt)
         row(f"paired {mode} {images}", "floor-mutate", read(base + ".cost-floor-mutate"), exempt)
+        row(f"paired {mode} {images}", "warm-b", read(base + ".cost-warm-b"), exempt)
 
 
 def row(cell, arm, values, base):
