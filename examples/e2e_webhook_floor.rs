@@ -10,7 +10,6 @@
 //! `listening on ADDR` once it listens). An image not in the table is left as written.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -19,10 +18,11 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use axum_server::accept::NoDelayAcceptor;
-use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use base64::Engine as _;
 use serde_json::{json, Value};
+
+#[path = "support/tls_server.rs"]
+mod tls_server;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -33,8 +33,6 @@ async fn main() -> anyhow::Result<()> {
     let [listen, cert, key, pins] = args.as_slice() else {
         bail!("usage: e2e_webhook_floor LISTEN CERT KEY PINS_FILE");
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let listen: SocketAddr = listen.parse()?;
     let pins: HashMap<String, String> = std::fs::read_to_string(pins)
         .with_context(|| format!("read {pins}"))?
         .lines()
@@ -47,7 +45,6 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     let pins = Arc::new(pins);
-    let tls = RustlsConfig::from_pem_file(cert, key).await?;
     let app = Router::new()
         .route(
             "/mutate",
@@ -60,15 +57,7 @@ async fn main() -> anyhow::Result<()> {
             "/validate",
             post(|body: Bytes| async move { answer(&body, None) }),
         );
-    let listener = std::net::TcpListener::bind(listen)?;
-    listener.set_nonblocking(true)?;
-    println!("listening on {}", listener.local_addr()?);
-    let acceptor = RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new());
-    axum_server::from_tcp(listener)?
-        .acceptor(acceptor)
-        .serve(app.into_make_service())
-        .await?;
-    Ok(())
+    tls_server::serve(listen, cert, key, app).await
 }
 
 /// The answer to one review: allowed, with the pinning patch when `pins` is given (`/mutate`).

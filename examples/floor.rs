@@ -6,7 +6,6 @@
 //!
 //! Usage: `floor LISTEN CERT KEY ANSWER_FILE` (prints `listening on ADDR` once it listens).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -14,8 +13,9 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use axum_server::accept::NoDelayAcceptor;
-use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+
+#[path = "support/tls_server.rs"]
+mod tls_server;
 
 /// The allocator pinhook's binary uses, so the floor differs from pinhook only in what pinhook
 /// does.
@@ -28,10 +28,7 @@ async fn main() -> anyhow::Result<()> {
     let [listen, cert, key, answer] = args.as_slice() else {
         anyhow::bail!("usage: floor LISTEN CERT KEY ANSWER_FILE");
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let listen: SocketAddr = listen.parse()?;
     let answer = Arc::new(Bytes::from(std::fs::read(answer)?));
-    let tls = RustlsConfig::from_pem_file(cert, key).await?;
     let app = Router::new().route(
         "/mutate",
         post(move |body: Bytes| {
@@ -39,16 +36,7 @@ async fn main() -> anyhow::Result<()> {
             async move { respond(&body, &answer) }
         }),
     );
-    let listener = std::net::TcpListener::bind(listen)?;
-    listener.set_nonblocking(true)?;
-    println!("listening on {}", listener.local_addr()?);
-    // TCP_NODELAY, as pinhook sets it (without it a small answer waits for a delayed ACK).
-    let acceptor = RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new());
-    axum_server::from_tcp(listener)?
-        .acceptor(acceptor)
-        .serve(app.into_make_service())
-        .await?;
-    Ok(())
+    tls_server::serve(listen, cert, key, app).await
 }
 
 fn respond(body: &[u8], answer: &Bytes) -> Response {
