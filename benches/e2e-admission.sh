@@ -63,8 +63,8 @@
 # Ctrl-C (pinhook, the webhook floor, the registry helper, the cluster); logs stay in $E2E_WORK.
 #
 # Environment: E2E_WORK (/tmp/e2e-cost), PINHOOK_LOG (pinhook's filter, default info),
-# E2E_COST_B and E2E_COST_B_LOG (above), E2E_COST_PPROF=DIR (after the rounds, CPU profiles of the apiserver with no webhook and with
-# pinhook warm, and `go tool pprof -top` of them, into DIR; needs `go`), E2E_COST_SMOKE=1 (1 round of 5 creates per cell, for a check that the script still works:
+# E2E_COST_B and E2E_COST_B_LOG (above), E2E_COST_PPROF=DIR (after the rounds, CPU profiles of
+# the apiserver with no webhook and with pinhook warm, and `go tool pprof -top` of them, into DIR; needs `go`), E2E_COST_SMOKE=1 (1 round of 5 creates per cell, for a check that the script still works:
 # about a minute, most of it starting the cluster), PINHOOK_E2E_CACHE, KUBE_APISERVER (see
 # tests/e2e/cluster.sh), CARGO_TARGET_DIR.
 set -euo pipefail
@@ -160,13 +160,12 @@ e2e_ns cost-floor-mutate pinhook.dev/ignore=true cost.pinhook.dev/floor=mutate |
 apiserver_pid=$(<"$E2E_WORK/kube-apiserver.pid")
 etcd_pid=$(<"$E2E_WORK/etcd.pid")
 hz=$(getconf CLK_TCK)
-warm_images=$(for r in app:1.0 app:2.0 db:1.0 cron:1.0 init:1.0 sidecar:1.0 agent:1.0 job:1.0 roll:1.0 drift:1.0; do
-  printf '%s/team/%s,' "$REGISTRY_HOST" "$r"
-done)
+warm_refs=(app:1.0 app:2.0 db:1.0 cron:1.0 init:1.0 sidecar:1.0 agent:1.0 job:1.0 roll:1.0 drift:1.0)
+warm_images=$(for r in "${warm_refs[@]}"; do printf '%s,' "$(image "${r%%:*}" "${r#*:}")"; done)
 warm_images=${warm_images%,}
 
 # The webhook floor: pinhook's certificate, the same pins pinhook answers for the warm images.
-for r in app:1.0 app:2.0 db:1.0 cron:1.0 init:1.0 sidecar:1.0 agent:1.0 job:1.0 roll:1.0 drift:1.0; do
+for r in "${warm_refs[@]}"; do
   printf '%s %s\n' "$(image "${r%%:*}" "${r#*:}")" "$(pinned "${r%%:*}" "${r#*:}")"
 done >"$RUN/floor-pins.txt"
 pick_port FLOOR_PORT "$(free_port)"

@@ -11,8 +11,7 @@ ones) and prints, per cell, the p50 and p99 of them all (2,500 creates with 5 ro
 arm's difference to the arm with no webhook: `none` for the separate cells, `cost-exempt` (the
 same seconds) for the paired ones, whose arms are pinhook warm, the webhook floor (a mutating and
 a validating webhook that only answer), the floor's mutating webhook alone and, with E2E_COST_B,
-pinhook B (`warm-b`). Nearest rank, as
-the load generator. Standard library only.
+pinhook B (`warm-b`). Nearest rank, as the load generator. Standard library only.
 """
 import math
 import os
