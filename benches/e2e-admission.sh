@@ -63,7 +63,8 @@
 # Ctrl-C (pinhook, the webhook floor, the registry helper, the cluster); logs stay in $E2E_WORK.
 #
 # Environment: E2E_WORK (/tmp/e2e-cost), PINHOOK_LOG (pinhook's filter, default info),
-# E2E_COST_B and E2E_COST_B_LOG (above), E2E_COST_PPROF=DIR (after the rounds, CPU profiles of
+# E2E_COST_B and E2E_COST_B_LOG (above), E2E_COST_B_OUT (where B's log goes, default
+# $RUN/pinhook-b.log; /dev/null to set a log's writes apart from its formatting), E2E_COST_PPROF=DIR (after the rounds, CPU profiles of
 # the apiserver with no webhook and with pinhook warm, and `go tool pprof -top` of them, into DIR; needs `go`), E2E_COST_SMOKE=1 (1 round of 5 creates per cell, for a check that the script still works:
 # about a minute, most of it starting the cluster), PINHOOK_E2E_CACHE, KUBE_APISERVER (see
 # tests/e2e/cluster.sh), CARGO_TARGET_DIR.
@@ -143,7 +144,7 @@ if [[ -n ${E2E_COST_B:-} ]]; then
   [[ -x $E2E_COST_B ]] || die "E2E_COST_B: $E2E_COST_B is not an executable"
   pick_port PINHOOK_B_PORT "$(free_port)"
   PINHOOK_BIN=$E2E_COST_B PINHOOK_LOG=${E2E_COST_B_LOG:-${PINHOOK_LOG:-info}} \
-    start_pinhook pinhook-b "$PINHOOK_B_PORT" "$CERT_DIR" "$RUN/policy.yaml"
+    PINHOOK_OUT=${E2E_COST_B_OUT:-$RUN/pinhook-b.log} start_pinhook pinhook-b "$PINHOOK_B_PORT" "$CERT_DIR" "$RUN/policy.yaml"
   PINHOOK_B_PID=$STARTED_PID
   # pinhook's own webhooks leave cost-warm-b to B's
   sed -i 's|^    - key: pinhook.dev/ignore$|    - key: cost.pinhook.dev/b\n      operator: DoesNotExist\n    - key: pinhook.dev/ignore|' \

@@ -417,11 +417,12 @@ EOF
   wait_effective e2e-probe
 }
 # start_pinhook NAME PORT CERT_DIR POLICY [SERVE-ARGS...]: `pinhook serve` in the background
-# (log $RUN/NAME.log, PID in $RUN/NAME.pid and STARTED_PID), then wait for its /readyz
+# (log $RUN/NAME.log, or PINHOOK_OUT; PID in $RUN/NAME.pid and STARTED_PID), then wait for its /readyz
 start_pinhook() {
   local name=$1 port=$2 certs=$3 policy=$4
   shift 4
-  log "starting $name on https://127.0.0.1:$port${*:+ ($*)} (log $RUN/$name.log)"
+  local out=${PINHOOK_OUT:-$RUN/$name.log}
+  log "starting $name on https://127.0.0.1:$port${*:+ ($*)} (log $out)"
   NO_COLOR=1 PINHOOK_LOG="${PINHOOK_LOG:-info}" "$PINHOOK_BIN" serve \
     --listen "127.0.0.1:$port" \
     --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" \
@@ -429,7 +430,7 @@ start_pinhook() {
     --policy "$policy" \
     --kubeconfig "$PINHOOK_KUBECONFIG" \
     "$@" \
-    </dev/null >"$RUN/$name.log" 2>&1 3>&- &
+    </dev/null >"$out" 2>&1 3>&- &
   STARTED_PID=$!
   echo "$STARTED_PID" >"$RUN/$name.pid"
   WAIT_PID=$STARTED_PID wait_until 30 "$name /readyz" readyz_ok "$port" "$certs" || die "$name not ready (pid $STARTED_PID)"
