@@ -92,25 +92,45 @@ impl<W: fmt::Write> fmt::Write for OneLine<W> {
 }
 
 /// Whether `text` may hold a character [`write_escaped`] escapes: a byte below 0x20, DEL, or
-/// the first byte of U+0080–U+00BF (C1 controls) or of U+2000–U+2FFF (the line and paragraph
-/// separators). A scan of bytes, so plain text costs one pass and no decoding. Also
-/// `log_line`'s.
-pub(crate) fn may_break_line(text: &str) -> bool {
+/// the first byte of U+0080–U+00BF (C1 controls), of U+0600–U+063F (U+061C), of U+2000–U+2FFF
+/// (the line and paragraph separators, the bidirectional controls and zero-width characters)
+/// or of U+F000–U+FFFF (U+FEFF). A scan of bytes, so plain text costs one pass and no
+/// decoding. Also `log_line`'s.
+pub(crate) fn may_escape(text: &str) -> bool {
     text.bytes()
-        .any(|b| b < 0x20 || b == 0x7f || b == 0xc2 || b == 0xe2)
+        .any(|b| b < 0x20 || matches!(b, 0x7f | 0xc2 | 0xd8 | 0xe2 | 0xef))
 }
 
-/// Whether [`write_escaped`] escapes `c`: a control character (C0, DEL, C1) or a Unicode line
-/// or paragraph separator.
+/// Whether [`write_escaped`] escapes `c`: a control character (C0, DEL, C1), a Unicode line
+/// or paragraph separator, or a character that [`hides_text`].
 fn escapes(c: char) -> bool {
-    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}' || hides_text(c)
 }
 
-/// `text` with its control characters (C0, DEL, C1) and the Unicode line and paragraph
-/// separators escaped as `{:?}` escapes them (`\n`, `\u{1b}`, `\u{2028}`); everything else,
-/// quotes included, as it is. Also `log_line`'s.
+/// Whether `c` makes text show other than it reads: a bidirectional control (U+061C,
+/// U+200E–U+200F, U+202A–U+202E, U+2066–U+2069), which reorders what follows it on screen (the
+/// "Trojan Source" trick, CVE-2021-42574), or an invisible character (U+200B–U+200D, U+2060–U+2064,
+/// U+FEFF) that makes two different strings look the same. Escaped wherever pinhook shows text
+/// from outside to a person: its logs, the CLI, and the messages, warnings and audit
+/// annotations it answers the apiserver with (which kubectl prints).
+pub(crate) fn hides_text(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{feff}'
+    )
+}
+
+/// `text` with its control characters (C0, DEL, C1), the Unicode line and paragraph
+/// separators and the characters that [`hides_text`] escaped as `{:?}` escapes them (`\n`,
+/// `\u{1b}`, `\u{2028}`, `\u{202e}`); everything else, quotes included, as it is. Also
+/// `log_line`'s.
 pub(crate) fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Result {
-    if !may_break_line(text) {
+    if !may_escape(text) {
         return out.write_str(text);
     }
     for c in text.chars() {
@@ -127,7 +147,7 @@ pub(crate) fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Resul
 /// in a message or an error's text (`guarded`), the ones tracing's own terminal-escape
 /// sanitising already writes escaped (ESC, BEL, BS, FF, DEL, C1).
 fn left_raw(text: &str, guarded: bool) -> bool {
-    may_break_line(text)
+    may_escape(text)
         && text.chars().any(|c| {
             let escaped = escapes(c);
             let by_tracing = matches!(c, '\x1b' | '\x07' | '\x08' | '\x0c' | '\x7f')
@@ -229,9 +249,11 @@ impl Visit for Coloured<'_> {
     }
 }
 
-/// `text` as one line: its control characters and line separators escaped ([`write_escaped`]),
-/// borrowed as it is when it has none. For text from outside that the CLI prints to a terminal
-/// (its errors, `pinhook check`'s table and problems, `pinhook inventory`'s table).
+/// `text` as one line: its control characters, line separators and characters that
+/// [`hides_text`] escaped ([`write_escaped`]), borrowed as it is when it has none. For text from
+/// outside that a person reads: what the CLI prints to a terminal (its errors, `pinhook check`'s
+/// table and problems, `pinhook inventory`'s table) and what pinhook answers the apiserver with
+/// (a denial's message, warnings, audit annotations), which kubectl prints.
 pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     if left_raw(text, false) {
         std::borrow::Cow::Owned(escaped_text(text))
@@ -598,10 +620,11 @@ mod tests {
     fn every_character_that_could_break_a_line_is_escaped() {
         for c in [
             '\0', '\n', '\r', '\t', '\x1b', '\x7f', '\u{80}', '\u{85}', '\u{9b}', '\u{9f}',
-            '\u{2028}', '\u{2029}',
+            '\u{2028}', '\u{2029}', '\u{061c}', '\u{200b}', '\u{200e}', '\u{200f}', '\u{202a}',
+            '\u{202e}', '\u{2060}', '\u{2066}', '\u{2069}', '\u{feff}',
         ] {
             let text = format!("a{c}b");
-            assert!(may_break_line(&text), "{c:?}");
+            assert!(may_escape(&text), "{c:?}");
             let mut out = String::new();
             write_escaped(&mut out, &text).unwrap();
             assert_eq!(out, format!("a{}b", c.escape_debug()), "{c:?}");
@@ -609,8 +632,8 @@ mod tests {
         }
         // The scan that skips plain text misses no character the escaping would change.
         for c in (0..=0x10ffff).filter_map(char::from_u32) {
-            if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
-                assert!(may_break_line(c.encode_utf8(&mut [0; 4])), "{c:?}");
+            if escapes(c) {
+                assert!(may_escape(c.encode_utf8(&mut [0; 4])), "{c:?}");
             }
         }
     }

@@ -1,8 +1,9 @@
 //! The JSON log format's writer (`--log-format json`, the chart's default). JSON escapes line
 //! breaks and the C0 controls in a string, but leaves DEL, the C1 controls (U+0080–U+009F,
-//! among them CSI, U+009B, which some terminals obey) and the Unicode line and paragraph
-//! separators (which some log viewers break lines at) as they are. [`JsonEscaping`] writes
-//! those as `\u` escapes, which a JSON reader reads back as the same characters, so a value
+//! among them CSI, U+009B, which some terminals obey), the Unicode line and paragraph
+//! separators (which some log viewers break lines at) and the bidirectional controls and
+//! invisible characters ([`hides_text`]: a viewer shows the text reordered, or two names alike)
+//! as they are. [`JsonEscaping`] writes those as `\u` escapes, which a JSON reader reads back as the same characters, so a value
 //! from outside (a review's `uid`, an image, a registry's error) reaches neither a terminal nor
 //! a viewer raw. serde_json writes these bytes only inside strings, where the escape means the
 //! same; a line without them (nearly every line) is passed on as it is, after a scan of its
@@ -10,6 +11,8 @@
 //! tests hold.
 
 use std::io;
+
+use crate::log_fields::hides_text;
 
 use tracing_subscriber::fmt::format::{Format, Json, JsonFields};
 use tracing_subscriber::fmt::MakeWriter;
@@ -55,7 +58,9 @@ pub struct Escaping<W>(W);
 
 impl<W: io::Write> io::Write for Escaping<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if memchr::memchr3(0x7f, 0xc2, 0xe2, buf).is_none() {
+        if memchr::memchr3(0x7f, 0xc2, 0xe2, buf).is_none()
+            && memchr::memchr2(0xd8, 0xef, buf).is_none()
+        {
             return self.0.write(buf);
         }
         self.0.write_all(&escaped(buf))?;
@@ -67,8 +72,9 @@ impl<W: io::Write> io::Write for Escaping<W> {
     }
 }
 
-/// `line` with DEL, U+0080–U+009F (`C2 80`–`C2 9F` in UTF-8) and U+2028/U+2029 (`E2 80 A8`,
-/// `E2 80 A9`) written as `\u` escapes; every other byte as it is.
+/// `line` with DEL, U+0080–U+009F (`C2 80`–`C2 9F` in UTF-8), U+2028/U+2029 (`E2 80 A8`,
+/// `E2 80 A9`) and the characters that [`hides_text`] (their UTF-8 starts with `D8`, `E2` or
+/// `EF`) written as `\u` escapes; every other byte as it is.
 fn escaped(line: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len() + 16);
     let mut i = 0;
@@ -82,9 +88,23 @@ fn escaped(line: &[u8]) -> Vec<u8> {
                 out.extend_from_slice(format!("\\u00{low:02x}").as_bytes());
                 i += 2;
             }
-            [0xe2, 0x80, last @ (0xa8 | 0xa9), ..] => {
-                out.extend_from_slice(if last == 0xa8 { b"\\u2028" } else { b"\\u2029" });
-                i += 3;
+            [lead @ (0xd8 | 0xe2 | 0xef), ..] => {
+                let width = if lead == 0xd8 { 2 } else { 3 };
+                let shown = line
+                    .get(i..i + width)
+                    .and_then(|bytes| std::str::from_utf8(bytes).ok())
+                    .and_then(|text| text.chars().next())
+                    .filter(|&c| c == '\u{2028}' || c == '\u{2029}' || hides_text(c));
+                match shown {
+                    Some(c) => {
+                        out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes());
+                        i += width;
+                    }
+                    None => {
+                        out.push(lead);
+                        i += 1;
+                    }
+                }
             }
             [byte, ..] => {
                 out.push(byte);
@@ -107,10 +127,13 @@ mod tests {
     /// Every character JSON leaves raw that a terminal or a viewer may obey, between text that
     /// must stay as it is (é is `C3 A9`, … is `E2 80 A6`: the same lead bytes).
     const HOSTILE: &str =
-        "a\u{7f}b\u{80}c\u{85}d\u{9b}31me\u{9f}f\u{2028}g\u{2029}h é … \u{a0} \n\x1b end";
+        "a\u{7f}b\u{80}c\u{85}d\u{9b}31me\u{9f}f\u{2028}g\u{2029}h é … \u{a0} \n\x1b \
+         i\u{202e}j\u{2066}k\u{200b}l\u{feff}m\u{061c}n end";
 
-    const ONE_BY_ONE: [char; 6] = [
-        '\u{7f}', '\u{80}', '\u{85}', '\u{9f}', '\u{2028}', '\u{2029}',
+    const ONE_BY_ONE: [char; 16] = [
+        '\u{7f}', '\u{80}', '\u{85}', '\u{9f}', '\u{2028}', '\u{2029}', '\u{061c}', '\u{200b}',
+        '\u{200f}', '\u{202a}', '\u{202e}', '\u{2060}', '\u{2064}', '\u{2066}', '\u{2069}',
+        '\u{feff}',
     ];
 
     fn json_lines(escaping: bool) -> String {
@@ -144,6 +167,7 @@ mod tests {
                 || ('\u{80}'..='\u{9f}').contains(&c)
                 || c == '\u{2028}'
                 || c == '\u{2029}'
+                || hides_text(c)
         })
     }
 
@@ -165,6 +189,10 @@ mod tests {
             text.contains(r"a\u007fb\u0080c\u0085d\u009b31me\u009ff\u2028g\u2029h é … "),
             "{text}"
         );
+        assert!(
+            text.contains(r"i\u202ej\u2066k\u200bl\ufeffm\u061cn end"),
+            "{text}"
+        );
         for (line, c) in lines[2..].iter().zip(ONE_BY_ONE) {
             assert_eq!(line["fields"]["uid"], format!("a{c}b"));
         }
@@ -172,7 +200,9 @@ mod tests {
 
     #[test]
     fn text_without_them_is_passed_on_as_it_is() {
-        for line in ["", "{\"a\":\"é … \u{a0} © ⁂ Â\"}\n"] {
+        // Text sharing the lead bytes of what is escaped: Arabic (`D8`), … and ⁂ (`E2`), and
+        // U+FFFD and fullwidth A (`EF`).
+        for line in ["", "{\"a\":\"é … \u{a0} © ⁂ Â ؛ \u{fffd} Ａ\"}\n"] {
             let mut out = Vec::new();
             io::Write::write_all(&mut Escaping(&mut out), line.as_bytes()).unwrap();
             assert_eq!(out, line.as_bytes());
@@ -181,5 +211,10 @@ mod tests {
         let mut out = Vec::new();
         io::Write::write_all(&mut Escaping(&mut out), &[b'a', 0xc2]).unwrap();
         assert_eq!(out, [b'a', 0xc2]);
+        for cut in [&[b'a', 0xe2, 0x80][..], &[b'a', 0xd8], &[b'a', 0xef, 0xbb]] {
+            let mut out = Vec::new();
+            io::Write::write_all(&mut Escaping(&mut out), cut).unwrap();
+            assert_eq!(out, cut);
+        }
     }
 }

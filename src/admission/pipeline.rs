@@ -507,6 +507,65 @@ mod tests {
         })
     }
 
+    /// A registry's error text reaches the user (kubectl prints a denial's message, warnings and
+    /// audit annotations) with its terminal codes, line breaks and bidirectional controls
+    /// escaped: shown as what they are, never obeyed or reordering what the user reads.
+    #[tokio::test]
+    async fn a_registry_error_reaches_the_user_escaped() -> Result<(), Box<dyn std::error::Error>> {
+        const HOSTILE: &str =
+            "boom\x1b[2J\u{9b}31m\nforged line\u{202e}txt.exe\u{2066}\u{200b}\u{feff}\u{061c} end";
+        let raw = |text: &str| {
+            text.chars()
+                .any(|c| c.is_control() || crate::log_fields::hides_text(c))
+        };
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/team/app:1.0"}]}});
+        let target = Target {
+            view: Object {
+                group: "",
+                kind: "Pod",
+                subresource: "",
+                namespace: "team",
+                object: &pod,
+                old_object: None,
+            },
+            name: "p",
+            creating: true,
+            dry_run: false,
+            resolver: None,
+        };
+        for mode in ["enforce", "audit"] {
+            let policy = Policy::parse(&format!("mode: {mode}\n"))?;
+            let pinner = pinner_with(policy, Scripted::new(&[Answer::Failing(HOSTILE)]), None);
+            let plan = pinner.plan(&target, Duration::from_secs(5)).await?;
+            let response = crate::admission::render::decide("uid", plan).response;
+            let mut shown: Vec<String> = response.warnings.clone();
+            shown.extend(response.audit_annotations.values().cloned());
+            shown.extend(response.status.as_ref().map(|s| s.message.clone()));
+            assert!(!shown.is_empty(), "{mode}: {response:?}");
+            assert!(
+                shown.iter().any(|text| text.contains("boom")),
+                "{mode}: the registry's words are shown: {shown:?}"
+            );
+            for text in &shown {
+                assert!(!raw(text), "{mode}: {text:?}");
+            }
+            let whole = shown.join(" ");
+            assert!(
+                whole.contains(r"\u{202e}txt.exe") && whole.contains(r"\u{1b}[2J"),
+                "{mode}: escaped, not dropped: {shown:?}"
+            );
+            if mode == "enforce" {
+                let message = response.status.map(|s| s.message).unwrap_or_default();
+                assert!(
+                    message.contains(r"\u{1b}[2J\u{9b}31m\nforged line\u{202e}txt.exe\u{2066}\u{200b}\u{feff}\u{61c} end"),
+                    "{message}"
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Ten containers naming five distinct tags: five registry calls, all at once, so the
     /// admission costs one registry round trip, not five.
     #[tokio::test]

@@ -3,6 +3,10 @@
 //! Warnings follow the apiserver's rules (`docs/kubernetes-and-registry-facts.md` §1): at most
 //! 120 characters each, no control characters (a warning with a newline is silently dropped),
 //! no duplicates, and pinhook's share of the request's 4096-rune budget kept well below it.
+//! Warnings and audit annotations, like a denial's message (`review.rs`), carry no character
+//! that [`hides_text`](crate::log_fields::hides_text) raw: kubectl prints them to a terminal,
+//! where a bidirectional control from a registry's error would reorder what the user reads;
+//! they are written escaped (`\u{202e}`).
 
 use std::collections::BTreeMap;
 
@@ -10,6 +14,7 @@ use super::decision::{Decision, ReviewResult};
 use super::failure::Failure;
 use super::plan::{Action, Plan};
 use super::review::AdmissionResponse;
+use crate::log_fields::one_line;
 use crate::policy::Mode;
 
 const WARNING_MAX_CHARS: usize = 120;
@@ -89,7 +94,8 @@ pub fn shape_warnings(warnings: Vec<String>) -> Vec<String> {
             .chars()
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect();
-        let clean = truncate_chars(clean.trim(), WARNING_MAX_CHARS);
+        let clean = one_line(clean.trim());
+        let clean = truncate_chars(&clean, WARNING_MAX_CHARS);
         let size = clean.chars().count();
         if clean.is_empty() || shaped.contains(&clean) {
             continue;
@@ -131,7 +137,7 @@ fn audit_annotations(plan: &Plan) -> BTreeMap<String, String> {
         .enumerate()
         .map(|(i, value)| {
             let key = format!("violation-{}", i + 1);
-            (key, truncate_chars(&value, ANNOTATION_MAX_CHARS))
+            (key, truncate_chars(&one_line(&value), ANNOTATION_MAX_CHARS))
         })
         .collect();
     let more = all.count();

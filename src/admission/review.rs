@@ -308,7 +308,9 @@ impl AdmissionResponse {
             allowed: false,
             status: Some(Status {
                 code,
-                message: message.into(),
+                // kubectl prints it: text from outside in it (a registry's error) must not
+                // reach a terminal raw.
+                message: crate::log_fields::into_one_line(message.into()),
                 reason: None,
                 status: "Failure".to_string(),
             }),

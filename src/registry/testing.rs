@@ -29,6 +29,8 @@ pub(crate) enum Answer {
     Digest(char),
     Unreachable,
     NotFound,
+    /// HTTP 500 with this text as the registry's error message.
+    Failing(&'static str),
 }
 
 impl Scripted {
@@ -106,6 +108,11 @@ impl Resolver for Scripted {
                 registry,
                 status: 503,
                 message: "down".to_string(),
+            }),
+            Answer::Failing(message) => Err(RegistryError::Status {
+                registry,
+                status: 500,
+                message: message.to_string(),
             }),
             Answer::NotFound => Err(RegistryError::NotFound {
                 repository: reference.repository().to_string(),
