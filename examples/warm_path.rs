@@ -62,9 +62,7 @@ fn main() -> anyhow::Result<()> {
     let threads: usize = args.next().map_or(Ok(1), |n| n.parse())?;
     anyhow::ensure!((1..=64).contains(&threads), "THREADS must be 1-64");
     // As `pinhook serve` logs (main.rs), into a sink.
-    let (writer, _guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .finish(std::io::sink());
+    let (writer, _guard) = pinhook::log_writer::spawn(std::io::sink());
     pinhook::log_line::text_format(
         tracing_subscriber::EnvFilter::new(
             std::env::var("PINHOOK_LOG").unwrap_or_else(|_| "info".into()),

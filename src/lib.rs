@@ -22,6 +22,7 @@
 //! - [`metrics`]: every Prometheus metric pinhook exports.
 //! - [`log_fields`]: the fields of a text log line, as tracing writes them, cheaper.
 //! - [`log_json`]: the JSON log format's writer, escaping what JSON leaves raw (C1, DEL, U+2028).
+//! - [`log_writer`]: the log's writer thread, at the lowest scheduling priority.
 //! - [`server`]: HTTPS (axum + rustls), connection bounds, routes, the dry-run endpoint, TLS
 //!   reloads, health, shutdown.
 //! - [`app`]: the composition root, one `build(Config)` for `pinhook serve` and the tests.
@@ -44,6 +45,7 @@ pub mod lease;
 pub mod log_fields;
 pub mod log_json;
 pub mod log_line;
+pub mod log_writer;
 pub mod metrics;
 pub mod own_namespace;
 pub mod owners;

@@ -1,4 +1,4 @@
-//! The `pinhook` binary: parses the command line, starts logging (a non-blocking writer) and
+//! The `pinhook` binary: parses the command line, starts logging (`log_writer`'s thread) and
 //! the async runtime, and
 //! hands each subcommand to the library. Prints errors on one line; exits 2 on usage or
 //! start-up errors, 1 when `resolve` cannot resolve, and `check`'s own code.
@@ -39,23 +39,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr through a dedicated writer thread: a request's worker only queues its line
-/// (the write syscall per review line cost about a sixth of warm throughput, issue 13). The
-/// thread writes what is queued through a buffer and flushes it whenever the queue is empty, so
-/// under load one write carries many lines and no line waits behind an idle queue. Lines are
-/// never dropped: a full queue (128k lines) makes the logging thread wait, as a direct write
-/// would. Colours only on a terminal, and not with `NO_COLOR`.
+/// Logs to stderr through `log_writer`'s thread (a request's worker only queues its line; the
+/// thread writes at the lowest priority, never dropping a line). Colours only on a terminal,
+/// and not with `NO_COLOR`.
 fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     use std::io::IsTerminal as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PINHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .finish(std::io::BufWriter::with_capacity(
-            64 * 1024,
-            std::io::stderr(),
-        ));
+    let (writer, guard) = pinhook::log_writer::spawn(std::io::stderr());
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     match format {
         LogFormat::Text => {
