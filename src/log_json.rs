@@ -2,21 +2,21 @@
 //! breaks and the C0 controls in a string, but leaves DEL, the C1 controls (U+0080–U+009F,
 //! among them CSI, U+009B, which some terminals obey), the Unicode line and paragraph
 //! separators (which some log viewers break lines at) and the bidirectional controls and
-//! invisible characters ([`hides_text`]: a viewer shows the text reordered, or two names alike)
-//! as they are. [`JsonEscaping`] writes those as `\u` escapes, which a JSON reader reads back as the same characters, so a value
-//! from outside (a review's `uid`, an image, a registry's error) reaches neither a terminal nor
-//! a viewer raw. serde_json writes these bytes only inside strings, where the escape means the
-//! same; a line without them (nearly every line) is passed on as it is, after a scan of its
-//! bytes (`memchr`). [`json_format`] is the subscriber `main` sets up with it, and the one the
-//! tests hold.
+//! invisible characters ([`hides_text`]: a viewer shows the text reordered, or two names
+//! alike) as they are. [`JsonEscaping`] writes those as `\u` escapes, which a JSON reader reads
+//! back as the same characters, so a value from outside (a review's `uid`, an image, a
+//! registry's error) reaches neither a terminal nor a viewer raw. serde_json writes these bytes
+//! only inside strings, where the escape means the same; a line without them (nearly every
+//! line) is passed on as it is, after a scan of its bytes (`memchr`). [`json_format`] is the
+//! subscriber `main` sets up with it, and the one the tests hold.
 
 use std::io;
-
-use crate::log_fields::hides_text;
 
 use tracing_subscriber::fmt::format::{Format, Json, JsonFields};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
+
+use crate::log_fields::hides_text;
 
 /// The JSON format's subscriber as `pinhook serve` sets it up: tracing's JSON lines, `filter`,
 /// written to `writer` through [`JsonEscaping`].

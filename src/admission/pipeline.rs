@@ -507,6 +507,24 @@ mod tests {
         })
     }
 
+    /// The CREATE of Pod `p` in namespace `team`.
+    fn created_pod(pod: &Value) -> Target<'_> {
+        Target {
+            view: Object {
+                group: "",
+                kind: "Pod",
+                subresource: "",
+                namespace: "team",
+                object: pod,
+                old_object: None,
+            },
+            name: "p",
+            creating: true,
+            dry_run: false,
+            resolver: None,
+        }
+    }
+
     /// A registry's error text reaches the user (kubectl prints a denial's message, warnings and
     /// audit annotations) with its terminal codes, line breaks and bidirectional controls
     /// escaped: shown as what they are, never obeyed or reordering what the user reads.
@@ -520,20 +538,7 @@ mod tests {
         };
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "image": "registry.example/team/app:1.0"}]}});
-        let target = Target {
-            view: Object {
-                group: "",
-                kind: "Pod",
-                subresource: "",
-                namespace: "team",
-                object: &pod,
-                old_object: None,
-            },
-            name: "p",
-            creating: true,
-            dry_run: false,
-            resolver: None,
-        };
+        let target = created_pod(&pod);
         for mode in ["enforce", "audit"] {
             let policy = Policy::parse(&format!("mode: {mode}\n"))?;
             let pinner = pinner_with(policy, Scripted::new(&[Answer::Failing(HOSTILE)]), None);
@@ -577,20 +582,7 @@ mod tests {
             .map(|i| json!({"name": format!("c{i}"), "image": format!("registry.example/team/svc{}:1.0", i % 5)}))
             .collect();
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}});
-        let target = Target {
-            view: Object {
-                group: "",
-                kind: "Pod",
-                subresource: "",
-                namespace: "team",
-                object: &pod,
-                old_object: None,
-            },
-            name: "p",
-            creating: true,
-            dry_run: false,
-            resolver: None,
-        };
+        let target = created_pod(&pod);
         let started = std::time::Instant::now();
         let plan = pinner.plan(&target, Duration::from_secs(5)).await?;
         let took = started.elapsed();
