@@ -64,10 +64,12 @@
 #
 # Environment: E2E_WORK (/tmp/e2e-cost), PINHOOK_LOG (pinhook's filter, default info),
 # E2E_COST_B and E2E_COST_B_LOG (above), E2E_COST_B_OUT (where B's log goes, default
-# $RUN/pinhook-b.log; /dev/null to set a log's writes apart from its formatting), E2E_COST_PPROF=DIR (after the rounds, CPU profiles of
-# the apiserver with no webhook and with pinhook warm, and `go tool pprof -top` of them, into DIR; needs `go`), E2E_COST_SMOKE=1 (1 round of 5 creates per cell, for a check that the script still works:
-# about a minute, most of it starting the cluster), PINHOOK_E2E_CACHE, KUBE_APISERVER (see
-# tests/e2e/cluster.sh), CARGO_TARGET_DIR.
+# $RUN/pinhook-b.log; /dev/null to set a log's writes apart from its formatting),
+# E2E_COST_PPROF=DIR (after the rounds, CPU profiles of the apiserver with no webhook and with
+# pinhook warm, and `go tool pprof -top` of them, into DIR; needs `go`), E2E_COST_SMOKE=1 (1
+# round of 5 creates per cell, for a check that the script still works: about a minute, most of
+# it starting the cluster), PINHOOK_E2E_CACHE, KUBE_APISERVER (see tests/e2e/cluster.sh),
+# CARGO_TARGET_DIR.
 set -euo pipefail
 {
 cd "$(dirname "$0")/.."

@@ -1,7 +1,6 @@
 //! The `pinhook` binary: parses the command line, starts logging (`log_writer`'s thread) and
-//! the async runtime, and
-//! hands each subcommand to the library. Prints errors on one line; exits 2 on usage or
-//! start-up errors, 1 when `resolve` cannot resolve, and `check`'s own code.
+//! the async runtime, and hands each subcommand to the library. Prints errors on one line;
+//! exits 2 on usage or start-up errors, 1 when `resolve` cannot resolve, and `check`'s own code.
 
 use std::process::ExitCode;
 

@@ -137,7 +137,7 @@ fn audit_annotations(plan: &Plan) -> BTreeMap<String, String> {
         .enumerate()
         .map(|(i, value)| {
             let key = format!("violation-{}", i + 1);
-            (key, truncate_chars(&one_line(&value), ANNOTATION_MAX_CHARS))
+            (key, annotation_value(&value))
         })
         .collect();
     let more = all.count();
@@ -175,9 +175,15 @@ fn origin_annotations(plan: &Plan) -> BTreeMap<String, String> {
         .enumerate()
         .map(|(i, line)| {
             let key = format!("resolved-at-mirror-{}", i + 1);
-            (key, truncate_chars(&line, ANNOTATION_MAX_CHARS))
+            (key, annotation_value(&line))
         })
         .collect()
+}
+
+/// An audit annotation's value: `text` escaped for a person to read ([`one_line`]), then cut
+/// to [`ANNOTATION_MAX_CHARS`].
+fn annotation_value(text: &str) -> String {
+    truncate_chars(&one_line(text), ANNOTATION_MAX_CHARS)
 }
 
 fn truncate_chars(text: &str, max: usize) -> String {
