@@ -89,7 +89,7 @@ fn main() -> anyhow::Result<()> {
         }),
         namespaces: Arc::new(NoNamespaces),
         owner_ttl: Duration::from_secs(60),
-        on_loop: None,
+        on_owner: None,
     }));
     let body = Arc::new(review()?);
 

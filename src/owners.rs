@@ -16,10 +16,18 @@
 //!   (`pkg/management/.../instance` compares the Pod's image string with the Cluster's
 //!   `imageName` and rolls the Pod), so pinning its Pods makes it loop (cloudnative-pg#10872).
 //!   Operators that never compare (Argo Workflows, Tekton) can be listed as safe to pin.
-//! - **Mirror pods are never touched.** The kubelet mirrors each static pod into the API with
-//!   the annotation `kubernetes.io/config.mirror`; the mirror only reflects what the node runs
-//!   from a file: patching it pins nothing and makes the API lie, denying it hides the pod
-//!   while the kubelet retries for ever.
+//! - **Mirror pods are never touched, when their node sends them.** The kubelet mirrors each
+//!   static pod into the API with the annotation `kubernetes.io/config.mirror`; the mirror only
+//!   reflects what the node runs from a file: patching it pins nothing and makes the API lie,
+//!   denying it hides the pod while the kubelet retries for ever. The annotation is written by
+//!   whoever writes the Pod, so it counts only on a request whose authenticated user is the
+//!   node the Pod names (`system:node:<spec.nodeName>`, issue 43); anyone else's Pod carrying
+//!   it is judged like any other.
+//! - **"Left to its operator" withholds the patch, never the check** (issue 43). An
+//!   ownerReference is written by the Pod's author: a Pod that names an operator (or a
+//!   ConfigMap) as its controller is not patched, but `/validate` still requires its images
+//!   pinned in enforce. Only what a cluster admin controls (exemptions, namespace modes,
+//!   `owners.pinPodsOf`) lets an unpinned Pod in.
 //! - **Jobs made by a CronJob are judged.** The CronJob controller tracks its Jobs by reference
 //!   (`status.active`) and never compares their spec with `jobTemplate`
 //!   (`pkg/controller/cronjob`).
@@ -51,18 +59,19 @@ const POD_CONTROLLERS: [(&str, &str); 5] = [
     ("batch", "Job"),
 ];
 
-/// Whether pinhook judges an object, by who made it.
+/// Whether pinhook patches an object, by who made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ownership<'a> {
     /// pinhook judges it.
     Judged,
     /// A pod-bearing object its controller compares with its own template (a Deployment's
-    /// ReplicaSet): left exactly as written.
+    /// ReplicaSet): left exactly as written. The Pods it makes are judged.
     Controller(ControllerRef<'a>),
     /// A Pod whose controller is not a built-in Pod controller nor listed as safe to pin: an
-    /// operator's, which may compare the Pod's image with its own resource's.
+    /// operator's, which may compare the Pod's image with its own resource's. Not patched, but
+    /// checked: its images must be pinned in enforce all the same.
     Operator(ControllerRef<'a>),
-    /// The API mirror of a static pod.
+    /// The API mirror of a static pod, sent by the node it runs on.
     MirrorPod,
 }
 
@@ -117,17 +126,19 @@ pub fn left_to_controller<'a>(
     Some(owner)
 }
 
-/// Whether pinhook judges the object under review (`group`, `kind` and `subresource` are the
-/// request's), given the owner kinds whose Pods the policy says are safe to pin.
+/// Whether pinhook patches the object under review (`group`, `kind` and `subresource` are the
+/// request's, `user` its authenticated user), given the owner kinds whose Pods the policy says
+/// are safe to pin.
 pub fn ownership<'a>(
     group: &str,
     kind: &str,
     subresource: &str,
     object: &'a Value,
     pin_pods_of: &[OwnerKind],
+    user: &str,
 ) -> Ownership<'a> {
     let is_pod = group.is_empty() && kind == "Pod";
-    if is_pod && is_mirror_pod(object) {
+    if is_pod && is_mirror_pod(object) && sent_by_its_node(object, user) {
         return Ownership::MirrorPod;
     }
     // An ephemeral container is added by a user (`kubectl debug`), not by the Pod's
@@ -158,7 +169,8 @@ pub fn pod_ownership<'a>(
     }
 }
 
-/// True for the API mirror of a static pod (annotation [`MIRROR_ANNOTATION`]).
+/// True when the Pod carries the mirror annotation ([`MIRROR_ANNOTATION`]). The Pod's author
+/// writes it: on its own it proves nothing (see [`sent_by_its_node`], [`is_node_mirror`]).
 pub fn is_mirror_pod(object: &Value) -> bool {
     object
         .get("metadata")
@@ -167,15 +179,44 @@ pub fn is_mirror_pod(object: &Value) -> bool {
         .is_some()
 }
 
+/// The node a Pod names (`spec.nodeName`), if any.
+pub fn node_name(object: &Value) -> Option<&str> {
+    object
+        .get("spec")?
+        .get("nodeName")?
+        .as_str()
+        .filter(|n| !n.is_empty())
+}
+
+/// True when the request's authenticated `user` is the node the Pod names
+/// (`system:node:<spec.nodeName>`): who sends a static pod's mirror. The NodeRestriction
+/// admission plugin lets a node create only mirror pods bound to itself.
+pub fn sent_by_its_node(object: &Value, user: &str) -> bool {
+    match (node_name(object), user.strip_prefix("system:node:")) {
+        (Some(node), Some(sender)) => node == sender,
+        _ => false,
+    }
+}
+
+/// For a Pod already stored (the watch, which has no request): the mirror annotation and, as the
+/// kubelet writes it, a `v1` `Node` controller named as `spec.nodeName`. Weaker than
+/// [`sent_by_its_node`], which admission uses; the watch only reports.
+pub fn is_node_mirror(object: &Value) -> bool {
+    let Some(owner) = controller_of(object) else {
+        return false;
+    };
+    is_mirror_pod(object)
+        && owner.api_version == "v1"
+        && owner.kind == "Node"
+        && node_name(object) == Some(owner.name)
+}
+
 /// The controller of a Pod whose Pods pinhook pins only because the policy lists its kind in
 /// `owners.pinPodsOf` (not a built-in Pod controller): the owners the loop breaker watches.
 pub fn listed_operator<'a>(
     object: &'a Value,
     pin_pods_of: &[OwnerKind],
 ) -> Option<ControllerRef<'a>> {
-    if is_mirror_pod(object) {
-        return None;
-    }
     let owner = controller_of(object)?;
     let builtin = is_pod_controller(&owner, &[]);
     (!builtin && is_pod_controller(&owner, pin_pods_of)).then_some(owner)
@@ -342,7 +383,7 @@ mod tests {
         ];
         let listed = if expected == "judged" { &safe[..] } else { &[] };
         let pod = pod_of(owner_kind, owner_api_version);
-        let got = match ownership("", "Pod", "", &pod, listed) {
+        let got = match ownership("", "Pod", "", &pod, listed, "") {
             Ownership::Judged => "judged".to_string(),
             Ownership::Operator(owner) => {
                 assert_eq!(owner.describe(), format!("{owner_kind} parent"));
@@ -353,7 +394,7 @@ mod tests {
         assert_eq!(got, expected);
         // The same Pod's ephemeral containers are added by a user, not the operator: judged.
         assert_eq!(
-            ownership("", "Pod", "ephemeralcontainers", &pod, &[]),
+            ownership("", "Pod", "ephemeralcontainers", &pod, &[], ""),
             Ownership::Judged
         );
     }
@@ -361,34 +402,43 @@ mod tests {
     #[test]
     fn a_pod_without_a_controller_is_judged() {
         let bare = json!({"metadata": {"name": "p"}});
-        assert_eq!(ownership("", "Pod", "", &bare, &[]), Ownership::Judged);
+        assert_eq!(ownership("", "Pod", "", &bare, &[], ""), Ownership::Judged);
         let not_controller = owned("Cluster", "postgresql.cnpg.io/v1", json!(false));
         assert_eq!(
-            ownership("", "Pod", "", &not_controller, &[]),
+            ownership("", "Pod", "", &not_controller, &[], ""),
             Ownership::Judged
         );
     }
 
-    #[test]
-    fn mirror_pods_are_never_judged_whoever_owns_them() {
-        // A mirror pod as the kubelet writes it (pkg/kubelet/pod/mirror_client.go): the static
-        // pod's hash in the annotation, the Node as controller owner.
-        let mirror = json!({"metadata": {
+    /// A mirror pod as the kubelet writes it (pkg/kubelet/pod/mirror_client.go): the static
+    /// pod's hash in the annotation, the Node as controller owner, bound to that node.
+    fn mirror_on(node: &str) -> Value {
+        json!({"metadata": {
             "name": "etcd-node1",
             "annotations": {MIRROR_ANNOTATION: "1c6c6b4b2a1b4a8e9b5c1d2e3f4a5b6c"},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "node1",
                                   "uid": "n1", "controller": true}],
-        }});
+        }, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "etcd:3"}]}})
+    }
+
+    #[test]
+    fn mirror_pods_from_their_node_are_never_judged_whoever_owns_them() {
+        let mirror = mirror_on("node1");
+        let node = "system:node:node1";
         assert!(is_mirror_pod(&mirror));
-        assert_eq!(ownership("", "Pod", "", &mirror, &[]), Ownership::MirrorPod);
+        assert!(is_node_mirror(&mirror));
         assert_eq!(
-            ownership("", "Pod", "ephemeralcontainers", &mirror, &[]),
+            ownership("", "Pod", "", &mirror, &[], node),
+            Ownership::MirrorPod
+        );
+        assert_eq!(
+            ownership("", "Pod", "ephemeralcontainers", &mirror, &[], node),
             Ownership::MirrorPod
         );
         let mut empty_hash = mirror.clone();
         empty_hash["metadata"]["annotations"][MIRROR_ANNOTATION] = json!("");
         assert_eq!(
-            ownership("", "Pod", "", &empty_hash, &[]),
+            ownership("", "Pod", "", &empty_hash, &[], node),
             Ownership::MirrorPod
         );
         // The annotation on anything but a Pod means nothing.
@@ -398,7 +448,8 @@ mod tests {
                 "Deployment",
                 "",
                 &json!({"metadata": mirror["metadata"].clone()}),
-                &[]
+                &[],
+                node
             ),
             Ownership::Controller(ControllerRef {
                 api_version: "v1",
@@ -409,15 +460,51 @@ mod tests {
         );
     }
 
+    /// Issue 43: the annotation is the Pod author's to write. Sent by anyone but the node the
+    /// Pod names, a "mirror pod" is a Pod like any other (here its Node owner makes it an
+    /// operator's: not patched, but checked).
+    #[rstest]
+    #[case::a_tenant("alice")]
+    #[case::a_service_account("system:serviceaccount:team:default")]
+    #[case::another_node("system:node:node2")]
+    #[case::a_node_prefix("system:node:node")]
+    #[case::no_user("")]
+    #[case::the_node_prefix_alone("system:node:")]
+    fn the_mirror_annotation_from_anyone_but_its_node_proves_nothing(#[case] user: &str) {
+        let mirror = mirror_on("node1");
+        assert!(matches!(
+            ownership("", "Pod", "", &mirror, &[], user),
+            Ownership::Operator(ControllerRef { kind: "Node", .. })
+        ));
+        let mut bare = mirror.clone();
+        bare["metadata"]["ownerReferences"] = json!([]);
+        assert_eq!(
+            ownership("", "Pod", "", &bare, &[], user),
+            Ownership::Judged
+        );
+        assert!(!is_node_mirror(&bare), "no Node owner");
+        // Not bound to a node: no node can have sent it.
+        let unbound = mirror_on("");
+        assert!(!sent_by_its_node(&unbound, "system:node:"));
+        assert!(!is_node_mirror(&unbound));
+        assert!(
+            !is_node_mirror(&mirror_on("node2")),
+            "owner and node differ"
+        );
+    }
+
     #[test]
     fn non_pod_children_follow_the_controller_rule() {
         let rs = owned("Deployment", "apps/v1", json!(true));
         assert!(matches!(
-            ownership("apps", "ReplicaSet", "", &rs, &[]),
+            ownership("apps", "ReplicaSet", "", &rs, &[], ""),
             Ownership::Controller(_)
         ));
         let job = owned("CronJob", "batch/v1", json!(true));
-        assert_eq!(ownership("batch", "Job", "", &job, &[]), Ownership::Judged);
+        assert_eq!(
+            ownership("batch", "Job", "", &job, &[], ""),
+            Ownership::Judged
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
                 namespace: &identity.namespace,
                 object,
                 old_object: None,
+                user: "",
             };
             let mode = pinhook_fuzz::mode_of(seed.wrapping_add(i as u64));
             pinhook_fuzz::admit(policy, "check", view, mode);

@@ -131,6 +131,7 @@ fuzz_target!(|data: &[u8]| {
             namespace: "default",
             object,
             old_object: None,
+            user: "",
         };
         let mode = match i % 2 {
             0 => compiled.policy.mode,

@@ -259,6 +259,7 @@ pub fn admit_request(request: &AdmissionRequest, seed: u64) {
         namespace: &request.namespace,
         object: value,
         old_object: request.old_object.as_ref(),
+        user: request.username(),
     };
     let _ = object.is_pod();
     for (i, policy) in policies().iter().enumerate() {

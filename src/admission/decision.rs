@@ -39,6 +39,7 @@ pub fn target_of(request: &AdmissionRequest) -> Option<Target<'_>> {
             namespace: &request.namespace,
             object,
             old_object: request.old_object.as_ref(),
+            user: request.username(),
         },
         name: &request.name,
         creating: request.operation == "CREATE",

@@ -144,6 +144,7 @@ async fn plan_document(
             namespace: &identity.namespace,
             object: &object,
             old_object: None,
+            user: "",
         },
         name: &identity.name,
         creating: true,

@@ -64,8 +64,12 @@ pub struct Pinner {
     mirror_keyrings: MirrorKeyrings,
     /// Pods created per listed operator, to stop pinning one that recreates them.
     loops: LoopBreaker,
-    /// Told once per trip of the loop breaker (metric, log, Event).
-    on_loop: Option<LoopHandler>,
+    /// Told once per trip of the loop breaker, and of an operator's denied Pods (metric, log,
+    /// Event).
+    on_owner: Option<OwnerHandler>,
+    /// The operators told of a denied Pod lately (namespace, owner uid): one notice per owner
+    /// per [`DENIED_NOTICE_EVERY`], however often it retries.
+    told_denied: moka::sync::Cache<(String, String), ()>,
 }
 
 /// What the loop breaker found: an owner listed as safe to pin that recreates its Pods.
@@ -82,8 +86,32 @@ pub struct LoopTrip {
     pub pause: Duration,
 }
 
-/// Called once per trip of the loop breaker.
-pub type LoopHandler = Arc<dyn Fn(LoopTrip) + Send + Sync>;
+/// An operator's Pod `/validate` denied in enforce: pinhook leaves its Pods as the operator
+/// writes them, and the operator wrote an unpinned image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeniedPod {
+    pub namespace: String,
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    /// The first unpinned image, as written.
+    pub image: String,
+}
+
+/// What pinhook tells about an owner of Pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerNotice {
+    Loop(LoopTrip),
+    Denied(DeniedPod),
+}
+
+/// Called once per trip of the loop breaker, and at most once per [`DENIED_NOTICE_EVERY`] per
+/// operator whose Pods `/validate` denies.
+pub type OwnerHandler = Arc<dyn Fn(OwnerNotice) + Send + Sync>;
+
+/// How often an operator whose Pods are denied is told again (it retries all the while).
+pub const DENIED_NOTICE_EVERY: Duration = Duration::from_secs(60);
 
 /// The parts a [`Pinner`] is built from.
 pub struct PinnerParts {
@@ -94,8 +122,9 @@ pub struct PinnerParts {
     pub namespaces: Arc<dyn NamespaceLabels>,
     /// How long an owner revision keeps its digests (`--owner-revision-ttl`).
     pub owner_ttl: Duration,
-    /// Told once per trip of the loop breaker (`None`: nothing but the plan's reason).
-    pub on_loop: Option<LoopHandler>,
+    /// Told of loop-breaker trips and operators' denied Pods (`None`: nothing but the plan's
+    /// reason).
+    pub on_owner: Option<OwnerHandler>,
 }
 
 type Resolved = Result<Resolution, RegistryError>;
@@ -119,7 +148,11 @@ impl Pinner {
                 .build(),
             mirror_keyrings: MirrorKeyrings::new(),
             loops: LoopBreaker::new(),
-            on_loop: parts.on_loop,
+            on_owner: parts.on_owner,
+            told_denied: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(DENIED_NOTICE_EVERY)
+                .build(),
         }
     }
 
@@ -200,11 +233,12 @@ impl Pinner {
     /// Checks without any registry call that every image new in this request is pinned (and that
     /// mirror configuration lets no mirror answer tag pulls): what
     /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
+    ///
+    /// It never asks the loop breaker: a Pod `/mutate` left as written because its owner kept
+    /// recreating pinned Pods is checked like any other (denied in enforce), so every replica
+    /// answers the same whatever the breaker of the replica that mutated remembers (issue 43).
     pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
         let policy = self.policy.current();
-        if let Some(left) = self.break_loop(&policy, target, false) {
-            return Ok(left);
-        }
         let validation = plan::validation(&policy, target.view);
         let mut warnings = Vec::new();
         let mode = self
@@ -216,13 +250,41 @@ impl Pinner {
                 &mut warnings,
             )
             .await;
-        Ok(validation.finish(mode, warnings)?)
+        let plan = validation.finish(mode, warnings)?;
+        self.tell_denied(&policy, target, &plan);
+        Ok(plan)
     }
 
-    /// The plan of a Pod whose owner the loop breaker paused (see [`super::loops`]): left as
-    /// written. `count` says whether this review counts as a creation (`/mutate`'s CREATE, not
-    /// a dry run); `/validate` only asks whether the owner is paused, so it never denies what
-    /// `/mutate` left alone.
+    /// Tells the handler of an operator's Pod this plan denies (not on a dry run), at most once
+    /// per owner per [`DENIED_NOTICE_EVERY`].
+    fn tell_denied(&self, policy: &CompiledPolicy, target: &Target<'_>, plan: &Plan) {
+        let (Some(on_owner), false) = (&self.on_owner, target.dry_run) else {
+            return;
+        };
+        let Some(denied) = plan.denials().next() else {
+            return;
+        };
+        let Some(owner) = target.view.operator(policy) else {
+            return;
+        };
+        let key = (target.view.namespace.to_string(), owner.uid.to_string());
+        if self.told_denied.contains_key(&key) {
+            return;
+        }
+        self.told_denied.insert(key, ());
+        on_owner(OwnerNotice::Denied(DeniedPod {
+            namespace: target.view.namespace.to_string(),
+            api_version: owner.api_version.to_string(),
+            kind: owner.kind.to_string(),
+            name: owner.name.to_string(),
+            uid: owner.uid.to_string(),
+            image: denied.site.image.clone(),
+        }));
+    }
+
+    /// `/mutate`'s plan of a Pod whose owner the loop breaker paused (see [`super::loops`]):
+    /// left as written (and checked by `/validate` like any Pod). Only `/mutate`'s CREATE counts
+    /// as a creation, never a dry run.
     fn break_loop(
         &self,
         policy: &CompiledPolicy,
@@ -246,8 +308,8 @@ impl Pinner {
         let message = match verdict {
             LoopVerdict::Pin => return None,
             LoopVerdict::Tripped { image, count } => {
-                if let Some(on_loop) = &self.on_loop {
-                    on_loop(LoopTrip {
+                if let Some(on_owner) = &self.on_owner {
+                    on_owner(OwnerNotice::Loop(LoopTrip {
                         namespace: target.view.namespace.to_string(),
                         api_version: owner.api_version.to_string(),
                         kind: owner.kind.to_string(),
@@ -257,7 +319,7 @@ impl Pinner {
                         count,
                         window: Duration::from_secs(settings.window_seconds),
                         pause,
-                    });
+                    }));
                 }
                 format!(
                     "Pod left to its controller {} ({}): it created {count} Pods of {image} within {} s; pinhook stops pinning its Pods for {} s",
@@ -492,7 +554,7 @@ mod tests {
     fn pinner_with(
         policy: CompiledPolicy,
         resolver: Arc<Scripted>,
-        on_loop: Option<LoopHandler>,
+        on_owner: Option<OwnerHandler>,
     ) -> Pinner {
         Pinner::new(PinnerParts {
             policy: PolicyHandle::new(policy),
@@ -503,7 +565,7 @@ mod tests {
             }),
             namespaces: Arc::new(NoNamespaces),
             owner_ttl: Duration::from_secs(60),
-            on_loop,
+            on_owner,
         })
     }
 
@@ -517,6 +579,7 @@ mod tests {
                 namespace: "team",
                 object: pod,
                 old_object: None,
+                user: "",
             },
             name: "p",
             creating: true,
@@ -594,9 +657,77 @@ mod tests {
         Ok(())
     }
 
+    /// Issue 43: an operator's unpinned Pod is denied by /validate in enforce, and its owner is
+    /// told once (the `PodsDenied` Event), however often the operator retries; dry runs tell
+    /// nothing, and audit denies nothing.
+    #[tokio::test]
+    async fn an_operators_denied_pod_is_told_to_its_owner_once(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = told.clone();
+        let record: OwnerHandler = Arc::new(move |notice: OwnerNotice| {
+            if let (Ok(mut told), OwnerNotice::Denied(pod)) = (seen.lock(), notice) {
+                told.push(pod);
+            }
+        });
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "db-", "ownerReferences": [{"apiVersion": "example.dev/v1",
+                "kind": "Widget", "name": "db", "uid": "w1", "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/team/db:1.0"}]}});
+        let target = |dry_run: bool| Target {
+            dry_run,
+            ..created_pod(&pod)
+        };
+        let pinner = pinner_with(
+            Policy::parse("mode: enforce\n")?,
+            Scripted::new(&[Answer::Digest('a')]),
+            Some(record.clone()),
+        );
+        let mutated = pinner.plan(&target(false), Duration::from_secs(5)).await?;
+        assert_eq!(
+            mutated.left_alone.map(|l| l.reason),
+            Some(LeftAloneReason::Operator)
+        );
+        assert_eq!(
+            pinner.check_pinned(&target(true)).await?.denials().count(),
+            1
+        );
+        assert!(
+            told.lock().map(|t| t.is_empty()).unwrap_or(false),
+            "dry run"
+        );
+        for _ in 0..3 {
+            let checked = pinner.check_pinned(&target(false)).await?;
+            assert_eq!(checked.denials().count(), 1);
+        }
+        let told = told.lock().map(|t| t.clone()).unwrap_or_default();
+        assert_eq!(
+            told,
+            [DeniedPod {
+                namespace: "team".to_string(),
+                api_version: "example.dev/v1".to_string(),
+                kind: "Widget".to_string(),
+                name: "db".to_string(),
+                uid: "w1".to_string(),
+                image: "registry.example/team/db:1.0".to_string(),
+            }]
+        );
+        let audit = pinner_with(
+            Policy::parse("mode: audit\n")?,
+            Scripted::new(&[Answer::Digest('a')]),
+            Some(record),
+        );
+        let checked = audit.check_pinned(&target(false)).await?;
+        assert_eq!(
+            (checked.denials().count(), checked.violations().count()),
+            (0, 1)
+        );
+        Ok(())
+    }
+
     /// An operator wrongly listed as safe to pin, recreating its Pod each time it is pinned:
-    /// pinned up to `maxPods` times, then left as written (and /validate agrees) for the
-    /// pause, the handler told once.
+    /// pinned up to `maxPods` times, then left as written by /mutate for the pause (and denied
+    /// by /validate in enforce), the handler told once.
     #[tokio::test]
     async fn the_loop_breaker_stops_pinning_an_owner_that_recreates_its_pods(
     ) -> Result<(), Box<dyn std::error::Error>> {
@@ -605,8 +736,8 @@ mod tests {
         )?;
         let trips = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = trips.clone();
-        let record: LoopHandler = Arc::new(move |trip: LoopTrip| {
-            if let Ok(mut trips) = seen.lock() {
+        let record: OwnerHandler = Arc::new(move |notice: OwnerNotice| {
+            if let (Ok(mut trips), OwnerNotice::Loop(trip)) = (seen.lock(), notice) {
                 trips.push(trip);
             }
         });
@@ -623,6 +754,7 @@ mod tests {
                 namespace: "team",
                 object: &pod,
                 old_object: None,
+                user: "",
             },
             name: "",
             creating,
@@ -653,11 +785,21 @@ mod tests {
             ),
             ("Widget", "db", 4)
         );
+        // /validate never asks the breaker (issue 43): what /mutate left as written is checked
+        // like any Pod, denied in enforce, so another replica, whose breaker did not trip,
+        // answers the same.
         let checked = pinner.check_pinned(&target(true, false)).await?;
-        assert_eq!(checked.denials().count(), 0);
+        assert_eq!(checked.denials().count(), 1);
+        assert_eq!(checked.left_alone, None);
+        let fresh = pinner_with(
+            Policy::parse("mode: enforce\n")?,
+            Scripted::new(&[Answer::Digest('a')]),
+            None,
+        );
+        let elsewhere = fresh.check_pinned(&target(true, false)).await?;
         assert_eq!(
-            checked.left_alone.map(|l| l.reason),
-            Some(LeftAloneReason::OwnerLoop)
+            (elsewhere.denials().count(), elsewhere.left_alone),
+            (1, None)
         );
         // Dry runs and updates never count: another owner's dry runs keep being pinned.
         let mut other = pod.clone();

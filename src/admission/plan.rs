@@ -33,7 +33,7 @@ pub use outcome::{
 use mirror::{mirror_messages, mirror_plan, MirrorVerdict};
 use outcome::{
     empty, exempt, failed, finish, origin_warnings, refused, resolution_failed,
-    resolution_warnings, unchanged, unpinned,
+    resolution_warnings, unchanged, unpinned, unpinned_of_operator,
 };
 
 /// The registry's answer per tag, keyed by [`Reference::tag_reference`].
@@ -109,7 +109,7 @@ impl<'a> Mutation<'a> {
     pub fn triage(self, mode: Mode) -> Result<Triaged<'a>, WorkloadError> {
         let Mutation { policy, object } = self;
         let stage = if object.is_passed_over(policy) {
-            Stage::Exempt(object.passed_over_plan(policy))
+            Stage::Exempt(object.passed_over_plan(policy, || object.left_alone(policy)))
         } else if mode == Mode::Off
             || object.is_skipped_template(policy)
             || policy.policy.resolve == ResolveMode::Never
@@ -178,7 +178,7 @@ impl Validation<'_> {
     /// False when nothing depends on the mode: an exempt namespace and no mirror
     /// configuration (the mirror guard ignores exemptions).
     pub fn reads_mode(&self) -> bool {
-        self.mirrors.is_some() || !self.object.is_passed_over(self.policy)
+        self.mirrors.is_some() || !self.object.is_passed_over_check(self.policy)
     }
 
     /// Checks without any registry call that every image new in this request is pinned (and that
@@ -193,8 +193,8 @@ impl Validation<'_> {
         if let Some(verdict) = mirrors {
             return Ok(mirror_plan(mode, verdict, warnings));
         }
-        if object.is_passed_over(policy) {
-            return Ok(object.passed_over_plan(policy));
+        if object.is_passed_over_check(policy) {
+            return Ok(object.passed_over_plan(policy, || object.left_unchecked(policy)));
         }
         if mode == Mode::Off || object.is_skipped_template(policy) {
             return Ok(empty(mode, warnings));
@@ -202,10 +202,15 @@ impl Validation<'_> {
         let Some(sites) = object.sites(policy)? else {
             return Ok(empty(mode, warnings));
         };
+        // An operator's Pod: `/mutate` left it as written and said nothing; here it is checked
+        // like any Pod (issue 43), and its denial names the operator and the two fixes.
+        let operator = object.operator(policy);
         // In audit mode `/mutate` already reported each tag it would deny (a warning) or pin (a
         // log line); repeating "not pinned" here would only say that audit does not mutate.
-        // Unless nothing resolves (`resolve: Never`).
-        let judge_unpinned = mode == Mode::Enforce || policy.policy.resolve == ResolveMode::Never;
+        // Unless nothing resolves (`resolve: Never`), or `/mutate` left the Pod to its operator.
+        let judge_unpinned = mode == Mode::Enforce
+            || policy.policy.resolve == ResolveMode::Never
+            || operator.is_some();
         let outcomes = sites
             .into_iter()
             .map(|site| match triage(policy, object.namespace, site) {
@@ -217,7 +222,10 @@ impl Validation<'_> {
                     unchanged(site, "not pinned (audit mode)".to_string())
                 }
                 Triage::Refuse(site, reason, text) => refused(site, reason, text),
-                Triage::Resolve(site, _) => unpinned(policy, site),
+                Triage::Resolve(site, _) => match &operator {
+                    Some(owner) => unpinned_of_operator(policy, site, owner),
+                    None => unpinned(policy, site),
+                },
                 Triage::Verify(site, ..) => {
                     unchanged(site, "already pinned to a digest".to_string())
                 }

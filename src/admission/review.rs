@@ -287,6 +287,15 @@ impl AdmissionRequest {
     pub fn is_dry_run(&self) -> bool {
         self.dry_run.unwrap_or(false)
     }
+
+    /// The authenticated user who sent the request (`userInfo.username`), empty if absent. The
+    /// apiserver writes it; the object's author cannot.
+    pub fn username(&self) -> &str {
+        self.user_info
+            .get("username")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
 }
 
 // === impl AdmissionResponse ===

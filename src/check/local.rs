@@ -48,7 +48,7 @@ pub(super) async fn check(
             node: app::user_keyring().map_err(AppError::from)?,
         }),
         namespaces: Arc::new(NoNamespaces),
-        on_loop: None,
+        on_owner: None,
         owner_ttl: Duration::from_secs(300),
     });
     Ok(dry_run::run(&pinner, documents, namespace, budget).await)

@@ -26,7 +26,9 @@ use crate::workload::{ImagePath, PodSpecKinds};
 
 pub use hosts::{HostRefusal, HostRules};
 pub use mirrors::MirrorPolicy;
-pub use resolve_through::{MirrorSettings, MirrorTarget, ResolveThrough, Route, Routes};
+pub use resolve_through::{
+    MirrorSettings, MirrorTarget, ResolveThrough, Route, Routes, VerifySource,
+};
 pub use scope::{Exemption, InvalidMode, ModeLabel, NamespaceMode};
 
 /// The namespace label that overrides `mode` per namespace (namespace labels are

@@ -39,9 +39,25 @@ pub struct ResolveThrough {
     pub source: String,
     /// Tried in order; the first that answers decides.
     pub mirrors: Vec<MirrorSettings>,
-    /// Also ask the source when it answers; deny when it names another digest.
+    /// Also ask the source: `true` denies when it names another digest or says the tag does
+    /// not exist; `required` denies when it does not answer too.
     #[serde(default)]
-    pub verify_source: bool,
+    pub verify_source: VerifySource,
+}
+
+/// `verifySource`: whether a routed tag's source is asked too, and what its silence means
+/// (issue 43: a mirror never outvotes its source).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum VerifySource {
+    /// `false`, the default: only the mirrors are asked.
+    #[default]
+    Off,
+    /// `true`: the source is asked at the same time. Another digest, or an answer that the tag
+    /// or manifest does not exist (404, 403, `MANIFEST_UNKNOWN`), denies; no answer in time
+    /// (down, disconnected, 401) leaves the mirror's digest unverified.
+    IfAnswered,
+    /// `required`: as `true`, and no answer denies too; no last known digest stands in.
+    Required,
 }
 
 /// One mirror of an entry.
@@ -76,7 +92,7 @@ pub struct Route {
     pub source: String,
     /// The reference rewritten to each mirror, in order.
     pub mirrors: Vec<MirrorTarget>,
-    pub verify_source: bool,
+    pub verify_source: VerifySource,
 }
 
 /// One mirror a reference is resolved at.
@@ -100,13 +116,47 @@ pub struct RouteError {
 struct Entry {
     source: String,
     mirrors: Vec<CompiledMirror>,
-    verify_source: bool,
+    verify_source: VerifySource,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct CompiledMirror {
     location: String,
     credentials: Option<PathBuf>,
+}
+
+// === impl VerifySource ===
+
+impl VerifySource {
+    /// Whether the source is asked at all.
+    pub fn asks_source(self) -> bool {
+        self != VerifySource::Off
+    }
+}
+
+impl<'de> Deserialize<'de> for VerifySource {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = VerifySource;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or \"required\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<VerifySource, E> {
+                Ok(match v {
+                    true => VerifySource::IfAnswered,
+                    false => VerifySource::Off,
+                })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<VerifySource, E> {
+                match v {
+                    "required" => Ok(VerifySource::Required),
+                    other => Err(E::invalid_value(serde::de::Unexpected::Str(other), &self)),
+                }
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 /// The repository name appended to a location to parse it with the reference grammar.

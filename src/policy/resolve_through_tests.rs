@@ -54,7 +54,7 @@ registries:
 fn a_complete_entry_parses_and_adds_its_tls_settings_to_the_hosts() -> Result<(), PolicyError> {
     let compiled = compile(TWO_MIRRORS)?;
     let entry = &compiled.policy.registries.resolve_through[0];
-    assert!(entry.verify_source);
+    assert_eq!(entry.verify_source, VerifySource::IfAnswered);
     assert_eq!(entry.mirrors.len(), 2);
     assert_eq!(
         compiled.registry_hosts["mirror-a.corp.example:5000"].ca,
@@ -79,7 +79,7 @@ fn the_first_matching_entry_rewrites_the_prefix_to_each_mirror_in_order() -> Res
             problem: String::new(),
         })?;
     assert_eq!(route.source, "registry.example/team");
-    assert!(route.verify_source);
+    assert_eq!(route.verify_source, VerifySource::IfAnswered);
     let at: Vec<String> = route
         .mirrors
         .iter()
@@ -282,4 +282,40 @@ fn the_suggestion_is_one_line_of_policy() {
         Routes::suggestion("registry.example/team/", "mirror.example/team"),
         "registries.resolveThrough: [{source: registry.example/team, mirrors: [{location: mirror.example/team}]}] with a digest-only mirror on the nodes"
     );
+}
+
+/// `verifySource` takes `true`, `false` or `required` (issue 43); anything else is refused at
+/// load, naming what it takes.
+#[rstest]
+#[case::absent("", Some(VerifySource::Off))]
+#[case::off("      verifySource: false\n", Some(VerifySource::Off))]
+#[case::if_answered("      verifySource: true\n", Some(VerifySource::IfAnswered))]
+#[case::required("      verifySource: required\n", Some(VerifySource::Required))]
+#[case::quoted_required("      verifySource: \"required\"\n", Some(VerifySource::Required))]
+#[case::another_word("      verifySource: always\n", None)]
+#[case::a_number("      verifySource: 1\n", None)]
+fn verify_source_is_true_false_or_required(
+    #[case] line: &str,
+    #[case] expected: Option<VerifySource>,
+) {
+    let yaml = format!(
+        "registries:\n  resolveThrough:\n    - source: registry.example/team\n{line}      mirrors:\n        - location: mirror.example/team\n"
+    );
+    match (compile(&yaml), expected) {
+        (Ok(compiled), Some(expected)) => {
+            assert_eq!(
+                compiled.policy.registries.resolve_through[0].verify_source,
+                expected
+            );
+            let route = compiled
+                .routes
+                .route(&reference("registry.example/team/app:1.0"));
+            assert_eq!(route.map(|r| r.verify_source), Some(expected));
+        }
+        (Err(error), None) => {
+            let text = error.to_string();
+            assert!(text.contains(r#"true, false or "required""#), "{text}");
+        }
+        (got, expected) => panic!("{line:?}: {:?}, expected {expected:?}", got.map(|_| ())),
+    }
 }

@@ -99,6 +99,23 @@ pub enum RegistryError {
         mirror_digest: String,
         source_digest: String,
     },
+    /// `verifySource`: the source answered that the tag or manifest the mirror resolved does
+    /// not exist (404, 403, `MANIFEST_UNKNOWN`).
+    #[error("mirror {mirror} says {image} is {mirror_digest} but its source says: {source_says}")]
+    SourceRefutes {
+        image: String,
+        mirror: String,
+        mirror_digest: String,
+        source_says: String,
+    },
+    /// `verifySource: required`: the source did not confirm the mirror's digest.
+    #[error("mirror {mirror} says {image} is {mirror_digest} but its source did not confirm it (verifySource: required): {why}")]
+    SourceUnconfirmed {
+        image: String,
+        mirror: String,
+        mirror_digest: String,
+        why: String,
+    },
     /// The task that called the registry panicked or was cancelled (a bug, never an answer).
     #[error("the registry call for {registry} did not finish")]
     TaskFailed {
@@ -167,7 +184,22 @@ impl RegistryError {
             RegistryError::Shared(inner) => inner.kind(),
             RegistryError::TaskFailed { .. } => "internal",
             RegistryError::MirrorsFailed { .. } => "mirrors_failed",
-            RegistryError::MirrorDisagrees { .. } => "mirror_disagrees",
+            RegistryError::MirrorDisagrees { .. } | RegistryError::SourceRefutes { .. } => {
+                "mirror_disagrees"
+            }
+            RegistryError::SourceUnconfirmed { .. } => "source_unconfirmed",
+        }
+    }
+
+    /// True when the registry answered that the tag or manifest does not exist, or denied it
+    /// (404, `MANIFEST_UNKNOWN`, 403, `DENIED`): an answer, unlike a 401, which may only mean
+    /// that pinhook holds no credential for it.
+    pub fn says_absent(&self) -> bool {
+        match self {
+            RegistryError::Shared(inner) => inner.says_absent(),
+            RegistryError::NotFound { .. } | RegistryError::Denied { .. } => true,
+            RegistryError::Status { status, .. } => *status == 404 || *status == 403,
+            _ => false,
         }
     }
 

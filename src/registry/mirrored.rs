@@ -9,9 +9,12 @@
 //! under the mirror's repository and credentials and never alias the source's. The first fresh
 //! answer wins; a stale one (served from the cache while its mirror is down) is kept only if no
 //! later mirror answers fresh. The answer records its [`Origin`]. With `verifySource` the source
-//! is asked at the same time, within its own deadline: a different digest is
-//! [`RegistryError::MirrorDisagrees`]; no answer leaves the mirror's digest unverified (the
-//! disconnected case).
+//! is asked at the same time, within its own deadline, and a mirror never outvotes it (issue 43):
+//! a different digest is [`RegistryError::MirrorDisagrees`], an answer that the tag or manifest
+//! does not exist (404, 403, `MANIFEST_UNKNOWN`) is [`RegistryError::SourceRefutes`]; no answer
+//! leaves the mirror's digest unverified (the disconnected case), unless `verifySource:
+//! required`, where it is [`RegistryError::SourceUnconfirmed`] and no last known digest stands
+//! in.
 //!
 //! Never: decides policy (which references are routed is `policy::resolve_through`'s), and never
 //! falls back to the source's own answer when every mirror fails: the mirrors are the policy's
@@ -25,7 +28,7 @@ use tokio::time::Instant;
 
 use super::keyring::Keyring;
 use super::{Credential, RegistryError, Resolution, ResolutionSource, Resolver};
-use crate::policy::Route;
+use crate::policy::{Route, VerifySource};
 use crate::reference::Reference;
 
 pub use super::resolver::{Origin, SourceCheck};
@@ -37,7 +40,7 @@ pub struct RoutedCall {
     pub source_credentials: Vec<Credential>,
     /// Each mirror's location (the origin of its answers), reference and credentials, in order.
     pub mirrors: Vec<MirrorCall>,
-    pub verify_source: bool,
+    pub verify_source: VerifySource,
 }
 
 /// One mirror of a [`RoutedCall`].
@@ -113,6 +116,7 @@ impl RoutedCall {
             .flat_map(|m| m.credentials.iter())
             .chain(
                 self.verify_source
+                    .asks_source()
                     .then_some(&self.source_credentials)
                     .into_iter()
                     .flatten(),
@@ -164,7 +168,7 @@ pub async fn resolve_routed(
     verify_deadline: Option<Instant>,
 ) -> Result<Resolution, RegistryError> {
     let verify = async {
-        if !call.verify_source {
+        if !call.verify_source.asks_source() {
             return None;
         }
         let ask = resolver.resolve(&call.source, &call.source_credentials);
@@ -175,26 +179,54 @@ pub async fn resolve_routed(
     };
     let (mirrored, verified) = tokio::join!(at_mirrors(resolver, call), verify);
     let mut resolution = mirrored?;
+    let image = || call.source.tag_reference();
+    let mirror = || {
+        resolution
+            .origin
+            .as_ref()
+            .map(|o| o.mirror.clone())
+            .unwrap_or_default()
+    };
     let check = match verified {
         None => SourceCheck::NotAsked,
         Some(Some(Ok(source))) if source.source != ResolutionSource::Stale => {
             if source.digest != resolution.digest {
-                let mirror = resolution
-                    .origin
-                    .as_ref()
-                    .map(|o| o.mirror.clone())
-                    .unwrap_or_default();
                 return Err(RegistryError::MirrorDisagrees {
-                    image: call.source.tag_reference(),
-                    mirror,
+                    image: image(),
+                    mirror: mirror(),
                     mirror_digest: resolution.digest.to_string(),
                     source_digest: source.digest.to_string(),
                 });
             }
             SourceCheck::Agreed
         }
-        // No answer, an error, or only a cached one: the source could not confirm.
-        Some(_) => SourceCheck::Unanswered,
+        // The source answered that there is no such tag: the mirror invented it, or kept one
+        // the source deleted. Either way the mirror does not outvote its source.
+        Some(Some(Err(error))) if error.says_absent() => {
+            return Err(RegistryError::SourceRefutes {
+                image: image(),
+                mirror: mirror(),
+                mirror_digest: resolution.digest.to_string(),
+                source_says: crate::error::error_chain(&error),
+            });
+        }
+        // No answer, another error, or only a cached one: the source could not confirm.
+        Some(unanswered) => {
+            if call.verify_source == VerifySource::Required {
+                let why = match unanswered {
+                    None => "it did not answer in time".to_string(),
+                    Some(Err(error)) => crate::error::error_chain(&error),
+                    Some(Ok(_)) => "only a cached answer of it was at hand".to_string(),
+                };
+                return Err(RegistryError::SourceUnconfirmed {
+                    image: image(),
+                    mirror: mirror(),
+                    mirror_digest: resolution.digest.to_string(),
+                    why,
+                });
+            }
+            SourceCheck::Unanswered
+        }
     };
     if let Some(origin) = resolution.origin.as_mut() {
         origin.source_check = check;
@@ -202,8 +234,12 @@ pub async fn resolve_routed(
     Ok(resolution)
 }
 
-/// The newest digest any mirror's cache remembers for `call`, first mirror first.
+/// The newest digest any mirror's cache remembers for `call`, first mirror first; none under
+/// `verifySource: required`, where only a digest the source confirmed is pinned.
 pub fn last_known_routed(resolver: &dyn Resolver, call: &RoutedCall) -> Option<Resolution> {
+    if call.verify_source == VerifySource::Required {
+        return None;
+    }
     call.mirrors.iter().find_map(|mirror| {
         let mut resolution = resolver.last_known(&mirror.reference, &mirror.credentials)?;
         resolution.origin = Some(origin(mirror));

@@ -18,6 +18,12 @@ enum Host {
     Stale(char),
     Down,
     Hangs,
+    /// 404: no such tag (`MANIFEST_UNKNOWN`).
+    Absent,
+    /// 403 (`DENIED`).
+    Forbidden,
+    /// 401: no credential pinhook holds is accepted.
+    Unauthorized,
 }
 
 #[derive(Default)]
@@ -62,6 +68,17 @@ impl Resolver for ByHost {
                 status: 503,
                 message: "down".to_string(),
             }),
+            Host::Absent => Err(RegistryError::NotFound {
+                repository: reference.repository(),
+                tag: reference.effective_tag().to_string(),
+            }),
+            Host::Forbidden => Err(RegistryError::Denied {
+                registry: reference.domain().to_string(),
+                repository: reference.repository(),
+            }),
+            Host::Unauthorized => Err(RegistryError::Unauthorized {
+                registry: reference.domain().to_string(),
+            }),
             Host::Hangs => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 Err(RegistryError::Timeout {
@@ -71,9 +88,28 @@ impl Resolver for ByHost {
             }
         }
     }
+
+    fn last_known(&self, reference: &Reference, _: &[Credential]) -> Option<Resolution> {
+        self.remembered(reference)
+    }
 }
 
 impl ByHost {
+    /// What a cache would remember of a host that answers a digest.
+    fn remembered(&self, reference: &Reference) -> Option<Resolution> {
+        match self.hosts.get(reference.domain())? {
+            Host::Digest(c) | Host::Stale(c) => Some(Resolution {
+                digest: digest(*c),
+                credential: Fingerprint::anonymous(),
+                source: ResolutionSource::Stale,
+                moved_from: None,
+                age: Duration::from_secs(30),
+                origin: None,
+            }),
+            _ => None,
+        }
+    }
+
     fn new(hosts: &[(&str, Host)]) -> ByHost {
         ByHost {
             hosts: hosts
@@ -118,9 +154,13 @@ fn call_for(
 }
 
 fn verified(policy: &str) -> String {
+    verified_as(policy, "true")
+}
+
+fn verified_as(policy: &str, setting: &str) -> String {
     policy.replace(
         "    - source: source.example/team\n",
-        "    - source: source.example/team\n      verifySource: true\n",
+        &format!("    - source: source.example/team\n      verifySource: {setting}\n"),
     )
 }
 
@@ -344,5 +384,140 @@ async fn last_known_comes_from_the_mirrors_in_order() -> Result<(), Box<dyn std:
     let registry = ByHost::new(&[]);
     let call = call_for(POLICY, "source.example/team/app:1.0", &Keyring::new())?;
     assert!(last_known_routed(&registry, &call).is_none());
+    Ok(())
+}
+
+/// Issue 43: a mirror never outvotes its source. A source that is up and answers that the tag
+/// does not exist (404 `MANIFEST_UNKNOWN`) or refuses it (403) contradicts the mirror that holds
+/// it: denied, naming the mirror, its digest and the source's words, under `true` and
+/// `required` alike. (Before, such an answer counted as "unanswered" and the mirror's digest was
+/// pinned: a poisoned mirror could invent tags.)
+#[tokio::test]
+async fn a_source_that_says_the_tag_does_not_exist_outvotes_the_mirror(
+) -> Result<(), Box<dyn std::error::Error>> {
+    for setting in ["true", "required"] {
+        let call = call_for(
+            &verified_as(POLICY, setting),
+            "source.example/team/app:1.0",
+            &Keyring::new(),
+        )?;
+        for (source, says) in [
+            (Host::Absent, "tag 1.0 not found in source.example/team/app"),
+            (Host::Forbidden, "registry source.example denied access"),
+        ] {
+            let registry = ByHost::new(&[
+                ("first.example", Host::Digest('a')),
+                ("source.example", source),
+            ]);
+            let error = match resolve_routed(&registry, &call, None).await {
+                Err(e) => e,
+                Ok(r) => return Err(format!("{setting}: pinned the mirror's {r:?}").into()),
+            };
+            let text = error.to_string();
+            assert!(
+                matches!(error, RegistryError::SourceRefutes { .. }),
+                "{setting}: {text}"
+            );
+            assert!(
+                text.starts_with(&format!(
+                    "mirror first.example/copy says source.example/team/app:1.0 is {} but its source says: {says}",
+                    digest('a')
+                )),
+                "{setting}: {text}"
+            );
+            assert_eq!(error.kind(), "mirror_disagrees");
+        }
+    }
+    Ok(())
+}
+
+/// `verifySource: true` keeps the disconnected case: a source that gives no answer (down, a
+/// 401 for want of credentials, only a cached answer) leaves the mirror's digest unverified.
+/// `required` denies it, and no last known digest stands in for it.
+#[tokio::test]
+async fn required_denies_what_the_source_does_not_confirm() -> Result<(), Box<dyn std::error::Error>>
+{
+    let if_answered = call_for(
+        &verified(POLICY),
+        "source.example/team/app:1.0",
+        &Keyring::new(),
+    )?;
+    let required = call_for(
+        &verified_as(POLICY, "required"),
+        "source.example/team/app:1.0",
+        &Keyring::new(),
+    )?;
+    for (name, source) in [
+        ("down", Host::Down),
+        ("unauthorized", Host::Unauthorized),
+        ("stale", Host::Stale('a')),
+    ] {
+        let registry = ByHost::new(&[
+            ("first.example", Host::Digest('a')),
+            ("source.example", source),
+        ]);
+        let resolution = resolve_routed(&registry, &if_answered, None).await?;
+        assert_eq!(
+            resolution.origin.map(|o| o.source_check),
+            Some(SourceCheck::Unanswered),
+            "{name}"
+        );
+        let error = match resolve_routed(&registry, &required, None).await {
+            Err(e) => e,
+            Ok(r) => return Err(format!("{name}: pinned unconfirmed {r:?}").into()),
+        };
+        assert!(
+            matches!(error, RegistryError::SourceUnconfirmed { .. }),
+            "{name}: {error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("its source did not confirm it (verifySource: required)"),
+            "{name}: {error}"
+        );
+        assert_eq!(error.kind(), "source_unconfirmed");
+    }
+    let agreeing = ByHost::new(&[
+        ("first.example", Host::Digest('a')),
+        ("source.example", Host::Digest('a')),
+    ]);
+    assert_eq!(
+        resolve_routed(&agreeing, &required, None)
+            .await?
+            .origin
+            .map(|o| o.source_check),
+        Some(SourceCheck::Agreed)
+    );
+    // Out of time, a last known digest of the mirror's may stand in, unless required.
+    assert_eq!(
+        last_known_routed(&agreeing, &if_answered).map(|r| r.digest),
+        Some(digest('a'))
+    );
+    assert!(last_known_routed(&agreeing, &required).is_none());
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn required_denies_a_source_that_hangs_past_its_deadline(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let call = call_for(
+        &verified_as(POLICY, "required"),
+        "source.example/team/app:1.0",
+        &Keyring::new(),
+    )?;
+    let hanging = ByHost::new(&[
+        ("first.example", Host::Digest('a')),
+        ("source.example", Host::Hangs),
+    ]);
+    let started = Instant::now();
+    let answer = resolve_routed(&hanging, &call, Some(started + Duration::from_secs(2))).await;
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    match answer {
+        Err(RegistryError::SourceUnconfirmed { why, .. }) => {
+            assert_eq!(why, "it did not answer in time");
+        }
+        other => return Err(format!("{other:?}").into()),
+    }
     Ok(())
 }

@@ -43,6 +43,9 @@ pub enum EventReason {
     PinnedDigestMissing,
     /// Sent by `pinhook serve` (not the watch) on an owner the loop breaker paused.
     PinningPaused,
+    /// Sent by `pinhook serve` (not the watch) on an operator whose unpinned Pod `/validate`
+    /// denied in enforce: what the operator's owner reads instead of a loop (issue 43).
+    PodsDenied,
 }
 
 /// An Event's type.
@@ -108,7 +111,7 @@ pub fn event_for(image: &ClassifiedImage<'_>, mode: Mode) -> Option<EventSpec> {
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut.
-fn truncated(mut text: String, max: usize) -> String {
+pub(crate) fn truncated(mut text: String, max: usize) -> String {
     if text.len() <= max {
         return text;
     }
@@ -134,6 +137,7 @@ impl EventReason {
             EventReason::RunsStaleDigest => "RunsStaleDigest",
             EventReason::PinnedDigestMissing => "PinnedDigestMissing",
             EventReason::PinningPaused => "PinningPaused",
+            EventReason::PodsDenied => "PodsDenied",
         }
     }
 }

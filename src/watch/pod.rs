@@ -154,7 +154,9 @@ pub struct PodRecord {
     /// `status.phase` is `Succeeded` or `Failed`: none of its containers runs any more. Kept so
     /// the caller can leave such Pods out of what "runs".
     pub terminal: bool,
-    /// The API mirror of a static pod (annotation `kubernetes.io/config.mirror`).
+    /// The API mirror of a static pod: the annotation `kubernetes.io/config.mirror` and a `v1`
+    /// `Node` controller named as `spec.nodeName`, as the kubelet writes it
+    /// ([`owners::is_node_mirror`]).
     pub mirror: bool,
     /// `spec.nodeName`: the node the Pod is bound to, once scheduled.
     pub node: Option<String>,
@@ -242,7 +244,7 @@ impl PodRecord {
             pull_secrets,
             service_account,
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
-            mirror: owners::is_mirror_pod(pod),
+            mirror: owners::is_node_mirror(pod),
             node: optional(pod, &NODE_NAME)?.map(str::to_string),
         })
     }

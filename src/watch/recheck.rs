@@ -280,9 +280,9 @@ pub fn classify_all<'a>(
     images
 }
 
-/// Why admission leaves `pod`'s images as they are written, when it does: the Pod of an
-/// operator the policy does not list as safe to pin, or a static pod's mirror (the rule of
-/// [`crate::owners::pod_ownership`]).
+/// Why admission does not check `pod`'s images, when it does not: a static pod's mirror (the
+/// rule of [`crate::owners::pod_ownership`]). An operator's Pod is not patched, but checked
+/// (issue 43): the watch reports its images like any other Pod's.
 fn left_to_owner(policy: &CompiledPolicy, pod: &PodRecord) -> Option<String> {
     let controller = pod.owner.as_ref().map(|o| ControllerRef {
         api_version: &o.api_version,
@@ -291,13 +291,8 @@ fn left_to_owner(policy: &CompiledPolicy, pod: &PodRecord) -> Option<String> {
         uid: &o.uid,
     });
     match pod_ownership(controller, pod.mirror, &policy.policy.owners.pin_pods_of) {
-        Ownership::Operator(owner) => Some(format!(
-            "its controller {} ({}) manages its image",
-            owner.describe(),
-            owner.api_version
-        )),
         Ownership::MirrorPod => Some("the mirror of a static pod".to_string()),
-        Ownership::Judged | Ownership::Controller(_) => None,
+        Ownership::Operator(_) | Ownership::Judged | Ownership::Controller(_) => None,
     }
 }
 

@@ -22,6 +22,9 @@ pub struct Object<'a> {
     pub namespace: &'a str,
     pub object: &'a Value,
     pub old_object: Option<&'a Value>,
+    /// The request's authenticated user (`userInfo.username`; empty when there is no request,
+    /// as for `pinhook check`): who sent it, which the object's author cannot write.
+    pub user: &'a str,
 }
 
 // === impl Object ===
@@ -52,20 +55,14 @@ impl Object<'_> {
         policy.policy.target == PinTarget::Pods && !self.is_pod()
     }
 
-    /// Why the object is left exactly as its maker wrote it, if it is (see [`owners`]): a
-    /// pod-bearing object its controller compares with its own template (a Deployment's
-    /// ReplicaSet), a Pod of an operator the policy does not list as safe to pin, or the
-    /// mirror of a static pod. Never patched, never denied.
+    /// Why `/mutate` leaves the object exactly as its maker wrote it, if it does (see
+    /// [`owners`]): a pod-bearing object its controller compares with its own template (a
+    /// Deployment's ReplicaSet), a Pod of an operator the policy does not list as safe to pin,
+    /// or the mirror of a static pod sent by its node. Never patched; checked unless
+    /// [`Object::left_unchecked`] says so too.
     pub fn left_alone(&self, policy: &CompiledPolicy) -> Option<LeftAlone> {
         policy.kinds.pod_spec_pointer(self.group, self.kind)?;
-        let ownership = owners::ownership(
-            self.group,
-            self.kind,
-            self.subresource,
-            self.object,
-            &policy.policy.owners.pin_pods_of,
-        );
-        let (reason, owner) = match ownership {
+        let (reason, owner) = match self.ownership(policy) {
             Ownership::Judged => return None,
             Ownership::MirrorPod => {
                 return Some(LeftAlone {
@@ -91,6 +88,38 @@ impl Object<'_> {
         })
     }
 
+    /// Why `/validate` does not check the object, if it does not: a static pod's mirror sent by
+    /// its node, or a pod-bearing object left to its controller (whose Pods are checked when
+    /// they are made). Never an operator's Pod: the ownerReference that names the operator is
+    /// written by the Pod's author, so it withholds the patch, never the check (issue 43).
+    pub fn left_unchecked(&self, policy: &CompiledPolicy) -> Option<LeftAlone> {
+        match self.ownership(policy) {
+            Ownership::Operator(_) => None,
+            _ => self.left_alone(policy),
+        }
+    }
+
+    /// The operator this Pod is left to, when `/mutate` leaves it as written because of its
+    /// controller (what `/validate`'s denial names, with the fixes).
+    pub fn operator(&self, policy: &CompiledPolicy) -> Option<owners::ControllerRef<'_>> {
+        policy.kinds.pod_spec_pointer(self.group, self.kind)?;
+        match self.ownership(policy) {
+            Ownership::Operator(owner) => Some(owner),
+            _ => None,
+        }
+    }
+
+    fn ownership(&self, policy: &CompiledPolicy) -> Ownership<'_> {
+        owners::ownership(
+            self.group,
+            self.kind,
+            self.subresource,
+            self.object,
+            &policy.policy.owners.pin_pods_of,
+            self.user,
+        )
+    }
+
     /// An UPDATE that changes a workload's pod template: a rollout happens anyway, so every
     /// image of the new template is pinned, not only the ones the update changed.
     pub(super) fn changes_template(&self, policy: &CompiledPolicy) -> bool {
@@ -103,18 +132,28 @@ impl Object<'_> {
         )
     }
 
-    /// Nothing about it depends on the namespace: an exempt namespace, or an object left
-    /// alone because of who made it.
+    /// Nothing about `/mutate`'s answer depends on the namespace: an exempt namespace, or an
+    /// object left alone because of who made it.
     pub(super) fn is_passed_over(&self, policy: &CompiledPolicy) -> bool {
         policy.exemption(self.namespace, None).is_some() || self.left_alone(policy).is_some()
     }
 
-    /// The plan of an object passed over: empty, saying why when it was left alone.
-    pub(super) fn passed_over_plan(&self, policy: &CompiledPolicy) -> Plan {
+    /// The same for `/validate`: an exempt namespace, or an object left unchecked.
+    pub(super) fn is_passed_over_check(&self, policy: &CompiledPolicy) -> bool {
+        policy.exemption(self.namespace, None).is_some() || self.left_unchecked(policy).is_some()
+    }
+
+    /// The plan of an object passed over: empty, saying why when it was left alone (`left` is
+    /// [`Object::left_alone`] or [`Object::left_unchecked`]).
+    pub(super) fn passed_over_plan(
+        &self,
+        policy: &CompiledPolicy,
+        left: impl FnOnce() -> Option<LeftAlone>,
+    ) -> Plan {
         match policy.exemption(self.namespace, None) {
             Some(_) => Plan::default(),
             None => Plan {
-                left_alone: self.left_alone(policy),
+                left_alone: left(),
                 ..Plan::default()
             },
         }

@@ -30,6 +30,7 @@ fn plan(policy: &str, mode: Mode, answer: fn() -> Result<Resolution, RegistryErr
         namespace: "shop",
         object: &pod,
         old_object: None,
+        user: "",
     };
     let triaged = match mutation(&policy, object).triage(mode) {
         Ok(triaged) => triaged,
@@ -134,6 +135,7 @@ fn a_tag_mirror_denial_suggests_the_resolve_through_entry_that_replaces_it() {
         namespace: "",
         object: &itms,
         old_object: None,
+        user: "",
     };
     let plan = match validation(&policy, object).finish(Mode::Enforce, Vec::new()) {
         Ok(plan) => plan,

@@ -38,8 +38,11 @@ pub enum Reason {
     InvalidPullSecret,
     /// More distinct images to resolve than the policy's `limits.maxImagesPerObject`.
     TooManyImages,
-    /// `verifySource`: the source and the mirror the tag was resolved at name different digests.
+    /// `verifySource`: the source and the mirror the tag was resolved at name different digests,
+    /// or the source says the tag does not exist.
     MirrorDisagrees,
+    /// `verifySource: required`: the source did not confirm the mirror's digest.
+    SourceUnconfirmed,
 }
 
 /// The outcome for one image site.
@@ -215,6 +218,26 @@ pub(super) fn unpinned(policy: &CompiledPolicy, site: ImageSite) -> ImageOutcome
     outcome
 }
 
+/// An unpinned image of a Pod `/mutate` left to its operator `owner`: refused like any unpinned
+/// image, the reason naming the operator and the two ways an admin lets its Pods in pinned.
+pub(super) fn unpinned_of_operator(
+    policy: &CompiledPolicy,
+    site: ImageSite,
+    owner: &crate::owners::ControllerRef<'_>,
+) -> ImageOutcome {
+    let mut outcome = unpinned(policy, site);
+    outcome.reason = Some(format!(
+        "not pinned to a digest; pinhook leaves the Pods of {} ({}) as its operator writes them: \
+         pin the image where the operator reads it (policy customResources), or list \
+         {{group: \"{}\", kind: {}}} in owners.pinPodsOf",
+        owner.describe(),
+        owner.api_version,
+        owner.group(),
+        owner.kind
+    ));
+    outcome
+}
+
 /// Warnings in audit mode for tags resolved at a mirror: where the digest enforce would pin
 /// came from, one per distinct tag, sorted.
 pub(super) fn origin_warnings(resolutions: &Resolutions) -> Vec<String> {
@@ -233,8 +256,9 @@ pub(super) fn origin_warnings(resolutions: &Resolutions) -> Vec<String> {
     warnings
 }
 
-/// A failed resolution: a mirror that disagrees with its source is refused whatever
-/// `onResolutionFailure` says (the tag resolved, to two different digests); anything else is
+/// A failed resolution: a mirror its source contradicts (another digest, or no such tag), or
+/// does not confirm under `verifySource: required`, is refused whatever `onResolutionFailure`
+/// says (admitting the tag would let the node pull it from that mirror); anything else is
 /// [`failed`].
 pub(super) fn resolution_failed(
     policy: &CompiledPolicy,
@@ -243,20 +267,26 @@ pub(super) fn resolution_failed(
 ) -> ImageOutcome {
     let text = crate::error::error_chain(error);
     match disagreement(error) {
-        Some(mirror) => ImageOutcome {
+        Some((mirror, source_check, reason)) => ImageOutcome {
             origin: Some(Origin {
                 mirror: mirror.to_string(),
-                source_check: SourceCheck::Disagreed,
+                source_check,
             }),
-            ..refused(site, Reason::MirrorDisagrees, text)
+            ..refused(site, reason, text)
         },
         None => failed(policy, site, text),
     }
 }
 
-fn disagreement(error: &RegistryError) -> Option<&str> {
+fn disagreement(error: &RegistryError) -> Option<(&str, SourceCheck, Reason)> {
     match error {
-        RegistryError::MirrorDisagrees { mirror, .. } => Some(mirror),
+        RegistryError::MirrorDisagrees { mirror, .. }
+        | RegistryError::SourceRefutes { mirror, .. } => {
+            Some((mirror, SourceCheck::Disagreed, Reason::MirrorDisagrees))
+        }
+        RegistryError::SourceUnconfirmed { mirror, .. } => {
+            Some((mirror, SourceCheck::Unanswered, Reason::SourceUnconfirmed))
+        }
         RegistryError::Shared(inner) => disagreement(inner),
         _ => None,
     }
@@ -405,6 +435,7 @@ impl Reason {
             Reason::InvalidPullSecret => "invalid_pull_secret",
             Reason::TooManyImages => "too_many_images",
             Reason::MirrorDisagrees => "mirror_disagrees",
+            Reason::SourceUnconfirmed => "source_unconfirmed",
         }
     }
 }

@@ -179,6 +179,7 @@ fn object<'a>(kind: Kind, value: &'a Value, old: Option<&'a Value>) -> Object<'a
         namespace: NAMESPACE,
         object: value,
         old_object: old,
+        user: "",
     }
 }
 
@@ -1174,22 +1175,84 @@ fn judged_pod(
     )
 }
 
+/// Issue 43: "left to its operator" withholds the patch, never the check. `/mutate` leaves an
+/// operator's Pod as written (no registry call, no patch); `/validate` denies its unpinned image
+/// in enforce, naming the operator and the two fixes, and admits it once the image is pinned.
 #[test]
-fn an_operators_pod_is_left_as_written_by_default_and_says_whose_it_is() {
+fn an_operators_pod_is_not_patched_but_checked() {
     let policy = plain_policy(ResolveMode::IfNotPresent);
     let value = pod_owned_by("postgresql.cnpg.io/v1", "Cluster");
     let (tags, pinned, denied, mutated, validated) = judged_pod(&policy, &value);
     assert_eq!(
         (tags, pinned, denied),
-        (0, false, 0),
-        "no registry call, no patch, no denial"
+        (0, false, 1),
+        "no registry call, no patch; denied by /validate"
     );
     let expected = LeftAlone {
         reason: LeftAloneReason::Operator,
         message: "Pod left to its controller Cluster pg (postgresql.cnpg.io/v1)".to_string(),
     };
-    assert_eq!(mutated, Some(expected.clone()));
-    assert_eq!(validated, Some(expected));
+    assert_eq!(mutated, Some(expected));
+    assert_eq!(validated, None, "checked, not left alone");
+    let checked = validation(&policy, object(Kind::Pod, &value, None))
+        .finish(Mode::Enforce, Vec::new())
+        .expect("readable");
+    let message = checked.denial_message().expect("denied");
+    for part in [
+        TAG,
+        "not pinned to a digest",
+        "Cluster pg (postgresql.cnpg.io/v1)",
+        "customResources",
+        r#"list {group: "postgresql.cnpg.io", kind: Cluster} in owners.pinPodsOf"#,
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    // In audit it is admitted, and reported (here, since /mutate said nothing).
+    let audited = validation(&policy, object(Kind::Pod, &value, None))
+        .finish(Mode::Audit, Vec::new())
+        .expect("readable");
+    assert_eq!(audited.denials().count(), 0);
+    assert_eq!(
+        audited
+            .violations()
+            .map(|o| o.violation)
+            .collect::<Vec<_>>(),
+        [Some(Reason::Unpinned)]
+    );
+    // Once the operator's resource is pinned (customResources), its Pods carry the digest and
+    // pass.
+    let mut pinned_pod = value.clone();
+    pinned_pod["spec"]["containers"][0]["image"] = json!(format!("{TAG}@{}", digest('d')));
+    let (tags, _, denied, _, _) = judged_pod(&policy, &pinned_pod);
+    assert_eq!((tags, denied), (0, 0));
+}
+
+/// Issue 43: one line of metadata must not switch enforce off. A bare Pod naming as its
+/// controller any kind pinhook does not know (a ConfigMap its author owns, a Node, a made-up
+/// kind, a built-in kind in another group) is denied unpinned exactly like the same Pod without
+/// the owner.
+#[rstest]
+#[case::a_configmap("v1", "ConfigMap")]
+#[case::a_node("v1", "Node")]
+#[case::a_made_up_kind("example.dev/v1", "Anything")]
+#[case::replicaset_in_another_group("example.dev/v1", "ReplicaSet")]
+#[case::deployment("apps/v1", "Deployment")]
+fn a_forged_owner_does_not_switch_enforce_off(#[case] api_version: &str, #[case] kind: &str) {
+    let policy = plain_policy(ResolveMode::IfNotPresent);
+    let forged = pod_owned_by(api_version, kind);
+    let checked = validation(&policy, object(Kind::Pod, &forged, None))
+        .finish(Mode::Enforce, Vec::new())
+        .expect("readable");
+    let bare = validation(&policy, object(Kind::Pod, &pod(&[TAG]), None))
+        .finish(Mode::Enforce, Vec::new())
+        .expect("readable");
+    assert_eq!(checked.denials().count(), 1, "{kind}");
+    assert_eq!(bare.denials().count(), 1);
+    assert!(
+        checked.left_alone.is_none(),
+        "{kind}: {:?}",
+        checked.left_alone
+    );
 }
 
 #[test]
@@ -1225,25 +1288,27 @@ fn built_in_pod_controllers_pods_are_judged() {
     }
 }
 
+/// A mirror pod sent by the node it names is never patched nor denied; the same Pod sent by
+/// anyone else (the annotation is its author's to write) is judged like any other (issue 43).
 #[test]
-fn a_mirror_pod_is_never_patched_or_denied_in_any_mode() {
+fn a_mirror_pod_from_its_node_is_never_patched_or_denied_in_any_mode() {
     let policy = plain_policy(ResolveMode::IfNotPresent);
     let mut value = pod_owned_by("v1", "Node");
     value["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "5e3d1c"});
+    value["spec"]["nodeName"] = json!("node1");
+    let from = |user| Object {
+        user,
+        ..object(Kind::Pod, &value, None)
+    };
     for mode in [Mode::Enforce, Mode::Audit] {
-        let (tags, plan) = mutate(
-            &policy,
-            mode,
-            object(Kind::Pod, &value, None),
-            Answer::Found,
-        );
+        let (tags, plan) = mutate(&policy, mode, from("system:node:node1"), Answer::Found);
         assert!(tags.is_empty());
         assert!(plan.outcomes.is_empty() && plan.findings.is_empty());
         assert_eq!(
             plan.left_alone.map(|l| l.reason),
             Some(LeftAloneReason::StaticPod)
         );
-        let checked = validation(&policy, object(Kind::Pod, &value, None))
+        let checked = validation(&policy, from("system:node:node1"))
             .finish(mode, Vec::new())
             .expect("readable");
         assert_eq!(checked.denials().count(), 0);
@@ -1252,6 +1317,23 @@ fn a_mirror_pod_is_never_patched_or_denied_in_any_mode() {
             Some(LeftAloneReason::StaticPod)
         );
     }
+    for user in ["", "alice", "system:node:node2"] {
+        let checked = validation(&policy, from(user))
+            .finish(Mode::Enforce, Vec::new())
+            .expect("readable");
+        assert_eq!(checked.denials().count(), 1, "sent by {user:?}");
+        assert!(checked.left_alone.is_none());
+    }
+    // Without a Node owner, a tenant's "mirror pod" is a bare Pod: pinned by /mutate.
+    let mut bare = value.clone();
+    bare["metadata"]["ownerReferences"] = json!([]);
+    let view = Object {
+        user: "alice",
+        ..object(Kind::Pod, &bare, None)
+    };
+    let (tags, plan) = mutate(&policy, Mode::Enforce, view, Answer::Found);
+    assert_eq!(tags.len(), 1);
+    assert!(plan.outcomes.iter().all(|o| o.action == Action::Pinned));
 }
 
 #[test]
@@ -1287,6 +1369,7 @@ fn cluster_view<'a>(value: &'a Value, old: Option<&'a Value>) -> Object<'a> {
         namespace: NAMESPACE,
         object: value,
         old_object: old,
+        user: "",
     }
 }
 

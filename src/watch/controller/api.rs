@@ -39,7 +39,7 @@ use kube::api::{
 use kube::core::GroupVersionKind;
 use tokio::sync::Mutex;
 
-use crate::watch::events::{EventSpec, ACTION};
+use crate::watch::events::{truncated, EventSpec, ACTION, MAX_NOTE_BYTES};
 use crate::watch::report::openreports::{self, OpenReport, OpenReportsError};
 use crate::watch::report::{
     PolicyReport, ReportApi, ReportScope, ReportWrite, CLUSTER_POLICY_REPORT_KIND,
@@ -433,7 +433,8 @@ impl EventPublisher {
             },
             action: Some(ACTION.to_string()),
             reason: Some(spec.reason.as_str().to_string()),
-            note: Some(spec.note.clone()),
+            // The apiserver refuses a note over 1 KiB; whoever built it, it goes out within it.
+            note: Some(truncated(spec.note.clone(), MAX_NOTE_BYTES)),
             type_: Some(spec.type_.as_str().to_string()),
             event_time: Some(MicroTime(now)),
             reporting_controller: Some(REPORTING_CONTROLLER.to_string()),

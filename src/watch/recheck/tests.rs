@@ -415,8 +415,11 @@ fn modes_off() -> Modes {
     modes(&[("shop", Some(Mode::Off))])
 }
 
+/// Issue 43: an operator's Pod is not patched, but checked: the watch reports its unpinned
+/// image like any other (it was filed as `left-to-owner` before, which a forged ownerReference
+/// could claim). Only a static pod's mirror is left to its node.
 #[test]
-fn unpinned_images_of_operators_and_static_pods_are_left_to_their_owner() {
+fn unpinned_images_of_operators_are_reported_and_static_pods_are_left_to_their_node() {
     let policy = policy("owners:\n  pinPodsOf:\n  - group: argoproj.io\n    kind: Workflow\n");
     let tag_only = format!("{REPO}:1.0");
     let with_owner = |name: &str, api_version: &str, kind: &str| {
@@ -438,6 +441,7 @@ fn unpinned_images_of_operators_and_static_pods_are_left_to_their_owner() {
         mirror,
     ];
     let pods = running(&pods);
+    let audit = modes(&[("shop", Some(Mode::Audit))]);
     let modes = modes(&[("shop", Some(Mode::Enforce))]);
     let mut plan = LookupPlan::default();
     for request in keyrings_wanted(&policy, &pods, &modes) {
@@ -459,8 +463,8 @@ fn unpinned_images_of_operators_and_static_pods_are_left_to_their_owner() {
     assert_eq!(
         states,
         vec![
-            // The operator's Pod: its tag is left to it; its pinned image is judged as any.
-            ("pg-1", "left-to-owner"),
+            // The operator's Pod: not patched by admission, but judged.
+            ("pg-1", "unpinned"),
             ("pg-1", "pinned-current"),
             // An operator listed as safe to pin, and a built-in controller: judged.
             ("wf-1", "unpinned"),
@@ -470,14 +474,13 @@ fn unpinned_images_of_operators_and_static_pods_are_left_to_their_owner() {
             ("etcd-node1", "left-to-owner"),
         ]
     );
-    assert_eq!(
-        images[0].state.detail(),
-        Some("its controller Cluster owner (postgresql.cnpg.io/v1) manages its image")
-    );
     assert_eq!(images[6].state.detail(), Some("the mirror of a static pod"));
-    // No Event for what admission leaves alone.
-    let events = EventMemory::default().next(&images[..1], &modes, 5);
+    // No Event for what admission leaves alone; in audit, one for the operator's unpinned
+    // image, as for any unpinned image.
+    let events = EventMemory::default().next(&images[6..], &audit, 5);
     assert!(events.publish.is_empty());
+    let events = EventMemory::default().next(&images[..1], &audit, 5);
+    assert_eq!(events.publish.len(), 1);
 }
 
 /// A routed tag is looked up at its mirror, keyed by the mirror's credentials: two Pods whose

@@ -154,28 +154,43 @@ fn pod_owned_by(fixture: &str, registry: &TestRegistry, api_version: &str, kind:
     review
 }
 
-/// Issue 24: a Pod an operator made (CloudNativePG's Cluster here) is admitted exactly as
-/// written by /mutate and /validate, with no registry call, whatever its images; the same Pod
-/// made by a ReplicaSet is pinned.
+/// Issue 43: "left to its operator" withholds the patch, never the check. A Pod an operator
+/// made (CloudNativePG's Cluster here) is not patched by /mutate and nothing is resolved for
+/// it, but /validate denies its unpinned images in enforce, naming the operator and the fixes;
+/// the same Pod made by a ReplicaSet is pinned.
 #[tokio::test]
-async fn an_operators_pod_is_left_as_its_operator_wrote_it() {
+async fn an_operators_pod_is_not_patched_but_checked() {
     let (registry, [init, app, _]) = registry().await;
     let pinhook = TestPinhook::start(&registry).await;
     let heads_before = registry.manifest_heads("team/app", "1.0").await;
-    for fixture in [POD, "v1.20/pod-create-by-replicaset-validate.json"] {
-        let review = pod_owned_by(fixture, &registry, "postgresql.cnpg.io/v1", "Cluster");
-        let body = match fixture.ends_with("-validate.json") {
-            true => pinhook.validate(&review).await,
-            false => pinhook.mutate(&review).await,
-        };
-        assert_eq!(body["response"]["allowed"], true, "{fixture}: {body}");
-        assert!(response_patch(&body).is_none(), "{fixture}: no patch");
-    }
+    let review = pod_owned_by(POD, &registry, "postgresql.cnpg.io/v1", "Cluster");
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(response_patch(&body).is_none(), "no patch: {body}");
     assert_eq!(
         registry.manifest_heads("team/app", "1.0").await,
         heads_before,
         "nothing resolved for a Pod left to its operator"
     );
+    let review = pod_owned_by(
+        "v1.20/pod-create-by-replicaset-validate.json",
+        &registry,
+        "postgresql.cnpg.io/v1",
+        "Cluster",
+    );
+    let body = pinhook.validate(&review).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let message = body["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    for part in [
+        "not pinned to a digest",
+        "(postgresql.cnpg.io/v1)",
+        "customResources",
+        "owners.pinPodsOf",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
     let review = pod_owned_by(POD, &registry, "apps/v1", "ReplicaSet");
     let pinned = apply_response(&review, &pinhook.mutate(&review).await);
     assert_eq!(
@@ -188,17 +203,51 @@ async fn an_operators_pod_is_left_as_its_operator_wrote_it() {
     );
 }
 
-/// Issue 24: the mirror of a static pod, as the kubelet writes it (annotation
-/// `kubernetes.io/config.mirror`, the Node as controller), is never patched or denied, even
-/// naming a tag that does not exist.
+/// Issue 43: one line of metadata switched enforce off. A bare Pod naming as its controller a
+/// ConfigMap its author owns, with a tag that cannot be resolved, was allowed by /mutate and
+/// /validate while the same Pod without the owner was denied by both. Now /validate denies both.
 #[tokio::test]
-async fn a_mirror_pod_is_never_patched_or_denied() {
+async fn a_forged_controller_does_not_switch_enforce_off() {
     let registry = TestRegistry::start(RegistryAuth::None).await;
     let pinhook = TestPinhook::start(&registry).await;
-    for fixture in [POD, "v1.20/pod-create-by-replicaset-validate.json"] {
+    let validate = "v1.20/pod-create-by-replicaset-validate.json";
+    let forged = pod_owned_by(validate, &registry, "v1", "ConfigMap");
+    let mut bare = review_fixture(validate, &registry);
+    bare["request"]["object"]["metadata"]["ownerReferences"] = json!([]);
+    for (name, review) in [("forged owner", &forged), ("no owner", &bare)] {
+        let body = pinhook.validate(review).await;
+        assert_eq!(body["response"]["allowed"], false, "{name}: {body}");
+    }
+    // /mutate leaves the forged Pod to its "operator" (no patch) and denies the bare one (the
+    // tag does not exist): the Pod is refused either way.
+    let forged = pod_owned_by(POD, &registry, "v1", "ConfigMap");
+    let body = pinhook.mutate(&forged).await;
+    assert!(response_patch(&body).is_none(), "{body}");
+    let mut bare = review_fixture(POD, &registry);
+    bare["request"]["object"]["metadata"]["ownerReferences"] = json!([]);
+    assert_eq!(pinhook.mutate(&bare).await["response"]["allowed"], false);
+}
+
+/// The mirror of a static pod, as the kubelet writes it (annotation
+/// `kubernetes.io/config.mirror`, the Node as controller, bound to that node) and sent by that
+/// node (`system:node:<spec.nodeName>`), is never patched or denied, even naming a tag that does
+/// not exist (issue 24). Sent by anyone else, the annotation proves nothing (issue 43): denied.
+#[tokio::test]
+async fn a_mirror_pod_from_its_node_is_never_patched_or_denied() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let pinhook = TestPinhook::start(&registry).await;
+    let mirror = |fixture: &str, user: &str| {
         let mut review = pod_owned_by(fixture, &registry, "v1", "Node");
-        review["request"]["object"]["metadata"]["annotations"] =
-            json!({"kubernetes.io/config.mirror": "4c1d9e3f5a7b"});
+        let object = &mut review["request"]["object"];
+        object["metadata"]["ownerReferences"][0]["name"] = json!("node1");
+        object["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "4c1d9e3f5a7b"});
+        object["spec"]["nodeName"] = json!("node1");
+        review["request"]["userInfo"] =
+            json!({"username": user, "groups": ["system:nodes", "system:authenticated"]});
+        review
+    };
+    for fixture in [POD, "v1.20/pod-create-by-replicaset-validate.json"] {
+        let review = mirror(fixture, "system:node:node1");
         let body = match fixture.ends_with("-validate.json") {
             true => pinhook.validate(&review).await,
             false => pinhook.mutate(&review).await,
@@ -209,6 +258,15 @@ async fn a_mirror_pod_is_never_patched_or_denied() {
     // The registry has no image at all: had pinhook judged the Pod in enforce (the default
     // policy), `team/app:1.0` would have been denied as not found.
     assert_eq!(registry.manifest_heads("team/app", "1.0").await, 0);
+    for user in [
+        "system:node:node2",
+        "alice",
+        "system:serviceaccount:team:default",
+    ] {
+        let review = mirror("v1.20/pod-create-by-replicaset-validate.json", user);
+        let body = pinhook.validate(&review).await;
+        assert_eq!(body["response"]["allowed"], false, "sent by {user}: {body}");
+    }
 }
 
 /// Issue 24: a custom resource the policy names is pinned at its image field over HTTPS, and

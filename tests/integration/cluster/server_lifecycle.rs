@@ -87,7 +87,7 @@ fn state(resolver_timeout: Duration) -> AppState {
             secrets: Arc::new(NodeOnly::default()),
             namespaces: Arc::new(NoNamespaces),
             owner_ttl: Duration::from_secs(60),
-            on_loop: None,
+            on_owner: None,
         })),
         metrics,
         ready: Arc::new(AtomicBool::new(false)),

@@ -2,7 +2,9 @@
 //! that is stopped (a disconnected cluster) and mirrors holding its content. The tag is
 //! resolved at the mirrors in order, the pin keeps the source's name, the origin is in the
 //! audit annotations and the metrics; `verifySource` denies a mirror that disagrees with its
-//! source, naming both digests; pull credentials are matched to the mirror's host.
+//! source, naming both digests, or whose source says there is no such tag (issue 43), and
+//! `verifySource: required` one whose source does not answer; pull credentials are matched to
+//! the mirror's host.
 
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use crate::common::pinhook::{apply_response, Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry, Transport};
 use crate::common::requests::{fixture_with_image, in_namespace, message, pod_review};
 use crate::common::tls::TestCa;
-use pinhook::policy::{MirrorSettings, Policy, ResolveThrough};
+use pinhook::policy::{MirrorSettings, Policy, ResolveThrough, VerifySource};
 use pinhook::registry::keyring::Keyring;
 use pinhook::registry::pull_secrets::KubeSecrets;
 use serde_json::Value;
@@ -59,7 +61,7 @@ async fn registries(auths: Vec<RegistryAuth>) -> Registries {
 }
 
 /// A policy routing `source/team` through each of `mirrors` (`…/team`), in order.
-fn policy(source: &TestRegistry, mirrors: &[&TestRegistry], verify_source: bool) -> Policy {
+fn policy(source: &TestRegistry, mirrors: &[&TestRegistry], verify_source: VerifySource) -> Policy {
     Policy {
         registries: pinhook::policy::Registries {
             allow_private: mirrors.iter().map(|m| m.host()).collect(),
@@ -104,7 +106,7 @@ async fn a_stopped_source_is_pinned_through_its_mirror_under_its_own_name() {
     let at_mirror = images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
     assert_eq!(at_source.index_digest, at_mirror.index_digest);
     source.stop();
-    let pinhook = pinhook(source, policy(source, &[mirror], false)).await;
+    let pinhook = pinhook(source, policy(source, &[mirror], VerifySource::Off)).await;
 
     let review = pod_review(source, &at_source.reference);
     let body = pinhook.mutate(&review).await;
@@ -150,7 +152,7 @@ async fn mirrors_are_tried_in_order_a_failing_first_gives_way_to_the_second() {
     images::push_multi_arch(second, "team/app", "1.0", "same").await;
     images::push_multi_arch(second, "team/app", "2.0", "second-only").await;
     source.stop();
-    let pinhook = pinhook(source, policy(source, &[first, second], false)).await;
+    let pinhook = pinhook(source, policy(source, &[first, second], VerifySource::Off)).await;
 
     // Both answer: the first decides and the second is never asked.
     let body = pinhook.mutate(&pod_review(source, &pushed.reference)).await;
@@ -187,7 +189,7 @@ async fn every_mirror_failing_is_denied_naming_each() {
     let all = registries(vec![RegistryAuth::None, RegistryAuth::None]).await;
     let (source, mirror) = all.pair();
     let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
-    let pinhook = pinhook(source, policy(source, &[mirror], false)).await;
+    let pinhook = pinhook(source, policy(source, &[mirror], VerifySource::Off)).await;
 
     // The mirror is up but has not got the tag; the source has it and is not asked.
     let body = pinhook.mutate(&pod_review(source, &pushed.reference)).await;
@@ -212,7 +214,7 @@ async fn verify_source_denies_a_mirror_that_disagrees_naming_both_digests() {
     let at_source = images::push_multi_arch(source, "team/app", "1.0", "genuine").await;
     let at_mirror = images::push_multi_arch(mirror, "team/app", "1.0", "substituted").await;
     assert_ne!(at_source.index_digest, at_mirror.index_digest);
-    let pinhook = pinhook(source, policy(source, &[mirror], true)).await;
+    let pinhook = pinhook(source, policy(source, &[mirror], VerifySource::IfAnswered)).await;
 
     let body = pinhook
         .mutate(&pod_review(source, &at_source.reference))
@@ -250,7 +252,7 @@ async fn verify_source_agrees_and_a_stopped_source_leaves_the_digest_unverified(
     let (source, mirror) = all.pair();
     let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
     images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
-    let pinhook = pinhook(source, policy(source, &[mirror], true)).await;
+    let pinhook = pinhook(source, policy(source, &[mirror], VerifySource::IfAnswered)).await;
 
     let review = pod_review(source, &pushed.reference);
     let body = pinhook.mutate(&review).await;
@@ -274,6 +276,70 @@ async fn verify_source_agrees_and_a_stopped_source_leaves_the_digest_unverified(
     assert!(annotation.ends_with("(source unanswered)"), "{body}");
 }
 
+/// Issue 43: a mirror never outvotes its source. The source is up and has no such tag; the
+/// mirror holds one. Before, the source's 404 counted as "unanswered" and the mirror's digest
+/// was pinned (a poisoned mirror could invent tags); now it is denied, naming the mirror and
+/// what the source said, whatever `onResolutionFailure` says.
+#[tokio::test]
+async fn verify_source_denies_a_tag_the_source_says_does_not_exist() {
+    let all = registries(vec![RegistryAuth::None, RegistryAuth::None]).await;
+    let (source, mirror) = all.pair();
+    images::push_multi_arch(source, "team/app", "2.0", "genuine").await;
+    let invented = images::push_multi_arch(mirror, "team/app", "1.0", "invented").await;
+    let mut settings = policy(source, &[mirror], VerifySource::IfAnswered);
+    settings.on_resolution_failure = pinhook::policy::FailureAction::Allow;
+    let pinhook = pinhook(source, settings).await;
+    let reference = format!("{}/team/app:1.0", source.host());
+
+    let body = pinhook.mutate(&pod_review(source, &reference)).await;
+
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let text = message(&body);
+    assert!(
+        text.contains(&format!(
+            "mirror {}/team says {reference} is {} but its source says: tag 1.0 not found",
+            mirror.host(),
+            invented.index_digest
+        )),
+        "{text}"
+    );
+    let metrics = pinhook.scrape_metrics().await;
+    assert!(
+        metrics.contains(
+            "pinhook_policy_violations_total{mode=\"enforce\",reason=\"mirror_disagrees\"} 1"
+        ),
+        "{metrics}"
+    );
+}
+
+/// `verifySource: required`: a source that does not answer (stopped) denies too, where `true`
+/// pins the mirror's digest unverified.
+#[tokio::test]
+async fn verify_source_required_denies_when_the_source_does_not_answer() {
+    let all = registries(vec![RegistryAuth::None, RegistryAuth::None]).await;
+    let (source, mirror) = all.pair();
+    let pushed = images::push_multi_arch(source, "team/app", "1.0", "same").await;
+    images::push_multi_arch(mirror, "team/app", "1.0", "same").await;
+    let pinhook = pinhook(source, policy(source, &[mirror], VerifySource::Required)).await;
+    let review = pod_review(source, &pushed.reference);
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(
+        image_after(&review, &body),
+        pushed.pinned_with_tag(),
+        "agreed: {body}"
+    );
+
+    source.stop();
+    pinhook.resolver.expire_all();
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let text = message(&body);
+    assert!(
+        text.contains("but its source did not confirm it (verifySource: required)"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn the_pods_pull_secret_for_the_mirror_host_is_used_at_the_mirror() {
     let all = registries(vec![RegistryAuth::None, RegistryAuth::htpasswd(USER, PASS)]).await;
@@ -292,7 +358,7 @@ async fn the_pods_pull_secret_for_the_mirror_host_is_used_at_the_mirror() {
         (USER, PASS),
     );
     let options = Options {
-        policy: policy(source, &[mirror], false),
+        policy: policy(source, &[mirror], VerifySource::Off),
         secrets: Arc::new(KubeSecrets::new(kube.client(), Keyring::new())),
         ..Options::default()
     };
@@ -337,7 +403,7 @@ async fn the_policys_mirror_credentials_file_is_used_after_the_pods() {
         ),
     )
     .expect("write credentials");
-    let mut policy = policy(source, &[mirror], false);
+    let mut policy = policy(source, &[mirror], VerifySource::Off);
     policy.registries.resolve_through[0].mirrors[0].credentials = Some(file);
     let pinhook = pinhook(source, policy).await;
 
