@@ -5,7 +5,7 @@
 #   pinhook's policy file and a `widgets` rule (CREATE/UPDATE) added to pin.pinhook.dev and
 #   validate.pinhook.dev, in a namespace in enforce: a Widget with the tag-only `team/db:1.0` is
 #   stored with spec.image `127.0.0.1:PORT/team/db:1.0@sha256:<index digest>`; the stand-in
-#   operator of operator-pods-left-to-their-operator creates exactly 1 Pod for it in
+#   operator of operator-pods-checked-not-patched creates exactly 1 Pod for it in
 #   E2E_OPERATOR_WATCH (here 30) s, whose image is the Widget's pinned image, exactly; a Widget
 #   with `team/db:does-not-exist` is refused (`admission webhook "pin.pinhook.dev" denied the
 #   request`, `tag does-not-exist not found`) and not stored; `kubectl label` and a merge patch
@@ -137,7 +137,7 @@ scenario_custom_resource_pinned_where_operator_reads() {
   rules_before=$(crw_rules)
   crw_setup "$ns" "$img" "$pin" || return 1
 
-  # the stand-in operator (operator-pods-left-to-their-operator), bounded as there
+  # the stand-in operator (operator-pods-checked-not-patched), bounded as there
   widget_operator "$ns" "$CRW_DIR" "$((secs + 30))" "$me" </dev/null >/dev/null 2>&1 3>&- &
   CRW_OPERATOR=$!
   log "  widget operator running (pid $CRW_OPERATOR; logs $CRW_DIR)"

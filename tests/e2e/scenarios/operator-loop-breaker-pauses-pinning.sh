@@ -1,37 +1,48 @@
 # shellcheck shell=bash
-# title: an operator wrongly listed in owners.pinPodsOf: the loop breaker stops the loop at maxPods + 1 Pods
+# title: an operator wrongly listed in owners.pinPodsOf: the loop breaker stops the loop at maxPods + 1 creations, and in enforce the rest are denied
 # order: 188
 # proves: pinhook's policy file gets `owners: {pinPodsOf: [{group: e2e.pinhook.dev, kind: Widget}],
 #   loopBreaker: {maxPods: 3, windowSeconds: 60, pauseSeconds: 600}}` (merged in; pinhook logs
 #   `reloaded policy` and a dry-run Pod owned by a Widget comes back pinned; at the end, also on
-#   failure, the original file is put back, reloaded, and such a Pod comes back as written).
-#   With the stand-in Widget operator of operator-pods-left-to-their-operator (which deletes
+#   failure, the original file is put back, reloaded, and such a Pod is denied again by
+#   validate.pinhook.dev, as an unlisted operator's unpinned Pod is in enforce).
+#   With the stand-in Widget operator of operator-pods-checked-not-patched (which deletes
 #   every Pod whose image differs from spec.image) and one tag-only Widget in a namespace in
-#   enforce: for E2E_OPERATOR_WATCH (60) s the operator creates exactly 4 Pods (the
-#   first 3 stored pinned and deleted by the operator, the 4th stored exactly as written: the
-#   breaker trips on the 4th creation) and no more; the one Pod left is the 4th, its image the
-#   Widget's; one PinningPaused Warning Event regards the Widget (its uid);
-#   `pinhook_owner_loops_total` +1; pinhook logs the trip with `pods=4`.
+#   enforce: for E2E_OPERATOR_WATCH (60) s the operator gets exactly 3 Pods stored (each pinned,
+#   each deleted by the operator); its 4th create trips the breaker, is left as written by
+#   /mutate and denied by validate.pinhook.dev, and so is every create after it (at least 2
+#   denials); no Pod is left; one PinningPaused Warning Event regards the Widget (its uid), its
+#   note counting 4 Pods; `pinhook_owner_loops_total` +1; pinhook logs the trip with `pods=4`.
 #
 # Issue 24, item 3: owners.pinPodsOf lists operators whose Pods pinhook pins although they are not
 # built-in controllers; an operator listed there that does compare its Pods' images with its own
 # resource loops (deletes the pinned Pod, creates it again...). The loop breaker
 # (src/admission/loops.rs) counts the CREATEs of one owner's Pods per image (/mutate only; dry
 # runs, updates and /validate never count); the creation that makes it more than maxPods within
-# windowSeconds trips it: that Pod and every later one of the owner are admitted as written for
-# pauseSeconds (/validate agrees). So with maxPods 3: Pods 1-3 pinned (the operator deletes each),
-# Pod 4 trips the breaker and is left as written, and the operator, seeing its own image, stops.
+# windowSeconds trips it: /mutate leaves that Pod and every later one of the owner as written for
+# pauseSeconds. Issue 43: /validate still checks them (it never asks the breaker, so every
+# replica answers the same), so in enforce they are denied: the churn of pinned Pods becomes
+# denied creates and an Event, and an unpinned Pod never runs. (Before, the 4th Pod was stored
+# as written and ran unpinned in an enforce namespace.)
 #
-# The operator is widget_operator (operator-pods-left-to-their-operator.sh, sourced by run.sh),
+# The operator is widget_operator (operator-pods-checked-not-patched.sh, sourced by run.sh),
 # in its own directory $RUN/loop-breaker (creations-NS.log, operator-NS.log, stop), stopped as
 # there: stop file after the watch, its own deadline (watch + 30 s), this subshell's exit; the
 # EXIT trap kills what is left and puts the policy file back.
 
 # breaker_probe NS: the image of a server-side dry-run Pod owned by a Widget (a made-up uid; dry
-# runs never count for the breaker): pinned while owners.pinPodsOf lists Widget, else as written
+# runs never count for the breaker): pinned while owners.pinPodsOf lists Widget, else `denied`
+# (left as written by /mutate, denied by validate.pinhook.dev in enforce)
 breaker_probe() {
-  widget_pod_json probe 00000000-0000-4000-8000-000000000000 "$(image app 1.0)" |
-    K -n "$1" create --dry-run=server -f - -o jsonpath='{.spec.containers[0].image}'
+  local out
+  if out=$(widget_pod_json probe 00000000-0000-4000-8000-000000000000 "$(image app 1.0)" |
+    K -n "$1" create --dry-run=server -f - -o jsonpath='{.spec.containers[0].image}' 2>&1); then
+    printf '%s' "$out"
+  elif [[ $out == *'admission webhook "validate.pinhook.dev" denied the request'* ]]; then
+    printf denied
+  else
+    printf '%s' "$out"
+  fi
 }
 # breaker_in_force LINES_BEFORE NS IMAGE: pinhook logged "reloaded policy" after line LINES_BEFORE
 # and the probe comes back with IMAGE (the log line alone could be the reload of a file the
@@ -59,7 +70,7 @@ breaker_restore() {
   local original=${BREAKER_ORIGINAL:-}
   [[ -n $original && -e $original ]] || return 0
   BREAKER_ORIGINAL="" # once: the trap after the scenario's own call does nothing
-  breaker_policy "$original" "$BREAKER_NS" "$(image app 1.0)" "the original put back" || return 1
+  breaker_policy "$original" "$BREAKER_NS" denied "the original put back" || return 1
   cmp -s "$original" "$RUN/policy.yaml" || bad "$RUN/policy.yaml differs from the original"
 }
 # breaker_owner_loops: pinhook_owner_loops_total (a counter without labels)
@@ -79,7 +90,7 @@ breaker_event_seen() { [[ $(breaker_events "$@" | jq length) -ge 1 ]]; } # NS NA
 scenario_operator_loop_breaker_pauses_pinning() {
   local ns=e2e-loop-breaker dir="$RUN/loop-breaker" rc=0 secs=${E2E_OPERATOR_WATCH:-60} max=3
   local img pin uid n top=0 t0 t_last="" loops_before loops_after events created expected line p i
-  local me=$BASHPID
+  local me=$BASHPID denials
   img=$(image app 1.0)
   pin=$(pinned app 1.0)
   rm -rf "$dir"
@@ -129,14 +140,14 @@ EOF
   klog -n "$ns" create -f "$dir/widget.yaml"
   uid=$(jp "$ns" widget db '{.metadata.uid}')
   t0=$(date +%s.%N)
-  # the watch: fails at once above max + 1 creations (the loop goes on)
+  # the watch: fails at once above max stored Pods (the loop goes on)
   while :; do
     n=$(widget_creations "$dir/creations-$ns.log")
     if ((n > top)); then
       top=$n
       t_last=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
     fi
-    ((n <= max + 1)) || break
+    ((n <= max)) || break
     awk -v a="$t0" -v b="$(date +%s.%N)" -v s="$secs" 'BEGIN{exit !(b-a < s)}' || break
     sleep 0.5
   done
@@ -150,16 +161,15 @@ EOF
   created=$(awk '{print $4}' "$dir/creations-$ns.log" | tr '\n' ' ')
   log "  stored images of the Pods it created, in order: ${created:-none}"
 
-  expect_eq "Pods the operator created in $ns in $secs s" "$n" "$((max + 1))" || rc=1
+  denials=$(grep -c 'admission webhook "validate.pinhook.dev" denied the request' "$dir/operator-$ns.log" || true)
+  log "  creates denied after the trip: $denials"
+  expect_eq "Pods stored for the operator in $ns in $secs s" "$n" "$max" || rc=1
   expected=""
   for ((i = 0; i < max; i++)); do expected+="$pin "; done
-  expect_eq "stored images of the Pods it created, in order" "$created" "$expected$img " || rc=1
-  expect_eq "Pods left in $ns (count image)" "$(pod_images "$ns" widget=db)" "1 $img" || rc=1
-  p=$(K -n "$ns" get pods -l widget=db -o jsonpath='{.items[*].metadata.name}')
-  expect_eq "the Pod left is the last one created" "$p" "$(tail -n1 "$dir/creations-$ns.log" | awk '{print $3}')" || rc=1
-  p=$(K -n "$ns" get pods -l widget=db -o jsonpath='{.items[*].metadata.ownerReferences[0].kind}/{.items[*].metadata.ownerReferences[0].name}')
-  expect_eq "the owner of the Pod in $ns" "$p" "Widget/db" || rc=1
-  if grep -q 'failed' "$dir/operator-$ns.log"; then
+  expect_eq "stored images of the Pods it created, in order" "$created" "$expected" || rc=1
+  expect_eq "Pods left in $ns (count image)" "$(pod_images "$ns" widget=db)" "" || rc=1
+  if ((denials >= 2)); then ok "the operator's creates after the trip were denied by validate.pinhook.dev ($denials times)"; else
+    bad "the operator's creates after the trip were denied $denials times by validate.pinhook.dev (at least 2 expected)" || rc=1
     log "  operator errors: $(grep -h 'failed\|rror' "$dir/operator-$ns.log" | head -5 | tr '\n' ';')"
   fi
 
