@@ -298,8 +298,12 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         ready: Arc::new(AtomicBool::new(false)),
         authorizer,
         large_reviews: Arc::default(),
+        bodies: Arc::default(),
         require_client_cert: config.clients.client_ca.is_some(),
         token_reviews: Arc::new(TokenBucket::new(config.clients.token_reviews)),
+        access_reviews: Arc::new(TokenBucket::for_access_reviews(
+            config.clients.token_reviews,
+        )),
     };
     Ok(App {
         listen: config.listen,

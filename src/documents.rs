@@ -1,6 +1,9 @@
 //! Reading Kubernetes manifests as people hand them over: multi-document YAML (`kustomize
 //! build`, `helm template`), a JSON object, a JSON array, or a `v1/List`. A malformed document
-//! is reported with its index while the others are still read.
+//! is reported with its index while the others are still read. [`parse_within`] reads input
+//! from a caller pinhook does not trust (the dry-run endpoint) within [`ParseLimits`] for the
+//! whole input: documents, and YAML events and alias expansions shared out among the documents,
+//! so that a thousand documents cannot each spend a budget meant for one.
 
 use serde_json::Value;
 
@@ -28,8 +31,70 @@ pub enum ReadError {
     ItemNotAnObject,
 }
 
-/// Splits and parses `text` (from `source`, a file name, for messages).
+/// Bounds on one input as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseLimits {
+    /// Documents and List items, in all.
+    pub max_documents: usize,
+    /// YAML events (nodes, scalars, collection starts and ends), shared out among the documents.
+    pub max_events: usize,
+    /// Events replayed by YAML aliases, shared out among the documents.
+    pub max_replayed_events: usize,
+}
+
+/// Why an input is refused as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the input holds {count} documents and list items; at most {limit} are read")]
+pub struct LimitError {
+    pub count: usize,
+    pub limit: usize,
+}
+
+/// Each document's share of the events is at least this (a short document always parses).
+const MIN_EVENTS_PER_DOCUMENT: usize = 4_096;
+
+// === impl ParseLimits ===
+
+impl Default for ParseLimits {
+    fn default() -> Self {
+        ParseLimits {
+            max_documents: 1_000,
+            max_events: 2_000_000,
+            max_replayed_events: 1_000_000,
+        }
+    }
+}
+
+/// Splits and parses `text` (from `source`, a file name, for messages): input the user hands
+/// pinhook itself (`pinhook check`), each YAML document within the parser's own budget.
 pub fn parse(text: &str, source: Option<&str>) -> Vec<Document> {
+    read(text, source, None)
+}
+
+/// [`parse`] within `limits` for the whole of `text`: each YAML document gets an equal share of
+/// the events and alias expansions (at least [`MIN_EVENTS_PER_DOCUMENT`]), and more documents
+/// than `limits.max_documents` refuse the input.
+pub fn parse_within(
+    text: &str,
+    source: Option<&str>,
+    limits: &ParseLimits,
+) -> Result<Vec<Document>, LimitError> {
+    let too_many = |count| LimitError {
+        count,
+        limit: limits.max_documents,
+    };
+    let documents = split_yaml(text).len();
+    if documents > limits.max_documents {
+        return Err(too_many(documents));
+    }
+    let read = read(text, source, Some(limits));
+    match read.len() > limits.max_documents {
+        true => Err(too_many(read.len())),
+        false => Ok(read),
+    }
+}
+
+fn read(text: &str, source: Option<&str>, limits: Option<&ParseLimits>) -> Vec<Document> {
     let trimmed = text.trim_start_matches('\u{feff}').trim_start();
     let documents: Vec<(usize, Result<Value, ReadError>)> =
         if trimmed.starts_with('{') || trimmed.starts_with('[') {
@@ -38,11 +103,19 @@ pub fn parse(text: &str, source: Option<&str>) -> Vec<Document> {
                 serde_json::from_str(trimmed).map_err(|e| ReadError::Json(e.to_string())),
             )]
         } else {
-            split_yaml(text)
+            let split: Vec<&str> = split_yaml(text);
+            let shares = limits.map(|l| {
+                let n = split.iter().filter(|doc| !is_blank(doc)).count().max(1);
+                (
+                    (l.max_events / n).max(MIN_EVENTS_PER_DOCUMENT),
+                    (l.max_replayed_events / n).max(MIN_EVENTS_PER_DOCUMENT),
+                )
+            });
+            split
                 .into_iter()
                 .enumerate()
                 .filter(|(_, doc)| !is_blank(doc))
-                .map(|(i, doc)| (i, parse_yaml(doc)))
+                .map(|(i, doc)| (i, parse_yaml(doc, shares)))
                 .collect()
         };
     let mut out = Vec::new();
@@ -121,8 +194,23 @@ fn is_blank(document: &str) -> bool {
         .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
 }
 
-fn parse_yaml(document: &str) -> Result<Value, ReadError> {
-    serde_saphyr::from_str::<Value>(document).map_err(|e| {
+/// One YAML document; `share` (events, replayed events) bounds it below the parser's own
+/// defaults.
+fn parse_yaml(document: &str, share: Option<(usize, usize)>) -> Result<Value, ReadError> {
+    let parsed = match share {
+        None => serde_saphyr::from_str::<Value>(document),
+        Some((events, replayed)) => {
+            let mut budget = serde_saphyr::Budget::default();
+            budget.max_events = budget.max_events.min(events);
+            budget.max_nodes = budget.max_nodes.min(events);
+            budget.max_recorded_anchor_events = budget.max_recorded_anchor_events.min(events);
+            let mut options = serde_saphyr::Options::default();
+            options.budget = Some(budget);
+            options.alias_limits.max_total_replayed_events = replayed;
+            serde_saphyr::from_str_with_options::<Value>(document, options)
+        }
+    };
+    parsed.map_err(|e| {
         let text = e.to_string();
         let text = text.split(" --> ").next().unwrap_or(&text);
         let text = text.trim_start_matches("error: ");
@@ -175,6 +263,66 @@ mod tests {
             "a List item is not an array item"
         );
         assert!(parse("{broken", None)[0].object.is_err());
+    }
+
+    /// A document whose aliases replay about 11,000 events: fine alone, within the parser's own
+    /// budget.
+    fn alias_bomb() -> String {
+        let mut text = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\n");
+        text.push_str("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (name, from) in [("b", "a"), ("c", "b"), ("d", "c")] {
+            let items = vec![format!("*{from}"); 10].join(", ");
+            text.push_str(&format!("{name}: &{name} [{items}]\n"));
+        }
+        text
+    }
+
+    /// Issue 44: the dry run's YAML budget is the whole body's. One expensive document parses;
+    /// twenty of them in one body each get a twentieth of the budget and are refused, so the
+    /// body costs about one budget, not twenty. (The budget is a tenth of the default here, so
+    /// that the test parses little.)
+    #[test]
+    fn alias_expansion_is_bounded_over_the_whole_input() {
+        let limits = ParseLimits {
+            max_documents: 1_000,
+            max_events: 200_000,
+            max_replayed_events: 100_000,
+        };
+        let one = parse_within(&alias_bomb(), None, &limits).expect("within the limits");
+        assert!(one[0].object.is_ok(), "{:?}", one[0].object);
+        let twenty = vec![alias_bomb(); 20].join("---\n");
+        assert!(
+            parse(&twenty, None).iter().all(|d| d.object.is_ok()),
+            "each within the parser's own budget"
+        );
+        let bounded = parse_within(&twenty, None, &limits).expect("20 documents");
+        assert_eq!(bounded.len(), 20);
+        for document in &bounded {
+            match &document.object {
+                Err(ReadError::Yaml(text)) => {
+                    assert!(text.contains("limit") || text.contains("budget"), "{text}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn more_documents_than_the_limit_refuse_the_input() {
+        let limits = ParseLimits {
+            max_documents: 3,
+            ..ParseLimits::default()
+        };
+        let text = "kind: A\n---\nkind: B\n---\nkind: C\n---\nkind: D\n";
+        assert_eq!(
+            parse_within(text, None, &limits).map(|d| d.len()),
+            Err(LimitError { count: 4, limit: 3 })
+        );
+        let list = r#"[{"kind":"A"},{"kind":"B"},{"kind":"C"},{"kind":"D"},{"kind":"E"}]"#;
+        assert_eq!(
+            parse_within(list, None, &limits).map(|d| d.len()),
+            Err(LimitError { count: 5, limit: 3 })
+        );
     }
 
     #[test]

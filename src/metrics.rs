@@ -102,6 +102,8 @@ pub struct Metrics {
     pub credential_provider_errors: Family<ProviderErrorLabels, Counter>,
     pub connections_open: Gauge,
     pub connections_refused: Counter,
+    /// Requests refused at once (429) because their body did not fit the body budget.
+    pub bodies_refused: Counter,
     /// `pinhook watch`: running images (one per container of each Pod) by state, as the last
     /// recheck found them.
     pub running_images: Family<StateLabels, Gauge>,
@@ -192,6 +194,12 @@ impl Metrics {
             "Client connections closed at once because --max-connections were open",
             connections_refused.clone(),
         );
+        let bodies_refused = Counter::default();
+        registry.register(
+            "request_bodies_refused",
+            "Requests refused at once (429) because their body did not fit the budget of body bytes in flight (per caller or in all)",
+            bodies_refused.clone(),
+        );
         let running_images = Family::<StateLabels, Gauge>::default();
         // Every state reads 0 until the watch finds one (an alert on a state is never on an
         // absent series), like the watch's counters.
@@ -254,6 +262,7 @@ impl Metrics {
             tag_moved_running,
             connections_open,
             connections_refused,
+            bodies_refused,
             credential_provider_execs,
             credential_provider_errors,
             policy_violations,

@@ -42,6 +42,12 @@ pub enum Failure {
     Authentication(AuthError),
     #[error("the body is not UTF-8 text")]
     NotUtf8,
+    /// The dry run's manifests are over its limits (documents, YAML events or aliases).
+    #[error(transparent)]
+    Documents(crate::documents::LimitError),
+    /// The dry run needs more SubjectAccessReviews than one request may send.
+    #[error("the manifests need {count} permission checks (distinct resource and namespace pairs); one dry run may need at most {limit}: split them")]
+    TooManyAccessChecks { count: usize, limit: usize },
     /// The caller may not create some of the objects it asked about; `missing` names each
     /// permission (and why it could not be checked, when it could not).
     #[error("{caller} may not: {}", missing.join("; "))]
@@ -67,6 +73,7 @@ impl Failure {
             Failure::Review(_) | Failure::Plan(_) | Failure::NotUtf8 => 400,
             Failure::MissingToken | Failure::InvalidToken => 401,
             Failure::Forbidden { .. } => 403,
+            Failure::Documents(_) | Failure::TooManyAccessChecks { .. } => 413,
             Failure::Busy(_) => 429,
             Failure::Patch(_)
             | Failure::EncodePatch(_)

@@ -1,21 +1,28 @@
 //! `POST /v1/dry-run`: what admission would do to a set of manifests, for callers the cluster
 //! authenticates (TokenReview) and allows to create each pod-bearing object
 //! (SubjectAccessReview), because the answer is computed with the namespace's own pull
-//! secrets. Each TokenReview spends a token of [`super::throttle`]'s bucket; with none left
-//! the caller gets 429 and the apiserver no call. Manifests are parsed on the blocking pool, a
-//! few bodies at a time.
+//! secrets. Each TokenReview and each SubjectAccessReview spends a token of
+//! [`super::throttle`]'s bucket; with none left the caller gets 429 and the apiserver no call.
+//!
+//! What a caller costs is bounded before it is paid (issue 44): the token is checked before a
+//! byte of the body is read; the body is read within the body budget and at most
+//! [`MAX_DRY_RUN_BODY`]; a body of more than [`MAX_DOCUMENTS`] documents or naming more than
+//! [`MAX_ACCESS_CHECKS`] (resource, namespace) pairs is refused; YAML is parsed within one
+//! budget of events and alias expansions for the whole body ([`documents::ParseLimits`]), on
+//! the blocking pool, a few bodies at a time.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tracing::info;
 
-use super::routes::status_of;
+use super::body_budget::BodyRefusal;
+use super::routes::{read_body, status_of};
 use super::AppState;
 use crate::admission::dry_run::{self, Identity};
 use crate::admission::Failure;
@@ -32,6 +39,13 @@ static MANIFEST_PARSER_PERMITS: tokio::sync::Semaphore =
 
 /// The dry run's overall time budget (a CI step, not an apiserver call).
 const DRY_RUN_BUDGET: Duration = Duration::from_secs(60);
+/// The largest dry-run body: a rendered release of hundreds of objects, well under an
+/// admission review's 7 MiB.
+pub const MAX_DRY_RUN_BODY: usize = 2 << 20;
+/// Documents (and List items) one dry run may hold.
+pub const MAX_DOCUMENTS: usize = 1_000;
+/// Distinct (group, resource, namespace) pairs one dry run may need a SubjectAccessReview for.
+pub const MAX_ACCESS_CHECKS: usize = 32;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct DryRunQuery {
@@ -44,12 +58,22 @@ pub(super) struct DryRunQuery {
 pub(super) async fn dry_run_handler(
     State(state): State<Arc<AppState>>,
     Query(query): Query<DryRunQuery>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Response {
-    match dry_run_answer(&state, query, &headers, body).await {
+    match dry_run_answer(&state, query, request).await {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Err(Refusal::Failure(failure)) => failure_json(&failure),
+        Err(Refusal::Body(refusal)) => {
+            let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            let body = serde_json::json!({ "error": error_chain(&refusal) });
+            let mut response = (status, axum::Json(body)).into_response();
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            }
+            response
+        }
         Err(Refusal::Throttled) => {
             state.metrics.dry_run_throttled.inc();
             let body = serde_json::json!({ "error": THROTTLED });
@@ -69,8 +93,10 @@ const THROTTLED: &str = "too many dry-run requests: pinhook checks at most --tok
 /// Why a dry run was not answered with a report.
 enum Refusal {
     Failure(Failure),
-    /// No TokenReview left in the bucket: 429, with no apiserver call.
+    /// No TokenReview (or SubjectAccessReview) left in the bucket: 429, with no apiserver call.
     Throttled,
+    /// The body did not fit the body budget (429), or is over the limit (413).
+    Body(BodyRefusal),
 }
 
 impl From<Failure> for Refusal {
@@ -79,24 +105,30 @@ impl From<Failure> for Refusal {
     }
 }
 
-/// The dry-run report as JSON, once the caller is known and allowed.
+/// The dry-run report as JSON, once the caller is known and allowed: the token is checked
+/// before a byte of the body is read.
 async fn dry_run_answer(
     state: &AppState,
     query: DryRunQuery,
-    headers: &HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Result<Vec<u8>, Refusal> {
     let authorizer = state.authorizer.clone().ok_or(Failure::NoKubernetesApi)?;
-    let token = bearer_token(headers).ok_or(Failure::MissingToken)?;
-    if !state.token_reviews.admit(token) {
-        return Err(Refusal::Throttled);
-    }
-    let caller = authorizer
-        .authenticate(token)
+    let caller = {
+        let token = bearer_token(request.headers()).ok_or(Failure::MissingToken)?;
+        if !state.token_reviews.admit(token) {
+            return Err(Refusal::Throttled);
+        }
+        let caller = authorizer
+            .authenticate(token)
+            .await
+            .map_err(Failure::Authentication)?
+            .ok_or(Failure::InvalidToken)?;
+        state.token_reviews.authenticated(token);
+        caller
+    };
+    let (body, _body_share) = read_body(state, request, MAX_DRY_RUN_BODY)
         .await
-        .map_err(Failure::Authentication)?
-        .ok_or(Failure::InvalidToken)?;
-    state.token_reviews.authenticated(token);
+        .map_err(Refusal::Body)?;
     let documents = parse_manifests(body).await?;
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
     authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
@@ -115,20 +147,25 @@ async fn parse_manifests(body: Bytes) -> Result<Vec<Document>, Failure> {
         // The permit goes with the work: a caller that hangs up does not free it early.
         let _permit = permit;
         let text = std::str::from_utf8(&body).map_err(|_| Failure::NotUtf8)?;
-        Ok(documents::parse(text, None))
+        let limits = documents::ParseLimits {
+            max_documents: MAX_DOCUMENTS,
+            ..documents::ParseLimits::default()
+        };
+        documents::parse_within(text, None, &limits).map_err(Failure::Documents)
     })
     .await
     .map_err(Failure::ParserFailed)?
 }
 
-/// Every pod-bearing object's `create` must be allowed; the error names what is missing.
+/// Every pod-bearing object's `create` must be allowed; the error names what is missing. At
+/// most [`MAX_ACCESS_CHECKS`] SubjectAccessReviews, each spending a token of the bucket.
 async fn authorize(
     state: &AppState,
     authorizer: &dyn Authorizer,
     caller: &Caller,
     documents: &[Document],
     default_namespace: &str,
-) -> Result<(), Failure> {
+) -> Result<(), Refusal> {
     let policy = state.pinner.policy().current();
     let mut needed: Vec<(String, String, String)> = documents
         .iter()
@@ -141,8 +178,17 @@ async fn authorize(
         .collect();
     needed.sort();
     needed.dedup();
+    if needed.len() > MAX_ACCESS_CHECKS {
+        return Err(Refusal::Failure(Failure::TooManyAccessChecks {
+            count: needed.len(),
+            limit: MAX_ACCESS_CHECKS,
+        }));
+    }
     let mut missing = Vec::new();
     for (group, resource, namespace) in needed {
+        if !state.access_reviews.try_take() {
+            return Err(Refusal::Throttled);
+        }
         let qualified = if group.is_empty() {
             resource.clone()
         } else {
@@ -167,10 +213,10 @@ async fn authorize(
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(Failure::Forbidden {
+        Err(Refusal::Failure(Failure::Forbidden {
             caller: caller.username.clone(),
             missing,
-        })
+        }))
     }
 }
 

@@ -7,13 +7,15 @@
 //! when a client CA is set), [`connections`] (bounds on clients' connections),
 //! [`keep_alive`] (how long an HTTP/1.1 connection is kept: the header read timeout from a
 //! request's first byte, `Connection: close` while draining),
+//! [`body_budget`] (request body bytes in flight, taken before a byte is read),
 //! [`large_reviews`] (the memory budget of large reviews) and [`observe`] (what each review
 //! logs and counts).
 //!
 //! Handlers are thin: extract, call `admission`, render; the status and message of every
 //! failure come from [`crate::admission::Failure`]. Invariants: nothing on the request path
 //! panics (a panic layer turns a bug into a 500), bodies over 7 MiB get 413 before they are
-//! buffered whole (at once when their `Content-Length` says so), every request and connection
+//! buffered whole (at once when their `Content-Length` says so), a body that does not fit the
+//! body budget gets 429 before it is read, every request and connection
 //! is bounded in time, and no blocking work runs on the async workers (manifest parsing goes
 //! to `spawn_blocking`, a few bodies at a time; files are read with `tokio::fs`). The policy
 //! file's watcher is [`crate::policy_watcher`]'s.
@@ -29,6 +31,7 @@ use axum_server::tls_rustls::RustlsAcceptor;
 use hyper_util::rt::TokioTimer;
 use tracing::info;
 
+pub mod body_budget;
 mod bounds;
 pub mod client_auth;
 mod connections;
@@ -137,11 +140,17 @@ pub struct AppState {
     pub authorizer: Option<Arc<dyn Authorizer>>,
     /// The budget large reviews share while they are decided.
     pub large_reviews: Arc<large_reviews::LargeReviews>,
+    /// The budget of request body bytes in flight, taken before a byte is read.
+    pub bodies: Arc<body_budget::BodyBudget>,
     /// `/mutate` and `/validate` answer only connections with a verified client certificate
     /// (set by [`start`] from [`ServerConfig::client_ca`]).
     pub require_client_cert: bool,
     /// The TokenReviews dry-run callers may cost the apiserver.
     pub token_reviews: Arc<TokenBucket>,
+    /// The dry run's SubjectAccessReview budget ([`TokenBucket::for_access_reviews`]): apart
+    /// from the TokenReviews', so that a flood of made-up tokens does not lock out the
+    /// permission checks of callers already known.
+    pub access_reviews: Arc<TokenBucket>,
 }
 
 /// A server that is listening.
@@ -224,8 +233,10 @@ pub async fn start(
         None => None,
     };
     let task = tokio::spawn(async move {
+        // The peer's address reaches each request (`ConnectInfo`): the body budget's share per
+        // caller.
         server
-            .serve(app.into_make_service())
+            .serve(app.into_make_service_with_connect_info::<SocketAddr>())
             .await
             .map_err(|source| ServerError::Serve { addr, source })
     });

@@ -7,8 +7,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::net::SocketAddr;
+
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, FromRequest, Query, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,12 +20,14 @@ use std::sync::atomic::Ordering;
 use tower_http::limit::RequestBodyLimitLayer;
 use tracing::{warn, Instrument};
 
+use super::body_budget::{BodyRefusal, BodyShare};
 use super::bounds::BoundsLayer;
 use super::client_auth::refuse_unverified;
 use super::dry_run::dry_run_handler;
 use super::observe::{observe_decision, record_review, review_span};
 use super::{AppState, ConnectionLimits, MAX_BODY_BYTES};
 use crate::admission::{self, Failure};
+use crate::error::error_chain;
 
 #[derive(Debug, Deserialize)]
 struct ReviewQuery {
@@ -72,23 +76,64 @@ pub(super) fn metrics_router(state: AppState, limits: &ConnectionLimits) -> Rout
 }
 
 /// A review's query and body, once its caller is known to be allowed one
-/// ([`refuse_unverified`], before anything of the request is read): parsed and read as the
-/// `Query` and `Bytes` extractors do (the body limits above), or the answer to send instead.
+/// ([`refuse_unverified`], before anything of the request is read): the query parsed as the
+/// `Query` extractor does, the body read within the body budget ([`read_body`]), or the answer
+/// to send instead. The share of the budget is held until the review is answered.
 async fn review_input(
     state: &AppState,
     request: Request,
-) -> Result<(ReviewQuery, Bytes), Response> {
+) -> Result<(ReviewQuery, Bytes, BodyShare), Response> {
     let request = refuse_unverified(state, request).await?;
     let Query(query) =
         Query::<ReviewQuery>::try_from_uri(request.uri()).map_err(IntoResponse::into_response)?;
-    let body = Bytes::from_request(request, &())
+    let (body, share) = read_body(state, request, MAX_BODY_BYTES)
         .await
-        .map_err(IntoResponse::into_response)?;
-    Ok((query, body))
+        .map_err(|refusal| body_refused(&refusal))?;
+    Ok((query, body, share))
+}
+
+/// Reads `request`'s body, at most `limit` bytes, within the body budget of its peer address
+/// (`ConnectInfo`, absent when the router is driven without a socket): refused at once when it
+/// does not fit (counted and logged), over the limit, or unreadable.
+pub(super) async fn read_body(
+    state: &AppState,
+    request: Request,
+    limit: usize,
+) -> Result<(Bytes, BodyShare), BodyRefusal> {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip());
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let read = state
+        .bodies
+        .read(peer, request.into_body(), announced, limit)
+        .await;
+    if let Err(refusal @ BodyRefusal::Busy { .. }) = &read {
+        state.metrics.bodies_refused.inc();
+        warn!(peer = ?peer, error = %refusal, "refused a request body over the body budget");
+    }
+    read
+}
+
+/// The plain-text answer to a body refused: 429 (with `Retry-After: 1`), 413 or 400.
+fn body_refused(refusal: &BodyRefusal) -> Response {
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (status, format!("{}\n", error_chain(refusal))).into_response();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    response
 }
 
 async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let (query, body) = match review_input(&state, request).await {
+    let (query, body, _body_share) = match review_input(&state, request).await {
         Ok(input) => input,
         Err(refused) => return refused,
     };
@@ -110,7 +155,7 @@ async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) ->
 }
 
 async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let (query, body) = match review_input(&state, request).await {
+    let (query, body, _body_share) = match review_input(&state, request).await {
         Ok(input) => input,
         Err(refused) => return refused,
     };

@@ -58,6 +58,18 @@ impl TokenBucket {
         }
     }
 
+    /// The SubjectAccessReview budget that goes with a TokenReview budget of `limit`: four
+    /// times its rate, and a burst of [`super::dry_run::MAX_ACCESS_CHECKS`] twice over, so that
+    /// one dry run's checks never wait on it alone.
+    pub fn for_access_reviews(limit: TokenReviewLimit) -> TokenBucket {
+        TokenBucket::new(TokenReviewLimit {
+            per_second: limit.per_second * 4.0,
+            burst: limit
+                .burst
+                .max(2 * super::dry_run::MAX_ACCESS_CHECKS as u32),
+        })
+    }
+
     /// May a TokenReview be sent for `token`? Yes, without spending, for a token that
     /// authenticated lately (answered from the authorizer's cache); otherwise when the bucket
     /// has a token left.

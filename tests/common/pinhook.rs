@@ -168,6 +168,16 @@ impl TestPinhook {
         &self,
         alpn: &[&[u8]],
     ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        self.raw_tls_from([127, 0, 0, 1].into(), alpn).await
+    }
+
+    /// [`TestPinhook::raw_tls`] from the loopback address `source` (`127.0.0.2`: another
+    /// caller, as far as pinhook can tell).
+    pub async fn raw_tls_from(
+        &self,
+        source: std::net::IpAddr,
+        alpn: &[&[u8]],
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
         super::tls::init_crypto();
         let mut roots = tokio_rustls::rustls::RootCertStore::empty();
         let mut pem = self.ca_pem().as_bytes();
@@ -179,7 +189,10 @@ impl TestPinhook {
             .with_no_client_auth();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let port = self.base.rsplit(':').next().unwrap_or_default();
-        let tcp = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}")).await?;
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::new(source, 0))?;
+        let port: u16 = port.parse().map_err(std::io::Error::other)?;
+        let tcp = socket.connect(([127, 0, 0, 1], port).into()).await?;
         let name = tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1")
             .map_err(std::io::Error::other)?;
         tokio_rustls::TlsConnector::from(Arc::new(config))

@@ -213,6 +213,85 @@ async fn no_token_invalid_token_and_forbidden_caller() {
     );
 }
 
+/// Issue 44: the dry run checks the token before reading a byte of the body (a caller with no
+/// token announcing 2 MiB it never sends is answered 401 at once), takes at most 2 MiB, and
+/// refuses a body of more documents, or needing more permission checks, than one request may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_is_bounded_before_it_is_paid_for() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let world = world().await;
+    let mut conn = world.pinhook.raw_tls(&[]).await.expect("TLS connection");
+    let started = std::time::Instant::now();
+    conn.write_all(
+        b"POST /v1/dry-run HTTP/1.1\r\nhost: pinhook\r\ncontent-length: 2097152\r\n\r\nkind: ",
+    )
+    .await
+    .expect("request head");
+    let mut buf = [0u8; 128];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut buf))
+        .await
+        .expect("answered before the body")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let huge = "kind: ConfigMap\n---\n".repeat(150_000);
+    let (status, answer) = dry_run(&world, Some("ci-token"), huge).await;
+    assert_eq!(status, 413, "{answer}");
+    let many = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n".repeat(1_001);
+    let (status, answer) = dry_run(&world, Some("ci-token"), many).await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("at most 1000 are read"),
+        "{answer}"
+    );
+    let spread: String = (0..40)
+        .map(|i| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns{i}}}\nspec: {{containers: [{{name: c, image: x:1}}]}}\n---\n"))
+        .collect();
+    let (status, answer) = dry_run(&world, Some("ci-token"), spread).await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("need 40 permission checks"),
+        "{answer}"
+    );
+    // SubjectAccessReviews go through a rate limit (a burst of 64, 40 a second here): dry runs
+    // of 32 checks each, back to back, get 429 once it is spent, with no review sent.
+    let checks: String = (0..32)
+        .map(|i| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns{i}}}\nspec: {{containers: [{{name: c, image: x:1}}]}}\n---\n"))
+        .collect();
+    let before = world.kube.access_reviews().len();
+    let started = std::time::Instant::now();
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let request = world
+            .pinhook
+            .client
+            .post(world.pinhook.url("/v1/dry-run?namespace=shop"))
+            .bearer_auth("ci-token")
+            .body(checks.clone());
+        statuses.push(request.send().await.expect("answers").status().as_u16());
+    }
+    let sent = world.kube.access_reviews().len() - before;
+    let refill = (started.elapsed().as_secs_f64() * 40.0).ceil() as usize;
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert!(
+        sent <= 64 + refill,
+        "{sent} reviews in {:?}",
+        started.elapsed()
+    );
+}
+
 // Multi-threaded: the test blocks on the child process while pinhook serves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pinhook_check_server_mode_calls_the_endpoint() {

@@ -93,8 +93,10 @@ fn state(resolver_timeout: Duration) -> AppState {
         ready: Arc::new(AtomicBool::new(false)),
         authorizer: None,
         large_reviews: Arc::default(),
+        bodies: Arc::default(),
         require_client_cert: false,
         token_reviews: Default::default(),
+        access_reviews: Default::default(),
     }
 }
 

@@ -1,0 +1,351 @@
+//! The budget of request body bytes in flight (issue 44): what every body pinhook reads holds
+//! while its request is served, taken **before** a byte is read. A body whose `Content-Length`
+//! announces its size takes all of it at once; one without (chunked) takes its bytes chunk by
+//! chunk as they arrive. Past the budget the request is refused at once, 429, and nothing more
+//! of it is read, so forty slow 7 MiB bodies from a caller with no credentials cost pinhook at
+//! most the budget, never its memory limit.
+//!
+//! Two budgets hold at once: the whole process's ([`BODY_BUDGET`]) and each peer address's
+//! ([`PEER_BUDGET`]), so that one caller (a Pod flooding the port) can take at most its share
+//! and the apiserver's reviews, from another address, still fit. Bodies up to [`SMALL_BODY`]
+//! (every ordinary review) count against a reserve of their own ([`SMALL_RESERVE`]) that large
+//! bodies never take, so a flood of large bodies never refuses an ordinary Pod's review.
+//!
+//! Never: waits for room (a refusal is immediate: the apiserver retries, a flood gets nothing),
+//! or reads a body it has not counted.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::body::{Body, Bytes};
+use http_body_util::BodyExt;
+
+/// Body bytes in flight at once, process-wide, beyond the small-body reserve.
+pub const BODY_BUDGET: usize = 24 << 20;
+/// Body bytes one peer address may have in flight at once (its small bodies included).
+pub const PEER_BUDGET: usize = 8 << 20;
+/// Bodies up to this size count against [`SMALL_RESERVE`] first.
+pub const SMALL_BODY: usize = 64 << 10;
+/// Body bytes of small bodies in flight at once (256 ordinary reviews of 64 KiB).
+pub const SMALL_RESERVE: usize = 16 << 20;
+
+/// The budgets of one server.
+#[derive(Debug)]
+pub struct BodyBudget {
+    counts: Mutex<Counts>,
+    total: usize,
+    per_peer: usize,
+    small: usize,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    large: usize,
+    small: usize,
+    peers: HashMap<Option<IpAddr>, usize>,
+}
+
+/// What one body holds of the budgets; given back when dropped.
+#[derive(Debug)]
+pub struct BodyShare {
+    budget: Arc<BodyBudget>,
+    peer: Option<IpAddr>,
+    large: usize,
+    small: usize,
+}
+
+/// Why a body was not read whole.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyRefusal {
+    /// The budget has no room: refused at once, 429.
+    #[error(
+        "pinhook is reading too many request bodies at once ({held} bytes held by this caller, \
+         {budget} bytes for all); retry later"
+    )]
+    Busy { held: usize, budget: usize },
+    /// Over the route's body limit: 413.
+    #[error("request body larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    /// The body could not be read (a stalled or cut body): 400.
+    #[error("failed to read the request body")]
+    Read(#[source] axum::Error),
+}
+
+// === impl BodyBudget ===
+
+impl Default for BodyBudget {
+    fn default() -> Self {
+        BodyBudget::new(BODY_BUDGET, PEER_BUDGET, SMALL_RESERVE)
+    }
+}
+
+impl BodyBudget {
+    pub fn new(total: usize, per_peer: usize, small: usize) -> BodyBudget {
+        BodyBudget {
+            counts: Mutex::default(),
+            total,
+            per_peer,
+            small,
+        }
+    }
+
+    /// Reads `body` whole, at most `limit` bytes, counting it against the budgets of `peer`
+    /// before each byte is kept: `announced` (its `Content-Length`) at once, the rest chunk by
+    /// chunk. The share is held until the caller drops it.
+    pub async fn read(
+        self: &Arc<Self>,
+        peer: Option<IpAddr>,
+        mut body: Body,
+        announced: Option<u64>,
+        limit: usize,
+    ) -> Result<(Bytes, BodyShare), BodyRefusal> {
+        let mut share = BodyShare {
+            budget: self.clone(),
+            peer,
+            large: 0,
+            small: 0,
+        };
+        let expected = match announced {
+            Some(len) if len > limit as u64 => return Err(BodyRefusal::TooLarge { limit }),
+            Some(len) => len as usize,
+            None => 0,
+        };
+        self.take(&mut share, expected)?;
+        let mut read = Vec::with_capacity(expected);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| refusal_of(e, limit))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let total = read.len().saturating_add(data.len());
+            if total > limit {
+                return Err(BodyRefusal::TooLarge { limit });
+            }
+            self.take(&mut share, total)?;
+            read.extend_from_slice(&data);
+        }
+        Ok((Bytes::from(read), share))
+    }
+
+    /// Grows `share` to hold `bytes` in all, or refuses without changing it.
+    fn take(&self, share: &mut BodyShare, bytes: usize) -> Result<(), BodyRefusal> {
+        let held = share.large + share.small;
+        if bytes <= held {
+            return Ok(());
+        }
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let peer_held = counts.peers.get(&share.peer).copied().unwrap_or(0);
+        let more = bytes - held;
+        if peer_held + more > self.per_peer {
+            return Err(BodyRefusal::Busy {
+                held: peer_held,
+                budget: self.total + self.small,
+            });
+        }
+        // A small body stays in the reserve while it fits there; a body that grows past
+        // SMALL_BODY moves to the shared budget whole.
+        let (large, small) = match bytes <= SMALL_BODY && counts.small + more <= self.small {
+            true => (share.large, bytes),
+            false => (bytes, 0),
+        };
+        let large_more = large - share.large;
+        if large_more > 0 && counts.large + large_more > self.total {
+            return Err(BodyRefusal::Busy {
+                held: peer_held,
+                budget: self.total + self.small,
+            });
+        }
+        counts.large += large_more;
+        counts.small = counts.small + small - share.small;
+        *counts.peers.entry(share.peer).or_default() += more;
+        share.large = large;
+        share.small = small;
+        Ok(())
+    }
+
+    /// Bytes held now: (shared budget, small reserve, peers holding any).
+    pub fn held(&self) -> (usize, usize, usize) {
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        (counts.large, counts.small, counts.peers.len())
+    }
+}
+
+/// A body error as a refusal: over the limit (tower-http's `Limited` body) is 413.
+fn refusal_of(error: axum::Error, limit: usize) -> BodyRefusal {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return BodyRefusal::TooLarge { limit };
+        }
+        source = e.source();
+    }
+    BodyRefusal::Read(error)
+}
+
+// === impl BodyShare ===
+
+impl Drop for BodyShare {
+    fn drop(&mut self) {
+        let held = self.large + self.small;
+        if held == 0 {
+            return;
+        }
+        let mut counts = self
+            .budget
+            .counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        counts.large -= self.large;
+        counts.small -= self.small;
+        if let Some(peer) = counts.peers.get_mut(&self.peer) {
+            *peer -= held;
+            if *peer == 0 {
+                counts.peers.remove(&self.peer);
+            }
+        }
+    }
+}
+
+// === impl BodyRefusal ===
+
+impl BodyRefusal {
+    /// The HTTP status of the refusal.
+    pub fn status(&self) -> u16 {
+        match self {
+            BodyRefusal::Busy { .. } => 429,
+            BodyRefusal::TooLarge { .. } => 413,
+            BodyRefusal::Read(_) => 400,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use futures::{stream, StreamExt};
+
+    use super::*;
+
+    const A: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+    const B: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+
+    /// A body that sends `chunks` and then waits for ever (a slow sender), never announced.
+    fn trickle(chunks: Vec<usize>) -> Body {
+        let data = chunks
+            .into_iter()
+            .map(|n| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; n])));
+        Body::from_stream(stream::iter(data).chain(stream::pending()))
+    }
+
+    #[tokio::test]
+    async fn an_announced_body_over_the_budget_is_refused_before_a_byte_is_read() {
+        let budget = Arc::new(BodyBudget::new(1 << 20, 4 << 20, 256 << 10));
+        // A body that would hang if read: refused from its Content-Length alone.
+        let refused = budget
+            .read(A, trickle(vec![]), Some(2 << 20), 7 << 20)
+            .await
+            .map(|_| ());
+        assert!(
+            matches!(refused, Err(BodyRefusal::Busy { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(budget.held(), (0, 0, 0));
+        let too_large = budget
+            .read(A, trickle(vec![]), Some(8 << 20), 7 << 20)
+            .await
+            .map(|_| ());
+        assert!(matches!(too_large, Err(BodyRefusal::TooLarge { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_is_counted_as_it_arrives_and_refused_past_the_budget() {
+        let budget = Arc::new(BodyBudget::new(1 << 20, 4 << 20, 256 << 10));
+        let refused = budget
+            .read(
+                A,
+                trickle(vec![512 << 10, 512 << 10, 512 << 10]),
+                None,
+                7 << 20,
+            )
+            .await
+            .map(|_| ());
+        assert!(
+            matches!(refused, Err(BodyRefusal::Busy { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(budget.held(), (0, 0, 0), "given back");
+        let whole = Body::from(vec![b'y'; 600 << 10]);
+        let (bytes, share) = budget
+            .read(A, whole, None, 7 << 20)
+            .await
+            .map_err(|e| e.to_string())
+            .expect("fits");
+        assert_eq!(bytes.len(), 600 << 10);
+        assert_eq!(budget.held(), (600 << 10, 0, 1));
+        drop(share);
+        assert_eq!(budget.held(), (0, 0, 0));
+    }
+
+    /// Issue 44: one caller holding large slow bodies takes its peer share and no more; another
+    /// address's large body and any ordinary review still fit, and small reviews never wait on
+    /// large ones.
+    #[tokio::test]
+    async fn one_peer_cannot_take_another_peers_room_nor_the_small_reserve() {
+        let budget = Arc::new(BodyBudget::new(4 << 20, 2 << 20, 256 << 10));
+        // Slow senders: each read takes its share and waits for bytes that never come.
+        let slow: Vec<_> = (0..10)
+            .map(|_| {
+                let budget = budget.clone();
+                tokio::spawn(async move {
+                    budget
+                        .read(A, trickle(vec![]), Some(1 << 20), 7 << 20)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let mut refused = 0;
+        for task in &slow {
+            if task.is_finished() {
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 8, "two 1 MiB bodies fit A's 2 MiB share");
+        let (bytes, _big) = budget
+            .read(B, Body::from(vec![b'z'; 1 << 20]), Some(1 << 20), 7 << 20)
+            .await
+            .map_err(|e| e.to_string())
+            .expect("another address fits");
+        assert_eq!(bytes.len(), 1 << 20);
+        let mut small = Vec::new();
+        for _ in 0..4 {
+            let (_, share) = budget
+                .read(B, Body::from(vec![b's'; 60 << 10]), Some(60 << 10), 7 << 20)
+                .await
+                .map_err(|e| e.to_string())
+                .expect("small bodies fit the reserve");
+            small.push(share);
+        }
+        assert_eq!(budget.held().1, 4 * (60 << 10));
+        for task in slow {
+            task.abort();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_413_whether_announced_or_not() {
+        let budget = Arc::new(BodyBudget::default());
+        let refused = budget
+            .read(A, Body::from(vec![b'x'; 2048]), None, 1024)
+            .await
+            .map(|_| ());
+        assert!(matches!(
+            refused,
+            Err(BodyRefusal::TooLarge { limit: 1024 })
+        ));
+        assert_eq!(budget.held(), (0, 0, 0));
+    }
+}
