@@ -97,9 +97,44 @@ impl<W: fmt::Write> fmt::Write for OneLine<W> {
 /// or of U+F000–U+FFFF (U+FEFF). A scan of bytes, so plain text costs one pass and no
 /// decoding. Also `log_line`'s.
 pub(crate) fn may_escape(text: &str) -> bool {
-    text.bytes()
-        .any(|b| b < 0x20 || matches!(b, 0x7f | 0xc2 | 0xd8 | 0xe2 | 0xef))
+    text.bytes().any(|b| MAY_START_ESCAPE[usize::from(b)])
 }
+
+/// C0 and [`ESCAPE_LEADS`], as a table: one load per byte on the path every value takes.
+const MAY_START_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    let mut i = 0;
+    while i < ESCAPE_LEADS.len() {
+        table[ESCAPE_LEADS[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
+/// Whether `bytes` hold a byte of [`ESCAPE_LEADS`] (C0 aside): `memchr`'s vector scan, for
+/// whole lines.
+pub(crate) fn has_escape_lead(bytes: &[u8]) -> bool {
+    let [a, b, c, d, e, f, g, h, i, j, k, l] = ESCAPE_LEADS;
+    memchr::memchr3(a, b, c, bytes).is_some()
+        || memchr::memchr3(d, e, f, bytes).is_some()
+        || memchr::memchr3(g, h, i, bytes).is_some()
+        || memchr::memchr3(j, k, l, bytes).is_some()
+}
+
+/// The bytes that start the UTF-8 of every character [`escapes`] besides C0 controls: DEL;
+/// `C2` (C1, U+00AD); `D8`, `DB`, `DC` (the Arabic and Syriac format characters); `E0`, `E1`
+/// (U+0890–U+08E2, the Hangul fillers U+115F/U+1160, the Mongolian selectors and separator);
+/// `E2` (U+2000–U+2FFF); `E3` (U+3164); `EF` (the variation selectors, U+FEFF, U+FFA0,
+/// U+FFF9–U+FFFB); `F0` (the format characters of planes 1–3); `F3` (the tags and the
+/// supplementary variation selectors of plane 14).
+pub(crate) const ESCAPE_LEADS: [u8; 12] = [
+    0x7f, 0xc2, 0xd8, 0xdb, 0xdc, 0xe0, 0xe1, 0xe2, 0xe3, 0xef, 0xf0, 0xf3,
+];
 
 /// Whether [`write_escaped`] escapes `c`: a control character (C0, DEL, C1), a Unicode line
 /// or paragraph separator, or a character that [`hides_text`].
@@ -107,22 +142,61 @@ fn escapes(c: char) -> bool {
     c.is_control() || c == '\u{2028}' || c == '\u{2029}' || hides_text(c)
 }
 
-/// Whether `c` makes text show other than it reads: a bidirectional control (U+061C,
-/// U+200E–U+200F, U+202A–U+202E, U+2066–U+2069), which reorders what follows it on screen (the
-/// "Trojan Source" trick, CVE-2021-42574), or an invisible character (U+200B–U+200D, U+2060–U+2064,
-/// U+FEFF) that makes two different strings look the same. Escaped wherever pinhook shows text
-/// from outside to a person: its logs, the CLI, and the messages, warnings and audit
-/// annotations it answers the apiserver with (which kubectl prints).
+/// Whether `c` makes text show other than it reads: every format character (Unicode's
+/// general category Cf, as of Unicode 15.1: the bidirectional controls U+061C, U+200E–U+200F,
+/// U+202A–U+202E and U+2066–U+2069, which reorder what follows them on screen, the "Trojan
+/// Source" trick, CVE-2021-42574; the zero-width characters; U+00AD; the tag characters
+/// U+E0001 and U+E0020–U+E007F, which hide a whole string in one visible one), the Hangul
+/// fillers that show as blank (U+115F, U+1160, U+3164, U+FFA0) and the variation selectors
+/// (U+180B–U+180D, U+180F, U+FE00–U+FE0F, U+E0100–U+E01EF): each makes two different strings
+/// look the same, or one look like another. Escaped wherever pinhook shows text from outside
+/// to a person: its logs, the CLI, the messages, warnings and audit annotations it answers the
+/// apiserver with (which kubectl prints), and its Events and reports.
 pub(crate) fn hides_text(c: char) -> bool {
     matches!(
         c,
-        '\u{061c}'
+        // Cf, every one (Unicode 15.1)
+        '\u{ad}'
+            | '\u{600}'..='\u{605}'
+            | '\u{61c}'
+            | '\u{6dd}'
+            | '\u{70f}'
+            | '\u{890}'..='\u{891}'
+            | '\u{8e2}'
+            | '\u{180e}'
             | '\u{200b}'..='\u{200f}'
             | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{2069}'
+            | '\u{2060}'..='\u{206f}'
             | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{110bd}'
+            | '\u{110cd}'
+            | '\u{13430}'..='\u{1343f}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0001}'
+            | '\u{e0020}'..='\u{e007f}'
+            // the Hangul fillers
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{3164}'
+            | '\u{ffa0}'
+            // the variation selectors
+            | '\u{180b}'..='\u{180d}'
+            | '\u{180f}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{e0100}'..='\u{e01ef}'
     )
+}
+
+/// Writes `c` escaped: as `{:?}` escapes it (`\n`, `\u{1b}`, `\u{202e}`), or as `\u{…}` where
+/// `{:?}` would leave it as it is (a Hangul filler is a printable letter to Rust).
+pub(crate) fn write_char_escaped(out: &mut impl fmt::Write, c: char) -> fmt::Result {
+    let mut debug = c.escape_debug();
+    match (debug.next(), debug.next()) {
+        (Some(only), None) if only == c => write!(out, "\\u{{{:x}}}", u32::from(c)),
+        _ => write!(out, "{}", c.escape_debug()),
+    }
 }
 
 /// `text` with its control characters (C0, DEL, C1), the Unicode line and paragraph
@@ -135,7 +209,7 @@ pub(crate) fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Resul
     }
     for c in text.chars() {
         if escapes(c) {
-            write!(out, "{}", c.escape_debug())?;
+            write_char_escaped(out, c)?;
         } else {
             out.write_char(c)?;
         }
@@ -629,6 +703,57 @@ mod tests {
             write_escaped(&mut out, &text).unwrap();
             assert_eq!(out, format!("a{}b", c.escape_debug()), "{c:?}");
             assert!(left_raw(&text, false), "{c:?}");
+        }
+        // Issue 44: every other format character (Cf), the Hangul fillers and the variation
+        // selectors, one by one: escaped as `\u{…}`, never left raw.
+        for c in [
+            '\u{ad}',
+            '\u{600}',
+            '\u{605}',
+            '\u{6dd}',
+            '\u{70f}',
+            '\u{890}',
+            '\u{891}',
+            '\u{8e2}',
+            '\u{180e}',
+            '\u{206a}',
+            '\u{206f}',
+            '\u{fff9}',
+            '\u{fffb}',
+            '\u{110bd}',
+            '\u{110cd}',
+            '\u{13430}',
+            '\u{1343f}',
+            '\u{1bca0}',
+            '\u{1bca3}',
+            '\u{1d173}',
+            '\u{1d17a}',
+            '\u{e0001}',
+            '\u{e0020}',
+            '\u{e0041}',
+            '\u{e007f}',
+            '\u{115f}',
+            '\u{1160}',
+            '\u{3164}',
+            '\u{ffa0}',
+            '\u{180b}',
+            '\u{180d}',
+            '\u{180f}',
+            '\u{fe00}',
+            '\u{fe0f}',
+            '\u{e0100}',
+            '\u{e01ef}',
+        ] {
+            let text = format!("a{c}b");
+            assert!(may_escape(&text), "{c:?}");
+            let mut out = String::new();
+            write_escaped(&mut out, &text).unwrap();
+            assert_eq!(out, format!("a\\u{{{:x}}}b", u32::from(c)), "{c:?}");
+            assert_eq!(one_line(&text), out.as_str());
+        }
+        // Text that shares their lead bytes stays as it is.
+        for plain in ["é", "日本語", "한국어", "🙂", "ẞ", "€", "ﬁ"] {
+            assert_eq!(one_line(plain), plain);
         }
         // The scan that skips plain text misses no character the escaping would change.
         for c in (0..=0x10ffff).filter_map(char::from_u32) {

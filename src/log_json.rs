@@ -7,7 +7,8 @@
 //! back as the same characters, so a value from outside (a review's `uid`, an image, a
 //! registry's error) reaches neither a terminal nor a viewer raw. serde_json writes these bytes
 //! only inside strings, where the escape means the same; a line without them (nearly every
-//! line) is passed on as it is, after a scan of its bytes (`memchr`). [`json_format`] is the
+//! line) is passed on as it is, after a scan of its bytes for the lead bytes of those characters
+//! (`log_fields::ESCAPE_LEADS`). [`json_format`] is the
 //! subscriber `main` sets up with it, and the one the tests hold.
 
 use std::io;
@@ -16,7 +17,7 @@ use tracing_subscriber::fmt::format::{Format, Json, JsonFields};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::log_fields::hides_text;
+use crate::log_fields::{has_escape_lead, hides_text, ESCAPE_LEADS};
 
 /// The JSON format's subscriber as `pinhook serve` sets it up: tracing's JSON lines, `filter`,
 /// written to `writer` through [`JsonEscaping`].
@@ -58,9 +59,7 @@ pub struct Escaping<W>(W);
 
 impl<W: io::Write> io::Write for Escaping<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if memchr::memchr3(0x7f, 0xc2, 0xe2, buf).is_none()
-            && memchr::memchr2(0xd8, 0xef, buf).is_none()
-        {
+        if !has_escape_lead(buf) {
             return self.0.write(buf);
         }
         self.0.write_all(&escaped(buf))?;
@@ -72,45 +71,47 @@ impl<W: io::Write> io::Write for Escaping<W> {
     }
 }
 
-/// `line` with DEL, U+0080–U+009F (`C2 80`–`C2 9F` in UTF-8), U+2028/U+2029 (`E2 80 A8`,
-/// `E2 80 A9`) and the characters that [`hides_text`] (their UTF-8 starts with `D8`, `E2` or
-/// `EF`) written as `\u` escapes; every other byte as it is.
+/// `line` with DEL, C1 (U+0080–U+009F), U+2028/U+2029 and the characters that [`hides_text`]
+/// written as `\u` escapes (a character past U+FFFF as its UTF-16 surrogate pair, as JSON
+/// spells it); every other byte as it is. Only a byte of [`ESCAPE_LEADS`] can start one.
 fn escaped(line: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len() + 16);
     let mut i = 0;
     while i < line.len() {
-        match line[i..] {
-            [0x7f, ..] => {
-                out.extend_from_slice(b"\\u007f");
-                i += 1;
-            }
-            [0xc2, low @ 0x80..=0x9f, ..] => {
-                out.extend_from_slice(format!("\\u00{low:02x}").as_bytes());
-                i += 2;
-            }
-            [lead @ (0xd8 | 0xe2 | 0xef), ..] => {
-                let width = if lead == 0xd8 { 2 } else { 3 };
-                let shown = line
-                    .get(i..i + width)
-                    .and_then(|bytes| std::str::from_utf8(bytes).ok())
-                    .and_then(|text| text.chars().next())
-                    .filter(|&c| c == '\u{2028}' || c == '\u{2029}' || hides_text(c));
-                match shown {
-                    Some(c) => {
-                        out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes());
-                        i += width;
-                    }
-                    None => {
-                        out.push(lead);
-                        i += 1;
-                    }
+        let byte = line[i];
+        if byte == 0x7f {
+            out.extend_from_slice(b"\\u007f");
+            i += 1;
+            continue;
+        }
+        let width = match byte {
+            0xc2..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf4 => 4,
+            _ => 1,
+        };
+        let shown = (width > 1 && ESCAPE_LEADS.contains(&byte))
+            .then(|| line.get(i..i + width))
+            .flatten()
+            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+            .and_then(|text| text.chars().next())
+            .filter(|&c| {
+                ('\u{80}'..='\u{9f}').contains(&c)
+                    || c == '\u{2028}'
+                    || c == '\u{2029}'
+                    || hides_text(c)
+            });
+        match shown {
+            Some(c) => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    out.extend_from_slice(format!("\\u{unit:04x}").as_bytes());
                 }
+                i += width;
             }
-            [byte, ..] => {
+            None => {
                 out.push(byte);
                 i += 1;
             }
-            [] => break,
         }
     }
     out
@@ -130,10 +131,38 @@ mod tests {
         "a\u{7f}b\u{80}c\u{85}d\u{9b}31me\u{9f}f\u{2028}g\u{2029}h é … \u{a0} \n\x1b \
          i\u{202e}j\u{2066}k\u{200b}l\u{feff}m\u{061c}n end";
 
-    const ONE_BY_ONE: [char; 16] = [
-        '\u{7f}', '\u{80}', '\u{85}', '\u{9f}', '\u{2028}', '\u{2029}', '\u{061c}', '\u{200b}',
-        '\u{200f}', '\u{202a}', '\u{202e}', '\u{2060}', '\u{2064}', '\u{2066}', '\u{2069}',
+    const ONE_BY_ONE: [char; 30] = [
+        '\u{7f}',
+        '\u{80}',
+        '\u{85}',
+        '\u{9f}',
+        '\u{2028}',
+        '\u{2029}',
+        '\u{061c}',
+        '\u{200b}',
+        '\u{200f}',
+        '\u{202a}',
+        '\u{202e}',
+        '\u{2060}',
+        '\u{2064}',
+        '\u{2066}',
+        '\u{2069}',
         '\u{feff}',
+        // issue 44: every format character, the Hangul fillers, the variation selectors
+        '\u{ad}',
+        '\u{6dd}',
+        '\u{70f}',
+        '\u{8e2}',
+        '\u{180e}',
+        '\u{3164}',
+        '\u{ffa0}',
+        '\u{fe0f}',
+        '\u{fffb}',
+        '\u{110bd}',
+        '\u{1d173}',
+        '\u{e0001}',
+        '\u{e0041}',
+        '\u{e0100}',
     ];
 
     fn json_lines(escaping: bool) -> String {
@@ -196,6 +225,8 @@ mod tests {
         for (line, c) in lines[2..].iter().zip(ONE_BY_ONE) {
             assert_eq!(line["fields"]["uid"], format!("a{c}b"));
         }
+        // Past U+FFFF as JSON spells it: a surrogate pair.
+        assert!(text.contains(r#""a\udb40\udc41b""#), "{text}");
     }
 
     #[test]

@@ -67,7 +67,12 @@ pub struct EventSpec {
 
 /// The Event `image`'s state calls for in a namespace of `mode`, if any (module docs: table).
 pub fn event_for(image: &ClassifiedImage<'_>, mode: Mode) -> Option<EventSpec> {
-    let runs = format!("{} runs {}", image.site.describe(), image.site.image);
+    // The image is the Pod author's text: shown escaped, never obeyed (`log_fields::one_line`).
+    let runs = format!(
+        "{} runs {}",
+        image.site.describe(),
+        crate::log_fields::one_line(&image.site.image)
+    );
     let (reason, note) = match (&image.state, mode) {
         (_, Mode::Off) => return None,
         (ImageState::TagMoved { pinned, now }, _) => (
@@ -261,6 +266,28 @@ mod tests {
                     digest('a')
                 )
             ))
+        );
+    }
+
+    /// Issue 44: a Pod's image holding terminal codes, a line break, bidirectional or tag
+    /// characters reaches the Event's note escaped (kubectl describe prints it).
+    #[test]
+    fn outside_text_reaches_the_note_escaped() {
+        let hostile = "registry.example/app:1.0\x1b[2J\nforged\u{202e}txt\u{e0041}";
+        let event = event_for(
+            &image(hostile, ImageState::Unpinned { current: None }).classified(),
+            Mode::Audit,
+        );
+        let note = event.map(|e| e.note).unwrap_or_default();
+        assert!(
+            !note
+                .chars()
+                .any(|c| c.is_control() || crate::log_fields::hides_text(c)),
+            "{note:?}"
+        );
+        assert!(
+            note.contains(r"app:1.0\u{1b}[2J\nforged\u{202e}txt\u{e0041} by tag"),
+            "{note}"
         );
     }
 

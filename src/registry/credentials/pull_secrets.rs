@@ -259,15 +259,12 @@ impl PullSecrets for KubeSecrets {
                              every pull of this pod: {e}",
                             pod.namespace
                         )),
-                        Err(e) => warnings.push(format!(
-                            "pinhook: imagePullSecret {}/{name} unusable: {e}",
-                            pod.namespace
-                        )),
+                        // One text for a Secret of another type, one without its data key,
+                        // and none at all: a forged review must not learn the type of a Secret
+                        // (issue 44). The log, which only the admin reads, keeps the detail.
+                        Err(_) => warnings.push(unusable_secret(pod.namespace, &name)),
                     },
-                    None => warnings.push(format!(
-                        "pinhook: imagePullSecret {}/{name} not found",
-                        pod.namespace
-                    )),
+                    None => warnings.push(unusable_secret(pod.namespace, &name)),
                 },
                 Err(e) => warnings.push(format!(
                     "pinhook: cannot read imagePullSecret {}/{name}: {}",
@@ -288,6 +285,12 @@ impl PullSecrets for KubeSecrets {
 }
 
 /// `keyring` with its per-image sources asked about `images`; past `deadline`,
+/// The one warning for a pull secret that is missing or not a docker config secret kubelet
+/// would use: it says nothing of what the Secret is.
+fn unusable_secret(namespace: &str, name: &str) -> String {
+    format!("pinhook: imagePullSecret {namespace}/{name} not found or not a docker config secret; not used")
+}
+
 /// `keyring` as it is (its pull secrets and static credentials) with a warning.
 async fn ask_sources(
     keyring: Keyring,

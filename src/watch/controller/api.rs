@@ -433,8 +433,12 @@ impl EventPublisher {
             },
             action: Some(ACTION.to_string()),
             reason: Some(spec.reason.as_str().to_string()),
-            // The apiserver refuses a note over 1 KiB; whoever built it, it goes out within it.
-            note: Some(truncated(spec.note.clone(), MAX_NOTE_BYTES)),
+            // Whoever built the note, it goes out as one line with outside text escaped
+            // (`log_fields::one_line`), within the 1 KiB the apiserver takes.
+            note: Some(truncated(
+                crate::log_fields::into_one_line(spec.note.clone()),
+                MAX_NOTE_BYTES,
+            )),
             type_: Some(spec.type_.as_str().to_string()),
             event_time: Some(MicroTime(now)),
             reporting_controller: Some(REPORTING_CONTROLLER.to_string()),

@@ -54,13 +54,20 @@ pub fn truncate(text: &str, max: usize) -> Cow<'_, str> {
     Cow::Owned(format!("{}{TRUNCATION_MARKER}", &text[..end]))
 }
 
+/// `text` escaped as one line (a Pod's image or a registry's words with a line break, a
+/// terminal code or a bidirectional control are shown, never obeyed: `log_fields::one_line`),
+/// then cut to [`MAX_STRING_BYTES`].
 fn bounded(text: &mut String) {
+    if let std::borrow::Cow::Owned(escaped) = crate::log_fields::one_line(text) {
+        *text = escaped;
+    }
     if text.len() > MAX_STRING_BYTES {
         *text = truncate(text, MAX_STRING_BYTES).into_owned();
     }
 }
 
-/// `result` with every string at most [`MAX_STRING_BYTES`] (property keys are pinhook's).
+/// `result` with every string escaped as one line and at most [`MAX_STRING_BYTES`] (property
+/// keys are pinhook's).
 pub(super) fn bound_strings(mut result: ReportResult) -> ReportResult {
     for text in [
         &mut result.policy,

@@ -219,3 +219,35 @@ fn a_config_map_with_a_megabyte_name_and_mirror_yields_bounded_findings() {
     let report = mirror_report(Mode::Enforce, &findings, NOW, None);
     assert!(json_len(&report) < 64 * 1024, "{}", json_len(&report));
 }
+
+/// Issue 44: a Pod's image holding terminal codes, a line break and bidirectional or tag
+/// characters (from a namespace in audit or off, where admission let it in) reaches the report
+/// escaped, never raw, in every mode.
+#[test]
+fn outside_text_reaches_the_report_escaped() {
+    let hostile = "registry.example/app:1.0\x1b[2J\nforged\u{202e}txt\u{e0041}\u{3164}";
+    let workload = crate::watch::testing::deployment("shop", "web");
+    let images = vec![seen(
+        "p",
+        &workload,
+        crate::watch::testing::container(hostile),
+        ImageState::Unpinned { current: None },
+    )];
+    for mode in [Mode::Enforce, Mode::Audit, Mode::Off] {
+        let report = namespace_report("shop", mode, &classified(&images), NOW, None);
+        let value = serde_json::to_value(&report).expect("serialises");
+        let mut all = Vec::new();
+        strings(&value, &mut all);
+        let shown = all.join(" ");
+        assert!(
+            !shown
+                .chars()
+                .any(|c| c.is_control() || crate::log_fields::hides_text(c)),
+            "{mode:?}: {shown:?}"
+        );
+        assert!(
+            shown.contains(r"\u{1b}[2J\nforged\u{202e}txt\u{e0041}\u{3164}"),
+            "{mode:?}: {shown}"
+        );
+    }
+}

@@ -246,10 +246,17 @@ async fn a_malformed_pull_secret_fails_the_pod_as_kubelet_will() {
     let review = pod("opaque");
     let body = world.pinhook.mutate(&review).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
+    // Issue 44: the same words as for a Secret that does not exist, so a forged review learns
+    // nothing of the Secret's type.
     assert!(
-        warned(&body, "pinhook: imagePullSecret opaque/broken unusable"),
+        warned(
+            &body,
+            "pinhook: imagePullSecret opaque/broken not found or not a docker config secret; not used"
+        ),
         "{body}"
     );
+    let said = crate::common::requests::warnings(&body).join(" ");
+    assert!(!said.contains("Opaque") && !said.contains("type"), "{said}");
     let object = apply_response(&review, &body);
     assert_eq!(
         object["spec"]["containers"][0]["image"],

@@ -364,19 +364,12 @@ fn split_url(host: &[u8]) -> (Vec<&[u8]>, &[u8]) {
     (name.split(|&b| b == b'.').collect(), port)
 }
 
-/// `isDefaultRegistryMatch` on the repository name kubelet looks up: true without a `/`, for a
-/// first component `docker.io` or `index.docker.io`, and for any first component with no `.` or
-/// `:` — so `localhost/x` (or an upper-case single-label host) counts as Docker Hub too.
+/// Whether the image is on Docker Hub, so that the `index.docker.io` entries apply: its
+/// normalised repository's first component is `docker.io` (or `index.docker.io`). kubelet's
+/// `isDefaultRegistryMatch` also says yes for any first component without `.` or `:`
+/// (`localhost/x`, an upper-case single-label host such as `EVIL/x`), which hands Docker Hub's
+/// credentials to that host; pinhook never does (issue 44).
 fn is_default_registry_match(image: &str) -> bool {
-    let (first, rest) = match image.split_once('/') {
-        Some((first, rest)) => (first, Some(rest)),
-        None => (image, None),
-    };
-    if first.is_empty() {
-        return false;
-    }
-    if rest.is_none() || first == "docker.io" || first == "index.docker.io" {
-        return true;
-    }
-    !first.contains(['.', ':'])
+    let first = image.split_once('/').map_or(image, |(first, _)| first);
+    first == "docker.io" || first == "index.docker.io"
 }

@@ -121,9 +121,13 @@ fn most_specific_first(#[case] keys: &[&str], #[case] image: &str, #[case] expec
 #[case::other_registry("quay.io/x", false)]
 #[case::registry_with_port("reg.io:5000/x", false)]
 #[case::localhost_with_port("localhost:5000/x", false)]
-// kubelet's isDefaultRegistryMatch: a first component without '.' or ':' is "Docker Hub".
-#[case::localhost_counts_as_docker_hub("localhost/app", true)]
-#[case::upper_case_host_counts_as_docker_hub("Registry/app", true)]
+// kubelet's isDefaultRegistryMatch calls a first component without '.' or ':' "Docker Hub",
+// and so hands Docker Hub's credentials to a single-label host (`EVIL/x:1`, which a cluster's
+// DNS search path may turn into a tenant's Service). pinhook never does (issue 44): only an
+// image that is on Docker Hub gets them.
+#[case::localhost_is_not_docker_hub("localhost/app", false)]
+#[case::upper_case_single_label_host_is_not_docker_hub("Registry/app", false)]
+#[case::evil("EVIL/x:1", false)]
 fn docker_hub_fallback(#[case] image: &str, #[case] falls_back: bool) {
     let keyring = keyring(&["https://index.docker.io/v1/"]);
     let expected: &[&str] = if falls_back {
