@@ -90,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         namespaces: Arc::new(NoNamespaces),
         owner_ttl: Duration::from_secs(60),
         on_owner: None,
+        loop_ledger: None,
     }));
     let body = Arc::new(review()?);
 

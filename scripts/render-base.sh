@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 readonly FILES=(serviceaccount.yaml rbac.yaml policy-configmap.yaml deployment.yaml service.yaml
     pdb.yaml mutatingwebhookconfiguration.yaml validatingwebhookconfiguration.yaml
-    watch-rbac.yaml watch-deployment.yaml)
+    watch-rbac.yaml watch-deployment.yaml loop-breaker.yaml)
 readonly BASE=manifests/base
 helm=${PINHOOK_HELM:-helm3}
 

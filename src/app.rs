@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::admission::loops::ledger::{ClusterLedger, LoopLedger};
 use crate::admission::pipeline::{OwnerHandler, OwnerNotice};
 use crate::admission::{Pinner, PinnerParts};
 use crate::certs::managed::{ManagedConfig, ManagedTls};
@@ -125,6 +126,9 @@ pub struct Config {
     /// pinhook's namespace labelled out of its webhooks before their failurePolicy is raised
     /// (clusters before 1.21; needs the Kubernetes API).
     pub own_namespace: Option<own_namespace::Config>,
+    /// The ConfigMap (namespace, name) where the loop breaker counts (needs the Kubernetes API);
+    /// `None`: this process's memory.
+    pub loop_breaker_configmap: Option<(String, String)>,
     /// Parts supplied from outside instead of built from [`Config::kube`].
     pub overrides: Overrides,
 }
@@ -271,6 +275,14 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         None => Arc::new(NodeOnly { node }),
     });
     let on_owner = owner_handler(metrics.clone(), client.clone());
+    let loop_ledger = match (&config.loop_breaker_configmap, &client) {
+        (Some((namespace, name)), Some(client)) => Some(Arc::new(ClusterLedger::new(
+            client.clone(),
+            namespace,
+            name,
+        )) as Arc<dyn LoopLedger>),
+        _ => None,
+    };
     let namespaces = namespaces.unwrap_or_else(|| match client {
         Some(client) => Arc::new(KubeNamespaces::with_ttl(client, config.namespace_label_ttl)),
         None => Arc::new(NoNamespaces),
@@ -283,6 +295,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         namespaces,
         owner_ttl: config.owner_revision_ttl,
         on_owner: Some(on_owner),
+        loop_ledger,
     });
     let watcher = match config.policy {
         PolicySource::File(path) => Some(PolicyWatcher {
@@ -650,6 +663,7 @@ mod tests {
             docker_config: None,
             credential_providers: None,
             own_namespace: None,
+            loop_breaker_configmap: None,
             shutdown_delay: Duration::ZERO,
             limits: ConnectionLimits::default(),
             clients: ClientAccess::default(),

@@ -2,22 +2,33 @@
 //! that does compare its Pods' images with its own resource deletes every pinned Pod and
 //! creates another: pinhook sees the same owner create Pod after Pod of the same image. Past
 //! `maxPods` creations of one image by one owner within `window`, pinhook stops pinning that
-//! owner's Pods for `pause` (it leaves them as written, as for any operator it does not know),
-//! so the operator settles; the trip is counted (`pinhook_owner_loops_total`), logged, and an
-//! Event goes to the owner.
+//! owner's Pods for `pause` (`/mutate` leaves them as written; `/validate` still checks them,
+//! so in enforce they are denied), so the operator stops churning Pods; the trip is counted
+//! (`pinhook_owner_loops_total`), logged, and an Event goes to the owner.
+//!
+//! Every replica must count alike (issue 43): with the chart's two replicas each would see half
+//! the creations and pause on its own. So the counts ([`OwnerTrack`], plain data in seconds of
+//! UNIX time) live in the cluster, in a ConfigMap pinhook owns ([`ledger`]), and this process's
+//! memory ([`LoopBreaker`]) only stands in when there is no cluster or it cannot be reached.
 //!
 //! Only Pods of owners the policy lists as safe to pin are counted: the built-in Pod controllers
 //! never compare images (a ReplicaSet scaled to 100 creates 100 Pods of one image, legitimately),
 //! and every other owner's Pods are left alone anyway. Memory is bounded: at most
-//! [`MAX_OWNERS`] owners are tracked, each with at most `maxPods + 1` creation times per image
-//! and [`MAX_IMAGES_PER_OWNER`] images. The clock is the caller's argument, so the rule is
-//! tested without sleeping.
+//! [`MAX_OWNERS`] owners are tracked in memory ([`ledger::MAX_LEDGER_OWNERS`] in the ledger),
+//! each with at most `maxPods + 1` creation times per image and [`MAX_IMAGES_PER_OWNER`]
+//! images, each counted under a 16-character hash of its name ([`image_key`]). The clock is the
+//! caller's argument, so the rule is tested without sleeping.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::policy::LoopBreakerSettings;
+
+pub mod ledger;
 
 /// Owners tracked at once (least recently seen dropped first).
 pub const MAX_OWNERS: u64 = 10_000;
@@ -35,15 +46,35 @@ pub enum LoopVerdict {
     Paused { left: Duration },
 }
 
-/// Per-owner creation counts, bounded.
+/// One owner's creations: per image (by [`image_key`]), the seconds (UNIX time) of its last
+/// creations within the window, and the end of a pause. Plain data, the same in one replica's
+/// memory and in the cluster's ledger ([`ledger`]), so every replica counts alike.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerTrack {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    created: BTreeMap<String, VecDeque<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    paused_until: Option<u64>,
+}
+
+/// Per-owner creation counts in this process's memory, bounded: the breaker of a replica that
+/// has no cluster ledger, and the stand-in when the ledger cannot be reached.
 pub struct LoopBreaker {
     owners: moka::sync::Cache<(String, String), Arc<Mutex<OwnerTrack>>>,
 }
 
-#[derive(Default)]
-struct OwnerTrack {
-    created: HashMap<String, VecDeque<Instant>>,
-    paused_until: Option<Instant>,
+/// Now, in seconds of UNIX time (the unit of [`OwnerTrack`]).
+pub fn now_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The key an image is counted under: a short hash, so a tenant's image string of any length
+/// costs the ledger the same few bytes.
+pub fn image_key(image: &str) -> String {
+    let digest = Sha256::digest(image.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 // === impl LoopBreaker ===
@@ -59,13 +90,14 @@ impl LoopBreaker {
         }
     }
 
-    /// Records the creation of a Pod of `owner` (its namespace and uid) with `images` at `now`.
+    /// Records the creation of a Pod of `owner` (its namespace and uid) with `images` at `now`
+    /// (seconds of UNIX time).
     pub fn created(
         &self,
         settings: &LoopBreakerSettings,
         owner: (&str, &str),
         images: &[&str],
-        now: Instant,
+        now: u64,
     ) -> LoopVerdict {
         if settings.max_pods == 0 {
             return LoopVerdict::Pin;
@@ -74,44 +106,11 @@ impl LoopBreaker {
             .owners
             .get_with((owner.0.to_string(), owner.1.to_string()), Default::default);
         let mut track = track.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(left) = track.paused(now) {
-            return LoopVerdict::Paused { left };
-        }
-        let window = Duration::from_secs(settings.window_seconds);
-        let limit = usize::try_from(settings.max_pods).unwrap_or(usize::MAX);
-        let mut tripped = None;
-        for image in images {
-            if !track.created.contains_key(*image) && track.created.len() >= MAX_IMAGES_PER_OWNER {
-                continue;
-            }
-            let times = track.created.entry((*image).to_string()).or_default();
-            while times
-                .front()
-                .is_some_and(|t| now.duration_since(*t) > window)
-            {
-                times.pop_front();
-            }
-            times.push_back(now);
-            while times.len() > limit + 1 {
-                times.pop_front();
-            }
-            if times.len() > limit && tripped.is_none() {
-                tripped = Some(((*image).to_string(), times.len()));
-            }
-        }
-        match tripped {
-            Some((image, count)) => {
-                track.paused_until = Some(now + Duration::from_secs(settings.pause_seconds));
-                track.created.clear();
-                LoopVerdict::Tripped { image, count }
-            }
-            None => LoopVerdict::Pin,
-        }
+        track.record(settings, images, now)
     }
 
-    /// How long `owner`'s Pods are still left as written, if they are (what `/validate` asks:
-    /// it must not deny the Pods `/mutate` left alone).
-    pub fn paused(&self, owner: (&str, &str), now: Instant) -> Option<Duration> {
+    /// How long `owner`'s Pods are still left as written, if they are.
+    pub fn paused(&self, owner: (&str, &str), now: u64) -> Option<Duration> {
         let track = self
             .owners
             .get(&(owner.0.to_string(), owner.1.to_string()))?;
@@ -129,15 +128,82 @@ impl Default for LoopBreaker {
 // === impl OwnerTrack ===
 
 impl OwnerTrack {
-    fn paused(&mut self, now: Instant) -> Option<Duration> {
+    /// Counts one creation of a Pod with `images` at `now` (the rule of the module docs).
+    pub fn record(
+        &mut self,
+        settings: &LoopBreakerSettings,
+        images: &[&str],
+        now: u64,
+    ) -> LoopVerdict {
+        if settings.max_pods == 0 {
+            return LoopVerdict::Pin;
+        }
+        if let Some(left) = self.paused(now) {
+            return LoopVerdict::Paused { left };
+        }
+        let window = settings.window_seconds;
+        let limit = usize::try_from(settings.max_pods).unwrap_or(usize::MAX);
+        let mut tripped = None;
+        for image in images {
+            let key = image_key(image);
+            if !self.created.contains_key(&key) && self.created.len() >= MAX_IMAGES_PER_OWNER {
+                continue;
+            }
+            let times = self.created.entry(key).or_default();
+            while times
+                .front()
+                .is_some_and(|t| now.saturating_sub(*t) > window)
+            {
+                times.pop_front();
+            }
+            times.push_back(now);
+            while times.len() > limit + 1 {
+                times.pop_front();
+            }
+            if times.len() > limit && tripped.is_none() {
+                tripped = Some(((*image).to_string(), times.len()));
+            }
+        }
+        match tripped {
+            Some((image, count)) => {
+                self.paused_until = Some(now.saturating_add(settings.pause_seconds));
+                self.created.clear();
+                LoopVerdict::Tripped { image, count }
+            }
+            None => LoopVerdict::Pin,
+        }
+    }
+
+    /// How long the pause lasts from `now`, if there is one.
+    pub fn paused_now(&mut self, now: u64) -> Option<Duration> {
+        self.paused(now)
+    }
+
+    fn paused(&mut self, now: u64) -> Option<Duration> {
         match self.paused_until {
-            Some(until) if until > now => Some(until - now),
+            Some(until) if until > now => Some(Duration::from_secs(until - now)),
             Some(_) => {
                 self.paused_until = None;
                 None
             }
             None => None,
         }
+    }
+
+    /// Nothing here matters any more at `now`: no pause, and no creation within `window`.
+    pub fn is_stale(&self, now: u64, window: u64) -> bool {
+        self.paused_until.is_none_or(|until| until <= now)
+            && self
+                .created
+                .values()
+                .flatten()
+                .all(|t| now.saturating_sub(*t) > window)
+    }
+
+    /// The last second anything happened here (a creation or the end of a pause).
+    pub fn last_seen(&self) -> u64 {
+        let created = self.created.values().flatten().max().copied().unwrap_or(0);
+        created.max(self.paused_until.unwrap_or(0))
     }
 }
 
@@ -158,16 +224,16 @@ mod tests {
     #[test]
     fn an_owner_recreating_one_image_is_paused_past_the_bound() {
         let breaker = LoopBreaker::new();
-        let start = Instant::now();
+        let start: u64 = 1_700_000_000;
         let settings = settings(3);
         for i in 0..3 {
-            let now = start + Duration::from_secs(i);
+            let now = start + i;
             assert_eq!(
                 breaker.created(&settings, OWNER, &["app:1"], now),
                 LoopVerdict::Pin
             );
         }
-        let fourth = start + Duration::from_secs(3);
+        let fourth = start + 3;
         assert_eq!(
             breaker.created(&settings, OWNER, &["app:1"], fourth),
             LoopVerdict::Tripped {
@@ -175,7 +241,7 @@ mod tests {
                 count: 4
             }
         );
-        let later = fourth + Duration::from_secs(10);
+        let later = fourth + 10;
         assert_eq!(
             breaker.created(&settings, OWNER, &["app:1"], later),
             LoopVerdict::Paused {
@@ -188,7 +254,7 @@ mod tests {
             breaker.created(&settings, ("team", "uid-2"), &["app:1"], later),
             LoopVerdict::Pin
         );
-        let after = fourth + Duration::from_secs(601);
+        let after = fourth + 601;
         assert_eq!(breaker.paused(OWNER, after), None);
         assert_eq!(
             breaker.created(&settings, OWNER, &["app:1"], after),
@@ -199,10 +265,10 @@ mod tests {
     #[test]
     fn creations_spread_beyond_the_window_or_over_images_do_not_trip() {
         let breaker = LoopBreaker::new();
-        let start = Instant::now();
+        let start: u64 = 1_700_000_000;
         let settings = settings(3);
         for i in 0..20 {
-            let now = start + Duration::from_secs(i * 61);
+            let now = start + i * 61;
             assert_eq!(
                 breaker.created(&settings, OWNER, &["app:1"], now),
                 LoopVerdict::Pin
@@ -220,7 +286,7 @@ mod tests {
     #[test]
     fn zero_turns_it_off_and_memory_per_owner_is_bounded() {
         let breaker = LoopBreaker::new();
-        let now = Instant::now();
+        let now: u64 = 1_700_000_000;
         for _ in 0..100 {
             assert_eq!(
                 breaker.created(&settings(0), OWNER, &["app:1"], now),

@@ -13,7 +13,8 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::loops::{LoopBreaker, LoopVerdict};
+use super::loops::ledger::{LocalLedger, LoopLedger};
+use super::loops::LoopVerdict;
 use super::plan::{self, LeftAlone, LeftAloneReason, Object, Plan, Resolutions};
 use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
@@ -62,8 +63,9 @@ pub struct Pinner {
     owners: moka::sync::Cache<(String, String), (Digest, Option<Origin>)>,
     /// The policy's per-mirror credentials files (`registries.resolveThrough`).
     mirror_keyrings: MirrorKeyrings,
-    /// Pods created per listed operator, to stop pinning one that recreates them.
-    loops: LoopBreaker,
+    /// Pods created per listed operator, to stop pinning one that recreates them: counted in
+    /// the cluster, so every replica counts every creation.
+    loops: Arc<dyn LoopLedger>,
     /// Told once per trip of the loop breaker, and of an operator's denied Pods (metric, log,
     /// Event).
     on_owner: Option<OwnerHandler>,
@@ -125,6 +127,8 @@ pub struct PinnerParts {
     /// Told of loop-breaker trips and operators' denied Pods (`None`: nothing but the plan's
     /// reason).
     pub on_owner: Option<OwnerHandler>,
+    /// Where the loop breaker counts (`None`: this process's memory).
+    pub loop_ledger: Option<Arc<dyn LoopLedger>>,
 }
 
 type Resolved = Result<Resolution, RegistryError>;
@@ -147,7 +151,9 @@ impl Pinner {
                 .time_to_live(parts.owner_ttl)
                 .build(),
             mirror_keyrings: MirrorKeyrings::new(),
-            loops: LoopBreaker::new(),
+            loops: parts
+                .loop_ledger
+                .unwrap_or_else(|| Arc::new(LocalLedger::default())),
             on_owner: parts.on_owner,
             told_denied: moka::sync::Cache::builder()
                 .max_capacity(10_000)
@@ -189,7 +195,7 @@ impl Pinner {
     pub async fn plan(&self, target: &Target<'_>, budget: Duration) -> Result<Plan, PipelineError> {
         let deadline = Instant::now() + budget;
         let policy = self.policy.current();
-        if let Some(left) = self.break_loop(&policy, target, true) {
+        if let Some(left) = self.break_loop(&policy, target).await {
             return Ok(left);
         }
         let mutation = plan::mutation(&policy, target.view);
@@ -283,23 +289,19 @@ impl Pinner {
     }
 
     /// `/mutate`'s plan of a Pod whose owner the loop breaker paused (see [`super::loops`]):
-    /// left as written (and checked by `/validate` like any Pod). Only `/mutate`'s CREATE counts
-    /// as a creation, never a dry run.
-    fn break_loop(
-        &self,
-        policy: &CompiledPolicy,
-        target: &Target<'_>,
-        count: bool,
-    ) -> Option<Plan> {
+    /// left as written (and checked by `/validate` like any Pod). Only a CREATE counts as a
+    /// creation, never a dry run; an UPDATE or a dry run only asks whether the owner is paused.
+    async fn break_loop(&self, policy: &CompiledPolicy, target: &Target<'_>) -> Option<Plan> {
         let owner = target.view.listed_operator(policy)?;
         let settings = &policy.policy.owners.loop_breaker;
         let key = (target.view.namespace, owner.uid);
-        let now = std::time::Instant::now();
-        let verdict = match count && target.creating && !target.dry_run {
-            true => self
-                .loops
-                .created(settings, key, &target.view.pod_images(), now),
-            false => match self.loops.paused(key, now) {
+        let verdict = match target.creating && !target.dry_run {
+            true => {
+                self.loops
+                    .created(settings, key, &target.view.pod_images())
+                    .await
+            }
+            false => match self.loops.paused(key).await {
                 Some(left) => LoopVerdict::Paused { left },
                 None => LoopVerdict::Pin,
             },
@@ -566,6 +568,7 @@ mod tests {
             namespaces: Arc::new(NoNamespaces),
             owner_ttl: Duration::from_secs(60),
             on_owner,
+            loop_ledger: None,
         })
     }
 

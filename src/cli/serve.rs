@@ -68,6 +68,10 @@ pub struct ServeArgs {
     clients: ClientArgs,
     #[command(flatten)]
     own_namespace: OwnNamespaceArgs,
+    /// The ConfigMap (NAMESPACE/NAME) where the loop breaker counts, so every replica counts
+    /// every creation; without it each counts in its own memory.
+    #[arg(long, env = "PINHOOK_LOOP_BREAKER_CONFIGMAP", value_parser = namespaced_name)]
+    loop_breaker_configmap: Option<(String, String)>,
 }
 
 /// pinhook's own namespace out of its webhooks where no namespaceSelector can name it (<1.21).
@@ -131,6 +135,18 @@ struct ClientArgs {
     /// port to the control plane. `/metrics` stays on the HTTPS port too.
     #[arg(long, env = "PINHOOK_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+}
+
+/// `NAMESPACE/NAME`.
+fn namespaced_name(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((namespace, name))
+            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+        {
+            Ok((namespace.to_string(), name.to_string()))
+        }
+        _ => Err(format!("'{text}' is not NAMESPACE/NAME")),
+    }
 }
 
 /// A positive, finite rate.
@@ -300,6 +316,7 @@ impl ServeArgs {
                 metrics_listen: self.clients.metrics_listen,
             },
             own_namespace: self.own_namespace.to_config(),
+            loop_breaker_configmap: self.loop_breaker_configmap,
             overrides: Overrides::default(),
         })
     }

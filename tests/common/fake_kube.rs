@@ -510,6 +510,25 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, request: Request) -> Res
                 merge(&mut existing, &patch);
                 existing
             } else {
+                // A replace that carries a resourceVersion other than the stored one lost a
+                // race: 409, as the apiserver answers.
+                let sent = patch
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str);
+                let stored = store
+                    .objects
+                    .get(&key)
+                    .and_then(|o| o.pointer("/metadata/resourceVersion"))
+                    .and_then(Value::as_str);
+                if let (Some(sent), Some(stored)) = (sent, stored) {
+                    if sent != stored {
+                        return status(
+                            StatusCode::CONFLICT,
+                            "Conflict",
+                            "the object has been modified",
+                        );
+                    }
+                }
                 patch
             };
             let mut object = object;

@@ -113,6 +113,7 @@ impl TestPinhook {
             docker_config: options.docker_config.clone(),
             credential_providers: None,
             own_namespace: None,
+            loop_breaker_configmap: None,
             shutdown_delay: Duration::ZERO,
             limits: options.limits,
             clients: options.clients,

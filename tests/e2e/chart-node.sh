@@ -14,8 +14,9 @@
 # The release: `node-pinhook` (objects, webhook configurations: node-pinhook) in CHART_NS, with the
 # chart's defaults except what values.yaml below says: the image (registry = the bridge address,
 # tag + digest), the node's toleration (node.sh's NODE_TAINT), registryCAs (the e2e CA, which
-# signed the bridge-address registry certificate, from a ConfigMap) and the policy's allowPrivate
-# for that registry (a private address). Everything else (managed TLS, 2 replicas, PDB, watch
+# signed the bridge-address registry certificate, from a ConfigMap), the policy's allowPrivate
+# for that registry (a private address) and its `owners` (the stand-in Widget operator listed as
+# safe to pin, a loop breaker of maxPods 3: node-chart-loop-breaker-two-replicas). Everything else (managed TLS, 2 replicas, PDB, watch
 # Deployment, probes, failurePolicy Fail raised from Ignore on 1.20...) is the chart's own.
 #
 # The tier's own pinhook (url mode, `pinhook` webhook configurations) would review the same
@@ -113,6 +114,11 @@ policy:
   mode: audit
   registries:
     allowPrivate: ["$reg"]
+  # node-chart-loop-breaker-two-replicas: the stand-in operator's kind, listed as safe to pin,
+  # with a breaker that trips at the 4th creation (no other chart scenario makes Widget Pods)
+  owners:
+    pinPodsOf: [{group: e2e.pinhook.dev, kind: Widget}]
+    loopBreaker: {maxPods: 3, windowSeconds: 60, pauseSeconds: 600}
 EOF
   # the watch Deployment needs the PolicyReport CRDs (the chart's README: install them first)
   K apply -f "$ROOT/manifests/components/policy-reports/crd.yaml" >/dev/null || { bad "cannot apply the PolicyReport CRDs"; return 1; }

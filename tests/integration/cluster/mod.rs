@@ -6,6 +6,7 @@
 mod chart;
 mod controllers_https;
 mod dry_run_https;
+mod loop_ledger;
 mod server_lifecycle;
 mod watch;
 mod watch_inventory_auth;

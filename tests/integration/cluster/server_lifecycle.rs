@@ -88,6 +88,7 @@ fn state(resolver_timeout: Duration) -> AppState {
             namespaces: Arc::new(NoNamespaces),
             owner_ttl: Duration::from_secs(60),
             on_owner: None,
+            loop_ledger: None,
         })),
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
