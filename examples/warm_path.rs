@@ -91,6 +91,7 @@ fn main() -> anyhow::Result<()> {
         owner_ttl: Duration::from_secs(60),
         on_owner: None,
         loop_ledger: None,
+        revision_pods: None,
     }));
     let body = Arc::new(review()?);
 

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 
 use crate::admission::loops::ledger::{ClusterLedger, LoopLedger};
 use crate::admission::pipeline::{OwnerHandler, OwnerNotice};
+use crate::admission::revision_pods::{KubeRevisionPods, RevisionPods};
 use crate::admission::{Pinner, PinnerParts};
 use crate::certs::managed::{ManagedConfig, ManagedTls};
 use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
@@ -275,6 +276,9 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         None => Arc::new(NodeOnly { node }),
     });
     let on_owner = owner_handler(metrics.clone(), client.clone());
+    let revision_pods = client
+        .clone()
+        .map(|client| Arc::new(KubeRevisionPods::new(client)) as Arc<dyn RevisionPods>);
     let loop_ledger = match (&config.loop_breaker_configmap, &client) {
         (Some((namespace, name)), Some(client)) => Some(Arc::new(ClusterLedger::new(
             client.clone(),
@@ -296,6 +300,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         owner_ttl: config.owner_revision_ttl,
         on_owner: Some(on_owner),
         loop_ledger,
+        revision_pods,
     });
     let watcher = match config.policy {
         PolicySource::File(path) => Some(PolicyWatcher {

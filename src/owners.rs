@@ -233,6 +233,29 @@ fn is_pod_controller(owner: &ControllerRef<'_>, pin_pods_of: &[OwnerKind]) -> bo
             .any(|safe| safe.group == group && safe.kind == owner.kind)
 }
 
+/// For a Pod made by a controller that labels its revisions: the label that tells this Pod's
+/// revision among its controller's Pods, its value, and the controller's uid (the Deployment
+/// controller's `pod-template-hash`, the StatefulSet and DaemonSet controllers'
+/// `controller-revision-hash`, a Job's `controller-uid`, which is its uid). How every replica
+/// finds the Pods of one revision already stored.
+pub fn revision_of(object: &Value) -> Option<(&'static str, &str, &str)> {
+    let owner = controller_of(object)?;
+    let labels = object.get("metadata")?.get("labels")?;
+    let labelled = REVISION_LABELS
+        .iter()
+        .find_map(|label| Some((*label, labels.get(*label)?.as_str()?)));
+    if let Some((label, value)) = labelled {
+        return Some((label, value, owner.uid));
+    }
+    let job = owner.kind == "Job" && owner.group() == "batch";
+    let uid = labels.get(JOB_UID_LABEL)?.as_str()?;
+    (job && uid == owner.uid && !uid.is_empty()).then_some((JOB_UID_LABEL, uid, owner.uid))
+}
+
+/// The label the Job controller puts on its Pods: the Job's uid (every version since 1.0;
+/// 1.27+ also writes `batch.kubernetes.io/controller-uid`).
+const JOB_UID_LABEL: &str = "controller-uid";
+
 /// For a Pod made by a controller: `<owner uid>/<revision>` (the revision label, empty when the
 /// controller sets none, as a Job's), so every Pod of one revision gets the same digest.
 pub fn owner_revision(object: &Value) -> Option<String> {
@@ -504,6 +527,27 @@ mod tests {
         assert_eq!(
             ownership("batch", "Job", "", &job, &[], ""),
             Ownership::Judged
+        );
+    }
+
+    #[test]
+    fn a_revision_is_found_by_its_label_and_its_controller() {
+        let pod = owned("ReplicaSet", "apps/v1", json!(true));
+        assert_eq!(
+            revision_of(&pod),
+            Some(("pod-template-hash", "5d4f8b9c7", "u1"))
+        );
+        let mut job_pod = owned("Job", "batch/v1", json!(true));
+        job_pod["metadata"]["labels"] = json!({"controller-uid": "u1", "job-name": "once"});
+        assert_eq!(revision_of(&job_pod), Some(("controller-uid", "u1", "u1")));
+        job_pod["metadata"]["labels"]["controller-uid"] = json!("another");
+        assert_eq!(revision_of(&job_pod), None, "not its Job's uid");
+        let mut unlabelled = owned("Cluster", "postgresql.cnpg.io/v1", json!(true));
+        unlabelled["metadata"]["labels"] = json!({});
+        assert_eq!(revision_of(&unlabelled), None);
+        assert_eq!(
+            revision_of(&json!({"metadata": {"labels": {"pod-template-hash": "x"}}})),
+            None
         );
     }
 

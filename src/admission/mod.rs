@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod render;
 pub mod review;
+pub mod revision_pods;
 pub mod validate;
 
 use std::time::Duration;

@@ -12,10 +12,12 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use tokio::time::Instant;
+use tracing::debug;
 
 use super::loops::ledger::{LocalLedger, LoopLedger};
 use super::loops::LoopVerdict;
 use super::plan::{self, LeftAlone, LeftAloneReason, Object, Plan, Resolutions};
+use super::revision_pods::{sibling_digest, NoRevisionPods, RevisionPods, Sibling};
 use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
 use crate::reference::{Digest, Reference};
@@ -59,8 +61,12 @@ pub struct Pinner {
     namespaces: Arc<dyn NamespaceLabels>,
     /// The digest each owner revision got (a ReplicaSet's `pod-template-hash`, a StatefulSet's
     /// `controller-revision-hash`), so all the Pods of one revision run the same bytes even
-    /// when the tag moves between their creations.
+    /// when the tag moves between their creations. For a revision the cluster can tell
+    /// ([`Object::revision`]) only what its stored Pods say is kept here, so every replica
+    /// remembers the same digest; for another owner's, what this replica resolved.
     owners: moka::sync::Cache<(String, String), (Digest, Option<Origin>)>,
+    /// The stored Pods of a revision: where every replica finds the digest its first Pods got.
+    revision_pods: Arc<dyn RevisionPods>,
     /// The policy's per-mirror credentials files (`registries.resolveThrough`).
     mirror_keyrings: MirrorKeyrings,
     /// Pods created per listed operator, to stop pinning one that recreates them: counted in
@@ -129,6 +135,8 @@ pub struct PinnerParts {
     pub on_owner: Option<OwnerHandler>,
     /// Where the loop breaker counts (`None`: this process's memory).
     pub loop_ledger: Option<Arc<dyn LoopLedger>>,
+    /// The stored Pods of a revision (`None`: none, each replica's memory answers).
+    pub revision_pods: Option<Arc<dyn RevisionPods>>,
 }
 
 type Resolved = Result<Resolution, RegistryError>;
@@ -154,6 +162,9 @@ impl Pinner {
             loops: parts
                 .loop_ledger
                 .unwrap_or_else(|| Arc::new(LocalLedger::default())),
+            revision_pods: parts
+                .revision_pods
+                .unwrap_or_else(|| Arc::new(NoRevisionPods)),
             on_owner: parts.on_owner,
             told_denied: moka::sync::Cache::builder()
                 .max_capacity(10_000)
@@ -418,6 +429,9 @@ impl Pinner {
         warnings: &mut Vec<String>,
     ) -> Resolutions {
         let owner = target.view.owner_revision();
+        // Read at most once per review, by the first tag the memo does not answer.
+        let siblings = tokio::sync::OnceCell::new();
+        let siblings = &siblings;
         // Routed tags (`registries.resolveThrough`) get each mirror's credentials up front.
         let mut unusable = Vec::new();
         let routed: Vec<Option<RoutedCall>> = wanted
@@ -444,7 +458,14 @@ impl Pinner {
                 // deadlines and health checks in between.
                 tokio::task::consume_budget().await;
                 let result = self
-                    .resolve_one(reference, routed.as_ref(), target, owner, keyring, deadline)
+                    .resolve_one(
+                        reference,
+                        routed.as_ref(),
+                        target,
+                        (owner, siblings),
+                        keyring,
+                        deadline,
+                    )
                     .await;
                 (reference.tag_reference(), result)
             }
@@ -452,12 +473,28 @@ impl Pinner {
         join_all(calls).await.into_iter().collect()
     }
 
+    /// The stored Pods of the target's revision, within a quarter of what is left of the
+    /// review's budget; `None` when the cluster cannot tell (no cluster, an error, no answer in
+    /// time): the registry answers, and this replica remembers, as without a cluster.
+    async fn siblings(&self, target: &Target<'_>, deadline: Instant) -> Option<Vec<Sibling>> {
+        let revision = target.view.revision()?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left / 4, self.revision_pods.siblings(&revision)).await {
+            Ok(Ok(siblings)) => siblings,
+            Ok(Err(e)) => {
+                debug!(error = %crate::error::error_chain(&e), "cannot read the revision's stored Pods");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     async fn resolve_one(
         &self,
         reference: &Reference,
         routed: Option<&RoutedCall>,
         target: &Target<'_>,
-        owner: Option<String>,
+        (owner, siblings): (Option<String>, &tokio::sync::OnceCell<Option<Vec<Sibling>>>),
         keyring: &Keyring,
         deadline: Instant,
     ) -> Resolved {
@@ -473,6 +510,29 @@ impl Pinner {
         let owner_key = owner.map(|o| target.view.memo_key(&o, reference, &credentials));
         if let Some(resolution) = owner_key.as_ref().and_then(|k| self.owner_digest(k)) {
             return Ok(resolution);
+        }
+        // The digest the revision's oldest stored Pod carries: what every replica reads alike.
+        let read = match (target.view.revision(), &owner_key) {
+            (Some(_), Some(_)) => siblings
+                .get_or_init(|| self.siblings(target, deadline))
+                .await
+                .as_deref(),
+            _ => None,
+        };
+        let told_by_cluster = read.is_some();
+        let found = read.and_then(|siblings| sibling_digest(siblings, reference));
+        if let (Some(digest), Some(key)) = (found, &owner_key) {
+            if !target.dry_run {
+                self.owners.insert(key.clone(), (digest.clone(), None));
+            }
+            return Ok(Resolution {
+                digest,
+                credential: crate::registry::Fingerprint::anonymous(),
+                source: ResolutionSource::Cache,
+                moved_from: None,
+                age: Duration::ZERO,
+                origin: None,
+            });
         }
         let resolver: &dyn Resolver = match (target.resolver, target.dry_run) {
             (Some(resolver), _) => resolver,
@@ -516,7 +576,11 @@ impl Pinner {
                 }
             }
         };
-        if let (Ok(resolution), Some(key), false) = (&result, owner_key, target.dry_run) {
+        // A revision the cluster can tell is remembered from its stored Pods only, so that two
+        // replicas that raced on its first Pods agree from the next one on.
+        if let (Ok(resolution), Some(key), false, false) =
+            (&result, owner_key, target.dry_run, told_by_cluster)
+        {
             self.owners
                 .insert(key, (resolution.digest.clone(), resolution.origin.clone()));
         }
@@ -560,6 +624,18 @@ mod tests {
     ) -> Pinner {
         Pinner::new(PinnerParts {
             policy: PolicyHandle::new(policy),
+            on_owner,
+            ..parts(resolver)
+        })
+    }
+
+    /// A pinner's parts under the default policy, resolving with `resolver`.
+    fn parts(resolver: Arc<Scripted>) -> PinnerParts {
+        PinnerParts {
+            policy: PolicyHandle::new(
+                Policy::parse("mode: enforce\n")
+                    .unwrap_or_else(|e| panic!("the test policy parses: {e}")),
+            ),
             resolver: resolver.clone(),
             dry_run_resolver: resolver,
             secrets: Arc::new(NodeOnly {
@@ -567,9 +643,10 @@ mod tests {
             }),
             namespaces: Arc::new(NoNamespaces),
             owner_ttl: Duration::from_secs(60),
-            on_owner,
+            on_owner: None,
             loop_ledger: None,
-        })
+            revision_pods: None,
+        }
     }
 
     /// The CREATE of Pod `p` in namespace `team`.
@@ -724,6 +801,86 @@ mod tests {
         assert_eq!(
             (checked.denials().count(), checked.violations().count()),
             (0, 1)
+        );
+        Ok(())
+    }
+
+    /// The stored Pods of the cluster (by revision label value), shared by the "replicas" of a
+    /// test.
+    #[derive(Default)]
+    struct Stored(std::sync::Mutex<Vec<(String, Sibling)>>);
+
+    #[async_trait::async_trait]
+    impl RevisionPods for Stored {
+        async fn siblings(
+            &self,
+            revision: &crate::admission::revision_pods::Revision<'_>,
+        ) -> Result<Option<Vec<Sibling>>, kube::Error> {
+            let stored = self.0.lock().map(|s| s.clone()).unwrap_or_default();
+            Ok(Some(
+                stored
+                    .into_iter()
+                    .filter(|(value, _)| value == revision.value)
+                    .map(|(_, sibling)| sibling)
+                    .collect(),
+            ))
+        }
+    }
+
+    /// Issue 43: every replica gives a revision's Pods the digest its first Pod got. Replica A
+    /// resolves the tag to `a` for the first Pod of a ReplicaSet revision; the tag then moves,
+    /// and replica B's registry answers `b`. B still pins the next Pod of that revision to `a`,
+    /// the digest the stored Pod carries (before, B's own memory knew nothing of A's and it
+    /// pinned `b`). A Pod of another revision gets `b`.
+    #[tokio::test]
+    async fn replicas_pin_one_revision_to_the_digest_its_stored_pods_carry(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let stored = Arc::new(Stored::default());
+        let replica = |answer: char| {
+            Pinner::new(PinnerParts {
+                revision_pods: Some(stored.clone() as Arc<dyn RevisionPods>),
+                ..parts(Scripted::new(&[Answer::Digest(answer)]))
+            })
+        };
+        let (a, b) = (replica('a'), replica('b'));
+        let pod = |revision: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "web-", "labels": {"pod-template-hash": revision},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                        "name": "web-1", "uid": "rs-1", "controller": true}]},
+                "spec": {"containers": [{"name": "c", "image": "registry.example/team/app:1.0"}]}})
+        };
+        let first = pod("r1");
+        let plan = a.plan(&created_pod(&first), Duration::from_secs(5)).await?;
+        assert_eq!(
+            plan.outcomes[0].digest,
+            Some(crate::registry::testing::digest('a'))
+        );
+        // The apiserver stores it, pinned.
+        if let Ok(mut pods) = stored.0.lock() {
+            pods.push((
+                "r1".to_string(),
+                Sibling {
+                    created: "2026-11-29T10:00:00Z".to_string(),
+                    name: "web-x1".to_string(),
+                    images: vec![plan.outcomes[0].result.clone()],
+                },
+            ));
+        }
+        let second = pod("r1");
+        let plan = b
+            .plan(&created_pod(&second), Duration::from_secs(5))
+            .await?;
+        assert_eq!(
+            plan.outcomes[0].digest,
+            Some(crate::registry::testing::digest('a')),
+            "the stored Pod's digest, not replica B's own answer"
+        );
+        let other = pod("r2");
+        let plan = b.plan(&created_pod(&other), Duration::from_secs(5)).await?;
+        assert_eq!(
+            plan.outcomes[0].digest,
+            Some(crate::registry::testing::digest('b'))
         );
         Ok(())
     }

@@ -50,6 +50,7 @@ pub(super) async fn check(
         namespaces: Arc::new(NoNamespaces),
         on_owner: None,
         loop_ledger: None,
+        revision_pods: None,
         owner_ttl: Duration::from_secs(300),
     });
     Ok(dry_run::run(&pinner, documents, namespace, budget).await)

@@ -213,6 +213,21 @@ impl<'a> Object<'a> {
             .flatten()
     }
 
+    /// Which stored Pods are this Pod's revision siblings (see
+    /// [`owners::revision_of`]); `None` for anything but a Pod its controller labels by revision.
+    pub fn revision(&self) -> Option<crate::admission::revision_pods::Revision<'a>> {
+        if !self.is_pod() {
+            return None;
+        }
+        let (label, value, owner_uid) = owners::revision_of(self.object)?;
+        Some(crate::admission::revision_pods::Revision {
+            namespace: self.namespace,
+            label,
+            value,
+            owner_uid,
+        })
+    }
+
     /// The memo key of one tag for the owner revision `owner`: the memo answers only in the
     /// same namespace and for the same credentials, because an ownerReference is written by
     /// the user and must not unlock another namespace's digest.

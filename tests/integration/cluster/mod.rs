@@ -7,6 +7,7 @@ mod chart;
 mod controllers_https;
 mod dry_run_https;
 mod loop_ledger;
+mod revision_pods;
 mod server_lifecycle;
 mod watch;
 mod watch_inventory_auth;

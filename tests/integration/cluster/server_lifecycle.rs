@@ -89,6 +89,7 @@ fn state(resolver_timeout: Duration) -> AppState {
             owner_ttl: Duration::from_secs(60),
             on_owner: None,
             loop_ledger: None,
+            revision_pods: None,
         })),
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
