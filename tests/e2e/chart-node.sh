@@ -15,9 +15,11 @@
 # chart's defaults except what values.yaml below says: the image (registry = the bridge address,
 # tag + digest), the node's toleration (node.sh's NODE_TAINT), registryCAs (the e2e CA, which
 # signed the bridge-address registry certificate, from a ConfigMap), the policy's allowPrivate
-# for that registry (a private address) and its `owners` (the stand-in Widget operator listed as
-# safe to pin, a loop breaker of maxPods 3: node-chart-loop-breaker-two-replicas). Everything else (managed TLS, 2 replicas, PDB, watch
-# Deployment, probes, failurePolicy Fail raised from Ignore on 1.20...) is the chart's own.
+# for that registry (a private address) and its `owners` (an operator kind, Gadget, listed as safe
+# to pin, a loop breaker of maxPods 3: node-chart-loop-breaker-two-replicas; the stand-in Widget
+# operator of node-chart-operator-pods-two-replicas stays unlisted). Everything else (managed
+# TLS, 2 replicas, PDB, watch Deployment, probes, failurePolicy Fail raised from Ignore on
+# 1.20...) is the chart's own.
 #
 # The tier's own pinhook (url mode, `pinhook` webhook configurations) would review the same
 # objects: its webhooks get `pinhook.dev/e2e-chart DoesNotExist` in their namespaceSelector, and
@@ -114,10 +116,10 @@ policy:
   mode: audit
   registries:
     allowPrivate: ["$reg"]
-  # node-chart-loop-breaker-two-replicas: the stand-in operator's kind, listed as safe to pin,
-  # with a breaker that trips at the 4th creation (no other chart scenario makes Widget Pods)
+  # node-chart-loop-breaker-two-replicas: an operator kind (Gadget) listed as safe to pin,
+  # with a breaker that trips at the 4th creation (Widget, the stand-in operator, stays unlisted)
   owners:
-    pinPodsOf: [{group: e2e.pinhook.dev, kind: Widget}]
+    pinPodsOf: [{group: e2e.pinhook.dev, kind: Gadget}]
     loopBreaker: {maxPods: 3, windowSeconds: 60, pauseSeconds: 600}
 EOF
   # the watch Deployment needs the PolicyReport CRDs (the chart's README: install them first)

@@ -3,18 +3,18 @@
 # order: 943
 # needs: node
 # proves: With the release of node-chart-install-pinned-image-ready (installed if this runs
-#   alone: 2 webhook replicas, its policy listing e2e.pinhook.dev Widget in owners.pinPodsOf with
-#   loopBreaker.maxPods 3), six /mutate reviews of the CREATE of a Pod owned by one Widget (a
+#   alone: 2 webhook replicas, its policy listing e2e.pinhook.dev Gadget in owners.pinPodsOf with
+#   loopBreaker.maxPods 3), six /mutate reviews of the CREATE of a Pod owned by one Gadget (a
 #   fresh uid), naming the tag-only `NODE_IP:PORT/team/node-no-such:1.0`, sent in turn to each
 #   replica at its Pod IP (the apiserver keeps one connection per webhook, so its own calls
 #   reach one replica for minutes: the direct calls are what makes both count here): the first
 #   three are denied (tag not found: the breaker let them through to be pinned), the 4th, the
 #   second replica's second, trips the breaker (admitted as written, left alone), the 5th and
 #   6th are left alone (paused), whichever replica answers; the chart's ConfigMap
-#   `node-pinhook-loop-breaker` holds the Widget's uid with its pause. With each replica's own
+#   `node-pinhook-loop-breaker` holds the Gadget's uid with its pause. With each replica's own
 #   memory (before issue 43) each saw three creations and none tripped.
 
-# breaker_review NS UID N: the /mutate AdmissionReview of the CREATE of Pod N owned by Widget
+# breaker_review NS UID N: the /mutate AdmissionReview of the CREATE of Pod N owned by Gadget
 # db (uid UID)
 breaker_review() {
   jq -nc --arg ns "$1" --arg uid "$2" --arg n "$3" --arg image "$(chart_node_registry)/team/node-no-such:1.0" '{
@@ -24,7 +24,7 @@ breaker_review() {
       operation: "CREATE", userInfo: {username: "e2e-widget-operator"},
       object: {apiVersion: "v1", kind: "Pod",
         metadata: {name: ("db-" + $n), namespace: $ns,
-          ownerReferences: [{apiVersion: "e2e.pinhook.dev/v1", kind: "Widget", name: "db", uid: $uid,
+          ownerReferences: [{apiVersion: "e2e.pinhook.dev/v1", kind: "Gadget", name: "db", uid: $uid,
             controller: true}]},
         spec: {containers: [{name: "db", image: $image}]}}}}'
 }
@@ -51,7 +51,7 @@ scenario_node_chart_loop_breaker_two_replicas() {
     "$verdicts" "false false false true true true " || rc=1
   ledger=$(K -n "$CHART_NS" get configmap "$CHART_FULL-loop-breaker" -o jsonpath='{.data.owners\.json}')
   log "  the ledger: $(cut -c1-200 <<<"$ledger")"
-  expect_eq "the ledger's pause for the Widget" \
+  expect_eq "the ledger's pause for the Gadget" \
     "$(jq -r --arg k "$ns/$uid" '.[$k].paused_until | type' <<<"${ledger:-{\}}" 2>&1)" number || rc=1
   K delete ns "$ns" --wait=false >/dev/null || true
   return "$rc"
