@@ -9,8 +9,9 @@
 #   /mutate review (a dry run) of the CREATE of another Pod of that ReplicaSet revision (its
 #   pod-template-hash label and controller), naming the tag, sent straight to each replica at its
 #   Pod IP, is pinned to A by both (the stored Pod's digest, read through the chart's RBAC), while
-#   a Pod of another revision is pinned to B by both. Before issue 43 a replica that had not
-#   pinned the revision's first Pod resolved the tag afresh: B.
+#   a Pod of another revision is pinned to B by at least one of them (the one whose registry
+#   cache did not hold the tag yet: its own answer is B, and still it pins the revision to A).
+#   Before issue 43 that replica resolved the tag afresh for the revision too: B.
 
 # memo_review NS RS_UID HASH IMAGE N: the /mutate AdmissionReview (a dry run) of the CREATE of
 # Pod N of that ReplicaSet revision
@@ -44,7 +45,7 @@ memo_rs() {
 }
 
 scenario_node_chart_revision_memo_two_replicas() {
-  local ns=e2e-node-chart-memo rc=0 reg img digest_a digest_b rs_uid name ip got
+  local ns=e2e-node-chart-memo rc=0 reg img digest_a digest_b rs_uid name ip got fresh=0
   chart_node_ensure || return 1
   reg=$(chart_node_registry)
   img="$reg/team/node-memo:1.0"
@@ -70,9 +71,12 @@ scenario_node_chart_revision_memo_two_replicas() {
     log "  replica $name ($ip), a Pod of revision memo-r1: $got"
     expect_eq "replica $name pins the revision's next Pod to" "$got" "$img@$digest_a" || rc=1
     got=$(memo_pinned "$ip" "$(memo_review "$ns" "$rs_uid" memo-r2 "$img" "other-$name")")
-    log "  replica $name ($ip), a Pod of revision memo-r2: $got"
-    expect_eq "replica $name pins another revision's Pod to" "$got" "$img@$digest_b" || rc=1
+    log "  replica $name ($ip), a Pod of revision memo-r2 (its registry cache's answer): $got"
+    [[ $got != "$img@$digest_b" ]] || fresh=$((fresh + 1))
   done < <(chart_node_live_pods webhook)
+  if ((fresh >= 1)); then ok "$fresh replica(s) resolve the moved tag to B, and pin the revision to A all the same"; else
+    bad "no replica resolved the moved tag to B: the test shows nothing about the revision memo" || rc=1
+  fi
   K delete ns "$ns" --wait=false >/dev/null || true
   return "$rc"
 }
