@@ -62,9 +62,9 @@ pub struct Pinner {
     /// The digest each owner revision got (a ReplicaSet's `pod-template-hash`, a StatefulSet's
     /// `controller-revision-hash`), so all the Pods of one revision run the same bytes even
     /// when the tag moves between their creations. For a revision the cluster can tell
-    /// ([`Object::revision`]) only what its stored Pods say is kept here, so every replica
-    /// remembers the same digest; for another owner's, what this replica resolved.
-    owners: moka::sync::Cache<(String, String), (Digest, Option<Origin>)>,
+    /// ([`Object::revision`]) what its stored Pods say replaces what this replica resolved, so
+    /// replicas that raced on its first Pods agree from the next one on.
+    owners: moka::sync::Cache<(String, String), Remembered>,
     /// The stored Pods of a revision: where every replica finds the digest its first Pods got.
     revision_pods: Arc<dyn RevisionPods>,
     /// The policy's per-mirror credentials files (`registries.resolveThrough`).
@@ -78,6 +78,8 @@ pub struct Pinner {
     /// The operators told of a denied Pod lately (namespace, owner uid): one notice per owner
     /// per [`DENIED_NOTICE_EVERY`], however often it retries.
     told_denied: moka::sync::Cache<(String, String), ()>,
+    /// Notices per namespace in the last [`DENIED_NOTICE_EVERY`].
+    told_namespaces: moka::sync::Cache<String, u32>,
 }
 
 /// What the loop breaker found: an owner listed as safe to pin that recreates its Pods.
@@ -120,6 +122,8 @@ pub type OwnerHandler = Arc<dyn Fn(OwnerNotice) + Send + Sync>;
 
 /// How often an operator whose Pods are denied is told again (it retries all the while).
 pub const DENIED_NOTICE_EVERY: Duration = Duration::from_secs(60);
+/// Owners of one namespace told within [`DENIED_NOTICE_EVERY`] at most.
+pub const DENIED_NOTICES_PER_NAMESPACE: u32 = 10;
 
 /// The parts a [`Pinner`] is built from.
 pub struct PinnerParts {
@@ -140,6 +144,15 @@ pub struct PinnerParts {
 }
 
 type Resolved = Result<Resolution, RegistryError>;
+
+/// A digest the owner-revision memo holds: what this replica resolved, or what the revision's
+/// stored Pods carry (`from_cluster`), which every replica reads alike.
+#[derive(Debug, Clone)]
+struct Remembered {
+    digest: Digest,
+    origin: Option<Origin>,
+    from_cluster: bool,
+}
 
 /// How long the namespace's mode label may take to read (it is cached after that).
 const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(2);
@@ -167,6 +180,10 @@ impl Pinner {
                 .unwrap_or_else(|| Arc::new(NoRevisionPods)),
             on_owner: parts.on_owner,
             told_denied: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(DENIED_NOTICE_EVERY)
+                .build(),
+            told_namespaces: moka::sync::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(DENIED_NOTICE_EVERY)
                 .build(),
@@ -278,16 +295,29 @@ impl Pinner {
         let (Some(on_owner), false) = (&self.on_owner, target.dry_run) else {
             return;
         };
-        let Some(denied) = plan.denials().next() else {
+        // Only an image denied as not pinned: what the notice says, and what pinning the
+        // operator's resource fixes.
+        let Some(denied) = plan
+            .denials()
+            .find(|o| o.violation == Some(plan::Reason::Unpinned))
+        else {
             return;
         };
         let Some(owner) = target.view.operator(policy) else {
             return;
         };
-        let key = (target.view.namespace.to_string(), owner.uid.to_string());
+        // One notice per owner a minute, and at most DENIED_NOTICES_PER_NAMESPACE owners of one
+        // namespace a minute: the owner's kind, name and uid are the Pod author's to write.
+        let namespace = target.view.namespace.to_string();
+        let key = (namespace.clone(), owner.uid.to_string());
         if self.told_denied.contains_key(&key) {
             return;
         }
+        let told_here = self.told_namespaces.get(&namespace).unwrap_or(0);
+        if told_here >= DENIED_NOTICES_PER_NAMESPACE {
+            return;
+        }
+        self.told_namespaces.insert(namespace, told_here + 1);
         self.told_denied.insert(key, ());
         on_owner(OwnerNotice::Denied(DeniedPod {
             namespace: target.view.namespace.to_string(),
@@ -508,31 +538,35 @@ impl Pinner {
             None => keyring.lookup(reference),
         };
         let owner_key = owner.map(|o| target.view.memo_key(&o, reference, &credentials));
-        if let Some(resolution) = owner_key.as_ref().and_then(|k| self.owner_digest(k)) {
-            return Ok(resolution);
+        let remembered = owner_key.as_ref().and_then(|k| self.owners.get(k));
+        if let Some(hit) = remembered.as_ref().filter(|r| r.from_cluster) {
+            return Ok(memo_resolution(hit));
         }
-        // The digest the revision's oldest stored Pod carries: what every replica reads alike.
-        let read = match (target.view.revision(), &owner_key) {
-            (Some(_), Some(_)) => siblings
+        // What the revision's oldest stored Pod carries: what every replica reads alike. Asked
+        // while this replica holds no digest the cluster told it (never for a dry run, nor under
+        // `form: digest`, whose pins name no tag to match).
+        let ask_cluster = target.view.revision().is_some()
+            && !target.dry_run
+            && policy_names_tags(&self.policy.current());
+        let read = match (ask_cluster, &owner_key) {
+            (true, Some(_)) => siblings
                 .get_or_init(|| self.siblings(target, deadline))
                 .await
                 .as_deref(),
             _ => None,
         };
-        let told_by_cluster = read.is_some();
         let found = read.and_then(|siblings| sibling_digest(siblings, reference));
         if let (Some(digest), Some(key)) = (found, &owner_key) {
-            if !target.dry_run {
-                self.owners.insert(key.clone(), (digest.clone(), None));
-            }
-            return Ok(Resolution {
+            let hit = Remembered {
                 digest,
-                credential: crate::registry::Fingerprint::anonymous(),
-                source: ResolutionSource::Cache,
-                moved_from: None,
-                age: Duration::ZERO,
                 origin: None,
-            });
+                from_cluster: true,
+            };
+            self.owners.insert(key.clone(), hit.clone());
+            return Ok(memo_resolution(&hit));
+        }
+        if let Some(hit) = remembered {
+            return Ok(memo_resolution(&hit));
         }
         let resolver: &dyn Resolver = match (target.resolver, target.dry_run) {
             (Some(resolver), _) => resolver,
@@ -578,26 +612,36 @@ impl Pinner {
         };
         // A revision the cluster can tell is remembered from its stored Pods only, so that two
         // replicas that raced on its first Pods agree from the next one on.
-        if let (Ok(resolution), Some(key), false, false) =
-            (&result, owner_key, target.dry_run, told_by_cluster)
-        {
-            self.owners
-                .insert(key, (resolution.digest.clone(), resolution.origin.clone()));
+        if let (Ok(resolution), Some(key), false) = (&result, owner_key, target.dry_run) {
+            self.owners.insert(
+                key,
+                Remembered {
+                    digest: resolution.digest.clone(),
+                    origin: resolution.origin.clone(),
+                    from_cluster: false,
+                },
+            );
         }
         result
     }
+}
 
-    fn owner_digest(&self, key: &(String, String)) -> Option<Resolution> {
-        let (digest, origin) = self.owners.get(key)?;
-        Some(Resolution {
-            digest,
-            credential: crate::registry::Fingerprint::anonymous(),
-            source: ResolutionSource::Cache,
-            moved_from: None,
-            age: Duration::ZERO,
-            origin,
-        })
+/// What the memo answers with.
+fn memo_resolution(hit: &Remembered) -> Resolution {
+    Resolution {
+        digest: hit.digest.clone(),
+        credential: crate::registry::Fingerprint::anonymous(),
+        source: ResolutionSource::Cache,
+        moved_from: None,
+        age: Duration::ZERO,
+        origin: hit.origin.clone(),
     }
+}
+
+/// Whether pins keep their tag (`name:tag@digest`), so a stored Pod's image says which tag its
+/// digest answers for.
+fn policy_names_tags(policy: &CompiledPolicy) -> bool {
+    policy.form() == crate::reference::PinForm::TagAndDigest
 }
 
 #[cfg(test)]

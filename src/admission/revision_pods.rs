@@ -7,8 +7,10 @@
 //! from the next one on.
 //!
 //! Read only for a Pod made by a controller that labels its revisions (`pod-template-hash`,
-//! `controller-revision-hash`, a Job's `controller-uid`), once per review, from the apiserver's
-//! watch cache (`resourceVersion=0`), at most [`MAX_SIBLINGS`] Pods, within the review's budget.
+//! `controller-revision-hash`, a Job's `controller-uid`), at most once per review and only
+//! while this replica holds no digest the cluster told it for that revision, never for a dry
+//! run, from the apiserver's watch cache (`resourceVersion=0`), at most [`MAX_SIBLINGS`] Pods
+//! kept, within the review's budget.
 //! What a sibling says is a digest its own review pinned or its author wrote: someone who may
 //! create Pods in the namespace could choose it, as they can write any digest in a Pod; it is
 //! never read across namespaces.
@@ -79,10 +81,12 @@ impl KubeRevisionPods {
 impl RevisionPods for KubeRevisionPods {
     async fn siblings(&self, revision: &Revision<'_>) -> Result<Option<Vec<Sibling>>, kube::Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), revision.namespace);
+        // No `limit`: with one, the list is not served from the watch cache (kube-core drops
+        // `resourceVersion=0` then) but from etcd. The label selects one revision; at most
+        // MAX_SIBLINGS of its Pods are kept.
         let params = ListParams::default()
             .labels(&format!("{}={}", revision.label, revision.value))
-            .match_any()
-            .limit(MAX_SIBLINGS);
+            .match_any();
         let pods = api.list(&params).await?;
         Ok(Some(
             pods.items
@@ -116,6 +120,7 @@ impl RevisionPods for KubeRevisionPods {
                         images,
                     }
                 })
+                .take(MAX_SIBLINGS as usize)
                 .collect(),
         ))
     }

@@ -9,7 +9,10 @@
 //! ([`PEER_BUDGET`]), so that one caller (a Pod flooding the port) can take at most its share
 //! and the apiserver's reviews, from another address, still fit. Bodies up to [`SMALL_BODY`]
 //! (every ordinary review) count against a reserve of their own ([`SMALL_RESERVE`]) that large
-//! bodies never take, so a flood of large bodies never refuses an ordinary Pod's review.
+//! bodies never take. A share is held while the body is read and parsed, and given back before
+//! the review is decided (the handlers drop it), so reviews that wait on a slow registry hold
+//! nothing here: the apiserver's share, which every tenant's review shares, is only ever taken
+//! by bodies in transit.
 //!
 //! Never: waits for room (a refusal is immediate: the apiserver retries, a flood gets nothing),
 //! or reads a body it has not counted.
@@ -145,8 +148,13 @@ impl BodyBudget {
         }
         // A small body stays in the reserve while it fits there; a body that grows past
         // SMALL_BODY moves to the shared budget whole.
-        let (large, small) = match bytes <= SMALL_BODY && counts.small + more <= self.small {
-            true => (share.large, bytes),
+        // (Only a body that never left the reserve stays in it: one that moved to the shared
+        // budget stays there, so the counts given back are the counts taken.)
+        let (large, small) = match share.large == 0
+            && bytes <= SMALL_BODY
+            && counts.small - share.small + bytes <= self.small
+        {
+            true => (0, bytes),
             false => (bytes, 0),
         };
         let large_more = large - share.large;
@@ -157,8 +165,9 @@ impl BodyBudget {
             });
         }
         counts.large += large_more;
-        counts.small = counts.small + small - share.small;
+        counts.small = counts.small - share.small + small;
         *counts.peers.entry(share.peer).or_default() += more;
+        debug_assert_eq!(large + small, bytes, "a share holds what it read");
         share.large = large;
         share.small = small;
         Ok(())
@@ -333,6 +342,33 @@ mod tests {
         for task in slow {
             task.abort();
         }
+    }
+
+    /// A chunked body that began in the shared budget (the reserve full) stays there when the
+    /// reserve frees up: what is given back is what was taken.
+    #[tokio::test]
+    async fn a_body_never_moves_back_to_the_reserve() {
+        let budget = Arc::new(BodyBudget::new(1 << 20, 4 << 20, 64 << 10));
+        let (_, full) = budget
+            .read(B, Body::from(vec![b'r'; 60 << 10]), Some(60 << 10), 7 << 20)
+            .await
+            .map_err(|e| e.to_string())
+            .expect("fills the reserve");
+        let mut share = BodyShare {
+            budget: budget.clone(),
+            peer: A,
+            large: 0,
+            small: 0,
+        };
+        budget
+            .take(&mut share, 10 << 10)
+            .expect("room in the shared budget");
+        assert_eq!((share.large, share.small), (10 << 10, 0));
+        drop(full);
+        budget.take(&mut share, 20 << 10).expect("grows");
+        assert_eq!((share.large, share.small), (20 << 10, 0));
+        drop(share);
+        assert_eq!(budget.held(), (0, 0, 0));
     }
 
     #[tokio::test]

@@ -130,6 +130,7 @@ async fn dry_run_answer(
         .await
         .map_err(Refusal::Body)?;
     let documents = parse_manifests(body).await?;
+    drop(_body_share);
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
     authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
     info!(user = %caller.username, documents = documents.len(), "dry run");
@@ -184,11 +185,12 @@ async fn authorize(
             limit: MAX_ACCESS_CHECKS,
         }));
     }
+    // Every review this dry run needs, spent at once, or none sent.
+    if !state.access_reviews.try_take_n(needed.len() as u32) {
+        return Err(Refusal::Throttled);
+    }
     let mut missing = Vec::new();
     for (group, resource, namespace) in needed {
-        if !state.access_reviews.try_take() {
-            return Err(Refusal::Throttled);
-        }
         let qualified = if group.is_empty() {
             resource.clone()
         } else {

@@ -147,6 +147,10 @@ async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) ->
         Ok(request) => request,
         Err(e) => return reject(&state, "mutate", Failure::Review(e), started),
     };
+    // Read and parsed: the body's bytes go, and its share of the body budget with them (the
+    // parsed review is the large-review budget's); a review that waits on a registry holds none.
+    drop(body);
+    drop(_body_share);
     let span = review_span(&request);
     let decision = admission::mutate(&state.pinner, &request, budget)
         .instrument(span.clone())
@@ -169,6 +173,10 @@ async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) 
         Ok(request) => request,
         Err(e) => return reject(&state, "validate", Failure::Review(e), started),
     };
+    // Read and parsed: the body's bytes go, and its share of the body budget with them (the
+    // parsed review is the large-review budget's); a review that waits on a registry holds none.
+    drop(body);
+    drop(_body_share);
     let span = review_span(&request);
     let decision = admission::validate(&state.pinner, &request)
         .instrument(span.clone())

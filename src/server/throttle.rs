@@ -82,6 +82,22 @@ impl TokenBucket {
         self.known.insert(fingerprint(bearer), ());
     }
 
+    /// Spends `n` tokens at once, or none; `false` when fewer are left.
+    pub fn try_take_n(&self, n: u32) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(state.1).as_secs_f64();
+        let refilled = state.0 + elapsed * self.limit.per_second.max(0.0);
+        state.0 = refilled.min(f64::from(self.limit.burst));
+        state.1 = now;
+        if state.0 >= f64::from(n) {
+            state.0 -= f64::from(n);
+            true
+        } else {
+            false
+        }
+    }
+
     /// Spends a token; `false` when none is left (the caller must not call the apiserver).
     pub fn try_take(&self) -> bool {
         // A poisoned lock only means a panic elsewhere while holding it; the count is still

@@ -123,12 +123,12 @@ nothing: use as `{{- include "pinhook.annotations" . }}` right after the labels.
 {{- end -}}
 {{- end -}}
 
-{{/* The Lease the replicas elect the one that writes certificates with (managed mode). */}}
 {{/* The loop breaker's ledger: a ConfigMap in the release namespace. */}}
 {{- define "pinhook.loopBreakerName" -}}
 {{- printf "%s-loop-breaker" (include "pinhook.fullname" .) -}}
 {{- end -}}
 
+{{/* The Lease the replicas elect the one that writes certificates with (managed mode). */}}
 {{- define "pinhook.tlsLeaseName" -}}
 {{- printf "%s-tls" (include "pinhook.fullname" .) -}}
 {{- end -}}

@@ -7,7 +7,9 @@
 //! its [`OwnerTrack`]. A creation reads it, counts ([`OwnerTrack::record`], the same rule as in
 //! memory), drops what no longer matters, and writes it back with the `resourceVersion` it read:
 //! a replica that wrote in between makes that a 409, and the creation is counted again on what
-//! it wrote. Bounded: [`MAX_LEDGER_OWNERS`] owners (the least recently active dropped first),
+//! it wrote, after a short pause that differs between replicas. Bounded: [`MAX_LEDGER_OWNERS`]
+//! owners and [`MAX_OWNERS_PER_NAMESPACE`] of one namespace (the least recently active dropped
+//! first),
 //! [`MAX_LEDGER_BYTES`] of JSON, [`MAX_ATTEMPTS`] writes, [`LEDGER_TIMEOUT`] in all. When the
 //! ledger cannot be read or written in time, the creation is counted in this process's memory
 //! and a warning logged: pinning goes on, and `/validate`, which never asks the breaker, still
@@ -34,7 +36,10 @@ pub const MAX_LEDGER_OWNERS: usize = 256;
 /// The ledger's JSON at most (a ConfigMap holds 1 MiB).
 pub const MAX_LEDGER_BYTES: usize = 512 << 10;
 /// Writes one creation tries before it counts in memory instead.
-pub const MAX_ATTEMPTS: usize = 5;
+pub const MAX_ATTEMPTS: usize = 10;
+/// Owners of one namespace the ledger keeps at most: a tenant naming made-up owners cannot push
+/// another namespace's counts out.
+pub const MAX_OWNERS_PER_NAMESPACE: usize = 32;
 /// How long one creation may spend on the ledger.
 pub const LEDGER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -158,7 +163,13 @@ impl ClusterLedger {
                 .await
             {
                 Ok(_) => return Ok(verdict),
-                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    // Another replica wrote in between: wait a little, a different little for
+                    // each, and count again on what it wrote.
+                    let jitter = u64::from(now_subsec_jitter()) % 20_000;
+                    tokio::time::sleep(Duration::from_micros(5_000 + jitter)).await;
+                    continue;
+                }
                 Err(source) => {
                     return Err(LedgerError::Write {
                         name: self.name.clone(),
@@ -214,6 +225,13 @@ impl LoopLedger for ClusterLedger {
     }
 }
 
+/// Microseconds that differ between two callers at once (the clock's).
+fn now_subsec_jitter() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_micros())
+}
+
 /// The owners a ledger holds; a value that is not the ledger's JSON (edited by hand) starts
 /// afresh rather than failing every creation.
 fn read_owners(text: Option<&str>) -> BTreeMap<String, OwnerTrack> {
@@ -229,6 +247,24 @@ fn write_owners(
     now: u64,
 ) -> String {
     owners.retain(|_, track| !track.is_stale(now, settings.window_seconds));
+    // At most MAX_OWNERS_PER_NAMESPACE per namespace (the key is `<namespace>/<uid>`), the least
+    // recently active dropped first.
+    let mut per_namespace: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
+    for (key, track) in &owners {
+        let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+        per_namespace
+            .entry(namespace.to_string())
+            .or_default()
+            .push((track.last_seen(), key.clone()));
+    }
+    for (_, mut keys) in per_namespace {
+        if keys.len() > MAX_OWNERS_PER_NAMESPACE {
+            keys.sort();
+            for (_, key) in keys.iter().take(keys.len() - MAX_OWNERS_PER_NAMESPACE) {
+                owners.remove(key);
+            }
+        }
+    }
     if owners.len() > MAX_LEDGER_OWNERS {
         let mut by_age: Vec<(u64, String)> = owners
             .iter()
@@ -273,7 +309,7 @@ mod tests {
         for i in 0..(MAX_LEDGER_OWNERS + 50) {
             let mut track = OwnerTrack::default();
             let _ = track.record(&settings(), &["app:1"], now - 30 + (i as u64 % 30));
-            owners.insert(format!("team/uid-{i}"), track);
+            owners.insert(format!("ns-{}/uid-{i}", i % 20), track);
         }
         let mut stale = OwnerTrack::default();
         let _ = stale.record(&settings(), &["app:1"], now - 3600);
@@ -284,6 +320,28 @@ mod tests {
         assert!(!read.contains_key("team/stale"));
         assert!(written.len() <= MAX_LEDGER_BYTES);
         assert!(read_owners(Some("not json")).is_empty());
+    }
+
+    /// A namespace naming many owners keeps its own most recent ones, and another namespace's
+    /// owner stays.
+    #[test]
+    fn one_namespace_cannot_push_another_out() {
+        let now = 1_700_000_000;
+        let mut owners = BTreeMap::new();
+        let mut other = OwnerTrack::default();
+        let _ = other.record(&settings(), &["app:1"], now - 50);
+        owners.insert("victim/uid-v".to_string(), other);
+        for i in 0..500u64 {
+            let mut track = OwnerTrack::default();
+            let _ = track.record(&settings(), &["app:1"], now - 40 + i % 40);
+            owners.insert(format!("tenant/uid-{i}"), track);
+        }
+        let read = read_owners(Some(&write_owners(owners, &settings(), now)));
+        assert!(read.contains_key("victim/uid-v"));
+        assert_eq!(
+            read.keys().filter(|k| k.starts_with("tenant/")).count(),
+            MAX_OWNERS_PER_NAMESPACE
+        );
     }
 
     /// Two replicas counting through one ledger trip it at `maxPods + 1` creations in all, and

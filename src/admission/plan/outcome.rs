@@ -218,14 +218,16 @@ pub(super) fn unpinned(policy: &CompiledPolicy, site: ImageSite) -> ImageOutcome
     outcome
 }
 
-/// An unpinned image of a Pod `/mutate` left to its operator `owner`: refused like any unpinned
-/// image, the reason naming the operator and the two ways an admin lets its Pods in pinned.
+/// An unpinned image of a Pod `/mutate` left to its operator `owner`: refused, the reason naming
+/// the operator and the two ways an admin lets its Pods in pinned. Refused whatever
+/// `onResolutionFailure` says: nothing tried to resolve it, so no failure is being allowed (and
+/// the ownerReference that sent it here is its author's to write).
 pub(super) fn unpinned_of_operator(
-    policy: &CompiledPolicy,
+    _policy: &CompiledPolicy,
     site: ImageSite,
     owner: &crate::owners::ControllerRef<'_>,
 ) -> ImageOutcome {
-    let mut outcome = unpinned(policy, site);
+    let mut outcome = refused(site, Reason::Unpinned, String::new());
     outcome.reason = Some(format!(
         "not pinned to a digest; pinhook leaves the Pods of {} ({}) as its operator writes them: \
          pin the image where the operator reads it (policy customResources), or list \

@@ -1227,6 +1227,18 @@ fn an_operators_pod_is_not_patched_but_checked() {
     assert_eq!((tags, denied), (0, 0));
 }
 
+/// `onResolutionFailure: allow` admits a tag pinhook tried and failed to resolve; an operator's
+/// Pod was never tried, so it is denied all the same.
+#[test]
+fn an_operators_unpinned_pod_is_denied_even_when_failures_are_allowed() {
+    let policy = Policy::parse("mode: enforce\nonResolutionFailure: allow\n").expect("valid");
+    let value = pod_owned_by("v1", "ConfigMap");
+    let checked = validation(&policy, object(Kind::Pod, &value, None))
+        .finish(Mode::Enforce, Vec::new())
+        .expect("readable");
+    assert_eq!(checked.denials().count(), 1);
+}
+
 /// Issue 43: one line of metadata must not switch enforce off. A bare Pod naming as its
 /// controller any kind pinhook does not know (a ConfigMap its author owns, a Node, a made-up
 /// kind, a built-in kind in another group) is denied unpinned exactly like the same Pod without

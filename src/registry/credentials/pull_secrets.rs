@@ -284,13 +284,14 @@ impl PullSecrets for KubeSecrets {
     }
 }
 
-/// `keyring` with its per-image sources asked about `images`; past `deadline`,
 /// The one warning for a pull secret that is missing or not a docker config secret kubelet
-/// would use: it says nothing of what the Secret is.
+/// would use: it says nothing of what the Secret is. (A docker config secret kubelet cannot
+/// parse is refused by name, since it fails every pull of the Pod: that much a caller learns.)
 fn unusable_secret(namespace: &str, name: &str) -> String {
     format!("pinhook: imagePullSecret {namespace}/{name} not found or not a docker config secret; not used")
 }
 
+/// `keyring` with its per-image sources asked about `images`; past `deadline`,
 /// `keyring` as it is (its pull secrets and static credentials) with a warning.
 async fn ask_sources(
     keyring: Keyring,
