@@ -6,21 +6,22 @@
 #   alone: 2 webhook replicas), in a namespace in enforce that only the chart's webhooks see: a
 #   fresh tag `NODE_IP:PORT/team/node-memo:1.0` (content A) and a ReplicaSet of 1 replica naming
 #   it, whose Pod is stored pinned to A and runs. The tag is then pushed over (content B). A
-#   /mutate review (a dry run) of the CREATE of another Pod of that ReplicaSet revision (its
+#   /mutate review of the CREATE of another Pod of that ReplicaSet revision (its
 #   pod-template-hash label and controller), naming the tag, sent straight to each replica at its
 #   Pod IP, is pinned to A by both (the stored Pod's digest, read through the chart's RBAC), while
 #   a Pod of another revision is pinned to B by at least one of them (the one whose registry
 #   cache did not hold the tag yet: its own answer is B, and still it pins the revision to A).
 #   Before issue 43 that replica resolved the tag afresh for the revision too: B.
 
-# memo_review NS RS_UID HASH IMAGE N: the /mutate AdmissionReview (a dry run) of the CREATE of
-# Pod N of that ReplicaSet revision
+# memo_review NS RS_UID HASH IMAGE N: the /mutate AdmissionReview of the CREATE of Pod N of that
+# ReplicaSet revision (not a dry run: pinhook never reads a revision's Pods for one; sent
+# straight to a replica, nothing is stored)
 memo_review() {
   jq -nc --arg ns "$1" --arg uid "$2" --arg hash "$3" --arg image "$4" --arg n "$5" '{
     apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
     request: {uid: ("e2e-memo-" + $n), kind: {group: "", version: "v1", kind: "Pod"},
       resource: {group: "", version: "v1", resource: "pods"}, namespace: $ns, name: "",
-      operation: "CREATE", dryRun: true,
+      operation: "CREATE", dryRun: false,
       userInfo: {username: "system:serviceaccount:kube-system:replicaset-controller"},
       object: {apiVersion: "v1", kind: "Pod",
         metadata: {generateName: "memo-", namespace: $ns,
