@@ -100,20 +100,7 @@ impl TokenBucket {
 
     /// Spends a token; `false` when none is left (the caller must not call the apiserver).
     pub fn try_take(&self) -> bool {
-        // A poisoned lock only means a panic elsewhere while holding it; the count is still
-        // a number.
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(state.1).as_secs_f64();
-        let refilled = state.0 + elapsed * self.limit.per_second.max(0.0);
-        state.0 = refilled.min(f64::from(self.limit.burst));
-        state.1 = now;
-        if state.0 >= 1.0 {
-            state.0 -= 1.0;
-            true
-        } else {
-            false
-        }
+        self.try_take_n(1)
     }
 }
 
