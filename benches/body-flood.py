@@ -6,6 +6,9 @@ memory (VmHWM) is read from /proc before and after, and the answers counted by s
 
 Usage: benches/body-flood.py BINARY [PATH] [N] [SIZE]
 Prints one line: `flood PATH: N bodies of SIZE: statuses {...}; RSS before X MiB, peak Y MiB`.
+With PATH `idle`: N TLS connections opened (handshake done), each then sending the first bytes
+of a request's headers and nothing more, held 5 s: `idle: N connections (K held): RSS before X
+MiB, held Y MiB`, the cost of an idle connection (the memory model of docs/security.md).
 Bounded: every connection stops after its body or 60 s; the script stops pinhook at the end.
 Loopback only."""
 
@@ -109,6 +112,34 @@ def main():
             with lock:
                 statuses[status] = statuses.get(status, 0) + 1
 
+        if path == "idle":
+            held = []
+            for _ in range(n):
+                try:
+                    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+                    tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+                    tls.sendall(b"POST /mutate HTTP/1.1\r\nhost: x\r\n")
+                    held.append(tls)
+                except OSError:
+                    pass
+            time.sleep(5)
+            alive = 0
+            for tls in held:
+                try:
+                    tls.settimeout(0.001)
+                    if tls.recv(1) == b"":
+                        continue
+                except (ssl.SSLWantReadError, socket.timeout, TimeoutError):
+                    pass
+                except OSError:
+                    continue
+                alive += 1
+            during = kib(server.pid, "VmRSS")
+            for tls in held:
+                tls.close()
+            print(f"idle: {n} connections ({alive} held): RSS before {before / 1024:.1f} MiB, "
+                  f"held {during / 1024:.1f} MiB, {(during - before) / max(alive, 1):.1f} KiB each")
+            return
         sampler = threading.Thread(target=sample)
         sampler.start()
         threads = [threading.Thread(target=flood) for _ in range(n)]

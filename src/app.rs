@@ -8,6 +8,8 @@
 //! Never: parses flags (that is [`crate::cli`]) or decides anything about images; it only
 //! connects the parts. Nothing here panics on bad input: every failure is an [`AppError`].
 
+pub mod memory;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -315,7 +317,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
         authorizer,
-        large_reviews: Arc::default(),
+        parsed_reviews: Arc::default(),
         bodies: Arc::default(),
         require_client_cert: config.clients.client_ca.is_some(),
         token_reviews: Arc::new(TokenBucket::new(config.clients.token_reviews)),

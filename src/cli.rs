@@ -827,7 +827,7 @@ mod tests {
         assert_eq!(
             config.limits,
             ConnectionLimits {
-                max_connections: 1024,
+                max_connections: 256,
                 header_read_timeout: Duration::from_secs(10),
                 request_timeout: Duration::from_secs(70),
                 idle_timeout: Duration::from_secs(120),

@@ -25,9 +25,9 @@ use crate::policy::{ModeLabel, MODE_LABEL};
 /// How long a namespace's labels answer before they are read again.
 pub const NAMESPACE_TTL: Duration = Duration::from_secs(30);
 /// Bytes of cached namespace labels, for each of the two namespace caches.
-pub const NAMESPACE_CACHE_BYTES: u64 = 16 * 1024 * 1024;
+pub const NAMESPACE_CACHE_BYTES: u64 = 4 * 1024 * 1024;
 /// Bytes of cached TokenReview answers.
-pub const TOKEN_REVIEW_CACHE_BYTES: u64 = 8 * 1024 * 1024;
+pub const TOKEN_REVIEW_CACHE_BYTES: u64 = 4 * 1024 * 1024;
 /// What a cached entry costs beyond its names and values, in bytes.
 pub const ENTRY_OVERHEAD: usize = 512;
 
@@ -404,7 +404,9 @@ mod tests {
             ),
         ] {
             assert!(held <= NAMESPACE_CACHE_BYTES, "{held} bytes held");
-            assert!((100..=200).contains(&entries), "{entries} entries");
+            // (each holds about 105 KiB: most of the budget is used, none of it passed)
+            let most = NAMESPACE_CACHE_BYTES / (100 << 10);
+            assert!((most / 2..=most).contains(&entries), "{entries} entries");
         }
     }
 

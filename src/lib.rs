@@ -12,6 +12,7 @@
 //!   recheck plan, PolicyReports, Events and the inventory (pure); its I/O edge, `pinhook
 //!   watch` and `pinhook inventory`, is `watch::controller`.
 //! - [`error`]: the one-line error chain printer.
+//! - [`weight`]: the weight of an entry in a cache bounded in bytes.
 //! - [`registry`]: tag → digest behind the [`registry::Resolver`] trait: client, cache, breaker,
 //!   keyring, credentials and credential plugins, pull secrets, the address guard.
 //! - [`cluster`]: namespace labels and dry-run callers through the Kubernetes API.
@@ -55,6 +56,7 @@ pub mod reference;
 pub mod registry;
 pub mod server;
 pub mod watch;
+pub mod weight;
 pub mod workload;
 
 /// Installs rustls' `ring` provider as the process default. Call first thing in `main` and in

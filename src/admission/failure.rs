@@ -55,9 +55,9 @@ pub enum Failure {
         caller: String,
         missing: Vec<String>,
     },
-    /// A large review found no room in the budget of large reviews in time.
+    /// A review found no room in the budget of parsed reviews in time, or would cost more than all of it.
     #[error(transparent)]
-    Busy(crate::server::large_reviews::Busy),
+    Refused(crate::server::parsed_reviews::Refused),
     #[error("no manifest parser is available")]
     ParserClosed(#[source] tokio::sync::AcquireError),
     #[error("the manifest parser failed")]
@@ -74,7 +74,8 @@ impl Failure {
             Failure::MissingToken | Failure::InvalidToken => 401,
             Failure::Forbidden { .. } => 403,
             Failure::Documents(_) | Failure::TooManyAccessChecks { .. } => 413,
-            Failure::Busy(_) => 429,
+            Failure::Refused(crate::server::parsed_reviews::Refused::TooCostly { .. }) => 413,
+            Failure::Refused(crate::server::parsed_reviews::Refused::Busy { .. }) => 429,
             Failure::Patch(_)
             | Failure::EncodePatch(_)
             | Failure::EncodeResponse(_)

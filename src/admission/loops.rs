@@ -27,11 +27,16 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::policy::LoopBreakerSettings;
+use crate::weight::weight;
 
 pub mod ledger;
 
-/// Owners tracked at once (least recently seen dropped first).
+/// Owners tracked at once (least recently seen dropped first), within [`LOOP_BREAKER_BYTES`].
 pub const MAX_OWNERS: u64 = 10_000;
+/// Bytes the owners tracked in memory may hold, each weighed at its most: its key and
+/// [`MAX_IMAGES_PER_OWNER`] images of `maxPods + 1` creation times (about 9 KiB at the default
+/// `maxPods` of 10, so some 450 owners; the cluster's ledger keeps 256).
+pub const LOOP_BREAKER_BYTES: u64 = 4 << 20;
 /// Distinct images tracked per owner.
 const MAX_IMAGES_PER_OWNER: usize = 64;
 
@@ -60,7 +65,14 @@ pub struct OwnerTrack {
 /// Per-owner creation counts in this process's memory, bounded: the breaker of a replica that
 /// has no cluster ledger, and the stand-in when the ledger cannot be reached.
 pub struct LoopBreaker {
-    owners: moka::sync::Cache<(String, String), Arc<Mutex<OwnerTrack>>>,
+    owners: moka::sync::Cache<(String, String), Arc<Tracked>>,
+}
+
+/// One owner's track in memory, with the most bytes it can grow to under the settings it was
+/// first counted with (a moka weight is taken once, at insertion).
+struct Tracked {
+    most: usize,
+    track: Mutex<OwnerTrack>,
 }
 
 /// Now, in seconds of UNIX time (the unit of [`OwnerTrack`]).
@@ -83,7 +95,11 @@ impl LoopBreaker {
     pub fn new() -> LoopBreaker {
         LoopBreaker {
             owners: moka::sync::Cache::builder()
-                .max_capacity(MAX_OWNERS)
+                .max_capacity(LOOP_BREAKER_BYTES)
+                .weigher(|key: &(String, String), tracked: &Arc<Tracked>| {
+                    let bytes = key.0.len() + key.1.len() + tracked.most;
+                    weight(bytes, LOOP_BREAKER_BYTES, MAX_OWNERS)
+                })
                 // An owner not seen for an hour starts afresh (longer than any sane pause).
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
@@ -102,21 +118,35 @@ impl LoopBreaker {
         if settings.max_pods == 0 {
             return LoopVerdict::Pin;
         }
-        let track = self
+        let tracked = self
             .owners
-            .get_with((owner.0.to_string(), owner.1.to_string()), Default::default);
-        let mut track = track.lock().unwrap_or_else(PoisonError::into_inner);
+            .get_with((owner.0.to_string(), owner.1.to_string()), || {
+                Arc::new(Tracked {
+                    most: most_bytes(settings),
+                    track: Mutex::default(),
+                })
+            });
+        let mut track = tracked.track.lock().unwrap_or_else(PoisonError::into_inner);
         track.record(settings, images, now)
     }
 
     /// How long `owner`'s Pods are still left as written, if they are.
     pub fn paused(&self, owner: (&str, &str), now: u64) -> Option<Duration> {
-        let track = self
+        let tracked = self
             .owners
             .get(&(owner.0.to_string(), owner.1.to_string()))?;
-        let mut track = track.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut track = tracked.track.lock().unwrap_or_else(PoisonError::into_inner);
         track.paused(now)
     }
+}
+
+/// The most bytes one owner's [`OwnerTrack`] holds under `settings`: per image its key and map
+/// node (about 64 bytes) and `maxPods + 1` times.
+fn most_bytes(settings: &LoopBreakerSettings) -> usize {
+    let times = usize::try_from(settings.max_pods)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    MAX_IMAGES_PER_OWNER.saturating_mul(times.saturating_mul(8).saturating_add(64))
 }
 
 impl Default for LoopBreaker {
@@ -306,7 +336,7 @@ mod tests {
                 .owners
                 .get(&(owner.0.to_string(), owner.1.to_string()))
                 .map(|t| {
-                    let t = t.lock().unwrap_or_else(PoisonError::into_inner);
+                    let t = t.track.lock().unwrap_or_else(PoisonError::into_inner);
                     (t.created.len(), t.created.values().map(VecDeque::len).max())
                 })
         };

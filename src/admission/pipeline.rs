@@ -25,6 +25,7 @@ use crate::registry::keyring::Keyring;
 use crate::registry::mirrored::{self, MirrorKeyrings, RoutedCall};
 use crate::registry::pull_secrets::{PodContext, PodKeyring, PullSecrets};
 use crate::registry::{Origin, RegistryError, Resolution, ResolutionSource, Resolver};
+use crate::weight::weight;
 use crate::workload::WorkloadError;
 
 /// `main` prints error chains through this path; the printer lives in [`crate::error`].
@@ -122,6 +123,12 @@ pub type OwnerHandler = Arc<dyn Fn(OwnerNotice) + Send + Sync>;
 
 /// How often an operator whose Pods are denied is told again (it retries all the while).
 pub const DENIED_NOTICE_EVERY: Duration = Duration::from_secs(60);
+/// Bytes the owner-revision memo (this replica's own answers) may hold, keys and mirrors
+/// included; at most 100,000 entries within it.
+pub const OWNER_MEMO_BYTES: u64 = 4 << 20;
+/// Bytes each of the two PodsDenied rate memos (owners told, namespaces told) may hold; at
+/// most 10,000 entries each within it.
+pub const NOTICE_BYTES: u64 = 1 << 20;
 /// Owners of one namespace told within [`DENIED_NOTICE_EVERY`] at most.
 pub const DENIED_NOTICES_PER_NAMESPACE: u32 = 10;
 
@@ -168,8 +175,16 @@ impl Pinner {
             secrets: parts.secrets,
             namespaces: parts.namespaces,
             owners: moka::sync::Cache::builder()
-                .max_capacity(100_000)
+                .max_capacity(OWNER_MEMO_BYTES)
                 .time_to_live(parts.owner_ttl)
+                .weigher(|key: &(String, String), remembered: &Remembered| {
+                    let origin = remembered.origin.as_ref().map_or(0, |o| o.mirror.len());
+                    weight(
+                        key.0.len() + key.1.len() + origin + 256,
+                        OWNER_MEMO_BYTES,
+                        100_000,
+                    )
+                })
                 .build(),
             mirror_keyrings: MirrorKeyrings::new(),
             loops: parts
@@ -180,12 +195,16 @@ impl Pinner {
                 .unwrap_or_else(|| Arc::new(NoRevisionPods)),
             on_owner: parts.on_owner,
             told_denied: moka::sync::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(NOTICE_BYTES)
                 .time_to_live(DENIED_NOTICE_EVERY)
+                .weigher(|key: &(String, String), _: &()| {
+                    weight(key.0.len() + key.1.len() + 128, NOTICE_BYTES, 10_000)
+                })
                 .build(),
             told_namespaces: moka::sync::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(NOTICE_BYTES)
                 .time_to_live(DENIED_NOTICE_EVERY)
+                .weigher(|key: &String, _: &u32| weight(key.len() + 128, NOTICE_BYTES, 10_000))
                 .build(),
         }
     }

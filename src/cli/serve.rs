@@ -208,7 +208,7 @@ struct ManagedTlsArgs {
 struct ConnectionArgs {
     /// Client connections open at once; past it a new connection is closed as soon as it is
     /// accepted.
-    #[arg(long, env = "PINHOOK_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
+    #[arg(long, env = "PINHOOK_MAX_CONNECTIONS", default_value_t = crate::server::connections::MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
     max_connections: usize,
     /// Seconds to receive a request's headers (HTTP/1.1: a connection's first request from the
     /// connection's start, a later one from its first byte), and the longest pause inside a

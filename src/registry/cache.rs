@@ -45,6 +45,7 @@ pub use memo::RunMemo;
 use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::metrics::Metrics;
 use crate::reference::{Digest, Reference};
+use crate::weight::weight;
 
 /// Cache settings.
 #[derive(Debug, Clone)]
@@ -55,7 +56,8 @@ pub struct CacheConfig {
     pub failure_ttl: Duration,
     /// How long a last known digest may be served while the registry is unavailable.
     pub max_stale: Duration,
-    /// Bound on entries (positive and negative each).
+    /// Bound on entries (positive and negative each), within [`DIGEST_BYTES`],
+    /// [`FAILURE_BYTES`] and [`BACKOFF_BYTES`].
     pub max_entries: u64,
     /// First backoff after a registry failure; doubles per failure up to `backoff_cap`.
     pub backoff_base: Duration,
@@ -89,7 +91,7 @@ pub struct CachingResolver {
 struct SharedState {
     config: CacheConfig,
     metrics: Arc<Metrics>,
-    /// Positive entries, bounded by `max_entries` only: fresh for `hit_ttl`, served stale up to
+    /// Positive entries, bounded by `max_entries` and [`DIGEST_BYTES`]: fresh for `hit_ttl`, served stale up to
     /// `max_stale`, and older than both treated as absent (see [`SharedState::entry`]); each
     /// record's `resolved_at` says its age, so moka keeps no expiry of its own per entry; the
     /// record is held inline (no `Arc`), its refresh claim in `refresh_claims`.
@@ -126,6 +128,21 @@ struct EntryRef<'a> {
 /// (tag reference, fingerprints of every candidate credential in order).
 type FlightKey = (String, Vec<Fingerprint>);
 
+/// Bytes the positive entries may hold (the memory model of docs/security.md); `max_entries`
+/// bounds their count within it.
+pub const DIGEST_BYTES: u64 = 8 << 20;
+/// Bytes the remembered "not found" / "unauthorized" answers may hold, their error texts
+/// included (a registry's error body is part of one).
+pub const FAILURE_BYTES: u64 = 2 << 20;
+/// Bytes the backoffs after "unavailable" may hold, their last error texts included.
+pub const BACKOFF_BYTES: u64 = 2 << 20;
+/// What an entry costs beyond its strings: moka's node, the `Arc`, the record.
+const ENTRY_OVERHEAD: usize = 256;
+
+fn flight_key_bytes(key: &FlightKey) -> usize {
+    key.0.len() + key.1.len() * size_of::<Fingerprint>() + size_of::<FlightKey>()
+}
+
 struct FailureRecord {
     error: Arc<RegistryError>,
 }
@@ -159,16 +176,38 @@ impl Default for CacheConfig {
 
 impl CachingResolver {
     pub fn new(inner: Arc<dyn Resolver>, config: CacheConfig, metrics: Arc<Metrics>) -> Self {
+        let entries = config.max_entries;
         let digests = moka::sync::Cache::builder()
-            .max_capacity(config.max_entries)
+            .max_capacity(DIGEST_BYTES)
+            .weigher(move |key: &EntryKey, _: &Record| {
+                weight(
+                    key.tag.len() + size_of::<EntryKey>() + size_of::<Record>(),
+                    DIGEST_BYTES,
+                    entries,
+                )
+            })
             .build();
         let failures = moka::sync::Cache::builder()
-            .max_capacity(config.max_entries)
+            .max_capacity(FAILURE_BYTES)
             .time_to_live(config.failure_ttl)
+            .weigher(move |key: &FlightKey, record: &Arc<FailureRecord>| {
+                weight(
+                    flight_key_bytes(key) + record.error.to_string().len() + ENTRY_OVERHEAD,
+                    FAILURE_BYTES,
+                    entries,
+                )
+            })
             .build();
         let backoff = moka::sync::Cache::builder()
-            .max_capacity(config.max_entries)
+            .max_capacity(BACKOFF_BYTES)
             .time_to_live(config.backoff_cap * 2)
+            .weigher(move |key: &FlightKey, backoff: &Arc<Backoff>| {
+                weight(
+                    flight_key_bytes(key) + backoff.last.to_string().len() + ENTRY_OVERHEAD,
+                    BACKOFF_BYTES,
+                    entries,
+                )
+            })
             .build();
         let breakers = Breakers::new(config.breaker);
         CachingResolver {

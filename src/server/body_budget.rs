@@ -25,13 +25,15 @@ use axum::body::{Body, Bytes};
 use http_body_util::BodyExt;
 
 /// Body bytes in flight at once, process-wide, beyond the small-body reserve.
-pub const BODY_BUDGET: usize = 24 << 20;
+pub const BODY_BUDGET: usize = 16 << 20;
 /// Body bytes one peer address may have in flight at once (its small bodies included).
 pub const PEER_BUDGET: usize = 8 << 20;
-/// Bodies up to this size count against [`SMALL_RESERVE`] first.
-pub const SMALL_BODY: usize = 64 << 10;
-/// Body bytes of small bodies in flight at once (256 ordinary reviews of 64 KiB).
-pub const SMALL_RESERVE: usize = 16 << 20;
+/// Bodies up to this size count against [`SMALL_RESERVE`] first (the size that parses within
+/// the small reviews' pool).
+pub use super::parsed_reviews::SMALL_BODY;
+/// Body bytes of small bodies in flight at once (128 reviews of 64 KiB; an ordinary Pod's is
+/// under 8 KiB, so over a thousand of those).
+pub const SMALL_RESERVE: usize = 8 << 20;
 
 /// The budgets of one server.
 #[derive(Debug)]

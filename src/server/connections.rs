@@ -1,17 +1,20 @@
 //! Bounds on the clients' connections to the HTTPS listener: how many may be open at once
-//! (counted from the TCP accept, so TLS handshakes count too) and how long one may stay open
-//! with no byte crossing it either way. A client that opens connections and sends nothing
-//! (idle TLS connections by the thousand, a slowloris) cannot take the file descriptors
-//! `/healthz` and the apiservers need.
+//! (counted from the TCP accept, so TLS handshakes count too), how many of them one peer
+//! address may hold ([`PEER_CONNECTIONS`]), and how long one may stay open with no byte
+//! crossing it either way. A client that opens connections and sends nothing (idle TLS
+//! connections by the thousand, a slowloris) takes at most its address's share: it cannot take
+//! the slots, the file descriptors or the memory `/healthz` and the apiservers need.
 //!
 //! The bounds on requests (header read time, 413 on an announced body over the limit, body and
 //! request timeouts) are `keep_alive`'s (header read time), tower-http's (the body limit) and
 //! `bounds`' (the body and request timeouts), set up with [`ConnectionLimits`]'s values.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,6 +24,37 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
+
+/// Connections one peer address may hold open at once (the apiserver multiplexes its reviews
+/// over a few HTTP/2 connections; kubelet probes and Prometheus use one or two).
+pub const PEER_CONNECTIONS: usize = 32;
+/// The default of `--max-connections`: with [`PEER_CONNECTIONS`], seven flooding addresses
+/// leave room for every apiserver.
+pub const MAX_CONNECTIONS: usize = 256;
+/// The most memory one open connection holds beyond the bodies (counted by the body budget):
+/// rustls' buffers and state, measured at about 40 KiB idle (benches/body-flood.py `idle`),
+/// and the request head, at most [`MAX_HEAD_BYTES`].
+pub const CONNECTION_BYTES: usize = (40 << 10) + MAX_HEAD_BYTES;
+/// The most bytes of a request's head (HTTP/1.1 read buffer, HTTP/2 header list) read before
+/// the request is refused: the apiserver's are under 2 KiB.
+pub const MAX_HEAD_BYTES: usize = 32 << 10;
+
+/// Something accepted that may know the address at its other end.
+pub trait PeerAddress {
+    fn peer_ip(&self) -> Option<IpAddr>;
+}
+
+impl PeerAddress for tokio::net::TcpStream {
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.peer_addr().ok().map(|a| a.ip())
+    }
+}
+
+impl PeerAddress for tokio::io::DuplexStream {
+    fn peer_ip(&self) -> Option<IpAddr> {
+        None
+    }
+}
 
 /// Bounds on the clients' connections and requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,9 +80,22 @@ pub struct ConnectionLimits {
 pub struct LimitedAcceptor<A> {
     inner: A,
     slots: Arc<Semaphore>,
+    peers: Arc<PeerCounts>,
     idle_timeout: Duration,
     open: Gauge,
     refused: Counter,
+}
+
+/// Connections open per peer address.
+#[derive(Debug, Default)]
+struct PeerCounts {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A peer's count of one connection, given back when the connection goes.
+struct PeerSlot {
+    peers: Arc<PeerCounts>,
+    ip: Option<IpAddr>,
 }
 
 /// A connection that holds its slot until it is dropped and fails its next read once nothing
@@ -56,6 +103,7 @@ pub struct LimitedAcceptor<A> {
 pub struct Watched<T> {
     inner: T,
     _slot: OwnedSemaphorePermit,
+    _peer: Option<PeerSlot>,
     _open: OpenGuard,
     idle_timeout: Duration,
     deadline: Pin<Box<Sleep>>,
@@ -69,7 +117,7 @@ struct OpenGuard(Gauge);
 impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
-            max_connections: 1024,
+            max_connections: MAX_CONNECTIONS,
             header_read_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(70),
             idle_timeout: Duration::from_secs(120),
@@ -85,6 +133,7 @@ impl<A> LimitedAcceptor<A> {
         LimitedAcceptor {
             inner,
             slots: Arc::new(Semaphore::new(limits.max_connections)),
+            peers: Arc::default(),
             idle_timeout: limits.idle_timeout,
             open,
             refused,
@@ -94,6 +143,7 @@ impl<A> LimitedAcceptor<A> {
 
 impl<A, I, S> Accept<I, S> for LimitedAcceptor<A>
 where
+    I: PeerAddress,
     A: Accept<I, S>,
     A::Future: Send + 'static,
     A::Stream: Send + 'static,
@@ -104,22 +154,67 @@ where
     type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            // Dropping the stream closes the connection: the client sees it closed at once,
-            // nothing is read from it.
+        // Dropping the stream closes the connection: the client sees it closed at once,
+        // nothing is read from it.
+        let refuse = |stream: I, why: &'static str| {
             self.refused.inc();
             drop(stream);
-            return Box::pin(std::future::ready(Err(io::Error::other(
-                "connection limit reached",
-            ))));
+            Box::pin(std::future::ready(Err(io::Error::other(why)))) as Self::Future
+        };
+        let Some(peer) = PeerSlot::take(&self.peers, stream.peer_ip()) else {
+            return refuse(stream, "connection limit of this peer address reached");
+        };
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            return refuse(stream, "connection limit reached");
         };
         let open = OpenGuard::new(self.open.clone());
         let idle_timeout = self.idle_timeout;
         let accepted = self.inner.accept(stream, service);
         Box::pin(async move {
             let (stream, service) = accepted.await?;
-            Ok((Watched::new(stream, slot, open, idle_timeout), service))
+            Ok((
+                Watched::new(stream, slot, Some(peer), open, idle_timeout),
+                service,
+            ))
         })
+    }
+}
+
+// === impl PeerSlot ===
+
+impl PeerSlot {
+    /// One more connection of `ip`, unless it holds [`PEER_CONNECTIONS`] already (an unknown
+    /// address is not counted).
+    fn take(peers: &Arc<PeerCounts>, ip: Option<IpAddr>) -> Option<PeerSlot> {
+        if let Some(ip) = ip {
+            let mut open = peers.open.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = open.entry(ip).or_default();
+            if *count >= PEER_CONNECTIONS {
+                return None;
+            }
+            *count += 1;
+        }
+        Some(PeerSlot {
+            peers: peers.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let Some(ip) = self.ip else { return };
+        let mut open = self
+            .peers
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&ip);
+            }
+        }
     }
 }
 
@@ -144,12 +239,14 @@ impl<T> Watched<T> {
     fn new(
         inner: T,
         slot: OwnedSemaphorePermit,
+        peer: Option<PeerSlot>,
         open: OpenGuard,
         idle_timeout: Duration,
     ) -> Watched<T> {
         Watched {
             inner,
             _slot: slot,
+            _peer: peer,
             _open: open,
             idle_timeout,
             deadline: Box::pin(tokio::time::sleep(idle_timeout)),
@@ -242,7 +339,7 @@ mod tests {
         let slots = Arc::new(Semaphore::new(1));
         let slot = slots.clone().try_acquire_owned().unwrap();
         let open = OpenGuard::new(Gauge::default());
-        (Watched::new(stream, slot, open, idle), slots)
+        (Watched::new(stream, slot, None, open, idle), slots)
     }
 
     #[tokio::test(start_paused = true)]
@@ -280,11 +377,29 @@ mod tests {
         let conn = Watched::new(
             ours,
             slot,
+            None,
             OpenGuard::new(gauge.clone()),
             Duration::from_secs(1),
         );
         assert_eq!((slots.available_permits(), gauge.get()), (0, 1));
         drop(conn);
         assert_eq!((slots.available_permits(), gauge.get()), (1, 0));
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share_and_gets_it_back() {
+        let peers = Arc::new(PeerCounts::default());
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        let held: Vec<PeerSlot> = (0..PEER_CONNECTIONS)
+            .map(|_| PeerSlot::take(&peers, Some(a)).unwrap())
+            .collect();
+        assert!(PeerSlot::take(&peers, Some(a)).is_none());
+        // Another address, and a stream without one, are not affected.
+        assert!(PeerSlot::take(&peers, Some(b)).is_some());
+        assert!(PeerSlot::take(&peers, None).is_some());
+        drop(held);
+        assert!(PeerSlot::take(&peers, Some(a)).is_some());
+        assert!(peers.open.lock().unwrap().is_empty());
     }
 }

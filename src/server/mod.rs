@@ -8,7 +8,7 @@
 //! [`keep_alive`] (how long an HTTP/1.1 connection is kept: the header read timeout from a
 //! request's first byte, `Connection: close` while draining),
 //! [`body_budget`] (request body bytes in flight, taken before a byte is read),
-//! [`large_reviews`] (the memory budget of large reviews) and [`observe`] (what each review
+//! [`parsed_reviews`] (the memory budget of parsed reviews) and [`observe`] (what each review
 //! logs and counts).
 //!
 //! Handlers are thin: extract, call `admission`, render; the status and message of every
@@ -34,11 +34,11 @@ use tracing::info;
 pub mod body_budget;
 mod bounds;
 pub mod client_auth;
-mod connections;
+pub mod connections;
 mod dry_run;
 mod keep_alive;
-pub mod large_reviews;
 pub mod observe;
+pub mod parsed_reviews;
 mod routes;
 pub mod throttle;
 mod tls;
@@ -138,8 +138,8 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// Checks dry-run callers; `None` without a Kubernetes API (the endpoint then answers 503).
     pub authorizer: Option<Arc<dyn Authorizer>>,
-    /// The budget large reviews share while they are decided.
-    pub large_reviews: Arc<large_reviews::LargeReviews>,
+    /// The budget parsed reviews share while they are decided.
+    pub parsed_reviews: Arc<parsed_reviews::ParsedReviews>,
     /// The budget of request body bytes in flight, taken before a byte is read.
     pub bodies: Arc<body_budget::BodyBudget>,
     /// `/mutate` and `/validate` answer only connections with a verified client certificate
@@ -220,12 +220,19 @@ pub async fn start(
         .acceptor(acceptor)
         .handle(handle.clone());
     // hyper's header read timeout off (it defaults to 30 s once a timer is set): see above.
+    // A request's head is bounded (connections::MAX_HEAD_BYTES), so that an open connection
+    // holds at most connections::CONNECTION_BYTES.
     server
         .http_builder()
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(None);
-    server.http_builder().http2().timer(TokioTimer::new());
+        .header_read_timeout(None)
+        .max_buf_size(connections::MAX_HEAD_BYTES);
+    server
+        .http_builder()
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(connections::MAX_HEAD_BYTES).unwrap_or(u32::MAX));
     // Before the HTTPS task starts, so that a metrics address that cannot be bound leaves
     // nothing running.
     let metrics = match config.metrics_listen {
@@ -288,7 +295,8 @@ fn start_metrics(
         .http_builder()
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(connections::MAX_HEAD_BYTES);
     let app = routes::metrics_router(state.clone(), limits);
     let task = tokio::spawn(async move {
         server

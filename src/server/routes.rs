@@ -1,5 +1,5 @@
-//! The webhook's routes: `/mutate` and `/validate` (thin handlers: a large body waits for its
-//! share of [`super::large_reviews`], then parse the review, call `admission`, log and count
+//! The webhook's routes: `/mutate` and `/validate` (thin handlers: a body waits for its
+//! share of [`super::parsed_reviews`], then parse the review, call `admission`, log and count
 //! through [`super::observe`], render), health, readiness and metrics, and the bounds every
 //! request gets. The dry-run route is [`super::dry_run`]'s; who may ask for reviews is
 //! [`super::client_auth`]'s.
@@ -139,16 +139,16 @@ async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) ->
     };
     let started = Instant::now();
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
-    let _share = match state.large_reviews.admit(&body, budget).await {
+    let _share = match state.parsed_reviews.admit(&body, budget).await {
         Ok(share) => share,
-        Err(busy) => return reject(&state, "mutate", Failure::Busy(busy), started),
+        Err(refused) => return reject(&state, "mutate", Failure::Refused(refused), started),
     };
     let request = match admission::parse_review(&body) {
         Ok(request) => request,
         Err(e) => return reject(&state, "mutate", Failure::Review(e), started),
     };
     // Read and parsed: the body's bytes go, and its share of the body budget with them (the
-    // parsed review is the large-review budget's); a review that waits on a registry holds none.
+    // parsed review is the parsed-review budget's); a review that waits on a registry holds none.
     drop(body);
     drop(_body_share);
     let span = review_span(&request);
@@ -165,16 +165,16 @@ async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) 
     };
     let started = Instant::now();
     let budget = admission::budget_from_timeout(query.timeout.as_deref());
-    let _share = match state.large_reviews.admit(&body, budget).await {
+    let _share = match state.parsed_reviews.admit(&body, budget).await {
         Ok(share) => share,
-        Err(busy) => return reject(&state, "validate", Failure::Busy(busy), started),
+        Err(refused) => return reject(&state, "validate", Failure::Refused(refused), started),
     };
     let request = match admission::parse_review(&body) {
         Ok(request) => request,
         Err(e) => return reject(&state, "validate", Failure::Review(e), started),
     };
     // Read and parsed: the body's bytes go, and its share of the body budget with them (the
-    // parsed review is the large-review budget's); a review that waits on a registry holds none.
+    // parsed review is the parsed-review budget's); a review that waits on a registry holds none.
     drop(body);
     drop(_body_share);
     let span = review_span(&request);

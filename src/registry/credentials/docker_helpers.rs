@@ -53,7 +53,7 @@ const HELPER_TTL: Duration = Duration::from_secs(5 * 60);
 const HELPER_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Bytes of cached helper answers, weighed as their keys and credential plus
 /// [`ENTRY_OVERHEAD`].
-const HELPER_CACHE_BYTES: u64 = 4 * 1024 * 1024;
+pub const HELPER_CACHE_BYTES: u64 = 4 * 1024 * 1024;
 /// What a cached answer costs beyond its strings, in bytes.
 const ENTRY_OVERHEAD: usize = 256;
 /// The server address the docker CLI asks helpers about for Docker Hub (`registry.IndexServer`).

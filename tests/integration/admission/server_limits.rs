@@ -252,6 +252,48 @@ async fn past_max_connections_new_ones_are_closed_and_a_freed_slot_serves_again(
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
 }
 
+/// Issue 44: one address opening connections by the thousand held every slot, and the
+/// apiserver's next connection was closed at once. Now an address holds at most
+/// `PEER_CONNECTIONS`; another address is served beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_share_of_connections_and_another_is_served() {
+    use pinhook::server::connections::PEER_CONNECTIONS;
+    let (_registry, pinhook) = start(ConnectionLimits {
+        max_connections: PEER_CONNECTIONS * 4,
+        header_read_timeout: Duration::from_secs(30),
+        request_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
+    })
+    .await;
+    let mut held = Vec::new();
+    let mut closed = 0;
+    for _ in 0..PEER_CONNECTIONS + 20 {
+        match pinhook.raw_tls(&[]).await {
+            Ok(mut conn) => {
+                // A connection past the share is closed right after its handshake: a read
+                // sees the close at once, a held one sees nothing.
+                let mut byte = [0u8; 1];
+                match tokio::time::timeout(Duration::from_millis(100), conn.read(&mut byte)).await {
+                    Err(_) => held.push(conn),
+                    Ok(_) => closed += 1,
+                }
+            }
+            Err(_) => closed += 1,
+        }
+    }
+    assert_eq!((held.len(), closed), (PEER_CONNECTIONS, 20));
+    let mut other = pinhook
+        .raw_tls_from([127, 0, 0, 2].into(), &[])
+        .await
+        .expect("another address");
+    other
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: pinhook\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let (answer, _) = read_until_closed(&mut other, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}
+
 /// Checked and fine before (keep it so): HTTP/2 "rapid reset" (CVE-2023-44487). A client that
 /// opens streams and resets them at once is sent GOAWAY after a few dozen, long before the
 /// thousand it tries. The frames are written as an attacker writes them, in one burst of raw

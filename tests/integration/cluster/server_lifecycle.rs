@@ -94,7 +94,7 @@ fn state(resolver_timeout: Duration) -> AppState {
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
         authorizer: None,
-        large_reviews: Arc::default(),
+        parsed_reviews: Arc::default(),
         bodies: Arc::default(),
         require_client_cert: false,
         token_reviews: Default::default(),

@@ -183,7 +183,7 @@ impl Default for Settings {
             max_output: 1024 * 1024,
             per_provider: DEFAULT_PER_PROGRAM,
             total: DEFAULT_TOTAL,
-            cache_bytes: 8 * 1024 * 1024,
+            cache_bytes: 4 * 1024 * 1024,
         }
     }
 }

@@ -1,0 +1,150 @@
+//! The memory model of `pinhook serve`: every budget that holds what callers, registries and
+//! the cluster send, read from the constants the code bounds itself with, added up against the
+//! chart's memory limit. docs/security.md ("Memory: what adds up") shows the same rows; the
+//! tests here fail when a budget grows past 80 % of the chart's default limit or when the doc's
+//! table stops saying what the code does.
+
+use crate::admission::{loops, pipeline};
+use crate::cluster;
+use crate::registry::cache;
+use crate::registry::credentials::{docker_helpers, provider, pull_secrets};
+use crate::server::{body_budget, connections, parsed_reviews};
+
+/// `pinhook serve` with nothing in flight and empty caches: measured at 32 MiB resident
+/// (release build, benches/body-flood.py's "RSS before"), with room for the Kubernetes
+/// clients, the TLS reloader and the policy watcher.
+pub const BASELINE_BYTES: u64 = 48 << 20;
+
+/// One row of the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// What holds the memory.
+    pub what: &'static str,
+    /// The most bytes it holds.
+    pub bytes: u64,
+    /// Where the bound is set.
+    pub constant: &'static str,
+}
+
+fn mib(bytes: usize) -> u64 {
+    u64::try_from(bytes).unwrap_or(u64::MAX)
+}
+
+/// Every budget of `pinhook serve` at its defaults, the chart's: no credential plugins
+/// configured (each configured one adds its runs, see [`plugin_run_bytes`]).
+pub fn model() -> Vec<Budget> {
+    vec![
+        Budget {
+            what: "the process itself, idle",
+            bytes: BASELINE_BYTES,
+            constant: "app::memory::BASELINE_BYTES",
+        },
+        Budget {
+            what: "request bodies in flight",
+            bytes: mib(body_budget::BODY_BUDGET + body_budget::SMALL_RESERVE),
+            constant: "server::body_budget::{BODY_BUDGET, SMALL_RESERVE}",
+        },
+        Budget {
+            what: "parsed reviews",
+            bytes: mib(parsed_reviews::SMALL_BUDGET + parsed_reviews::LARGE_BUDGET),
+            constant: "server::parsed_reviews::{SMALL_BUDGET, LARGE_BUDGET}",
+        },
+        Budget {
+            what: "open connections",
+            bytes: mib(connections::MAX_CONNECTIONS * connections::CONNECTION_BYTES),
+            constant: "server::connections::{MAX_CONNECTIONS, CONNECTION_BYTES}",
+        },
+        Budget {
+            what: "registry cache",
+            bytes: cache::DIGEST_BYTES + cache::FAILURE_BYTES + cache::BACKOFF_BYTES,
+            constant: "registry::cache::{DIGEST_BYTES, FAILURE_BYTES, BACKOFF_BYTES}",
+        },
+        Budget {
+            what: "pull Secrets and ServiceAccounts",
+            bytes: pull_secrets::SECRET_CACHE_BYTES + pull_secrets::ACCOUNT_CACHE_BYTES,
+            constant: "registry::credentials::pull_secrets::{SECRET_CACHE_BYTES, ACCOUNT_CACHE_BYTES}",
+        },
+        Budget {
+            what: "namespace labels and TokenReview answers",
+            bytes: 2 * cluster::NAMESPACE_CACHE_BYTES + cluster::TOKEN_REVIEW_CACHE_BYTES,
+            constant: "cluster::{NAMESPACE_CACHE_BYTES (2 caches), TOKEN_REVIEW_CACHE_BYTES}",
+        },
+        Budget {
+            what: "credential plugin and helper answers",
+            bytes: provider::Settings::default().cache_bytes + docker_helpers::HELPER_CACHE_BYTES,
+            constant: "provider::Settings::cache_bytes, docker_helpers::HELPER_CACHE_BYTES",
+        },
+        Budget {
+            what: "owner-revision memo, PodsDenied memos, loop breaker",
+            bytes: pipeline::OWNER_MEMO_BYTES
+                + 2 * pipeline::NOTICE_BYTES
+                + loops::LOOP_BREAKER_BYTES,
+            constant: "admission::pipeline::{OWNER_MEMO_BYTES, NOTICE_BYTES}, admission::loops::LOOP_BREAKER_BYTES",
+        },
+    ]
+}
+
+/// What one credential plugin run adds while it runs: its output, read up to
+/// `max_output` (the plugin's own process is the container's memory too, and is not counted
+/// here: see docs/security.md).
+pub fn plugin_run_bytes() -> u64 {
+    mib(provider::Settings::default().max_output)
+}
+
+/// The sum of [`model`].
+pub fn total() -> u64 {
+    model().iter().map(|b| b.bytes).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `resources.limits.memory` of the webhook in charts/pinhook/values.yaml, in bytes.
+    fn chart_limit() -> u64 {
+        let values = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/charts/pinhook/values.yaml"
+        ))
+        .unwrap();
+        let doc: serde_json::Value = serde_saphyr::from_str(&values).unwrap();
+        let limit = doc["resources"]["limits"]["memory"].as_str().unwrap();
+        let mebibytes: u64 = limit.strip_suffix("Mi").unwrap().parse().unwrap();
+        mebibytes << 20
+    }
+
+    #[test]
+    fn the_budgets_add_up_under_80_percent_of_the_charts_limit() {
+        let limit = chart_limit();
+        assert_eq!(limit, 256 << 20);
+        let total = total();
+        assert!(
+            total * 5 <= limit * 4,
+            "the budgets add up to {} MiB, past 80 % of the chart's {} MiB: {:#?}",
+            total >> 20,
+            limit >> 20,
+            model()
+        );
+    }
+
+    /// docs/security.md's table has a row per budget, with its MiB and its constant.
+    #[test]
+    fn the_docs_table_says_what_the_code_does() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md"))
+            .unwrap();
+        for budget in model() {
+            let row = format!(
+                "| {} | {} MiB | `{}` |",
+                budget.what,
+                budget.bytes as f64 / f64::from(1 << 20),
+                budget.constant
+            );
+            assert!(doc.contains(&row), "docs/security.md lacks the row\n{row}");
+        }
+        let sum = format!(
+            "| **sum** | **{} MiB** of the chart's 256 MiB |",
+            total() as f64 / f64::from(1 << 20)
+        );
+        assert!(doc.contains(&sum), "docs/security.md lacks\n{sum}");
+    }
+}
