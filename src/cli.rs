@@ -631,7 +631,14 @@ mod tests {
         assert_eq!(config.cycle.events_per_workload, 2);
         assert!(!config.cycle.mirrors);
         assert!(!config.cycle.mirror_config_maps);
-        assert_eq!(config.listen, "0.0.0.0:8080".parse().expect("addr"));
+        assert_eq!(
+            config.listen,
+            crate::watch::controller::http::Listen {
+                health: "0.0.0.0:8080".parse().expect("addr"),
+                // /inventory on localhost unless told otherwise (issue 44)
+                inventory: Some("127.0.0.1:8081".parse().expect("addr")),
+            }
+        );
         assert!(matches!(config.kube, KubeAccess::Infer));
 
         let defaults = match parse(&["watch"]).expect("parses").command {
@@ -827,7 +834,7 @@ mod tests {
         assert_eq!(
             config.limits,
             ConnectionLimits {
-                max_connections: 256,
+                max_connections: 320,
                 header_read_timeout: Duration::from_secs(10),
                 request_timeout: Duration::from_secs(70),
                 idle_timeout: Duration::from_secs(120),

@@ -11,14 +11,20 @@ use clap::{Args, ValueEnum};
 use super::durations::{parse_lifetime, seconds_flag};
 use super::{CliError, KubeAccess, NodeCredentialArgs, PolicySource, RegistryArgs};
 use crate::registry::CacheConfig;
+use crate::watch::controller::http::Listen;
 use crate::watch::controller::{CycleSettings, InventoryAuth, LeaseConfig, WatchConfig};
 use crate::watch::report::ReportApi;
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// Plain-HTTP address for /metrics, /healthz, /readyz and /inventory.
+    /// Plain-HTTP address for /metrics, /healthz and /readyz.
     #[arg(long, env = "PINHOOK_WATCH_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
+    /// Plain-HTTP address for /inventory (every namespace's workloads and digests, to bearer
+    /// tokens): localhost by default, reached with `kubectl port-forward`, so tokens never cross
+    /// the Pod network in clear; the address of --listen serves it there; `off` nowhere.
+    #[arg(long, env = "PINHOOK_INVENTORY_LISTEN", default_value = "127.0.0.1:8081", value_parser = parse_inventory_listen)]
+    inventory_listen: InventoryListen,
     /// Who may read /inventory: `kubernetes` (a bearer token the cluster authenticates, of a
     /// caller allowed to list pods cluster-wide: TokenReview and SubjectAccessReview) or `none`
     /// (anyone who reaches --listen; only for a listener nobody else reaches).
@@ -92,6 +98,20 @@ pub struct InventoryArgs {
     pub report_api: ReportApiArg,
 }
 
+/// `--inventory-listen`: an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InventoryListen(Option<SocketAddr>);
+
+fn parse_inventory_listen(value: &str) -> Result<InventoryListen, String> {
+    if value == "off" {
+        return Ok(InventoryListen(None));
+    }
+    value
+        .parse()
+        .map(|addr| InventoryListen(Some(addr)))
+        .map_err(|e| format!("not an address (IP:PORT) or `off`: {e}"))
+}
+
 /// `--inventory-auth`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InventoryAuthArg {
@@ -140,7 +160,10 @@ impl WatchArgs {
             .filter(|name| !name.is_empty())
             .unwrap_or_else(|| format!("pinhook-watch-{}", std::process::id()));
         Ok(WatchConfig {
-            listen: self.listen,
+            listen: Listen {
+                health: self.listen,
+                inventory: self.inventory_listen.0,
+            },
             policy,
             registry: self.registry.to_config()?,
             // Fresh for one interval; every cycle expires them first (see watch::controller::cycle).

@@ -41,6 +41,7 @@ mod resolver;
 pub(crate) mod testing;
 
 pub use cache::{BreakerSettings, CacheConfig, CachingResolver, ReadOnlyCache, RunMemo, TagMove};
+pub use client::token::TOKEN_CACHE_BYTES;
 pub use client::{Bearer, OciResolver};
 pub use config::{HostCaError, RegistryConfig};
 pub use credentials::{

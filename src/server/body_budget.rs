@@ -9,7 +9,10 @@
 //! ([`PEER_BUDGET`]), so that one caller (a Pod flooding the port) can take at most its share
 //! and the apiserver's reviews, from another address, still fit. Bodies up to [`SMALL_BODY`]
 //! (every ordinary review) count against a reserve of their own ([`SMALL_RESERVE`]) that large
-//! bodies never take. A share is held while the body is read and parsed, and given back before
+//! bodies never take, at most half of it per address, and never against the address's share
+//! of large bodies: every tenant's review comes from the apiserver's one address, so one
+//! tenant's large reviews (waiting for their parsed share) never leave another's ordinary ones
+//! without room. A share is held while the body is read and parsed, and given back before
 //! the review is decided (the handlers drop it), so reviews that wait on a slow registry hold
 //! nothing here: the apiserver's share, which every tenant's review shares, is only ever taken
 //! by bodies in transit.
@@ -48,7 +51,8 @@ pub struct BodyBudget {
 struct Counts {
     large: usize,
     small: usize,
-    peers: HashMap<Option<IpAddr>, usize>,
+    /// Per peer address: (large, small) bytes held.
+    peers: HashMap<Option<IpAddr>, (usize, usize)>,
 }
 
 /// What one body holds of the budgets; given back when dropped.
@@ -128,6 +132,9 @@ impl BodyBudget {
                 return Err(BodyRefusal::TooLarge { limit });
             }
             self.take(&mut share, total)?;
+            // (exactly: the share counts the bytes held, and a doubled capacity would hold
+            // up to twice them)
+            read.reserve_exact(data.len());
             read.extend_from_slice(&data);
         }
         Ok((Bytes::from(read), share))
@@ -140,35 +147,38 @@ impl BodyBudget {
             return Ok(());
         }
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let peer_held = counts.peers.get(&share.peer).copied().unwrap_or(0);
-        let more = bytes - held;
-        if peer_held + more > self.per_peer {
-            return Err(BodyRefusal::Busy {
-                held: peer_held,
-                budget: self.total + self.small,
-            });
-        }
-        // A small body stays in the reserve while it fits there; a body that grows past
-        // SMALL_BODY moves to the shared budget whole.
-        // (Only a body that never left the reserve stays in it: one that moved to the shared
-        // budget stays there, so the counts given back are the counts taken.)
+        let (peer_large, peer_small) = counts.peers.get(&share.peer).copied().unwrap_or((0, 0));
+        let busy = || BodyRefusal::Busy {
+            held: peer_large + peer_small,
+            budget: self.total + self.small,
+        };
+        // A small body stays in the reserve while it fits there (the whole reserve and its
+        // address's half of it); a body that grows past SMALL_BODY moves to the shared budget
+        // whole. (Only a body that never left the reserve stays in it: one that moved to the
+        // shared budget stays there, so the counts given back are the counts taken.)
+        let peer_small_after = peer_small - share.small + bytes;
         let (large, small) = match share.large == 0
             && bytes <= SMALL_BODY
             && counts.small - share.small + bytes <= self.small
+            && peer_small_after <= self.small / 2
         {
             true => (0, bytes),
             false => (bytes, 0),
         };
+        let peer_large_after = peer_large - share.large + large;
+        if peer_large_after > self.per_peer {
+            return Err(busy());
+        }
         let large_more = large - share.large;
         if large_more > 0 && counts.large + large_more > self.total {
-            return Err(BodyRefusal::Busy {
-                held: peer_held,
-                budget: self.total + self.small,
-            });
+            return Err(busy());
         }
         counts.large += large_more;
         counts.small = counts.small - share.small + small;
-        *counts.peers.entry(share.peer).or_default() += more;
+        counts.peers.insert(
+            share.peer,
+            (peer_large_after, peer_small - share.small + small),
+        );
         debug_assert_eq!(large + small, bytes, "a share holds what it read");
         share.large = large;
         share.small = small;
@@ -209,9 +219,10 @@ impl Drop for BodyShare {
             .unwrap_or_else(PoisonError::into_inner);
         counts.large -= self.large;
         counts.small -= self.small;
-        if let Some(peer) = counts.peers.get_mut(&self.peer) {
-            *peer -= held;
-            if *peer == 0 {
+        if let Some((large, small)) = counts.peers.get_mut(&self.peer) {
+            *large -= self.large;
+            *small -= self.small;
+            if (*large, *small) == (0, 0) {
                 counts.peers.remove(&self.peer);
             }
         }
@@ -331,16 +342,26 @@ mod tests {
             .map_err(|e| e.to_string())
             .expect("another address fits");
         assert_eq!(bytes.len(), 1 << 20);
+        // B's large body does not take from B's small ones: two fit B's half of the reserve,
+        // the next two go to the shared budget.
         let mut small = Vec::new();
         for _ in 0..4 {
             let (_, share) = budget
                 .read(B, Body::from(vec![b's'; 60 << 10]), Some(60 << 10), 7 << 20)
                 .await
                 .map_err(|e| e.to_string())
-                .expect("small bodies fit the reserve");
+                .expect("small bodies fit");
             small.push(share);
         }
-        assert_eq!(budget.held().1, 4 * (60 << 10));
+        assert_eq!(budget.held().1, 2 * (60 << 10));
+        assert_eq!(budget.held().0, (2 << 20) + (1 << 20) + 2 * (60 << 10));
+        // A's large share is full (its two slow bodies): A's ordinary reviews still fit (every
+        // tenant's reviews come from the apiserver's one address).
+        let (_, _a_small) = budget
+            .read(A, Body::from(vec![b'o'; 8 << 10]), Some(8 << 10), 7 << 20)
+            .await
+            .map_err(|e| e.to_string())
+            .expect("an ordinary review of a full address fits the reserve");
         for task in slow {
             task.abort();
         }
@@ -351,11 +372,18 @@ mod tests {
     #[tokio::test]
     async fn a_body_never_moves_back_to_the_reserve() {
         let budget = Arc::new(BodyBudget::new(1 << 20, 4 << 20, 64 << 10));
+        // Two addresses fill the reserve, 30 KiB each (each may hold half of it).
         let (_, full) = budget
-            .read(B, Body::from(vec![b'r'; 60 << 10]), Some(60 << 10), 7 << 20)
+            .read(B, Body::from(vec![b'r'; 30 << 10]), Some(30 << 10), 7 << 20)
             .await
             .map_err(|e| e.to_string())
-            .expect("fills the reserve");
+            .expect("fills half the reserve");
+        let c = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)));
+        let (_, full_c) = budget
+            .read(c, Body::from(vec![b'r'; 30 << 10]), Some(30 << 10), 7 << 20)
+            .await
+            .map_err(|e| e.to_string())
+            .expect("fills the other half");
         let mut share = BodyShare {
             budget: budget.clone(),
             peer: A,
@@ -366,7 +394,7 @@ mod tests {
             .take(&mut share, 10 << 10)
             .expect("room in the shared budget");
         assert_eq!((share.large, share.small), (10 << 10, 0));
-        drop(full);
+        drop((full, full_c));
         budget.take(&mut share, 20 << 10).expect("grows");
         assert_eq!((share.large, share.small), (20 << 10, 0));
         drop(share);

@@ -25,19 +25,26 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-/// Connections one peer address may hold open at once (the apiserver multiplexes its reviews
-/// over a few HTTP/2 connections; kubelet probes and Prometheus use one or two).
-pub const PEER_CONNECTIONS: usize = 32;
-/// The default of `--max-connections`: with [`PEER_CONNECTIONS`], seven flooding addresses
-/// leave room for every apiserver.
-pub const MAX_CONNECTIONS: usize = 256;
-/// The most memory one open connection holds beyond the bodies (counted by the body budget):
-/// rustls' buffers and state, measured at about 40 KiB idle (benches/body-flood.py `idle`),
-/// and the request head, at most [`MAX_HEAD_BYTES`].
-pub const CONNECTION_BYTES: usize = (40 << 10) + MAX_HEAD_BYTES;
+/// Connections one peer address may hold open at once. The apiserver's webhook client speaks
+/// HTTP/1.1 only (docs/performance.md), one connection per review in flight, and every review
+/// of every tenant comes from its address: this is room for a rollout's bursts, not a few.
+pub const PEER_CONNECTIONS: usize = 128;
+/// The default of `--max-connections`: with [`PEER_CONNECTIONS`], one flooding address leaves
+/// room for the apiserver (several need a client CA or a NetworkPolicy, docs/security.md).
+pub const MAX_CONNECTIONS: usize = 320;
+/// What one open connection holds at most beyond the bodies the body budget counts: rustls'
+/// state and buffers (about 40 KiB, measured idle with benches/body-flood.py `idle`), the read
+/// buffer or HTTP/2 flow-control window ([`WINDOW_BYTES`]) and a request's head
+/// ([`MAX_HEAD_BYTES`]).
+pub const CONNECTION_BYTES: usize = (40 << 10) + WINDOW_BYTES + MAX_HEAD_BYTES;
 /// The most bytes of a request's head (HTTP/1.1 read buffer, HTTP/2 header list) read before
 /// the request is refused: the apiserver's are under 2 KiB.
-pub const MAX_HEAD_BYTES: usize = 32 << 10;
+pub const MAX_HEAD_BYTES: usize = 16 << 10;
+/// HTTP/2's flow-control windows, per stream and per connection (the protocol's initial 64 KiB,
+/// not hyper's 1 MiB): body bytes a client may send before pinhook reads them.
+pub const WINDOW_BYTES: usize = 65_535;
+/// HTTP/2 streams one connection may have open at once.
+pub const MAX_STREAMS: u32 = 32;
 
 /// Something accepted that may know the address at its other end.
 pub trait PeerAddress {

@@ -39,6 +39,7 @@ mod dry_run;
 mod keep_alive;
 pub mod observe;
 pub mod parsed_reviews;
+pub mod plain;
 mod routes;
 pub mod throttle;
 mod tls;
@@ -158,7 +159,7 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     /// The plain-HTTP metrics listener's address, when there is one.
     pub metrics_addr: Option<SocketAddr>,
-    metrics: Option<Listener>,
+    metrics: Option<plain::PlainEdge>,
     handle: axum_server::Handle<SocketAddr>,
     ready: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
@@ -228,11 +229,16 @@ pub async fn start(
         .timer(TokioTimer::new())
         .header_read_timeout(None)
         .max_buf_size(connections::MAX_HEAD_BYTES);
+    let window = u32::try_from(connections::WINDOW_BYTES).unwrap_or(u32::MAX);
     server
         .http_builder()
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(connections::MAX_HEAD_BYTES).unwrap_or(u32::MAX));
+        .max_header_list_size(u32::try_from(connections::MAX_HEAD_BYTES).unwrap_or(u32::MAX))
+        .max_concurrent_streams(connections::MAX_STREAMS)
+        .initial_stream_window_size(window)
+        .initial_connection_window_size(window)
+        .max_send_buf_size(connections::MAX_HEAD_BYTES);
     // Before the HTTPS task starts, so that a metrics address that cannot be bound leaves
     // nothing running.
     let metrics = match config.metrics_listen {
@@ -251,8 +257,8 @@ pub async fn start(
     info!(%addr, client_certificates = if state.require_client_cert { "required for admission reviews" } else { "not asked for" }, "listening");
     Ok(RunningServer {
         addr,
-        metrics_addr: metrics.as_ref().map(|(addr, _)| *addr),
-        metrics: metrics.map(|(_, listener)| listener),
+        metrics_addr: metrics.as_ref().map(|edge| edge.addr),
+        metrics,
         handle,
         ready: state.ready,
         task,
@@ -260,52 +266,21 @@ pub async fn start(
     })
 }
 
-/// A listener's shutdown handle and its task.
-type Listener = (
-    axum_server::Handle<SocketAddr>,
-    tokio::task::JoinHandle<Result<(), ServerError>>,
-);
-
-/// The plain-HTTP listener of `/metrics` and `/healthz`, with the same bounds on connections
-/// and requests as the HTTPS one.
+/// The plain-HTTP listener of `/metrics` and `/healthz` ([`plain`]: the same bounds on
+/// connections and requests as the HTTPS one).
 fn start_metrics(
     listen: SocketAddr,
     state: &AppState,
     limits: &ConnectionLimits,
-) -> Result<(SocketAddr, Listener), ServerError> {
-    let bind = |source| ServerError::Bind {
-        addr: listen,
-        source,
-    };
-    let listener = std::net::TcpListener::bind(listen).map_err(bind)?;
-    listener.set_nonblocking(true).map_err(bind)?;
-    let addr = listener.local_addr().map_err(|_| ServerError::NoAddress)?;
-    let handle = axum_server::Handle::new();
-    let acceptor = LimitedAcceptor::new(
-        NoDelayAcceptor::new(),
+) -> Result<plain::PlainEdge, ServerError> {
+    plain::serve(
+        listen,
+        routes::metrics_router(state.clone()),
         limits,
         state.metrics.connections_open.clone(),
         state.metrics.connections_refused.clone(),
-    );
-    let mut server = axum_server::from_tcp(listener)
-        .map_err(bind)?
-        .acceptor(acceptor)
-        .handle(handle.clone());
-    server
-        .http_builder()
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(connections::MAX_HEAD_BYTES);
-    let app = routes::metrics_router(state.clone(), limits);
-    let task = tokio::spawn(async move {
-        server
-            .serve(app.into_make_service())
-            .await
-            .map_err(|source| ServerError::Serve { addr, source })
-    });
-    info!(%addr, "serving /metrics over plain HTTP");
-    Ok((addr, (handle, task)))
+        "/metrics and /healthz",
+    )
 }
 
 // === impl RunningServer ===
@@ -319,9 +294,8 @@ impl RunningServer {
         self.ready.store(false, Ordering::SeqCst);
         tokio::time::sleep(drain).await;
         self.handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
-        if let Some((handle, task)) = self.metrics {
-            handle.graceful_shutdown(Some(Duration::from_secs(1)));
-            let _ = task.await;
+        if let Some(metrics) = self.metrics {
+            let _ = metrics.shutdown(Duration::from_secs(1)).await;
         }
         self.reloader.abort();
         match self.task.await {

@@ -6,7 +6,9 @@
 //! from the body's bytes, objects, strings and values). Reviews up to [`SMALL_BODY`] bytes
 //! (every ordinary Pod and workload) share [`SMALL_BUDGET`], larger ones [`LARGE_BUDGET`], so
 //! a tenant's large writes only ever wait behind each other; each waits at most its review's
-//! own time budget, then is refused as busy. A review that would cost more than its whole pool
+//! own time budget, then is refused as busy (429, `Retry-After: 1`). A review waits by trying
+//! again every few milliseconds, not in a queue: a large share the pool cannot give yet never
+//! holds up a smaller one it can. A review that would cost more than its whole pool
 //! is refused at once ([`Refused::TooCostly`]): nothing lets one review past the memory the
 //! model of docs/security.md counts.
 //!
@@ -16,7 +18,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 
 /// Bodies up to this size share [`SMALL_BUDGET`]; larger ones [`LARGE_BUDGET`].
 pub const SMALL_BODY: usize = 64 << 10;
@@ -24,27 +26,51 @@ pub const SMALL_BODY: usize = 64 << 10;
 /// once: an ordinary Pod review of 8 KiB costs about 100 KiB, so about 160 of them; the worst
 /// 64 KiB body (`{},` repeated) about 13 MiB.
 pub const SMALL_BUDGET: usize = 16 << 20;
-/// The estimated bytes of the larger reviews decided at once: about 2 MiB of bodies of ordinary
-/// Kubernetes JSON (an object the apiserver stores is at most 1.5 MiB).
-pub const LARGE_BUDGET: usize = 32 << 20;
+/// The estimated bytes of the larger reviews decided at once: the UPDATE of the largest object
+/// the apiserver stores (1.5 MiB, in `object` and `oldObject`: about 3 MiB of ordinary
+/// Kubernetes JSON, some 60 MiB estimated).
+pub const LARGE_BUDGET: usize = 64 << 20;
 /// What parsing costs per JSON object (`{`) beyond its text: serde_json's ordered map (an
 /// index table and an entries vector, allocated even for one key).
 const PER_OBJECT: usize = 512;
 /// Per JSON value in an array or object (`,`): its slot, a `Value` and a map entry's hash.
 const PER_VALUE: usize = 80;
-/// Per string (a `"` each end): its allocation.
-const PER_QUOTE: usize = 16;
+/// Per string: its allocation.
+const PER_STRING: usize = 32;
+/// How long a review waits between two tries for its share.
+const RETRY_EVERY: Duration = Duration::from_millis(5);
 
-/// Roughly the bytes `body` holds once parsed: its own bytes plus [`PER_OBJECT`] for each `{`,
-/// [`PER_VALUE`] for each `,` and [`PER_QUOTE`] for each `"` (inside strings too, so rather
-/// more than less). Calibrated on the review naming a pull Secret 100,000 times (about 67 MB
-/// estimated, 65 MB measured).
+/// Roughly the bytes `body` holds once parsed: its own bytes plus [`PER_OBJECT`] for each
+/// object, [`PER_VALUE`] for each `,` and [`PER_STRING`] for each string, counted outside
+/// strings (a `{` or `,` inside one, JSON in an annotation, is text). Calibrated on the review
+/// naming a pull Secret 100,000 times (about 67 MB estimated, 65 MB measured).
 pub fn parsed_cost(body: &[u8]) -> usize {
-    let count = |byte: u8| body.iter().filter(|&&b| b == byte).count();
+    let (mut objects, mut values, mut strings) = (0usize, 0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in body {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                strings += 1;
+            }
+            b'{' => objects += 1,
+            b',' => values += 1,
+            _ => {}
+        }
+    }
     body.len()
-        .saturating_add(count(b'{').saturating_mul(PER_OBJECT))
-        .saturating_add(count(b',').saturating_mul(PER_VALUE))
-        .saturating_add(count(b'"').saturating_mul(PER_QUOTE))
+        .saturating_add(objects.saturating_mul(PER_OBJECT))
+        .saturating_add(values.saturating_mul(PER_VALUE))
+        .saturating_add(strings.saturating_mul(PER_STRING))
 }
 
 /// The shared budgets of one server.
@@ -130,9 +156,18 @@ impl ParsedReviews {
         };
         // (cost <= budget <= Semaphore::MAX_PERMITS; u32 by the budgets' sizes)
         let want = u32::try_from(cost).map_err(|_| busy())?;
-        match tokio::time::timeout(wait, pool.bytes.acquire_many(want)).await {
-            Ok(Ok(permit)) => Ok(Share { _permit: permit }),
-            Ok(Err(_)) | Err(_) => Err(busy()),
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match pool.bytes.try_acquire_many(want) {
+                Ok(permit) => return Ok(Share { _permit: permit }),
+                Err(TryAcquireError::NoPermits) => {}
+                Err(TryAcquireError::Closed) => return Err(busy()),
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(busy());
+            }
+            tokio::time::sleep(RETRY_EVERY.min(deadline - now)).await;
         }
     }
 }
@@ -149,6 +184,8 @@ impl Pool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     /// A body of `n` spaces: it costs its bytes and nothing more.
@@ -193,6 +230,64 @@ mod tests {
         assert!(reviews.admit(&blank(10), Duration::ZERO).await.is_ok());
     }
 
+    /// A large share the pool cannot give yet does not hold up a smaller one it can (a FIFO
+    /// queue did: one tenant's big review at the head kept everyone's small ones waiting).
+    #[tokio::test]
+    async fn a_waiting_large_share_never_holds_up_a_smaller_one() {
+        let reviews = Arc::new(ParsedReviews::new(SMALL_BODY * 2, 1 << 20));
+        let held = reviews
+            .admit(&blank(600 << 10), Duration::ZERO)
+            .await
+            .expect("fits");
+        let waiting = {
+            let reviews = reviews.clone();
+            tokio::spawn(async move {
+                reviews
+                    .admit(&blank(900 << 10), Duration::from_secs(5))
+                    .await
+                    .map(|_| ())
+                    .is_ok()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // 400 KiB are free: a 300 KiB review gets them at once, the 900 KiB one still waits.
+        let started = std::time::Instant::now();
+        let small = reviews
+            .admit(&blank(300 << 10), Duration::from_secs(5))
+            .await;
+        assert!(small.is_ok());
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        drop((small, held));
+        assert!(
+            waiting.await.expect("task"),
+            "the large one gets its share once there is room"
+        );
+    }
+
+    /// Text is text: JSON inside a string (an annotation, a ConfigMap's data) costs its bytes,
+    /// not an object per `{`.
+    #[test]
+    fn json_inside_a_string_costs_its_bytes() {
+        let inner = r#"{\"a\":{\"b\":1},\"c\":[1,2,3]}"#.repeat(1000);
+        let body = format!(r#"{{"annotation":"{inner}"}}"#).into_bytes();
+        let cost = parsed_cost(&body);
+        assert!(
+            cost < body.len() + 2 * PER_OBJECT + 4 * PER_STRING,
+            "{cost} for {}",
+            body.len()
+        );
+        // The same structure outside a string costs an object per `{`.
+        let outer = format!(
+            "[{}]",
+            r#"{"a":{"b":1},"c":[1,2,3]}"#.repeat(1000).replace("}{", "},{")
+        );
+        assert!(parsed_cost(outer.as_bytes()) > 2000 * PER_OBJECT);
+    }
+
     #[tokio::test]
     async fn a_review_costing_more_than_its_pool_is_refused_at_once() {
         let reviews = ParsedReviews::new(SMALL_BODY * 2, 1 << 20);
@@ -210,23 +305,31 @@ mod tests {
     }
 
     /// A review naming one pull Secret 100,000 times, 1.5 MB of body: it weighs as what it
-    /// holds parsed (about 65 MB), not as its body. Under the 160 MiB budget two were decided
-    /// at once (130 MB, half the chart's limit); now none is: it costs more than the whole pool.
+    /// holds parsed (about 65 MB), not as its body. Under the old 160 MiB budget of large
+    /// reviews two were decided at once (130 MB, half the chart's limit then); now one takes
+    /// nearly the whole pool, and one naming it 120,000 times costs more than the pool: refused.
     #[tokio::test]
     async fn a_review_of_many_small_objects_weighs_what_it_holds_parsed() {
-        let entries = vec![r#"{"name":"big"}"#; 100_000].join(",");
-        let body = format!(r#"{{"spec":{{"imagePullSecrets":[{entries}]}}}}"#).into_bytes();
+        let review = |names: usize| {
+            let entries = vec![r#"{"name":"big"}"#; names].join(",");
+            format!(r#"{{"spec":{{"imagePullSecrets":[{entries}]}}}}"#).into_bytes()
+        };
+        let body = review(100_000);
         assert!(body.len() > 1_500_000, "{}", body.len());
         let cost = parsed_cost(&body);
-        assert!((60 << 20..80 << 20).contains(&cost), "{cost}");
+        assert!((60 << 20..LARGE_BUDGET).contains(&cost), "{cost}");
         let reviews = ParsedReviews::default();
+        let first = reviews.admit(&body, Duration::from_millis(10)).await;
+        assert!(first.is_ok());
         match reviews.admit(&body, Duration::from_millis(10)).await {
-            Err(Refused::TooCostly {
-                bytes,
-                cost: c,
-                budget,
-            }) => {
-                assert_eq!((bytes, c, budget), (body.len(), cost, LARGE_BUDGET))
+            Err(Refused::Busy { cost: c, .. }) => assert_eq!(c, cost),
+            other => panic!("one at a time: {other:?}"),
+        }
+        drop(first);
+        let bigger = review(120_000);
+        match reviews.admit(&bigger, Duration::from_millis(10)).await {
+            Err(Refused::TooCostly { bytes, budget, .. }) => {
+                assert_eq!((bytes, budget), (bigger.len(), LARGE_BUDGET))
             }
             other => panic!("{other:?}"),
         }
@@ -237,12 +340,14 @@ mod tests {
     }
 
     /// Ordinary Kubernetes JSON (longer keys and values) is estimated at under 25 times its
-    /// body: a 1.5 MiB object of it (the most the apiserver stores) is decided.
+    /// body: the UPDATE of a 1.5 MiB object of it (the most the apiserver stores), in `object`
+    /// and `oldObject`, is decided.
     #[tokio::test]
-    async fn ordinary_json_of_the_largest_stored_object_fits() {
+    async fn the_update_of_the_largest_stored_object_fits() {
         let container = r#"{"name":"app","image":"registry.example.com/team/app:v1.2.3","env":[{"name":"LOG_LEVEL","value":"info"}],"resources":{"limits":{"cpu":"500m","memory":"256Mi"}}}"#;
-        let body = format!("[{}]", vec![container; 9_800].join(",")).into_bytes();
-        assert!(body.len() >= 3 << 19, "{}", body.len());
+        let object = format!("[{}]", vec![container; 9_800].join(","));
+        assert!(object.len() >= 3 << 19, "{}", object.len());
+        let body = format!(r#"{{"object":{object},"oldObject":{object}}}"#).into_bytes();
         let times = parsed_cost(&body) / body.len();
         assert!((10..25).contains(&times), "{times}");
         let reviews = ParsedReviews::default();

@@ -61,17 +61,12 @@ pub fn router(state: AppState, limits: &ConnectionLimits) -> Router {
         .with_state(Arc::new(state))
 }
 
-/// The plain-HTTP metrics listener's routes: `/metrics` and `/healthz`, nothing else, with
-/// the same time bounds as the webhook's.
-pub(super) fn metrics_router(state: AppState, limits: &ConnectionLimits) -> Router {
+/// The plain-HTTP metrics listener's routes: `/metrics` and `/healthz`, nothing else (the
+/// bounds are [`super::plain`]'s).
+pub(super) fn metrics_router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz_handler))
         .route("/metrics", get(metrics_handler))
-        .layer((
-            tower_http::catch_panic::CatchPanicLayer::new(),
-            BoundsLayer::new(limits.request_timeout, limits.header_read_timeout),
-            RequestBodyLimitLayer::new(4096),
-        ))
         .with_state(Arc::new(state))
 }
 
@@ -212,7 +207,15 @@ pub(super) fn status_of(failure: &Failure) -> StatusCode {
 
 /// Plain text, one line: what the apiserver logs when a call to the webhook fails.
 fn failure_text(failure: &Failure) -> Response {
-    (status_of(failure), format!("{}\n", failure.message())).into_response()
+    let status = status_of(failure);
+    let mut response = (status, format!("{}\n", failure.message())).into_response();
+    // (a refusal for want of room, as the body budget's: the caller may retry at once)
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// Answers a body that is not a review (and counts it).

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use crate::registry::guard::RealmRefusal;
 use crate::registry::http::{body, outbound};
 use crate::registry::{AnswerError, Fingerprint, RegistryError};
+use crate::weight::weight;
 
 /// How long a registry's bearer token is reused (the token spec's default lifetime is 60 s;
 /// an expired one is answered 401 and fetched anew).
@@ -37,6 +38,10 @@ pub struct Bearer {
 pub(crate) struct TokenCache {
     tokens: moka::sync::Cache<TokenKey, Arc<str>>,
 }
+
+/// Bytes the bearer tokens kept may hold (a token answer is read up to 64 KiB: 10,000 of them
+/// were 625 MiB); at most 10,000 tokens within it.
+pub const TOKEN_CACHE_BYTES: u64 = 4 << 20;
 
 /// Whose token: one per registry, credential and repository path, since a token's scope names
 /// the repository and its grant depends on the credential.
@@ -133,8 +138,15 @@ impl TokenCache {
     pub fn new() -> TokenCache {
         TokenCache {
             tokens: moka::sync::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(TOKEN_CACHE_BYTES)
                 .time_to_live(TOKEN_TTL)
+                .weigher(|key: &TokenKey, token: &Arc<str>| {
+                    weight(
+                        key.registry.len() + key.repository.len() + token.len() + 256,
+                        TOKEN_CACHE_BYTES,
+                        10_000,
+                    )
+                })
                 .build(),
         }
     }

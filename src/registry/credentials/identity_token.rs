@@ -28,6 +28,7 @@ use crate::registry::http::{body, outbound};
 use crate::registry::{
     guard, Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver,
 };
+use crate::weight::weight;
 
 /// How long an access token is reused (token services issue them for 60 s at least).
 const ACCESS_TTL: Duration = Duration::from_secs(50);
@@ -36,6 +37,9 @@ const CLIENT_ID: &str = "pinhook";
 
 /// Exchanges identity tokens, then resolves through the registry client, whose HTTP clients,
 /// settings (reloaded with the policy) and address guard the exchange uses too.
+/// Bytes the access tokens exchanged for identity tokens may hold; at most 10,000 within it.
+pub const ACCESS_CACHE_BYTES: u64 = 2 << 20;
+
 pub struct IdentityTokens {
     oci: Arc<OciResolver>,
     access: moka::future::Cache<(String, Fingerprint, String), Arc<str>>,
@@ -55,8 +59,15 @@ impl IdentityTokens {
         IdentityTokens {
             oci,
             access: moka::future::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(ACCESS_CACHE_BYTES)
                 .time_to_live(ACCESS_TTL)
+                .weigher(|key: &(String, Fingerprint, String), token: &Arc<str>| {
+                    weight(
+                        key.0.len() + key.2.len() + token.len() + 256,
+                        ACCESS_CACHE_BYTES,
+                        10_000,
+                    )
+                })
                 .build(),
         }
     }

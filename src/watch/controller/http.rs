@@ -1,10 +1,14 @@
-//! The watch's plain-HTTP port: `/metrics`, `/healthz` and `/readyz` for anyone who reaches it
-//! (counts and health, no workload names), and `/inventory`, every namespace's workloads and
-//! image digests, only for callers [`InventoryGate`] lets in: 401 without a token the cluster
-//! authenticates, 403 for a caller not allowed to `list pods` cluster-wide, 429 when too many
-//! unknown tokens came at once, 503 when the cluster could not be asked. No refusal carries
-//! inventory data.
+//! The watch's plain-HTTP ports, both served by the one hardened plain-HTTP edge
+//! ([`crate::server::plain`]: the webhook's bounds on connections and requests): `/metrics`,
+//! `/healthz` and `/readyz` for anyone who reaches `--listen` (counts and health, no workload
+//! names), and `/inventory`, every namespace's workloads and image digests, on
+//! `--inventory-listen` (localhost by default: bearer tokens never cross the Pod network in
+//! clear unless an admin says so), only for callers [`InventoryGate`] lets in: 401 without a
+//! token the cluster authenticates, 403 for a caller not allowed to `list pods` cluster-wide,
+//! 429 when too many unknown tokens came at once, 503 when the cluster could not be asked. No
+//! refusal carries inventory data.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -17,6 +21,8 @@ use super::access::InventoryGate;
 use super::cycle::Watch;
 use super::pods::PodStore;
 use crate::metrics::Metrics;
+use crate::server::plain::{self, PlainEdge};
+use crate::server::{ConnectionLimits, ServerError};
 use crate::watch::access::Decision;
 
 /// Shared with the HTTP handlers.
@@ -28,20 +34,74 @@ struct HttpState {
     gate: Arc<InventoryGate>,
 }
 
-/// The port's routes.
-pub fn router(watch: Arc<Watch>, store: PodStore, gate: Arc<InventoryGate>) -> Router {
+/// Where the watch listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen {
+    /// `/metrics`, `/healthz`, `/readyz`.
+    pub health: SocketAddr,
+    /// `/inventory`; the same address as `health` serves it there, `None` nowhere.
+    pub inventory: Option<SocketAddr>,
+}
+
+/// The watch's listeners, serving.
+pub struct Edges {
+    pub health: PlainEdge,
+    /// Absent when `/inventory` is served on the health listener, or nowhere.
+    pub inventory: Option<PlainEdge>,
+}
+
+/// Binds and serves the watch's routes behind the plain-HTTP edge's bounds (`limits`).
+pub fn serve(
+    watch: Arc<Watch>,
+    store: PodStore,
+    gate: Arc<InventoryGate>,
+    listen: Listen,
+    limits: &ConnectionLimits,
+) -> Result<Edges, ServerError> {
+    let metrics = watch.metrics.clone();
     let state = HttpState {
-        metrics: watch.metrics.clone(),
+        metrics: metrics.clone(),
         watch,
         store,
         gate,
     };
-    Router::new()
+    let health_routes = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready_handler))
-        .route("/inventory", get(inventory_handler))
-        .with_state(state)
+        .route("/readyz", get(ready_handler));
+    let inventory_routes = Router::new().route("/inventory", get(inventory_handler));
+    let edge = |addr, routes: Router<HttpState>, what| {
+        plain::serve(
+            addr,
+            routes.with_state(state.clone()),
+            limits,
+            metrics.connections_open.clone(),
+            metrics.connections_refused.clone(),
+            what,
+        )
+    };
+    // (the same address, unless both ask for any free port)
+    if listen.inventory == Some(listen.health) && listen.health.port() != 0 {
+        let health = edge(
+            listen.health,
+            health_routes.merge(inventory_routes),
+            "/metrics, /healthz, /readyz and /inventory",
+        )?;
+        return Ok(Edges {
+            health,
+            inventory: None,
+        });
+    }
+    let health = edge(
+        listen.health,
+        health_routes,
+        "/metrics, /healthz and /readyz",
+    )?;
+    let inventory = match listen.inventory {
+        Some(addr) => Some(edge(addr, inventory_routes, "/inventory")?),
+        None => None,
+    };
+    Ok(Edges { health, inventory })
 }
 
 async fn metrics_handler(State(state): State<HttpState>) -> Response {

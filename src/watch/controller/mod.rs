@@ -20,7 +20,6 @@ pub mod http;
 pub mod inventory;
 pub mod pods;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +39,7 @@ use crate::registry::identity_token::IdentityTokens;
 use crate::registry::provider::{CredentialProviders, ProviderFiles};
 use crate::registry::pull_secrets::KubeSecrets;
 use crate::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
+use crate::server::ConnectionLimits;
 
 pub use access::{InventoryAuth, InventoryGate};
 pub use cycle::{CycleSettings, CycleSummary, Watch};
@@ -47,8 +47,8 @@ pub use pods::PodStore;
 
 /// Everything `pinhook watch` needs to know.
 pub struct WatchConfig {
-    /// The plain-HTTP port: metrics, health, inventory.
-    pub listen: SocketAddr,
+    /// The plain-HTTP ports: metrics and health; the inventory.
+    pub listen: http::Listen,
     pub policy: PolicySource,
     pub registry: RegistryConfig,
     /// The watch's own cache; its `hit_ttl` is the recheck interval.
@@ -81,14 +81,8 @@ pub enum WatchRunError {
     App(#[from] AppError),
     #[error("pinhook watch needs the Kubernetes API, and none is configured")]
     NoKube,
-    #[error("failed to bind {addr}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the HTTP server failed")]
-    Serve(#[source] std::io::Error),
+    #[error(transparent)]
+    Serve(#[from] crate::server::ServerError),
 }
 
 /// The watch, wired and not yet running.
@@ -146,13 +140,7 @@ pub async fn build(config: &WatchConfig) -> Result<Built, WatchRunError> {
 /// Runs the watch until SIGTERM or Ctrl-C.
 pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
     let Built { watch, client, oci } = build(&config).await?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| WatchRunError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    info!(listen = %config.listen, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, inventory_auth = ?config.inventory_auth, "pinhook watch");
+    info!(listen = %config.listen.health, inventory_listen = ?config.listen.inventory, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, inventory_auth = ?config.inventory_auth, "pinhook watch");
     let store = PodStore::default();
     let pods = tokio::spawn(store.clone().run(client.clone()));
     // The policy file is re-read when it changes, as `pinhook serve` does (the chart mounts
@@ -181,10 +169,26 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
         leading_rx,
         config.recheck_interval,
     ));
-    let router = http::router(watch, store, gate);
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(crate::app::shutdown_signal())
-        .await;
+    let served = match http::serve(
+        watch,
+        store,
+        gate,
+        config.listen,
+        &ConnectionLimits::default(),
+    ) {
+        Ok(edges) => {
+            let inventory = edges.inventory;
+            let served = edges
+                .health
+                .serve_until(crate::app::shutdown_signal(), Duration::from_secs(5))
+                .await;
+            if let Some(inventory) = inventory {
+                let _ = inventory.shutdown(Duration::from_secs(1)).await;
+            }
+            served
+        }
+        Err(e) => Err(e),
+    };
     for task in [pods, lease, cycles].into_iter().chain(policy_watch) {
         task.abort();
     }

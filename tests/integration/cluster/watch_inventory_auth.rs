@@ -1,12 +1,20 @@
-//! Who may read `pinhook watch`'s `/inventory` (issue 25): the watch's own HTTP routes served
-//! on 127.0.0.1 with the gate checking callers through the fake Kubernetes API's TokenReview
-//! and SubjectAccessReview. No refusal carries inventory data; health stays open; decisions are
-//! cached; a flood of unknown tokens is throttled rather than passed on to the apiserver.
+//! Who may read `pinhook watch`'s `/inventory` (issue 25): the watch's own listeners (issue 44:
+//! health and metrics on one, the inventory on another, both the hardened plain-HTTP edge)
+//! served on 127.0.0.1 with the gate checking callers through the fake Kubernetes API's
+//! TokenReview and SubjectAccessReview. No refusal carries inventory data; health stays open;
+//! decisions are cached; a flood of unknown tokens is throttled rather than passed on to the
+//! apiserver; a head trickled a line at a time, and one address's thousand connections, get
+//! what they get on the webhook's port.
 
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
 use pinhook::policy::Policy;
+use pinhook::server::connections::PEER_CONNECTIONS;
+use pinhook::server::ConnectionLimits;
 use pinhook::watch::controller::{http, InventoryAuth, InventoryGate, PodStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::watch::{deployment_pod, record, rig};
 use crate::common::fake_kube::FakeKube;
@@ -15,8 +23,12 @@ const IMAGE: &str = "reg.example/team/secret-app:3";
 
 struct Served {
     api: FakeKube,
+    /// The health and metrics listener.
     base: String,
+    /// The inventory's.
+    inventory_base: String,
     client: reqwest::Client,
+    _edges: http::Edges,
 }
 
 /// The watch after one cycle over a Pod in `payments`, its routes on 127.0.0.1 behind `auth`.
@@ -32,24 +44,41 @@ async fn served(auth: InventoryAuth) -> Served {
     rig.watch.recheck(&pods).await.expect("cycle");
     let api = rig.api;
     let gate = Arc::new(InventoryGate::new(auth, api.client()));
-    let router = http::router(Arc::new(rig.watch), PodStore::default(), gate);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let limits = ConnectionLimits {
+        header_read_timeout: Duration::from_secs(1),
+        ..ConnectionLimits::default()
+    };
+    let edges = http::serve(
+        Arc::new(rig.watch),
+        PodStore::default(),
+        gate,
+        http::Listen {
+            health: any,
+            inventory: Some(any),
+        },
+        &limits,
+    )
+    .expect("serves");
+    let inventory = edges
+        .inventory
+        .as_ref()
+        .expect("a listener of its own")
+        .addr;
     Served {
         api,
-        base,
+        base: format!("http://{}", edges.health.addr),
+        inventory_base: format!("http://{inventory}"),
         client: reqwest::Client::new(),
+        _edges: edges,
     }
 }
 
 impl Served {
     async fn inventory(&self, token: Option<&str>) -> (u16, String) {
-        let mut request = self.client.get(format!("{}/inventory", self.base));
+        let mut request = self
+            .client
+            .get(format!("{}/inventory", self.inventory_base));
         if let Some(token) = token {
             request = request.bearer_auth(token);
         }
@@ -168,4 +197,80 @@ async fn with_inventory_auth_none_anyone_reaching_the_port_reads_it() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(IMAGE));
     assert_eq!(served.api.token_reviews(), 0);
+}
+
+/// The inventory is not on the health port (scraped, probed, reachable from the Pod network):
+/// bearer tokens go to its own listener, localhost by default.
+#[tokio::test]
+async fn the_inventory_is_served_apart_from_health_and_metrics() {
+    let served = served(InventoryAuth::None).await;
+    let on_health = served
+        .client
+        .get(format!("{}/inventory", served.base))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(on_health.status().as_u16(), 404);
+    let health = served
+        .client
+        .get(format!("{}/healthz", served.inventory_base))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(health.status().as_u16(), 404);
+    let (status, _) = served.inventory(None).await;
+    assert_eq!(status, 200);
+}
+
+/// Issue 44: the watch's port was a plain `axum::serve`, no connection cap and no header
+/// timeout: a head sent a line at a time held a connection for as long as the sender liked,
+/// and one address could open connections without end. Now it is the webhook's edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_port_cuts_a_trickled_head_and_caps_one_address() {
+    let served = served(InventoryAuth::None).await;
+    let addr = served.base.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let started = Instant::now();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .expect("line");
+    let mut closed = None;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if slow.write_all(b"x-slow: 1\r\n").await.is_err() {
+            closed = Some(started.elapsed());
+            break;
+        }
+        let mut byte = [0u8; 256];
+        if let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(1), slow.read(&mut byte)).await
+        {
+            if n == 0
+                || byte[..n].starts_with(b"HTTP/1.1 408")
+                || byte[..n].starts_with(b"HTTP/1.1 4")
+            {
+                closed = Some(started.elapsed());
+                break;
+            }
+        }
+    }
+    let closed = closed.expect("the trickled head was cut");
+    assert!(closed < Duration::from_secs(4), "{closed:?}");
+
+    // One address: the plain edge's own cap (64) and its share; the next is closed at once.
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..PEER_CONNECTIONS.min(64) + 10 {
+        let mut conn = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(100), conn.read(&mut byte)).await {
+            Err(_) => held.push(conn),
+            Ok(_) => refused += 1,
+        }
+    }
+    assert_eq!((held.len(), refused), (PEER_CONNECTIONS.min(64), 10));
 }
