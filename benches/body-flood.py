@@ -5,14 +5,15 @@
       starts pinhook (BINARY) on 127.0.0.1 and floods it; reads its resident memory from /proc.
   benches/body-flood.py --target HOST:PORT [PATH] [N] [SIZE]
       floods a pinhook already running (the e2e node's flood, from a Pod's network namespace);
-      no memory reading (the caller reads the target's own).
+      no memory reading (the caller reads the target's own). --plain-target: a plain-HTTP port
+      (the metrics port, the watch's), `idle` only.
 
 PATH `/mutate` or `/v1/dry-run` (no token): N connections (40) each announce a body of SIZE
 bytes (7 MiB) and send it slowly (64 KiB every 50 ms). Prints `flood PATH: N bodies of SIZE:
 statuses {...}` (and `; RSS before X MiB, peak Y MiB` when it started pinhook).
 PATH `idle`: N TLS connections (handshake done, then the first bytes of a request head and
 nothing more), held 5 s (HOLD seconds with --target, SIZE's place): `idle: N connections (K
-held)` (and the RSS, and KiB per held connection, when it started pinhook): the cost of an idle
+held)`, K counted 1 s after the last one was opened (and the RSS, and KiB per held connection, when it started pinhook): the cost of an idle
 connection in the memory model of docs/security.md.
 
 Bounded: every connection stops after its body or 60 s; a pinhook it started is stopped at the
@@ -80,12 +81,14 @@ def hold_idle(host, port, context, n, hold):
     for _ in range(n):
         try:
             raw = socket.create_connection((host, port), timeout=5)
-            tls = context.wrap_socket(raw, server_hostname=host)
+            tls = context.wrap_socket(raw, server_hostname=host) if context else raw
             tls.sendall(b"POST /mutate HTTP/1.1\r\nhost: x\r\n")
             held.append(tls)
         except OSError:
             pass
-    time.sleep(hold)
+    # Counted 1 s after the last was opened (the server closes what it refuses at once), then
+    # held the rest of HOLD s.
+    time.sleep(min(1, hold))
     alive = 0
     for tls in held:
         try:
@@ -97,6 +100,7 @@ def hold_idle(host, port, context, n, hold):
         except OSError:
             continue
         alive += 1
+    time.sleep(max(0, hold - 1))
     return held, alive
 
 
@@ -149,7 +153,9 @@ def flood_bodies(host, port, context, path, n, size):
 def main():
     args = sys.argv[1:]
     target = None
-    if args and args[0] == "--target":
+    plain = False
+    if args and args[0] in ("--target", "--plain-target"):
+        plain = args[0] == "--plain-target"
         target, args = args[1], args[2:]
     else:
         binary, args = args[0], args[1:]
@@ -159,9 +165,11 @@ def main():
 
     if target:
         host, port = target.rsplit(":", 1)
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
+        context = None
+        if not plain:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
         if path == "idle":
             held, alive = hold_idle(host, int(port), context, n, size)
             print(f"idle {target}: {n} connections ({alive} held)", flush=True)
