@@ -29,6 +29,7 @@ use crate::admission::Failure;
 use crate::cluster::{Authorizer, Caller};
 use crate::documents::{self, Document};
 use crate::error::error_chain;
+use crate::registry::credentials::limits::for_tenant;
 
 /// Dry-run bodies parsed at once. Parsing up to 7 MiB of YAML takes long enough to stall every
 /// request queued on the worker doing it, so it runs on the blocking pool, and only a few at a
@@ -134,7 +135,12 @@ async fn dry_run_answer(
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
     authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
     info!(user = %caller.username, documents = documents.len(), "dry run");
-    let report = dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET).await;
+    // (credential programs run for the caller's default namespace: fair shares between tenants)
+    let report = for_tenant(
+        &namespace,
+        dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET),
+    )
+    .await;
     Ok(serde_json::to_vec(&report).map_err(Failure::EncodeReport)?)
 }
 

@@ -28,6 +28,7 @@ use super::observe::{observe_decision, record_review, review_span};
 use super::{AppState, ConnectionLimits, MAX_BODY_BYTES};
 use crate::admission::{self, Failure};
 use crate::error::error_chain;
+use crate::registry::credentials::limits::for_tenant;
 
 #[derive(Debug, Deserialize)]
 struct ReviewQuery {
@@ -147,9 +148,13 @@ async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) ->
     drop(body);
     drop(_body_share);
     let span = review_span(&request);
-    let decision = admission::mutate(&state.pinner, &request, budget)
-        .instrument(span.clone())
-        .await;
+    // Credential programs run for the review's namespace: fair shares between tenants.
+    let decision = for_tenant(
+        &request.namespace,
+        admission::mutate(&state.pinner, &request, budget),
+    )
+    .instrument(span.clone())
+    .await;
     answer(&state, "mutate", &request, &decision, &span, started)
 }
 
@@ -173,7 +178,7 @@ async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) 
     drop(body);
     drop(_body_share);
     let span = review_span(&request);
-    let decision = admission::validate(&state.pinner, &request)
+    let decision = for_tenant(&request.namespace, admission::validate(&state.pinner, &request))
         .instrument(span.clone())
         .await;
     answer(&state, "validate", &request, &decision, &span, started)

@@ -40,7 +40,7 @@ use tracing::{debug, warn};
 
 use super::exec::{self, ExecError, Program};
 use super::keyring::{CredentialSource, Keyring, KeyringError, Provided};
-use super::limits::{RunLimits, RunPermit};
+use super::limits::{self, RunLimits, RunPermit};
 use super::Credential;
 
 /// How long a helper may run (a keychain prompt would wait forever).
@@ -209,8 +209,10 @@ impl CredentialSource for DockerHelpers {
         let key = (helper.to_string(), server.clone());
         // moka runs this in one of the asking admissions and hands it to another when that one
         // goes: dropped with the last, killing the helper.
+        let tenant = limits::current_tenant();
         let run = async {
-            let slot = tokio::time::timeout(HELPER_QUEUE_WAIT, self.limits.acquire(helper));
+            let slot =
+                tokio::time::timeout(HELPER_QUEUE_WAIT, self.limits.acquire(helper, &tenant));
             let Ok(Some(slot)) = slot.await else {
                 return Err(HelperError::Busy {
                     helper: helper.to_string(),

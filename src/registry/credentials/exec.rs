@@ -1,6 +1,9 @@
 //! Running a credential program (a kubelet credential provider plugin, a docker credential
 //! helper) the one way pinhook runs them: request on stdin, answer on stdout, bounded in time
-//! and in output size, killed when the bound is hit or the caller goes away.
+//! and in output size, killed when the bound is hit or the caller goes away: the program runs
+//! as the leader of a process group of its own, and the whole group is killed, so whatever it
+//! started goes with it (before issue 44 only the direct child was killed, and a plugin's own
+//! children outlived it).
 //!
 //! Owns: spawning, feeding, reading and reaping the child, and [`ExecError`], which names the
 //! program and how it failed but never carries what it printed: a credential program's output
@@ -101,6 +104,9 @@ impl Drop for Running {
         if !matches!(child.try_wait(), Ok(None)) {
             return;
         }
+        // The group first, while its leader is alive (unreaped, so its id names this group
+        // and no other), then the leader itself should the group kill fail.
+        kill_group(&child);
         let _ = child.start_kill();
         let slot = self.slot.take();
         // Without a runtime (shutting down), `kill_on_drop` and tokio's orphan reaping remain.
@@ -111,6 +117,20 @@ impl Drop for Running {
             });
         }
     }
+}
+
+/// Sends SIGKILL to the process group `child` leads (Linux; elsewhere nothing).
+fn kill_group(child: &Child) {
+    #[cfg(target_os = "linux")]
+    if let Some(pid) = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = child;
 }
 
 /// Runs `program` with `stdin` and returns its stdout when it exits 0. `slot`, if given, is
@@ -127,8 +147,10 @@ pub(crate) async fn run(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Dropping the future (timeout, caller gone) must not leave the program running.
+        // Dropping the future (timeout, caller gone) must not leave the program running, nor
+        // what it started: a group of its own, killed whole (`Running`).
         .kill_on_drop(true)
+        .process_group(0)
         .spawn()
         .map_err(|source| ExecError::Spawn {
             program: name.clone(),
@@ -255,6 +277,39 @@ mod tests {
         )
         .await;
         assert_eq!(out.ok(), Some(b"request set\n".to_vec()));
+    }
+
+    /// A process, dead or a zombie (killed, waiting for whoever reaps orphans).
+    fn gone(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    /// Issue 44: a plugin's own children outlived it (only the direct child was killed).
+    /// Now the plugin's whole process group goes.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_program_killed_takes_what_it_started_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("grandchild");
+        let script = format!(
+            "sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {}; sleep 300",
+            file.display()
+        );
+        let killed = run_sh(&script, Duration::from_millis(300), 100).await;
+        assert!(matches!(killed, Err(ExecError::Timeout { .. })), "{killed:?}");
+        let pid = std::fs::read_to_string(&file).unwrap().trim().to_string();
+        assert!(!pid.is_empty());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !gone(&pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(gone(&pid), "the plugin's child {pid} outlived it");
     }
 
     #[tokio::test]

@@ -50,7 +50,7 @@ use self::config::ProviderSpec;
 use self::protocol::{CacheKeyType, Response};
 use super::exec::{self, ExecError, Program};
 use super::keyring::{image_matches, CredentialSource, Provided};
-use super::limits::{RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
+use super::limits::{self, RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
 use super::Credential;
 use crate::metrics::Metrics;
 
@@ -349,11 +349,13 @@ impl Plugin {
             image: image.to_string(),
             id,
         };
+        // (the tenant of the admission that starts the run: the task below has none of its own)
+        let tenant = limits::current_tenant();
         let task = tokio::spawn({
             let (plugin, image, started) = (self.clone(), image.to_string(), started.clone());
             async move {
                 let landing = landing;
-                let Some(slot) = plugin.limits.acquire(&plugin.spec.name).await else {
+                let Some(slot) = plugin.limits.acquire(&plugin.spec.name, &tenant).await else {
                     return Err(PluginError::Lost);
                 };
                 started.store(true, Ordering::SeqCst);
