@@ -25,6 +25,7 @@ COPY benches ./benches
 COPY examples ./examples
 COPY tests ./tests
 COPY scripts/image.sh ./scripts/image.sh
+RUN apt-get update && apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*
 RUN cargo build --release --locked --bin pinhook \
     && install -m 0755 target/release/pinhook /pinhook \
     && scripts/image.sh --binary /pinhook --rootfs /rootfs
@@ -34,5 +35,5 @@ COPY --from=build /rootfs/ /
 USER 65532:65532
 EXPOSE 8443
 ENV PATH=/usr/local/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
-ENTRYPOINT ["/usr/local/bin/pinhook"]
+ENTRYPOINT ["/usr/local/bin/tini", "--", "/usr/local/bin/pinhook"]
 CMD ["serve"]

@@ -22,7 +22,9 @@
 #   --rootfs DIR       only stage the image's files into DIR (empty or absent) and stop: what
 #                      the Dockerfile's build stage runs, so both builds have the same file set
 #
-# The image: /usr/local/bin/pinhook (entrypoint, cmd ["serve"]), user 65532:65532, port
+# The image: /usr/local/bin/pinhook, run by /usr/local/bin/tini (Debian's tini-static, PID 1:
+# forwards signals and reaps orphans, such as what a killed credential plugin left; entrypoint
+# ["/usr/local/bin/tini", "--", "/usr/local/bin/pinhook"], cmd ["serve"]), user 65532:65532, port
 # 8443/tcp exposed, /etc/ssl/certs/ca-certificates.crt (Debian's ca-certificates: the Mozilla
 # certificates concatenated in name order, as update-ca-certificates writes them, without the
 # build machine's local CAs), /etc/passwd and /etc/group (root, nonroot 65532),
@@ -109,6 +111,8 @@ stage_rootfs() {
     install -d -m 0755 "$root/usr/local/bin" "$root/etc/ssl/certs"
     install -d -m 1777 "$root/tmp"
     install -m 0755 "$binary" "$root/usr/local/bin/pinhook"
+    [[ -x /usr/bin/tini-static ]] || die "no /usr/bin/tini-static: apt-get install -y tini"
+    install -m 0755 /usr/bin/tini-static "$root/usr/local/bin/tini"
     while IFS= read -r lib; do
         install -d -m 0755 "$root$(dirname "$lib")"
         # the file itself, not the symlink (Debian's /lib64/ld-linux-x86-64.so.2 is one)
@@ -224,7 +228,7 @@ config = {
         "User": "65532:65532",
         "ExposedPorts": {"8443/tcp": {}},
         "Env": ["PATH=/usr/local/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"],
-        "Entrypoint": ["/usr/local/bin/pinhook"],
+        "Entrypoint": ["/usr/local/bin/tini", "--", "/usr/local/bin/pinhook"],
         "Cmd": ["serve"],
         "WorkingDir": "/",
         "Labels": labels,

@@ -21,7 +21,8 @@ readonly BIN=/usr/bin/docker-registry
 # Command -> Debian package, for the tools the end-to-end tier and the demo call.
 # (kubectl is not here: Debian's kubernetes-client is 1.20, whose kustomize cannot render the
 # manifests' `patches`; the machine image ships kubectl 1.32.)
-declare -A TOOLS=([curl]=curl [openssl]=openssl [ss]=iproute2 [jq]=jq [g++]=g++ [promtool]=prometheus)
+declare -A TOOLS=([curl]=curl [openssl]=openssl [ss]=iproute2 [jq]=jq [g++]=g++ [promtool]=prometheus
+    [tini-static]=tini)
 missing=()
 [[ -x "$BIN" ]] || missing+=("$PKG")
 for tool in "${!TOOLS[@]}"; do

@@ -364,14 +364,19 @@ avail_restart_counts() {
 }
 
 # avail_pinhook_pid POD: the PID of POD's pinhook process, from containerd (`ctr -n k8s.io tasks
-# ls`: the task of the container the Pod's status names), checked on its command line
+# ls`: the task of the container the Pod's status names, tini, and its child), checked by name
 avail_pinhook_pid() {
   local cid pid
   cid=$(K -n "$CHART_NS" get pod "$1" -o jsonpath='{.status.containerStatuses[0].containerID}')
   cid=${cid#containerd://}
   pid=$(ctr --address "$NODE_SOCK" -n k8s.io tasks ls 2>/dev/null | awk -v id="$cid" '$1 == id {print $2}')
   [[ $pid =~ ^[0-9]+$ && -d /proc/$pid ]] || { bad "no PID for container ${cid:0:12} of $1 (ctr tasks ls)"; return 1; }
-  _e2e_cmdline_has "$pid" pinhook || { bad "PID $pid is not pinhook: $(tr '\0' ' ' <"/proc/$pid/cmdline")"; return 1; }
+  # the container's first process is tini (the image's entrypoint); pinhook is its child
+  if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tini ]]; then
+    pid=$(awk '{print $1}' "/proc/$pid/task/$pid/children" 2>/dev/null)
+    [[ $pid =~ ^[0-9]+$ && -d /proc/$pid ]] || { bad "tini of $1 runs no child"; return 1; }
+  fi
+  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == pinhook ]] || { bad "PID $pid is not pinhook: $(tr '\0' ' ' <"/proc/$pid/cmdline")"; return 1; }
   printf '%s' "$pid"
 }
 

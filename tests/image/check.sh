@@ -14,7 +14,7 @@
 #                 manifest digest and byte-identical layouts
 #   layout        umoci stat and skopeo inspect read the layout; every blob's sha256 and size
 #                 match its descriptor; the media types are OCI's
-#   config        entrypoint, cmd, user 65532:65532, port 8443/tcp, linux/amd64
+#   config        entrypoint (tini, then pinhook), cmd, user 65532:65532, port 8443/tcp, linux/amd64
 #   files         the layer holds exactly the expected files (the binary, ldd's libraries and
 #                 loader, the CA bundle, passwd, group, nsswitch.conf, /tmp and their parent
 #                 directories), all root-owned with the expected modes, no shell
@@ -59,7 +59,7 @@ trap cleanup EXIT
 
 # --- dependencies ----------------------------------------------------------------------------
 declare -A tools=([skopeo]=skopeo [umoci]=umoci [docker-registry]=docker-registry [htpasswd]=apache2-utils
-    [openssl]=openssl [curl]=curl [jq]=jq [shellcheck]=shellcheck [python3]=python3)
+    [openssl]=openssl [curl]=curl [jq]=jq [shellcheck]=shellcheck [python3]=python3 [tini-static]=tini)
 missing=()
 for tool in "${!tools[@]}"; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("${tools[$tool]}")
@@ -133,14 +133,14 @@ layer=$(blob "$(jq -r '.layers[0].digest' "$manifest")")
 
 # --- config ----------------------------------------------------------------------------------
 got=$(jq -c '[.os, .architecture, .config.Entrypoint, .config.Cmd, .config.User, (.config.ExposedPorts | keys)]' "$config")
-want='["linux","amd64",["/usr/local/bin/pinhook"],["serve"],"65532:65532",["8443/tcp"]]'
+want='["linux","amd64",["/usr/local/bin/tini","--","/usr/local/bin/pinhook"],["serve"],"65532:65532",["8443/tcp"]]'
 if [[ $got == "$want" ]]; then ok config; else fail config "got $got, want $want"; fi
 
 # --- files -----------------------------------------------------------------------------------
 # The expected set, from ldd here (not from image.sh's own parsing): each path and its parents.
 expected_files() {
     {
-        printf '%s\n' usr/local/bin/pinhook etc/ssl/certs/ca-certificates.crt etc/passwd etc/group etc/nsswitch.conf tmp/
+        printf '%s\n' usr/local/bin/pinhook usr/local/bin/tini etc/ssl/certs/ca-certificates.crt etc/passwd etc/group etc/nsswitch.conf tmp/
         ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// { print substr($3, 2); next } $1 ~ /^\// { print substr($1, 2) }'
     } | while read -r p; do
         echo "$p"
@@ -198,7 +198,7 @@ dockerfile_errors() {
     [[ $(grep -E '^(COPY|ADD|RUN)' <<<"$final") == "COPY --from=build /rootfs/ /" ]] || echo "the final stage adds more than /rootfs"
     grep -qxF 'USER 65532:65532' <<<"$final" || echo "USER"
     grep -qxF 'EXPOSE 8443' <<<"$final" || echo "EXPOSE"
-    grep -qxF 'ENTRYPOINT ["/usr/local/bin/pinhook"]' <<<"$final" || echo "ENTRYPOINT"
+    grep -qxF 'ENTRYPOINT ["/usr/local/bin/tini", "--", "/usr/local/bin/pinhook"]' <<<"$final" || echo "ENTRYPOINT"
     grep -qxF 'CMD ["serve"]' <<<"$final" || echo "CMD"
 }
 errors=$(dockerfile_errors 2>&1)
@@ -213,10 +213,11 @@ if [[ $(id -u) -eq 0 ]]; then
 else
     run=("$(command -v unshare)" --map-root-user "$(command -v chroot)" "$work/rootfs")
 fi
-if out=$(env -i "${run[@]}" /usr/local/bin/pinhook --version 2>&1) && [[ $out == "$want"* ]]; then
+# (as the entrypoint runs it: tini, PID 1 in the container, running pinhook)
+if out=$(env -i "${run[@]}" /usr/local/bin/tini -s -- /usr/local/bin/pinhook --version 2>&1) && [[ $out == "$want"* ]]; then
     ok runs
 else
-    fail runs "${run[*]} /usr/local/bin/pinhook --version: $(head -c 300 <<<"$out" | tr '\n' ';') (want $want)"
+    fail runs "${run[*]} /usr/local/bin/tini -s -- /usr/local/bin/pinhook --version: $(head -c 300 <<<"$out" | tr '\n' ';') (want $want)"
 fi
 
 # --- push ------------------------------------------------------------------------------------
