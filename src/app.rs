@@ -188,6 +188,7 @@ pub struct App {
     tls: AppTls,
     limits: ConnectionLimits,
     client_ca: Option<PathBuf>,
+    client_names: Vec<String>,
     metrics_listen: Option<SocketAddr>,
     state: AppState,
     resolver: Arc<CachingResolver>,
@@ -330,6 +331,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         tls,
         limits: config.limits,
         client_ca: config.clients.client_ca,
+        client_names: config.clients.client_names,
         metrics_listen: config.clients.metrics_listen,
         state,
         resolver: cache,
@@ -580,6 +582,7 @@ impl App {
             tls,
             limits: self.limits,
             client_ca: self.client_ca,
+            client_names: self.client_names,
             metrics_listen: self.metrics_listen,
         };
         let server = server::start(config, self.state).await?;

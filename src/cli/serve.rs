@@ -123,6 +123,17 @@ struct ClientArgs {
     /// `/readyz`, `/metrics` and `/v1/dry-run` (TokenReview) need none. Read at start-up.
     #[arg(long, env = "PINHOOK_CLIENT_CA_FILE")]
     client_ca_file: Option<PathBuf>,
+    /// Names the client certificate must also carry one of, as a DNS subject alternative name
+    /// or its subject's common name (comma-separated): for a client CA that signs more than
+    /// the apiserver's certificate (a cluster CA signs every kubelet's). Needs
+    /// --client-ca-file.
+    #[arg(
+        long,
+        env = "PINHOOK_CLIENT_CERT_NAMES",
+        value_delimiter = ',',
+        requires = "client_ca_file"
+    )]
+    client_cert_names: Vec<String>,
     /// TokenReviews per second `/v1/dry-run` may send for its callers, all callers together;
     /// past it a caller gets 429 and the apiserver no call.
     #[arg(long, env = "PINHOOK_TOKEN_REVIEW_RATE", default_value_t = 10.0, value_parser = token_review_rate)]
@@ -309,6 +320,7 @@ impl ServeArgs {
             limits: self.connections.to_limits()?,
             clients: ClientAccess {
                 client_ca: self.clients.client_ca_file,
+                client_names: self.clients.client_cert_names,
                 token_reviews: TokenReviewLimit {
                     per_second: self.clients.token_review_rate,
                     burst: self.clients.token_review_burst,

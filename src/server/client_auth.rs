@@ -6,11 +6,17 @@
 //! handshake whether a verified certificate was presented ([`ClientCert`], a request
 //! extension), and [`refuse_unverified`] answers `/mutate` and `/validate` 403 without one,
 //! after reading and dropping the body (never parsed), so the answer is not lost to a reset.
-//! A certificate that does not chain to the CA fails the handshake.
+//! A certificate that does not chain to the CA fails the handshake. A CA that signs more than
+//! the apiserver's certificate (a cluster's CA signs every kubelet's) would let any of those in:
+//! with `--client-cert-names`, the certificate must also carry one of those names, as a DNS
+//! subject alternative name or its subject's common name ([`ClientCert::Unnamed`] otherwise,
+//! refused the same way). A CA of the apiserver's alone is still the advice
+//! (docs/security.md).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::Request;
@@ -27,6 +33,8 @@ use super::AppState;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientCert {
     Verified,
+    /// Verified, but carrying none of the names `--client-cert-names` allows.
+    Unnamed,
     Absent,
 }
 
@@ -35,6 +43,8 @@ pub enum ClientCert {
 #[derive(Clone)]
 pub struct PeerAcceptor<A> {
     inner: A,
+    /// The names a client certificate must carry one of; empty: any the CA signed.
+    names: Arc<[String]>,
 }
 
 /// A connection's service, inserting its [`ClientCert`] into each request.
@@ -47,8 +57,11 @@ pub struct WithPeer<S> {
 // === impl PeerAcceptor ===
 
 impl<A> PeerAcceptor<A> {
-    pub fn new(inner: A) -> Self {
-        PeerAcceptor { inner }
+    pub fn new(inner: A, names: &[String]) -> Self {
+        PeerAcceptor {
+            inner,
+            names: names.into(),
+        }
     }
 }
 
@@ -63,17 +76,42 @@ where
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
         let accepted = self.inner.accept(stream, service);
+        let names = self.names.clone();
         Box::pin(async move {
             let (stream, inner) = accepted.await?;
             // rustls only keeps certificates its verifier accepted: any at all is a verified
             // client (without a verifier none is asked for).
             let peer = match stream.get_ref().1.peer_certificates() {
-                Some(chain) if !chain.is_empty() => ClientCert::Verified,
+                Some([leaf, ..]) if names.is_empty() || carries_a_name(leaf, &names) => {
+                    ClientCert::Verified
+                }
+                Some([_, ..]) => ClientCert::Unnamed,
                 _ => ClientCert::Absent,
             };
             Ok((stream, WithPeer { inner, peer }))
         })
     }
+}
+
+/// Whether the certificate `der` names one of `names`: a DNS subject alternative name, or
+/// its subject's common name. A certificate that cannot be read names none.
+fn carries_a_name(der: &[u8], names: &[String]) -> bool {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return false;
+    };
+    let mut found: Vec<String> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_string))
+        .collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                found.push((*dns).to_string());
+            }
+        }
+    }
+    found.iter().any(|f| names.iter().any(|n| n == f))
 }
 
 // === impl WithPeer ===
@@ -110,9 +148,10 @@ pub(super) async fn refuse_unverified(
     {
         return Ok(request);
     }
+    let unnamed = request.extensions().get::<ClientCert>() == Some(&ClientCert::Unnamed);
     warn!(
         path = request.uri().path(),
-        "refused an admission review from a client without a verified certificate"
+        unnamed, "refused an admission review from a client without a verified certificate"
     );
     state.metrics.unauthenticated_reviews.inc();
     // Read and drop the body, unparsed, before answering: answering first ends an HTTP/2 stream
@@ -121,9 +160,11 @@ pub(super) async fn refuse_unverified(
     // size limit and the body read timeout layered outside (a longer or slower body ends it).
     let mut body = request.into_body().into_data_stream();
     while let Some(Ok(_)) = body.next().await {}
-    Err((
-        StatusCode::FORBIDDEN,
-        "admission reviews need a client certificate signed by the configured client CA\n",
-    )
-        .into_response())
+    let why = if unnamed {
+        "admission reviews need a client certificate signed by the configured client CA and \
+         carrying one of the allowed names (--client-cert-names)\n"
+    } else {
+        "admission reviews need a client certificate signed by the configured client CA\n"
+    };
+    Err((StatusCode::FORBIDDEN, why).into_response())
 }

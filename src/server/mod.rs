@@ -106,6 +106,9 @@ pub struct ServerConfig {
     /// CA certificates (PEM) a client certificate must chain to for `/mutate` and `/validate`
     /// to answer; `None`: any client that reaches the port may ask for reviews.
     pub client_ca: Option<PathBuf>,
+    /// Names a client certificate must carry one of (DNS SAN or CN) besides chaining to
+    /// `client_ca`; empty: any certificate the CA signed.
+    pub client_names: Vec<String>,
     /// See [`ClientAccess::metrics_listen`].
     pub metrics_listen: Option<SocketAddr>,
 }
@@ -116,6 +119,8 @@ pub struct ServerConfig {
 pub struct ClientAccess {
     /// See [`ServerConfig::client_ca`].
     pub client_ca: Option<PathBuf>,
+    /// See [`ServerConfig::client_names`].
+    pub client_names: Vec<String>,
     pub token_reviews: TokenReviewLimit,
     /// Also serve `/metrics` (and `/healthz`) over plain HTTP here, so that a NetworkPolicy can
     /// let scrapers reach it without letting them reach the admission port.
@@ -206,7 +211,10 @@ pub async fn start(
     // The header read timeout is pinhook's own (keep_alive: from a request's first byte), not
     // hyper's, which would also close kept-alive connections idle between two reviews.
     let acceptor = KeepAliveAcceptor::new(
-        PeerAcceptor::new(RustlsAcceptor::new(tls.clone()).acceptor(limited)),
+        PeerAcceptor::new(
+            RustlsAcceptor::new(tls.clone()).acceptor(limited),
+            &config.client_names,
+        ),
         keep_alive::KeepAliveLimits {
             header_read_timeout: limits.header_read_timeout,
             idle_timeout: limits.idle_timeout,

@@ -178,9 +178,12 @@ async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) 
     drop(body);
     drop(_body_share);
     let span = review_span(&request);
-    let decision = for_tenant(&request.namespace, admission::validate(&state.pinner, &request))
-        .instrument(span.clone())
-        .await;
+    let decision = for_tenant(
+        &request.namespace,
+        admission::validate(&state.pinner, &request),
+    )
+    .instrument(span.clone())
+    .await;
     answer(&state, "validate", &request, &decision, &span, started)
 }
 

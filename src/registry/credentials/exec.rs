@@ -302,7 +302,10 @@ mod tests {
             file.display()
         );
         let killed = run_sh(&script, Duration::from_millis(300), 100).await;
-        assert!(matches!(killed, Err(ExecError::Timeout { .. })), "{killed:?}");
+        assert!(
+            matches!(killed, Err(ExecError::Timeout { .. })),
+            "{killed:?}"
+        );
         let pid = std::fs::read_to_string(&file).unwrap().trim().to_string();
         assert!(!pid.is_empty());
         let deadline = std::time::Instant::now() + Duration::from_secs(5);

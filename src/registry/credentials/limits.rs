@@ -183,8 +183,12 @@ mod tests {
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let b = tokio::time::timeout(Duration::from_millis(50), limits.acquire("ecr", "team-b")).await;
-        assert!(matches!(b, Ok(Some(_))), "team-b's run found a slot at once");
+        let b =
+            tokio::time::timeout(Duration::from_millis(50), limits.acquire("ecr", "team-b")).await;
+        assert!(
+            matches!(b, Ok(Some(_))),
+            "team-b's run found a slot at once"
+        );
         drop((a1, a2, b));
         for task in waiting {
             assert!(task.await.unwrap(), "team-a's runs each get a slot in turn");

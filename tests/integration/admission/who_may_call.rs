@@ -67,6 +67,15 @@ fn client(server_ca: &str, identity: Option<Vec<u8>>) -> reqwest::Client {
 }
 
 async fn pinhook_requiring(registry: &TestRegistry, ca: &ClientCa, dir: &Path) -> TestPinhook {
+    pinhook_requiring_names(registry, ca, dir, &[]).await
+}
+
+async fn pinhook_requiring_names(
+    registry: &TestRegistry,
+    ca: &ClientCa,
+    dir: &Path,
+    names: &[&str],
+) -> TestPinhook {
     let path = dir.join("client-ca.pem");
     std::fs::write(&path, &ca.pem).expect("write the client CA");
     TestPinhook::start_with(
@@ -74,12 +83,52 @@ async fn pinhook_requiring(registry: &TestRegistry, ca: &ClientCa, dir: &Path) -
         Options {
             clients: ClientAccess {
                 client_ca: Some(path),
+                client_names: names.iter().map(|n| n.to_string()).collect(),
                 ..ClientAccess::default()
             },
             ..Options::default()
         },
     )
     .await
+}
+
+/// Issue 44: a client CA that signs more than the apiserver's certificate (a cluster CA signs
+/// every kubelet's) let any of those certificates ask for reviews. With `--client-cert-names`,
+/// only a certificate carrying one of the names gets one.
+#[tokio::test]
+async fn with_client_cert_names_a_certificate_of_the_ca_needs_one_of_them() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let _pushed = images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster_ca = ClientCa::new("cluster CA");
+    let pinhook =
+        pinhook_requiring_names(&registry, &cluster_ca, dir.path(), &["kube-apiserver"]).await;
+    let review = review_fixture(BASIC_POD, &registry);
+    let kubelet = client(
+        pinhook.ca_pem(),
+        Some(cluster_ca.client_identity("system:node:worker-1")),
+    );
+    let response = kubelet
+        .post(pinhook.url("/mutate"))
+        .json(&review)
+        .send()
+        .await
+        .expect("pinhook answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("allowed names"), "{text}");
+    let apiserver = client(
+        pinhook.ca_pem(),
+        Some(cluster_ca.client_identity("kube-apiserver")),
+    );
+    let response = apiserver
+        .post(pinhook.url("/mutate?timeout=10s"))
+        .json(&review)
+        .send()
+        .await
+        .expect("pinhook answers");
+    assert_eq!(response.status().as_u16(), 200);
 }
 
 #[tokio::test]

@@ -58,6 +58,7 @@ fn serving_ca_files(ca: &TestCa) -> ServerConfig {
         },
         limits: ConnectionLimits::default(),
         client_ca: None,
+        client_names: Vec::new(),
         metrics_listen: None,
     }
 }
@@ -123,6 +124,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
         },
         limits: ConnectionLimits::default(),
         client_ca: None,
+        client_names: Vec::new(),
         metrics_listen: None,
     };
     let state = state(Duration::from_secs(2));
@@ -342,6 +344,7 @@ async fn certificates_from_pinhook_certs_serve_the_service_names() {
         },
         limits: ConnectionLimits::default(),
         client_ca: None,
+        client_names: Vec::new(),
         metrics_listen: None,
     };
     let running = server::start(config, state(Duration::from_secs(1)))
