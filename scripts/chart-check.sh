@@ -446,7 +446,7 @@ scrape_pinhook() {
         --tls-cert "$dir/cert.pem" --tls-key "$dir/key.pem" >"$dir/log" 2>&1 &
     pid=$!
     for ((i = 0; i < 100; i++)); do
-        port=$(sed -n 's/.*serving \/metrics over plain HTTP addr=127.0.0.1:\([0-9]*\).*/\1/p' "$dir/log")
+        port=$(sed -n 's/.*serving \/metrics[^=]* over plain HTTP addr=127.0.0.1:\([0-9]*\).*/\1/p' "$dir/log")
         hport=$(sed -n 's/.*listening addr=127.0.0.1:\([0-9]*\).*/\1/p' "$dir/log")
         [[ -n $port && -n $hport ]] && break
         sleep 0.1
