@@ -26,7 +26,8 @@ watch_setup() {
 }
 
 # watch_start N [ARGS...]: replica N of `pinhook watch` (pod name watch-N, port in WATCH_PORT_N,
-# log $WATCH_DIR/watch-N.log, PID in $WATCH_DIR/watch-N.pid), with ARGS added to its flags;
+# its /inventory on a free loopback port (two replicas on one host cannot share the default
+# 127.0.0.1:8081), log $WATCH_DIR/watch-N.log, PID in $WATCH_DIR/watch-N.pid), with ARGS added to its flags;
 # waits for its /readyz
 watch_start() {
   local n=$1 port
@@ -35,7 +36,7 @@ watch_start() {
   printf -v "WATCH_PORT_$n" '%s' "$port"
   echo "$port" >"$WATCH_DIR/watch-$n.port"
   NO_COLOR=1 PINHOOK_LOG=info "$PINHOOK_BIN" watch "$@" \
-    --listen "127.0.0.1:$port" --recheck-interval "${WATCH_INTERVAL}s" \
+    --listen "127.0.0.1:$port" --inventory-listen 127.0.0.1:0 --recheck-interval "${WATCH_INTERVAL}s" \
     --lease-namespace pinhook-system --lease pinhook-watch --pod-name "watch-$n" \
     --lease-duration "${WATCH_LEASE_SECONDS}s" \
     --registry-ca "$REGISTRY_CA" --policy "$RUN/policy.yaml" --kubeconfig "$WATCH_DIR/kubeconfig" \
