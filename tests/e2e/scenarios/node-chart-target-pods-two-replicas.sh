@@ -11,7 +11,8 @@
 #   chart's webhook Deployment is restarted, so neither replica remembers anything: a Pod with no
 #   owner sent to each new replica is pinned to B. Scaled to 3 through the real apiserver, the 2
 #   new Pods of the same revision are pinned to A (the revision's stored Pod, read by whichever
-#   replica answers; the chart's logs show which replicas answered /mutate and /validate), and
+#   replica answers; the chart's logs show which replicas answered /mutate and /validate; a next
+#   Pod of the revision sent straight to each replica is pinned to A by both), and
 #   after `kubectl rollout restart` of the Deployment the new revision's 3 Pods are pinned to B.
 #   The release's policy is put back with `helm3 upgrade` of its own values, and both replicas
 #   patch a Deployment's template again. Before issue 43 the revision memo lived in one process:
@@ -37,6 +38,24 @@ tp_review() {
      request: {uid: ("e2e-target-pods-" + $uid), kind: $o.gvk, resource: $o.res, namespace: $ns,
        name: "probe", operation: "CREATE", dryRun: true, userInfo: {username: "e2e"},
        object: $o.object}}'
+}
+# tp_revision_review NS RS_NAME RS_UID HASH IMAGE N: the /mutate AdmissionReview of the CREATE
+# of Pod N of that ReplicaSet revision (its pod-template-hash label and controller), naming
+# IMAGE; not a dry run (pinhook never reads a revision's Pods for one); sent straight to a
+# replica, nothing is stored
+tp_revision_review() {
+  jq -nc --arg ns "$1" --arg rs "$2" --arg uid "$3" --arg hash "$4" --arg image "$5" --arg n "$6" '{
+    apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
+    request: {uid: ("e2e-target-pods-rev-" + $n), kind: {group: "", version: "v1", kind: "Pod"},
+      resource: {group: "", version: "v1", resource: "pods"}, namespace: $ns, name: "",
+      operation: "CREATE", dryRun: false,
+      userInfo: {username: "system:serviceaccount:kube-system:replicaset-controller"},
+      object: {apiVersion: "v1", kind: "Pod",
+        metadata: {generateName: ($rs + "-"), namespace: $ns,
+          labels: {app: "web", "pod-template-hash": $hash},
+          ownerReferences: [{apiVersion: "apps/v1", kind: "ReplicaSet", name: $rs, uid: $uid,
+            controller: true}]},
+        spec: {containers: [{name: "app", image: $image}]}}}}'
 }
 # tp_patch IP REVIEW: the replica at IP's patch for the review, one "PATH VALUE" line per op that
 # sets an image (nothing when it patches none)
@@ -139,6 +158,16 @@ scenario_node_chart_target_pods_two_replicas() {
   expect_eq "the 3 Pods of revision $rs (2 created after the tag moved, by restarted replicas)" \
     "$(pod_images "$ns" app=web)" "3 $img@$digest_a" || rc=1
   expect_eq "web's ReplicaSets" "$(count "$ns" rs)" "1" || rc=1
+  # Whichever replica the apiserver's connections reach, both answer alike: a next Pod of the
+  # revision sent straight to each restarted replica is pinned to A by both.
+  local rs_uid hash
+  rs_uid=$(jp "$ns" rs "$rs" '{.metadata.uid}')
+  hash=$(jp "$ns" rs "$rs" '{.metadata.labels.pod-template-hash}')
+  while read -r name _ _ ip; do
+    got=$(tp_patch "$ip" "$(tp_revision_review "$ns" "$rs" "$rs_uid" "$hash" "$img" "$name")")
+    expect_eq "replica $name (restarted, its registry answering B) pins the revision's next Pod to" \
+      "$got" "/spec/containers/0/image $img@$digest_a" || rc=1
+  done < <(chart_node_live_pods webhook)
 
   # 5. a new revision: B
   klog -n "$ns" rollout restart deployment web
