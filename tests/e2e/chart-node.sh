@@ -228,3 +228,22 @@ chart_node_show() {
   } >"$2" 2>&1
   while IFS= read -r l; do log "  | $l"; done <"$2"
 }
+
+# chart_node_revision_review NS APP RS_NAME RS_UID HASH IMAGE N: the /mutate AdmissionReview of
+# the CREATE of Pod N of that ReplicaSet revision (labels app=APP and its pod-template-hash, the
+# ReplicaSet its controller), naming IMAGE; not a dry run (pinhook never reads a revision's Pods
+# for one); for sending straight to a replica, nothing is stored
+chart_node_revision_review() {
+  jq -nc --arg ns "$1" --arg app "$2" --arg rs "$3" --arg uid "$4" --arg hash "$5" --arg image "$6" --arg n "$7" '{
+    apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
+    request: {uid: ("e2e-revision-" + $n), kind: {group: "", version: "v1", kind: "Pod"},
+      resource: {group: "", version: "v1", resource: "pods"}, namespace: $ns, name: "",
+      operation: "CREATE", dryRun: false,
+      userInfo: {username: "system:serviceaccount:kube-system:replicaset-controller"},
+      object: {apiVersion: "v1", kind: "Pod",
+        metadata: {generateName: ($rs + "-"), namespace: $ns,
+          labels: {app: $app, "pod-template-hash": $hash},
+          ownerReferences: [{apiVersion: "apps/v1", kind: "ReplicaSet", name: $rs, uid: $uid,
+            controller: true}]},
+        spec: {containers: [{name: "app", image: $image}]}}}}'
+}

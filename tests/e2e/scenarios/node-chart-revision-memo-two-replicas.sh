@@ -13,23 +13,6 @@
 #   cache did not hold the tag yet: its own answer is B, and still it pins the revision to A).
 #   Before issue 43 that replica resolved the tag afresh for the revision too: B.
 
-# memo_review NS RS_UID HASH IMAGE N: the /mutate AdmissionReview of the CREATE of Pod N of that
-# ReplicaSet revision (not a dry run: pinhook never reads a revision's Pods for one; sent
-# straight to a replica, nothing is stored)
-memo_review() {
-  jq -nc --arg ns "$1" --arg uid "$2" --arg hash "$3" --arg image "$4" --arg n "$5" '{
-    apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
-    request: {uid: ("e2e-memo-" + $n), kind: {group: "", version: "v1", kind: "Pod"},
-      resource: {group: "", version: "v1", resource: "pods"}, namespace: $ns, name: "",
-      operation: "CREATE", dryRun: false,
-      userInfo: {username: "system:serviceaccount:kube-system:replicaset-controller"},
-      object: {apiVersion: "v1", kind: "Pod",
-        metadata: {generateName: "memo-", namespace: $ns,
-          labels: {app: "memo", "pod-template-hash": $hash},
-          ownerReferences: [{apiVersion: "apps/v1", kind: "ReplicaSet", name: "memo", uid: $uid,
-            controller: true}]},
-        spec: {containers: [{name: "app", image: $image}]}}}}'
-}
 # memo_pinned IP REVIEW: the image the replica at IP pins the review's Pod to
 memo_pinned() {
   curl -s --max-time 10 -k -H 'Content-Type: application/json' --data-binary "$2" "https://$1:8443/mutate?timeout=10s" |
@@ -68,10 +51,10 @@ scenario_node_chart_revision_memo_two_replicas() {
   log "  team/node-memo:1.0 moved: $digest_a -> $digest_b"
 
   while read -r name _ _ ip; do
-    got=$(memo_pinned "$ip" "$(memo_review "$ns" "$rs_uid" memo-r1 "$img" "same-$name")")
+    got=$(memo_pinned "$ip" "$(chart_node_revision_review "$ns" memo memo "$rs_uid" memo-r1 "$img" "same-$name")")
     log "  replica $name ($ip), a Pod of revision memo-r1: $got"
     expect_eq "replica $name pins the revision's next Pod to" "$got" "$img@$digest_a" || rc=1
-    got=$(memo_pinned "$ip" "$(memo_review "$ns" "$rs_uid" memo-r2 "$img" "other-$name")")
+    got=$(memo_pinned "$ip" "$(chart_node_revision_review "$ns" memo memo "$rs_uid" memo-r2 "$img" "other-$name")")
     log "  replica $name ($ip), a Pod of revision memo-r2 (its registry cache's answer): $got"
     [[ $got != "$img@$digest_b" ]] || fresh=$((fresh + 1))
   done < <(chart_node_live_pods webhook)

@@ -39,24 +39,6 @@ tp_review() {
        name: "probe", operation: "CREATE", dryRun: true, userInfo: {username: "e2e"},
        object: $o.object}}'
 }
-# tp_revision_review NS RS_NAME RS_UID HASH IMAGE N: the /mutate AdmissionReview of the CREATE
-# of Pod N of that ReplicaSet revision (its pod-template-hash label and controller), naming
-# IMAGE; not a dry run (pinhook never reads a revision's Pods for one); sent straight to a
-# replica, nothing is stored
-tp_revision_review() {
-  jq -nc --arg ns "$1" --arg rs "$2" --arg uid "$3" --arg hash "$4" --arg image "$5" --arg n "$6" '{
-    apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
-    request: {uid: ("e2e-target-pods-rev-" + $n), kind: {group: "", version: "v1", kind: "Pod"},
-      resource: {group: "", version: "v1", resource: "pods"}, namespace: $ns, name: "",
-      operation: "CREATE", dryRun: false,
-      userInfo: {username: "system:serviceaccount:kube-system:replicaset-controller"},
-      object: {apiVersion: "v1", kind: "Pod",
-        metadata: {generateName: ($rs + "-"), namespace: $ns,
-          labels: {app: "web", "pod-template-hash": $hash},
-          ownerReferences: [{apiVersion: "apps/v1", kind: "ReplicaSet", name: $rs, uid: $uid,
-            controller: true}]},
-        spec: {containers: [{name: "app", image: $image}]}}}}'
-}
 # tp_patch IP REVIEW: the replica at IP's patch for the review, one "PATH VALUE" line per op that
 # sets an image (nothing when it patches none)
 tp_patch() {
@@ -164,7 +146,7 @@ scenario_node_chart_target_pods_two_replicas() {
   rs_uid=$(jp "$ns" rs "$rs" '{.metadata.uid}')
   hash=$(jp "$ns" rs "$rs" '{.metadata.labels.pod-template-hash}')
   while read -r name _ _ ip; do
-    got=$(tp_patch "$ip" "$(tp_revision_review "$ns" "$rs" "$rs_uid" "$hash" "$img" "$name")")
+    got=$(tp_patch "$ip" "$(chart_node_revision_review "$ns" web "$rs" "$rs_uid" "$hash" "$img" "$name")")
     expect_eq "replica $name (restarted, its registry answering B) pins the revision's next Pod to" \
       "$got" "/spec/containers/0/image $img@$digest_a" || rc=1
   done < <(chart_node_live_pods webhook)
