@@ -22,6 +22,12 @@
 //! provider was busy), its process killed if it ran. A run no admission waits for never goes
 //! on: a plugin slower than [`Settings::wait`] is never cached.
 //!
+//! A failed run (an exit, an unusable answer, no answer within [`Settings::wait`]) stands for
+//! [`Settings::failure_ttl`] for every image of its registry named by the same tenant, which
+//! hears the failure again without a run (issue 44; kubelet keeps no failures, and a review
+//! naming a hundred images of a registry whose plugin fails ran it a hundred times). Another
+//! tenant's images still run it: an image one tenant names may make a plugin fail.
+//!
 //! Caveats: as in kubelet, concurrent first requests for different images of one registry
 //! each execute the plugin (the cache key is known only from the answer).
 //!
@@ -57,6 +63,10 @@ use crate::metrics::Metrics;
 pub use self::config::ProviderConfigError;
 pub use self::protocol::ResponseError as ProviderResponseError;
 
+/// How long a failed run stands for its tenant's images of its registry, by default: an
+/// image pull's first back-off in kubelet is 10 s too.
+pub const DEFAULT_FAILURE_TTL: Duration = Duration::from_secs(10);
+
 /// The cache key kubelet uses for `cacheKeyType: Global`.
 const GLOBAL_CACHE_KEY: &str = "global";
 
@@ -86,6 +96,9 @@ pub struct Settings {
     pub total: usize,
     /// Bytes of cached answers per provider.
     pub cache_bytes: u64,
+    /// How long a failed run (an exit, an unusable answer, no answer within `wait`) stands
+    /// for every image of its registry that the same tenant names (zero: not remembered).
+    pub failure_ttl: Duration,
 }
 
 /// The configured plugins, as one keyring source (kubelet's external provider keyring).
@@ -112,6 +125,11 @@ pub enum PluginError {
     },
     #[error("the plugin run was lost")]
     Lost,
+    #[error("not run: it failed for this registry less than {ttl:?} ago ({error})")]
+    Remembered {
+        ttl: Duration,
+        error: Box<PluginError>,
+    },
 }
 
 struct Plugin {
@@ -184,6 +202,7 @@ impl Default for Settings {
             per_provider: DEFAULT_PER_PROGRAM,
             total: DEFAULT_TOTAL,
             cache_bytes: 4 * 1024 * 1024,
+            failure_ttl: DEFAULT_FAILURE_TTL,
         }
     }
 }
@@ -284,6 +303,12 @@ impl PluginError {
             PluginError::Waited(wait) => format!("no answer within {wait:?}"),
             PluginError::Busy { .. } => "busy: too many runs under way; not run".to_string(),
             PluginError::Lost => "its run was lost".to_string(),
+            PluginError::Remembered { ttl, error } => {
+                format!(
+                    "failed for this registry within {ttl:?}: {}",
+                    error.summary()
+                )
+            }
         }
     }
 }
@@ -305,6 +330,13 @@ impl Plugin {
             if let Some(entries) = self.cached(image) {
                 return Ok(entries);
             }
+            let tenant = limits::current_tenant();
+            if let Some(error) = self.answers.failure(&tenant, registry_of(image)) {
+                return Err(PluginError::Remembered {
+                    ttl: self.settings.failure_ttl,
+                    error: Box::new(error),
+                });
+            }
             let joined = flights.running.get(image).and_then(|running| {
                 // An execution whose last waiter is gone is being cancelled: start another.
                 let interest = running.interest.upgrade()?;
@@ -322,7 +354,11 @@ impl Plugin {
                 total: self.limits.total(),
                 waited: self.settings.wait,
             }),
-            Err(_) => Err(PluginError::Waited(self.settings.wait)),
+            Err(_) => {
+                let error = PluginError::Waited(self.settings.wait);
+                self.remember_failure(&limits::current_tenant(), image, &error);
+                Err(error)
+            }
         };
         // Not under the lock: the last interest dropped cancels the execution.
         drop(interest);
@@ -360,6 +396,9 @@ impl Plugin {
                 };
                 started.store(true, Ordering::SeqCst);
                 let outcome = plugin.execute(&image, slot).await;
+                if let Err(error) = &outcome {
+                    plugin.remember_failure(&tenant, &image, error);
+                }
                 // Cached before the execution leaves the flights (the landing, under their
                 // lock): no admission misses both the execution and its answer.
                 let outcome = outcome.map(|response| {
@@ -425,6 +464,14 @@ impl Plugin {
             self.count_error(reason);
         }
         result
+    }
+
+    /// Keeps `error` for `tenant`'s images of `image`'s registry, for `failure_ttl`.
+    fn remember_failure(&self, tenant: &str, image: &str, error: &PluginError) {
+        let registry = registry_of(image);
+        let ttl = self.settings.failure_ttl;
+        self.answers
+            .insert_failure(tenant, registry, error.clone(), ttl);
     }
 
     /// kubelet's `getCachedCredentials`: the image's entry, else its registry's, else global.

@@ -125,6 +125,78 @@ async fn a_broken_plugin_is_a_warning_and_a_metric_naming_it_never_its_output() 
     assert!(!warning.contains("s3cret"), "{warning}");
 }
 
+/// A provider whose binary exits 3 after counting its run.
+fn failing(dir: &Path, name: &str) -> ProviderSpec {
+    let spec = provider(dir, name, "", Duration::from_secs(60));
+    let script = std::fs::read_to_string(&spec.path).expect("read plugin");
+    std::fs::write(&spec.path, format!("{script}exit 3\n")).expect("write plugin");
+    spec
+}
+
+/// Issue 44: a review naming many images of one registry whose plugin fails ran it once per
+/// image. The failure now stands for that tenant's images of that registry for `failure_ttl`,
+/// and for nobody else's.
+#[tokio::test]
+async fn a_failure_stands_for_its_tenants_images_of_its_registry_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let providers = CredentialProviders::new(
+        vec![failing(dir.path(), "fails")],
+        Settings::default(),
+        None,
+    );
+    let as_tenant = |tenant: &'static str, image: String| {
+        let providers = &providers;
+        async move { limits::for_tenant(tenant, ask(providers, &image)).await }
+    };
+    let mut warnings = Vec::new();
+    for i in 0..20 {
+        let provided = as_tenant("team-a", format!("a.example/image-{i}")).await;
+        assert!(provided.entries.is_empty());
+        warnings.extend(provided.warnings);
+    }
+    assert_eq!(
+        execs(dir.path(), "fails"),
+        1,
+        "one run for 20 images of a.example"
+    );
+    assert_eq!(warnings.len(), 20, "{warnings:?}");
+    assert!(warnings[0].contains("exited with"), "{}", warnings[0]);
+    assert!(
+        warnings[19].contains("failed for this registry within 10s: exited with"),
+        "{}",
+        warnings[19]
+    );
+
+    as_tenant("team-a", "b.example/image".to_string()).await;
+    assert_eq!(
+        execs(dir.path(), "fails"),
+        2,
+        "another registry runs it again"
+    );
+    as_tenant("team-b", "a.example/image-0".to_string()).await;
+    assert_eq!(
+        execs(dir.path(), "fails"),
+        3,
+        "another tenant runs it again"
+    );
+
+    let unremembered = Settings {
+        failure_ttl: Duration::ZERO,
+        ..Settings::default()
+    };
+    let dir_before = tempfile::tempdir().expect("tempdir");
+    let before =
+        CredentialProviders::new(vec![failing(dir_before.path(), "old")], unremembered, None);
+    for i in 0..5 {
+        limits::for_tenant("team-a", ask(&before, &format!("a.example/image-{i}"))).await;
+    }
+    assert_eq!(
+        execs(dir_before.path(), "old"),
+        5,
+        "failure_ttl 0: a run per image, as before"
+    );
+}
+
 #[test]
 fn the_registry_is_everything_before_the_first_slash() {
     assert_eq!(registry_of("a.example:5000/team/app"), "a.example:5000");
