@@ -463,6 +463,7 @@ impl Pinner {
                     "pinhook: reading pull secrets timed out; resolved without them".to_string(),
                 ],
                 refused: Vec::new(),
+                held: Default::default(),
             },
         }
     }

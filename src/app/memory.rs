@@ -7,7 +7,9 @@
 use crate::admission::{loops, pipeline};
 use crate::cluster;
 use crate::registry::cache;
-use crate::registry::credentials::{docker_helpers, identity_token, provider, pull_secrets};
+use crate::registry::credentials::{
+    docker_helpers, identity_token, provider, pull_secrets, secret_budget,
+};
 use crate::registry::TOKEN_CACHE_BYTES;
 use crate::server::{body_budget, connections, parsed_reviews, plain};
 
@@ -74,6 +76,11 @@ pub fn model() -> Vec<Budget> {
             what: "pull Secrets and ServiceAccounts",
             bytes: pull_secrets::SECRET_CACHE_BYTES + pull_secrets::ACCOUNT_CACHE_BYTES,
             constant: "registry::credentials::pull_secrets::{SECRET_CACHE_BYTES, ACCOUNT_CACHE_BYTES}",
+        },
+        Budget {
+            what: "pull Secrets kept by reviews in flight",
+            bytes: mib(secret_budget::SECRET_BYTES_IN_FLIGHT),
+            constant: "registry::credentials::secret_budget::SECRET_BYTES_IN_FLIGHT",
         },
         Budget {
             what: "namespace labels and TokenReview answers",

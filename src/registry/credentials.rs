@@ -19,6 +19,7 @@ pub mod keyring;
 pub mod limits;
 pub mod provider;
 pub mod pull_secrets;
+pub mod secret_budget;
 
 use std::fmt;
 

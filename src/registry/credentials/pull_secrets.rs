@@ -15,7 +15,9 @@
 //! pull secret names) and hold at most [`SECRET_CACHE_BYTES`] and [`ACCOUNT_CACHE_BYTES`],
 //! each entry weighed as its names and data plus [`ENTRY_OVERHEAD`] (which also bounds how many
 //! fit); a review's secret names are read once each, at most [`MAX_PULL_SECRETS`], and every
-//! loop over them yields to the scheduler.
+//! loop over them yields to the scheduler. What a review keeps of them, parsed, is held to its
+//! shares of [`SecretBudget`] (per review, per namespace, in all): the first Secret past a
+//! share and those after it are not used, with one warning.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::keyring::{Keyring, KeyringError};
+use super::secret_budget::{Held, SecretBudget};
 
 /// Distinct pull secret names read for one pod; the rest are not read (with a warning). A
 /// review may name one secret 100,000 times: each name is read once, and at most this many.
@@ -78,13 +81,16 @@ pub enum SecretNames<'a> {
 }
 
 /// The keyring for one pod and what the user should hear about it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct PodKeyring {
     pub keyring: Keyring,
     pub warnings: Vec<String>,
     /// Pull secrets kubelet will refuse, failing every pull of the pod (a docker config that
     /// does not decode): one line each. The admission layer denies (enforce) or reports them.
     pub refused: Vec<String>,
+    /// The bytes of [`SecretBudget`] this keyring's Secrets hold: keep it as long as the
+    /// keyring.
+    pub held: Held,
 }
 
 /// Source of pull credentials.
@@ -105,6 +111,7 @@ pub struct KubeSecrets {
     node: Keyring,
     secrets: moka::future::Cache<(String, String), Arc<Option<Secret>>>,
     accounts: moka::future::Cache<(String, String), Arc<Option<ServiceAccount>>>,
+    budget: SecretBudget,
 }
 
 // === impl NodeOnly ===
@@ -131,6 +138,7 @@ impl KubeSecrets {
             node,
             secrets: object_cache(SECRET_CACHE_BYTES, secret_bytes),
             accounts: object_cache(ACCOUNT_CACHE_BYTES, account_bytes),
+            budget: SecretBudget::default(),
         }
     }
 
@@ -236,25 +244,43 @@ impl PullSecrets for KubeSecrets {
         let mut warnings = Vec::new();
         let mut refused = Vec::new();
         let mut keyring = Keyring::new();
-        for name in self.secret_names(pod, &mut warnings).await {
+        let mut held = Held::default();
+        let names = self.secret_names(pod, &mut warnings).await;
+        for (index, name) in names.iter().enumerate() {
             // Cached reads answer at once: let deadlines and health checks in between.
             tokio::task::consume_budget().await;
             // The name comes from the object under review (not validated yet when a
             // mutating webhook sees it) and goes into an API path: only valid names.
-            if !is_object_name(&name) {
+            if !is_object_name(name) {
                 warnings.push(format!(
                     "pinhook: imagePullSecret name {name:?} is not a valid object name; not read"
                 ));
                 continue;
             }
-            match self.secret(pod.namespace, &name).await {
+            match self.secret(pod.namespace, name).await {
                 Ok(secret) => match secret.as_ref() {
                     Some(secret) => match read_secret(secret).inspect_err(|e| {
                         debug!(namespace = pod.namespace, name, error = %e, "unusable pull secret")
                     }) {
                         // kubelet puts all of a pod's secrets into one keyring, sorted
                         // together.
-                        Ok(parsed) => keyring.merge(parsed),
+                        Ok(parsed) => {
+                            let bytes = parsed.approximate_bytes();
+                            if let Err(short) = self.budget.take(pod.namespace, bytes, &mut held)
+                            {
+                                // The rest are not read at all: one line for them.
+                                let more = match names.len() - index - 1 {
+                                    0 => String::new(),
+                                    rest => format!(" and the {rest} after it"),
+                                };
+                                warnings.push(format!(
+                                    "pinhook: imagePullSecret {}/{name}{more} not used: {short}",
+                                    pod.namespace
+                                ));
+                                break;
+                            }
+                            keyring.merge(parsed);
+                        }
                         Err(e) if e.fails_the_pull() => refused.push(format!(
                             "imagePullSecret {}/{name} is malformed, so kubelet refuses \
                              every pull of this pod: {e}",
@@ -263,9 +289,9 @@ impl PullSecrets for KubeSecrets {
                         // One text for a Secret of another type, one without its data key,
                         // and none at all: a forged review must not learn the type of a Secret
                         // (issue 44). The log, which only the admin reads, keeps the detail.
-                        Err(_) => warnings.push(unusable_secret(pod.namespace, &name)),
+                        Err(_) => warnings.push(unusable_secret(pod.namespace, name)),
                     },
-                    None => warnings.push(unusable_secret(pod.namespace, &name)),
+                    None => warnings.push(unusable_secret(pod.namespace, name)),
                 },
                 Err(e) => warnings.push(format!(
                     "pinhook: cannot read imagePullSecret {}/{name}: {}",
@@ -281,6 +307,7 @@ impl PullSecrets for KubeSecrets {
             keyring,
             warnings,
             refused,
+            held,
         }
     }
 }

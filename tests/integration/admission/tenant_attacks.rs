@@ -401,3 +401,109 @@ async fn another_tenants_attacks_cost_no_admission_and_stay_within_the_memory_li
         "resident memory grew by {growth_mib} MiB during the attacks"
     );
 }
+
+/// A Pod naming 128 large pull Secrets, the registry's login only in the last: every one was
+/// read into the review's keyring and held while it waited on the registry (each of these
+/// 26 KB Secrets about 160 KB parsed, 20 MB a review; Secrets of 1 MiB, 128 MiB a review,
+/// as many reviews at once as the apiserver sent). Now a review keeps at most 256 KiB of
+/// them: the first past it and the rest are not read, with one warning, and the image is
+/// resolved without them (issue 44). Another namespace's review with the same login in its one
+/// Secret is pinned beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviews_pull_secrets_are_kept_only_to_its_share() {
+    let _serial = SERIAL.lock().await;
+    let world = world(RegistryAuth::htpasswd(USER, PASS), "team/app").await;
+    let decoys = |login: bool| {
+        let mut auths = serde_json::Map::new();
+        for i in 0..400 {
+            auths.insert(
+                format!("registry-{i:04}.example.com"),
+                json!({"auth": "dXNlcjpwYXNzd29yZC1wYWRkaW5nLXBhZGRpbmc="}),
+            );
+        }
+        if login {
+            auths.insert(
+                world.registry.host(),
+                json!({"username": USER, "password": PASS}),
+            );
+        }
+        json!({ "auths": auths }).to_string()
+    };
+    let names: Vec<String> = (0..128).map(|i| format!("s{i:03}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        world.kube.add_raw_secret(
+            "team-a",
+            name,
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            &decoys(i == 127),
+        );
+    }
+    world.kube.add_raw_secret(
+        "team-b",
+        "s000",
+        "kubernetes.io/dockerconfigjson",
+        ".dockerconfigjson",
+        &decoys(true),
+    );
+    let review = |namespace: &str, names: &[String]| {
+        let mut review = fixture_with_image(
+            "v1.26/pod-create-pullsecrets-mutate.json",
+            &world.registry,
+            &world.pushed.reference,
+        );
+        in_namespace(&mut review, namespace);
+        let names: Vec<Value> = names.iter().map(|n| json!({ "name": n })).collect();
+        review["request"]["object"]["spec"]["imagePullSecrets"] = Value::Array(names);
+        serde_json::to_vec(&review).expect("review")
+    };
+
+    let (status, answer) = world
+        .pinhook
+        .post("/mutate?timeout=5s", review("team-a", &names))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).expect("json");
+    let warnings = answer["response"]["warnings"].to_string();
+    assert!(
+        warnings.contains(
+            "imagePullSecret team-a/s001 and the 126 after it not used: this Pod's pull \
+             secrets pass 256 KiB"
+        ),
+        "{answer}"
+    );
+    assert_eq!(
+        world.kube.hits("secrets/s002"),
+        0,
+        "not read past the share"
+    );
+    assert_eq!(
+        world.kube.hits("secrets/s127"),
+        0,
+        "not read past the share"
+    );
+    assert!(
+        answer["response"]["patch"].is_null(),
+        "resolved without the login in s127: not pinned ({answer})"
+    );
+
+    let (status, answer) = world
+        .pinhook
+        .post("/mutate?timeout=5s", review("team-b", &names[..1]))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).expect("json");
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let patched = apply_response(
+        &fixture_with_image(
+            "v1.26/pod-create-pullsecrets-mutate.json",
+            &world.registry,
+            &world.pushed.reference,
+        ),
+        &answer,
+    );
+    assert!(
+        patched.to_string().contains(&world.pushed.index_digest),
+        "team-b pinned with its own Secret: {patched}"
+    );
+}

@@ -47,6 +47,10 @@ pub use self::docker_config::{
 };
 pub use self::sources::{CredentialSource, Provided};
 
+/// What a stored key costs beyond its text and credentials: the map's node, the parsed URL's
+/// fields, the credentials' vector.
+const SLOT_BYTES: usize = 256;
+
 /// kubelet's `defaultRegistryHost`: the stored form of the `https://index.docker.io/v1/` key.
 const DEFAULT_REGISTRY_HOST: &[u8] = b"index.docker.io";
 
@@ -188,6 +192,29 @@ impl Keyring {
     }
 
     /// True when no layer holds any credential (a source not yet asked counts as some).
+    /// Roughly the bytes this keyring's stored credentials hold (what its sources answered
+    /// apart): each key twice (as stored and parsed) plus [`SLOT_BYTES`], and its credentials.
+    pub fn approximate_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|layer| match layer {
+                Layer::Basic(basic) => basic
+                    .index
+                    .iter()
+                    .map(|(key, slot)| {
+                        let held: usize = slot
+                            .credentials
+                            .iter()
+                            .map(Credential::approximate_bytes)
+                            .sum();
+                        2 * key.len() + SLOT_BYTES + held
+                    })
+                    .sum(),
+                Layer::Source(_) | Layer::Answered(_) => 0,
+            })
+            .sum()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.layers.iter().all(|layer| match layer {
             Layer::Basic(basic) => basic.index.is_empty(),
