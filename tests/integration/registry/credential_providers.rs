@@ -249,6 +249,7 @@ async fn failing_slow_or_garbled_plugins_are_warnings_and_a_good_one_still_pins(
     setup = setup.provider(for_host("works", &[&host], &GOOD));
     let settings = Settings {
         exec_timeout: Duration::from_millis(500),
+        failure_ttl: Duration::from_millis(1500),
         ..Settings::default()
     };
     let pinhook = pinhook_with(&registry, node_keyring(&setup, settings)).await;
@@ -268,7 +269,17 @@ async fn failing_slow_or_garbled_plugins_are_warnings_and_a_good_one_still_pins(
         !body.to_string().contains(PASS),
         "no plugin output in the review: {body}"
     );
-    // Failures are not cached (kubelet caches answers only): the next admission runs them again.
+    // A failure stands for its namespace's images of its registry for `failure_ttl` (issue 44;
+    // kubelet caches answers only): the next admission hears it without a run...
+    let again = pinhook.mutate(&review).await;
+    assert_eq!(again["response"]["allowed"], true, "{again}");
+    assert!(
+        warned(&again, "failed for this registry within 1.5s: exited with"),
+        "{again}"
+    );
+    assert_eq!(setup.runs("fails"), 1);
+    // ...and once it has passed, runs it again.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
     pinhook.mutate(&review).await;
     assert_eq!(setup.runs("fails"), 2);
     assert_eq!(setup.runs("works"), 1);
