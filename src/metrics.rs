@@ -48,9 +48,23 @@ pub struct ViolationLabels {
     pub reason: &'static str,
 }
 
+/// The image states of `pinhook watch` (`watch::ImageState`), the `state` label's values.
+pub const RUNNING_IMAGE_STATES: [&str; 10] = [
+    "unpinned",
+    "pinned-current",
+    "tag-moved",
+    "digest-only",
+    "unresolvable",
+    "exempt",
+    "left-to-owner",
+    "runs-other-digest",
+    "runs-stale-digest",
+    "digest-missing",
+];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    /// An image state of `pinhook watch` (`watch::ImageState::NAMES`).
+    /// An image state of `pinhook watch` ([`RUNNING_IMAGE_STATES`]).
     pub state: &'static str,
 }
 
@@ -203,7 +217,7 @@ impl Metrics {
         let running_images = Family::<StateLabels, Gauge>::default();
         // Every state reads 0 until the watch finds one (an alert on a state is never on an
         // absent series), like the watch's counters.
-        for state in crate::watch::ImageState::NAMES {
+        for state in RUNNING_IMAGE_STATES {
             drop(running_images.get_or_create(&StateLabels { state }));
         }
         registry.register(

@@ -3,6 +3,10 @@
 //! label, and the message the caller reads (the error's chain on one line, each cause once).
 //! Handlers and renderers build a [`Failure`]; none of them picks a status or words a message.
 
+use std::time::Duration;
+
+use axum::http::StatusCode;
+
 use super::decision::{Decision, ReviewResult};
 use super::pipeline::PipelineError;
 use super::review::{AdmissionResponse, ReviewError};
@@ -57,11 +61,38 @@ pub enum Failure {
     },
     /// A review found no room in the budget of parsed reviews in time, or would cost more than all of it.
     #[error(transparent)]
-    Refused(crate::server::parsed_reviews::Refused),
+    Refused(Refused),
     #[error("no manifest parser is available")]
     ParserClosed(#[source] tokio::sync::AcquireError),
     #[error("the manifest parser failed")]
     ParserFailed(#[source] tokio::task::JoinError),
+}
+
+/// Why a review was not decided: no room for it, parsed, in the server's budget of parsed
+/// reviews (`server::parsed_reviews`, which refuses with it).
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error(
+        "pinhook is deciding other reviews (this one, {bytes} bytes, would hold about {cost} \
+         bytes parsed, which did not fit in the {budget}-byte budget of reviews of its size \
+         within {waited:?})"
+    )]
+    Busy {
+        bytes: usize,
+        cost: usize,
+        budget: usize,
+        waited: Duration,
+    },
+    #[error(
+        "this review ({bytes} bytes) would hold about {cost} bytes parsed, more than the \
+         {budget}-byte budget of all reviews of its size: pinhook does not parse it (an object \
+         of that many small JSON objects and values is no workload's)"
+    )]
+    TooCostly {
+        bytes: usize,
+        cost: usize,
+        budget: usize,
+    },
 }
 
 // === impl Failure ===
@@ -74,8 +105,8 @@ impl Failure {
             Failure::MissingToken | Failure::InvalidToken => 401,
             Failure::Forbidden { .. } => 403,
             Failure::Documents(_) | Failure::TooManyAccessChecks { .. } => 413,
-            Failure::Refused(crate::server::parsed_reviews::Refused::TooCostly { .. }) => 413,
-            Failure::Refused(crate::server::parsed_reviews::Refused::Busy { .. }) => 429,
+            Failure::Refused(Refused::TooCostly { .. }) => 413,
+            Failure::Refused(Refused::Busy { .. }) => 429,
             Failure::Patch(_)
             | Failure::EncodePatch(_)
             | Failure::EncodeResponse(_)
@@ -85,6 +116,11 @@ impl Failure {
             | Failure::ParserFailed(_) => 500,
             Failure::NoKubernetesApi | Failure::Authentication(_) => 503,
         }
+    }
+
+    /// [`Failure::status`] as an HTTP status code.
+    pub fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     /// The `result` label of the review metrics: a failure is never a policy outcome.

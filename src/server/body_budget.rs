@@ -24,8 +24,15 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use std::net::SocketAddr;
+
 use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Request};
+use axum::http::header;
 use http_body_util::BodyExt;
+use tracing::warn;
+
+use crate::metrics::Metrics;
 
 /// Body bytes in flight at once, process-wide, beyond the small-body reserve.
 pub const BODY_BUDGET: usize = 16 << 20;
@@ -97,6 +104,32 @@ impl BodyBudget {
             per_peer,
             small,
         }
+    }
+
+    /// Reads `request`'s body, at most `limit` bytes, within the budget of its peer address
+    /// (`ConnectInfo`, absent when the router is driven without a socket): refused at once
+    /// when it does not fit (counted in `metrics` and logged), over the limit, or unreadable.
+    pub async fn read_request(
+        self: &Arc<Self>,
+        request: Request,
+        limit: usize,
+        metrics: &Metrics,
+    ) -> Result<(Bytes, BodyShare), BodyRefusal> {
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|info| info.0.ip());
+        let announced = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let read = self.read(peer, request.into_body(), announced, limit).await;
+        if let Err(refusal @ BodyRefusal::Busy { .. }) = &read {
+            metrics.bodies_refused.inc();
+            warn!(peer = ?peer, error = %refusal, "refused a request body over the body budget");
+        }
+        read
     }
 
     /// Reads `body` whole, at most `limit` bytes, counting it against the budgets of `peer`

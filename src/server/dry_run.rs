@@ -22,7 +22,6 @@ use serde::Deserialize;
 use tracing::info;
 
 use super::body_budget::BodyRefusal;
-use super::routes::{read_body, status_of};
 use super::AppState;
 use crate::admission::dry_run::{self, Identity};
 use crate::admission::Failure;
@@ -127,7 +126,8 @@ async fn dry_run_answer(
         state.token_reviews.authenticated(token);
         caller
     };
-    let (body, _body_share) = read_body(state, request, MAX_DRY_RUN_BODY)
+    let (body, _body_share) = (state.bodies)
+        .read_request(request, MAX_DRY_RUN_BODY, &state.metrics)
         .await
         .map_err(Refusal::Body)?;
     let documents = parse_manifests(body).await?;
@@ -239,7 +239,7 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 /// `{"error": "..."}`: the dry-run endpoint's clients read JSON.
 fn failure_json(failure: &Failure) -> Response {
     let body = serde_json::json!({ "error": failure.message() });
-    (status_of(failure), axum::Json(body)).into_response()
+    (failure.status_code(), axum::Json(body)).into_response()
 }
 
 #[cfg(test)]

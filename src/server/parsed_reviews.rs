@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 
+pub use crate::admission::failure::Refused;
+
 /// Bodies up to this size share [`SMALL_BUDGET`]; larger ones [`LARGE_BUDGET`].
 pub const SMALL_BODY: usize = 64 << 10;
 /// The estimated bytes ([`parsed_cost`]) of the reviews of up to [`SMALL_BODY`] decided at
@@ -84,32 +86,6 @@ pub struct ParsedReviews {
 struct Pool {
     bytes: Semaphore,
     budget: usize,
-}
-
-/// Why a review was not decided.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    #[error(
-        "pinhook is deciding other reviews (this one, {bytes} bytes, would hold about {cost} \
-         bytes parsed, which did not fit in the {budget}-byte budget of reviews of its size \
-         within {waited:?})"
-    )]
-    Busy {
-        bytes: usize,
-        cost: usize,
-        budget: usize,
-        waited: Duration,
-    },
-    #[error(
-        "this review ({bytes} bytes) would hold about {cost} bytes parsed, more than the \
-         {budget}-byte budget of all reviews of its size: pinhook does not parse it (an object \
-         of that many small JSON objects and values is no workload's)"
-    )]
-    TooCostly {
-        bytes: usize,
-        cost: usize,
-        budget: usize,
-    },
 }
 
 /// The share a review holds while it is decided.

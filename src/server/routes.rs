@@ -7,10 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use std::net::SocketAddr;
-
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -73,7 +71,7 @@ pub(super) fn metrics_router(state: AppState) -> Router {
 
 /// A review's query and body, once its caller is known to be allowed one
 /// ([`refuse_unverified`], before anything of the request is read): the query parsed as the
-/// `Query` extractor does, the body read within the body budget ([`read_body`]), or the answer
+/// `Query` extractor does, the body read within the body budget ([`BodyBudget::read_request`](super::body_budget::BodyBudget::read_request)), or the answer
 /// to send instead. The share of the budget is held until the review is answered.
 async fn review_input(
     state: &AppState,
@@ -82,38 +80,11 @@ async fn review_input(
     let request = refuse_unverified(state, request).await?;
     let Query(query) =
         Query::<ReviewQuery>::try_from_uri(request.uri()).map_err(IntoResponse::into_response)?;
-    let (body, share) = read_body(state, request, MAX_BODY_BYTES)
+    let (body, share) = (state.bodies)
+        .read_request(request, MAX_BODY_BYTES, &state.metrics)
         .await
         .map_err(|refusal| body_refused(&refusal))?;
     Ok((query, body, share))
-}
-
-/// Reads `request`'s body, at most `limit` bytes, within the body budget of its peer address
-/// (`ConnectInfo`, absent when the router is driven without a socket): refused at once when it
-/// does not fit (counted and logged), over the limit, or unreadable.
-pub(super) async fn read_body(
-    state: &AppState,
-    request: Request,
-    limit: usize,
-) -> Result<(Bytes, BodyShare), BodyRefusal> {
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|info| info.0.ip());
-    let announced = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let read = state
-        .bodies
-        .read(peer, request.into_body(), announced, limit)
-        .await;
-    if let Err(refusal @ BodyRefusal::Busy { .. }) = &read {
-        state.metrics.bodies_refused.inc();
-        warn!(peer = ?peer, error = %refusal, "refused a request body over the body budget");
-    }
-    read
 }
 
 /// The plain-text answer to a body refused: 429 (with `Retry-After: 1`), 413 or 400.
@@ -209,13 +180,9 @@ fn answer(
     json_response(admission::review_body(&decision.response))
 }
 
-pub(super) fn status_of(failure: &Failure) -> StatusCode {
-    StatusCode::from_u16(failure.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-}
-
 /// Plain text, one line: what the apiserver logs when a call to the webhook fails.
 fn failure_text(failure: &Failure) -> Response {
-    let status = status_of(failure);
+    let status = failure.status_code();
     let mut response = (status, format!("{}\n", failure.message())).into_response();
     // (a refusal for want of room, as the body budget's: the caller may retry at once)
     if status == StatusCode::TOO_MANY_REQUESTS {

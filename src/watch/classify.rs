@@ -256,19 +256,9 @@ impl<'a> ClassifiedImage<'a> {
 // === impl ImageState ===
 
 impl ImageState {
-    /// Every state's name, in the order of the table in the module docs.
-    pub const NAMES: [&'static str; 10] = [
-        "unpinned",
-        "pinned-current",
-        "tag-moved",
-        "digest-only",
-        "unresolvable",
-        "exempt",
-        "left-to-owner",
-        "runs-other-digest",
-        "runs-stale-digest",
-        "digest-missing",
-    ];
+    /// Every state's name, in the order of the table in the module docs: the vocabulary of the
+    /// `state` label of `pinhook_running_images`, which the metrics own.
+    pub const NAMES: [&'static str; 10] = crate::metrics::RUNNING_IMAGE_STATES;
 
     /// The state's name in reports, events and the inventory.
     pub fn as_str(&self) -> &'static str {
