@@ -55,6 +55,7 @@ pub mod policy_watcher;
 pub mod reference;
 pub mod registry;
 pub mod server;
+pub mod shares;
 pub mod watch;
 pub mod weight;
 pub mod workload;

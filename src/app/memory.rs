@@ -78,6 +78,11 @@ pub fn model() -> Vec<Budget> {
             constant: "registry::credentials::pull_secrets::{SECRET_CACHE_BYTES, ACCOUNT_CACHE_BYTES}",
         },
         Budget {
+            what: "answers being read from registries",
+            bytes: mib(crate::registry::READ_BYTES_IN_FLIGHT),
+            constant: "registry::http::body::READ_BYTES_IN_FLIGHT",
+        },
+        Budget {
             what: "pull Secrets kept by reviews in flight",
             bytes: mib(secret_budget::SECRET_BYTES_IN_FLIGHT),
             constant: "registry::credentials::secret_budget::SECRET_BYTES_IN_FLIGHT",

@@ -73,6 +73,19 @@ impl RegistryConfig {
             .any(|insecure| hosts::same_host(insecure, host))
     }
 
+    /// Which configured trust `registry` gets: the hosts of `host_ca_pems` that name it, in
+    /// order (empty for the global bundles alone). Registries of one trust share one client.
+    pub(super) fn trust_of(&self, registry: &str) -> String {
+        let mut own: Vec<&str> = self
+            .host_ca_pems
+            .keys()
+            .filter(|host| hosts::same_host(host, registry))
+            .map(String::as_str)
+            .collect();
+        own.sort_unstable();
+        own.join("\n")
+    }
+
     /// The CA bundles trusted for `registry`: the global ones, then the host's own.
     pub(super) fn pems_for<'a>(
         &'a self,

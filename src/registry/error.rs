@@ -50,6 +50,13 @@ pub enum RegistryError {
     },
     #[error("registry {registry} did not answer within {timeout:?}")]
     Timeout { registry: String, timeout: Duration },
+    /// pinhook's own bound on what it holds of registries' answers at once was met (not the
+    /// registry's failure: nothing is remembered of it).
+    #[error("{}", reads_full(registry, *.short))]
+    ReadsFull {
+        registry: String,
+        short: crate::shares::Short,
+    },
     #[error("cannot build a registry client for {registry}")]
     ClientConfig {
         registry: String,
@@ -147,6 +154,20 @@ pub enum AnswerError {
     UnexpectedStatus(u16),
 }
 
+/// The words of [`RegistryError::ReadsFull`].
+fn reads_full(registry: &str, short: crate::shares::Short) -> String {
+    match short {
+        crate::shares::Short::Key(bytes) => format!(
+            "pinhook holds {} of answers from registry {registry} already; retry",
+            body::size(bytes as u64)
+        ),
+        crate::shares::Short::Total(bytes) => format!(
+            "pinhook holds {} of answers from registries already (reading from {registry}); retry",
+            body::size(bytes as u64)
+        ),
+    }
+}
+
 // === impl RegistryError ===
 
 impl RegistryError {
@@ -175,6 +196,7 @@ impl RegistryError {
             RegistryError::InvalidResponse { .. } => "invalid_response",
             RegistryError::TooLarge { .. } => "too_large",
             RegistryError::Timeout { .. } => "timeout",
+            RegistryError::ReadsFull { .. } => "reads_full",
             RegistryError::ClientConfig { .. } | RegistryError::NoSystemRoots { .. } => "config",
             RegistryError::BackingOff { .. } => "backing_off",
             RegistryError::NotAnswering { .. } => "not_answering",

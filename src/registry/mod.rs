@@ -49,5 +49,6 @@ pub use credentials::{
 };
 pub use error::{AnswerError, RegistryError, TransportError};
 pub use guard::RealmRefusal;
+pub use http::body::READ_BYTES_IN_FLIGHT;
 pub use http::redirect::RedirectRefusal;
 pub use resolver::{Origin, Resolution, ResolutionSource, Resolver, SourceCheck};

@@ -166,6 +166,11 @@ impl Drop for Canary {
 }
 
 impl Streamed {
+    /// Counts `bytes` more as sent (for bodies streamed by a test of its own).
+    pub fn add(&self, bytes: u64) {
+        self.sent.fetch_add(bytes, Ordering::SeqCst);
+    }
+
     pub fn sent(&self) -> u64 {
         self.sent.load(Ordering::SeqCst)
     }

@@ -174,6 +174,7 @@ impl Health {
             | RegistryError::ClientConfig { .. }
             | RegistryError::NoSystemRoots { .. }
             | RegistryError::BackingOff { .. }
+            | RegistryError::ReadsFull { .. }
             | RegistryError::NotAnswering { .. } => None,
             e if e.is_unavailable() => Some(Health::Silent),
             _ => Some(Health::Answered),

@@ -8,13 +8,10 @@
 //! used, with a warning that says which share: that tenant's private images then resolve
 //! without it, and another namespace's reviews keep their own share.
 //!
-//! Owns: [`SecretBudget`] and the [`Held`] bytes of one review, given back when it is dropped.
-//! Never: reads a Secret, or decides what a review without one answers.
+//! Owns: [`SecretBudget`] (on [`crate::shares`]) and the [`Held`] bytes of one review, given
+//! back when it is dropped. Never: reads a Secret, or decides what a review without one answers.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
-
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use crate::shares::{self, Shares, Taken};
 
 /// Bytes of pull Secrets (as parsed into a keyring) one review keeps: ordinary docker configs
 /// are a few KiB, so some 60 of them.
@@ -23,36 +20,25 @@ pub const REVIEW_SECRET_BYTES: usize = 256 << 10;
 pub const NAMESPACE_SECRET_BYTES: usize = 4 << 20;
 /// Bytes every review in flight keeps in all (in the memory model of docs/security.md).
 pub const SECRET_BYTES_IN_FLIGHT: usize = 16 << 20;
-/// Shares are counted in units of this many bytes (a semaphore counts in `u32`).
-const UNIT: usize = 1024;
-/// Namespaces' shares kept before the unused ones are dropped.
-const NAMESPACES_KEPT: usize = 1024;
 
 /// The shares of pull Secret bytes.
 #[derive(Debug)]
 pub struct SecretBudget {
     review: usize,
-    namespace: usize,
-    all_bytes: usize,
-    all: Arc<Semaphore>,
-    namespaces: Mutex<HashMap<String, Weak<Semaphore>>>,
+    shares: Shares,
 }
 
 /// What one review keeps of the shares.
-#[derive(Debug, Default)]
-pub struct Held {
-    bytes: usize,
-    permits: Vec<OwnedSemaphorePermit>,
-}
+pub type Held = Taken;
 
 /// Which share a Secret did not fit in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Short {
-    #[error("this Pod's pull secrets pass {} KiB", .0 / UNIT)]
+    #[error("this Pod's pull secrets pass {} KiB", .0 >> 10)]
     Review(usize),
-    #[error("this namespace's reviews in flight hold {} KiB of pull secrets; retry", .0 / UNIT)]
+    #[error("this namespace's reviews in flight hold {} KiB of pull secrets; retry", .0 >> 10)]
     Namespace(usize),
-    #[error("reviews in flight hold {} KiB of pull secrets; retry", .0 / UNIT)]
+    #[error("reviews in flight hold {} KiB of pull secrets; retry", .0 >> 10)]
     All(usize),
 }
 
@@ -63,48 +49,22 @@ impl SecretBudget {
     pub fn new(review: usize, namespace: usize, all: usize) -> SecretBudget {
         SecretBudget {
             review,
-            namespace,
-            all_bytes: all,
-            all: Arc::new(Semaphore::new(units(all))),
-            namespaces: Mutex::new(HashMap::new()),
+            shares: Shares::new(namespace, all),
         }
     }
 
     /// Takes `bytes` more for a review of `namespace` that holds `held`, or says which share
     /// they do not fit in (and takes nothing).
     pub fn take(&self, namespace: &str, bytes: usize, held: &mut Held) -> Result<(), Short> {
-        if held.bytes.saturating_add(bytes) > self.review {
+        if held.bytes().saturating_add(bytes) > self.review {
             return Err(Short::Review(self.review));
         }
-        let count = u32::try_from(units(bytes)).unwrap_or(u32::MAX);
-        let mine = self.namespace_share(namespace);
-        let own = mine
-            .try_acquire_many_owned(count)
-            .map_err(|_| Short::Namespace(self.namespace))?;
-        let all = self
-            .all
-            .clone()
-            .try_acquire_many_owned(count)
-            .map_err(|_| Short::All(self.all_bytes))?;
-        held.bytes += bytes;
-        held.permits.extend([own, all]);
-        Ok(())
-    }
-
-    fn namespace_share(&self, namespace: &str) -> Arc<Semaphore> {
-        let mut namespaces = self
-            .namespaces
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(share) = namespaces.get(namespace).and_then(Weak::upgrade) {
-            return share;
-        }
-        if namespaces.len() >= NAMESPACES_KEPT {
-            namespaces.retain(|_, share| share.strong_count() > 0);
-        }
-        let share = Arc::new(Semaphore::new(units(self.namespace)));
-        namespaces.insert(namespace.to_string(), Arc::downgrade(&share));
-        share
+        self.shares
+            .take(namespace, bytes, held)
+            .map_err(|short| match short {
+                shares::Short::Key(bytes) => Short::Namespace(bytes),
+                shares::Short::Total(bytes) => Short::All(bytes),
+            })
     }
 }
 
@@ -116,20 +76,6 @@ impl Default for SecretBudget {
             SECRET_BYTES_IN_FLIGHT,
         )
     }
-}
-
-// === impl Held ===
-
-impl Held {
-    /// The bytes this review keeps.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-}
-
-/// `bytes` in whole units, rounded up, at least one.
-fn units(bytes: usize) -> usize {
-    bytes.div_ceil(UNIT).clamp(1, Semaphore::MAX_PERMITS)
 }
 
 #[cfg(test)]

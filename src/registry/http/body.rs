@@ -7,9 +7,48 @@
 //! The limits: 4 MiB for a manifest (the size the distribution spec lets a registry refuse to
 //! accept, so no registry can rely on serving a larger one), 64 KiB for a token answer or an
 //! error body, which are a few hundred bytes in practice.
+//!
+//! What all reads hold at once is bounded too (issue 44): each body takes its bytes from
+//! [`READS`] as they arrive (its announced length at once), at most [`HOST_READ_BYTES`] for
+//! one registry host and [`READ_BYTES_IN_FLIGHT`] in all, and holds them until its
+//! [`Read`] is dropped. A body that finds no room is refused at once
+//! ([`RegistryError::ReadsFull`]). Before, only each registry's concurrency (16 calls) bounded
+//! them: a review naming images on many hosts that each serve a 4 MiB manifest could make
+//! pinhook hold 64 MiB per host, and there is no bound on hosts.
+
+use std::sync::LazyLock;
 
 use super::outbound;
 use crate::registry::RegistryError;
+use crate::shares::{Shares, Taken};
+
+/// Bytes of registries' answers held at once by all reads.
+pub const READ_BYTES_IN_FLIGHT: usize = 24 << 20;
+/// Bytes of one registry host's answers held at once: one manifest of the largest size, or
+/// some eighty ordinary ones (under 50 KiB).
+pub const HOST_READ_BYTES: usize = 4 << 20;
+/// What a chunk without an announced length takes at least, so that a body sent a few bytes
+/// at a time is counted in steps, not a unit per chunk.
+const STEP: usize = 16 << 10;
+
+/// The shares every read takes from.
+static READS: LazyLock<Shares> =
+    LazyLock::new(|| Shares::new(HOST_READ_BYTES, READ_BYTES_IN_FLIGHT));
+
+/// A body read whole, holding its share of [`READS`] while it lives.
+#[derive(Debug)]
+pub(crate) struct Read {
+    bytes: Vec<u8>,
+    _taken: Taken,
+}
+
+impl std::ops::Deref for Read {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
 
 /// How much of one kind of body pinhook reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +79,7 @@ pub(crate) async fn read(
     mut response: reqwest::Response,
     limit: Limit,
     registry: &str,
-) -> Result<Vec<u8>, RegistryError> {
+) -> Result<Read, RegistryError> {
     let too_large = || RegistryError::TooLarge {
         registry: registry.to_string(),
         what: limit.what,
@@ -50,7 +89,16 @@ pub(crate) async fn read(
     if announced.is_some_and(|length| length > limit.bytes) {
         return Err(too_large());
     }
-    let mut body = Vec::with_capacity(announced.unwrap_or(0) as usize);
+    let full = |short| RegistryError::ReadsFull {
+        registry: registry.to_string(),
+        short,
+    };
+    let mut taken = Taken::default();
+    let expected = announced.unwrap_or(0) as usize;
+    if expected > 0 {
+        READS.take(registry, expected, &mut taken).map_err(full)?;
+    }
+    let mut body = Vec::with_capacity(expected);
     while let Some(chunk) = response
         .chunk()
         .await
@@ -59,9 +107,18 @@ pub(crate) async fn read(
         if (body.len() + chunk.len()) as u64 > limit.bytes {
             return Err(too_large());
         }
+        let past = (body.len() + chunk.len()).saturating_sub(taken.bytes());
+        if past > 0 {
+            READS
+                .take(registry, past.max(STEP), &mut taken)
+                .map_err(full)?;
+        }
         body.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(Read {
+        bytes: body,
+        _taken: taken,
+    })
 }
 
 /// `bytes` for a message: `4 MiB`, `64 KiB`, or bytes when not a whole number of either.

@@ -148,3 +148,98 @@ async fn a_1_gib_answer_is_refused_at_its_limit(#[case] what: Huge, #[case] sent
     let peak = peak_rss_bytes();
     assert!(peak < 512 << 20, "peak RSS {peak} bytes");
 }
+
+/// A stand-in whose manifest GET announces `length` bytes and sends all but the last one, then
+/// stalls (the read holds what it got until its timeout); HEAD answers without a digest, so
+/// the manifest is fetched.
+async fn stalling(ca: &TestCa, length: usize, sent: Arc<Streamed>) -> StandIn {
+    use futures::StreamExt as _;
+    let manifest = head(|| async { StatusCode::OK.into_response() }).get(move || {
+        let sent = sent.clone();
+        async move {
+            let chunks = futures::stream::iter((0..length - 1).step_by(64 << 10).map(move |at| {
+                let size = (length - 1 - at).min(64 << 10);
+                sent.add(size as u64);
+                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(vec![b'{'; size]))
+            }))
+            .chain(futures::stream::pending());
+            let mut response = Body::from_stream(chunks).into_response();
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+            response
+        }
+    });
+    let routes = Router::new()
+        .route(MANIFEST_PATH, manifest.clone())
+        .route("/v2/team/other/manifests/1.0", manifest);
+    StandIn::start(ca, routes).await
+}
+
+/// Issue 44: what pinhook holds of registries' answers at once is bounded per host (4 MiB) and
+/// in all (24 MiB), taken as the bytes arrive. Before, only each registry's concurrency (16
+/// calls of up to 4 MiB) bounded it, with no bound across hosts. A host holding its share gets
+/// `reads_full` at once for its next answer, and another host's answer is read meanwhile.
+#[tokio::test]
+async fn a_hosts_answers_held_at_once_stay_within_its_share() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::generate(dir.path());
+    let sent = Arc::new(Streamed::default());
+    let slow = stalling(&ca, 3 << 20, sent.clone()).await;
+    let quick = StandIn::start(
+        &ca,
+        Router::new().route(
+            MANIFEST_PATH,
+            head(|| async { StatusCode::OK.into_response() }).get(|| async { "{}" }),
+        ),
+    )
+    .await;
+    let resolver = Arc::new(guarded_resolver(&ca, vec![slow.host(), quick.host()]));
+    let image = |host: &str, repo: &str| {
+        Reference::parse(&format!("{host}/team/{repo}:1.0")).expect("reference")
+    };
+
+    // The first answer of the slow host: 3 MiB announced and nearly all sent, then it stalls.
+    let first = tokio::spawn({
+        let (resolver, image) = (resolver.clone(), image(&slow.host(), "app"));
+        async move { resolver.resolve(&image, &[Credential::Anonymous]).await }
+    });
+    for _ in 0..250 {
+        if sent.sent() >= (3 << 20) - (64 << 10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        sent.sent() >= (3 << 20) - (64 << 10),
+        "sent {}",
+        sent.sent()
+    );
+
+    // Its next answer does not fit the host's 4 MiB beside the first: refused at once.
+    let started = Instant::now();
+    let error = resolver
+        .resolve(&image(&slow.host(), "other"), &[Credential::Anonymous])
+        .await
+        .expect_err("refused");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(error.kind(), "reads_full", "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "pinhook holds 4 MiB of answers from registry {} already; retry",
+            slow.host()
+        )
+    );
+    // Another host's answer is read meanwhile.
+    resolver
+        .resolve(&image(&quick.host(), "app"), &[Credential::Anonymous])
+        .await
+        .expect("another host resolves");
+    assert!(!first.is_finished(), "the first read still holds its share");
+    first.abort();
+}

@@ -1,0 +1,138 @@
+//! Shares of a memory budget held by many callers at once, keyed by who asks (a namespace, a
+//! registry host): each key holds at most its share, and all keys together at most the whole,
+//! taken **without waiting** (a caller that finds no room is told at once which bound it met,
+//! and holds nothing). What is taken is given back when the [`Taken`] is dropped. Used where
+//! what outside parties send is kept for a while: pull Secrets kept by reviews
+//! (`registry::credentials::secret_budget`), bodies read from registries (`registry::http::body`).
+//!
+//! Owns: [`Shares`], [`Taken`], [`Short`]. Never: decides the bounds, or what a caller without
+//! room does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Shares are counted in units of this many bytes (a semaphore counts permits in `u32`).
+const UNIT: usize = 1024;
+/// Keys kept before the unused ones are dropped.
+const KEYS_KEPT: usize = 1024;
+
+/// A budget of `total` bytes, at most `per_key` of them for one key.
+#[derive(Debug)]
+pub struct Shares {
+    per_key: usize,
+    total: usize,
+    all: Arc<Semaphore>,
+    keys: Mutex<HashMap<String, Weak<Semaphore>>>,
+}
+
+/// Bytes taken from [`Shares`], given back when dropped; takings add up in one.
+#[derive(Debug, Default)]
+pub struct Taken {
+    bytes: usize,
+    permits: Vec<OwnedSemaphorePermit>,
+}
+
+/// The bound a taking met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Short {
+    /// The key's share (its size in bytes) is held.
+    Key(usize),
+    /// The whole (its size in bytes) is held.
+    Total(usize),
+}
+
+// === impl Shares ===
+
+impl Shares {
+    pub fn new(per_key: usize, total: usize) -> Shares {
+        Shares {
+            per_key,
+            total,
+            all: Arc::new(Semaphore::new(units(total))),
+            keys: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Adds `bytes` for `key` to `taken`, or says which bound they do not fit (and takes
+    /// nothing).
+    pub fn take(&self, key: &str, bytes: usize, taken: &mut Taken) -> Result<(), Short> {
+        let count = u32::try_from(units(bytes)).unwrap_or(u32::MAX);
+        let own = self
+            .share_of(key)
+            .try_acquire_many_owned(count)
+            .map_err(|_| Short::Key(self.per_key))?;
+        let all = self
+            .all
+            .clone()
+            .try_acquire_many_owned(count)
+            .map_err(|_| Short::Total(self.total))?;
+        taken.bytes += bytes;
+        taken.permits.extend([own, all]);
+        Ok(())
+    }
+
+    fn share_of(&self, key: &str) -> Arc<Semaphore> {
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(share) = keys.get(key).and_then(Weak::upgrade) {
+            return share;
+        }
+        if keys.len() >= KEYS_KEPT {
+            keys.retain(|_, share| share.strong_count() > 0);
+        }
+        let share = Arc::new(Semaphore::new(units(self.per_key)));
+        keys.insert(key.to_string(), Arc::downgrade(&share));
+        share
+    }
+
+    /// Bytes free in all now (whole units).
+    pub fn available(&self) -> usize {
+        self.all.available_permits() * UNIT
+    }
+}
+
+// === impl Taken ===
+
+impl Taken {
+    /// The bytes taken.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// `bytes` in whole units, rounded up, at least one.
+fn units(bytes: usize) -> usize {
+    bytes.div_ceil(UNIT).clamp(1, Semaphore::MAX_PERMITS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_and_all_keys_each_keep_their_bound_and_drops_give_back() {
+        let shares = Shares::new(1 << 20, 2 << 20);
+        let mut a: Vec<Taken> = (0..4).map(|_| Taken::default()).collect();
+        for taken in &mut a {
+            shares
+                .take("a", 256 << 10, taken)
+                .expect("within a's share");
+        }
+        let mut fifth = Taken::default();
+        assert_eq!(shares.take("a", 1, &mut fifth), Err(Short::Key(1 << 20)));
+        assert_eq!(fifth.bytes(), 0, "nothing taken");
+        let mut b = Taken::default();
+        shares.take("b", 1 << 20, &mut b).expect("b's own share");
+        let mut c = Taken::default();
+        assert_eq!(shares.take("c", 1, &mut c), Err(Short::Total(2 << 20)));
+        drop(a);
+        shares
+            .take("a", 256 << 10, &mut fifth)
+            .expect("a's share is back");
+        shares
+            .take("c", 512 << 10, &mut c)
+            .expect("all's share is back");
+        assert_eq!(shares.available(), 256 << 10);
+    }
+}
