@@ -476,14 +476,9 @@ pub fn node_keyring(docker_config: Option<&Path>) -> Result<Keyring, DockerConfi
     })
 }
 
-/// The client `access` names, `None` when none is configured (`pinhook inventory`).
-pub async fn client_for(access: KubeAccess) -> Result<Option<kube::Client>, AppError> {
-    kube_client(access).await
-}
-
 /// The client `access` names; `None` when there is none to use: pinhook still serves, with
-/// node-level credentials only.
-pub(crate) async fn kube_client(access: KubeAccess) -> Result<Option<kube::Client>, AppError> {
+/// node-level credentials only (and `pinhook inventory` has nothing to read).
+pub async fn kube_client(access: KubeAccess) -> Result<Option<kube::Client>, AppError> {
     let config = match access {
         KubeAccess::Disabled => return Ok(None),
         KubeAccess::Client(client) => return Ok(Some(client)),

@@ -76,7 +76,7 @@ async fn run(command: Command) -> Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    let reason = pinhook::admission::pipeline::error_chain(&e);
+                    let reason = pinhook::error::error_chain(&e);
                     let message = format!("cannot resolve {}: {reason}", config.image);
                     eprintln!("pinhook: {}", one_line(&message));
                     Ok(ExitCode::from(1))
@@ -105,7 +105,7 @@ async fn inventory(args: InventoryArgs) -> Result<ExitCode> {
         Some(path) => app::KubeAccess::Kubeconfig(path),
         None => app::KubeAccess::Infer,
     };
-    let Some(client) = app::client_for(access).await? else {
+    let Some(client) = app::kube_client(access).await? else {
         anyhow::bail!("no Kubernetes API configured (give --kubeconfig or set KUBECONFIG)");
     };
     let mut inventory = pinhook::watch::controller::inventory::read(

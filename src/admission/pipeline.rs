@@ -28,9 +28,6 @@ use crate::registry::{Origin, RegistryError, Resolution, ResolutionSource, Resol
 use crate::weight::weight;
 use crate::workload::WorkloadError;
 
-/// `main` prints error chains through this path; the printer lives in [`crate::error`].
-pub use crate::error::error_chain;
-
 /// One object to admit: what the pure core judges, and how pinhook may resolve for it.
 #[derive(Clone, Copy)]
 pub struct Target<'a> {

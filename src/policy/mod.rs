@@ -46,7 +46,7 @@ pub enum PolicyError {
     },
     /// The YAML does not fit the schema. The parser's error is the message itself (on one
     /// line, without its source snippet), not a `#[source]`: a chain would print it twice.
-    #[error("policy is not valid: {}", one_line(&.0.to_string()))]
+    #[error("policy is not valid: {}", parser_message(&.0.to_string()))]
     Parse(serde_saphyr::Error),
     #[error("policy is not valid: {field}: {problem}")]
     Invalid { field: String, problem: String },
@@ -469,7 +469,7 @@ fn invalid(field: String, problem: impl Into<String>) -> PolicyError {
 }
 
 /// The parser's message on one line, without its source snippet (`--> <input>:1:7 | …`).
-fn one_line(text: &str) -> String {
+fn parser_message(text: &str) -> String {
     let text = text.split(" --> ").next().unwrap_or(text);
     let text = text.split("\n -->").next().unwrap_or(text);
     let text = text.trim_start_matches("error: ");

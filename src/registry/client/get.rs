@@ -133,7 +133,7 @@ fn judge_failure(status: StatusCode, body: &[u8], reference: &Reference) -> Regi
             status: code,
             message: match envelope {
                 Some(envelope) => describe(&envelope),
-                None => one_line(&String::from_utf8_lossy(body), 200),
+                None => flattened(&String::from_utf8_lossy(body), 200),
             },
         },
     }
@@ -146,11 +146,11 @@ fn describe(envelope: &Envelope) -> String {
         .iter()
         .map(|e| format!("{}: {}", e.code, e.message))
         .collect();
-    one_line(&parts.join("; "), 200)
+    flattened(&parts.join("; "), 200)
 }
 
 /// `text` on one line (whitespace runs as one space), cut after `max` characters.
-fn one_line(text: &str, max: usize) -> String {
+fn flattened(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match flat.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &flat[..i]),
