@@ -148,25 +148,32 @@ struct ClientArgs {
     metrics_listen: Option<SocketAddr>,
 }
 
+/// A flag value `pinhook serve` refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServeArgError {
+    #[error("'{0}' is not NAMESPACE/NAME")]
+    NotNamespacedName(String),
+    #[error("'{0}' is not a positive number of TokenReviews per second")]
+    NotARate(String),
+}
+
 /// `NAMESPACE/NAME`.
-fn namespaced_name(text: &str) -> Result<(String, String), String> {
+fn namespaced_name(text: &str) -> Result<(String, String), ServeArgError> {
     match text.split_once('/') {
         Some((namespace, name))
             if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
         {
             Ok((namespace.to_string(), name.to_string()))
         }
-        _ => Err(format!("'{text}' is not NAMESPACE/NAME")),
+        _ => Err(ServeArgError::NotNamespacedName(text.to_string())),
     }
 }
 
 /// A positive, finite rate.
-fn token_review_rate(text: &str) -> Result<f64, String> {
+fn token_review_rate(text: &str) -> Result<f64, ServeArgError> {
     match text.parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
-        _ => Err(format!(
-            "'{text}' is not a positive number of TokenReviews per second"
-        )),
+        _ => Err(ServeArgError::NotARate(text.to_string())),
     }
 }
 

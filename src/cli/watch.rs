@@ -102,14 +102,19 @@ pub struct InventoryArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InventoryListen(Option<SocketAddr>);
 
-fn parse_inventory_listen(value: &str) -> Result<InventoryListen, String> {
+/// An `--inventory-listen` that is neither an address nor `off`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not an address (IP:PORT) or `off`: {0}")]
+pub struct InventoryListenError(std::net::AddrParseError);
+
+fn parse_inventory_listen(value: &str) -> Result<InventoryListen, InventoryListenError> {
     if value == "off" {
         return Ok(InventoryListen(None));
     }
     value
         .parse()
         .map(|addr| InventoryListen(Some(addr)))
-        .map_err(|e| format!("not an address (IP:PORT) or `off`: {e}"))
+        .map_err(InventoryListenError)
 }
 
 /// `--inventory-auth`.

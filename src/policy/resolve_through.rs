@@ -183,7 +183,7 @@ impl Routes {
         for (i, entry) in entries.iter().enumerate() {
             let field = format!("registries.resolveThrough[{i}]");
             let source = canonical(&entry.source)
-                .map_err(|problem| route_error(format!("{field}.source"), problem))?;
+                .map_err(|problem| route_error(format!("{field}.source"), problem.to_string()))?;
             if !sources.insert(source.to_ascii_lowercase()) {
                 return Err(route_error(
                     format!("{field}.source"),
@@ -200,8 +200,9 @@ impl Routes {
             let mut mirrors = Vec::with_capacity(entry.mirrors.len());
             for (j, mirror) in entry.mirrors.iter().enumerate() {
                 let field = format!("{field}.mirrors[{j}]");
-                let location = canonical(&mirror.location)
-                    .map_err(|problem| route_error(format!("{field}.location"), problem))?;
+                let location = canonical(&mirror.location).map_err(|problem| {
+                    route_error(format!("{field}.location"), problem.to_string())
+                })?;
                 if location.eq_ignore_ascii_case(&source) {
                     return Err(route_error(
                         format!("{field}.location"),
@@ -222,12 +223,13 @@ impl Routes {
                 })?;
                 for (name, path) in [("ca", &mirror.ca), ("credentials", &mirror.credentials)] {
                     if let Some(path) = path {
-                        check_file_path(path)
-                            .map_err(|problem| route_error(format!("{field}.{name}"), problem))?;
+                        check_file_path(path).map_err(|problem| {
+                            route_error(format!("{field}.{name}"), problem.to_string())
+                        })?;
                     }
                 }
                 add_host_settings(hosts, host, mirror)
-                    .map_err(|problem| route_error(field.clone(), problem))?;
+                    .map_err(|problem| route_error(field.clone(), problem.to_string()))?;
                 mirrors.push(CompiledMirror {
                     location,
                     credentials: mirror.credentials.clone(),
@@ -313,33 +315,67 @@ fn host_of(location: &str) -> &str {
     split_host(location).0
 }
 
+/// Why a `source` or mirror `location` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum LocationProblem {
+    #[error("must not be empty")]
+    Empty,
+    #[error("is {0} characters long; at most {MAX_LOCATION_LEN}")]
+    TooLong(usize),
+    #[error("{0:?} has a URL scheme; write host[:port][/path]")]
+    Scheme(String),
+    #[error("{0:?} has a wildcard; sources and mirrors are matched as written, on '/' boundaries")]
+    Wildcard(String),
+    #[error("{0:?} contains {1:?}")]
+    Character(String, char),
+    #[error("{0:?} has an empty, '.' or '..' path segment (or a trailing '/')")]
+    Segment(String),
+    #[error("{0:?} must start with a registry host (with a '.' or a ':port', or localhost)")]
+    NoHost(String),
+    #[error("{0:?} is not host[:port][/path]: {1}")]
+    NotAReference(String, String),
+    #[error("is longer than {MAX_LOCATION_LEN} characters once normalised")]
+    TooLongNormalised,
+}
+
+/// Why a CA or credentials file path is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum FileProblem {
+    #[error("must be a file path")]
+    Empty,
+    #[error("{0} must be an absolute path")]
+    Relative(String),
+    #[error("{0} must not contain '.' or '..'")]
+    DotComponent(String),
+}
+
+/// A mirror's `ca` / `insecure` that differ from what the host already has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("its ca/insecure differ from those registries.hosts or another mirror gives {host}")]
+struct HostSettingsConflict {
+    host: String,
+}
+
 /// A `source` or mirror `location` in canonical form (Docker Hub written `docker.io`), or why
 /// it is refused.
-fn canonical(location: &str) -> Result<String, String> {
+fn canonical(location: &str) -> Result<String, LocationProblem> {
     if location.is_empty() {
-        return Err("must not be empty".to_string());
+        return Err(LocationProblem::Empty);
     }
     if location.len() > MAX_LOCATION_LEN {
-        return Err(format!(
-            "is {} characters long; at most {MAX_LOCATION_LEN}",
-            location.len()
-        ));
+        return Err(LocationProblem::TooLong(location.len()));
     }
     if location.contains("://") {
-        return Err(format!(
-            "{location:?} has a URL scheme; write host[:port][/path]"
-        ));
+        return Err(LocationProblem::Scheme(location.to_string()));
     }
     if location.contains('*') {
-        return Err(format!(
-            "{location:?} has a wildcard; sources and mirrors are matched as written, on '/' boundaries"
-        ));
+        return Err(LocationProblem::Wildcard(location.to_string()));
     }
     if let Some(c) = location
         .chars()
         .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '@' | '?' | '#' | '\\'))
     {
-        return Err(format!("{location:?} contains {c:?}"));
+        return Err(LocationProblem::Character(location.to_string(), c));
     }
     let (host, path) = split_host(location);
     if path
@@ -347,43 +383,37 @@ fn canonical(location: &str) -> Result<String, String> {
         .skip(1)
         .any(|segment| segment.is_empty() || segment == "." || segment == "..")
     {
-        return Err(format!(
-            "{location:?} has an empty, '.' or '..' path segment (or a trailing '/')"
-        ));
+        return Err(LocationProblem::Segment(location.to_string()));
     }
     if !(host.contains('.') || host.contains(':') || host == "localhost") {
-        return Err(format!(
-            "{location:?} must start with a registry host (with a '.' or a ':port', or localhost)"
-        ));
+        return Err(LocationProblem::NoHost(location.to_string()));
     }
     let parsed = Reference::parse(&format!("{location}/{PROBE}"))
-        .map_err(|e| format!("{location:?} is not host[:port][/path]: {e}"))?;
+        .map_err(|e| LocationProblem::NotAReference(location.to_string(), e.to_string()))?;
     let repository = parsed.repository();
     let canonical = repository
         .strip_suffix(&format!("/{PROBE}"))
         .unwrap_or(&repository)
         .to_string();
     if canonical.len() > MAX_LOCATION_LEN {
-        return Err(format!(
-            "is longer than {MAX_LOCATION_LEN} characters once normalised"
-        ));
+        return Err(LocationProblem::TooLongNormalised);
     }
     Ok(canonical)
 }
 
 /// A CA or credentials file: an absolute path without `.`/`..` components.
-fn check_file_path(path: &Path) -> Result<(), String> {
+fn check_file_path(path: &Path) -> Result<(), FileProblem> {
     if path.as_os_str().is_empty() {
-        return Err("must be a file path".to_string());
+        return Err(FileProblem::Empty);
     }
     if !path.is_absolute() {
-        return Err(format!("{} must be an absolute path", path.display()));
+        return Err(FileProblem::Relative(path.display().to_string()));
     }
     if path
         .components()
         .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
     {
-        return Err(format!("{} must not contain '.' or '..'", path.display()));
+        return Err(FileProblem::DotComponent(path.display().to_string()));
     }
     Ok(())
 }
@@ -393,7 +423,7 @@ fn add_host_settings(
     hosts: &mut BTreeMap<String, HostSettings>,
     host: &str,
     mirror: &MirrorSettings,
-) -> Result<(), String> {
+) -> Result<(), HostSettingsConflict> {
     if mirror.ca.is_none() && !mirror.insecure {
         return Ok(());
     }
@@ -402,9 +432,9 @@ fn add_host_settings(
         insecure: mirror.insecure,
     };
     match hosts.get(host) {
-        Some(existing) if *existing != wanted => Err(format!(
-            "its ca/insecure differ from those registries.hosts or another mirror gives {host}"
-        )),
+        Some(existing) if *existing != wanted => Err(HostSettingsConflict {
+            host: host.to_string(),
+        }),
         Some(_) => Ok(()),
         None => {
             hosts.insert(host.to_string(), wanted);

@@ -55,7 +55,16 @@ pub struct MirrorCall {
 /// [`MIRROR_CREDENTIALS_TTL`] (a mounted Secret changes in place).
 #[derive(Clone)]
 pub struct MirrorKeyrings {
-    files: moka::sync::Cache<PathBuf, Arc<Result<Keyring, String>>>,
+    files: moka::sync::Cache<PathBuf, Arc<Result<Keyring, MirrorCredentialsError>>>,
+}
+
+/// Why a mirror's credentials file cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MirrorCredentialsError {
+    #[error("cannot read {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("{path} is not a docker config.json: {reason}")]
+    NotDockerConfig { path: String, reason: String },
 }
 
 /// How long a mirror credentials file is trusted before it is read again.
@@ -146,7 +155,7 @@ impl MirrorKeyrings {
 
     /// The keyring of the docker `config.json` at `path`, or why it cannot be used. A failure
     /// is remembered as long as a success, so a broken file is read once per TTL, not per image.
-    pub fn keyring(&self, path: &Path) -> Result<Keyring, String> {
+    pub fn keyring(&self, path: &Path) -> Result<Keyring, MirrorCredentialsError> {
         let read = self
             .files
             .get_with_by_ref(path, || Arc::new(read_keyring(path)));
@@ -154,10 +163,16 @@ impl MirrorKeyrings {
     }
 }
 
-fn read_keyring(path: &Path) -> Result<Keyring, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Keyring::from_docker_config_json(&bytes)
-        .map_err(|e| format!("{} is not a docker config.json: {e}", path.display()))
+fn read_keyring(path: &Path) -> Result<Keyring, MirrorCredentialsError> {
+    let shown = || path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| MirrorCredentialsError::Read {
+        path: shown(),
+        reason: e.to_string(),
+    })?;
+    Keyring::from_docker_config_json(&bytes).map_err(|e| MirrorCredentialsError::NotDockerConfig {
+        path: shown(),
+        reason: e.to_string(),
+    })
 }
 
 /// Resolves `call`'s tag at its mirrors, in order (see the module docs); with `verifySource`,
