@@ -9,6 +9,7 @@
 //! connects the parts. Nothing here panics on bad input: every failure is an [`AppError`].
 
 pub mod memory;
+mod owner_events;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,12 +20,10 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::admission::loops::ledger::{ClusterLedger, LoopLedger};
-use crate::admission::pipeline::{OwnerHandler, OwnerNotice};
 use crate::admission::revision_pods::{KubeRevisionPods, RevisionPods};
 use crate::admission::{Pinner, PinnerParts};
 use crate::certs::managed::{ManagedConfig, ManagedTls};
 use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
-use crate::log_fields::one_line;
 use crate::metrics::Metrics;
 use crate::own_namespace;
 use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
@@ -43,8 +42,6 @@ use crate::server::{
     self, AppState, ClientAccess, ConnectionLimits, RunningServer, ServerConfig, ServerError,
     ServerTls, TokenBucket,
 };
-use crate::watch::controller::api::EventPublisher;
-use crate::watch::{EventReason, EventSpec, EventType, WorkloadRef};
 
 /// Why pinhook could not be put together or could not run.
 #[derive(Debug, thiserror::Error)]
@@ -278,7 +275,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         Some(client) => Arc::new(KubeSecrets::new(client, node)),
         None => Arc::new(NodeOnly { node }),
     });
-    let on_owner = owner_handler(metrics.clone(), client.clone());
+    let on_owner = owner_events::owner_handler(metrics.clone(), client.clone());
     let revision_pods = client
         .clone()
         .map(|client| Arc::new(KubeRevisionPods::new(client)) as Arc<dyn RevisionPods>);
@@ -339,80 +336,6 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         watcher,
         own_namespace,
         shutdown_delay: config.shutdown_delay,
-    })
-}
-
-/// What pinhook tells about an owner of Pods: a trip of the loop breaker (the counter, a
-/// warning and a `PinningPaused` Event) or an operator's denied Pods (a `PodsDenied` Event
-/// naming the two fixes). With a Kubernetes API the Event goes to the owner, sent in the
-/// background so the review does not wait for it. Text from the object passes through the one
-/// sanitiser (`log_fields::one_line`).
-fn owner_handler(metrics: Arc<Metrics>, client: Option<kube::Client>) -> OwnerHandler {
-    let events = client.map(|client| {
-        let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| "pinhook".to_string());
-        Arc::new(EventPublisher::new(client, &instance))
-    });
-    Arc::new(move |notice: OwnerNotice| {
-        let (reason, note, regarding) = match notice {
-            OwnerNotice::Loop(trip) => {
-                metrics.owner_loops.inc();
-                warn!(
-                    namespace = %trip.namespace,
-                    owner = %format!("{}/{}", trip.kind, trip.name),
-                    image = %trip.image,
-                    pods = trip.count,
-                    "owner recreates its Pods; pinning them is paused"
-                );
-                let note = format!(
-                    "created {} Pods of {} within {} s: it compares its Pods' images with its own, so pinhook leaves its Pods as written for {} s, and denies them in enforce namespaces (remove {} from owners.pinPodsOf and pin its resource with customResources)",
-                    trip.count,
-                    one_line(&trip.image),
-                    trip.window.as_secs(),
-                    trip.pause.as_secs(),
-                    one_line(&trip.kind)
-                );
-                let regarding = WorkloadRef {
-                    namespace: trip.namespace,
-                    kind: trip.kind,
-                    name: trip.name,
-                    api_version: trip.api_version,
-                    uid: Some(trip.uid),
-                };
-                (EventReason::PinningPaused, note, regarding)
-            }
-            OwnerNotice::Denied(pod) => {
-                let group = pod.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-                let note = format!(
-                    "pinhook denied a Pod it made: {} is not pinned to a digest, and pinhook leaves the Pods of {} as it writes them; pin the image where it reads it (policy customResources), or list {{group: \"{}\", kind: {}}} in owners.pinPodsOf",
-                    one_line(&pod.image),
-                    one_line(&pod.kind),
-                    one_line(group),
-                    one_line(&pod.kind)
-                );
-                let regarding = WorkloadRef {
-                    namespace: pod.namespace,
-                    kind: pod.kind,
-                    name: pod.name,
-                    api_version: pod.api_version,
-                    uid: Some(pod.uid),
-                };
-                (EventReason::PodsDenied, note, regarding)
-            }
-        };
-        let Some(events) = events.clone() else {
-            return;
-        };
-        let spec = EventSpec {
-            reason,
-            type_: EventType::Warning,
-            note,
-            regarding,
-        };
-        tokio::spawn(async move {
-            if let Err(e) = events.publish(&spec).await {
-                warn!(error = %crate::error::error_chain(&e), reason = spec.reason.as_str(), "cannot publish an Event");
-            }
-        });
     })
 }
 

@@ -22,6 +22,7 @@
 //!   keeps to the same single flight, per-registry limit, backoff and breaker as a miss.
 
 mod flight;
+mod read_only;
 mod record;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -41,6 +42,7 @@ mod memo;
 pub use breaker::BreakerSettings;
 use breaker::Breakers;
 pub use memo::RunMemo;
+pub use read_only::ReadOnlyCache;
 
 use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::metrics::Metrics;
@@ -306,46 +308,6 @@ impl Resolver for CachingResolver {
             .last_known(&flight_key(reference, credentials))?;
         self.shared.metrics.cache("stale");
         Some(stale)
-    }
-}
-
-/// The side-effect-free view of a [`CachingResolver`] (see [`CachingResolver::read_only`]).
-pub struct ReadOnlyCache {
-    inner: Arc<dyn Resolver>,
-    shared: Arc<SharedState>,
-}
-
-#[async_trait]
-impl Resolver for ReadOnlyCache {
-    async fn resolve(
-        &self,
-        reference: &Reference,
-        credentials: &[Credential],
-    ) -> Result<Resolution, RegistryError> {
-        let (key, candidates) = match self.shared.lookup(reference, credentials, false) {
-            Lookup::Answered(answer) => return answer,
-            // Never returned when the lookup does not record (a dry run changes nothing).
-            Lookup::RefreshAhead(hit, _, _) => return Ok(hit),
-            Lookup::Miss(key, candidates) => (key, candidates),
-        };
-        // The same limits as admission's lookups (not recorded: a dry run changes nothing).
-        if let Some(backoff) = self.shared.active_backoff(&key) {
-            return self.shared.stale_or(&key, backoff);
-        }
-        if let Some(paused) = self.shared.breakers.paused(reference.domain()) {
-            return self.shared.stale_or(&key, paused);
-        }
-        let limit = self.shared.limit_for(reference.domain());
-        let _permit = limit.acquire_owned().await.ok();
-        match self.inner.resolve(reference, &candidates).await {
-            Ok(resolution) => Ok(resolution),
-            Err(error) if error.is_unavailable() => self.shared.stale_or(&key, error),
-            Err(error) => Err(error),
-        }
-    }
-
-    fn last_known(&self, reference: &Reference, credentials: &[Credential]) -> Option<Resolution> {
-        self.shared.last_known(&flight_key(reference, credentials))
     }
 }
 
