@@ -30,14 +30,11 @@ use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
 use crate::policy_watcher;
 use crate::reference::{PinForm, Reference};
 use crate::registry::docker_helpers::read_docker_config;
-use crate::registry::guard::AddressGuard;
-use crate::registry::identity_token::IdentityTokens;
 use crate::registry::keyring::{Keyring, KeyringError};
 use crate::registry::provider::{CredentialProviders, ProviderConfigError, ProviderFiles};
 use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
-use crate::registry::{
-    CacheConfig, CachingResolver, HostCaError, OciResolver, RegistryConfig, RegistryError, Resolver,
-};
+use crate::registry::stack::{self, Guard, Stack, StackError};
+use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, RegistryError, Resolver};
 use crate::server::{
     self, AppState, ClientAccess, ConnectionLimits, RunningServer, ServerConfig, ServerError,
     ServerTls, TokenBucket,
@@ -48,11 +45,11 @@ use crate::server::{
 pub enum AppError {
     #[error(transparent)]
     Policy(#[from] PolicyError),
-    /// The policy's `registries.hosts` could not be applied.
-    #[error(transparent)]
-    PolicyRegistries(#[from] HostCaError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    /// The resolver stack could not be built (the policy's `registries.hosts`, the client).
+    #[error(transparent)]
+    Stack(#[from] StackError),
     #[error("failed to read kubeconfig '{path}'")]
     ReadKubeconfig {
         path: PathBuf,
@@ -223,25 +220,22 @@ pub struct ResolveConfig {
 /// Re-reads the policy file, and re-applies its `registries.hosts` to the registry client.
 struct PolicyWatcher {
     path: PathBuf,
-    oci: Arc<OciResolver>,
-    base_registry: RegistryConfig,
+    stack: Stack,
 }
 
 /// Wires pinhook from `config`. Everything fallible but loading the certificate and binding
 /// (see [`App::start`]) happens here, before anything listens.
 pub async fn build(config: Config) -> Result<App, AppError> {
     let metrics = Arc::new(Metrics::new());
-    let policy = config.policy.load()?;
-    let oci = registry_client(&config.registry, &policy)?;
-    let handle = PolicyHandle::new(policy);
-    // Cache, then the address guard, then the client (which checks token realms against the
-    // same policy).
-    let oci = Arc::new(oci.with_policy(handle.clone()));
-    // Identity tokens are exchanged under the guard, through the client's own HTTP clients.
-    let exchanging = Arc::new(IdentityTokens::new(oci.clone()));
-    let guarded: Arc<dyn Resolver> =
-        Arc::new(AddressGuard::new(exchanging.clone(), handle.clone()));
-    let cache = Arc::new(CachingResolver::new(guarded, config.cache, metrics.clone()));
+    let handle = PolicyHandle::new(config.policy.load()?);
+    let stack = stack::build(
+        &config.registry,
+        config.cache,
+        &handle,
+        Guard::Policy,
+        metrics.clone(),
+    )?;
+    let cache = stack.cache.clone();
     let client = kube_client(config.kube).await?;
     let tls = match config.tls {
         TlsSource::Files { cert, key } => AppTls::Files { cert, key },
@@ -303,11 +297,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         revision_pods,
     });
     let watcher = match config.policy {
-        PolicySource::File(path) => Some(PolicyWatcher {
-            path,
-            oci,
-            base_registry: config.registry,
-        }),
+        PolicySource::File(path) => Some(PolicyWatcher { path, stack }),
         PolicySource::Fixed(_) => None,
     };
     let state = AppState {
@@ -339,15 +329,6 @@ pub async fn build(config: Config) -> Result<App, AppError> {
     })
 }
 
-/// The registry client for `policy`: `base` with the policy's `registries.hosts` applied.
-pub fn registry_client(
-    base: &RegistryConfig,
-    policy: &CompiledPolicy,
-) -> Result<OciResolver, AppError> {
-    let config = base.with_hosts(&policy.registry_hosts)?;
-    Ok(OciResolver::new(config)?)
-}
-
 /// Pins `config.reference` with the user's docker credentials. The outer `Err` means the
 /// resolver could not be set up; the inner one is the registry's answer.
 pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryError>, AppError> {
@@ -355,8 +336,16 @@ pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryEr
     if let Some(digest) = reference.digest() {
         return Ok(Ok(reference.pinned(digest, config.form)));
     }
-    let oci = Arc::new(OciResolver::new(config.registry.clone())?);
-    let resolver = IdentityTokens::new(oci);
+    // The same stack as `check`'s: no guard (the user names the image), no policy hosts.
+    let policy = PolicyHandle::new(Policy::default().compile()?);
+    let stack = stack::build(
+        &config.registry,
+        CacheConfig::default(),
+        &policy,
+        Guard::Off,
+        Arc::new(Metrics::new()),
+    )?;
+    let resolver = stack.cache;
     // The user's own docker credentials (helpers asked), as `pinhook check` uses them, then
     // anonymous.
     let (keyring, warnings) = user_keyring()?.for_images(&[reference.repository()]).await;
@@ -510,16 +499,8 @@ impl App {
             .own_namespace
             .map(|(client, config)| own_namespace::start(client, config));
         let watcher = self.watcher.map(|watcher| {
-            let PolicyWatcher {
-                path,
-                oci,
-                base_registry,
-            } = watcher;
-            let reconfigure = move |compiled: &CompiledPolicy| {
-                let config = base_registry.with_hosts(&compiled.registry_hosts)?;
-                oci.reconfigure(config);
-                Ok(())
-            };
+            let PolicyWatcher { path, stack } = watcher;
+            let reconfigure = stack.reload();
             tokio::spawn(policy_watcher::watch_policy(
                 path,
                 self.policy.clone(),

@@ -13,9 +13,9 @@ use crate::cluster::NoNamespaces;
 use crate::documents::Document;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, PolicyHandle};
-use crate::registry::identity_token::IdentityTokens;
 use crate::registry::pull_secrets::NodeOnly;
-use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, Resolver};
+use crate::registry::stack::{self, Guard};
+use crate::registry::{CacheConfig, RegistryConfig};
 
 /// Runs the dry run over `documents` with the policy file (or the defaults).
 pub(super) async fn check(
@@ -30,20 +30,25 @@ pub(super) async fn check(
         None => Policy::default(),
     };
     // The address guard protects a cluster from its pod specs; a local check contacts only
-    // what the user's own manifests name.
+    // what the user's own manifests name: no guard, and private hosts allowed. Identity tokens
+    // (`identitytoken`, a helper's `<token>` user) are exchanged first, as `pinhook resolve`
+    // and `serve` do.
     policy.registries.allow_private.push("*".to_string());
-    let compiled = policy.compile().map_err(AppError::from)?;
-    // Identity tokens (`identitytoken`, a helper's `<token>` user) are exchanged first, as
-    // `pinhook resolve` and `serve` do.
-    let oci = Arc::new(app::registry_client(registry, &compiled)?);
-    let oci: Arc<dyn Resolver> = Arc::new(IdentityTokens::new(oci));
-    let handle = PolicyHandle::new(compiled);
+    let handle = PolicyHandle::new(policy.compile().map_err(AppError::from)?);
     let metrics = Arc::new(Metrics::new());
-    let cache = CachingResolver::new(oci, CacheConfig::default(), metrics);
+    let stack = stack::build(
+        registry,
+        CacheConfig::default(),
+        &handle,
+        Guard::Off,
+        metrics,
+    )
+    .map_err(AppError::from)?;
+    let cache = stack.cache;
     let pinner = Pinner::new(PinnerParts {
         policy: handle,
         dry_run_resolver: Arc::new(cache.read_only()),
-        resolver: Arc::new(cache),
+        resolver: cache,
         secrets: Arc::new(NodeOnly {
             node: app::user_keyring().map_err(AppError::from)?,
         }),

@@ -37,6 +37,7 @@ pub mod credentials;
 mod error;
 pub mod mirrored;
 mod resolver;
+pub mod stack;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -34,11 +34,10 @@ use crate::error::error_chain;
 use crate::lease::LeaseLock;
 use crate::metrics::Metrics;
 use crate::policy::PolicyHandle;
-use crate::registry::guard::AddressGuard;
-use crate::registry::identity_token::IdentityTokens;
 use crate::registry::provider::{CredentialProviders, ProviderFiles};
 use crate::registry::pull_secrets::KubeSecrets;
-use crate::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig, Resolver};
+use crate::registry::stack::{self, Guard, Stack};
+use crate::registry::{CacheConfig, RegistryConfig};
 use crate::server::ConnectionLimits;
 
 pub use access::{InventoryAuth, InventoryGate};
@@ -89,25 +88,25 @@ pub enum WatchRunError {
 pub struct Built {
     pub watch: Arc<Watch>,
     pub client: kube::Client,
-    /// The registry client, reconfigured when the policy file's `registries.hosts` change.
-    oci: Arc<OciResolver>,
+    /// The resolver stack, its client reconfigured when the policy file's `registries.hosts`
+    /// change.
+    stack: Stack,
 }
 
 /// Wires the watch from `config` (the same registry chain, credentials and namespace labels as
 /// `pinhook serve`) without starting anything.
 pub async fn build(config: &WatchConfig) -> Result<Built, WatchRunError> {
     let metrics = Arc::new(Metrics::new());
-    let policy = config.policy.load().map_err(AppError::from)?;
-    let oci = app::registry_client(&config.registry, &policy)?;
-    let handle = PolicyHandle::new(policy);
-    let oci = Arc::new(oci.with_policy(handle.clone()));
-    let exchanging = Arc::new(IdentityTokens::new(oci.clone()));
-    let guarded: Arc<dyn Resolver> = Arc::new(AddressGuard::new(exchanging, handle.clone()));
-    let resolver = Arc::new(CachingResolver::new(
-        guarded,
+    let handle = PolicyHandle::new(config.policy.load().map_err(AppError::from)?);
+    let stack = stack::build(
+        &config.registry,
         config.cache.clone(),
+        &handle,
+        Guard::Policy,
         metrics.clone(),
-    ));
+    )
+    .map_err(AppError::from)?;
+    let resolver = stack.cache.clone();
     let client = app::kube_client(config.kube.clone())
         .await?
         .ok_or(WatchRunError::NoKube)?;
@@ -133,13 +132,17 @@ pub async fn build(config: &WatchConfig) -> Result<Built, WatchRunError> {
     Ok(Built {
         watch: Arc::new(watch),
         client,
-        oci,
+        stack,
     })
 }
 
 /// Runs the watch until SIGTERM or Ctrl-C.
 pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
-    let Built { watch, client, oci } = build(&config).await?;
+    let Built {
+        watch,
+        client,
+        stack,
+    } = build(&config).await?;
     info!(listen = %config.listen.health, inventory_listen = ?config.listen.inventory, interval_seconds = config.recheck_interval.as_secs(), lease = %config.lease.name, identity = %config.lease.identity, inventory_auth = ?config.inventory_auth, "pinhook watch");
     let store = PodStore::default();
     let pods = tokio::spawn(store.clone().run(client.clone()));
@@ -147,11 +150,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
     // the same ConfigMap).
     let policy_watch = match &config.policy {
         PolicySource::File(path) => {
-            let base = config.registry.clone();
-            let reconfigure = move |compiled: &crate::policy::CompiledPolicy| {
-                oci.reconfigure(base.with_hosts(&compiled.registry_hosts)?);
-                Ok(())
-            };
+            let reconfigure = stack.reload();
             Some(tokio::spawn(crate::policy_watcher::watch_policy(
                 path.clone(),
                 watch.policy.clone(),
