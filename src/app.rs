@@ -12,7 +12,7 @@ pub mod memory;
 mod owner_events;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,9 +29,8 @@ use crate::own_namespace;
 use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
 use crate::policy_watcher;
 use crate::reference::{PinForm, Reference};
-use crate::registry::docker_helpers::read_docker_config;
-use crate::registry::keyring::{Keyring, KeyringError};
-use crate::registry::provider::{CredentialProviders, ProviderConfigError, ProviderFiles};
+use crate::registry::credentials::node::{self, DockerConfigError, NodeCredentialsError};
+use crate::registry::provider::ProviderFiles;
 use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use crate::registry::stack::{self, Guard, Stack, StackError};
 use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, RegistryError, Resolver};
@@ -67,30 +66,13 @@ pub enum AppError {
     #[error(transparent)]
     DockerConfig(#[from] DockerConfigError),
     #[error(transparent)]
-    CredentialProviders(#[from] ProviderConfigError),
+    NodeCredentials(#[from] NodeCredentialsError),
     #[error(transparent)]
     Server(#[from] ServerError),
     #[error("self-managed TLS (--tls-secret) needs the Kubernetes API, and none is configured")]
     ManagedTlsWithoutKube,
     #[error("--raise-failure-policy needs the Kubernetes API, and none is configured")]
     OwnNamespaceWithoutKube,
-}
-
-/// Why a docker `config.json` could not be used as a keyring.
-#[derive(Debug, thiserror::Error)]
-pub enum DockerConfigError {
-    #[error("failed to read docker config '{path}'")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("failed to parse docker config '{path}'")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: KeyringError,
-    },
 }
 
 /// Everything `pinhook serve` needs to know.
@@ -249,12 +231,11 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         (Some(own), Some(client)) => Some((client, own)),
         (Some(_), None) => return Err(AppError::OwnNamespaceWithoutKube),
     };
-    let mut node = node_keyring(config.docker_config.as_deref())?;
-    if let Some(files) = &config.credential_providers {
-        let providers = CredentialProviders::load(files, Some(metrics.clone()))?;
-        info!(providers = ?providers.names(), "running kubelet credential provider plugins");
-        node.push_source(Arc::new(providers));
-    }
+    let node = node::credentials(
+        config.docker_config.as_deref(),
+        config.credential_providers.as_ref(),
+        &metrics,
+    )?;
     let Overrides {
         secrets,
         namespaces,
@@ -348,7 +329,9 @@ pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryEr
     let resolver = stack.cache;
     // The user's own docker credentials (helpers asked), as `pinhook check` uses them, then
     // anonymous.
-    let (keyring, warnings) = user_keyring()?.for_images(&[reference.repository()]).await;
+    let (keyring, warnings) = node::user_keyring()?
+        .for_images(&[reference.repository()])
+        .await;
     for warning in warnings {
         warn!(warning, "docker credentials");
     }
@@ -357,35 +340,6 @@ pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryEr
         .resolve(reference, &credentials)
         .await
         .map(|resolution| reference.pinned(&resolution.digest, config.form)))
-}
-
-/// The user's docker credentials: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`;
-/// an empty keyring when neither exists. Its `credsStore` / `credHelpers` are a source the
-/// caller asks per image ([`Keyring::for_images`]).
-pub fn user_keyring() -> Result<Keyring, DockerConfigError> {
-    let dir = std::env::var_os("DOCKER_CONFIG")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".docker")));
-    let Some(path) = dir.map(|d| d.join("config.json")).filter(|p| p.is_file()) else {
-        return Ok(Keyring::new());
-    };
-    node_keyring(Some(&path))
-}
-
-/// The keyring of a docker `config.json` (helpers and identity tokens included), or an empty
-/// one without a path.
-pub fn node_keyring(docker_config: Option<&Path>) -> Result<Keyring, DockerConfigError> {
-    let Some(path) = docker_config else {
-        return Ok(Keyring::new());
-    };
-    let bytes = std::fs::read(path).map_err(|source| DockerConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    read_docker_config(&bytes).map_err(|source| DockerConfigError::Parse {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// The client `access` names; `None` when there is none to use: pinhook still serves, with
@@ -639,18 +593,5 @@ mod tests {
             error.to_string(),
             "failed to read docker config '/nonexistent/pinhook/config.json'"
         );
-    }
-
-    #[test]
-    fn a_docker_config_that_is_not_json_is_a_parse_error() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("config.json");
-        std::fs::write(&path, "not json").expect("write");
-        let error = node_keyring(Some(&path)).expect_err("refused");
-        assert!(
-            matches!(error, DockerConfigError::Parse { .. }),
-            "{error:?}"
-        );
-        assert!(node_keyring(None).is_ok(), "no file: an empty keyring");
     }
 }

@@ -8,11 +8,12 @@ use std::time::Duration;
 use super::CheckError;
 use crate::admission::dry_run::{self, Report};
 use crate::admission::{Pinner, PinnerParts};
-use crate::app::{self, AppError};
+use crate::app::AppError;
 use crate::cluster::NoNamespaces;
 use crate::documents::Document;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, PolicyHandle};
+use crate::registry::credentials::node;
 use crate::registry::pull_secrets::NodeOnly;
 use crate::registry::stack::{self, Guard};
 use crate::registry::{CacheConfig, RegistryConfig};
@@ -50,7 +51,7 @@ pub(super) async fn check(
         dry_run_resolver: Arc::new(cache.read_only()),
         resolver: cache,
         secrets: Arc::new(NodeOnly {
-            node: app::user_keyring().map_err(AppError::from)?,
+            node: node::user_keyring().map_err(AppError::from)?,
         }),
         namespaces: Arc::new(NoNamespaces),
         on_owner: None,

@@ -17,6 +17,7 @@ mod exec;
 pub mod identity_token;
 pub mod keyring;
 pub mod limits;
+pub mod node;
 pub mod provider;
 pub mod pull_secrets;
 pub mod secret_budget;

@@ -34,7 +34,8 @@ use crate::error::error_chain;
 use crate::lease::LeaseLock;
 use crate::metrics::Metrics;
 use crate::policy::PolicyHandle;
-use crate::registry::provider::{CredentialProviders, ProviderFiles};
+use crate::registry::credentials::node;
+use crate::registry::provider::ProviderFiles;
 use crate::registry::pull_secrets::KubeSecrets;
 use crate::registry::stack::{self, Guard, Stack};
 use crate::registry::{CacheConfig, RegistryConfig};
@@ -110,12 +111,12 @@ pub async fn build(config: &WatchConfig) -> Result<Built, WatchRunError> {
     let client = app::kube_client(config.kube.clone())
         .await?
         .ok_or(WatchRunError::NoKube)?;
-    let mut node = app::node_keyring(config.docker_config.as_deref()).map_err(AppError::from)?;
-    if let Some(files) = &config.credential_providers {
-        let providers =
-            CredentialProviders::load(files, Some(metrics.clone())).map_err(AppError::from)?;
-        node.push_source(Arc::new(providers));
-    }
+    let node = node::credentials(
+        config.docker_config.as_deref(),
+        config.credential_providers.as_ref(),
+        &metrics,
+    )
+    .map_err(AppError::from)?;
     let watch = Watch::new(
         client.clone(),
         handle,
