@@ -7,9 +7,8 @@
 use crate::admission::{loops, pipeline};
 use crate::cluster;
 use crate::registry::cache;
-use crate::registry::credentials::{
-    docker_helpers, identity_token, provider, pull_secrets, secret_budget,
-};
+use crate::registry::credentials::{docker_helpers, provider, pull_secrets, secret_budget};
+use crate::registry::identity_token;
 use crate::registry::TOKEN_CACHE_BYTES;
 use crate::server::{body_budget, connections, parsed_reviews, plain};
 

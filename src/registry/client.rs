@@ -23,9 +23,9 @@ use head::Head;
 pub use token::Bearer;
 use token::{TokenCache, TokenKey};
 
-use super::guard;
 use super::http::dns::{self, Lookup};
 use super::http::outbound;
+use super::http::realm;
 use super::{
     AnswerError, Credential, RegistryConfig, RegistryError, Resolution, ResolutionSource, Resolver,
 };
@@ -215,7 +215,7 @@ impl OciResolver {
     /// credentials if any) and keeps it; the `Authorization` value to retry with.
     async fn log_in(&self, login: &Login<'_>, challenge: &Bearer) -> Result<String, RegistryError> {
         let config = self.config();
-        guard::check_realm(
+        realm::check_realm(
             self.policy.as_ref(),
             &challenge.realm,
             &login.key.registry,

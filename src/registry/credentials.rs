@@ -14,7 +14,6 @@
 
 pub mod docker_helpers;
 mod exec;
-pub mod identity_token;
 pub mod keyring;
 pub mod limits;
 pub mod node;

@@ -4,10 +4,79 @@
 
 use std::time::Duration;
 
-use super::guard::RealmRefusal;
-use super::http::body;
-use super::http::redirect::RedirectRefusal;
 use crate::policy::HostRefusal;
+
+/// Why pinhook will not ask the token realm a registry named for a token.
+#[derive(Debug, thiserror::Error)]
+pub enum RealmRefusal {
+    #[error("registry {registry} named an invalid token realm {realm:?}")]
+    Invalid {
+        registry: String,
+        realm: String,
+        #[source]
+        problem: UrlError,
+    },
+    #[error("registry {registry} named a token realm that is not http(s): {realm}")]
+    NotHttp { registry: String, realm: String },
+    #[error(
+        "registry {registry} named a clear-text token realm {realm}; pinhook sends credentials \
+         over plain HTTP only to hosts marked insecure"
+    )]
+    ClearText { registry: String, realm: String },
+    #[error("token realm {realm} has no host")]
+    NoHost { realm: String },
+    /// The internal-address guard refused the realm's host or an address it resolves to.
+    #[error("token realm of registry {registry}: {reason}")]
+    Refused {
+        registry: String,
+        reason: HostRefusal,
+    },
+    /// A registry on public addresses named a realm on a private network.
+    #[error(
+        "registry {registry} is on public addresses but named a token realm on a private \
+         network ({host}); pinhook asks such a realm only for a registry on a private network \
+         itself, or when registries.allowPrivate names the realm's host"
+    )]
+    PrivateForPublic { registry: String, host: String },
+    /// The realm's host name did not resolve, so its addresses could not be checked.
+    #[error("token realm of registry {registry}: cannot reach registry {host}")]
+    Unresolvable {
+        registry: String,
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What [`reqwest::Url::parse`] fails with.
+type UrlError = <reqwest::Url as std::str::FromStr>::Err;
+
+/// A redirect pinhook does not follow; the origins only, never a path or query (a signed
+/// storage URL carries credentials in its query).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedirectRefusal {
+    #[error(
+        "redirected from {from} to {to}, a downgrade to clear text; pinhook never follows \
+         https to http"
+    )]
+    Downgrade { from: String, to: String },
+    #[error(
+        "redirected from {from} to another origin, {to}; pinhook follows redirects only within \
+         one scheme, host and port"
+    )]
+    OtherOrigin { from: String, to: String },
+    #[error("redirected more than {max} times in a row from {from}")]
+    TooMany { from: String, max: usize },
+}
+
+/// `bytes` for a message: `4 MiB`, `64 KiB`, or bytes when not a whole number of either.
+pub(crate) fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
 
 /// Why a tag could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +111,7 @@ pub enum RegistryError {
         source: AnswerError,
     },
     /// A manifest, token answer or error body over what pinhook reads of it.
-    #[error("registry {registry} sent {what} larger than {}, pinhook's limit", body::size(*.limit))]
+    #[error("registry {registry} sent {what} larger than {}, pinhook's limit", size(*.limit))]
     TooLarge {
         registry: String,
         what: &'static str,
@@ -159,11 +228,11 @@ fn reads_full(registry: &str, short: crate::shares::Short) -> String {
     match short {
         crate::shares::Short::Key(bytes) => format!(
             "pinhook holds {} of answers from registry {registry} already; retry",
-            body::size(bytes as u64)
+            size(bytes as u64)
         ),
         crate::shares::Short::Total(bytes) => format!(
             "pinhook holds {} of answers from registries already (reading from {registry}); retry",
-            body::size(bytes as u64)
+            size(bytes as u64)
         ),
     }
 }
@@ -260,6 +329,7 @@ mod tests {
                 registry: "reg.example".into(),
                 refusal: RedirectRefusal::TooMany {
                     from: "https://reg.example".into(),
+                    max: 5,
                 },
             },
             RegistryError::TooLarge {

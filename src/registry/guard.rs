@@ -22,14 +22,12 @@
 //! whatever its host; so does pinhook, but never in clear text unless the user chose plain
 //! HTTP for that host).
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::http::dns;
+use super::http::realm::{check_reachable, Blocked};
 use super::{Credential, RegistryError, Resolution, Resolver, TransportError};
-use crate::policy::hosts::{self, HostRefusal, HostRules};
 use crate::policy::PolicyHandle;
 use crate::reference::Reference;
 
@@ -37,59 +35,6 @@ use crate::reference::Reference;
 pub struct AddressGuard {
     inner: Arc<dyn Resolver>,
     policy: PolicyHandle,
-}
-
-/// Why pinhook will not ask the token realm a registry named for a token.
-#[derive(Debug, thiserror::Error)]
-pub enum RealmRefusal {
-    #[error("registry {registry} named an invalid token realm {realm:?}")]
-    Invalid {
-        registry: String,
-        realm: String,
-        #[source]
-        problem: UrlError,
-    },
-    #[error("registry {registry} named a token realm that is not http(s): {realm}")]
-    NotHttp { registry: String, realm: String },
-    #[error(
-        "registry {registry} named a clear-text token realm {realm}; pinhook sends credentials \
-         over plain HTTP only to hosts marked insecure"
-    )]
-    ClearText { registry: String, realm: String },
-    #[error("token realm {realm} has no host")]
-    NoHost { realm: String },
-    /// The internal-address guard refused the realm's host or an address it resolves to.
-    #[error("token realm of registry {registry}: {reason}")]
-    Refused {
-        registry: String,
-        reason: HostRefusal,
-    },
-    /// A registry on public addresses named a realm on a private network.
-    #[error(
-        "registry {registry} is on public addresses but named a token realm on a private \
-         network ({host}); pinhook asks such a realm only for a registry on a private network \
-         itself, or when registries.allowPrivate names the realm's host"
-    )]
-    PrivateForPublic { registry: String, host: String },
-    /// The realm's host name did not resolve, so its addresses could not be checked.
-    #[error("token realm of registry {registry}: cannot reach registry {host}")]
-    Unresolvable {
-        registry: String,
-        host: String,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// What [`reqwest::Url::parse`] fails with.
-type UrlError = <reqwest::Url as std::str::FromStr>::Err;
-
-/// Why a host did not pass the guard.
-enum Blocked {
-    /// The rules refused the name or one of its addresses.
-    Refused(HostRefusal),
-    /// The name did not resolve.
-    Lookup(std::io::Error),
 }
 
 // === impl AddressGuard ===
@@ -124,123 +69,16 @@ impl Resolver for AddressGuard {
     }
 }
 
-/// Refuses a token realm URL that is not http(s); when a `policy` is given, one whose host the
-/// policy's internal-address guard refuses (a registry must not make pinhook probe loopback or
-/// metadata addresses either); and a clear-text one unless `insecure` says its host
-/// (`host[:port]`) is reached over plain HTTP anyway. The registry allow and deny lists do not
-/// apply: the realm is the registry's choice, not the user's.
-pub(super) async fn check_realm(
-    policy: Option<&PolicyHandle>,
-    realm: &str,
-    registry: &str,
-    insecure: impl Fn(&str) -> bool,
-) -> Result<(), RegistryError> {
-    judge_realm(policy, realm, registry, insecure)
-        .await
-        .map_err(RegistryError::RealmRefused)
-}
-
-async fn judge_realm(
-    policy: Option<&PolicyHandle>,
-    realm: &str,
-    registry: &str,
-    insecure: impl Fn(&str) -> bool,
-) -> Result<(), RealmRefusal> {
-    let url = reqwest::Url::parse(realm).map_err(|problem| RealmRefusal::Invalid {
-        registry: registry.to_string(),
-        realm: realm.to_string(),
-        problem,
-    })?;
-    if !matches!(url.scheme(), "https" | "http") {
-        return Err(RealmRefusal::NotHttp {
-            registry: registry.to_string(),
-            realm: realm.to_string(),
-        });
-    }
-    let host = match (url.host_str(), url.port()) {
-        (Some(host), Some(port)) => format!("{host}:{port}"),
-        (Some(host), None) => host.to_string(),
-        (None, _) => {
-            return Err(RealmRefusal::NoHost {
-                realm: realm.to_string(),
-            })
-        }
-    };
-    if let Some(policy) = policy {
-        let hosts = &policy.current().hosts;
-        let rules = hosts.internal_only();
-        check_reachable(&rules, &host)
-            .await
-            .map_err(|blocked| match blocked {
-                Blocked::Refused(reason) => RealmRefusal::Refused {
-                    registry: registry.to_string(),
-                    reason,
-                },
-                Blocked::Lookup(source) => RealmRefusal::Unresolvable {
-                    registry: registry.to_string(),
-                    host: host.clone(),
-                    source,
-                },
-            })?;
-        // On a private network? Then only for a registry that is not public itself. (The
-        // registry is looked up only here, so the common public realm costs no extra lookup.)
-        let strict = hosts.for_realm_of(&[]);
-        if let Err(Blocked::Refused(_)) = check_reachable(&strict, &host).await {
-            let registry_addresses = addresses_of(registry).await;
-            if hosts
-                .for_realm_of(&registry_addresses)
-                .deny_private_networks
-            {
-                return Err(RealmRefusal::PrivateForPublic {
-                    registry: registry.to_string(),
-                    host,
-                });
-            }
-        }
-    }
-    if url.scheme() == "http" && !insecure(&host) {
-        return Err(RealmRefusal::ClearText {
-            registry: registry.to_string(),
-            realm: realm.to_string(),
-        });
-    }
-    Ok(())
-}
-
-/// The addresses `registry` (`name[:port]`) stands for: itself when an IP literal, else what
-/// it resolves to now (none when the lookup fails).
-async fn addresses_of(registry: &str) -> Vec<IpAddr> {
-    let name = hosts::host_without_port(registry);
-    match name.parse::<IpAddr>() {
-        Ok(address) => vec![address],
-        Err(_) => dns::system_lookup(name).await.unwrap_or_default(),
-    }
-}
-
-/// Whether pinhook may contact `host` (`name[:port]`): the host rules on the name, then on
-/// every address the name resolves to.
-async fn check_reachable(rules: &HostRules, host: &str) -> Result<(), Blocked> {
-    rules.check_host(host).map_err(Blocked::Refused)?;
-    let name = hosts::host_without_port(host);
-    if name.parse::<IpAddr>().is_ok() {
-        return Ok(());
-    }
-    let addresses = dns::system_lookup(name).await.map_err(Blocked::Lookup)?;
-    for address in addresses {
-        rules
-            .check_address(host, address)
-            .map_err(Blocked::Refused)?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::policy::HostRefusal;
     use crate::policy::Policy;
+    use crate::registry::http::realm::check_realm;
     use crate::registry::testing::{reference, Answer, Scripted};
+    use crate::registry::RealmRefusal;
 
     fn policy() -> PolicyHandle {
         PolicyHandle::new(

@@ -12,13 +12,15 @@
 //! of the top-level manifest the tag names (for a multi-arch image, the index), never a platform
 //! manifest or config digest.
 //!
-//! The folders follow the layers, outer first: [`cache`] (with its breaker and the dry run's
-//! memo), [`guard`], [`client`] (manifest HEAD and GET, bearer tokens), [`http`] (the one
-//! outbound path: guarded name lookup, redirect policy, bounded bodies); beside them,
-//! [`credentials`] (the keyring, credential provider plugins, docker credential helpers,
-//! identity tokens and pull secrets), [`mirrored`] (a tag resolved at the mirrors the policy
-//! names, each through this same stack, its answer's origin recorded) and [`config`]. This file
-//! only declares and re-exports.
+//! The folders follow the layers, outer first, each importing only those below it: [`stack`]
+//! (builds the rest, once), [`cache`] (with its breaker and the dry run's memo), [`guard`],
+//! [`identity_token`], [`client`] (manifest HEAD and GET, bearer tokens), [`http`] (the one
+//! outbound path: guarded name lookup, token realms, redirect policy, bounded bodies); on the
+//! ground floor, [`credentials`] (the keyring, credential provider plugins, docker credential
+//! helpers and pull secrets, with no outbound HTTP of their own), the errors every layer
+//! returns (refusals included) and [`config`]; beside the stack, [`mirrored`] (a tag resolved
+//! at the mirrors the policy names, each through this same stack, its answer's origin
+//! recorded). This file only declares and re-exports.
 //!
 //! Never: decides policy; handlers decide what to do with a failure. Never sends a request
 //! through any HTTP client but the one [`http`] builds. The only objects read are the ones
@@ -30,6 +32,7 @@ pub mod cache;
 mod client;
 pub mod guard;
 mod http;
+pub mod identity_token;
 
 // Beside them: credentials, configuration, and what every layer shares.
 mod config;
@@ -45,11 +48,7 @@ pub use cache::{BreakerSettings, CacheConfig, CachingResolver, ReadOnlyCache, Ru
 pub use client::token::TOKEN_CACHE_BYTES;
 pub use client::{Bearer, OciResolver};
 pub use config::{HostCaError, RegistryConfig};
-pub use credentials::{
-    docker_helpers, identity_token, keyring, provider, pull_secrets, Credential, Fingerprint,
-};
-pub use error::{AnswerError, RegistryError, TransportError};
-pub use guard::RealmRefusal;
+pub use credentials::{docker_helpers, keyring, provider, pull_secrets, Credential, Fingerprint};
+pub use error::{AnswerError, RealmRefusal, RedirectRefusal, RegistryError, TransportError};
 pub use http::body::READ_BYTES_IN_FLIGHT;
-pub use http::redirect::RedirectRefusal;
 pub use resolver::{Origin, Resolution, ResolutionSource, Resolver, SourceCheck};

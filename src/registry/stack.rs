@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use super::credentials::identity_token::IdentityTokens;
 use super::guard::AddressGuard;
+use super::identity_token::IdentityTokens;
 use super::{
     CacheConfig, CachingResolver, HostCaError, OciResolver, RegistryConfig, RegistryError, Resolver,
 };

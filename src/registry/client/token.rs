@@ -17,8 +17,8 @@ use std::time::Duration;
 use reqwest::header::AUTHORIZATION;
 use serde::Deserialize;
 
-use crate::registry::guard::RealmRefusal;
 use crate::registry::http::{body, outbound};
+use crate::registry::RealmRefusal;
 use crate::registry::{AnswerError, Fingerprint, RegistryError};
 use crate::weight::weight;
 

@@ -121,18 +121,10 @@ pub(crate) async fn read(
     })
 }
 
-/// `bytes` for a message: `4 MiB`, `64 KiB`, or bytes when not a whole number of either.
-pub(crate) fn size(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} bytes"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::error::size;
 
     #[test]
     fn sizes_read_as_people_write_them() {

@@ -18,9 +18,9 @@
 use std::sync::Arc;
 
 use super::dns::{AddressRefused, GuardedDns, Lookup};
-use super::redirect::{self, RedirectRefusal};
+use super::redirect;
 use crate::policy::PolicyHandle;
-use crate::registry::{RegistryConfig, RegistryError, TransportError};
+use crate::registry::{RedirectRefusal, RegistryConfig, RegistryError, TransportError};
 
 /// The HTTP client for `registry` (`host[:port]`) and the token realms it names: `settings`'
 /// trust and timeouts, `policy`'s guard in the resolver (none without a policy).

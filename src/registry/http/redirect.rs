@@ -17,29 +17,12 @@
 //! is redirected elsewhere falls back to that GET, as any 3xx did before. Redirects of the
 //! token request are held to the same rule.
 
+use crate::registry::RedirectRefusal;
 use reqwest::redirect::{Attempt, Policy};
 use reqwest::Url;
 
 /// How many redirects in a row are followed within one origin.
 pub(crate) const MAX_REDIRECTS: usize = 5;
-
-/// A redirect pinhook does not follow; the origins only, never a path or query (a signed
-/// storage URL carries credentials in its query).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RedirectRefusal {
-    #[error(
-        "redirected from {from} to {to}, a downgrade to clear text; pinhook never follows \
-         https to http"
-    )]
-    Downgrade { from: String, to: String },
-    #[error(
-        "redirected from {from} to another origin, {to}; pinhook follows redirects only within \
-         one scheme, host and port"
-    )]
-    OtherOrigin { from: String, to: String },
-    #[error("redirected more than {MAX_REDIRECTS} times in a row from {from}")]
-    TooMany { from: String },
-}
 
 /// The client's redirect policy: [`judge`] on every hop.
 pub(crate) fn policy() -> Policy {
@@ -59,7 +42,10 @@ fn judge(next: &Url, previous: &[Url]) -> Result<(), RedirectRefusal> {
     };
     let from = origin(last);
     if previous.len() > MAX_REDIRECTS {
-        return Err(RedirectRefusal::TooMany { from });
+        return Err(RedirectRefusal::TooMany {
+            from,
+            max: MAX_REDIRECTS,
+        });
     }
     let to = origin(next);
     if last.scheme() == "https" && next.scheme() != "https" {

@@ -8,7 +8,7 @@
 //! Owns: [`IdentityTokens`], a [`Resolver`] between the address guard and the registry client
 //! that replaces each [`Credential::IdentityToken`] with the [`Credential::AccessToken`] it is
 //! exchanged for (kept per registry, token and repository for [`ACCESS_TTL`]); the realm passes
-//! the address guard first, as every realm does ([`crate::registry::guard::check_realm`]), and every
+//! the address guard first, as every realm does ([`crate::registry::http::realm::check_realm`]), and every
 //! request goes through the registry client's own HTTP clients and settings.
 //!
 //! Never: puts a token into a log or an error message. A token that cannot be exchanged is left
@@ -25,9 +25,7 @@ use tracing::warn;
 use crate::reference::Reference;
 use crate::registry::client::token::{self, Bearer};
 use crate::registry::http::{body, outbound};
-use crate::registry::{
-    guard, Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver,
-};
+use crate::registry::{Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver};
 use crate::weight::weight;
 
 /// How long an access token is reused (token services issue them for 60 s at least).
@@ -143,7 +141,13 @@ impl IdentityTokens {
                 message: "no bearer token service to exchange an identity token at".to_string(),
             })?;
         let insecure = |host: &str| config.is_insecure(host);
-        guard::check_realm(self.oci.policy(), &challenge.realm, registry, insecure).await?;
+        crate::registry::http::realm::check_realm(
+            self.oci.policy(),
+            &challenge.realm,
+            registry,
+            insecure,
+        )
+        .await?;
         let body = grant_form(refresh, reference.path(), challenge.service.as_deref());
         let answer = http
             .post(&challenge.realm)
