@@ -26,14 +26,18 @@ use crate::certs::managed::{ManagedConfig, ManagedTls};
 use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels, NoNamespaces};
 use crate::metrics::Metrics;
 use crate::own_namespace;
-use crate::policy::{CompiledPolicy, Policy, PolicyError, PolicyHandle};
+use crate::policy::{Policy, PolicyError, PolicyHandle};
 use crate::policy_watcher;
+
+pub use crate::kube_client::{kube_client, KubeAccess, KubeClientError};
+pub use crate::policy_watcher::PolicySource;
 use crate::reference::{PinForm, Reference};
 use crate::registry::credentials::node::{self, DockerConfigError, NodeCredentialsError};
 use crate::registry::provider::ProviderFiles;
 use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use crate::registry::stack::{self, Guard, Stack, StackError};
 use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, RegistryError, Resolver};
+pub use crate::server::shutdown_signal;
 use crate::server::{
     self, AppState, ClientAccess, ConnectionLimits, RunningServer, ServerConfig, ServerError,
     ServerTls, TokenBucket,
@@ -49,20 +53,8 @@ pub enum AppError {
     /// The resolver stack could not be built (the policy's `registries.hosts`, the client).
     #[error(transparent)]
     Stack(#[from] StackError),
-    #[error("failed to read kubeconfig '{path}'")]
-    ReadKubeconfig {
-        path: PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    #[error("failed to load kubeconfig '{path}'")]
-    LoadKubeconfig {
-        path: PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    #[error("failed to build the Kubernetes client")]
-    KubeClient(#[source] kube::Error),
+    #[error(transparent)]
+    Kube(#[from] KubeClientError),
     #[error(transparent)]
     DockerConfig(#[from] DockerConfigError),
     #[error(transparent)]
@@ -119,29 +111,6 @@ pub enum TlsSource {
     Files { cert: PathBuf, key: PathBuf },
     /// A Secret pinhook keeps itself, with the webhook configurations' caBundle.
     Managed(ManagedConfig),
-}
-
-/// Where the policy comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PolicySource {
-    /// A YAML file, re-read when it changes.
-    File(PathBuf),
-    /// A policy fixed for the life of the process (the defaults with a `form`, or a test's).
-    Fixed(Box<Policy>),
-}
-
-/// How to reach the Kubernetes API.
-#[derive(Clone)]
-pub enum KubeAccess {
-    /// Not at all: node-level credentials only, no namespace labels, no dry-run callers.
-    Disabled,
-    /// Through this kubeconfig file.
-    Kubeconfig(PathBuf),
-    /// `$KUBECONFIG` or `~/.kube/config`, then in-cluster; [`KubeAccess::Disabled`] (with a
-    /// warning) when none is configured.
-    Infer,
-    /// Through a client built elsewhere (a test's fake API server).
-    Client(kube::Client),
 }
 
 /// Parts that replace what [`build`] would make from [`Config::kube`]; `None` builds it.
@@ -340,82 +309,6 @@ pub async fn resolve(config: &ResolveConfig) -> Result<Result<String, RegistryEr
         .resolve(reference, &credentials)
         .await
         .map(|resolution| reference.pinned(&resolution.digest, config.form)))
-}
-
-/// The client `access` names; `None` when there is none to use: pinhook still serves, with
-/// node-level credentials only (and `pinhook inventory` has nothing to read).
-pub async fn kube_client(access: KubeAccess) -> Result<Option<kube::Client>, AppError> {
-    let config = match access {
-        KubeAccess::Disabled => return Ok(None),
-        KubeAccess::Client(client) => return Ok(Some(client)),
-        KubeAccess::Kubeconfig(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|source| {
-                AppError::ReadKubeconfig {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|source| AppError::LoadKubeconfig { path, source })?
-        }
-        KubeAccess::Infer => match kube::Config::infer().await {
-            Ok(config) => config,
-            Err(e) => {
-                warn!(
-                    error = %e,
-                    "no Kubernetes API configured: pods' imagePullSecrets and namespace mode labels are not used, only node-level and anonymous credentials"
-                );
-                return Ok(None);
-            }
-        },
-    };
-    info!(server = %config.cluster_url, "reading pull secrets and namespaces through the Kubernetes API");
-    let client = kube::Client::try_from(config).map_err(AppError::KubeClient)?;
-    Ok(Some(client))
-}
-
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(e) => {
-                    warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-}
-
-// === impl PolicySource ===
-
-impl PolicySource {
-    /// The policy in force at start-up.
-    pub(crate) fn load(&self) -> Result<CompiledPolicy, PolicyError> {
-        match self {
-            PolicySource::File(path) => {
-                let compiled = Policy::load(path)?;
-                info!(path = %path.display(), mode = %compiled.policy.mode, "loaded policy");
-                Ok(compiled)
-            }
-            PolicySource::Fixed(policy) => {
-                info!(mode = %policy.mode, "no --policy given: fixed policy settings");
-                policy.clone().compile()
-            }
-        }
-    }
 }
 
 // === impl App ===

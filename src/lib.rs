@@ -42,6 +42,7 @@ pub mod cli;
 pub mod cluster;
 pub mod documents;
 pub mod error;
+pub mod kube_client;
 pub mod lease;
 pub mod log_fields;
 pub mod log_json;

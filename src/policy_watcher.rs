@@ -90,6 +90,34 @@ fn compile_policy(
     Policy::parse(&text)
 }
 
+/// Where the policy comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicySource {
+    /// A YAML file, re-read when it changes.
+    File(PathBuf),
+    /// A policy fixed for the life of the process (the defaults with a `form`, or a test's).
+    Fixed(Box<Policy>),
+}
+
+// === impl PolicySource ===
+
+impl PolicySource {
+    /// The policy in force at start-up.
+    pub(crate) fn load(&self) -> Result<CompiledPolicy, PolicyError> {
+        match self {
+            PolicySource::File(path) => {
+                let compiled = Policy::load(path)?;
+                info!(path = %path.display(), mode = %compiled.policy.mode, "loaded policy");
+                Ok(compiled)
+            }
+            PolicySource::Fixed(policy) => {
+                info!(mode = %policy.mode, "no --policy given: fixed policy settings");
+                policy.clone().compile()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;

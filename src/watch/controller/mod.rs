@@ -28,15 +28,19 @@ use kube::api::Api;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::app::{self, AppError, KubeAccess, PolicySource};
 use crate::cluster::KubeNamespaces;
 use crate::error::error_chain;
+use crate::kube_client::{kube_client, KubeAccess, KubeClientError};
 use crate::lease::LeaseLock;
 use crate::metrics::Metrics;
+use crate::policy::PolicyError;
 use crate::policy::PolicyHandle;
+use crate::policy_watcher::PolicySource;
 use crate::registry::credentials::node;
+use crate::registry::credentials::node::NodeCredentialsError;
 use crate::registry::provider::ProviderFiles;
 use crate::registry::pull_secrets::KubeSecrets;
+use crate::registry::stack::StackError;
 use crate::registry::stack::{self, Guard, Stack};
 use crate::registry::{CacheConfig, RegistryConfig};
 use crate::server::ConnectionLimits;
@@ -78,7 +82,13 @@ pub struct LeaseConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum WatchRunError {
     #[error(transparent)]
-    App(#[from] AppError),
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Stack(#[from] StackError),
+    #[error(transparent)]
+    NodeCredentials(#[from] NodeCredentialsError),
+    #[error(transparent)]
+    Kube(#[from] KubeClientError),
     #[error("pinhook watch needs the Kubernetes API, and none is configured")]
     NoKube,
     #[error(transparent)]
@@ -98,25 +108,23 @@ pub struct Built {
 /// `pinhook serve`) without starting anything.
 pub async fn build(config: &WatchConfig) -> Result<Built, WatchRunError> {
     let metrics = Arc::new(Metrics::new());
-    let handle = PolicyHandle::new(config.policy.load().map_err(AppError::from)?);
+    let handle = PolicyHandle::new(config.policy.load()?);
     let stack = stack::build(
         &config.registry,
         config.cache.clone(),
         &handle,
         Guard::Policy,
         metrics.clone(),
-    )
-    .map_err(AppError::from)?;
+    )?;
     let resolver = stack.cache.clone();
-    let client = app::kube_client(config.kube.clone())
+    let client = kube_client(config.kube.clone())
         .await?
         .ok_or(WatchRunError::NoKube)?;
     let node = node::credentials(
         config.docker_config.as_deref(),
         config.credential_providers.as_ref(),
         &metrics,
-    )
-    .map_err(AppError::from)?;
+    )?;
     let watch = Watch::new(
         client.clone(),
         handle,
@@ -180,7 +188,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
             let inventory = edges.inventory;
             let served = edges
                 .health
-                .serve_until(crate::app::shutdown_signal(), Duration::from_secs(5))
+                .serve_until(crate::server::shutdown_signal(), Duration::from_secs(5))
                 .await;
             if let Some(inventory) = inventory {
                 let _ = inventory.shutdown(Duration::from_secs(1)).await;
