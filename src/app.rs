@@ -132,9 +132,7 @@ pub struct App {
     listen: SocketAddr,
     tls: AppTls,
     limits: ConnectionLimits,
-    client_ca: Option<PathBuf>,
-    client_names: Vec<String>,
-    metrics_listen: Option<SocketAddr>,
+    clients: ClientAccess,
     state: AppState,
     resolver: Arc<CachingResolver>,
     policy: PolicyHandle,
@@ -267,9 +265,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         listen: config.listen,
         tls,
         limits: config.limits,
-        client_ca: config.clients.client_ca,
-        client_names: config.clients.client_names,
-        metrics_listen: config.clients.metrics_listen,
+        clients: config.clients,
         state,
         resolver: cache,
         policy: handle,
@@ -335,9 +331,7 @@ impl App {
             listen: self.listen,
             tls,
             limits: self.limits,
-            client_ca: self.client_ca,
-            client_names: self.client_names,
-            metrics_listen: self.metrics_listen,
+            clients: self.clients,
         };
         let server = server::start(config, self.state).await?;
         // Only once this replica listens: raising a webhook to Fail before any replica could

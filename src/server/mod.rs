@@ -103,23 +103,19 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub tls: ServerTls,
     pub limits: ConnectionLimits,
-    /// CA certificates (PEM) a client certificate must chain to for `/mutate` and `/validate`
-    /// to answer; `None`: any client that reaches the port may ask for reviews.
-    pub client_ca: Option<PathBuf>,
-    /// Names a client certificate must carry one of (DNS SAN or CN) besides chaining to
-    /// `client_ca`; empty: any certificate the CA signed.
-    pub client_names: Vec<String>,
-    /// See [`ClientAccess::metrics_listen`].
-    pub metrics_listen: Option<SocketAddr>,
+    /// Who may call.
+    pub clients: ClientAccess,
 }
 
 /// Who may call: the client CA of admission reviews, the dry run's TokenReview budget, and
 /// the plain-HTTP port of `/metrics` that a NetworkPolicy can open to scrapers alone.
 #[derive(Debug, Clone, Default)]
 pub struct ClientAccess {
-    /// See [`ServerConfig::client_ca`].
+    /// CA certificates (PEM) a client certificate must chain to for `/mutate` and `/validate`
+    /// to answer; `None`: any client that reaches the port may ask for reviews.
     pub client_ca: Option<PathBuf>,
-    /// See [`ServerConfig::client_names`].
+    /// Names a client certificate must carry one of (DNS SAN or CN) besides chaining to
+    /// `client_ca`; empty: any certificate the CA signed.
     pub client_names: Vec<String>,
     pub token_reviews: TokenReviewLimit,
     /// Also serve `/metrics` (and `/healthz`) over plain HTTP here, so that a NetworkPolicy can
@@ -149,7 +145,7 @@ pub struct AppState {
     /// The budget of request body bytes in flight, taken before a byte is read.
     pub bodies: Arc<body_budget::BodyBudget>,
     /// `/mutate` and `/validate` answer only connections with a verified client certificate
-    /// (set by [`start`] from [`ServerConfig::client_ca`]).
+    /// (set by [`start`] from [`ClientAccess::client_ca`]).
     pub require_client_cert: bool,
     /// The TokenReviews dry-run callers may cost the apiserver.
     pub token_reviews: Arc<TokenBucket>,
@@ -176,11 +172,11 @@ pub async fn start(
     config: ServerConfig,
     mut state: AppState,
 ) -> Result<RunningServer, ServerError> {
-    let clients = match &config.client_ca {
+    let clients = match &config.clients.client_ca {
         Some(path) => tls::Clients::from_ca_file(path).await?,
         None => tls::Clients::none(),
     };
-    state.require_client_cert = config.client_ca.is_some();
+    state.require_client_cert = config.clients.client_ca.is_some();
     let expiry = state.metrics.serving_certificate_expiry.clone();
     let (tls, reloader) = tls::serving(config.tls, clients, expiry).await?;
     let listener =
@@ -213,7 +209,7 @@ pub async fn start(
     let acceptor = KeepAliveAcceptor::new(
         PeerAcceptor::new(
             RustlsAcceptor::new(tls.clone()).acceptor(limited),
-            &config.client_names,
+            &config.clients.client_names,
         ),
         keep_alive::KeepAliveLimits {
             header_read_timeout: limits.header_read_timeout,
@@ -249,7 +245,7 @@ pub async fn start(
         .max_send_buf_size(connections::MAX_HEAD_BYTES);
     // Before the HTTPS task starts, so that a metrics address that cannot be bound leaves
     // nothing running.
-    let metrics = match config.metrics_listen {
+    let metrics = match config.clients.metrics_listen {
         Some(listen) => Some(start_metrics(listen, &state, &limits)?),
         None => None,
     };

@@ -11,6 +11,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use axum_server::accept::NoDelayAcceptor;
 use hyper_util::rt::TokioTimer;
@@ -22,6 +24,27 @@ use tracing::info;
 use super::bounds::BoundsLayer;
 use super::connections::{self, ConnectionLimits, LimitedAcceptor};
 use super::ServerError;
+use crate::admission::Failure;
+use crate::metrics::Metrics;
+
+/// `/metrics`' answer, for every port that serves it (the webhook's, its plain metrics port,
+/// the watch's): the OpenMetrics text, or 500 naming what failed.
+pub fn metrics_answer(metrics: &Metrics) -> Response {
+    match metrics.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => {
+            let failure = Failure::EncodeMetrics(e);
+            (failure.status_code(), format!("{}\n", failure.message())).into_response()
+        }
+    }
+}
 
 /// The largest body a plain-HTTP route reads.
 const MAX_PLAIN_BODY: usize = 4096;

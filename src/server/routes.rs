@@ -231,15 +231,5 @@ async fn readyz_handler(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
-    match state.metrics.encode() {
-        Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(e) => failure_text(&Failure::EncodeMetrics(e)),
-    }
+    super::plain::metrics_answer(&state.metrics)
 }

@@ -105,17 +105,7 @@ pub fn serve(
 }
 
 async fn metrics_handler(State(state): State<HttpState>) -> Response {
-    match state.metrics.encode() {
-        Ok(text) => (
-            [(
-                axum::http::header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+    crate::server::plain::metrics_answer(&state.metrics)
 }
 
 async fn ready_handler(State(state): State<HttpState>) -> Response {

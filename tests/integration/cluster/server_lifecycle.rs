@@ -16,7 +16,7 @@ use pinhook::metrics::Metrics;
 use pinhook::policy::PolicyHandle;
 use pinhook::registry::pull_secrets::NodeOnly;
 use pinhook::registry::{CacheConfig, CachingResolver, OciResolver, RegistryConfig};
-use pinhook::server::{self, AppState, ConnectionLimits, ServerConfig, ServerTls};
+use pinhook::server::{self, AppState, ClientAccess, ConnectionLimits, ServerConfig, ServerTls};
 
 fn client(ca: &TestCa) -> reqwest::Client {
     reqwest::Client::builder()
@@ -57,9 +57,7 @@ fn serving_ca_files(ca: &TestCa) -> ServerConfig {
             key: ca.server_key_path().to_path_buf(),
         },
         limits: ConnectionLimits::default(),
-        client_ca: None,
-        client_names: Vec::new(),
-        metrics_listen: None,
+        clients: ClientAccess::default(),
     }
 }
 
@@ -123,9 +121,7 @@ async fn certificate_rotation_under_load_fails_no_request_and_a_bad_certificate_
             key: key_path.clone(),
         },
         limits: ConnectionLimits::default(),
-        client_ca: None,
-        client_names: Vec::new(),
-        metrics_listen: None,
+        clients: ClientAccess::default(),
     };
     let state = state(Duration::from_secs(2));
     let expiry = state.metrics.serving_certificate_expiry.clone();
@@ -343,9 +339,7 @@ async fn certificates_from_pinhook_certs_serve_the_service_names() {
             key: files.key,
         },
         limits: ConnectionLimits::default(),
-        client_ca: None,
-        client_names: Vec::new(),
-        metrics_listen: None,
+        clients: ClientAccess::default(),
     };
     let running = server::start(config, state(Duration::from_secs(1)))
         .await
