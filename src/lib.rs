@@ -57,6 +57,7 @@ pub mod reference;
 pub mod registry;
 pub mod server;
 pub mod shares;
+pub mod text;
 pub mod watch;
 pub mod weight;
 pub mod workload;

@@ -8,7 +8,7 @@
 //! registry's error) reaches neither a terminal nor a viewer raw. serde_json writes these bytes
 //! only inside strings, where the escape means the same; a line without them (nearly every
 //! line) is passed on as it is, after a scan of its bytes for the lead bytes of those characters
-//! (`log_fields::ESCAPE_LEADS`). [`json_format`] is the
+//! (`text::ESCAPE_LEADS`). [`json_format`] is the
 //! subscriber `main` sets up with it, and the one the tests hold.
 
 use std::io;
@@ -17,7 +17,7 @@ use tracing_subscriber::fmt::format::{Format, Json, JsonFields};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::log_fields::{has_escape_lead, hides_text, ESCAPE_LEADS};
+use crate::text::{has_escape_lead, hides_text, ESCAPE_LEADS};
 
 /// The JSON format's subscriber as `pinhook serve` sets it up: tracing's JSON lines, `filter`,
 /// written to `writer` through [`JsonEscaping`].

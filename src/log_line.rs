@@ -27,7 +27,8 @@ use tracing_subscriber::fmt::format::Format;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::log_fields::{printable, write_quoted, OneLine, PlainFields};
+use crate::log_fields::{write_quoted, OneLine, PlainFields};
+use crate::text::printable;
 
 /// Where finished lines go: the same writer as every other log line, so they stay in order.
 pub type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Parser;
 
 use pinhook::cli::{Cli, Command, InventoryArgs, InventoryOutput, LogFormat};
-use pinhook::log_fields::one_line;
+use pinhook::text::one_line;
 use pinhook::{app, certs, check};
 
 /// mimalloc instead of glibc's malloc: malloc and free were about 12 % of the warm path's CPU

@@ -599,7 +599,7 @@ mod tests {
             "boom\x1b[2J\u{9b}31m\nforged line\u{202e}txt.exe\u{2066}\u{200b}\u{feff}\u{061c} end";
         let raw = |text: &str| {
             text.chars()
-                .any(|c| c.is_control() || crate::log_fields::hides_text(c))
+                .any(|c| c.is_control() || crate::text::hides_text(c))
         };
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "image": "registry.example/team/app:1.0"}]}});

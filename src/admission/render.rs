@@ -4,7 +4,7 @@
 //! 120 characters each, no control characters (a warning with a newline is silently dropped),
 //! no duplicates, and pinhook's share of the request's 4096-rune budget kept well below it.
 //! Warnings and audit annotations, like a denial's message (`review.rs`), carry no character
-//! that [`hides_text`](crate::log_fields::hides_text) raw: kubectl prints them to a terminal,
+//! that [`hides_text`](crate::text::hides_text) raw: kubectl prints them to a terminal,
 //! where a bidirectional control from a registry's error would reorder what the user reads;
 //! they are written escaped (`\u{202e}`).
 
@@ -14,8 +14,8 @@ use super::decision::{Decision, ReviewResult};
 use super::failure::Failure;
 use super::plan::{Action, Plan};
 use super::review::AdmissionResponse;
-use crate::log_fields::one_line;
 use crate::policy::Mode;
+use crate::text::one_line;
 
 const WARNING_MAX_CHARS: usize = 120;
 /// pinhook's share of the apiserver's 4096-rune warning budget (other webhooks need room too).

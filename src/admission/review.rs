@@ -319,7 +319,7 @@ impl AdmissionResponse {
                 code,
                 // kubectl prints it: text from outside in it (a registry's error) must not
                 // reach a terminal raw.
-                message: crate::log_fields::into_one_line(message.into()),
+                message: crate::text::into_one_line(message.into()),
                 reason: None,
                 status: "Failure".to_string(),
             }),

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::admission::pipeline::{OwnerHandler, OwnerNotice};
-use crate::log_fields::one_line;
 use crate::metrics::Metrics;
+use crate::text::one_line;
 use crate::watch::controller::api::EventPublisher;
 use crate::watch::{EventReason, EventSpec, EventType, WorkloadRef};
 
@@ -18,7 +18,7 @@ use crate::watch::{EventReason, EventSpec, EventType, WorkloadRef};
 /// warning and a `PinningPaused` Event) or an operator's denied Pods (a `PodsDenied` Event
 /// naming the two fixes). With a Kubernetes API the Event goes to the owner, sent in the
 /// background so the review does not wait for it. Text from the object passes through the one
-/// sanitiser (`log_fields::one_line`).
+/// sanitiser (`text::one_line`).
 pub(super) fn owner_handler(metrics: Arc<Metrics>, client: Option<kube::Client>) -> OwnerHandler {
     let events = client.map(|client| {
         let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| "pinhook".to_string());

@@ -22,8 +22,8 @@ pub use render::{problems, render, RenderError};
 
 use crate::admission::dry_run::Report;
 use crate::app::AppError;
-use crate::log_fields::one_line;
 use crate::registry::RegistryConfig;
+use crate::text::one_line;
 use progress::Progress;
 
 /// Why a check could not run.

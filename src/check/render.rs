@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::Output;
 use crate::admission::dry_run::{ObjectReport, Report};
-use crate::log_fields::{into_one_line, one_line};
+use crate::text::{into_one_line, one_line};
 
 /// Why a report could not be rendered.
 #[derive(Debug, thiserror::Error)]

@@ -67,11 +67,11 @@ pub struct EventSpec {
 
 /// The Event `image`'s state calls for in a namespace of `mode`, if any (module docs: table).
 pub fn event_for(image: &ClassifiedImage<'_>, mode: Mode) -> Option<EventSpec> {
-    // The image is the Pod author's text: shown escaped, never obeyed (`log_fields::one_line`).
+    // The image is the Pod author's text: shown escaped, never obeyed (`text::one_line`).
     let runs = format!(
         "{} runs {}",
         image.site.describe(),
-        crate::log_fields::one_line(&image.site.image)
+        crate::text::one_line(&image.site.image)
     );
     let (reason, note) = match (&image.state, mode) {
         (_, Mode::Off) => return None,
@@ -282,7 +282,7 @@ mod tests {
         assert!(
             !note
                 .chars()
-                .any(|c| c.is_control() || crate::log_fields::hides_text(c)),
+                .any(|c| c.is_control() || crate::text::hides_text(c)),
             "{note:?}"
         );
         assert!(

@@ -24,8 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::log_fields::into_one_line;
 use crate::reference::{Digest, Reference};
+use crate::text::into_one_line;
 
 use super::classify::ClassifiedImage;
 use super::pod::{RunningImage, WorkloadRef};

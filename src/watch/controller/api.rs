@@ -434,9 +434,9 @@ impl EventPublisher {
             action: Some(ACTION.to_string()),
             reason: Some(spec.reason.as_str().to_string()),
             // Whoever built the note, it goes out as one line with outside text escaped
-            // (`log_fields::one_line`), within the 1 KiB the apiserver takes.
+            // (`text::one_line`), within the 1 KiB the apiserver takes.
             note: Some(truncated(
-                crate::log_fields::into_one_line(spec.note.clone()),
+                crate::text::into_one_line(spec.note.clone()),
                 MAX_NOTE_BYTES,
             )),
             type_: Some(spec.type_.as_str().to_string()),

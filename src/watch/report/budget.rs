@@ -55,10 +55,10 @@ pub fn truncate(text: &str, max: usize) -> Cow<'_, str> {
 }
 
 /// `text` escaped as one line (a Pod's image or a registry's words with a line break, a
-/// terminal code or a bidirectional control are shown, never obeyed: `log_fields::one_line`),
+/// terminal code or a bidirectional control are shown, never obeyed: `text::one_line`),
 /// then cut to [`MAX_STRING_BYTES`].
 fn bounded(text: &mut String) {
-    if let std::borrow::Cow::Owned(escaped) = crate::log_fields::one_line(text) {
+    if let std::borrow::Cow::Owned(escaped) = crate::text::one_line(text) {
         *text = escaped;
     }
     if text.len() > MAX_STRING_BYTES {

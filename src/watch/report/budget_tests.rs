@@ -242,7 +242,7 @@ fn outside_text_reaches_the_report_escaped() {
         assert!(
             !shown
                 .chars()
-                .any(|c| c.is_control() || crate::log_fields::hides_text(c)),
+                .any(|c| c.is_control() || crate::text::hides_text(c)),
             "{mode:?}: {shown:?}"
         );
         assert!(
