@@ -29,15 +29,15 @@ use crate::own_namespace;
 use crate::policy::{Policy, PolicyError, PolicyHandle};
 use crate::policy_watcher;
 
-pub use crate::kube_client::{kube_client, KubeAccess, KubeClientError};
-pub use crate::policy_watcher::PolicySource;
+use crate::kube_client::{kube_client, KubeAccess, KubeClientError};
+use crate::policy_watcher::PolicySource;
 use crate::reference::{PinForm, Reference};
 use crate::registry::credentials::node::{self, DockerConfigError, NodeCredentialsError};
 use crate::registry::provider::ProviderFiles;
 use crate::registry::pull_secrets::{KubeSecrets, NodeOnly, PullSecrets};
 use crate::registry::stack::{self, Guard, Stack, StackError};
 use crate::registry::{CacheConfig, CachingResolver, RegistryConfig, RegistryError, Resolver};
-pub use crate::server::shutdown_signal;
+use crate::server::shutdown_signal;
 use crate::server::{
     self, AppState, ClientAccess, ConnectionLimits, RunningServer, ServerConfig, ServerError,
     ServerTls, TokenBucket,

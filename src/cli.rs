@@ -16,10 +16,12 @@ use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing::warn;
 
-use crate::app::{KubeAccess, PolicySource, ResolveConfig};
+use crate::app::ResolveConfig;
 use crate::certs::{CertRequest, CertsConfig};
 use crate::check::{self, CheckConfig, Remote, Target};
+use crate::kube_client::KubeAccess;
 use crate::policy::FormSetting;
+use crate::policy_watcher::PolicySource;
 use crate::reference::{PinForm, Reference, ReferenceError};
 use crate::registry::provider::{ProviderFiles, Settings as ProviderSettings};
 use crate::registry::{CacheConfig, RegistryConfig};

@@ -102,10 +102,10 @@ async fn run(command: Command) -> Result<ExitCode> {
 /// `pinhook inventory`: 0 with rows, 1 when nothing matched, 2 when the cluster cannot be read.
 async fn inventory(args: InventoryArgs) -> Result<ExitCode> {
     let access = match args.kubeconfig {
-        Some(path) => app::KubeAccess::Kubeconfig(path),
-        None => app::KubeAccess::Infer,
+        Some(path) => pinhook::kube_client::KubeAccess::Kubeconfig(path),
+        None => pinhook::kube_client::KubeAccess::Infer,
     };
-    let Some(client) = app::kube_client(access).await? else {
+    let Some(client) = pinhook::kube_client::kube_client(access).await? else {
         anyhow::bail!("no Kubernetes API configured (give --kubeconfig or set KUBECONFIG)");
     };
     let mut inventory = pinhook::watch::controller::inventory::read(

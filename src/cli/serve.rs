@@ -11,12 +11,14 @@ use clap::Args;
 
 use super::durations::{parse_lifetime, parse_timeout, seconds_flag};
 use super::{CacheArgs, CliError, FormArg, NodeCredentialArgs, RegistryArgs};
-use crate::app::{self, KubeAccess, Overrides, PolicySource, TlsSource};
+use crate::app::{self, Overrides, TlsSource};
 use crate::certs::managed::{ManagedConfig, WebhookRef};
 use crate::certs::rotation::Settings;
 use crate::certs::CertRequest;
+use crate::kube_client::KubeAccess;
 use crate::own_namespace;
 use crate::policy::Policy;
+use crate::policy_watcher::PolicySource;
 use crate::server::{ClientAccess, ConnectionLimits, TokenReviewLimit};
 
 #[derive(Debug, Args)]

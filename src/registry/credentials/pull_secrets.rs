@@ -30,7 +30,8 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::keyring::{Keyring, KeyringError};
-use super::secret_budget::{Held, SecretBudget};
+use super::secret_budget::SecretBudget;
+use crate::shares::Taken;
 
 /// Distinct pull secret names read for one pod; the rest are not read (with a warning). A
 /// review may name one secret 100,000 times: each name is read once, and at most this many.
@@ -90,7 +91,7 @@ pub struct PodKeyring {
     pub refused: Vec<String>,
     /// The bytes of [`SecretBudget`] this keyring's Secrets hold: keep it as long as the
     /// keyring.
-    pub held: Held,
+    pub held: Taken,
 }
 
 /// Source of pull credentials.
@@ -244,7 +245,7 @@ impl PullSecrets for KubeSecrets {
         let mut warnings = Vec::new();
         let mut refused = Vec::new();
         let mut keyring = Keyring::new();
-        let mut held = Held::default();
+        let mut held = Taken::default();
         let names = self.secret_names(pod, &mut warnings).await;
         for (index, name) in names.iter().enumerate() {
             // Cached reads answer at once: let deadlines and health checks in between.

@@ -8,7 +8,7 @@
 //! used, with a warning that says which share: that tenant's private images then resolve
 //! without it, and another namespace's reviews keep their own share.
 //!
-//! Owns: [`SecretBudget`] (on [`crate::shares`]) and the [`Held`] bytes of one review, given
+//! Owns: [`SecretBudget`] (on [`crate::shares`]) and the bytes of one review ([`Taken`]), given
 //! back when it is dropped. Never: reads a Secret, or decides what a review without one answers.
 
 use crate::shares::{self, Shares, Taken};
@@ -27,9 +27,6 @@ pub struct SecretBudget {
     review: usize,
     shares: Shares,
 }
-
-/// What one review keeps of the shares.
-pub type Held = Taken;
 
 /// Which share a Secret did not fit in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -55,7 +52,7 @@ impl SecretBudget {
 
     /// Takes `bytes` more for a review of `namespace` that holds `held`, or says which share
     /// they do not fit in (and takes nothing).
-    pub fn take(&self, namespace: &str, bytes: usize, held: &mut Held) -> Result<(), Short> {
+    pub fn take(&self, namespace: &str, bytes: usize, held: &mut Taken) -> Result<(), Short> {
         if held.bytes().saturating_add(bytes) > self.review {
             return Err(Short::Review(self.review));
         }
@@ -85,7 +82,7 @@ mod tests {
     #[test]
     fn a_review_a_namespace_and_all_reviews_each_keep_their_share() {
         let budget = SecretBudget::new(256 << 10, 1 << 20, 2 << 20);
-        let mut one = Held::default();
+        let mut one = Taken::default();
         budget.take("a", 200 << 10, &mut one).expect("fits");
         assert_eq!(
             budget.take("a", 100 << 10, &mut one),
@@ -98,24 +95,24 @@ mod tests {
         );
 
         // Namespace a's reviews: 1 MiB in all.
-        let mut more: Vec<Held> = (0..3).map(|_| Held::default()).collect();
+        let mut more: Vec<Taken> = (0..3).map(|_| Taken::default()).collect();
         for held in &mut more {
             budget.take("a", 256 << 10, held).expect("within a's share");
         }
-        let mut fifth = Held::default();
+        let mut fifth = Taken::default();
         assert_eq!(
             budget.take("a", 256 << 10, &mut fifth),
             Err(Short::Namespace(1 << 20))
         );
         // Namespace b has its own share, up to what is left of all.
-        let mut b: Vec<Held> = (0..4).map(|_| Held::default()).collect();
+        let mut b: Vec<Taken> = (0..4).map(|_| Taken::default()).collect();
         let fitted = b
             .iter_mut()
             .map(|held| budget.take("b", 256 << 10, held))
             .filter(Result::is_ok)
             .count();
         assert_eq!(fitted, 4, "b's own 1 MiB, beside a's 968 KiB");
-        let mut c = Held::default();
+        let mut c = Taken::default();
         // 56 KiB of the 2 MiB are left.
         assert_eq!(
             budget.take("c", 256 << 10, &mut c),
