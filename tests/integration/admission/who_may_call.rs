@@ -66,6 +66,22 @@ fn client(server_ca: &str, identity: Option<Vec<u8>>) -> reqwest::Client {
     builder.build().expect("client")
 }
 
+/// `review` POSTed to `url` by `client`: the status and the body's text.
+async fn post_review(
+    client: &reqwest::Client,
+    url: String,
+    review: &serde_json::Value,
+) -> (u16, String) {
+    let response = client
+        .post(url)
+        .json(review)
+        .send()
+        .await
+        .expect("pinhook answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
 async fn pinhook_requiring(registry: &TestRegistry, ca: &ClientCa, dir: &Path) -> TestPinhook {
     pinhook_requiring_names(registry, ca, dir, &[]).await
 }
@@ -108,27 +124,15 @@ async fn with_client_cert_names_a_certificate_of_the_ca_needs_one_of_them() {
         pinhook.ca_pem(),
         Some(cluster_ca.client_identity("system:node:worker-1")),
     );
-    let response = kubelet
-        .post(pinhook.url("/mutate"))
-        .json(&review)
-        .send()
-        .await
-        .expect("pinhook answers");
-    let status = response.status().as_u16();
-    let text = response.text().await.expect("body");
+    let (status, text) = post_review(&kubelet, pinhook.url("/mutate"), &review).await;
     assert_eq!(status, 403, "{text}");
     assert!(text.contains("allowed names"), "{text}");
     let apiserver = client(
         pinhook.ca_pem(),
         Some(cluster_ca.client_identity("kube-apiserver")),
     );
-    let response = apiserver
-        .post(pinhook.url("/mutate?timeout=10s"))
-        .json(&review)
-        .send()
-        .await
-        .expect("pinhook answers");
-    assert_eq!(response.status().as_u16(), 200);
+    let (status, _) = post_review(&apiserver, pinhook.url("/mutate?timeout=10s"), &review).await;
+    assert_eq!(status, 200);
 }
 
 #[tokio::test]
@@ -143,14 +147,7 @@ async fn with_a_client_ca_only_a_verified_client_gets_a_review() {
     // No client certificate: the handshake completes, the review is refused unread.
     let anonymous = client(pinhook.ca_pem(), None);
     for path in ["/mutate", "/validate"] {
-        let response = anonymous
-            .post(pinhook.url(path))
-            .json(&review)
-            .send()
-            .await
-            .expect("pinhook answers");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("body");
+        let (status, text) = post_review(&anonymous, pinhook.url(path), &review).await;
         assert_eq!(status, 403, "{path}: {text}");
         assert!(!text.contains("AdmissionReview"), "{path}: {text}");
         assert!(!text.contains(&pushed.index_digest), "{path}: {text}");
