@@ -575,6 +575,28 @@ operator_kinds() {
     done
 }
 check "manifests/components/operator-kinds adds the Rollout and Cluster rules to pin and validate" operator_kinds
+# pods_get: pinhook may `get pods` only where it reads a stored Pod, before 1.22 (the
+# pods/ephemeralcontainers object carries no imagePullSecrets there); `list pods` everywhere.
+# The chart by --kube-version; the kustomize base (rendered for 1.22+) without get, and with
+# components/kube-1.20-1.21 (which overlays/local-url, the 1.20 e2e tier's, includes) with it.
+pods_get() {
+    local kube verbs want
+    pods_verbs() { "$PY" -c '
+import sys, yaml
+rules = [r for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == sys.argv[1]
+         for r in d["rules"] if r.get("resources") == ["pods"] and r.get("apiGroups") == [""]]
+print(",".join(sorted(v for r in rules for v in r["verbs"])))' "$1"; }
+    for kube in 1.20.2 1.21.0 1.22.0 1.32.0 1.35.0; do
+        verbs=$(helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" | pods_verbs "$RELEASE") || return 1
+        want=list; [[ $kube == 1.2[01].* ]] && want=get,list
+        [[ $verbs == "$want" ]] || { echo "chart on $kube: pods verbs '$verbs', want '$want'"; return 1; }
+    done
+    verbs=$(kubectl kustomize manifests/base | pods_verbs pinhook) || return 1
+    [[ $verbs == list ]] || { echo "manifests/base: pods verbs '$verbs', want 'list'"; return 1; }
+    verbs=$(kubectl kustomize manifests/overlays/local-url | pods_verbs pinhook) || return 1
+    [[ $verbs == get,list ]] || { echo "overlays/local-url: pods verbs '$verbs', want 'get,list'"; return 1; }
+}
+check "pods get only before 1.22 (chart by --kube-version; base without, components/kube-1.20-1.21 with)" pods_get
 # report_api: watch.reportApi picks the API of the watch's reports. wgpolicyk8s (the default):
 # the watch's ClusterRole may write policyreports / clusterpolicyreports and nothing of
 # openreports.io, and the watch gets no PINHOOK_REPORT_API; openreports: the same rights on
