@@ -2,8 +2,10 @@
 //! build`, `helm template`), a JSON object, a JSON array, or a `v1/List`. A malformed document
 //! is reported with its index while the others are still read. [`parse_within`] reads input
 //! from a caller pinhook does not trust (the dry-run endpoint) within [`ParseLimits`] for the
-//! whole input: documents, and YAML events and alias expansions shared out among the documents,
-//! so that a thousand documents cannot each spend a budget meant for one.
+//! whole input: documents; values and scalar bytes (what the parsed input holds in memory,
+//! alias replays included), spent document by document; and YAML events and alias expansions
+//! shared out among the documents, so that a thousand documents cannot each spend a budget
+//! meant for one.
 
 use serde_json::Value;
 
@@ -36,6 +38,14 @@ pub enum ReadError {
 pub struct ParseLimits {
     /// Documents and List items, in all.
     pub max_documents: usize,
+    /// Values (mappings, sequences, scalars; YAML alias replays included) held by all the
+    /// documents together. JSON counts its values before parsing: over the limit, the input is
+    /// refused; a YAML document parses within what the documents before it left, or is
+    /// unreadable.
+    pub max_values: usize,
+    /// Bytes of YAML scalars (alias replays included) held by all the documents together; a
+    /// JSON input's strings are within its own length.
+    pub max_scalar_bytes: usize,
     /// YAML events (nodes, scalars, collection starts and ends), shared out among the documents.
     pub max_events: usize,
     /// Events replayed by YAML aliases, shared out among the documents.
@@ -44,10 +54,11 @@ pub struct ParseLimits {
 
 /// Why an input is refused as a whole.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the input holds {count} documents and list items; at most {limit} are read")]
-pub struct LimitError {
-    pub count: usize,
-    pub limit: usize,
+pub enum LimitError {
+    #[error("the input holds {count} documents and list items; at most {limit} are read")]
+    Documents { count: usize, limit: usize },
+    #[error("the JSON input holds up to {count} values; at most {limit} are read")]
+    Values { count: usize, limit: usize },
 }
 
 /// Each document's share of the events is at least this (a short document always parses).
@@ -59,6 +70,8 @@ impl Default for ParseLimits {
     fn default() -> Self {
         ParseLimits {
             max_documents: 1_000,
+            max_values: 250_000,
+            max_scalar_bytes: 64 << 20,
             max_events: 2_000_000,
             max_replayed_events: 1_000_000,
         }
@@ -72,20 +85,30 @@ pub fn parse(text: &str, source: Option<&str>) -> Vec<Document> {
 }
 
 /// [`parse`] within `limits` for the whole of `text`: each YAML document gets an equal share of
-/// the events and alias expansions (at least [`MIN_EVENTS_PER_DOCUMENT`]), and more documents
-/// than `limits.max_documents` refuse the input.
+/// the events and alias expansions (at least [`MIN_EVENTS_PER_DOCUMENT`]) and what the
+/// documents before it left of the values and scalar bytes; a JSON input with more values than
+/// `limits.max_values`, or more documents than `limits.max_documents`, refuses the input.
 pub fn parse_within(
     text: &str,
     source: Option<&str>,
     limits: &ParseLimits,
 ) -> Result<Vec<Document>, LimitError> {
-    let too_many = |count| LimitError {
+    let too_many = |count| LimitError::Documents {
         count,
         limit: limits.max_documents,
     };
     let documents = split_yaml(text).len();
     if documents > limits.max_documents {
         return Err(too_many(documents));
+    }
+    if let Some(json) = as_json(text) {
+        let count = json_values_at_most(json);
+        if count > limits.max_values {
+            return Err(LimitError::Values {
+                count,
+                limit: limits.max_values,
+            });
+        }
     }
     let read = read(text, source, Some(limits));
     match read.len() > limits.max_documents {
@@ -94,41 +117,94 @@ pub fn parse_within(
     }
 }
 
-fn read(text: &str, source: Option<&str>, limits: Option<&ParseLimits>) -> Vec<Document> {
+/// `text` without a byte-order mark and leading space, when it is JSON (an object or array).
+fn as_json(text: &str) -> Option<&str> {
     let trimmed = text.trim_start_matches('\u{feff}').trim_start();
-    let documents: Vec<(usize, Result<Value, ReadError>)> =
-        if trimmed.starts_with('{') || trimmed.starts_with('[') {
-            vec![(
-                0,
-                serde_json::from_str(trimmed).map_err(|e| ReadError::Json(e.to_string())),
-            )]
-        } else {
-            let split: Vec<&str> = split_yaml(text);
-            let shares = limits.map(|l| {
-                let n = split.iter().filter(|doc| !is_blank(doc)).count().max(1);
-                (
-                    (l.max_events / n).max(MIN_EVENTS_PER_DOCUMENT),
-                    (l.max_replayed_events / n).max(MIN_EVENTS_PER_DOCUMENT),
-                )
+    (trimmed.starts_with('{') || trimmed.starts_with('[')).then_some(trimmed)
+}
+
+/// At least as many values as the JSON `text` holds: every value but a container's first
+/// follows a `,`, and a first one follows a `[` or `{` (counted outside strings).
+fn json_values_at_most(text: &str) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    for byte in text.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b',' | b'[' | b'{' => count += 1,
+            _ => {}
+        }
+    }
+    count
+}
+
+/// What the documents read so far left of the values and scalar bytes.
+#[derive(Debug, Clone, Copy)]
+struct Left {
+    values: usize,
+    scalar_bytes: usize,
+}
+
+/// Limits of one YAML document.
+#[derive(Debug, Clone, Copy)]
+struct Share {
+    events: usize,
+    replayed: usize,
+    left: Left,
+}
+
+fn read(text: &str, source: Option<&str>, limits: Option<&ParseLimits>) -> Vec<Document> {
+    let documents: Vec<(usize, Result<Value, ReadError>)> = if let Some(json) = as_json(text) {
+        vec![(
+            0,
+            serde_json::from_str(json).map_err(|e| ReadError::Json(e.to_string())),
+        )]
+    } else {
+        let split: Vec<&str> = split_yaml(text);
+        let n = split.iter().filter(|doc| !is_blank(doc)).count().max(1);
+        let mut left = limits.map(|l| Left {
+            values: l.max_values,
+            scalar_bytes: l.max_scalar_bytes,
+        });
+        let mut parsed = Vec::new();
+        for (i, doc) in split.into_iter().enumerate() {
+            if is_blank(doc) {
+                continue;
+            }
+            let share = limits.zip(left).map(|(l, left)| Share {
+                events: (l.max_events / n).max(MIN_EVENTS_PER_DOCUMENT),
+                replayed: (l.max_replayed_events / n).max(MIN_EVENTS_PER_DOCUMENT),
+                left,
             });
-            split
-                .into_iter()
-                .enumerate()
-                .filter(|(_, doc)| !is_blank(doc))
-                .map(|(i, doc)| (i, parse_yaml(doc, shares)))
-                .collect()
-        };
+            let document = parse_yaml(doc, share);
+            if let (Some(left), Ok(value)) = (left.as_mut(), &document) {
+                let (values, scalar_bytes) = held(value);
+                left.values = left.values.saturating_sub(values);
+                left.scalar_bytes = left.scalar_bytes.saturating_sub(scalar_bytes);
+            }
+            parsed.push((i, document));
+        }
+        parsed
+    };
     let mut out = Vec::new();
     for (i, parsed) in documents {
         match parsed {
             Ok(Value::Null) => {}
             Ok(Value::Array(items)) => expand(&mut out, &i.to_string(), items, source),
-            Ok(value) if is_list(&value) => {
-                let items = value
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
+            Ok(Value::Object(mut list)) if is_list(&list) => {
+                // (taken, not copied: a List's items are most of what the input holds)
+                let items = match list.remove("items") {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                };
                 expand(&mut out, &format!("{i}.items"), items, source);
             }
             Ok(value) if value.is_object() => out.push(document(i.to_string(), source, Ok(value))),
@@ -137,6 +213,23 @@ fn read(text: &str, source: Option<&str>, limits: Option<&ParseLimits>) -> Vec<D
         }
     }
     out
+}
+
+/// The values and scalar bytes (keys and strings) `value` holds.
+fn held(value: &Value) -> (usize, usize) {
+    match value {
+        Value::Array(items) => items.iter().map(held).fold((1, 0), add),
+        Value::Object(map) => map
+            .iter()
+            .map(|(key, value)| add((1, key.len()), held(value)))
+            .fold((1, 0), add),
+        Value::String(text) => (1, text.len()),
+        _ => (1, 0),
+    }
+}
+
+fn add(a: (usize, usize), b: (usize, usize)) -> (usize, usize) {
+    (a.0.saturating_add(b.0), a.1.saturating_add(b.1))
 }
 
 /// The position of an item of a top-level JSON array (`0[3]` → 3), as [`expand`] names it.
@@ -163,9 +256,9 @@ fn document(index: String, source: Option<&str>, object: Result<Value, ReadError
     }
 }
 
-fn is_list(value: &Value) -> bool {
-    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
-    kind.ends_with("List") && value.get("items").is_some_and(Value::is_array)
+fn is_list(object: &serde_json::Map<String, Value>) -> bool {
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    kind.ends_with("List") && object.get("items").is_some_and(Value::is_array)
 }
 
 /// Splits a YAML stream on document separators (`---` at the start of a line), as kubectl's
@@ -194,19 +287,27 @@ fn is_blank(document: &str) -> bool {
         .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
 }
 
-/// One YAML document; `share` (events, replayed events) bounds it below the parser's own
-/// defaults.
-fn parse_yaml(document: &str, share: Option<(usize, usize)>) -> Result<Value, ReadError> {
+/// One YAML document; `share` bounds it below the parser's own defaults: its events and
+/// replayed events, and what is left of the values and scalar bytes (alias replays and what
+/// anchors record included).
+fn parse_yaml(document: &str, share: Option<Share>) -> Result<Value, ReadError> {
     let parsed = match share {
         None => serde_saphyr::from_str::<Value>(document),
-        Some((events, replayed)) => {
+        Some(share) => {
+            let values = share.left.values.max(1);
+            let scalar_bytes = share.left.scalar_bytes;
             let mut budget = serde_saphyr::Budget::default();
-            budget.max_events = budget.max_events.min(events);
-            budget.max_nodes = budget.max_nodes.min(events);
-            budget.max_recorded_anchor_events = budget.max_recorded_anchor_events.min(events);
+            budget.max_events = budget.max_events.min(share.events);
+            budget.max_nodes = budget.max_nodes.min(share.events).min(values);
+            budget.max_recorded_anchor_events = budget
+                .max_recorded_anchor_events
+                .min(share.events)
+                .min(values);
+            budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.min(scalar_bytes);
+            budget.max_recorded_anchor_bytes = budget.max_recorded_anchor_bytes.min(scalar_bytes);
             let mut options = serde_saphyr::Options::default();
             options.budget = Some(budget);
-            options.alias_limits.max_total_replayed_events = replayed;
+            options.alias_limits.max_total_replayed_events = share.replayed;
             serde_saphyr::from_str_with_options::<Value>(document, options)
         }
     };
@@ -287,6 +388,7 @@ mod tests {
             max_documents: 1_000,
             max_events: 200_000,
             max_replayed_events: 100_000,
+            ..ParseLimits::default()
         };
         let one = parse_within(&alias_bomb(), None, &limits).expect("within the limits");
         assert!(one[0].object.is_ok(), "{:?}", one[0].object);
@@ -316,13 +418,76 @@ mod tests {
         let text = "kind: A\n---\nkind: B\n---\nkind: C\n---\nkind: D\n";
         assert_eq!(
             parse_within(text, None, &limits).map(|d| d.len()),
-            Err(LimitError { count: 4, limit: 3 })
+            Err(LimitError::Documents { count: 4, limit: 3 })
         );
         let list = r#"[{"kind":"A"},{"kind":"B"},{"kind":"C"},{"kind":"D"},{"kind":"E"}]"#;
         assert_eq!(
             parse_within(list, None, &limits).map(|d| d.len()),
-            Err(LimitError { count: 5, limit: 3 })
+            Err(LimitError::Documents { count: 5, limit: 3 })
         );
+    }
+
+    /// Issue 44: what the documents hold is bounded over the whole input. A JSON body with more
+    /// values than the limit is refused before it is parsed; YAML documents spend one budget of
+    /// values, so the second of two documents that each fit alone is unreadable; an alias
+    /// bomb of a few hundred bytes is refused within the values, and anchored scalars replayed
+    /// past the scalar bytes are refused too.
+    #[test]
+    fn values_and_scalar_bytes_are_bounded_over_the_whole_input() {
+        let limits = ParseLimits {
+            max_values: 1_000,
+            max_scalar_bytes: 64 << 10,
+            ..ParseLimits::default()
+        };
+        let zeros = vec!["0"; 2_000].join(",");
+        let json = format!(r#"{{"kind":"Pod","x":[{zeros}]}}"#);
+        assert!(parse(&json, None)[0].object.is_ok(), "fine without limits");
+        match parse_within(&json, None, &limits) {
+            Err(LimitError::Values { count, limit }) => {
+                assert!(count >= 2_003, "{count}");
+                assert_eq!(limit, 1_000);
+            }
+            other => panic!("{other:?}"),
+        }
+        let fits = format!(r#"{{"kind":"Pod","x":[{}]}}"#, vec!["0"; 900].join(","));
+        assert!(parse_within(&fits, None, &limits).expect("fits")[0]
+            .object
+            .is_ok());
+
+        let document = format!("kind: Pod\nx: [{}]\n", vec!["a"; 600].join(","));
+        let one = parse_within(&document, None, &limits).expect("one document");
+        assert!(one[0].object.is_ok(), "{:?}", one[0].object);
+        let two = parse_within(&format!("{document}---\n{document}"), None, &limits)
+            .expect("two documents");
+        assert!(two[0].object.is_ok(), "{:?}", two[0].object);
+        match &two[1].object {
+            Err(ReadError::Yaml(text)) => assert!(text.contains("budget"), "{text}"),
+            other => panic!("the second document spends what the first left: {other:?}"),
+        }
+
+        let mut laughs = String::from("kind: Pod\nl0: &l0 [a,a,a,a,a,a,a,a,a,a]\n");
+        for i in 1..6 {
+            let items = vec![format!("*l{}", i - 1); 10].join(",");
+            laughs.push_str(&format!("l{i}: &l{i} [{items}]\n"));
+        }
+        assert!(laughs.len() < 400, "{}", laughs.len());
+        match &parse_within(&laughs, None, &limits).expect("one document")[0].object {
+            Err(ReadError::Yaml(text)) => assert!(text.contains("budget"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+
+        let big = "x".repeat(16 << 10);
+        let mut replayed = format!("kind: Pod\na: &a {big}\nitems: [");
+        replayed.push_str(&["*a"; 8].join(","));
+        replayed.push_str("]\n");
+        assert!(
+            parse(&replayed, None)[0].object.is_ok(),
+            "fine without limits"
+        );
+        match &parse_within(&replayed, None, &limits).expect("one document")[0].object {
+            Err(ReadError::Yaml(text)) => assert!(text.contains("ScalarBytes"), "{text}"),
+            other => panic!("128 KiB of replayed scalars past 64 KiB: {other:?}"),
+        }
     }
 
     #[test]

@@ -59,6 +59,15 @@ pub enum Failure {
         caller: String,
         missing: Vec<String>,
     },
+    /// A dry run's documents found no room in the dry runs' memory pool in time (`busy`), or
+    /// would cost more than all of it.
+    #[error("{}", dry_run_refused(*busy, *bytes, *cost, *budget))]
+    DryRunRefused {
+        busy: bool,
+        bytes: usize,
+        cost: usize,
+        budget: usize,
+    },
     /// A review found no room in the budget of parsed reviews in time, or would cost more than all of it.
     #[error(transparent)]
     Refused(Refused),
@@ -95,6 +104,19 @@ pub enum Refused {
     },
 }
 
+fn dry_run_refused(busy: bool, bytes: usize, cost: usize, budget: usize) -> String {
+    match busy {
+        true => format!(
+            "pinhook is running other dry runs (this one, {bytes} bytes, may hold about {cost} \
+             bytes parsed, which did not fit in the {budget}-byte budget of dry runs in time); retry"
+        ),
+        false => format!(
+            "this dry run ({bytes} bytes) may hold about {cost} bytes parsed, more than the \
+             {budget}-byte budget of all dry runs: split the manifests"
+        ),
+    }
+}
+
 // === impl Failure ===
 
 impl Failure {
@@ -107,6 +129,8 @@ impl Failure {
             Failure::Documents(_) | Failure::TooManyAccessChecks { .. } => 413,
             Failure::Refused(Refused::TooCostly { .. }) => 413,
             Failure::Refused(Refused::Busy { .. }) => 429,
+            Failure::DryRunRefused { busy: true, .. } => 429,
+            Failure::DryRunRefused { busy: false, .. } => 413,
             Failure::Patch(_)
             | Failure::EncodePatch(_)
             | Failure::EncodeResponse(_)
@@ -192,6 +216,21 @@ mod tests {
     )]
     #[case::bad_token(Failure::InvalidToken, 401, "the bearer token is not valid")]
     #[case::not_utf8(Failure::NotUtf8, 400, "the body is not UTF-8 text")]
+    #[case::dry_run_busy(
+        Failure::DryRunRefused { busy: true, bytes: 1_100_000, cost: 22_200_000, budget: 25_165_824 },
+        429,
+        "pinhook is running other dry runs (this one, 1100000 bytes, may hold about 22200000 bytes parsed, which did not fit in the 25165824-byte budget of dry runs in time); retry"
+    )]
+    #[case::dry_run_too_costly(
+        Failure::DryRunRefused { busy: false, bytes: 9, cost: 30_000_000, budget: 25_165_824 },
+        413,
+        "this dry run (9 bytes) may hold about 30000000 bytes parsed, more than the 25165824-byte budget of all dry runs: split the manifests"
+    )]
+    #[case::too_many_values(
+        Failure::Documents(crate::documents::LimitError::Values { count: 60_001, limit: 50_000 }),
+        413,
+        "the JSON input holds up to 60001 values; at most 50000 are read"
+    )]
     #[case::forbidden(
         Failure::Forbidden {
             caller: "ci".to_string(),

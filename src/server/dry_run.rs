@@ -7,9 +7,12 @@
 //! What a caller costs is bounded before it is paid (issue 44): the token is checked before a
 //! byte of the body is read; the body is read within the body budget and at most
 //! [`MAX_DRY_RUN_BODY`]; a body of more than [`MAX_DOCUMENTS`] documents or naming more than
-//! [`MAX_ACCESS_CHECKS`] (resource, namespace) pairs is refused; YAML is parsed within one
-//! budget of events and alias expansions for the whole body ([`documents::ParseLimits`]), on
-//! the blocking pool, a few bodies at a time.
+//! [`MAX_ACCESS_CHECKS`] (resource, namespace) pairs is refused; the documents take their
+//! share of the dry runs' memory pool before they are parsed
+//! ([`parsed_reviews::dry_run_cost`], waiting at most [`SHARE_WAIT`], then 429) and hold it
+//! until the report is written; the body is parsed within that share's values and scalar
+//! bytes and one budget of YAML events and alias expansions for the whole body
+//! ([`documents::ParseLimits`]), on the blocking pool, a few bodies at a time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +25,7 @@ use serde::Deserialize;
 use tracing::info;
 
 use super::body_budget::BodyRefusal;
+use super::parsed_reviews::{self, NoShare};
 use super::AppState;
 use crate::admission::dry_run::{self, Identity};
 use crate::admission::Failure;
@@ -44,6 +48,8 @@ const DRY_RUN_BUDGET: Duration = Duration::from_secs(60);
 pub const MAX_DRY_RUN_BODY: usize = 2 << 20;
 /// Documents (and List items) one dry run may hold.
 pub const MAX_DOCUMENTS: usize = 1_000;
+/// How long a dry run waits for its share of the dry runs' memory pool.
+pub const SHARE_WAIT: Duration = Duration::from_secs(5);
 /// Distinct (group, resource, namespace) pairs one dry run may need a SubjectAccessReview for.
 pub const MAX_ACCESS_CHECKS: usize = 32;
 
@@ -130,6 +136,17 @@ async fn dry_run_answer(
         .read_request(request, MAX_DRY_RUN_BODY, &state.metrics)
         .await
         .map_err(Refusal::Body)?;
+    let pool = &state.parsed_reviews.dry_runs;
+    let cost = parsed_reviews::dry_run_cost(body.len());
+    let _documents_share =
+        pool.take(cost, SHARE_WAIT)
+            .await
+            .map_err(|refused| Failure::DryRunRefused {
+                busy: refused == NoShare::Busy,
+                bytes: body.len(),
+                cost,
+                budget: pool.budget(),
+            })?;
     let documents = parse_manifests(body).await?;
     drop(_body_share);
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
@@ -156,6 +173,8 @@ async fn parse_manifests(body: Bytes) -> Result<Vec<Document>, Failure> {
         let text = std::str::from_utf8(&body).map_err(|_| Failure::NotUtf8)?;
         let limits = documents::ParseLimits {
             max_documents: MAX_DOCUMENTS,
+            max_values: parsed_reviews::dry_run_values(body.len()),
+            max_scalar_bytes: body.len(),
             ..documents::ParseLimits::default()
         };
         documents::parse_within(text, None, &limits).map_err(Failure::Documents)
@@ -239,7 +258,13 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 /// `{"error": "..."}`: the dry-run endpoint's clients read JSON.
 fn failure_json(failure: &Failure) -> Response {
     let body = serde_json::json!({ "error": failure.message() });
-    (failure.status_code(), axum::Json(body)).into_response()
+    let mut response = (failure.status_code(), axum::Json(body)).into_response();
+    if failure.status() == 429 {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    response
 }
 
 #[cfg(test)]

@@ -12,6 +12,12 @@
 //! is refused at once ([`Refused::TooCostly`]): nothing lets one review past the memory the
 //! model of docs/security.md counts.
 //!
+//! A dry run's documents are parsed input too, held while the dry run resolves their images (up
+//! to a minute): each takes [`dry_run_cost`] of a pool of their own, [`DRY_RUN_BUDGET`], before
+//! its body is parsed, and its parser is held to [`dry_run_values`] values and as many scalar
+//! bytes as the body has ([`documents::ParseLimits`](crate::documents::ParseLimits)), so the
+//! cost bounds what parsing can hold. They had no share of anything before (issue 44).
+//!
 //! The budget was once counted in body bytes (8 MiB): five such 1.5 MB reviews fitted, 325 MB
 //! parsed. Then it was 160 MiB of large reviews alone, small ones free, a review over the budget
 //! taking all of it: that did not add up under the chart's 256 MiB (issue 44).
@@ -32,6 +38,33 @@ pub const SMALL_BUDGET: usize = 16 << 20;
 /// the apiserver stores (1.5 MiB, in `object` and `oldObject`: about 3 MiB of ordinary
 /// Kubernetes JSON, some 60 MiB estimated).
 pub const LARGE_BUDGET: usize = 64 << 20;
+/// The estimated bytes of the dry runs' documents held at once: one of the largest body
+/// ([`dry_run_cost`] of 2 MiB: 24.2 MB) or several ordinary ones (a 20 KB manifest, 4.1 MB).
+pub const DRY_RUN_BUDGET: usize = 24 << 20;
+/// The most values (mappings, sequences, scalars, YAML alias replays included) one dry run
+/// reads: about 400 KB of ordinary Kubernetes YAML; split larger sets.
+pub const DRY_RUN_MAX_VALUES: usize = 50_000;
+/// The fewest values a dry-run body may hold, however short.
+const DRY_RUN_MIN_VALUES: usize = 4_096;
+/// What one value costs at most while parsed and held, as measured on the worst inputs at
+/// 50,000 values (debug build, peak RSS): YAML whose aliases replay anchors 390 B, flow and
+/// block sequences of one-letter scalars 200-220 B, mappings of one key 280 B; JSON
+/// `[{"k":"v"},…]` 180 B.
+pub const DRY_RUN_VALUE_BYTES: usize = 400;
+
+/// The values a dry-run body of `len` bytes may hold: half its bytes (`a,` is one value in two
+/// bytes), at least [`DRY_RUN_MIN_VALUES`], at most [`DRY_RUN_MAX_VALUES`].
+pub fn dry_run_values(len: usize) -> usize {
+    (len / 2).clamp(DRY_RUN_MIN_VALUES, DRY_RUN_MAX_VALUES)
+}
+
+/// The share of [`DRY_RUN_BUDGET`] a dry-run body of `len` bytes takes: the body, its scalars
+/// (at most its own length, alias replays included) and [`dry_run_values`] values.
+pub fn dry_run_cost(len: usize) -> usize {
+    len.saturating_mul(2)
+        .saturating_add(dry_run_values(len).saturating_mul(DRY_RUN_VALUE_BYTES))
+}
+
 /// What parsing costs per JSON object (`{`) beyond its text: serde_json's ordered map (an
 /// index table and an entries vector, allocated even for one key).
 const PER_OBJECT: usize = 512;
@@ -80,15 +113,28 @@ pub fn parsed_cost(body: &[u8]) -> usize {
 pub struct ParsedReviews {
     small: Pool,
     large: Pool,
+    /// The dry runs' documents ([`DRY_RUN_BUDGET`]).
+    pub dry_runs: Pool,
 }
 
+/// A budget of estimated parsed bytes that waiters take shares of: each of
+/// [`ParsedReviews`]'s two, and the dry runs' (`server::dry_run`).
 #[derive(Debug)]
-struct Pool {
+pub struct Pool {
     bytes: Semaphore,
     budget: usize,
 }
 
-/// The share a review holds while it is decided.
+/// Why a [`Pool`] gave no share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoShare {
+    /// The cost is more than the whole budget.
+    TooCostly,
+    /// No room within the wait.
+    Busy,
+}
+
+/// The share a review (or a dry run) holds while it is decided.
 #[derive(Debug)]
 pub struct Share<'a> {
     _permit: SemaphorePermit<'a>,
@@ -105,6 +151,7 @@ impl ParsedReviews {
         ParsedReviews {
             small: Pool::new(small),
             large: Pool::new(large),
+            dry_runs: Pool::new(DRY_RUN_BUDGET),
         }
     }
 
@@ -117,43 +164,59 @@ impl ParsedReviews {
             &self.large
         };
         let cost = parsed_cost(body).max(1);
-        if cost > pool.budget {
-            return Err(Refused::TooCostly {
+        match pool.take(cost, wait).await {
+            Ok(share) => Ok(share),
+            Err(NoShare::TooCostly) => Err(Refused::TooCostly {
                 bytes: body.len(),
                 cost,
                 budget: pool.budget,
-            });
-        }
-        let busy = || Refused::Busy {
-            bytes: body.len(),
-            cost,
-            budget: pool.budget,
-            waited: wait,
-        };
-        // (cost <= budget <= Semaphore::MAX_PERMITS; u32 by the budgets' sizes)
-        let want = u32::try_from(cost).map_err(|_| busy())?;
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            match pool.bytes.try_acquire_many(want) {
-                Ok(permit) => return Ok(Share { _permit: permit }),
-                Err(TryAcquireError::NoPermits) => {}
-                Err(TryAcquireError::Closed) => return Err(busy()),
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return Err(busy());
-            }
-            tokio::time::sleep(RETRY_EVERY.min(deadline - now)).await;
+            }),
+            Err(NoShare::Busy) => Err(Refused::Busy {
+                bytes: body.len(),
+                cost,
+                budget: pool.budget,
+                waited: wait,
+            }),
         }
     }
 }
 
 impl Pool {
-    fn new(budget: usize) -> Pool {
+    pub fn new(budget: usize) -> Pool {
         let budget = budget.clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
         Pool {
             bytes: Semaphore::new(budget),
             budget,
+        }
+    }
+
+    /// The whole budget.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Waits, at most `wait`, for a share of `cost` bytes; a cost over the whole budget is
+    /// refused at once. Waiters try again every few milliseconds, not in a queue, so a large
+    /// share the pool cannot give yet never holds up a smaller one it can.
+    pub async fn take(&self, cost: usize, wait: Duration) -> Result<Share<'_>, NoShare> {
+        let cost = cost.max(1);
+        if cost > self.budget {
+            return Err(NoShare::TooCostly);
+        }
+        // (cost <= budget <= Semaphore::MAX_PERMITS, which fits a u32)
+        let want = u32::try_from(cost).map_err(|_| NoShare::TooCostly)?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match self.bytes.try_acquire_many(want) {
+                Ok(permit) => return Ok(Share { _permit: permit }),
+                Err(TryAcquireError::NoPermits) => {}
+                Err(TryAcquireError::Closed) => return Err(NoShare::Busy),
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(NoShare::Busy);
+            }
+            tokio::time::sleep(RETRY_EVERY.min(deadline - now)).await;
         }
     }
 }
@@ -167,6 +230,48 @@ mod tests {
     /// A body of `n` spaces: it costs its bytes and nothing more.
     fn blank(n: usize) -> Vec<u8> {
         vec![b' '; n]
+    }
+
+    /// The largest dry-run body fits the dry runs' pool alone; an ordinary manifest takes a
+    /// small share of it; a tiny body still may hold a few thousand values.
+    #[test]
+    fn a_dry_run_costs_its_body_its_scalars_and_its_values() {
+        let largest = crate::server::dry_run::MAX_DRY_RUN_BODY;
+        assert_eq!(dry_run_values(largest), DRY_RUN_MAX_VALUES);
+        assert_eq!(dry_run_cost(largest), 2 * largest + 50_000 * 400);
+        assert!(dry_run_cost(largest) <= DRY_RUN_BUDGET);
+        assert!(
+            2 * dry_run_cost(largest) > DRY_RUN_BUDGET,
+            "one of the largest at a time"
+        );
+        assert_eq!(dry_run_values(20_000), 10_000);
+        assert_eq!(dry_run_cost(20_000), 40_000 + 10_000 * 400);
+        assert_eq!(dry_run_values(300), 4_096);
+    }
+
+    #[tokio::test]
+    async fn a_pool_gives_shares_within_its_budget_and_refuses_past_it() {
+        let pool = Pool::new(1 << 20);
+        assert_eq!(
+            pool.take(2 << 20, Duration::ZERO).await.err(),
+            Some(NoShare::TooCostly)
+        );
+        let held = pool.take(768 << 10, Duration::ZERO).await.expect("fits");
+        let started = std::time::Instant::now();
+        assert_eq!(
+            pool.take(512 << 10, Duration::from_millis(30)).await.err(),
+            Some(NoShare::Busy)
+        );
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        assert!(
+            pool.take(256 << 10, Duration::ZERO).await.is_ok(),
+            "a smaller one fits"
+        );
+        drop(held);
+        assert!(
+            pool.take(1 << 20, Duration::ZERO).await.is_ok(),
+            "given back"
+        );
     }
 
     #[tokio::test]

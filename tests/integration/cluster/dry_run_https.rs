@@ -292,6 +292,78 @@ async fn a_dry_run_is_bounded_before_it_is_paid_for() {
     );
 }
 
+/// Issue 44: a dry run's documents take their share of the dry runs' 24 MiB memory pool
+/// before they are parsed and hold it until the report is written. Two bodies of 1.1 MiB
+/// (each may hold 22 MB parsed) are not held at once: the second waits until the first,
+/// resolving an image on a registry that never answers (5 s), is done; a small dry run beside
+/// them (1.6 MB) is answered meanwhile. Before, both large ones were parsed and held at once,
+/// as many as were sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_wait_for_their_share_of_memory() {
+    use crate::common::silent::SilentServer;
+    use std::time::{Duration, Instant};
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let app = images::push_multi_arch(&registry, "team/app", "1.0", "app").await;
+    let silent = SilentServer::start().await;
+    let kube = FakeKube::start().await;
+    kube.add_token("ci-token", "system:serviceaccount:ci:deployer");
+    kube.grant_create(
+        "system:serviceaccount:ci:deployer",
+        "apps",
+        "deployments",
+        "shop",
+    );
+    let mut policy = Policy::default();
+    policy.registries.allow_private.push(silent.host());
+    let authorizer: Arc<dyn Authorizer> = Arc::new(KubeAuthorizer::new(kube.client()));
+    let pinhook = TestPinhook::start_with(
+        &registry,
+        Options {
+            policy,
+            authorizer: Some(authorizer),
+            ..Options::default()
+        },
+    )
+    .await;
+    let deployment = |image: &str| {
+        format!("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: shop\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        image: {image}\n")
+    };
+    // A comment holds no value: the body is large, what it parses to is small.
+    let padding = format!("# {}\n", "x".repeat(1_100_000));
+    let large = |image: &str| format!("{padding}{}", deployment(image));
+    let post = |body: String| {
+        let request = pinhook
+            .client
+            .post(pinhook.url("/v1/dry-run?namespace=shop"))
+            .bearer_auth("ci-token")
+            .body(body);
+        let started = Instant::now();
+        async move {
+            let response = request.send().await.expect("answers");
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            (status, text, started.elapsed())
+        }
+    };
+    let hanging = tokio::spawn(post(large(&format!("{}/team/app:1", silent.host()))));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = tokio::spawn(post(large(&app.reference)));
+    let small = tokio::spawn(post(deployment(&app.reference)));
+    let (small_status, small_text, small_took) = small.await.expect("small");
+    let (second_status, second_text, second_took) = second.await.expect("second");
+    let (hanging_status, hanging_text, hanging_took) = hanging.await.expect("hanging");
+    assert_eq!(hanging_status, 200, "{hanging_text}");
+    assert!(hanging_took >= Duration::from_secs(4), "{hanging_took:?}");
+    assert_eq!(small_status, 200, "{small_text}");
+    assert!(small_took < Duration::from_secs(3), "small: {small_took:?}");
+    assert_eq!(second_status, 200, "{second_text}");
+    assert!(
+        second_took + Duration::from_millis(300) >= hanging_took.saturating_sub(Duration::from_millis(200)),
+        "the second large dry run was answered after {second_took:?}, the first after {hanging_took:?}: both held at once"
+    );
+    assert!(second_text.contains(&app.index_digest), "{second_text}");
+}
+
 // Multi-threaded: the test blocks on the child process while pinhook serves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pinhook_check_server_mode_calls_the_endpoint() {
