@@ -24,7 +24,11 @@
 //! run at once ([`RunLimits`]); a run waits for a slot at most `HELPER_QUEUE_WAIT` (5 s), then
 //! answers "busy". A run belongs to the admissions asking (one per helper and server, shared):
 //! when the last of them stops waiting, it is dropped and its process killed. Answers are
-//! cached in at most `HELPER_CACHE_BYTES` (4 MiB).
+//! cached in at most `HELPER_CACHE_BYTES` (4 MiB, a quarter of it failures). A helper that
+//! fails (exits, answers garbage, or is still running when the admission stops waiting) is
+//! remembered for `HELPER_FAILURE_TTL` (10 s) for that tenant's images of that server, which
+//! hear the failure again without a run (issue 44, as credential provider plugins); "busy",
+//! pinhook's own bound, is not remembered.
 //!
 //! Never: logs a helper's output or a token.
 
@@ -54,6 +58,8 @@ const HELPER_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Bytes of cached helper answers, weighed as their keys and credential plus
 /// [`ENTRY_OVERHEAD`].
 pub const HELPER_CACHE_BYTES: u64 = 4 * 1024 * 1024;
+/// How long a failed run stands for the same tenant's images of the same server.
+const HELPER_FAILURE_TTL: Duration = Duration::from_secs(10);
 /// What a cached answer costs beyond its strings, in bytes.
 const ENTRY_OVERHEAD: usize = 256;
 /// The server address the docker CLI asks helpers about for Docker Hub (`registry.IndexServer`).
@@ -66,6 +72,8 @@ pub struct DockerHelpers {
     creds_store: Option<String>,
     cred_helpers: BTreeMap<String, String>,
     answers: moka::future::Cache<(String, String), Arc<Option<Credential>>>,
+    /// (tenant, helper, server) → how the last run failed, for [`HELPER_FAILURE_TTL`].
+    failures: moka::sync::Cache<(String, String, String), Arc<str>>,
     limits: RunLimits,
     /// Where the helpers are; `None`: found on `PATH`, as the docker CLI finds them.
     dir: Option<PathBuf>,
@@ -154,7 +162,7 @@ impl DockerHelpers {
             creds_store,
             cred_helpers,
             answers: moka::future::Cache::builder()
-                .max_capacity(HELPER_CACHE_BYTES)
+                .max_capacity(HELPER_CACHE_BYTES / 4 * 3)
                 .weigher(|key: &(String, String), answer: &Arc<Option<Credential>>| {
                     let bytes = ENTRY_OVERHEAD
                         + key.0.len()
@@ -166,6 +174,15 @@ impl DockerHelpers {
                     u32::try_from(bytes).unwrap_or(u32::MAX)
                 })
                 .time_to_live(HELPER_TTL)
+                .build(),
+            failures: moka::sync::Cache::builder()
+                .max_capacity(HELPER_CACHE_BYTES / 4)
+                .weigher(|key: &(String, String, String), error: &Arc<str>| {
+                    let bytes =
+                        ENTRY_OVERHEAD + key.0.len() + key.1.len() + key.2.len() + error.len();
+                    u32::try_from(bytes).unwrap_or(u32::MAX)
+                })
+                .time_to_live(HELPER_FAILURE_TTL)
                 .build(),
             limits: RunLimits::default(),
             dir: None,
@@ -207,9 +224,25 @@ impl CredentialSource for DockerHelpers {
             return Provided::default();
         };
         let key = (helper.to_string(), server.clone());
+        let tenant = limits::current_tenant();
+        let failed = (tenant.clone(), helper.to_string(), server.clone());
+        if let Some(error) = self.failures.get(&failed) {
+            return no_credentials(
+                helper,
+                &server,
+                &format!("failed for this registry within {HELPER_FAILURE_TTL:?}: {error}"),
+            );
+        }
+        // Set once this admission's run has a slot: dropped after that (the admission stopped
+        // waiting), the run counts as failed.
+        let running = std::sync::atomic::AtomicBool::new(false);
+        let mut stall = Stall {
+            failures: &self.failures,
+            key: Some(failed.clone()),
+            running: &running,
+        };
         // moka runs this in one of the asking admissions and hands it to another when that one
         // goes: dropped with the last, killing the helper.
-        let tenant = limits::current_tenant();
         let run = async {
             let slot =
                 tokio::time::timeout(HELPER_QUEUE_WAIT, self.limits.acquire(helper, &tenant));
@@ -221,11 +254,13 @@ impl CredentialSource for DockerHelpers {
                     waited: HELPER_QUEUE_WAIT,
                 });
             };
+            running.store(true, std::sync::atomic::Ordering::SeqCst);
             ask(self.dir.as_deref(), helper, &server, slot)
                 .await
                 .map(Arc::new)
         };
         let asked = self.answers.try_get_with(key, run).await;
+        stall.key = None;
         match asked {
             Ok(answer) => Provided {
                 entries: answer.iter().map(|c| (server.clone(), c.clone())).collect(),
@@ -233,12 +268,39 @@ impl CredentialSource for DockerHelpers {
             },
             Err(e) => {
                 warn!(helper, server, error = %e, "docker credential helper failed");
-                Provided {
-                    entries: Vec::new(),
-                    warnings: vec![format!(
-                        "pinhook: docker credential helper {helper} gave no credentials for {server}: {e}"
-                    )],
+                if !matches!(*e, HelperError::Busy { .. }) {
+                    self.failures.insert(failed, Arc::from(e.to_string()));
                 }
+                no_credentials(helper, &server, &e.to_string())
+            }
+        }
+    }
+}
+
+/// The answer of a helper that gave no credentials for `server`: a warning naming why.
+fn no_credentials(helper: &str, server: &str, why: &str) -> Provided {
+    Provided {
+        entries: Vec::new(),
+        warnings: vec![format!(
+            "pinhook: docker credential helper {helper} gave no credentials for {server}: {why}"
+        )],
+    }
+}
+
+/// Records a run that was still going when its admission stopped waiting (dropped with
+/// `key` still set and `running`).
+struct Stall<'a> {
+    failures: &'a moka::sync::Cache<(String, String, String), Arc<str>>,
+    key: Option<(String, String, String)>,
+    running: &'a std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Stall<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            if self.running.load(std::sync::atomic::Ordering::SeqCst) {
+                let error = "no answer before the admission stopped waiting";
+                self.failures.insert(key, Arc::from(error));
             }
         }
     }
@@ -372,6 +434,74 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// A helper script in a directory of its own that appends a line to `runs` on each run,
+    /// then runs `body`.
+    fn helper_script(body: &str) -> (tempfile::TempDir, std::path::PathBuf, DockerHelpers) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = dir.path().join("runs");
+        let script = format!(
+            "#!/bin/sh\ncat >/dev/null; echo run >> '{}'; {body}\n",
+            runs.display()
+        );
+        let path = dir.path().join("docker-credential-flaky");
+        std::fs::write(&path, script).expect("write helper");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut flaky = helpers(r#"{"credsStore":"flaky"}"#).expect("configured");
+        flaky.dir = Some(dir.path().to_path_buf());
+        (dir, runs, flaky)
+    }
+
+    fn count(runs: &std::path::Path) -> usize {
+        std::fs::read_to_string(runs)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    /// Issue 44: a helper that fails is not run again for 10 s for the same tenant's images of
+    /// the same server: 20 images, one after the other, 1 run (was 20); another server or
+    /// another tenant runs it again. A run still going when its admission stops waiting counts
+    /// as failed too.
+    #[tokio::test]
+    async fn a_failing_helper_stands_for_its_tenants_images_of_its_server_only() {
+        let (_dir, runs, failing) = helper_script("echo 'keychain locked' >&2; exit 3");
+        for i in 0..20 {
+            let image = format!("a.example/team/app-{i}");
+            let provided = limits::for_tenant("team-a", failing.provide(&image)).await;
+            assert!(provided.entries.is_empty());
+            let warning = provided.warnings.join(" ");
+            assert!(
+                warning.contains("flaky gave no credentials for a.example"),
+                "{warning}"
+            );
+            if i > 0 {
+                assert!(
+                    warning.contains("failed for this registry within 10s"),
+                    "{warning}"
+                );
+            }
+        }
+        assert_eq!(count(&runs), 1, "one run for 20 images of one server");
+        limits::for_tenant("team-a", failing.provide("b.example/team/app")).await;
+        assert_eq!(count(&runs), 2, "another server runs it");
+        limits::for_tenant("team-b", failing.provide("a.example/team/app")).await;
+        assert_eq!(count(&runs), 3, "another tenant runs it");
+
+        let (_dir, runs, stalling) = helper_script("exec sleep 30");
+        let asked = limits::for_tenant("team-a", stalling.provide("a.example/team/app"));
+        assert!(tokio::time::timeout(Duration::from_millis(300), asked)
+            .await
+            .is_err());
+        let provided = limits::for_tenant("team-a", stalling.provide("a.example/team/other")).await;
+        assert_eq!(count(&runs), 1, "not run again");
+        let warning = provided.warnings.join(" ");
+        assert!(
+            warning.contains("no answer before the admission stopped waiting"),
+            "{warning}"
+        );
     }
 
     #[test]
