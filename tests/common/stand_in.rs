@@ -66,6 +66,29 @@ impl StandIn {
         let tls = RustlsConfig::from_pem(cert.cert_pem.into_bytes(), cert.key_pem.into_bytes())
             .await
             .expect("stand-in TLS config");
+        Self::serve(tls, routes)
+    }
+
+    /// [`StandIn::start`] speaking HTTP/1.1 only (no `h2` in its ALPN): each request at once
+    /// takes a connection of its own.
+    pub async fn start_http1(ca: &TestCa, routes: Router) -> StandIn {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        init_crypto();
+        let cert = ca.issue(&SERVER_SANS);
+        let chain = CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("stand-in certificate");
+        let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).expect("stand-in key");
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("stand-in TLS config");
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Self::serve(RustlsConfig::from_config(Arc::new(config)), routes)
+    }
+
+    fn serve(tls: RustlsConfig, routes: Router) -> StandIn {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the stand-in");
         listener
             .set_nonblocking(true)

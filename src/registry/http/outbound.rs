@@ -10,7 +10,10 @@
 //!   judge;
 //! - connect and read timeouts of `--registry-timeout`; the resolver bounds each attempt as a
 //!   whole;
-//! - bodies are read through [`super::body`], bounded.
+//! - bodies are read through [`super::body`], bounded;
+//! - at most [`IDLE_PER_HOST`] idle connections per host, each closed after [`IDLE_TIMEOUT`]
+//!   (reqwest keeps any number for 90 s: a tenant naming a thousand hosts left a thousand
+//!   idle TLS connections that long; issue 44). The number of hosts is still not bounded.
 //!
 //! oci-client is not used: it builds its own reqwest client (default redirect policy, no
 //! resolver hook), which could be held to none of this.
@@ -21,6 +24,11 @@ use super::dns::{AddressRefused, GuardedDns, Lookup};
 use super::redirect;
 use crate::policy::PolicyHandle;
 use crate::registry::{RedirectRefusal, RegistryConfig, RegistryError, TransportError};
+
+/// Idle connections kept per registry host (for the next lookup's HEAD and GET).
+pub const IDLE_PER_HOST: usize = 4;
+/// How long an idle connection is kept.
+pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The HTTP client for `registry` (`host[:port]`) and the token realms it names: `settings`'
 /// trust and timeouts, `policy`'s guard in the resolver (none without a policy).
@@ -41,6 +49,8 @@ pub(crate) fn build(
     let builder = reqwest::Client::builder()
         .connect_timeout(settings.request_timeout)
         .read_timeout(settings.request_timeout)
+        .pool_max_idle_per_host(IDLE_PER_HOST)
+        .pool_idle_timeout(IDLE_TIMEOUT)
         .user_agent(concat!("pinhook/", env!("CARGO_PKG_VERSION")))
         .redirect(redirect::policy())
         .dns_resolver(Arc::new(GuardedDns::new(policy.cloned(), lookup)));
