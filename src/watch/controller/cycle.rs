@@ -3,7 +3,9 @@
 //! the namespaces' PolicyReports, the `pinhook-mirrors` ClusterPolicyReport, Events, this
 //! process's gauges and the `/inventory` snapshot; every decision in between is the pure
 //! [`recheck`] plan's (which images are looked up with which credentials, each image's state,
-//! which reports and Events).
+//! which reports and Events). The cluster is reached through [`ClusterIo`] (reports, Events,
+//! tag-mirror objects), the registry through the resolver, keyrings and labels through their
+//! traits: the unit tests (`cycle_tests.rs`) run whole cycles against fakes of each.
 //!
 //! **Re-resolution.** The watch has its own [`CachingResolver`] over the same guarded registry
 //! client, credentials and per-registry limits as admission (built by
@@ -23,7 +25,7 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use tracing::{debug, info, warn};
 
-use super::api::{self, EventPublisher};
+use super::cluster_io::ClusterIo;
 use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::error::error_chain;
 use crate::metrics::Metrics;
@@ -78,20 +80,31 @@ pub struct CycleSettings {
     pub report_api: ReportApi,
 }
 
-/// The watch's state across cycles.
-pub struct Watch {
-    pub client: kube::Client,
+/// What a [`Watch`] is made of.
+pub struct WatchParts {
+    /// Reports, Events and tag-mirror objects.
+    pub cluster: Arc<dyn ClusterIo>,
     pub policy: PolicyHandle,
     pub resolver: Arc<CachingResolver>,
     pub secrets: Arc<dyn PullSecrets>,
     pub namespaces: Arc<dyn NamespaceLabels>,
     pub metrics: Arc<Metrics>,
-    pub events: EventPublisher,
     pub settings: CycleSettings,
+}
+
+/// The watch's state across cycles.
+pub struct Watch {
+    cluster: Arc<dyn ClusterIo>,
+    policy: PolicyHandle,
+    resolver: Arc<CachingResolver>,
+    secrets: Arc<dyn PullSecrets>,
+    namespaces: Arc<dyn NamespaceLabels>,
+    metrics: Arc<Metrics>,
+    settings: CycleSettings,
     /// What the last cycle found worth an Event, and its tag moves (for the counter).
     previous: tokio::sync::Mutex<EventMemory>,
     /// The last cycle's inventory, for `/inventory`.
-    pub inventory: std::sync::RwLock<Option<Inventory>>,
+    inventory: std::sync::RwLock<Option<Inventory>>,
     /// The policy's per-mirror credentials files (`registries.resolveThrough`).
     mirror_keyrings: MirrorKeyrings,
 }
@@ -106,20 +119,18 @@ pub enum CycleError {
 // === impl Watch ===
 
 impl Watch {
-    #[allow(clippy::too_many_arguments)] // each part is a different layer; a struct would only rename them
-    pub fn new(
-        client: kube::Client,
-        policy: PolicyHandle,
-        resolver: Arc<CachingResolver>,
-        secrets: Arc<dyn PullSecrets>,
-        namespaces: Arc<dyn NamespaceLabels>,
-        metrics: Arc<Metrics>,
-        identity: &str,
-        settings: CycleSettings,
-    ) -> Watch {
+    pub fn new(parts: WatchParts) -> Watch {
+        let WatchParts {
+            cluster,
+            policy,
+            resolver,
+            secrets,
+            namespaces,
+            metrics,
+            settings,
+        } = parts;
         Watch {
-            events: EventPublisher::new(client.clone(), identity),
-            client,
+            cluster,
             policy,
             resolver,
             secrets,
@@ -130,6 +141,21 @@ impl Watch {
             inventory: std::sync::RwLock::new(None),
             mirror_keyrings: MirrorKeyrings::new(),
         }
+    }
+
+    /// The policy the cycles judge by (the policy watcher replaces what it holds).
+    pub fn policy(&self) -> &PolicyHandle {
+        &self.policy
+    }
+
+    /// The metrics the cycles record.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The last cycle's inventory; `None` before this replica's first cycle.
+    pub fn inventory(&self) -> Option<Inventory> {
+        self.inventory.read().ok()?.clone()
     }
 
     /// Forgets what the previous cycle found: the next cycle publishes every finding's Event
@@ -330,7 +356,9 @@ impl Watch {
         images: &[ClassifiedImage<'_>],
         modes: &Modes,
     ) -> Result<usize, CycleError> {
-        let stored = api::namespace_report_digests(&self.client, self.settings.report_api)
+        let stored = self
+            .cluster
+            .report_digests(self.settings.report_api)
             .await
             .map_err(CycleError::ListReports)?;
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
@@ -372,7 +400,7 @@ impl Watch {
         }
         let previous = match stored {
             None => None,
-            Some(_) => match api::namespace_report(&self.client, shape, namespace).await {
+            Some(_) => match self.cluster.namespace_report(shape, namespace).await {
                 Ok(previous) => previous,
                 Err(error) => {
                     warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
@@ -388,7 +416,7 @@ impl Watch {
         };
         let write = plan(previous.as_ref(), desired);
         let target = (POLICY_REPORT_KIND, Some(namespace), REPORT_NAME);
-        match api::write_report(&self.client, shape, write, target).await {
+        match self.cluster.write_report(shape, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
@@ -410,7 +438,7 @@ impl Watch {
         }
         let mut published = 0;
         for spec in events.publish {
-            match self.events.publish(&spec).await {
+            match self.cluster.publish(&spec).await {
                 Ok(()) => published += 1,
                 Err(error) => {
                     warn!(workload = %spec.regarding.describe(), error = %error_chain(&error), "cannot publish an Event")
@@ -443,7 +471,7 @@ impl Watch {
         let mut findings: Vec<MirrorFinding> = Vec::new();
         for (group, version, kind, plural) in kinds {
             // Judged a page at a time: only the findings are kept, never every ConfigMap.
-            let judge = |object: serde_json::Value| match mirror_findings(
+            let mut judge = |object: serde_json::Value| match mirror_findings(
                 &policy.policy.mirrors,
                 &object,
             ) {
@@ -451,13 +479,13 @@ impl Watch {
                 Err(error) => debug!(kind, error = %error, "unreadable tag-mirror object"),
             };
             let resource = (group, version, kind, plural);
-            if let Err(error) = api::for_each_object(&self.client, resource, judge).await {
+            if let Err(error) = self.cluster.for_each_object(resource, &mut judge).await {
                 warn!(kind, error = %error_chain(&error), "cannot list tag-mirror objects; the ClusterPolicyReport is left as it is");
                 return 0;
             }
         }
         let shape = self.settings.report_api;
-        let stored = match api::cluster_report(&self.client, shape, MIRROR_REPORT_NAME).await {
+        let stored = match self.cluster.cluster_report(shape, MIRROR_REPORT_NAME).await {
             Ok(stored) => stored,
             Err(error) => {
                 warn!(error = %error_chain(&error), "cannot read the ClusterPolicyReport");
@@ -468,7 +496,7 @@ impl Watch {
         let desired = mirror_report(policy.policy.mode, &findings, now, stored.as_ref());
         let write = plan(stored.as_ref(), desired);
         let target = (CLUSTER_POLICY_REPORT_KIND, None, MIRROR_REPORT_NAME);
-        match api::write_report(&self.client, shape, write, target).await {
+        match self.cluster.write_report(shape, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(error = %error_chain(&error), "cannot write the ClusterPolicyReport");
@@ -477,3 +505,7 @@ impl Watch {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "cycle_tests.rs"]
+mod tests;

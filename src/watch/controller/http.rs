@@ -58,7 +58,7 @@ pub fn serve(
     listen: Listen,
     limits: &ConnectionLimits,
 ) -> Result<Edges, ServerError> {
-    let metrics = watch.metrics.clone();
+    let metrics = watch.metrics().clone();
     let state = HttpState {
         metrics: metrics.clone(),
         watch,
@@ -155,12 +155,7 @@ async fn inventory_handler(State(state): State<HttpState>, headers: HeaderMap) -
                 .into_response()
         }
     }
-    let inventory = state
-        .watch
-        .inventory
-        .read()
-        .ok()
-        .and_then(|i| i.as_ref().map(|i| i.to_json()));
+    let inventory = state.watch.inventory().map(|inventory| inventory.to_json());
     match inventory {
         Some(Ok(json)) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
         Some(Err(_)) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),

@@ -15,6 +15,7 @@
 
 pub mod access;
 pub mod api;
+pub mod cluster_io;
 pub mod cycle;
 pub mod http;
 pub mod inventory;
@@ -46,7 +47,8 @@ use crate::registry::{CacheConfig, RegistryConfig};
 use crate::server::ConnectionLimits;
 
 pub use access::{InventoryAuth, InventoryGate};
-pub use cycle::{CycleSettings, CycleSummary, Watch};
+pub use cluster_io::{ClusterIo, KubeIo};
+pub use cycle::{CycleSettings, CycleSummary, Watch, WatchParts};
 pub use pods::PodStore;
 
 /// Everything `pinhook watch` needs to know.
@@ -125,19 +127,18 @@ pub async fn build(config: &WatchConfig) -> Result<Built, WatchRunError> {
         config.credential_providers.as_ref(),
         &metrics,
     )?;
-    let watch = Watch::new(
-        client.clone(),
-        handle,
+    let watch = Watch::new(WatchParts {
+        cluster: Arc::new(KubeIo::new(client.clone(), &config.lease.identity)),
+        policy: handle,
         resolver,
-        Arc::new(KubeSecrets::new(client.clone(), node)),
-        Arc::new(KubeNamespaces::with_ttl(
+        secrets: Arc::new(KubeSecrets::new(client.clone(), node)),
+        namespaces: Arc::new(KubeNamespaces::with_ttl(
             client.clone(),
             config.namespace_label_ttl,
         )),
         metrics,
-        &config.lease.identity,
-        config.cycle.clone(),
-    );
+        settings: config.cycle.clone(),
+    });
     Ok(Built {
         watch: Arc::new(watch),
         client,
@@ -162,7 +163,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
             let reconfigure = stack.reload();
             Some(tokio::spawn(crate::policy_watcher::watch_policy(
                 path.clone(),
-                watch.policy.clone(),
+                watch.policy().clone(),
                 reconfigure,
             )))
         }

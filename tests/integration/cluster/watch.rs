@@ -21,7 +21,7 @@ use pinhook::registry::{
     CacheConfig, CachingResolver, Credential, Fingerprint, RegistryError, Resolution,
     ResolutionSource, Resolver,
 };
-use pinhook::watch::controller::{inventory, CycleSettings, Watch};
+use pinhook::watch::controller::{inventory, CycleSettings, KubeIo, Watch, WatchParts};
 use pinhook::watch::report::ReportApi;
 use pinhook::watch::PodRecord;
 
@@ -138,16 +138,16 @@ async fn rig_with_namespaces(
         ..CacheConfig::default()
     };
     let resolver = Arc::new(CachingResolver::new(tags.clone(), cache, metrics.clone()));
-    let watch = Watch::new(
-        client.clone(),
-        PolicyHandle::new(policy.compile().expect("policy")),
+    let watch = Watch::new(WatchParts {
+        cluster: Arc::new(KubeIo::new(client.clone(), "watch-0")),
+        policy: PolicyHandle::new(policy.compile().expect("policy")),
         resolver,
-        Arc::new(KubeSecrets::new(client.clone(), Keyring::new())),
-        namespaces.unwrap_or_else(|| Arc::new(KubeNamespaces::with_ttl(client, Duration::ZERO))),
-        metrics.clone(),
-        "watch-0",
+        secrets: Arc::new(KubeSecrets::new(client.clone(), Keyring::new())),
+        namespaces: namespaces
+            .unwrap_or_else(|| Arc::new(KubeNamespaces::with_ttl(client, Duration::ZERO))),
+        metrics: metrics.clone(),
         settings,
-    );
+    });
     Rig {
         api,
         tags,
@@ -783,13 +783,7 @@ async fn the_inventory_joins_pods_with_the_reports_and_finds_where_a_digest_runs
         Some(digest('b').to_string())
     );
     // The watch's own inventory says the same.
-    let own = rig
-        .watch
-        .inventory
-        .read()
-        .expect("inventory")
-        .clone()
-        .expect("a cycle ran");
+    let own = rig.watch.inventory().expect("a cycle ran");
     assert_eq!(own, joined);
     assert_eq!(joined.with_digest(&digest('b')).images.len(), 1);
     assert!(joined.with_digest(&digest('f')).images.is_empty());
