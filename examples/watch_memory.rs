@@ -181,8 +181,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     row("  running Pods, modes", live() - mark, pods);
     let mark = live();
-    let requests = recheck::keyrings_wanted(&policy, &running, &modes);
-    row("  keyrings wanted (parsed references)", live() - mark, pods);
+    let parsed = recheck::ParsedImages::of(&running);
+    row("  parsed references", live() - mark, pods);
+    let mark = live();
+    let requests = recheck::keyrings_wanted(&policy, &running, &modes, &parsed);
+    row("  keyrings wanted", live() - mark, pods);
     let mark = live();
     let keyring = Keyring::new();
     let mut plan = LookupPlan::default();
@@ -195,10 +198,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let answers: HashMap<_, _> = plan
         .calls()
         .into_iter()
-        .map(|(key, reference, _, _)| {
-            let digest = reference.digest().cloned();
-            let lookup = digest.map_or(TagLookup::NotLooked, TagLookup::Resolved);
-            (key, lookup)
+        .map(|lookup| {
+            let digest = lookup.reference.digest().cloned();
+            let answer = digest.map_or(TagLookup::NotLooked, TagLookup::Resolved);
+            (lookup.key, answer)
         })
         .collect();
     // Every tag resolves to its pin (an unchanged cluster): no pin is checked by digest.
@@ -208,7 +211,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(answers);
     row("  site lookups (plan consumed)", live() - mark, pods);
     let mark = live();
-    let classified = recheck::classify_all(&policy.clone(), &running, &modes, &lookups, &checks);
+    let classified = recheck::classify_all(
+        &policy.clone(),
+        &running,
+        &modes,
+        &parsed,
+        &lookups,
+        &checks,
+    );
     row("  classified images", live() - mark, pods);
     let mark = live();
     let targets = recheck::report_targets(&classified, &modes, std::iter::empty());

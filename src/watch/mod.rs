@@ -17,7 +17,8 @@
 //! - [`inventory`]: running images aggregated by digest with the workloads that run them, as a
 //!   table or JSON;
 //! - [`access`]: who may read the inventory over HTTP: the bearer token, what the cluster's
-//!   reviews mean for the caller, and the budget of reviews.
+//!   reviews mean for the caller, and the budget of reviews;
+//! - [`WatchError`]: why a Pod (or a mirror-configuring object) cannot be read.
 //!
 //! The I/O edge, `pinhook watch` and `pinhook inventory` themselves, is [`controller`]: it
 //! feeds this core Pods, namespace modes and tag resolutions and writes what it returns.
@@ -30,6 +31,7 @@
 pub mod access;
 pub mod classify;
 pub mod controller;
+mod error;
 pub mod events;
 pub mod inventory;
 pub mod pod;
@@ -38,7 +40,7 @@ pub mod report;
 #[cfg(test)]
 pub(crate) mod testing;
 
-use crate::workload::WorkloadError;
+pub use error::{Result, WatchError};
 
 pub use classify::{
     classify, classify_image, classify_pod, ClassifiedImage, ImageState, TagLookup,
@@ -50,36 +52,3 @@ pub use report::{
     mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, PolicyReport,
     ReportWrite, Timestamp, Verdict,
 };
-
-/// Why a Pod (or a mirror-configuring object) cannot be read into what the watch keeps.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WatchError {
-    /// A required field is absent, null or empty.
-    #[error("{field} is missing")]
-    Missing { field: &'static str },
-    /// A field has the wrong JSON type or a value the API never stores.
-    #[error("{field} is not {expected}")]
-    Invalid {
-        field: String,
-        expected: &'static str,
-    },
-    /// A string is longer than the API lets that field be (see [`pod`] for each bound).
-    #[error("{field} is {len} bytes long, more than the {max} the watch keeps")]
-    TooLong {
-        field: String,
-        len: usize,
-        max: usize,
-    },
-    /// A list has more entries than the watch keeps per Pod.
-    #[error("{field} has {count} entries, more than the {max} the watch keeps")]
-    TooMany {
-        field: &'static str,
-        count: usize,
-        max: usize,
-    },
-    /// The PodSpec's image lists cannot be walked.
-    #[error("cannot read the pod's images")]
-    Spec(#[source] WorkloadError),
-}
-
-pub type Result<T, E = WatchError> = std::result::Result<T, E>;

@@ -57,19 +57,58 @@ mod lookups;
 #[cfg(test)]
 mod tests;
 
-pub use lookups::{LookupPlan, ProbePlan, SiteChecks, SiteLookups};
+pub use lookups::{Lookup, LookupPlan, Probe, ProbePlan, SiteChecks, SiteLookups};
 
 /// Each namespace's mode this cycle; `None` when it cannot be known.
 pub type Modes = HashMap<String, Option<Mode>>;
 
-/// What one lookup is keyed by: the tag, and the fingerprints of the credentials that answer it.
-pub type LookupKey = (String, Vec<Fingerprint>);
+/// What one lookup is keyed by: one registry request per key and cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LookupKey {
+    /// `registry/repository:tag`.
+    pub tag: String,
+    /// The fingerprints of the credentials that answer it.
+    pub credentials: Vec<Fingerprint>,
+}
 
-/// What one digest check is keyed by: `repository@digest`, and the credentials' fingerprints.
-pub type ProbeKey = (String, Vec<Fingerprint>);
+/// What one digest check is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProbeKey {
+    /// `registry/repository@digest`.
+    pub manifest: String,
+    /// The fingerprints of the credentials that answer it.
+    pub credentials: Vec<Fingerprint>,
+}
 
 /// A Pod image: the Pod's uid and the image as the Pod holds it.
-type Site<'a> = (&'a str, &'a str);
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Site<'a> {
+    pod_uid: &'a str,
+    image: &'a str,
+}
+
+/// Each distinct image string of a cycle's Pods, parsed once (`None`: not a reference): what
+/// the keyrings, the lookups and the classification all read.
+#[derive(Debug, Default)]
+pub struct ParsedImages<'a>(HashMap<&'a str, Option<Arc<Reference>>>);
+
+impl<'a> ParsedImages<'a> {
+    /// The images of `pods`, each distinct one parsed once.
+    pub fn of(pods: &[&'a PodRecord]) -> ParsedImages<'a> {
+        let mut parsed = HashMap::new();
+        for site in pods.iter().flat_map(|pod| &pod.images) {
+            parsed
+                .entry(site.image.as_str())
+                .or_insert_with(|| Reference::parse(&site.image).ok().map(Arc::new));
+        }
+        ParsedImages(parsed)
+    }
+
+    /// `image` parsed; `None` when it is not a reference (or not one of the Pods').
+    pub fn get(&self, image: &str) -> Option<&Arc<Reference>> {
+        self.0.get(image)?.as_ref()
+    }
+}
 
 /// The images of one keyring's Pods to look up, each parsed (each distinct image string once
 /// per cycle, shared by its sites).
@@ -136,10 +175,9 @@ pub fn keyrings_wanted<'a>(
     policy: &CompiledPolicy,
     pods: &[&'a PodRecord],
     modes: &Modes,
+    parsed: &ParsedImages<'_>,
 ) -> Vec<KeyringRequest<'a>> {
     let mut groups: BTreeMap<(&str, &[String]), (Sites<'a>, Sites<'a>)> = BTreeMap::new();
-    // Distinct images repeat across Pods: each is parsed once.
-    let mut parsed: HashMap<&str, Option<Arc<Reference>>> = HashMap::new();
     for pod in pods {
         if !matches!(
             modes.get(&pod.namespace),
@@ -153,14 +191,16 @@ pub fn keyrings_wanted<'a>(
             .entry((pod.namespace.as_str(), pod.pull_secrets.as_slice()))
             .or_default();
         for site in &pod.images {
-            let parse = || Reference::parse(&site.image).ok().map(Arc::new);
-            let Some(reference) = parsed.entry(&site.image).or_insert_with(parse).clone() else {
+            let Some(reference) = parsed.get(&site.image).cloned() else {
                 continue;
             };
             if policy.exemption(&pod.namespace, Some(&reference)).is_some() {
                 continue;
             }
-            let at = (pod.uid.as_str(), site.image.as_str());
+            let at = Site {
+                pod_uid: pod.uid.as_str(),
+                image: site.image.as_str(),
+            };
             match (reference.tag().is_some(), reference.digest().is_some()) {
                 (true, true) => tagged.push((at, reference)),
                 (false, true) => digests.push((at, reference)),
@@ -241,6 +281,7 @@ pub fn classify_all<'a>(
     policy: &CompiledPolicy,
     pods: &[&'a PodRecord],
     modes: &Modes,
+    parsed: &ParsedImages<'_>,
     lookups: &SiteLookups<'_>,
     checks: &SiteChecks<'_>,
 ) -> Vec<ClassifiedImage<'a>> {
@@ -253,9 +294,9 @@ pub fn classify_all<'a>(
         let left_to = left_to_owner(policy, pod);
         let start = images.len();
         images.extend(classify_pod(pod, |site| {
-            let reference = Reference::parse(&site.image).ok();
+            let reference = parsed.get(&site.image);
             let exempt = namespace_exemption
-                .or_else(|| policy.exemption(&pod.namespace, reference.as_ref()))
+                .or_else(|| policy.exemption(&pod.namespace, reference.map(Arc::as_ref)))
                 .map(|e| e.describe(&pod.namespace));
             let Some(reference) = reference else {
                 return classify_image(&site.image, exempt.as_deref(), TagLookup::NotLooked);
@@ -264,10 +305,10 @@ pub fn classify_all<'a>(
                 return ImageState::LeftToOwner { why: why.clone() };
             }
             if *mode == Mode::Off {
-                return classify(&reference, exempt.as_deref(), TagLookup::NotLooked);
+                return classify(reference, exempt.as_deref(), TagLookup::NotLooked);
             }
             let lookup = lookups.get(&pod.uid, &site.image);
-            let state = classify(&reference, exempt.as_deref(), lookup);
+            let state = classify(reference, exempt.as_deref(), lookup);
             let check = checks.get(&pod.uid, &site.image);
             judge_running(state, site.running.as_ref(), check)
         }));

@@ -35,8 +35,8 @@ use crate::registry::pull_secrets::{PodContext, PullSecrets, SecretNames};
 use crate::registry::{CachingResolver, Resolver};
 use crate::watch::classify::DigestCheck;
 use crate::watch::recheck::{
-    self, EventMemory, LookupKey, LookupPlan, Modes, ProbeKey, ReportTarget, SiteChecks,
-    SiteLookups,
+    self, EventMemory, Lookup, LookupKey, LookupPlan, Modes, ParsedImages, Probe, ProbeKey,
+    ReportTarget, SiteChecks, SiteLookups,
 };
 use crate::watch::report::{
     mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, ReportApi, Timestamp,
@@ -176,10 +176,11 @@ impl Watch {
         // Modes first: a namespace whose label cannot be read is left as it is this cycle.
         let modes = self.modes_of(&policy, recheck::namespaces(&pods)).await;
         self.resolver.expire_all();
-        let (distinct, lookups, checks) = self.look_up(&policy, &pods, &modes).await;
+        let parsed = ParsedImages::of(&pods);
+        let (distinct, lookups, checks) = self.look_up(&policy, &pods, &modes, &parsed).await;
         (summary.lookups, summary.digest_checks) = distinct;
 
-        let images = recheck::classify_all(&policy, &pods, &modes, &lookups, &checks);
+        let images = recheck::classify_all(&policy, &pods, &modes, &parsed, &lookups, &checks);
         summary.images = images.len();
         summary.states = recheck::states(&images);
         self.record_states(&summary.states);
@@ -255,9 +256,10 @@ impl Watch {
         policy: &CompiledPolicy,
         pods: &[&'a PodRecord],
         modes: &Modes,
+        parsed: &ParsedImages<'_>,
     ) -> ((usize, usize), SiteLookups<'a>, SiteChecks<'a>) {
         let mut plan = LookupPlan::default();
-        for request in recheck::keyrings_wanted(policy, pods, modes) {
+        for request in recheck::keyrings_wanted(policy, pods, modes, parsed) {
             let context = PodContext {
                 namespace: request.namespace,
                 secrets: SecretNames::Listed(request.pull_secrets),
@@ -289,7 +291,13 @@ impl Watch {
         let resolver = &self.resolver;
         let answered: Vec<(LookupKey, TagLookup, Option<String>)> =
             futures::stream::iter(plan.calls())
-                .map(|(key, reference, credentials, routed)| async move {
+                .map(|lookup| async move {
+                    let Lookup {
+                        key,
+                        reference,
+                        credentials,
+                        routed,
+                    } = lookup;
                     let answer = match &routed {
                         Some(call) => mirrored::resolve_routed(resolver.as_ref(), call, None).await,
                         None => resolver.resolve(&reference, &credentials).await,
@@ -317,17 +325,23 @@ impl Watch {
         }
         let probes = plan.probes(&answers);
         let checked: HashMap<ProbeKey, DigestCheck> = futures::stream::iter(probes.calls())
-            .map(|(key, probe, credentials)| async move {
-                let answer = resolver.resolve(&probe, &credentials).await;
-                if let Some(detail) = recheck::failure_detail(&answer) {
-                    debug!(image = %probe, error = %detail, "digest check failed");
-                }
-                let check = match probe.digest() {
-                    Some(expected) => recheck::digest_check(&answer, expected),
-                    None => DigestCheck::Unknown,
-                };
-                (key, check)
-            })
+            .map(
+                |Probe {
+                     key,
+                     reference: probe,
+                     credentials,
+                 }| async move {
+                    let answer = resolver.resolve(&probe, &credentials).await;
+                    if let Some(detail) = recheck::failure_detail(&answer) {
+                        debug!(image = %probe, error = %detail, "digest check failed");
+                    }
+                    let check = match probe.digest() {
+                        Some(expected) => recheck::digest_check(&answer, expected),
+                        None => DigestCheck::Unknown,
+                    };
+                    (key, check)
+                },
+            )
             .buffer_unordered(LOOKUP_CONCURRENCY)
             .collect()
             .await;

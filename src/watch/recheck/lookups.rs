@@ -8,14 +8,40 @@
 
 use super::*;
 
+/// One registry request of a cycle: a tag, looked up with its credentials (or through the
+/// mirrors of its route).
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    pub key: LookupKey,
+    pub reference: Reference,
+    pub credentials: Vec<Credential>,
+    /// The call through mirrors, when the policy routes the tag (`registries.resolveThrough`).
+    pub routed: Option<RoutedCall>,
+}
+
+/// One digest check of a cycle: a reference by digest and its credentials.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub key: ProbeKey,
+    pub reference: Reference,
+    pub credentials: Vec<Credential>,
+}
+
+/// A looked-up Pod image: the index of its lookup, and the digest it is pinned to.
+#[derive(Debug)]
+struct LookedUp<'a> {
+    site: Site<'a>,
+    call: usize,
+    pinned: Option<Digest>,
+}
+
 /// The distinct lookups of a cycle, and which Pod images each one answers.
 #[derive(Debug, Default)]
 pub struct LookupPlan<'a> {
     /// Each distinct key's index in `calls`.
     keys: HashMap<LookupKey, usize>,
-    calls: Vec<(LookupKey, Reference, Vec<Credential>, Option<RoutedCall>)>,
-    /// Each image, and the index of its call.
-    sites: Vec<(Site<'a>, usize)>,
+    calls: Vec<Lookup>,
+    sites: Vec<LookedUp<'a>>,
     /// The digest checks known before any answer: those of digest-only images.
     probes: ProbePlan<'a>,
 }
@@ -23,7 +49,7 @@ pub struct LookupPlan<'a> {
 /// The distinct digest checks of a cycle, and which Pod images each one answers.
 #[derive(Debug, Default)]
 pub struct ProbePlan<'a> {
-    calls: HashMap<ProbeKey, (Reference, Vec<Credential>)>,
+    calls: HashMap<ProbeKey, Probe>,
     sites: Vec<(Site<'a>, ProbeKey)>,
 }
 
@@ -78,18 +104,29 @@ impl<'a> LookupPlan<'a> {
                     (credentials, fingerprints)
                 }
             };
-            let key = (reference.tag_reference(), fingerprints);
+            let key = LookupKey {
+                tag: reference.tag_reference(),
+                credentials: fingerprints,
+            };
             let call = match self.keys.get(&key) {
                 Some(call) => *call,
                 None => {
                     let call = self.calls.len();
                     self.keys.insert(key.clone(), call);
-                    let reference = Reference::clone(&reference);
-                    self.calls.push((key, reference, credentials, routed));
+                    self.calls.push(Lookup {
+                        key,
+                        reference: Reference::clone(&reference),
+                        credentials,
+                        routed,
+                    });
                     call
                 }
             };
-            self.sites.push((site, call));
+            self.sites.push(LookedUp {
+                site,
+                call,
+                pinned: reference.digest().cloned(),
+            });
         }
     }
 
@@ -103,26 +140,27 @@ impl<'a> LookupPlan<'a> {
     /// mirrors (module docs). Keeps the plan: call it before [`Self::answer`].
     pub fn probes(&mut self, answers: &HashMap<LookupKey, TagLookup>) -> ProbePlan<'a> {
         let mut probes = std::mem::take(&mut self.probes);
-        for (site, call) in &self.sites {
-            let Some((key, reference, credentials, None)) = self.calls.get(*call) else {
+        for looked_up in &self.sites {
+            let Some(pinned) = &looked_up.pinned else {
                 continue;
             };
-            let Some(pinned) = Reference::parse(site.1)
-                .ok()
-                .and_then(|r| r.digest().cloned())
-            else {
+            let Some(lookup) = self.calls.get(looked_up.call) else {
                 continue;
             };
-            if matches!(answers.get(key), Some(TagLookup::Resolved(now)) if *now == pinned) {
+            if lookup.routed.is_some() {
                 continue;
             }
-            probes.add(*site, reference, &pinned, credentials.clone());
+            if matches!(answers.get(&lookup.key), Some(TagLookup::Resolved(now)) if now == pinned) {
+                continue;
+            }
+            let credentials = lookup.credentials.clone();
+            probes.add(looked_up.site, &lookup.reference, pinned, credentials);
         }
         probes
     }
 
     /// The lookups to make, one per key; a routed one carries its call.
-    pub fn calls(&self) -> Vec<(LookupKey, Reference, Vec<Credential>, Option<RoutedCall>)> {
+    pub fn calls(&self) -> Vec<Lookup> {
         self.calls.clone()
     }
 
@@ -141,12 +179,16 @@ impl<'a> LookupPlan<'a> {
         let answers: Vec<_> = self
             .calls
             .iter()
-            .map(|(key, ..)| (answers.get(key).cloned(), origins.get(key).cloned()))
+            .map(|lookup| {
+                let key = &lookup.key;
+                (answers.get(key).cloned(), origins.get(key).cloned())
+            })
             .collect();
         let sites = self
             .sites
             .into_iter()
-            .filter(|(_, call)| matches!(answers.get(*call), Some((Some(_), _) | (_, Some(_)))))
+            .filter(|s| matches!(answers.get(s.call), Some((Some(_), _) | (_, Some(_)))))
+            .map(|s| (s.site, s.call))
             .collect();
         SiteLookups { answers, sites }
     }
@@ -163,12 +205,16 @@ impl<'a> ProbePlan<'a> {
         credentials: Vec<Credential>,
     ) {
         let probe = reference.by_digest(digest);
-        let key = (
-            probe.manifest_reference(),
-            credentials.iter().map(Credential::fingerprint).collect(),
-        );
+        let key = ProbeKey {
+            manifest: probe.manifest_reference(),
+            credentials: credentials.iter().map(Credential::fingerprint).collect(),
+        };
         self.sites.push((site, key.clone()));
-        self.calls.entry(key).or_insert((probe, credentials));
+        self.calls.entry(key.clone()).or_insert(Probe {
+            key,
+            reference: probe,
+            credentials,
+        });
     }
 
     /// Distinct (digest, credentials) keys: the checks the cycle makes at most.
@@ -177,11 +223,8 @@ impl<'a> ProbePlan<'a> {
     }
 
     /// The checks to make, one per key: a reference by digest and its credentials.
-    pub fn calls(&self) -> Vec<(ProbeKey, Reference, Vec<Credential>)> {
-        self.calls
-            .iter()
-            .map(|(key, (probe, credentials))| (key.clone(), probe.clone(), credentials.clone()))
-            .collect()
+    pub fn calls(&self) -> Vec<Probe> {
+        self.calls.values().cloned().collect()
     }
 
     /// Each image's answer, given each key's.
@@ -200,7 +243,11 @@ impl<'a> ProbePlan<'a> {
 impl SiteChecks<'_> {
     /// The answer for the pinned digest of the image `image` of the Pod `uid`.
     pub fn get(&self, uid: &str, image: &str) -> DigestCheck {
-        self.0.get(&(uid, image)).copied().unwrap_or_default()
+        let site = Site {
+            pod_uid: uid,
+            image,
+        };
+        self.0.get(&site).copied().unwrap_or_default()
     }
 }
 
@@ -221,7 +268,11 @@ impl SiteLookups<'_> {
     }
 
     fn answer_of(&self, uid: &str, image: &str) -> Option<&(Option<TagLookup>, Option<String>)> {
-        let call = self.sites.get(&(uid, image))?;
+        let site = Site {
+            pod_uid: uid,
+            image,
+        };
+        let call = self.sites.get(&site)?;
         self.answers.get(*call)
     }
 }

@@ -60,7 +60,7 @@ fn resolution(hex: char, source: ResolutionSource) -> Result<Resolution, Registr
 fn answer_all(plan: &LookupPlan<'_>, hex: char) -> HashMap<LookupKey, TagLookup> {
     plan.calls()
         .into_iter()
-        .map(|(key, _, _, _)| (key, TagLookup::Resolved(digest(hex))))
+        .map(|lookup| (lookup.key, TagLookup::Resolved(digest(hex))))
         .collect()
 }
 
@@ -138,7 +138,7 @@ fn tags_are_looked_up_and_digest_only_pins_checked_in_judged_unexempt_namespaces
         ("unknown", None),
         ("audit", Some(Mode::Audit)),
     ]);
-    let wanted = keyrings_wanted(&policy, &pods, &modes);
+    let wanted = keyrings_wanted(&policy, &pods, &modes, &ParsedImages::of(&pods));
     // shop: the pinned and the unpinned tag are looked up, the digest-only pin is checked; the
     // exempt sidecar and what does not parse are left alone.
     let seen: Vec<(&str, Vec<String>, usize, usize)> = wanted
@@ -173,7 +173,7 @@ fn pods_with_the_same_pull_secrets_share_a_keyring_and_a_tag_is_looked_up_once_p
     ];
     let pods = running(&pods);
     let modes = modes(&[("shop", Some(Mode::Enforce))]);
-    let wanted = keyrings_wanted(&policy, &pods, &modes);
+    let wanted = keyrings_wanted(&policy, &pods, &modes, &ParsedImages::of(&pods));
     let groups: Vec<&[String]> = wanted.iter().map(|r| r.pull_secrets).collect();
     assert_eq!(
         groups,
@@ -262,17 +262,24 @@ fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
         ("unknown", None),
     ]);
     let mut plan = LookupPlan::default();
-    for request in keyrings_wanted(&policy, &pods, &modes) {
+    for request in keyrings_wanted(&policy, &pods, &modes, &ParsedImages::of(&pods)) {
         plan.add(request, &Keyring::new());
     }
     // 1.0 now points at b (it moved), 2.0 still at b.
     let answers: HashMap<LookupKey, TagLookup> = plan
         .calls()
         .into_iter()
-        .map(|(key, _, _, _)| (key, TagLookup::Resolved(digest('b'))))
+        .map(|lookup| (lookup.key, TagLookup::Resolved(digest('b'))))
         .collect();
     let lookups = plan.answer(&answers);
-    let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
+    let images = classify_all(
+        &policy,
+        &pods,
+        &modes,
+        &ParsedImages::of(&pods),
+        &lookups,
+        &SiteChecks::default(),
+    );
     assert_eq!(
         state_names(&images),
         vec![
@@ -444,7 +451,7 @@ fn unpinned_images_of_operators_are_reported_and_static_pods_are_left_to_their_n
     let audit = modes(&[("shop", Some(Mode::Audit))]);
     let modes = modes(&[("shop", Some(Mode::Enforce))]);
     let mut plan = LookupPlan::default();
-    for request in keyrings_wanted(&policy, &pods, &modes) {
+    for request in keyrings_wanted(&policy, &pods, &modes, &ParsedImages::of(&pods)) {
         plan.add(request, &Keyring::new());
     }
     let answers = answer_all(&plan, 'a');
@@ -452,6 +459,7 @@ fn unpinned_images_of_operators_are_reported_and_static_pods_are_left_to_their_n
         &policy,
         &pods,
         &modes,
+        &ParsedImages::of(&pods),
         &plan.answer(&answers),
         &SiteChecks::default(),
     );
@@ -497,7 +505,7 @@ fn routed_tags_are_keyed_by_their_mirrors_credentials() {
     ];
     let pods = running(&pods);
     let modes = modes(&[("shop", Some(Mode::Enforce))]);
-    let wanted = keyrings_wanted(&policy, &pods, &modes);
+    let wanted = keyrings_wanted(&policy, &pods, &modes, &ParsedImages::of(&pods));
     assert!(wanted.iter().all(|r| r
         .repositories
         .contains(&"mirror.example/team/app".to_string())));
@@ -513,7 +521,7 @@ fn routed_tags_are_keyed_by_their_mirrors_credentials() {
     let mirrors: Vec<String> = plan
         .calls()
         .into_iter()
-        .filter_map(|(_, _, _, routed)| routed.map(|c| c.mirrors[0].reference.to_string()))
+        .filter_map(|lookup| lookup.routed.map(|c| c.mirrors[0].reference.to_string()))
         .collect();
     assert_eq!(mirrors, ["mirror.example/team/app:1.0"; 2]);
     // The mirror that answered is each image's origin (the report's `resolvedAt`).
@@ -521,10 +529,17 @@ fn routed_tags_are_keyed_by_their_mirrors_credentials() {
     let origins: HashMap<LookupKey, String> = plan
         .calls()
         .into_iter()
-        .map(|(key, _, _, _)| (key, "mirror.example/team".to_string()))
+        .map(|lookup| (lookup.key, "mirror.example/team".to_string()))
         .collect();
     let lookups = plan.answer_with_origins(&answers, &origins);
-    let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
+    let images = classify_all(
+        &policy,
+        &pods,
+        &modes,
+        &ParsedImages::of(&pods),
+        &lookups,
+        &SiteChecks::default(),
+    );
     assert_eq!(images.len(), 2);
     assert!(images
         .iter()
@@ -558,7 +573,7 @@ fn pod_running(namespace: &str, name: &str, images: &[(&str, &str)]) -> PodRecor
 /// Plans every keyring of `pods` with `keyring` (anonymous when empty).
 fn plan_for<'a>(policy: &CompiledPolicy, pods: &[&'a PodRecord], modes: &Modes) -> LookupPlan<'a> {
     let mut plan = LookupPlan::default();
-    for request in keyrings_wanted(policy, pods, modes) {
+    for request in keyrings_wanted(policy, pods, modes, &ParsedImages::of(pods)) {
         plan.add(request, &Keyring::new());
     }
     plan
@@ -581,7 +596,7 @@ fn pinned_digests_are_checked_once_each_unless_their_tag_just_resolved_to_them()
     let answers: HashMap<LookupKey, TagLookup> = plan
         .calls()
         .into_iter()
-        .map(|(key, reference, _, _)| {
+        .map(|Lookup { key, reference, .. }| {
             let now = if reference.tag() == Some("1.0") {
                 'a'
             } else {
@@ -594,7 +609,7 @@ fn pinned_digests_are_checked_once_each_unless_their_tag_just_resolved_to_them()
     let mut asked: Vec<String> = probes
         .calls()
         .into_iter()
-        .map(|(key, _, _)| key.0)
+        .map(|probe| probe.key.manifest)
         .collect();
     asked.sort();
     assert_eq!(
@@ -606,28 +621,44 @@ fn pinned_digests_are_checked_once_each_unless_their_tag_just_resolved_to_them()
         "one check per (digest, credentials), whichever Pods and namespaces use it"
     );
     // Each check asks for the manifest by digest, with no tag.
-    for (_, probe, _) in probes.calls() {
+    for Probe {
+        reference: probe, ..
+    } in probes.calls()
+    {
         assert_eq!(probe.tag(), None);
         assert!(probe.manifest().starts_with("sha256:"));
     }
     let checks: HashMap<ProbeKey, DigestCheck> = probes
         .calls()
         .into_iter()
-        .map(|(key, probe, _)| {
-            let missing = probe.digest() == Some(&digest('c'));
-            (
-                key,
-                if missing {
-                    DigestCheck::Missing
-                } else {
-                    DigestCheck::Present
-                },
-            )
-        })
+        .map(
+            |Probe {
+                 key,
+                 reference: probe,
+                 ..
+             }| {
+                let missing = probe.digest() == Some(&digest('c'));
+                (
+                    key,
+                    if missing {
+                        DigestCheck::Missing
+                    } else {
+                        DigestCheck::Present
+                    },
+                )
+            },
+        )
         .collect();
     let checks = probes.answer(&checks);
     let lookups = plan.answer(&answers);
-    let images = classify_all(&policy, &pods, &modes, &lookups, &checks);
+    let images = classify_all(
+        &policy,
+        &pods,
+        &modes,
+        &ParsedImages::of(&pods),
+        &lookups,
+        &checks,
+    );
     let states = state_names(&images);
     assert_eq!(
         states,
@@ -656,7 +687,7 @@ fn digests_routed_through_mirrors_and_of_off_namespaces_are_not_checked() {
     let pods = running(&pods);
     let modes = modes(&[("shop", Some(Mode::Enforce)), ("quiet", Some(Mode::Off))]);
     let mut plan = LookupPlan::default();
-    for request in keyrings_wanted(&policy, &pods, &modes) {
+    for request in keyrings_wanted(&policy, &pods, &modes, &ParsedImages::of(&pods)) {
         let keyring = Keyring::new();
         add_routed(&policy, &mut plan, request, &keyring);
     }
@@ -741,7 +772,14 @@ fn unpinned_tags_are_looked_up_and_compared_with_what_runs() {
         "nothing pinned: no check"
     );
     let lookups = plan.answer(&answers);
-    let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
+    let images = classify_all(
+        &policy,
+        &pods,
+        &modes,
+        &ParsedImages::of(&pods),
+        &lookups,
+        &SiteChecks::default(),
+    );
     let states: Vec<(&str, &str)> = images
         .iter()
         .map(|i| (i.pod_uid(), i.state.as_str()))
@@ -781,7 +819,14 @@ fn a_pinned_pod_that_runs_another_digest_is_reported_with_both() {
     let answers = answer_all(&plan, 'a');
     let _ = plan.probes(&answers);
     let lookups = plan.answer(&answers);
-    let images = classify_all(&policy, &pods, &modes, &lookups, &SiteChecks::default());
+    let images = classify_all(
+        &policy,
+        &pods,
+        &modes,
+        &ParsedImages::of(&pods),
+        &lookups,
+        &SiteChecks::default(),
+    );
     assert_eq!(
         images[0].state,
         ImageState::RunsOtherDigest {
