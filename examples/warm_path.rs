@@ -62,8 +62,8 @@ fn main() -> anyhow::Result<()> {
     let threads: usize = args.next().map_or(Ok(1), |n| n.parse())?;
     anyhow::ensure!((1..=64).contains(&threads), "THREADS must be 1-64");
     // As `pinhook serve` logs (main.rs), into a sink.
-    let (writer, _guard) = pinhook::log_writer::spawn(std::io::sink());
-    pinhook::log_line::text_format(
+    let (writer, _guard) = pinhook::log::writer::spawn(std::io::sink());
+    pinhook::log::line::text_format(
         tracing_subscriber::EnvFilter::new(
             std::env::var("PINHOOK_LOG").unwrap_or_else(|_| "info".into()),
         ),
@@ -71,7 +71,7 @@ fn main() -> anyhow::Result<()> {
         writer.clone(),
     )
     .init();
-    pinhook::log_line::install_writer(writer);
+    pinhook::log::line::install_writer(writer);
     let metrics = Arc::new(Metrics::new());
     let policy =
         Policy::parse("mode: enforce\nregistries:\n  allowPrivate: [\"127.0.0.1:5000\"]\n")?;

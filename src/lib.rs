@@ -21,9 +21,9 @@
 //! - [`admission`]: AdmissionReview wire types, the pure decision core, the I/O pipeline,
 //!   `/mutate`, `/validate` and the dry run.
 //! - [`metrics`]: every Prometheus metric pinhook exports.
-//! - [`log_fields`]: the fields of a text log line, as tracing writes them, cheaper.
-//! - [`log_json`]: the JSON log format's writer, escaping what JSON leaves raw (C1, DEL, U+2028).
-//! - [`log_writer`]: the log's writer thread, at the lowest scheduling priority.
+//! - [`log`]: the log: the fields of a text line as tracing writes them, cheaper; the warm
+//!   review's line written straight; the JSON format's writer, escaping what JSON leaves raw
+//!   (C1, DEL, U+2028); the writer thread, at the lowest scheduling priority.
 //! - [`server`]: HTTPS (axum + rustls), connection bounds, routes, the dry-run endpoint, TLS
 //!   reloads, health, shutdown.
 //! - [`app`]: the composition root, one `build(Config)` for `pinhook serve` and the tests.
@@ -42,12 +42,10 @@ pub mod cli;
 pub mod cluster;
 pub mod documents;
 pub mod error;
+pub mod go_duration;
 pub mod kube_client;
 pub mod lease;
-pub mod log_fields;
-pub mod log_json;
-pub mod log_line;
-pub mod log_writer;
+pub mod log;
 pub mod metrics;
 pub mod own_namespace;
 pub mod owners;

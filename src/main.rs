@@ -1,4 +1,4 @@
-//! The `pinhook` binary: parses the command line, starts logging (`log_writer`'s thread) and
+//! The `pinhook` binary: parses the command line, starts logging (`log::writer`'s thread) and
 //! the async runtime, and hands each subcommand to the library. Prints errors on one line;
 //! exits 2 on usage or start-up errors, 1 when `resolve` cannot resolve, and `check`'s own code.
 
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr through `log_writer`'s thread (a request's worker only queues its line; the
+/// Logs to stderr through `log::writer`'s thread (a request's worker only queues its line; the
 /// thread writes at the lowest priority, never dropping a line). Colours only on a terminal,
 /// and not with `NO_COLOR`.
 fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
@@ -46,18 +46,18 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PINHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (writer, guard) = pinhook::log_writer::spawn(std::io::stderr());
+    let (writer, guard) = pinhook::log::writer::spawn(std::io::stderr());
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     match format {
         LogFormat::Text => {
-            let subscriber = pinhook::log_line::text_format(filter, ansi, writer.clone());
+            let subscriber = pinhook::log::line::text_format(filter, ansi, writer.clone());
             if !ansi {
-                // The per-review summary line goes to the same writer, formatted by `log_line`.
-                pinhook::log_line::install_writer(writer);
+                // The per-review summary line goes to the same writer, formatted by `log::line`.
+                pinhook::log::line::install_writer(writer);
             }
             subscriber.init();
         }
-        LogFormat::Json => pinhook::log_json::json_format(filter, ansi, writer).init(),
+        LogFormat::Json => pinhook::log::json::json_format(filter, ansi, writer).init(),
     }
     guard
 }

@@ -1,10 +1,10 @@
 //! Text from outside, made safe to show a person: one line, with every character that could
 //! forge a line, carry terminal codes or make text show other than it reads escaped
 //! ([`one_line`], [`write_escaped`], [`hides_text`]). The one sanitiser of outside text: logs
-//! (`log_fields`, `log_line`, `log_json`), the CLI's output, the messages, warnings and audit
+//! (`log::fields`, `log::line`, `log::json`), the CLI's output, the messages, warnings and audit
 //! annotations pinhook answers the apiserver with, its Events and its reports.
 //!
-//! Owns: what is escaped and how. Never: writes a log line (that is `log_fields`).
+//! Owns: what is escaped and how. Never: writes a log line (that is `log::fields`).
 
 use std::fmt;
 
@@ -12,7 +12,7 @@ use std::fmt;
 /// the first byte of U+0080–U+00BF (C1 controls), of U+0600–U+063F (U+061C), of U+2000–U+2FFF
 /// (the line and paragraph separators, the bidirectional controls and zero-width characters)
 /// or of U+F000–U+FFFF (U+FEFF). A scan of bytes, so plain text costs one pass and no
-/// decoding. Also `log_line`'s.
+/// decoding. Also `log::line`'s.
 pub(crate) fn may_escape(text: &str) -> bool {
     text.bytes().any(|b| MAY_START_ESCAPE[usize::from(b)])
 }
@@ -119,7 +119,7 @@ pub(crate) fn write_char_escaped(out: &mut impl fmt::Write, c: char) -> fmt::Res
 /// `text` with its control characters (C0, DEL, C1), the Unicode line and paragraph
 /// separators and the characters that [`hides_text`] escaped as `{:?}` escapes them (`\n`,
 /// `\u{1b}`, `\u{2028}`, `\u{202e}`); everything else, quotes included, as it is. Also
-/// `log_line`'s.
+/// `log::line`'s.
 pub(crate) fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Result {
     if !may_escape(text) {
         return out.write_str(text);
@@ -177,7 +177,7 @@ pub fn into_one_line(text: String) -> String {
 }
 
 /// Printable ASCII: a message the terminal-escape sanitising leaves unchanged. Also
-/// `log_line`'s.
+/// `log::line`'s.
 pub(crate) fn printable(value: &str) -> bool {
     value.bytes().all(|b| (0x20..0x7f).contains(&b))
 }

@@ -22,6 +22,7 @@ pub mod review;
 pub mod revision_pods;
 pub mod validate;
 
+use crate::go_duration::GoDuration;
 use std::time::Duration;
 
 pub use decision::{target_of, Decision, ReviewResult};
@@ -51,35 +52,13 @@ pub fn budget_from_timeout(timeout: Option<&str>) -> Duration {
     total.saturating_sub(margin).max(MIN_BUDGET)
 }
 
-/// Parses the durations client-go writes (`time.Duration.String()`: `10s`, `1m0s`, `500ms`).
+/// The `?timeout=` the apiserver writes (`time.Duration.String()`: `10s`, `1m0s`, `500ms`), read
+/// as Go reads it ([`crate::go_duration`]); a negative or invalid one is no timeout.
 fn parse_go_duration(text: &str) -> Option<Duration> {
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return None;
+    match crate::go_duration::parse(text.trim())? {
+        GoDuration::NonNegative(duration) => Some(duration),
+        GoDuration::Negative => None,
     }
-    while !rest.is_empty() {
-        let digits_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest.get(..digits_end)?.parse().ok()?;
-        rest = rest.get(digits_end..)?;
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match rest.get(..unit_end)? {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 0.001,
-            "us" | "µs" => 0.000_001,
-            "ns" => 0.000_000_001,
-            _ => return None,
-        };
-        rest = rest.get(unit_end..)?;
-        total = total.checked_add(Duration::try_from_secs_f64(number * seconds).ok()?)?;
-    }
-    Some(total)
 }
 
 #[cfg(test)]
@@ -103,7 +82,12 @@ mod tests {
     #[test]
     fn absurd_timeouts_are_clamped_not_overflowed() {
         let max = Duration::from_secs(27);
-        assert_eq!(budget_from_timeout(Some("3000000000000000h")), max);
+        // Past what Go reads (about 292 years): not a duration, as Go's ParseDuration says, so
+        // the default applies. (The old parser of its own clamped it to the maximum.)
+        assert_eq!(
+            budget_from_timeout(Some("3000000000000000h")),
+            Duration::from_secs(9)
+        );
         assert_eq!(
             budget_from_timeout(Some("10000000000000000000s10000000000000000000s")),
             Duration::from_secs(9),

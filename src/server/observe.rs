@@ -9,7 +9,7 @@ use std::time::Instant;
 use tracing::{debug, info, warn, Level};
 
 use crate::admission;
-use crate::log_line;
+use crate::log;
 use crate::metrics::{
     EndpointLabels, LeftAloneLabels, Metrics, MirrorLabels, ReviewLabels, ViolationLabels,
 };
@@ -178,7 +178,7 @@ pub fn observe_decision(
         through_mirror,
         origins: &origins,
     }
-    .log(log_line::sink());
+    .log(log::line::sink());
 }
 
 /// A planned review's summary line: at warn when anything broke the policy, else at info.
@@ -201,9 +201,9 @@ struct Summary<'a> {
 }
 
 impl Summary<'_> {
-    /// Logs the line: an info line through `sink` ([`log_line`], the same bytes) when there is
+    /// Logs the line: an info line through `sink` ([`log::line`], the same bytes) when there is
     /// one and it may, else through `tracing`.
-    fn log(&self, sink: Option<&log_line::Sink>) {
+    fn log(&self, sink: Option<&log::line::Sink>) {
         let Summary {
             endpoint,
             uid,
@@ -248,7 +248,7 @@ impl Summary<'_> {
             )
         };
         if let Some(sink) = sink.filter(|_| enabled()) {
-            if let Some(line) = log_line::Line::start(Level::INFO, module_path!(), "review") {
+            if let Some(line) = log::line::Line::start(Level::INFO, module_path!(), "review") {
                 line.display("endpoint", endpoint)
                     .display("uid", uid)
                     .display("namespace", namespace)
@@ -329,7 +329,7 @@ pub fn record_review(
 
 #[cfg(test)]
 mod tests {
-    use crate::log_line::testing::{self, untimed};
+    use crate::log::line::testing::{self, untimed};
 
     use super::*;
 
@@ -353,7 +353,7 @@ mod tests {
         }
     }
 
-    /// The summary line through `log_line` is the line `tracing` writes, and it is written only
+    /// The summary line through `log::line` is the line `tracing` writes, and it is written only
     /// where `tracing` would write one: not below the filter's level, and never for a review
     /// with violations (a warn line, through `tracing`).
     #[test]

@@ -31,7 +31,7 @@ impl Captured {
     /// Runs `test` on a runtime from `runtime` (with every driver enabled, as `#[tokio::test]`
     /// builds it) each of whose threads, the test's own, the workers and the blocking pool,
     /// logs at `level` into a new capture, which `test` is given, in the text format `pinhook
-    /// serve` writes without colours (`log_line::text_format`).
+    /// serve` writes without colours (`log::line::text_format`).
     ///
     /// Scoped to those threads, not process-wide: the tests of a binary run in parallel in one
     /// process, and a global subscriber would capture the other tests' lines too (and could be
@@ -47,7 +47,7 @@ impl Captured {
         let writer = captured.clone();
         // The text format as `pinhook serve` sets it up (its field formatter and escaping).
         let filter = tracing_subscriber::EnvFilter::new(level.as_str().to_ascii_lowercase());
-        let dispatch = Dispatch::new(pinhook::log_line::text_format(filter, false, move || {
+        let dispatch = Dispatch::new(pinhook::log::line::text_format(filter, false, move || {
             writer.clone()
         }));
         let threads = dispatch.clone();

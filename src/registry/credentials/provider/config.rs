@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::go_duration::{parse as parse_go_duration, GoDuration};
 use crate::registry::keyring::is_valid_image_pattern;
 
 /// The config API versions kubelet decodes (all three share this shape).
@@ -275,63 +276,6 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// A Go duration's sign: kubelet refuses a negative `defaultCacheDuration` by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum GoDuration {
-    NonNegative(Duration),
-    Negative,
-}
-
-/// Go's `time.ParseDuration`: an optional sign, then one or more decimal numbers each with a
-/// unit (`ns`, `us`, `µs`, `μs`, `ms`, `s`, `m`, `h`), such as `300ms`, `1.5h` or `2h45m`; `0`
-/// alone is zero. `None` for anything else.
-pub(super) fn parse_go_duration(text: &str) -> Option<GoDuration> {
-    let (negative, mut rest) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest == "0" {
-        return Some(GoDuration::NonNegative(Duration::ZERO));
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut nanos: f64 = 0.0;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number = &rest[..number_end];
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return None;
-        }
-        let value: f64 = number.parse().ok()?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        nanos += value * scale;
-        rest = &rest[unit_end..];
-    }
-    // Go refuses durations past ~292 years.
-    if !nanos.is_finite() || nanos > i64::MAX as f64 {
-        return None;
-    }
-    Some(match negative && nanos > 0.0 {
-        true => GoDuration::Negative,
-        false => GoDuration::NonNegative(Duration::from_nanos(nanos as u64)),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use rstest::rstest;
@@ -428,24 +372,6 @@ providers:
         let kind =
             "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\nproviders: []\n";
         assert!(parsed(kind).expect_err("kind").to_string().contains("kind"));
-    }
-
-    #[rstest]
-    #[case("0", Some(GoDuration::NonNegative(Duration::ZERO)))]
-    #[case("0s", Some(GoDuration::NonNegative(Duration::ZERO)))]
-    #[case("12h", Some(GoDuration::NonNegative(Duration::from_secs(43_200))))]
-    #[case("1h30m", Some(GoDuration::NonNegative(Duration::from_secs(5_400))))]
-    #[case("5m0s", Some(GoDuration::NonNegative(Duration::from_secs(300))))]
-    #[case("1.5s", Some(GoDuration::NonNegative(Duration::from_millis(1_500))))]
-    #[case("300ms", Some(GoDuration::NonNegative(Duration::from_millis(300))))]
-    #[case("-1s", Some(GoDuration::Negative))]
-    #[case("", None)]
-    #[case("1", None)]
-    #[case("1d", None)]
-    #[case("s", None)]
-    #[case("1..5s", None)]
-    fn go_durations(#[case] text: &str, #[case] expected: Option<GoDuration>) {
-        assert_eq!(parse_go_duration(text), expected, "{text:?}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::{parse_go_duration, GoDuration};
+use crate::go_duration::{parse as parse_go_duration, GoDuration};
 use crate::registry::credentials::Credential;
 
 /// What kubelet caches a response under (`cacheKeyType`).

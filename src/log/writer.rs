@@ -1,5 +1,5 @@
 //! The log's writer thread, as `pinhook serve` (and `examples/warm_path`) set it up: every
-//! line, tracing's and [`crate::log_line`]'s, is queued to one thread (tracing-appender's
+//! line, tracing's and [`crate::log::line`]'s, is queued to one thread (tracing-appender's
 //! `NonBlocking`), which writes it through a 64 KiB buffer, flushed whenever the queue is empty;
 //! a request's worker only queues its line (a write per line cost about a sixth of warm
 //! throughput, issue 13). Lines are never dropped: a full queue (128k lines) makes the logging

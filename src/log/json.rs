@@ -121,7 +121,7 @@ fn escaped(line: &[u8]) -> Vec<u8> {
 mod tests {
     use serde_json::Value;
 
-    use crate::log_line::testing::Captured;
+    use crate::log::line::testing::Captured;
 
     use super::*;
 

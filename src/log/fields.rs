@@ -12,7 +12,7 @@
 //! got there first, as it writes it: `\x1b`), with colours or without, so no value from outside
 //! (a review's `uid`, an owner's kind, a registry's error) can forge a line or carry terminal
 //! codes. Only the text format uses it: `--log-format json` keeps tracing's JSON fields, in
-//! which JSON escapes line breaks and C0 controls, and `log_json` the rest.
+//! which JSON escapes line breaks and C0 controls, and `log::json` the rest.
 
 use crate::text::{escaped_text, left_raw, printable, write_escaped};
 
@@ -72,7 +72,7 @@ fn quotes_unchanged(value: &str) -> bool {
 }
 
 /// A string field's value as `{:?}` writes it, quoted and escaped; plain ASCII is copied
-/// between the quotes as it is. Also `log_line`'s.
+/// between the quotes as it is. Also `log::line`'s.
 pub(crate) fn write_quoted(out: &mut impl fmt::Write, value: &str) -> fmt::Result {
     if quotes_unchanged(value) {
         out.write_char('"')?;
@@ -83,7 +83,7 @@ pub(crate) fn write_quoted(out: &mut impl fmt::Write, value: &str) -> fmt::Resul
     }
 }
 
-/// A writer that passes text on with [`write_escaped`]: what `PlainFields` and `log_line`'s
+/// A writer that passes text on with [`write_escaped`]: what `PlainFields` and `log::line`'s
 /// `%`-values write through.
 pub(crate) struct OneLine<W>(pub(crate) W);
 
@@ -281,7 +281,7 @@ impl Visit for PlainVisitor<'_> {
 mod tests {
     use tracing_subscriber::fmt::format::DefaultFields;
 
-    use crate::log_line::testing::Captured;
+    use crate::log::line::testing::Captured;
     use crate::text::{escapes, may_escape, one_line};
 
     use super::*;

@@ -27,7 +27,7 @@ use tracing_subscriber::fmt::format::Format;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::log_fields::{write_quoted, OneLine, PlainFields};
+use crate::log::fields::{write_quoted, OneLine, PlainFields};
 use crate::text::printable;
 
 /// Where finished lines go: the same writer as every other log line, so they stay in order.
@@ -126,7 +126,7 @@ impl Line {
     }
 
     /// A `%value` field: its `Display`, unquoted, as the text format writes it (a control
-    /// character or line separator in it escaped through `log_fields`' `OneLine`, as
+    /// character or line separator in it escaped through `log::fields`' `OneLine`, as
     /// `PlainFields` does).
     pub fn display(mut self, name: &str, value: impl fmt::Display) -> Self {
         self.name(name);
@@ -379,7 +379,7 @@ mod tests {
             "{direct}"
         );
         assert!(
-            direct.contains(r#"  INFO pinhook::log_line::tests: review endpoint=mutate uid=pinned dry_run=true result="pinned" pinned=0 big=18446744073709551615 origins="#),
+            direct.contains(r#"  INFO pinhook::log::line::tests: review endpoint=mutate uid=pinned dry_run=true result="pinned" pinned=0 big=18446744073709551615 origins="#),
             "{direct}"
         );
     }
