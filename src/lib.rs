@@ -47,6 +47,7 @@ pub mod kube_client;
 pub mod lease;
 pub mod log;
 pub mod metrics;
+pub mod mirror_guard;
 pub mod own_namespace;
 pub mod owners;
 pub mod policy;

@@ -1,7 +1,7 @@
 //! A containerd `hosts.toml` carried in a ConfigMap (issue 17 item 3): the input is split into
 //! files at `#=== <key>` lines (the text before the first is `hosts.toml`; a key ending in
 //! `.b64` goes into `binaryData`), and the ConfigMap is judged by the mirror guard under three
-//! mirror policies. The hosts.toml reader (`policy/mirrors/hosts_toml.rs`) is private; this is
+//! mirror policies. The hosts.toml reader (`mirror_guard/hosts_toml.rs`) is private; this is
 //! its public entry.
 #![no_main]
 

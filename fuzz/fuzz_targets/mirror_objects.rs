@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pinhook::policy::mirrors::resource_of;
+use pinhook::mirror_guard::resource_of;
 use serde_json::Value;
 
 const KINDS: [(&str, &str); 5] = [

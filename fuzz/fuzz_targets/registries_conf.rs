@@ -2,8 +2,8 @@
 //! split into files at `#=== <key>` lines (the text before the first is `registries.conf`, the
 //! main file; every other key is judged as a `registries.conf.d` drop-in when shaped like one;
 //! a key ending in `.b64` goes into `binaryData`, base64), and the ConfigMap is judged by the
-//! mirror guard (`policy::mirrors::review`) under three mirror policies. The registries.conf
-//! reader itself (`policy/mirrors/registries_conf`) is private; this is its public entry.
+//! mirror guard (`mirror_guard::review`) under three mirror policies. The registries.conf
+//! reader itself (`mirror_guard/registries_conf`) is private; this is its public entry.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pinhook::admission::plan::{self, Object, Resolutions};
 use pinhook::admission::{render, review_body, target_of, AdmissionRequest, Plan};
-use pinhook::policy::mirrors::MirrorPolicy;
+use pinhook::policy::MirrorPolicy;
 use pinhook::policy::{CompiledPolicy, Mode, Policy};
 use pinhook::reference::{Digest, Reference};
 use pinhook::registry::{Fingerprint, RegistryError, Resolution, ResolutionSource};
@@ -344,7 +344,7 @@ pub fn judge_config_map(object: &Value) {
 /// and error.
 pub fn judge_mirrors(group: &str, kind: &str, object: &Value) {
     for policy in mirror_policies() {
-        match pinhook::policy::mirrors::review(policy, group, kind, object) {
+        match pinhook::mirror_guard::review(policy, group, kind, object) {
             Ok(Some(review)) => {
                 for v in &review.violations {
                     let _ = format!("{} {} {} {}", v.entry, v.source, v.mirror, v.message);

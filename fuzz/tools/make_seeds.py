@@ -92,7 +92,7 @@ def rel(path):
     return os.path.relpath(path, ROOT)
 
 
-for path in rust_files("src/policy/mirrors/**/*.rs", "tests/integration/admission/mirrors_https.rs"):
+for path in rust_files("src/mirror_guard/**/*.rs", "tests/integration/admission/mirrors_https.rs"):
     for lit in literals(rel(path)):
         shaped = "=" in lit and ("\n" in lit or lit.startswith("["))
         if not shaped or "serve tag pulls" in lit or "CANNOT_LOAD" in lit:

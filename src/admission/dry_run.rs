@@ -12,7 +12,8 @@ use super::pipeline::{Pinner, PipelineError, Target};
 use super::plan::{Action, ImageOutcome, Object, Plan};
 use crate::documents::{Document, ReadError};
 use crate::error::error_chain;
-use crate::policy::{mirrors, CompiledPolicy};
+use crate::mirror_guard;
+use crate::policy::CompiledPolicy;
 use crate::registry::{ResolutionSource, RunMemo};
 use crate::workload::WorkloadError;
 
@@ -342,7 +343,8 @@ impl Identity {
     /// `(resource, namespace)`, the namespace empty for cluster-scoped kinds. Pod-bearing kinds
     /// and the kinds the mirror guard judges; `None` for objects that pass through unread.
     pub fn access(&self, policy: &CompiledPolicy) -> Option<(String, String)> {
-        if let Some((resource, cluster_scoped)) = mirrors::resource_of(&self.group, &self.kind) {
+        if let Some((resource, cluster_scoped)) = mirror_guard::resource_of(&self.group, &self.kind)
+        {
             let namespace = match cluster_scoped {
                 true => String::new(),
                 false => self.namespace.clone(),

@@ -9,7 +9,7 @@
 
 pub mod glob;
 pub mod hosts;
-pub mod mirrors;
+pub mod mirror_policy;
 pub mod resolve_through;
 pub mod scope;
 
@@ -25,7 +25,7 @@ use crate::reference::{PinForm, Reference};
 use crate::workload::{ImagePath, PodSpecKinds};
 
 pub use hosts::{HostRefusal, HostRules};
-pub use mirrors::MirrorPolicy;
+pub use mirror_policy::MirrorPolicy;
 pub use resolve_through::{
     MirrorSettings, MirrorTarget, ResolveThrough, Route, Routes, VerifySource,
 };

@@ -65,7 +65,7 @@
 //! the annotation `pinhook.dev/omitted-results`. `summary` always counts every result, listed
 //! or not (the omitted-results result itself is not counted). A write never fails for size.
 //!
-//! **Mirrors.** [`mirror_findings`] judges one object with `policy::mirrors::review`, the same
+//! **Mirrors.** [`mirror_findings`] judges one object with `mirror_guard::review`, the same
 //! judgement the validating webhook applies, so the watch reports exactly what admission would
 //! deny: each (source, mirror) pair that can serve tag pulls is a `fail` result of rule
 //! `mirror-by-digest-only`, and an object no node can load is an `error`. [`mirror_report`]

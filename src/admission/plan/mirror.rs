@@ -1,8 +1,9 @@
-//! The mirror guard's part of a plan: what [`crate::policy::mirrors`] finds in an object that
+//! The mirror guard's part of a plan: what [`crate::mirror_guard`] finds in an object that
 //! configures registry mirrors, as findings of the object (denied in enforce, reported in
 //! audit). Pure.
 
-use crate::policy::{mirrors, CompiledPolicy, Mode};
+use crate::mirror_guard;
+use crate::policy::{CompiledPolicy, Mode};
 
 use super::outcome::{empty, Action, Finding, Plan, Reason};
 use super::Object;
@@ -50,7 +51,7 @@ pub(super) fn mirror_messages(
     policy: &CompiledPolicy,
     object: &Object<'_>,
 ) -> Option<MirrorVerdict> {
-    match mirrors::review(
+    match mirror_guard::review(
         &policy.policy.mirrors,
         object.group,
         object.kind,
@@ -71,7 +72,7 @@ pub(super) fn mirror_messages(
 /// A tag mirror's message, followed by the `registries.resolveThrough` entry that replaces it
 /// (issue 28): pinhook resolves the tag once, at the mirror, and the nodes pull the digest
 /// through a digest-only mirror. None for a wildcard or unnamed source, which no entry can name.
-fn with_suggestion(violation: mirrors::MirrorViolation) -> String {
+fn with_suggestion(violation: mirror_guard::MirrorViolation) -> String {
     let source = violation.source.as_str();
     if source.is_empty() || source.contains('*') || violation.mirror.is_empty() {
         return violation.message;

@@ -12,7 +12,8 @@ use super::{
     assemble, budget, Keyed, ObjectRef, PolicyReport, ReportResult, Severity, Timestamp, Verdict,
     CATEGORY, CLUSTER_POLICY_REPORT_KIND, MIRROR_REPORT_NAME, POLICY, RULE_MIRRORS, SOURCE,
 };
-use crate::policy::{mirrors, MirrorPolicy, Mode};
+use crate::mirror_guard;
+use crate::policy::{MirrorPolicy, Mode};
 use crate::watch::WatchError;
 
 /// One tag-mirror finding on one object, for the ClusterPolicyReport.
@@ -54,7 +55,7 @@ pub fn mirror_findings(
     let namespace = text("/metadata/namespace", "metadata.namespace")?;
     let uid = text("/metadata/uid", "metadata.uid")?;
     let group = api_version.split_once('/').map_or("", |(group, _)| group);
-    let reviewed = mirrors::review(policy, group, &kind, object);
+    let reviewed = mirror_guard::review(policy, group, &kind, object);
     let object_ref = ObjectRef {
         api_version: api_version.clone(),
         kind: kind.clone(),

@@ -6,7 +6,7 @@ use rstest::rstest;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::policy::mirrors::AllowedMirror;
+use crate::policy::mirror_policy::AllowedMirror;
 use crate::policy::MirrorPolicy;
 use crate::registry::testing::digest;
 use crate::watch::pod::{PodImage, WorkloadRef};

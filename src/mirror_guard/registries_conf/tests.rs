@@ -6,7 +6,8 @@
 use rstest::rstest;
 use serde_json::{json, Map, Value};
 
-use crate::policy::mirrors::{review, AllowedMirror, MirrorError, MirrorPolicy, MirrorReview};
+use crate::mirror_guard::{review, MirrorError, MirrorReview};
+use crate::policy::mirror_policy::{AllowedMirror, MirrorPolicy};
 
 /// A ConfigMap whose `data` holds `files` (key, text).
 fn configmap(files: &[(&str, &str)]) -> Value {

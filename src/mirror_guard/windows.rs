@@ -211,7 +211,8 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::drop_common_suffix;
-    use crate::policy::mirrors::{check, AllowedMirror, MirrorPolicy};
+    use crate::mirror_guard::check;
+    use crate::policy::mirror_policy::{AllowedMirror, MirrorPolicy};
 
     const RISK: &str = "a tag mirror can serve different content for the same tag";
 
@@ -289,7 +290,7 @@ mod tests {
     #[test]
     fn never_contact_source_idms_makes_the_first_mirror_the_server() {
         let review = include_str!(
-            "../../../tests/fixtures/admissionreview/v1.26/imagedigestmirrorset-create-validate.json"
+            "../../tests/fixtures/admissionreview/v1.26/imagedigestmirrorset-create-validate.json"
         );
         let object =
             serde_json::from_str::<Value>(review).expect("JSON")["request"]["object"].clone();

@@ -20,10 +20,10 @@
 //! has its prefix) is never used by any reading of that file: a note only.
 
 use super::{ConfFile, Registry};
-use crate::policy::mirrors::{Judge, RISK};
+use crate::mirror_guard::{Judge, RISK};
 
 /// Judges `files` in CRI-O's order: the main file first, then the drop-ins by name.
-pub(in crate::policy::mirrors) fn judge_files(files: &[ConfFile], judge: &mut Judge<'_>) {
+pub(in crate::mirror_guard) fn judge_files(files: &[ConfFile], judge: &mut Judge<'_>) {
     for (i, file) in files.iter().enumerate() {
         for ignored in &file.ignored {
             judge.note(format!(

@@ -295,7 +295,8 @@ mod tests {
     use rstest::rstest;
     use serde_json::{json, Value};
 
-    use crate::policy::mirrors::{check, review, AllowedMirror, MirrorPolicy};
+    use crate::mirror_guard::{check, review};
+    use crate::policy::mirror_policy::{AllowedMirror, MirrorPolicy};
 
     fn configmap(key: &str, text: &str) -> Value {
         json!({"kind": "ConfigMap", "metadata": {"namespace": "ns", "name": "c"}, "data": {key: text}})

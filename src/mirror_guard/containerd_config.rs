@@ -162,7 +162,8 @@ fn registries<'t, 'i>(doc: &'t DeTable<'i>) -> Vec<(String, Table<'t, 'i>)> {
 mod tests {
     use serde_json::{json, Value};
 
-    use crate::policy::mirrors::{review, MirrorPolicy};
+    use crate::mirror_guard::review;
+    use crate::policy::mirror_policy::MirrorPolicy;
 
     fn configmap(key: &str, text: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap",

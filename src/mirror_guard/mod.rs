@@ -9,8 +9,11 @@
 //! unless the policy allows exactly that pair, and reads each object the way the node's runtime
 //! will (issue 17).
 //!
-//! Owns: which kinds configure mirrors, the allow list, the wording of findings and notes, and
-//! the policy's `mirrors:` section. Judged kinds (keyed by API group + kind, any version):
+//! Owns: which kinds configure mirrors, reading node mirror configuration as its consumers do
+//! (CRI-O's registries.conf, containerd's hosts.toml and config, the Machine Config Operator's
+//! renderings), and the wording of findings and notes. It judges by the policy's `mirrors:`
+//! section ([`MirrorPolicy`], which lives in [`crate::policy::mirror_policy`]: the policy knows
+//! nothing of node configuration). Judged kinds (keyed by API group + kind, any version):
 //!
 //! | group / kind | what answers tag pulls | file |
 //! |---|---|---|
@@ -64,32 +67,13 @@ mod windows;
 
 use std::fmt;
 
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
-/// ConfigMap key of the main registries.conf when the policy names none.
-pub const DEFAULT_CONFIG_MAP_KEY: &str = "registries.conf";
+use crate::policy::mirror_policy::trim_slash;
+use crate::policy::mirror_policy::MirrorPolicy;
 
 /// The risk, stated once for every finding.
 const RISK: &str = "a tag mirror can serve different content for the same tag";
-
-/// The policy's `mirrors:` section.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct MirrorPolicy {
-    /// ConfigMap key that carries the main registries.conf (default "registries.conf" when
-    /// None). It is always read; every other registries.conf-shaped key is a drop-in.
-    pub config_map_key: Option<String>,
-    /// Globs on `namespace/name` of the ConfigMaps the guard reads (default `["*"]`).
-    pub config_maps: Vec<String>,
-    /// Globs on the `data`/`binaryData` keys the guard reads (default `["*"]`).
-    pub config_map_keys: Vec<String>,
-    /// The cluster has, or may get, Windows nodes: also judge ImageDigestMirrorSets and
-    /// ImageTagMirrorSets as the Windows Machine Config Operator renders them.
-    pub windows_nodes: bool,
-    /// (source, mirror) pairs that may serve tag pulls.
-    pub allow: Vec<AllowedMirror>,
-}
 
 /// One `{source, mirrors}` entry of an OpenShift mirror list (read by `openshift`, judged for
 /// Windows nodes by `windows`).
@@ -99,14 +83,6 @@ pub(super) struct MirrorEntry<'a> {
     pub(super) fields: &'a Map<String, Value>,
     pub(super) source: &'a str,
     pub(super) mirrors: Vec<&'a str>,
-}
-
-/// One (source, mirror) pair that may serve tag pulls.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AllowedMirror {
-    pub source: String,
-    pub mirror: String,
 }
 
 /// One host that would be allowed to answer tag pulls for a source.
@@ -202,38 +178,6 @@ fn entry_part(entry: &str) -> String {
     }
 }
 
-// === impl MirrorPolicy ===
-
-impl Default for MirrorPolicy {
-    fn default() -> Self {
-        MirrorPolicy {
-            config_map_key: None,
-            config_maps: vec!["*".to_string()],
-            config_map_keys: vec!["*".to_string()],
-            windows_nodes: false,
-            allow: Vec::new(),
-        }
-    }
-}
-
-impl MirrorPolicy {
-    /// The ConfigMap key judged as the main registries.conf.
-    pub fn registries_conf_key(&self) -> &str {
-        self.config_map_key
-            .as_deref()
-            .unwrap_or(DEFAULT_CONFIG_MAP_KEY)
-    }
-
-    /// Whether the policy allows `mirror` to serve tag pulls for `source`: exact string equality
-    /// after trimming trailing `/`.
-    pub fn allows(&self, source: &str, mirror: &str) -> bool {
-        let (source, mirror) = (trim_slash(source), trim_slash(mirror));
-        self.allow
-            .iter()
-            .any(|a| trim_slash(&a.source) == source && trim_slash(&a.mirror) == mirror)
-    }
-}
-
 // === impl FileRef ===
 
 impl fmt::Display for FileRef {
@@ -274,10 +218,6 @@ impl<'p> Judge<'p> {
             self.review.notes.push(note);
         }
     }
-}
-
-fn trim_slash(s: &str) -> &str {
-    s.trim_end_matches('/')
 }
 
 /// Judges one object (the admission request's `object`, by group/kind). Returns Ok(None) when

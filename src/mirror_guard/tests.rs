@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::go_toml::line_column;
 use super::*;
+use crate::policy::mirror_policy::AllowedMirror;
 
 /// `request.object` of a recorded AdmissionReview.
 fn object_of(review: &str) -> Value {
@@ -55,9 +56,9 @@ fn allow(source: &str, mirror: &str) -> MirrorPolicy {
 // --- recorded fixtures ---
 
 #[rstest]
-#[case::v1_26_validate(include_str!("../../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-create-validate.json"))]
-#[case::v1_26_mutate(include_str!("../../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-create-mutate.json"))]
-#[case::v1_20_validate(include_str!("../../../tests/fixtures/admissionreview/v1.20/imagetagmirrorset-create-validate.json"))]
+#[case::v1_26_validate(include_str!("../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-create-validate.json"))]
+#[case::v1_26_mutate(include_str!("../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-create-mutate.json"))]
+#[case::v1_20_validate(include_str!("../../tests/fixtures/admissionreview/v1.20/imagetagmirrorset-create-validate.json"))]
 fn itms_create_is_a_violation(#[case] review: &str) {
     let found = check_review(&MirrorPolicy::default(), review).expect("ITMS is a mirror kind");
     assert_eq!(
@@ -75,8 +76,8 @@ fn itms_create_is_a_violation(#[case] review: &str) {
 }
 
 #[rstest]
-#[case::v1_26(include_str!("../../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-update-json-patch-validate.json"))]
-#[case::v1_20(include_str!("../../../tests/fixtures/admissionreview/v1.20/imagetagmirrorset-update-json-patch-validate.json"))]
+#[case::v1_26(include_str!("../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-update-json-patch-validate.json"))]
+#[case::v1_20(include_str!("../../tests/fixtures/admissionreview/v1.20/imagetagmirrorset-update-json-patch-validate.json"))]
 fn itms_update_is_judged_on_the_new_object(#[case] review: &str) {
     let found = check_review(&MirrorPolicy::default(), review).expect("mirror kind");
     assert_eq!(
@@ -103,7 +104,7 @@ fn itms_update_is_judged_on_the_new_object(#[case] review: &str) {
 #[test]
 fn itms_allowed_pair_is_not_reported() {
     let review = include_str!(
-        "../../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-update-json-patch-validate.json"
+        "../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-update-json-patch-validate.json"
     );
     // Trailing slashes are trimmed on both sides before the exact comparison.
     let policy = allow("registry.example/team/", "mirror2.example/team/");
@@ -118,14 +119,14 @@ fn itms_allowed_pair_is_not_reported() {
 }
 
 #[rstest]
-#[case::idms_create_v1_26(include_str!("../../../tests/fixtures/admissionreview/v1.26/imagedigestmirrorset-create-validate.json"))]
-#[case::idms_update_v1_26(include_str!("../../../tests/fixtures/admissionreview/v1.26/imagedigestmirrorset-update-json-patch-validate.json"))]
-#[case::idms_create_v1_20(include_str!("../../../tests/fixtures/admissionreview/v1.20/imagedigestmirrorset-create-validate.json"))]
-#[case::idms_update_v1_20(include_str!("../../../tests/fixtures/admissionreview/v1.20/imagedigestmirrorset-update-json-patch-validate.json"))]
-#[case::icsp_create_v1_26(include_str!("../../../tests/fixtures/admissionreview/v1.26/imagecontentsourcepolicy-create-validate.json"))]
-#[case::icsp_update_v1_26(include_str!("../../../tests/fixtures/admissionreview/v1.26/imagecontentsourcepolicy-update-json-patch-validate.json"))]
-#[case::icsp_create_v1_20(include_str!("../../../tests/fixtures/admissionreview/v1.20/imagecontentsourcepolicy-create-validate.json"))]
-#[case::icsp_update_v1_20(include_str!("../../../tests/fixtures/admissionreview/v1.20/imagecontentsourcepolicy-update-json-patch-validate.json"))]
+#[case::idms_create_v1_26(include_str!("../../tests/fixtures/admissionreview/v1.26/imagedigestmirrorset-create-validate.json"))]
+#[case::idms_update_v1_26(include_str!("../../tests/fixtures/admissionreview/v1.26/imagedigestmirrorset-update-json-patch-validate.json"))]
+#[case::idms_create_v1_20(include_str!("../../tests/fixtures/admissionreview/v1.20/imagedigestmirrorset-create-validate.json"))]
+#[case::idms_update_v1_20(include_str!("../../tests/fixtures/admissionreview/v1.20/imagedigestmirrorset-update-json-patch-validate.json"))]
+#[case::icsp_create_v1_26(include_str!("../../tests/fixtures/admissionreview/v1.26/imagecontentsourcepolicy-create-validate.json"))]
+#[case::icsp_update_v1_26(include_str!("../../tests/fixtures/admissionreview/v1.26/imagecontentsourcepolicy-update-json-patch-validate.json"))]
+#[case::icsp_create_v1_20(include_str!("../../tests/fixtures/admissionreview/v1.20/imagecontentsourcepolicy-create-validate.json"))]
+#[case::icsp_update_v1_20(include_str!("../../tests/fixtures/admissionreview/v1.20/imagecontentsourcepolicy-update-json-patch-validate.json"))]
 fn digest_mirror_kinds_are_mine_and_fine(#[case] review: &str) {
     assert_eq!(
         check_review(&MirrorPolicy::default(), review),
@@ -134,8 +135,8 @@ fn digest_mirror_kinds_are_mine_and_fine(#[case] review: &str) {
 }
 
 #[rstest]
-#[case::v1_26(include_str!("../../../tests/fixtures/admissionreview/v1.26/configmap-create-registries-conf-validate.json"))]
-#[case::v1_20(include_str!("../../../tests/fixtures/admissionreview/v1.20/configmap-create-registries-conf-validate.json"))]
+#[case::v1_26(include_str!("../../tests/fixtures/admissionreview/v1.26/configmap-create-registries-conf-validate.json"))]
+#[case::v1_20(include_str!("../../tests/fixtures/admissionreview/v1.20/configmap-create-registries-conf-validate.json"))]
 fn configmap_fixture_reports_only_the_tag_only_mirror(#[case] review: &str) {
     // mirror[0] is pull-from-mirror = "tag-only"; mirror[1] is "digest-only".
     let found = check_review(&MirrorPolicy::default(), review).expect("carries registries.conf");
@@ -156,8 +157,8 @@ fn configmap_fixture_reports_only_the_tag_only_mirror(#[case] review: &str) {
 #[test]
 fn fixture_messages_are_short_sentences() {
     for review in [
-        include_str!("../../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-update-json-patch-validate.json"),
-        include_str!("../../../tests/fixtures/admissionreview/v1.26/configmap-create-registries-conf-validate.json"),
+        include_str!("../../tests/fixtures/admissionreview/v1.26/imagetagmirrorset-update-json-patch-validate.json"),
+        include_str!("../../tests/fixtures/admissionreview/v1.26/configmap-create-registries-conf-validate.json"),
     ] {
         for v in check_review(&MirrorPolicy::default(), review).expect("mirror kind") {
             assert!(v.message.len() < 200, "{} chars: {}", v.message.len(), v.message);
@@ -169,9 +170,8 @@ fn fixture_messages_are_short_sentences() {
 
 #[test]
 fn pod_fixture_is_not_mine() {
-    let review = include_str!(
-        "../../../tests/fixtures/admissionreview/v1.26/pod-create-basic-validate.json"
-    );
+    let review =
+        include_str!("../../tests/fixtures/admissionreview/v1.26/pod-create-basic-validate.json");
     assert_eq!(check_review(&MirrorPolicy::default(), review), None);
 }
 
