@@ -255,7 +255,8 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         authorizer,
         parsed_reviews: Arc::default(),
         bodies: Arc::default(),
-        require_client_cert: config.clients.client_ca.is_some(),
+        // (server::start decides it, from the client CA it loads)
+        require_client_cert: false,
         token_reviews: Arc::new(TokenBucket::new(config.clients.token_reviews)),
         access_reviews: Arc::new(TokenBucket::for_access_reviews(
             config.clients.token_reviews,

@@ -144,8 +144,9 @@ pub struct AppState {
     pub parsed_reviews: Arc<parsed_reviews::ParsedReviews>,
     /// The budget of request body bytes in flight, taken before a byte is read.
     pub bodies: Arc<body_budget::BodyBudget>,
-    /// `/mutate` and `/validate` answer only connections with a verified client certificate
-    /// (set by [`start`] from [`ClientAccess::client_ca`]).
+    /// `/mutate` and `/validate` answer only connections with a verified client certificate.
+    /// Set by [`start`] alone, from [`ClientAccess::client_ca`]: whatever a caller puts here
+    /// is replaced.
     pub require_client_cert: bool,
     /// The TokenReviews dry-run callers may cost the apiserver.
     pub token_reviews: Arc<TokenBucket>,
