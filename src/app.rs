@@ -1,6 +1,6 @@
 //! The composition root: turns a [`Config`] into a running webhook. [`build`] wires every layer
 //! exactly once (metrics, policy, registry client behind the address guard and the cache, the
-//! Kubernetes API or its absence, credentials, the pinner, the policy file watcher, the
+//! Kubernetes API or its absence, credentials, the pinner, the policy file's reload, the
 //! self-managed certificates when asked for) for both
 //! `pinhook serve` and the integration tests, so what the tests start is what ships. Also
 //! builds the resolver `pinhook resolve` uses and loads docker credential files.
@@ -27,10 +27,10 @@ use crate::cluster::{Authorizer, KubeAuthorizer, KubeNamespaces, NamespaceLabels
 use crate::metrics::Metrics;
 use crate::own_namespace;
 use crate::policy::{Policy, PolicyError, PolicyHandle};
-use crate::policy_watcher;
+use crate::policy_reload;
 
 use crate::kube_client::{kube_client, KubeAccess, KubeClientError};
-use crate::policy_watcher::PolicySource;
+use crate::policy_reload::PolicySource;
 use crate::reference::{PinForm, Reference};
 use crate::registry::credentials::node::{self, DockerConfigError, NodeCredentialsError};
 use crate::registry::provider::ProviderFiles;
@@ -136,7 +136,7 @@ pub struct App {
     state: AppState,
     resolver: Arc<CachingResolver>,
     policy: PolicyHandle,
-    watcher: Option<PolicyWatcher>,
+    reload: Option<PolicyReload>,
     own_namespace: Option<(kube::Client, own_namespace::Config)>,
     shutdown_delay: Duration,
 }
@@ -148,7 +148,7 @@ pub struct RunningApp {
     /// The cache every review resolves through.
     pub resolver: Arc<CachingResolver>,
     pub policy: PolicyHandle,
-    watcher: Option<tokio::task::JoinHandle<()>>,
+    reload: Option<tokio::task::JoinHandle<()>>,
     /// Keeps the managed certificates while it lives.
     _managed: Option<ManagedTls>,
     /// Keeps the own namespace labelled and the webhooks at their annotated failurePolicy.
@@ -167,7 +167,7 @@ pub struct ResolveConfig {
 }
 
 /// Re-reads the policy file, and re-applies its `registries.hosts` to the registry client.
-struct PolicyWatcher {
+struct PolicyReload {
     path: PathBuf,
     stack: Stack,
 }
@@ -244,8 +244,8 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         loop_ledger,
         revision_pods,
     });
-    let watcher = match config.policy {
-        PolicySource::File(path) => Some(PolicyWatcher { path, stack }),
+    let reload = match config.policy {
+        PolicySource::File(path) => Some(PolicyReload { path, stack }),
         PolicySource::Fixed(_) => None,
     };
     let state = AppState {
@@ -270,7 +270,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         state,
         resolver: cache,
         policy: handle,
-        watcher,
+        reload,
         own_namespace,
         shutdown_delay: config.shutdown_delay,
     })
@@ -340,10 +340,10 @@ impl App {
         let own_namespace = self
             .own_namespace
             .map(|(client, config)| own_namespace::start(client, config));
-        let watcher = self.watcher.map(|watcher| {
-            let PolicyWatcher { path, stack } = watcher;
+        let reload = self.reload.map(|reload| {
+            let PolicyReload { path, stack } = reload;
             let reconfigure = stack.reload();
-            tokio::spawn(policy_watcher::watch_policy(
+            tokio::spawn(policy_reload::reload_on_change(
                 path,
                 self.policy.clone(),
                 reconfigure,
@@ -354,7 +354,7 @@ impl App {
             metrics,
             resolver: self.resolver,
             policy: self.policy,
-            watcher,
+            reload,
             _managed: managed,
             own_namespace,
             shutdown_delay: self.shutdown_delay,
@@ -379,8 +379,8 @@ impl RunningApp {
             "shutting down: readiness off, serving while endpoints drain, then finishing in-flight requests"
         );
         self.server.shutdown(self.shutdown_delay).await?;
-        if let Some(watcher) = self.watcher {
-            watcher.abort();
+        if let Some(reload) = self.reload {
+            reload.abort();
         }
         if let Some(own_namespace) = self.own_namespace {
             own_namespace.abort();
@@ -443,7 +443,7 @@ mod tests {
             .await
             .expect("builds");
         assert_eq!(app.policy.current().policy, policy);
-        assert!(app.watcher.is_none(), "a fixed policy is not watched");
+        assert!(app.reload.is_none(), "a fixed policy is not reloaded");
         assert!(app.state.authorizer.is_none());
         assert_eq!(app.listen, SocketAddr::from(([127, 0, 0, 1], 0)));
     }
@@ -457,7 +457,7 @@ mod tests {
             .await
             .expect("builds");
         assert_eq!(app.policy.current().policy.mode, crate::policy::Mode::Audit);
-        assert_eq!(app.watcher.map(|w| w.path), Some(path));
+        assert_eq!(app.reload.map(|r| r.path), Some(path));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::certs::{CertRequest, CertsConfig};
 use crate::check::{self, CheckConfig, Remote, Target};
 use crate::kube_client::KubeAccess;
 use crate::policy::FormSetting;
-use crate::policy_watcher::PolicySource;
+use crate::policy_reload::PolicySource;
 use crate::reference::{PinForm, Reference, ReferenceError};
 use crate::registry::provider::{ProviderFiles, Settings as ProviderSettings};
 use crate::registry::{CacheConfig, RegistryConfig};

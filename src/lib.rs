@@ -17,7 +17,7 @@
 //!   keyring, credentials and credential plugins, pull secrets, the address guard.
 //! - [`cluster`]: namespace labels and dry-run callers through the Kubernetes API.
 //! - [`lease`]: leader election on a Lease, for the certificates' writer and the watch.
-//! - [`policy_watcher`]: re-reads the policy file when it changes.
+//! - [`policy_reload`]: re-reads the policy file when it changes.
 //! - [`admission`]: AdmissionReview wire types, the pure decision core, the I/O pipeline,
 //!   `/mutate`, `/validate` and the dry run.
 //! - [`metrics`]: every Prometheus metric pinhook exports.
@@ -51,7 +51,7 @@ pub mod mirror_guard;
 pub mod own_namespace;
 pub mod owners;
 pub mod policy;
-pub mod policy_watcher;
+pub mod policy_reload;
 pub mod reference;
 pub mod registry;
 pub mod server;

@@ -18,7 +18,7 @@ use crate::certs::CertRequest;
 use crate::kube_client::KubeAccess;
 use crate::own_namespace;
 use crate::policy::Policy;
-use crate::policy_watcher::PolicySource;
+use crate::policy_reload::PolicySource;
 use crate::server::{ClientAccess, ConnectionLimits, TokenReviewLimit};
 
 #[derive(Debug, Args)]

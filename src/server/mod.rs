@@ -18,7 +18,7 @@
 //! body budget gets 429 before it is read, every request and connection
 //! is bounded in time, and no blocking work runs on the async workers (manifest parsing goes
 //! to `spawn_blocking`, a few bodies at a time; files are read with `tokio::fs`). The policy
-//! file's watcher is [`crate::policy_watcher`]'s.
+//! file's reload is [`crate::policy_reload`]'s.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -127,7 +127,7 @@ pub(super) async fn serving(
             in_service(&expiry, not_after);
             let tls = RustlsConfig::from_config(config);
             let reloader =
-                tokio::spawn(watch_certificates(tls.clone(), clients, cert, key, expiry));
+                tokio::spawn(reload_certificates(tls.clone(), clients, cert, key, expiry));
             Ok((tls, reloader))
         }
         ServerTls::Watched(mut pairs) => {
@@ -148,7 +148,7 @@ pub(super) async fn serving(
 
 /// Reloads the certificate when the files change (a mounted Secret is updated in place).
 /// A bad new pair keeps the old one serving; existing connections are not touched.
-async fn watch_certificates(
+async fn reload_certificates(
     tls: RustlsConfig,
     clients: Clients,
     cert: PathBuf,

@@ -9,7 +9,7 @@ use pinhook::app::{self, Overrides, TlsSource};
 use pinhook::cluster::{Authorizer, NamespaceLabels, NoNamespaces};
 use pinhook::kube_client::KubeAccess;
 use pinhook::policy::{FormSetting, Policy, PolicyHandle};
-use pinhook::policy_watcher::PolicySource;
+use pinhook::policy_reload::PolicySource;
 use pinhook::reference::PinForm;
 use pinhook::registry::pull_secrets::{NodeOnly, PullSecrets};
 use pinhook::registry::{CacheConfig, CachingResolver, RegistryConfig};

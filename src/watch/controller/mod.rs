@@ -36,7 +36,7 @@ use crate::lease::LeaseLock;
 use crate::metrics::Metrics;
 use crate::policy::PolicyError;
 use crate::policy::PolicyHandle;
-use crate::policy_watcher::PolicySource;
+use crate::policy_reload::PolicySource;
 use crate::registry::credentials::node;
 use crate::registry::credentials::node::NodeCredentialsError;
 use crate::registry::provider::ProviderFiles;
@@ -161,7 +161,7 @@ pub async fn run(config: WatchConfig) -> Result<(), WatchRunError> {
     let policy_watch = match &config.policy {
         PolicySource::File(path) => {
             let reconfigure = stack.reload();
-            Some(tokio::spawn(crate::policy_watcher::watch_policy(
+            Some(tokio::spawn(crate::policy_reload::reload_on_change(
                 path.clone(),
                 watch.policy().clone(),
                 reconfigure,

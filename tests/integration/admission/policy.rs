@@ -574,7 +574,7 @@ async fn policy_reload_under_load_drops_no_request() {
     );
     std::fs::write(&path, format!("mode: enforce\n{allow_host}")).expect("write");
     let handle: PolicyHandle = world.pinhook.policy.clone();
-    let watcher = tokio::spawn(pinhook::policy_watcher::watch_policy(
+    let watcher = tokio::spawn(pinhook::policy_reload::reload_on_change(
         path.clone(),
         handle.clone(),
         |_| Ok(()),

@@ -28,9 +28,9 @@ pub enum ReloadError {
     ApplyPanicked(#[source] tokio::task::JoinError),
 }
 
-/// Watches `path` for ever, replacing `handle`'s policy with each valid new version. `apply`
+/// Reads `path` for changes for ever, replacing `handle`'s policy with each valid new version. `apply`
 /// runs the policy's side settings (registry hosts) before it takes effect.
-pub async fn watch_policy<F>(path: PathBuf, handle: PolicyHandle, apply: F)
+pub async fn reload_on_change<F>(path: PathBuf, handle: PolicyHandle, apply: F)
 where
     F: Fn(&CompiledPolicy) -> Result<(), HostCaError> + Send + Sync + 'static,
 {
