@@ -5,16 +5,20 @@
 
 use std::time::Duration;
 
-/// A Go duration's sign: kubelet refuses a negative `defaultCacheDuration` by name.
+/// What a Go duration is: kubelet refuses a negative `defaultCacheDuration` by name, and Go
+/// refuses one past `i64` nanoseconds (about 292 years), which a reader that clamps may still
+/// take as its length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GoDuration {
     NonNegative(Duration),
     Negative,
+    /// Longer than Go reads (`time.ParseDuration` says "invalid duration"), but a `Duration`.
+    PastGoLimit(Duration),
 }
 
 /// Go's `time.ParseDuration`: an optional sign, then one or more decimal numbers each with a
 /// unit (`ns`, `us`, `µs`, `μs`, `ms`, `s`, `m`, `h`), such as `300ms`, `1.5h` or `2h45m`; `0`
-/// alone is zero. `None` for anything else.
+/// alone is zero. `None` for anything else, and for a length no `Duration` holds.
 pub fn parse(text: &str) -> Option<GoDuration> {
     let (negative, mut rest) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
@@ -52,9 +56,16 @@ pub fn parse(text: &str) -> Option<GoDuration> {
         nanos += value * scale;
         rest = &rest[unit_end..];
     }
-    // Go refuses durations past ~292 years.
-    if !nanos.is_finite() || nanos > i64::MAX as f64 {
+    if !nanos.is_finite() {
         return None;
+    }
+    // Go refuses durations past ~292 years.
+    if nanos > i64::MAX as f64 {
+        let duration = Duration::try_from_secs_f64(nanos / 1e9).ok()?;
+        return Some(match negative {
+            true => GoDuration::Negative,
+            false => GoDuration::PastGoLimit(duration),
+        });
     }
     Some(match negative && nanos > 0.0 {
         true => GoDuration::Negative,
@@ -86,12 +97,26 @@ mod tests {
         assert_eq!(parse(text), expected, "{text:?}");
     }
 
-    /// Past what Go reads: a sign is allowed, more than about 292 years or an exponent is not.
+    /// A sign is allowed; an exponent, or a length no `Duration` holds, is not.
     #[rstest]
     #[case("+10s", Some(GoDuration::NonNegative(Duration::from_secs(10))))]
-    #[case("3000000000000000h", None)]
+    #[case("10000000000000000000s10000000000000000000s", None)]
     #[case("1e400s", None)]
     fn past_go_limits(#[case] text: &str, #[case] expected: Option<GoDuration>) {
         assert_eq!(parse(text), expected, "{text:?}");
+    }
+
+    /// Past Go's limit but a `Duration`: Go refuses it, a reader that clamps may take it; past
+    /// what a `Duration` holds, nothing is.
+    #[test]
+    fn past_go_limit_is_named() {
+        match parse("3000000000000000h") {
+            Some(GoDuration::PastGoLimit(duration)) => {
+                assert!(duration > Duration::from_secs(10_000_000_000_000_000_000))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse("-3000000000000000h"), Some(GoDuration::Negative));
+        assert_eq!(parse("300000000000000000h"), None);
     }
 }

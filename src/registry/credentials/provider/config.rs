@@ -216,7 +216,8 @@ fn validate(
             Some(GoDuration::Negative) => {
                 return Err(problem("defaultCacheDuration must be at least 0".into()))
             }
-            None => {
+            // (past about 292 years Go's parser refuses it, and so kubelet)
+            Some(GoDuration::PastGoLimit(_)) | None => {
                 return Err(problem(format!(
                     "defaultCacheDuration {text:?} is not a duration"
                 )))
