@@ -127,23 +127,49 @@ async fn plan_document(
     default_namespace: &str,
     budget: Duration,
 ) -> Result<ObjectReport, DocumentError> {
+    // The document is taken apart, not copied: its object is what the dry runs' memory pool
+    // charged for, and the patched object replaces it.
+    let Document {
+        index,
+        source,
+        object,
+    } = document;
     let fail = |error: ObjectError| DocumentError {
-        index: document.index.clone(),
-        source: document.source.clone(),
+        index: index.clone(),
+        source: source.clone(),
         error: error_chain(&error),
     };
-    let object = document
-        .object
-        .clone()
-        .map_err(|e| fail(ObjectError::Read(e)))?;
+    let object = object.map_err(|e| fail(ObjectError::Read(e)))?;
     let identity = Identity::of(&object, default_namespace).map_err(&fail)?;
-    let target = Target {
+    let plan = pinner
+        .plan(&dry_run_target(&identity, &object, memo), budget)
+        .await
+        .map_err(|e| fail(ObjectError::Plan(e)))?;
+    let patched = patched_object(object, &plan).map_err(&fail)?;
+    // `/validate` sees the object after `/mutate` patched it: judge the patched object.
+    let validation = pinner
+        .check_pinned(&dry_run_target(&identity, &patched, memo))
+        .await
+        .map_err(|e| fail(ObjectError::Plan(e)))?;
+    Ok(object_report(
+        (index, source),
+        identity,
+        plan,
+        validation,
+        patched,
+    ))
+}
+
+/// What the pipeline is asked about `object`: a CREATE that records nothing, resolved
+/// through the dry run's memo.
+fn dry_run_target<'a>(identity: &'a Identity, object: &'a Value, memo: &'a RunMemo) -> Target<'a> {
+    Target {
         view: Object {
             group: &identity.group,
             kind: &identity.kind,
             subresource: "",
             namespace: &identity.namespace,
-            object: &object,
+            object,
             old_object: None,
             user: "",
         },
@@ -151,37 +177,18 @@ async fn plan_document(
         creating: true,
         dry_run: true,
         resolver: Some(memo),
-    };
-    let plan = pinner
-        .plan(&target, budget)
-        .await
-        .map_err(|e| fail(ObjectError::Plan(e)))?;
-    let patched = patched_object(&object, &plan).map_err(&fail)?;
-    // `/validate` sees the object after `/mutate` patched it: judge the patched object.
-    let validation = pinner
-        .check_pinned(&Target {
-            view: Object {
-                object: &patched,
-                ..target.view
-            },
-            ..target
-        })
-        .await
-        .map_err(|e| fail(ObjectError::Plan(e)))?;
-    Ok(object_report(
-        &document, identity, plan, validation, patched,
-    ))
+    }
 }
 
-fn patched_object(object: &Value, plan: &Plan) -> Result<Value, ObjectError> {
+/// `object` with `plan`'s patch applied (in place: no copy).
+fn patched_object(mut object: Value, plan: &Plan) -> Result<Value, ObjectError> {
     let patch = plan.patch().map_err(ObjectError::Patch)?;
-    let mut patched = object.clone();
-    json_patch::patch(&mut patched, &patch).map_err(ObjectError::Apply)?;
-    Ok(patched)
+    json_patch::patch(&mut object, &patch).map_err(ObjectError::Apply)?;
+    Ok(object)
 }
 
 fn object_report(
-    document: &Document,
+    (index, source): (String, Option<String>),
     identity: Identity,
     plan: Plan,
     validation: Plan,
@@ -209,8 +216,8 @@ fn object_report(
         });
     }
     ObjectReport {
-        index: document.index.clone(),
-        source: document.source.clone(),
+        index,
+        source,
         api_version: identity.api_version,
         kind: identity.kind,
         namespace: identity.namespace,

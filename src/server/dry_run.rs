@@ -138,31 +138,42 @@ async fn dry_run_answer(
         .map_err(Refusal::Body)?;
     let pool = &state.parsed_reviews.dry_runs;
     let cost = parsed_reviews::dry_run_cost(body.len());
-    let _documents_share =
-        pool.take(cost, SHARE_WAIT)
-            .await
-            .map_err(|refused| Failure::DryRunRefused {
-                busy: refused == NoShare::Busy,
-                bytes: body.len(),
-                cost,
-                budget: pool.budget(),
-            })?;
-    let documents = parse_manifests(body).await?;
+    let share = pool
+        .take(cost, SHARE_WAIT)
+        .await
+        .map_err(|refused| Failure::DryRunRefused {
+            busy: refused == NoShare::Busy,
+            bytes: body.len(),
+            cost,
+            budget: pool.budget(),
+        })?;
+    // The share goes into the parse and comes back with the documents: a caller that hangs up
+    // mid-parse does not free it while the parser still builds them.
+    let (documents, _documents_share) = parse_manifests(body, share).await?;
     drop(_body_share);
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
     authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
     info!(user = %caller.username, documents = documents.len(), "dry run");
-    // (credential programs run for the caller's default namespace: fair shares between tenants)
+    // Credential programs run on the caller's account (fair shares, remembered failures): not
+    // on a namespace's, which `?namespace=` names without being authorised when every
+    // document names its own, and whose admissions a caller must not cost anything. (No
+    // namespace holds a `:`.)
+    let tenant = format!("dry-run:{}", caller.username);
     let report = for_tenant(
-        &namespace,
+        &tenant,
         dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET),
     )
     .await;
     Ok(serde_json::to_vec(&report).map_err(Failure::EncodeReport)?)
 }
 
-/// Reads a manifest body on the blocking pool, at most [`MANIFEST_PARSERS`] at a time.
-async fn parse_manifests(body: Bytes) -> Result<Vec<Document>, Failure> {
+/// Reads a manifest body on the blocking pool, at most [`MANIFEST_PARSERS`] at a time, holding
+/// `share` (of the dry runs' memory pool) while it parses and handing it back with the
+/// documents.
+async fn parse_manifests(
+    body: Bytes,
+    share: parsed_reviews::Share,
+) -> Result<(Vec<Document>, parsed_reviews::Share), Failure> {
     let permit = MANIFEST_PARSER_PERMITS
         .acquire()
         .await
@@ -177,7 +188,8 @@ async fn parse_manifests(body: Bytes) -> Result<Vec<Document>, Failure> {
             max_scalar_bytes: body.len(),
             ..documents::ParseLimits::default()
         };
-        documents::parse_within(text, None, &limits).map_err(Failure::Documents)
+        let documents = documents::parse_within(text, None, &limits).map_err(Failure::Documents)?;
+        Ok((documents, share))
     })
     .await
     .map_err(Failure::ParserFailed)?
@@ -273,12 +285,22 @@ mod tests {
 
     #[tokio::test]
     async fn manifests_are_parsed_on_the_blocking_pool_and_must_be_utf8() {
+        let pool = parsed_reviews::Pool::new(1 << 20);
+        let share = || pool.take(1 << 20, Duration::ZERO);
         let body = Bytes::from_static(b"apiVersion: v1\nkind: Pod\n---\nkind: Job\n");
-        let documents = parse_manifests(body).await.expect("parses");
-        assert_eq!(documents.len(), 2);
-        let failure = parse_manifests(Bytes::from_static(b"kind: \xff"))
+        let (documents, held) = parse_manifests(body, share().await.expect("a share"))
             .await
-            .expect_err("not UTF-8");
+            .expect("parses");
+        assert_eq!(documents.len(), 2);
+        assert!(share().await.is_err(), "the share comes back held");
+        drop(held);
+        let failure = parse_manifests(
+            Bytes::from_static(b"kind: \xff"),
+            share().await.expect("given back"),
+        )
+        .await
+        .expect_err("not UTF-8");
+        assert!(share().await.is_ok(), "a refused body gives its share back");
         assert_eq!(failure.status(), 400);
         assert_eq!(failure.message(), "the body is not UTF-8 text");
         assert_eq!(

@@ -24,7 +24,9 @@
 
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 pub use crate::admission::failure::Refused;
 
@@ -121,7 +123,7 @@ pub struct ParsedReviews {
 /// [`ParsedReviews`]'s two, and the dry runs' (`server::dry_run`).
 #[derive(Debug)]
 pub struct Pool {
-    bytes: Semaphore,
+    bytes: Arc<Semaphore>,
     budget: usize,
 }
 
@@ -136,8 +138,8 @@ pub enum NoShare {
 
 /// The share a review (or a dry run) holds while it is decided.
 #[derive(Debug)]
-pub struct Share<'a> {
-    _permit: SemaphorePermit<'a>,
+pub struct Share {
+    _permit: OwnedSemaphorePermit,
 }
 
 impl Default for ParsedReviews {
@@ -157,7 +159,7 @@ impl ParsedReviews {
 
     /// Waits, at most `wait`, for the share of a review whose body is `body`: its
     /// [`parsed_cost`], from the pool of its size.
-    pub async fn admit(&self, body: &[u8], wait: Duration) -> Result<Share<'_>, Refused> {
+    pub async fn admit(&self, body: &[u8], wait: Duration) -> Result<Share, Refused> {
         let pool = if body.len() <= SMALL_BODY {
             &self.small
         } else {
@@ -185,7 +187,7 @@ impl Pool {
     pub fn new(budget: usize) -> Pool {
         let budget = budget.clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
         Pool {
-            bytes: Semaphore::new(budget),
+            bytes: Arc::new(Semaphore::new(budget)),
             budget,
         }
     }
@@ -198,7 +200,7 @@ impl Pool {
     /// Waits, at most `wait`, for a share of `cost` bytes; a cost over the whole budget is
     /// refused at once. Waiters try again every few milliseconds, not in a queue, so a large
     /// share the pool cannot give yet never holds up a smaller one it can.
-    pub async fn take(&self, cost: usize, wait: Duration) -> Result<Share<'_>, NoShare> {
+    pub async fn take(&self, cost: usize, wait: Duration) -> Result<Share, NoShare> {
         let cost = cost.max(1);
         if cost > self.budget {
             return Err(NoShare::TooCostly);
@@ -207,7 +209,7 @@ impl Pool {
         let want = u32::try_from(cost).map_err(|_| NoShare::TooCostly)?;
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            match self.bytes.try_acquire_many(want) {
+            match self.bytes.clone().try_acquire_many_owned(want) {
                 Ok(permit) => return Ok(Share { _permit: permit }),
                 Err(TryAcquireError::NoPermits) => {}
                 Err(TryAcquireError::Closed) => return Err(NoShare::Busy),

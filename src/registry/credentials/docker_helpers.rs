@@ -226,6 +226,14 @@ impl CredentialSource for DockerHelpers {
         let key = (helper.to_string(), server.clone());
         let tenant = limits::current_tenant();
         let failed = (tenant.clone(), helper.to_string(), server.clone());
+        // A cached answer first: a failure remembered for this tenant (its admission gave up
+        // while another's run went on and succeeded) never hides one.
+        if let Some(answer) = self.answers.get(&key).await {
+            return Provided {
+                entries: answer.iter().map(|c| (server.clone(), c.clone())).collect(),
+                warnings: Vec::new(),
+            };
+        }
         if let Some(error) = self.failures.get(&failed) {
             return no_credentials(
                 helper,
@@ -262,10 +270,13 @@ impl CredentialSource for DockerHelpers {
         let asked = self.answers.try_get_with(key, run).await;
         stall.key = None;
         match asked {
-            Ok(answer) => Provided {
-                entries: answer.iter().map(|c| (server.clone(), c.clone())).collect(),
-                warnings: Vec::new(),
-            },
+            Ok(answer) => {
+                self.failures.invalidate(&failed);
+                Provided {
+                    entries: answer.iter().map(|c| (server.clone(), c.clone())).collect(),
+                    warnings: Vec::new(),
+                }
+            }
             Err(e) => {
                 warn!(helper, server, error = %e, "docker credential helper failed");
                 if !matches!(*e, HelperError::Busy { .. }) {
@@ -502,6 +513,24 @@ mod tests {
             warning.contains("no answer before the admission stopped waiting"),
             "{warning}"
         );
+    }
+
+    /// A failure remembered for a tenant whose admission gave up never hides the answer
+    /// another admission of the same tenant waited for: A stops waiting while the helper runs
+    /// (a stall is remembered), B goes on waiting and gets the credential, and C, after both,
+    /// gets it from the cache.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_remembered_stall_never_hides_a_cached_answer() {
+        let (_dir, _runs, slow) =
+            helper_script(r#"sleep 0.5; echo '{"Username":"u","Secret":"s"}'"#);
+        let a = limits::for_tenant("team-a", slow.provide("a.example/team/x"));
+        let b = limits::for_tenant("team-a", slow.provide("a.example/team/y"));
+        let (a, b) = tokio::join!(tokio::time::timeout(Duration::from_millis(150), a), b);
+        assert!(a.is_err(), "A stopped waiting");
+        assert_eq!(b.entries.len(), 1, "{:?}", b.warnings);
+        let c = limits::for_tenant("team-a", slow.provide("a.example/team/z")).await;
+        assert_eq!(c.entries.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
     #[test]
