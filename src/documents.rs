@@ -124,26 +124,53 @@ fn as_json(text: &str) -> Option<&str> {
 }
 
 /// At least as many values as the JSON `text` holds: every value but a container's first
-/// follows a `,`, and a first one follows a `[` or `{` (counted outside strings).
+/// follows a `,`, and a first one follows a `[` or `{`.
 fn json_values_at_most(text: &str) -> usize {
-    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
-    for byte in text.bytes() {
-        if in_string {
+    let shape = JsonShape::of(text.as_bytes());
+    1usize
+        .saturating_add(shape.commas)
+        .saturating_add(shape.objects)
+        .saturating_add(shape.arrays)
+}
+
+/// What a JSON text is made of, counted outside strings (a `{` or `,` inside one, JSON in an
+/// annotation, is text), in one pass over its bytes and without parsing it: what bounds and
+/// estimates of its parsed size read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JsonShape {
+    pub objects: usize,
+    pub arrays: usize,
+    pub commas: usize,
+    pub strings: usize,
+}
+
+impl JsonShape {
+    pub fn of(bytes: &[u8]) -> JsonShape {
+        let mut shape = JsonShape::default();
+        let (mut in_string, mut escaped) = (false, false);
+        for &byte in bytes {
+            if in_string {
+                match byte {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
             match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
+                b'"' => {
+                    in_string = true;
+                    shape.strings += 1;
+                }
+                b'{' => shape.objects += 1,
+                b'[' => shape.arrays += 1,
+                b',' => shape.commas += 1,
                 _ => {}
             }
-            continue;
         }
-        match byte {
-            b'"' => in_string = true,
-            b',' | b'[' | b'{' => count += 1,
-            _ => {}
-        }
+        shape
     }
-    count
 }
 
 /// What the documents read so far left of the values and scalar bytes.

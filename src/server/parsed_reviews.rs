@@ -28,6 +28,8 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
+use crate::documents::JsonShape;
+
 pub use crate::admission::failure::Refused;
 
 /// Bodies up to this size share [`SMALL_BUDGET`]; larger ones [`LARGE_BUDGET`].
@@ -82,32 +84,11 @@ const RETRY_EVERY: Duration = Duration::from_millis(5);
 /// strings (a `{` or `,` inside one, JSON in an annotation, is text). Calibrated on the review
 /// naming a pull Secret 100,000 times (about 67 MB estimated, 65 MB measured).
 pub fn parsed_cost(body: &[u8]) -> usize {
-    let (mut objects, mut values, mut strings) = (0usize, 0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &byte in body {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match byte {
-            b'"' => {
-                in_string = true;
-                strings += 1;
-            }
-            b'{' => objects += 1,
-            b',' => values += 1,
-            _ => {}
-        }
-    }
+    let shape = JsonShape::of(body);
     body.len()
-        .saturating_add(objects.saturating_mul(PER_OBJECT))
-        .saturating_add(values.saturating_mul(PER_VALUE))
-        .saturating_add(strings.saturating_mul(PER_STRING))
+        .saturating_add(shape.objects.saturating_mul(PER_OBJECT))
+        .saturating_add(shape.commas.saturating_mul(PER_VALUE))
+        .saturating_add(shape.strings.saturating_mul(PER_STRING))
 }
 
 /// The shared budgets of one server.

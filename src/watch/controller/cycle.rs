@@ -94,13 +94,7 @@ pub struct WatchParts {
 
 /// The watch's state across cycles.
 pub struct Watch {
-    cluster: Arc<dyn ClusterIo>,
-    policy: PolicyHandle,
-    resolver: Arc<CachingResolver>,
-    secrets: Arc<dyn PullSecrets>,
-    namespaces: Arc<dyn NamespaceLabels>,
-    metrics: Arc<Metrics>,
-    settings: CycleSettings,
+    parts: WatchParts,
     /// What the last cycle found worth an Event, and its tag moves (for the counter).
     previous: tokio::sync::Mutex<EventMemory>,
     /// The last cycle's inventory, for `/inventory`.
@@ -120,23 +114,8 @@ pub enum CycleError {
 
 impl Watch {
     pub fn new(parts: WatchParts) -> Watch {
-        let WatchParts {
-            cluster,
-            policy,
-            resolver,
-            secrets,
-            namespaces,
-            metrics,
-            settings,
-        } = parts;
         Watch {
-            cluster,
-            policy,
-            resolver,
-            secrets,
-            namespaces,
-            metrics,
-            settings,
+            parts,
             previous: tokio::sync::Mutex::new(EventMemory::default()),
             inventory: std::sync::RwLock::new(None),
             mirror_keyrings: MirrorKeyrings::new(),
@@ -145,12 +124,12 @@ impl Watch {
 
     /// The policy the cycles judge by (the policy watcher replaces what it holds).
     pub fn policy(&self) -> &PolicyHandle {
-        &self.policy
+        &self.parts.policy
     }
 
     /// The metrics the cycles record.
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+        &self.parts.metrics
     }
 
     /// The last cycle's inventory; `None` before this replica's first cycle.
@@ -167,7 +146,7 @@ impl Watch {
     /// One cycle over `pods` (the running Pods as the Pod watch has them).
     pub async fn recheck(&self, pods: &[PodRecord]) -> Result<CycleSummary, CycleError> {
         let started = std::time::Instant::now();
-        let policy = self.policy.current();
+        let policy = self.parts.policy.current();
         let pods = recheck::running(pods);
         let mut summary = CycleSummary {
             pods: pods.len(),
@@ -175,7 +154,7 @@ impl Watch {
         };
         // Modes first: a namespace whose label cannot be read is left as it is this cycle.
         let modes = self.modes_of(&policy, recheck::namespaces(&pods)).await;
-        self.resolver.expire_all();
+        self.parts.resolver.expire_all();
         let parsed = ParsedImages::of(&pods);
         let (distinct, lookups, checks) = self.look_up(&policy, &pods, &modes, &parsed).await;
         (summary.lookups, summary.digest_checks) = distinct;
@@ -190,7 +169,7 @@ impl Watch {
         if let Ok(mut inventory) = self.inventory.write() {
             *inventory = Some(Inventory::from_images(&images));
         }
-        if self.settings.mirrors {
+        if self.parts.settings.mirrors {
             summary.report_writes += self.write_mirror_report(&policy).await;
         }
         info!(
@@ -234,7 +213,7 @@ impl Watch {
     /// The mode of `namespace` as admission judges it; `None` when it cannot be known (a label
     /// never read, or one that is not a mode).
     async fn mode_of(&self, policy: &CompiledPolicy, namespace: &str) -> Option<Mode> {
-        let label = read_mode_label(self.namespaces.as_ref(), namespace, None).await;
+        let label = read_mode_label(self.parts.namespaces.as_ref(), namespace, None).await;
         let mode = policy.namespace_mode(namespace, label);
         match (mode.known, mode.warning) {
             (true, _) => Some(mode.mode),
@@ -266,7 +245,7 @@ impl Watch {
                 images: &request.repositories,
                 sources_deadline: None,
             };
-            let keyring = self.secrets.keyring_for(&context).await;
+            let keyring = self.parts.secrets.keyring_for(&context).await;
             for warning in &keyring.warnings {
                 debug!(namespace = request.namespace, warning, "pull credentials");
             }
@@ -288,7 +267,7 @@ impl Watch {
                 debug!(namespace, warning, "mirror credentials");
             }
         }
-        let resolver = &self.resolver;
+        let resolver = &self.parts.resolver;
         let answered: Vec<(LookupKey, TagLookup, Option<String>)> =
             futures::stream::iter(plan.calls())
                 .map(|lookup| async move {
@@ -355,7 +334,8 @@ impl Watch {
     fn record_states(&self, states: &BTreeMap<&'static str, usize>) {
         for state in ImageState::NAMES {
             let count = states.get(state).copied().unwrap_or(0);
-            self.metrics
+            self.parts
+                .metrics
                 .running_image_gauge(state)
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
@@ -371,8 +351,9 @@ impl Watch {
         modes: &Modes,
     ) -> Result<usize, CycleError> {
         let stored = self
+            .parts
             .cluster
-            .report_digests(self.settings.report_api)
+            .report_digests(self.parts.settings.report_api)
             .await
             .map_err(CycleError::ListReports)?;
         let now = Timestamp::from_system_time(std::time::SystemTime::now());
@@ -407,14 +388,14 @@ impl Watch {
             images,
         } = target;
         let namespace = namespace.as_str();
-        let shape = self.settings.report_api;
+        let shape = self.parts.settings.report_api;
         let fresh = namespace_report(namespace, mode, images.iter().copied(), now, None);
         if recheck::report_unchanged(&fresh, stored.as_ref().and_then(|d| d.as_deref())) {
             return 0;
         }
         let previous = match stored {
             None => None,
-            Some(_) => match self.cluster.namespace_report(shape, namespace).await {
+            Some(_) => match self.parts.cluster.namespace_report(shape, namespace).await {
                 Ok(previous) => previous,
                 Err(error) => {
                     warn!(namespace, error = %error_chain(&error), "cannot read the namespace's PolicyReport");
@@ -430,7 +411,7 @@ impl Watch {
         };
         let write = plan(previous.as_ref(), desired);
         let target = (POLICY_REPORT_KIND, Some(namespace), REPORT_NAME);
-        match self.cluster.write_report(shape, write, target).await {
+        match self.parts.cluster.write_report(shape, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(namespace, error = %error_chain(&error), "cannot write the namespace's PolicyReport");
@@ -445,14 +426,17 @@ impl Watch {
             self.previous
                 .lock()
                 .await
-                .next(images, modes, self.settings.events_per_workload);
-        self.metrics.tag_moved_running.inc_by(events.new_moves);
+                .next(images, modes, self.parts.settings.events_per_workload);
+        self.parts
+            .metrics
+            .tag_moved_running
+            .inc_by(events.new_moves);
         for spec in &events.rate_limited {
             debug!(workload = %spec.regarding.describe(), reason = spec.reason.as_str(), "event rate-limited");
         }
         let mut published = 0;
         for spec in events.publish {
-            match self.cluster.publish(&spec).await {
+            match self.parts.cluster.publish(&spec).await {
                 Ok(()) => published += 1,
                 Err(error) => {
                     warn!(workload = %spec.regarding.describe(), error = %error_chain(&error), "cannot publish an Event")
@@ -479,7 +463,7 @@ impl Watch {
                 "imagecontentpolicies",
             ),
         ];
-        if self.settings.mirror_config_maps {
+        if self.parts.settings.mirror_config_maps {
             kinds.push(("", "v1", "ConfigMap", "configmaps"));
         }
         let mut findings: Vec<MirrorFinding> = Vec::new();
@@ -493,13 +477,23 @@ impl Watch {
                 Err(error) => debug!(kind, error = %error, "unreadable tag-mirror object"),
             };
             let resource = (group, version, kind, plural);
-            if let Err(error) = self.cluster.for_each_object(resource, &mut judge).await {
+            if let Err(error) = self
+                .parts
+                .cluster
+                .for_each_object(resource, &mut judge)
+                .await
+            {
                 warn!(kind, error = %error_chain(&error), "cannot list tag-mirror objects; the ClusterPolicyReport is left as it is");
                 return 0;
             }
         }
-        let shape = self.settings.report_api;
-        let stored = match self.cluster.cluster_report(shape, MIRROR_REPORT_NAME).await {
+        let shape = self.parts.settings.report_api;
+        let stored = match self
+            .parts
+            .cluster
+            .cluster_report(shape, MIRROR_REPORT_NAME)
+            .await
+        {
             Ok(stored) => stored,
             Err(error) => {
                 warn!(error = %error_chain(&error), "cannot read the ClusterPolicyReport");
@@ -510,7 +504,7 @@ impl Watch {
         let desired = mirror_report(policy.policy.mode, &findings, now, stored.as_ref());
         let write = plan(stored.as_ref(), desired);
         let target = (CLUSTER_POLICY_REPORT_KIND, None, MIRROR_REPORT_NAME);
-        match self.cluster.write_report(shape, write, target).await {
+        match self.parts.cluster.write_report(shape, write, target).await {
             Ok(wrote) => usize::from(wrote),
             Err(error) => {
                 warn!(error = %error_chain(&error), "cannot write the ClusterPolicyReport");
