@@ -17,7 +17,8 @@
 //! fit); a review's secret names are read once each, at most [`MAX_PULL_SECRETS`], and every
 //! loop over them yields to the scheduler. What a review keeps of them, parsed, is held to its
 //! shares of [`SecretBudget`] (per review, per namespace, in all): the first Secret past a
-//! share and those after it are not used, with one warning.
+//! share and those after it are not used. Past the review's own share that is a refusal, like a
+//! malformed Secret (the ones not read may be such); past a share other reviews hold, a warning.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::keyring::{Keyring, KeyringError};
-use super::secret_budget::SecretBudget;
+use super::secret_budget::{SecretBudget, Short};
 use crate::shares::Taken;
 
 /// Distinct pull secret names read for one pod; the rest are not read (with a warning). A
@@ -274,10 +275,23 @@ impl PullSecrets for KubeSecrets {
                                     0 => String::new(),
                                     rest => format!(" and the {rest} after it"),
                                 };
-                                warnings.push(format!(
-                                    "pinhook: imagePullSecret {}/{name}{more} not used: {short}",
+                                let line = format!(
+                                    "imagePullSecret {}/{name}{more} not used: {short}",
                                     pod.namespace
-                                ));
+                                );
+                                match short {
+                                    // The Pod's own doing, and the Secrets not read may be
+                                    // ones kubelet refuses: judged as such, never passed
+                                    // over (issue 44).
+                                    Short::Review(_) => refused.push(format!(
+                                        "{line}, so pinhook cannot judge this Pod's pulls"
+                                    )),
+                                    // Other reviews in flight hold the shares: a retry's
+                                    // matter, which must not cost this Pod a denial.
+                                    Short::Namespace(_) | Short::All(_) => {
+                                        warnings.push(format!("pinhook: {line}"))
+                                    }
+                                }
                                 break;
                             }
                             keyring.merge(parsed);
