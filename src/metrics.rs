@@ -116,6 +116,9 @@ pub struct Metrics {
     pub credential_provider_errors: Family<ProviderErrorLabels, Counter>,
     pub connections_open: Gauge,
     pub connections_refused: Counter,
+    /// Client connections of the HTTPS listener closed, with no request under way, to make
+    /// room for an address holding fewer.
+    pub connections_evicted: Counter,
     /// Requests refused at once (429) because their body did not fit the body budget.
     pub bodies_refused: Counter,
     /// `pinhook watch`: running images (one per container of each Pod) by state, as the last
@@ -208,6 +211,12 @@ impl Metrics {
             "Client connections closed at once because --max-connections were open",
             connections_refused.clone(),
         );
+        let connections_evicted = Counter::default();
+        registry.register(
+            "connections_evicted",
+            "Client connections with no request under way closed, when --max-connections were open, to make room for an address holding fewer",
+            connections_evicted.clone(),
+        );
         let bodies_refused = Counter::default();
         registry.register(
             "request_bodies_refused",
@@ -276,6 +285,7 @@ impl Metrics {
             tag_moved_running,
             connections_open,
             connections_refused,
+            connections_evicted,
             bodies_refused,
             credential_provider_execs,
             credential_provider_errors,

@@ -1,20 +1,22 @@
-//! Bounds on the clients' connections to the HTTPS listener: how many may be open at once
-//! (counted from the TCP accept, so TLS handshakes count too), how many of them one peer
-//! address may hold ([`PEER_CONNECTIONS`]), and how long one may stay open with no byte
-//! crossing it either way. A client that opens connections and sends nothing (idle TLS
-//! connections by the thousand, a slowloris) takes at most its address's share: it cannot take
-//! the slots, the file descriptors or the memory `/healthz` and the apiservers need.
+//! Bounds on the clients' connections to a listener: how many may be open at once (counted
+//! from the TCP accept, so TLS handshakes count too), how many of them one peer address may
+//! hold (`peers`), and how long one may stay open with no byte crossing it either way. A client
+//! that opens connections and sends nothing (idle TLS connections by the thousand, a slowloris)
+//! takes at most its address's share: it cannot take the slots, the file descriptors or the
+//! memory `/healthz` and the apiservers need. On the HTTPS listener
+//! ([`LimitedAcceptor::evicting`]) a full listener also makes room for an address holding fewer
+//! than another (`peers`): several flooding addresses cannot together shut the apiserver out.
 //!
 //! The bounds on requests (header read time, 413 on an announced body over the limit, body and
 //! request timeouts) are `keep_alive`'s (header read time), tower-http's (the body limit) and
 //! `bounds`' (the body and request timeouts), set up with [`ConnectionLimits`]'s values.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::AtomicU8;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,12 +27,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-/// Connections one peer address may hold open at once. The apiserver's webhook client speaks
-/// HTTP/1.1 only (docs/performance.md), one connection per review in flight, and every review
-/// of every tenant comes from its address: this is room for a rollout's bursts, not a few.
-pub const PEER_CONNECTIONS: usize = 128;
+use super::keep_alive::Phased;
+pub use super::peers::PEER_CONNECTIONS;
+use super::peers::{PeerSlot, Peers};
+
 /// The default of `--max-connections`: with [`PEER_CONNECTIONS`], one flooding address leaves
-/// room for the apiserver (several need a client CA or a NetworkPolicy, docs/security.md).
+/// room for the apiserver; several are held to fair shares on the HTTPS listener (`peers`).
 pub const MAX_CONNECTIONS: usize = 320;
 /// What one open connection holds at most beyond the bodies the body budget counts: rustls'
 /// state and buffers (about 40 KiB, measured idle with benches/body-flood.py `idle`), the read
@@ -87,30 +89,23 @@ pub struct ConnectionLimits {
 pub struct LimitedAcceptor<A> {
     inner: A,
     slots: Arc<Semaphore>,
-    peers: Arc<PeerCounts>,
+    peers: Arc<Peers>,
     idle_timeout: Duration,
     open: Gauge,
     refused: Counter,
+    /// Counts connections closed to make room; `None`: a full listener makes none.
+    evicted: Option<Counter>,
 }
 
-/// Connections open per peer address.
-#[derive(Debug, Default)]
-struct PeerCounts {
-    open: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// A peer's count of one connection, given back when the connection goes.
-struct PeerSlot {
-    peers: Arc<PeerCounts>,
-    ip: Option<IpAddr>,
-}
+/// How long a new connection waits for the slot of one closed to make room for it.
+const ROOM_WAIT: Duration = Duration::from_secs(1);
 
 /// A connection that holds its slot until it is dropped and fails its next read once nothing
 /// has crossed it for the idle timeout.
 pub struct Watched<T> {
     inner: T,
     _slot: OwnedSemaphorePermit,
-    _peer: Option<PeerSlot>,
+    peer: PeerSlot,
     _open: OpenGuard,
     idle_timeout: Duration,
     deadline: Pin<Box<Sleep>>,
@@ -144,14 +139,25 @@ impl<A> LimitedAcceptor<A> {
             idle_timeout: limits.idle_timeout,
             open,
             refused,
+            evicted: None,
         }
+    }
+
+    /// A full listener makes room for an address holding fewer connections than another
+    /// (`peers`), counting each connection closed for it in `evicted`. Only where the
+    /// connections' phase is kept (`keep_alive`, the HTTPS listener): elsewhere every
+    /// connection would look idle.
+    pub fn evicting(mut self, evicted: Counter) -> Self {
+        self.evicted = Some(evicted);
+        self
     }
 }
 
 impl<A, I, S> Accept<I, S> for LimitedAcceptor<A>
 where
-    I: PeerAddress,
-    A: Accept<I, S>,
+    I: PeerAddress + Send + 'static,
+    S: Send + 'static,
+    A: Accept<I, S> + Clone + Send + Sync + 'static,
     A::Future: Send + 'static,
     A::Stream: Send + 'static,
     A::Service: Send + 'static,
@@ -163,65 +169,47 @@ where
     fn accept(&self, stream: I, service: S) -> Self::Future {
         // Dropping the stream closes the connection: the client sees it closed at once,
         // nothing is read from it.
-        let refuse = |stream: I, why: &'static str| {
-            self.refused.inc();
+        let refused = self.refused.clone();
+        let refuse = move |stream: I, why: &'static str| {
+            refused.inc();
             drop(stream);
-            Box::pin(std::future::ready(Err(io::Error::other(why)))) as Self::Future
+            io::Error::other(why)
         };
         let Some(peer) = PeerSlot::take(&self.peers, stream.peer_ip()) else {
-            return refuse(stream, "connection limit of this peer address reached");
+            let error = refuse(stream, "connection limit of this peer address reached");
+            return Box::pin(std::future::ready(Err(error)));
         };
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            return refuse(stream, "connection limit reached");
+        let immediate = self.slots.clone().try_acquire_owned().ok();
+        let room = match (&immediate, &self.evicted) {
+            (None, Some(evicted)) if self.peers.make_room(&peer) => {
+                evicted.inc();
+                true
+            }
+            _ => false,
         };
-        let open = OpenGuard::new(self.open.clone());
+        let (slots, inner) = (self.slots.clone(), self.inner.clone());
+        let open = self.open.clone();
         let idle_timeout = self.idle_timeout;
-        let accepted = self.inner.accept(stream, service);
         Box::pin(async move {
-            let (stream, service) = accepted.await?;
+            let slot = match immediate {
+                Some(slot) => slot,
+                // The connection closed for this one gives its slot back once its task sees
+                // the close (another newcomer may take it first).
+                None if room => {
+                    match tokio::time::timeout(ROOM_WAIT, slots.acquire_owned()).await {
+                        Ok(Ok(slot)) => slot,
+                        _ => return Err(refuse(stream, "connection limit reached")),
+                    }
+                }
+                None => return Err(refuse(stream, "connection limit reached")),
+            };
+            let open = OpenGuard::new(open);
+            let (stream, service) = inner.accept(stream, service).await?;
             Ok((
-                Watched::new(stream, slot, Some(peer), open, idle_timeout),
+                Watched::new(stream, slot, peer, open, idle_timeout),
                 service,
             ))
         })
-    }
-}
-
-// === impl PeerSlot ===
-
-impl PeerSlot {
-    /// One more connection of `ip`, unless it holds [`PEER_CONNECTIONS`] already (an unknown
-    /// address is not counted).
-    fn take(peers: &Arc<PeerCounts>, ip: Option<IpAddr>) -> Option<PeerSlot> {
-        if let Some(ip) = ip {
-            let mut open = peers.open.lock().unwrap_or_else(PoisonError::into_inner);
-            let count = open.entry(ip).or_default();
-            if *count >= PEER_CONNECTIONS {
-                return None;
-            }
-            *count += 1;
-        }
-        Some(PeerSlot {
-            peers: peers.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let Some(ip) = self.ip else { return };
-        let mut open = self
-            .peers
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = open.get_mut(&ip) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                open.remove(&ip);
-            }
-        }
     }
 }
 
@@ -246,14 +234,14 @@ impl<T> Watched<T> {
     fn new(
         inner: T,
         slot: OwnedSemaphorePermit,
-        peer: Option<PeerSlot>,
+        peer: PeerSlot,
         open: OpenGuard,
         idle_timeout: Duration,
     ) -> Watched<T> {
         Watched {
             inner,
             _slot: slot,
-            _peer: peer,
+            peer,
             _open: open,
             idle_timeout,
             deadline: Box::pin(tokio::time::sleep(idle_timeout)),
@@ -264,7 +252,22 @@ impl<T> Watched<T> {
     fn touch(&mut self) {
         let next = Instant::now() + self.idle_timeout;
         self.deadline.as_mut().reset(next);
+        self.peer.touch();
     }
+}
+
+impl<T> Phased for Watched<T> {
+    fn phase(&self) -> Arc<AtomicU8> {
+        self.peer.phase()
+    }
+}
+
+/// The read error of a connection closed to make room for another address.
+fn made_room() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "closed to make room for an address holding fewer connections",
+    )
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
@@ -274,6 +277,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.peer.is_closing() {
+            return Poll::Ready(Err(made_room()));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(result) => {
@@ -282,13 +288,19 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
                 }
                 Poll::Ready(result)
             }
-            Poll::Pending => match this.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "connection idle for longer than the idle timeout",
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                this.peer.wake_on_close(cx.waker());
+                if this.peer.is_closing() {
+                    return Poll::Ready(Err(made_room()));
+                }
+                match this.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "connection idle for longer than the idle timeout",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 }
@@ -346,7 +358,8 @@ mod tests {
         let slots = Arc::new(Semaphore::new(1));
         let slot = slots.clone().try_acquire_owned().unwrap();
         let open = OpenGuard::new(Gauge::default());
-        (Watched::new(stream, slot, None, open, idle), slots)
+        let peer = PeerSlot::take(&Arc::new(Peers::default()), None).unwrap();
+        (Watched::new(stream, slot, peer, open, idle), slots)
     }
 
     #[tokio::test(start_paused = true)]
@@ -384,29 +397,12 @@ mod tests {
         let conn = Watched::new(
             ours,
             slot,
-            None,
+            PeerSlot::take(&Arc::new(Peers::default()), None).unwrap(),
             OpenGuard::new(gauge.clone()),
             Duration::from_secs(1),
         );
         assert_eq!((slots.available_permits(), gauge.get()), (0, 1));
         drop(conn);
         assert_eq!((slots.available_permits(), gauge.get()), (1, 0));
-    }
-
-    #[test]
-    fn one_address_holds_at_most_its_share_and_gets_it_back() {
-        let peers = Arc::new(PeerCounts::default());
-        let a: IpAddr = [10, 0, 0, 1].into();
-        let b: IpAddr = [10, 0, 0, 2].into();
-        let held: Vec<PeerSlot> = (0..PEER_CONNECTIONS)
-            .map(|_| PeerSlot::take(&peers, Some(a)).unwrap())
-            .collect();
-        assert!(PeerSlot::take(&peers, Some(a)).is_none());
-        // Another address, and a stream without one, are not affected.
-        assert!(PeerSlot::take(&peers, Some(b)).is_some());
-        assert!(PeerSlot::take(&peers, None).is_some());
-        drop(held);
-        assert!(PeerSlot::take(&peers, Some(a)).is_some());
-        assert!(peers.open.lock().unwrap().is_empty());
     }
 }

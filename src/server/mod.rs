@@ -39,6 +39,7 @@ mod dry_run;
 mod keep_alive;
 pub mod observe;
 pub mod parsed_reviews;
+mod peers;
 pub mod plain;
 mod routes;
 pub mod throttle;
@@ -204,7 +205,8 @@ pub async fn start(
         &limits,
         state.metrics.connections_open.clone(),
         state.metrics.connections_refused.clone(),
-    );
+    )
+    .evicting(state.metrics.connections_evicted.clone());
     // The header read timeout is pinhook's own (keep_alive: from a request's first byte), not
     // hyper's, which would also close kept-alive connections idle between two reviews.
     let acceptor = KeepAliveAcceptor::new(

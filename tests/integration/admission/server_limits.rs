@@ -294,6 +294,91 @@ async fn one_address_holds_at_most_its_share_of_connections_and_another_is_serve
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
 }
 
+/// Opens `n` TLS connections from `source` and keeps those pinhook keeps (a read sees a close
+/// at once, a kept one nothing).
+async fn hold_from(
+    pinhook: &TestPinhook,
+    source: std::net::IpAddr,
+    n: usize,
+) -> (Vec<TlsStream<TcpStream>>, usize) {
+    let (mut held, mut closed) = (Vec::new(), 0);
+    for _ in 0..n {
+        match pinhook.raw_tls_from(source, &[]).await {
+            Ok(mut conn) => {
+                let mut byte = [0u8; 1];
+                match tokio::time::timeout(Duration::from_millis(100), conn.read(&mut byte)).await {
+                    Err(_) => held.push(conn),
+                    Ok(_) => closed += 1,
+                }
+            }
+            Err(_) => closed += 1,
+        }
+    }
+    (held, closed)
+}
+
+/// How many of `held` pinhook has closed since.
+async fn closed_of(held: &mut [TlsStream<TcpStream>]) -> usize {
+    let mut closed = 0;
+    for conn in held {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(100), conn.read(&mut byte)).await
+        {
+            closed += 1;
+        }
+    }
+    closed
+}
+
+/// Issue 44: several addresses, each within its own share, together filled the listener, and
+/// the apiserver's next connection was closed at once (here 2 addresses of 4 connections each
+/// against a listener of 8; with the defaults 3 addresses of 128 fill 320). Now a full listener
+/// makes room for an address holding fewer than another: the address holding the most closes
+/// its connection quiet the longest, with no request under way. An address holding as many as
+/// any other gets no room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_addresses_together_cannot_shut_another_out() {
+    let (_registry, pinhook) = start(ConnectionLimits {
+        max_connections: 8,
+        header_read_timeout: Duration::from_secs(30),
+        request_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
+    })
+    .await;
+    let (mut two, closed) = hold_from(&pinhook, [127, 0, 0, 2].into(), 4).await;
+    assert_eq!((two.len(), closed), (4, 0));
+    let (mut three, closed) = hold_from(&pinhook, [127, 0, 0, 3].into(), 4).await;
+    assert_eq!((three.len(), closed), (4, 0));
+    // Full. A fifth of 127.0.0.2 would leave it more than 127.0.0.3: closed.
+    let (fifth, closed) = hold_from(&pinhook, [127, 0, 0, 2].into(), 1).await;
+    assert_eq!((fifth.len(), closed), (0, 1));
+
+    // The apiserver's address is served, on a kept-alive connection.
+    let mut apiserver = pinhook.raw_tls(&[]).await.expect("room made");
+    apiserver
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: pinhook\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), apiserver.read(&mut answer))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    // One idle connection of the flooding addresses made the room.
+    let closed = closed_of(&mut two).await + closed_of(&mut three).await;
+    assert_eq!(closed, 1);
+    // The metrics scrape (one connection more of 127.0.0.1, holding 2 against 4 and 3) is
+    // given room the same way.
+    let metrics = pinhook.scrape_metrics().await;
+    assert!(
+        metrics.contains("pinhook_connections_evicted_total 2"),
+        "{metrics}"
+    );
+}
+
 /// Checked and fine before (keep it so): HTTP/2 "rapid reset" (CVE-2023-44487). A client that
 /// opens streams and resets them at once is sent GOAWAY after a few dozen, long before the
 /// thousand it tries. The frames are written as an attacker writes them, in one burst of raw
