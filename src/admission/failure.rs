@@ -71,6 +71,12 @@ pub enum Failure {
     /// A review found no room in the budget of parsed reviews in time, or would cost more than all of it.
     #[error(transparent)]
     Refused(Refused),
+    /// A dry run's report would pass the bytes its share of the dry runs' memory holds for it.
+    #[error(
+        "this dry run's report would pass {cap} bytes, its share of the dry runs' memory: \
+         split the manifests"
+    )]
+    ReportTooLarge { cap: usize },
     #[error("no manifest parser is available")]
     ParserClosed(#[source] tokio::sync::AcquireError),
     #[error("the manifest parser failed")]
@@ -126,7 +132,9 @@ impl Failure {
             Failure::Review(_) | Failure::Plan(_) | Failure::NotUtf8 => 400,
             Failure::MissingToken | Failure::InvalidToken => 401,
             Failure::Forbidden { .. } => 403,
-            Failure::Documents(_) | Failure::TooManyAccessChecks { .. } => 413,
+            Failure::Documents(_)
+            | Failure::TooManyAccessChecks { .. }
+            | Failure::ReportTooLarge { .. } => 413,
             Failure::Refused(Refused::TooCostly { .. }) => 413,
             Failure::Refused(Refused::Busy { .. }) => 429,
             Failure::DryRunRefused { busy: true, .. } => 429,

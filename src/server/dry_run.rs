@@ -10,7 +10,8 @@
 //! [`MAX_ACCESS_CHECKS`] (resource, namespace) pairs is refused; the documents take their
 //! share of the dry runs' memory pool before they are parsed
 //! ([`parsed_reviews::dry_run_cost`], waiting at most [`SHARE_WAIT`], then 429) and hold it
-//! until the report is written; the body is parsed within that share's values and scalar
+//! until the report is written, which is written within its part of that share
+//! ([`parsed_reviews::dry_run_report_bytes`], else 413); the body is parsed within that share's values and scalar
 //! bytes and one budget of YAML events and alias expansions for the whole body
 //! ([`documents::ParseLimits`]), on the blocking pool, a few bodies at a time.
 
@@ -137,7 +138,8 @@ async fn dry_run_answer(
         .await
         .map_err(Refusal::Body)?;
     let pool = &state.parsed_reviews.dry_runs;
-    let cost = parsed_reviews::dry_run_cost(body.len());
+    let bytes = body.len();
+    let cost = parsed_reviews::dry_run_cost(bytes);
     let share = pool
         .take(cost, SHARE_WAIT)
         .await
@@ -164,7 +166,46 @@ async fn dry_run_answer(
         dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET),
     )
     .await;
-    Ok(serde_json::to_vec(&report).map_err(Failure::EncodeReport)?)
+    Ok(encode_report(
+        &report,
+        parsed_reviews::dry_run_report_bytes(bytes),
+    )?)
+}
+
+/// `report` as JSON in at most `cap` bytes (its part of the dry run's share): written into a
+/// buffer that refuses to grow past it, so that a report larger than charged is never held.
+fn encode_report(report: &dry_run::Report, cap: usize) -> Result<Vec<u8>, Failure> {
+    let mut out = Capped {
+        bytes: Vec::new(),
+        cap,
+    };
+    match serde_json::to_writer(&mut out, report) {
+        Ok(()) => Ok(out.bytes),
+        Err(_) if out.bytes.len() == out.cap => Err(Failure::ReportTooLarge { cap }),
+        Err(e) => Err(Failure::EncodeReport(e)),
+    }
+}
+
+/// A buffer of at most `cap` bytes; a write past it fails, having filled it.
+struct Capped {
+    bytes: Vec<u8>,
+    cap: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let room = self.cap - self.bytes.len();
+        if data.len() > room {
+            self.bytes.extend_from_slice(&data[..room]);
+            return Err(std::io::Error::other("past the report's share"));
+        }
+        self.bytes.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Reads a manifest body on the blocking pool, at most [`MANIFEST_PARSERS`] at a time, holding
@@ -282,6 +323,37 @@ fn failure_json(failure: &Failure) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report held to its part of the dry run's share: written whole within it, refused
+    /// (413) past it, never held beyond it.
+    #[test]
+    fn a_report_is_written_within_its_share_or_refused() {
+        let report = dry_run::Report {
+            objects: Vec::new(),
+            errors: (0..100)
+                .map(|i| dry_run::DocumentError {
+                    index: i.to_string(),
+                    source: None,
+                    error: "x".repeat(100),
+                })
+                .collect(),
+            summary: dry_run::Summary::default(),
+        };
+        let whole = serde_json::to_vec(&report).unwrap();
+        assert_eq!(encode_report(&report, whole.len()).unwrap(), whole);
+        let failure = encode_report(&report, whole.len() - 1).unwrap_err();
+        assert!(
+            matches!(failure, Failure::ReportTooLarge { cap } if cap == whole.len() - 1),
+            "{failure:?}"
+        );
+        assert_eq!(failure.status(), 413);
+        assert!(failure.message().contains("split the manifests"));
+        // An ordinary dry run's report is far within: 20 KB of manifests may write 500 KB.
+        assert_eq!(
+            parsed_reviews::dry_run_report_bytes(20_000),
+            20_000 + 10_000 * 48
+        );
+    }
 
     #[tokio::test]
     async fn manifests_are_parsed_on_the_blocking_pool_and_must_be_utf8() {

@@ -42,12 +42,14 @@ pub const SMALL_BUDGET: usize = 16 << 20;
 /// the apiserver stores (1.5 MiB, in `object` and `oldObject`: about 3 MiB of ordinary
 /// Kubernetes JSON, some 60 MiB estimated).
 pub const LARGE_BUDGET: usize = 64 << 20;
-/// The estimated bytes of the dry runs' documents held at once: one of the largest body
-/// ([`dry_run_cost`] of 2 MiB: 24.2 MB) or several ordinary ones (a 20 KB manifest, 4.1 MB).
+/// The estimated bytes of the dry runs' documents and reports held at once: one of the largest
+/// body ([`dry_run_cost`] of 2 MiB: 24.2 MB) or several ordinary ones (a 20 KB manifest,
+/// 4.5 MB).
 pub const DRY_RUN_BUDGET: usize = 24 << 20;
 /// The most values (mappings, sequences, scalars, YAML alias replays included) one dry run
-/// reads: about 400 KB of ordinary Kubernetes YAML; split larger sets.
-pub const DRY_RUN_MAX_VALUES: usize = 50_000;
+/// reads: about 320 KB of ordinary Kubernetes YAML; split larger sets. (50,000 until the
+/// report was charged too.)
+pub const DRY_RUN_MAX_VALUES: usize = 40_000;
 /// The fewest values a dry-run body may hold, however short.
 const DRY_RUN_MIN_VALUES: usize = 4_096;
 /// What one value costs at most while parsed and held, as measured on the worst inputs at
@@ -55,6 +57,9 @@ const DRY_RUN_MIN_VALUES: usize = 4_096;
 /// block sequences of one-letter scalars 200-220 B, mappings of one key 280 B; JSON
 /// `[{"k":"v"},…]` 180 B.
 pub const DRY_RUN_VALUE_BYTES: usize = 400;
+/// What the report may add per value beyond the body's length: JSON quotes, commas and keys
+/// (a YAML `a: b` is `"a":"b",`), and each image's lines (path, container, result, digest).
+pub const DRY_RUN_REPORT_VALUE_BYTES: usize = 48;
 
 /// The values a dry-run body of `len` bytes may hold: half its bytes (`a,` is one value in two
 /// bytes), at least [`DRY_RUN_MIN_VALUES`], at most [`DRY_RUN_MAX_VALUES`].
@@ -62,11 +67,19 @@ pub fn dry_run_values(len: usize) -> usize {
     (len / 2).clamp(DRY_RUN_MIN_VALUES, DRY_RUN_MAX_VALUES)
 }
 
+/// The most bytes the report of a dry-run body of `len` bytes is written in (past it the dry
+/// run is refused, 413): the body's length and [`DRY_RUN_REPORT_VALUE_BYTES`] per value.
+pub fn dry_run_report_bytes(len: usize) -> usize {
+    len.saturating_add(dry_run_values(len).saturating_mul(DRY_RUN_REPORT_VALUE_BYTES))
+}
+
 /// The share of [`DRY_RUN_BUDGET`] a dry-run body of `len` bytes takes: the body, its scalars
-/// (at most its own length, alias replays included) and [`dry_run_values`] values.
+/// (at most its own length, alias replays included), [`dry_run_values`] values and the report
+/// ([`dry_run_report_bytes`]).
 pub fn dry_run_cost(len: usize) -> usize {
     len.saturating_mul(2)
         .saturating_add(dry_run_values(len).saturating_mul(DRY_RUN_VALUE_BYTES))
+        .saturating_add(dry_run_report_bytes(len))
 }
 
 /// What parsing costs per JSON object (`{`) beyond its text: serde_json's ordered map (an
@@ -221,14 +234,20 @@ mod tests {
     fn a_dry_run_costs_its_body_its_scalars_and_its_values() {
         let largest = crate::server::dry_run::MAX_DRY_RUN_BODY;
         assert_eq!(dry_run_values(largest), DRY_RUN_MAX_VALUES);
-        assert_eq!(dry_run_cost(largest), 2 * largest + 50_000 * 400);
+        assert_eq!(
+            dry_run_cost(largest),
+            2 * largest + 40_000 * 400 + (largest + 40_000 * 48)
+        );
         assert!(dry_run_cost(largest) <= DRY_RUN_BUDGET);
         assert!(
             2 * dry_run_cost(largest) > DRY_RUN_BUDGET,
             "one of the largest at a time"
         );
         assert_eq!(dry_run_values(20_000), 10_000);
-        assert_eq!(dry_run_cost(20_000), 40_000 + 10_000 * 400);
+        assert_eq!(
+            dry_run_cost(20_000),
+            40_000 + 10_000 * 400 + (20_000 + 10_000 * 48)
+        );
         assert_eq!(dry_run_values(300), 4_096);
     }
 
