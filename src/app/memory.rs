@@ -87,6 +87,15 @@ pub fn model() -> Vec<Budget> {
             constant: "registry::http::body::READ_BYTES_IN_FLIGHT",
         },
         Budget {
+            what: "idle connections to registries",
+            bytes: mib(
+                crate::registry::POOLED_HOSTS
+                    * crate::registry::IDLE_PER_HOST
+                    * crate::registry::IDLE_CONNECTION_BYTES,
+            ),
+            constant: "registry::http::outbound::{POOLED_HOSTS, IDLE_PER_HOST, IDLE_CONNECTION_BYTES}",
+        },
+        Budget {
             what: "pull Secrets kept by reviews in flight",
             bytes: mib(secret_budget::SECRET_BYTES_IN_FLIGHT),
             constant: "registry::credentials::secret_budget::SECRET_BYTES_IN_FLIGHT",

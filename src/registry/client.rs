@@ -40,7 +40,8 @@ const SYSTEM_CA_FILES: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// HTTP clients kept: one per configured trust, so as many as `--registry-ca` hosts and one.
+/// HTTP clients kept: two per configured trust (one keeping idle connections, one not), so
+/// twice as many as `--registry-ca` hosts and one.
 const MAX_CLIENTS: u64 = 256;
 
 /// Resolves tags against real registries.
@@ -50,7 +51,10 @@ pub struct OciResolver {
     /// host gets), shared by every host of that trust. One per host was 1,000 clients, 108 MiB,
     /// for a tenant naming 1,000 hosts (issue 44); the hosts come from pod specs, the trusts
     /// from configuration.
-    http: moka::sync::Cache<String, reqwest::Client>,
+    /// Keyed by trust and whether the client keeps idle connections ([`outbound::PooledHosts`]).
+    http: moka::sync::Cache<(String, bool), reqwest::Client>,
+    /// The hosts whose clients keep idle connections.
+    pooled: outbound::PooledHosts,
     tokens: TokenCache,
     /// When set, the token realm a registry names must pass the policy's internal-address
     /// guard before pinhook asks it for a token (a registry must not make pinhook probe
@@ -62,6 +66,8 @@ pub struct OciResolver {
 
 /// What one credential's attempt logs in with when the registry challenges.
 struct Login<'a> {
+    /// What asks the token realm: a client that keeps no idle connection (the realm is a host
+    /// the registry names).
     http: &'a reqwest::Client,
     key: TokenKey,
     /// The credential's `Authorization: Basic` value; `None` for anonymous.
@@ -83,6 +89,7 @@ impl OciResolver {
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
             tokens: TokenCache::new(),
+            pooled: outbound::PooledHosts::default(),
             policy: None,
             lookup: dns::system(),
         })
@@ -115,17 +122,32 @@ impl OciResolver {
     }
 
     /// The outbound path's client for `registry`, shared by every request to it (the token
-    /// exchange of identity tokens included) and to every registry of the same trust.
+    /// exchange of identity tokens included) and to every registry of the same trust: one that
+    /// keeps idle connections if [`outbound::PooledHosts`] admits the host, else one that
+    /// keeps none.
     pub(super) fn http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
+        let request_time = self.config().request_timeout * 3;
+        let pooled = self.pooled.admit(api_host(registry), request_time);
+        self.client(registry, pooled)
+    }
+
+    /// The client of `registry`'s trust that keeps no idle connection: for its token realms,
+    /// hosts the registry names.
+    fn realm_http_for(&self, registry: &str) -> Result<reqwest::Client, RegistryError> {
+        self.client(registry, false)
+    }
+
+    fn client(&self, registry: &str, pooled: bool) -> Result<reqwest::Client, RegistryError> {
         let trust = self.config().trust_of(registry);
         // Concurrent first uses build one client (moka runs one init per key), not one each.
         self.http
-            .try_get_with(trust, || {
+            .try_get_with((trust, pooled), || {
                 outbound::build(
                     &self.config(),
                     registry,
                     self.policy.as_ref(),
                     self.lookup.clone(),
+                    pooled,
                 )
             })
             .map_err(RegistryError::Shared)
@@ -155,6 +177,7 @@ impl OciResolver {
     ) -> Result<Digest, RegistryError> {
         let registry = reference.domain();
         let http = self.http_for(registry)?;
+        let realm_http = self.realm_http_for(registry)?;
         let scheme = match self.config().is_insecure(registry) {
             true => "http",
             false => "https",
@@ -166,7 +189,7 @@ impl OciResolver {
             reference.manifest()
         );
         let login = Login {
-            http: &http,
+            http: &realm_http,
             key: TokenKey {
                 registry: registry.to_string(),
                 credential: credential.fingerprint(),
@@ -335,7 +358,8 @@ mod tests {
 
     /// Issue 44: 1,000 hosts named in pod specs built 1,000 clients (each with its own parsed
     /// CA bundle and pool): +108 MiB resident, measured in a release build. Hosts of one
-    /// trust now share one; a host with a CA of its own gets its own.
+    /// trust now share one (or two: one keeping idle connections, one not); a host with a CA
+    /// of its own gets its own.
     #[test]
     fn hosts_of_one_trust_share_one_client() {
         crate::install_crypto_provider();
@@ -356,10 +380,12 @@ mod tests {
         resolver.http_for("own.example").expect("client");
         resolver.http.run_pending_tasks();
         let grown = rss_kib().saturating_sub(before);
+        // The first 12 hosts keep idle connections, the rest (own.example too) none: the
+        // default trust's two clients and own.example's one.
         assert_eq!(
             resolver.http.entry_count(),
-            2,
-            "one for all, one for own.example"
+            3,
+            "two for all, one for own.example"
         );
         assert!(grown < 16 << 10, "RSS grew {grown} KiB");
     }

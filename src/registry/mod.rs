@@ -51,4 +51,5 @@ pub use config::{HostCaError, RegistryConfig};
 pub use credentials::{docker_helpers, keyring, provider, pull_secrets, Credential, Fingerprint};
 pub use error::{AnswerError, RealmRefusal, RedirectRefusal, RegistryError, TransportError};
 pub use http::body::READ_BYTES_IN_FLIGHT;
+pub use http::outbound::{IDLE_CONNECTION_BYTES, IDLE_PER_HOST, POOLED_HOSTS};
 pub use resolver::{Origin, Resolution, ResolutionSource, Resolver, SourceCheck};
