@@ -7,7 +7,8 @@
 //!   "credentials not found in native keychain" and exit 1;
 //! - `HELPER_USERNAME` (`<token>` makes the secret an identity token), `HELPER_SECRET`;
 //! - `HELPER_MODE`: `answer` (default), `fail` (exit 1 with the secret on stdout and stderr),
-//!   `garbage`, `sleep` (never answer within pinhook's bound);
+//!   `garbage`, `sleep` (never answer within pinhook's bound), `hog` (take and touch
+//!   `HELPER_HOG_MIB` MiB of memory, then answer);
 //! - `HELPER_COUNT_FILE`: append the asked server and a newline, once per run.
 
 use std::io::{Read, Write};
@@ -53,6 +54,16 @@ fn main() {
         }
         "garbage" => println!("secret={secret}"),
         "sleep" => std::thread::sleep(Duration::from_secs(3600)),
+        "hog" => {
+            let mib: usize = env("HELPER_HOG_MIB")
+                .and_then(|mib| mib.parse().ok())
+                .unwrap_or(0);
+            // Touched, so that it is memory and not a promise; past a cap, the allocation
+            // fails and the process aborts.
+            let held = vec![1u8; mib << 20];
+            println!("{answer}");
+            std::hint::black_box(held);
+        }
         other => {
             eprintln!("unknown HELPER_MODE {other}");
             std::process::exit(2);

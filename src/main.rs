@@ -8,6 +8,7 @@ use anyhow::Result;
 use clap::Parser;
 
 use pinhook::cli::{Cli, Command, InventoryArgs, InventoryOutput, LogFormat};
+use pinhook::registry::credentials::exec;
 use pinhook::text::one_line;
 use pinhook::{app, certs, check};
 
@@ -17,8 +18,20 @@ use pinhook::{app, certs, check};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // pinhook starting a credential program for itself: cap, then become the program (only
+    // returns when it could not).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|arg| arg == exec::LAUNCH) {
+        let error = exec::launch(&args[2..]);
+        eprintln!("pinhook: cannot start the credential program: {error}");
+        return ExitCode::from(exec::launch_failed_code());
+    }
     // First, before anything that could fail: `--help` and `--version` must always work.
     let cli = Cli::parse();
+    // Every credential program runs through this binary, its memory capped.
+    if let Ok(binary) = std::env::current_exe() {
+        exec::launch_through(binary);
+    }
     // Flushes the log lines still queued when it is dropped, at the end of main.
     let _log_guard = init_tracing(cli.log_format);
     pinhook::install_crypto_provider();

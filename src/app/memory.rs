@@ -7,7 +7,7 @@
 use crate::admission::{loops, pipeline};
 use crate::cluster;
 use crate::registry::cache;
-use crate::registry::credentials::{docker_helpers, provider, pull_secrets, secret_budget};
+use crate::registry::credentials::{docker_helpers, exec, provider, pull_secrets, secret_budget};
 use crate::registry::identity_token;
 use crate::registry::TOKEN_CACHE_BYTES;
 use crate::server::{body_budget, connections, parsed_reviews, plain};
@@ -120,11 +120,11 @@ pub fn model() -> Vec<Budget> {
     ]
 }
 
-/// What one credential plugin run adds while it runs: its output, read up to
-/// `max_output` (the plugin's own process is the container's memory too, and is not counted
-/// here: see docs/security.md).
+/// What one credential program's run adds while it runs, for each process it is: its output
+/// (stdout and stderr, each read up to `max_output`) and its process, whose data memory the
+/// launcher caps (`exec::PROGRAM_DATA_BYTES`) and whose stack is the system's 8 MiB.
 pub fn plugin_run_bytes() -> u64 {
-    mib(provider::Settings::default().max_output)
+    2 * mib(provider::Settings::default().max_output) + exec::PROGRAM_DATA_BYTES + (8 << 20)
 }
 
 /// The sum of [`model`].
@@ -147,6 +147,12 @@ mod tests {
         let limit = doc["resources"]["limits"]["memory"].as_str().unwrap();
         let mebibytes: u64 = limit.strip_suffix("Mi").unwrap().parse().unwrap();
         mebibytes << 20
+    }
+
+    /// A plugin run is bounded: its output and its capped process.
+    #[test]
+    fn a_credential_program_run_is_bounded() {
+        assert_eq!(plugin_run_bytes(), (2 << 20) + (128 << 20) + (8 << 20));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! [`identity_token`] exchange.
 
 pub mod docker_helpers;
-mod exec;
+pub mod exec;
 pub mod keyring;
 pub mod limits;
 pub mod node;

@@ -5,6 +5,12 @@
 //! started goes with it (before issue 44 only the direct child was killed, and a plugin's own
 //! children outlived it).
 //!
+//! Memory: `pinhook` runs each program through itself ([`launch_through`], [`launch`]): the
+//! launcher caps its own data memory ([`PROGRAM_DATA_BYTES`], `RLIMIT_DATA`: the heap and every
+//! private writable mapping) and then becomes the program (`exec`), so the program and each
+//! process it starts hold at most that, in pinhook's container, whatever an image name makes
+//! it do. Without a launcher (the library's own tests) a program runs directly, uncapped.
+//!
 //! Owns: spawning, feeding, reading and reaping the child, and [`ExecError`], which names the
 //! program and how it failed but never carries what it printed: a credential program's output
 //! is a secret, and its stderr may quote it. A run given a [`RunPermit`] holds it until its
@@ -13,14 +19,67 @@
 //!
 //! Never: logs, interprets the answer, or leaves a child running.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use super::limits::RunPermit;
+
+/// The most data memory (`RLIMIT_DATA`) a credential program's process takes, and each process
+/// it starts: kubelet's credential providers (Go) run in some 20-50 MiB.
+pub const PROGRAM_DATA_BYTES: u64 = 128 << 20;
+/// The first argument that makes the `pinhook` binary the launcher of a credential program
+/// (`pinhook __run-credential-program <bytes> <program> <args>…`).
+pub const LAUNCH: &str = "__run-credential-program";
+/// What a launcher exits with when it could not start the program.
+const LAUNCH_FAILED: i32 = 127;
+
+/// The binary every credential program is run through; unset, programs run directly.
+static LAUNCHER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Runs every credential program from now on through `binary`, the running `pinhook` (which
+/// knows [`LAUNCH`]), capped at [`PROGRAM_DATA_BYTES`]. The first call wins.
+pub fn launch_through(binary: PathBuf) {
+    let _ = LAUNCHER.set(binary);
+}
+
+/// The launcher's side: `args` are what follows [`LAUNCH`]: the cap in bytes, then the
+/// program and its arguments. Caps the data memory of this process (and so of what it
+/// starts) and becomes the program; returns only what stopped it, and the caller exits with
+/// [`launch_failed_code`].
+pub fn launch(args: &[OsString]) -> std::io::Error {
+    let [cap, program, rest @ ..] = args else {
+        return std::io::Error::other(format!("usage: pinhook {LAUNCH} <bytes> <program> [args]"));
+    };
+    let Some(cap) = cap.to_str().and_then(|cap| cap.parse::<u64>().ok()) else {
+        return std::io::Error::other("the cap is not a number of bytes");
+    };
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{setrlimit, Resource, Rlimit};
+        let limit = Rlimit {
+            current: Some(cap),
+            maximum: Some(cap),
+        };
+        if let Err(e) = setrlimit(Resource::Data, limit) {
+            return e.into();
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cap;
+    use std::os::unix::process::CommandExt as _;
+    std::process::Command::new(program).args(rest).exec()
+}
+
+/// The exit code of a launcher that could not start its program.
+pub fn launch_failed_code() -> u8 {
+    LAUNCH_FAILED as u8
+}
 
 /// What to run and within which bounds.
 #[derive(Debug, Clone)]
@@ -141,7 +200,19 @@ pub(crate) async fn run(
     slot: Option<RunPermit>,
 ) -> Result<Vec<u8>, ExecError> {
     let name = program.path.to_path_buf();
-    let child = Command::new(program.path)
+    let launcher = LAUNCHER.get();
+    let mut command = match launcher {
+        Some(launcher) => {
+            let mut command = Command::new(launcher);
+            command
+                .arg(LAUNCH)
+                .arg(PROGRAM_DATA_BYTES.to_string())
+                .arg(program.path);
+            command
+        }
+        None => Command::new(program.path),
+    };
+    let child = command
         .args(program.args)
         .envs(program.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
@@ -210,6 +281,12 @@ pub(crate) async fn run(
     };
     // stderr is read only so the program cannot block on a full pipe; it is never shown.
     drop(err);
+    if launcher.is_some() && status.code() == Some(LAUNCH_FAILED) {
+        return Err(ExecError::Spawn {
+            program: name,
+            source: std::io::Error::other("not found or not executable"),
+        });
+    }
     if !status.success() {
         return Err(ExecError::Exit {
             program: name,

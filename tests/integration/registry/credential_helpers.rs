@@ -245,6 +245,44 @@ async fn a_failing_or_garbled_helper_is_reported_and_its_secret_never_shown() {
     }
 }
 
+/// Issue 44: a credential program runs in pinhook's container, so its memory is pinhook's: a
+/// helper that took 256 MiB for an image name took it. Now the `pinhook` binary runs each one
+/// through itself, its data memory capped at `PROGRAM_DATA_BYTES` (128 MiB): past it the
+/// helper's allocation fails, it dies, and the failure is reported like any other, while a
+/// helper within the cap answers as before.
+#[tokio::test]
+async fn a_helper_that_takes_more_memory_than_its_cap_dies_and_is_reported() {
+    let (registry, pushed) = private(RegistryAuth::htpasswd(USER, PASS)).await;
+    let run = |mib: &str| {
+        let mut env = answering(&registry);
+        env.push(("HELPER_MODE", "hog".to_string()));
+        env.push(("HELPER_HOG_MIB", mib.to_string()));
+        let desk = Desk::new(json!({"credsStore": HELPER}));
+        let output = desk
+            .command("resolve", &registry, &pairs(&env))
+            .env("PINHOOK_LOG", "warn")
+            .arg(&pushed.reference)
+            .output()
+            .expect("pinhook runs");
+        (desk.runs(), output)
+    };
+    let (runs, output) = run("32");
+    let all = text(&output);
+    assert_eq!((runs, output.status.code()), (1, Some(0)), "{all}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains(&pushed.pinned_with_tag()),
+        "{all}"
+    );
+    let (runs, output) = run("256");
+    let all = text(&output);
+    assert_eq!(runs, 1, "{all}");
+    // Without the login the private image is not resolved; the helper's death is said.
+    assert_eq!(output.status.code(), Some(1), "{all}");
+    assert!(all.contains("docker credential helper"), "{all}");
+    assert!(all.contains("signal"), "{all}");
+    assert!(!all.contains(PASS), "the secret leaked: {all}");
+}
+
 #[test]
 fn the_helper_example_speaks_dockers_protocol() {
     let dir = helper_dir(HELPER);
