@@ -33,7 +33,7 @@ use crate::admission::Failure;
 use crate::cluster::{Authorizer, Caller};
 use crate::documents::{self, Document};
 use crate::error::error_chain;
-use crate::registry::credentials::limits::for_tenant;
+use crate::tenant;
 
 /// Dry-run bodies parsed at once. Parsing up to 7 MiB of YAML takes long enough to stall every
 /// request queued on the worker doing it, so it runs on the blocking pool, and only a few at a
@@ -161,7 +161,7 @@ async fn dry_run_answer(
     // document names its own, and whose admissions a caller must not cost anything. (No
     // namespace holds a `:`.)
     let tenant = format!("dry-run:{}", caller.username);
-    let report = for_tenant(
+    let report = tenant::scope(
         &tenant,
         dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET),
     )

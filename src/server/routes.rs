@@ -26,7 +26,7 @@ use super::observe::{observe_decision, record_review, review_span};
 use super::{AppState, ConnectionLimits, MAX_BODY_BYTES};
 use crate::admission::{self, Failure};
 use crate::error::error_chain;
-use crate::registry::credentials::limits::for_tenant;
+use crate::tenant;
 
 #[derive(Debug, Deserialize)]
 struct ReviewQuery {
@@ -120,7 +120,7 @@ async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) ->
     drop(_body_share);
     let span = review_span(&request);
     // Credential programs run for the review's namespace: fair shares between tenants.
-    let decision = for_tenant(
+    let decision = tenant::scope(
         &request.namespace,
         admission::mutate(&state.pinner, &request, budget),
     )
@@ -149,7 +149,7 @@ async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) 
     drop(body);
     drop(_body_share);
     let span = review_span(&request);
-    let decision = for_tenant(
+    let decision = tenant::scope(
         &request.namespace,
         admission::validate(&state.pinner, &request),
     )

@@ -44,7 +44,7 @@ use tracing::{debug, warn};
 
 use super::exec::{self, ExecError, Program};
 use super::keyring::{CredentialSource, Keyring, KeyringError, Provided};
-use super::limits::{self, RunLimits, RunPermit};
+use super::limits::{RunLimits, RunPermit};
 use super::Credential;
 
 /// How long a helper may run (a keychain prompt would wait forever).
@@ -224,7 +224,7 @@ impl CredentialSource for DockerHelpers {
             return Provided::default();
         };
         let key = (helper.to_string(), server.clone());
-        let tenant = limits::current_tenant();
+        let tenant = crate::tenant::current();
         let failed = (tenant.clone(), helper.to_string(), server.clone());
         // A cached answer first: a failure remembered for this tenant (its admission gave up
         // while another's run went on and succeeded) never hides one.
@@ -481,7 +481,7 @@ mod tests {
         let (_dir, runs, failing) = helper_script("echo 'keychain locked' >&2; exit 3");
         for i in 0..20 {
             let image = format!("a.example/team/app-{i}");
-            let provided = limits::for_tenant("team-a", failing.provide(&image)).await;
+            let provided = crate::tenant::scope("team-a", failing.provide(&image)).await;
             assert!(provided.entries.is_empty());
             let warning = provided.warnings.join(" ");
             assert!(
@@ -496,17 +496,18 @@ mod tests {
             }
         }
         assert_eq!(count(&runs), 1, "one run for 20 images of one server");
-        limits::for_tenant("team-a", failing.provide("b.example/team/app")).await;
+        crate::tenant::scope("team-a", failing.provide("b.example/team/app")).await;
         assert_eq!(count(&runs), 2, "another server runs it");
-        limits::for_tenant("team-b", failing.provide("a.example/team/app")).await;
+        crate::tenant::scope("team-b", failing.provide("a.example/team/app")).await;
         assert_eq!(count(&runs), 3, "another tenant runs it");
 
         let (_dir, runs, stalling) = helper_script("exec sleep 30");
-        let asked = limits::for_tenant("team-a", stalling.provide("a.example/team/app"));
+        let asked = crate::tenant::scope("team-a", stalling.provide("a.example/team/app"));
         assert!(tokio::time::timeout(Duration::from_millis(300), asked)
             .await
             .is_err());
-        let provided = limits::for_tenant("team-a", stalling.provide("a.example/team/other")).await;
+        let provided =
+            crate::tenant::scope("team-a", stalling.provide("a.example/team/other")).await;
         assert_eq!(count(&runs), 1, "not run again");
         let warning = provided.warnings.join(" ");
         assert!(
@@ -523,12 +524,12 @@ mod tests {
     async fn a_remembered_stall_never_hides_a_cached_answer() {
         let (_dir, _runs, slow) =
             helper_script(r#"sleep 0.5; echo '{"Username":"u","Secret":"s"}'"#);
-        let a = limits::for_tenant("team-a", slow.provide("a.example/team/x"));
-        let b = limits::for_tenant("team-a", slow.provide("a.example/team/y"));
+        let a = crate::tenant::scope("team-a", slow.provide("a.example/team/x"));
+        let b = crate::tenant::scope("team-a", slow.provide("a.example/team/y"));
         let (a, b) = tokio::join!(tokio::time::timeout(Duration::from_millis(150), a), b);
         assert!(a.is_err(), "A stopped waiting");
         assert_eq!(b.entries.len(), 1, "{:?}", b.warnings);
-        let c = limits::for_tenant("team-a", slow.provide("a.example/team/z")).await;
+        let c = crate::tenant::scope("team-a", slow.provide("a.example/team/z")).await;
         assert_eq!(c.entries.len(), 1, "{:?}", c.warnings);
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }

@@ -2,7 +2,7 @@
 //! review names as many distinct images as its author likes, and each may ask for a run, so
 //! runs wait for a slot, at most [`RunLimits::per_program`] of one program and
 //! [`RunLimits::total`] of all the programs of one source, and at most half a program's slots
-//! for one tenant (the namespace whose review asked, [`TENANT`]): a tenant naming a hundred
+//! for one tenant (the namespace whose review asked, [`crate::tenant`]): a tenant naming a hundred
 //! distinct matching hosts waits behind its own runs, and another tenant's private image still
 //! finds a slot (issue 44; before, slots went first come, first served, and the other tenant's
 //! images resolved without the node's credentials and were denied).
@@ -23,22 +23,6 @@ pub const DEFAULT_PER_PROGRAM: usize = 4;
 pub const DEFAULT_TOTAL: usize = 16;
 /// Tenants' slot counts kept before the unused ones are dropped.
 const TENANTS_KEPT: usize = 1024;
-
-tokio::task_local! {
-    /// The tenant a credential program runs for: the namespace of the review being decided
-    /// (set by the server around each review, [`for_tenant`]); unset, one shared tenant.
-    pub static TENANT: String;
-}
-
-/// Runs `work` as `tenant`'s ([`TENANT`]).
-pub async fn for_tenant<F: std::future::Future>(tenant: &str, work: F) -> F::Output {
-    TENANT.scope(tenant.to_string(), work).await
-}
-
-/// The tenant of the running task ([`TENANT`]; empty when none is set).
-pub fn current_tenant() -> String {
-    TENANT.try_with(Clone::clone).unwrap_or_default()
-}
 
 /// Slots for program runs: per program (by name) and in total.
 #[derive(Debug)]

@@ -56,7 +56,7 @@ use self::config::ProviderSpec;
 use self::protocol::{CacheKeyType, Response};
 use super::exec::{self, ExecError, Program};
 use super::keyring::{image_matches, CredentialSource, Provided};
-use super::limits::{self, RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
+use super::limits::{RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
 use super::Credential;
 use crate::metrics::Metrics;
 
@@ -330,7 +330,7 @@ impl Plugin {
             if let Some(entries) = self.cached(image) {
                 return Ok(entries);
             }
-            let tenant = limits::current_tenant();
+            let tenant = crate::tenant::current();
             if let Some(error) = self.answers.failure(&tenant, registry_of(image)) {
                 return Err(PluginError::Remembered {
                     ttl: self.settings.failure_ttl,
@@ -356,7 +356,7 @@ impl Plugin {
             }),
             Err(_) => {
                 let error = PluginError::Waited(self.settings.wait);
-                self.remember_failure(&limits::current_tenant(), image, &error);
+                self.remember_failure(&crate::tenant::current(), image, &error);
                 Err(error)
             }
         };
@@ -386,7 +386,7 @@ impl Plugin {
             id,
         };
         // (the tenant of the admission that starts the run: the task below has none of its own)
-        let tenant = limits::current_tenant();
+        let tenant = crate::tenant::current();
         let task = tokio::spawn({
             let (plugin, image, started) = (self.clone(), image.to_string(), started.clone());
             async move {

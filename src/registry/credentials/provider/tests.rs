@@ -146,7 +146,7 @@ async fn a_failure_stands_for_its_tenants_images_of_its_registry_only() {
     );
     let as_tenant = |tenant: &'static str, image: String| {
         let providers = &providers;
-        async move { limits::for_tenant(tenant, ask(providers, &image)).await }
+        async move { crate::tenant::scope(tenant, ask(providers, &image)).await }
     };
     let mut warnings = Vec::new();
     for i in 0..20 {
@@ -188,7 +188,7 @@ async fn a_failure_stands_for_its_tenants_images_of_its_registry_only() {
     let before =
         CredentialProviders::new(vec![failing(dir_before.path(), "old")], unremembered, None);
     for i in 0..5 {
-        limits::for_tenant("team-a", ask(&before, &format!("a.example/image-{i}"))).await;
+        crate::tenant::scope("team-a", ask(&before, &format!("a.example/image-{i}"))).await;
     }
     assert_eq!(
         execs(dir_before.path(), "old"),
