@@ -83,8 +83,8 @@ pub fn model() -> Vec<Budget> {
         },
         Budget {
             what: "answers being read from registries",
-            bytes: mib(crate::registry::READ_BYTES_IN_FLIGHT),
-            constant: "registry::http::body::READ_BYTES_IN_FLIGHT",
+            bytes: mib(crate::registry::READ_BYTES_IN_FLIGHT + crate::registry::READ_RESERVE_BYTES),
+            constant: "registry::http::body::{READ_BYTES_IN_FLIGHT, READ_RESERVE_BYTES}",
         },
         Budget {
             what: "idle connections to registries",
@@ -97,8 +97,8 @@ pub fn model() -> Vec<Budget> {
         },
         Budget {
             what: "pull Secrets kept by reviews in flight",
-            bytes: mib(secret_budget::SECRET_BYTES_IN_FLIGHT),
-            constant: "registry::credentials::secret_budget::SECRET_BYTES_IN_FLIGHT",
+            bytes: mib(secret_budget::SECRET_BYTES_IN_FLIGHT + secret_budget::SECRET_RESERVE_BYTES),
+            constant: "registry::credentials::secret_budget::{SECRET_BYTES_IN_FLIGHT, SECRET_RESERVE_BYTES}",
         },
         Budget {
             what: "namespace labels and TokenReview answers",

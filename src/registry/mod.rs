@@ -50,6 +50,6 @@ pub use client::{Bearer, OciResolver};
 pub use config::{HostCaError, RegistryConfig};
 pub use credentials::{docker_helpers, keyring, provider, pull_secrets, Credential, Fingerprint};
 pub use error::{AnswerError, RealmRefusal, RedirectRefusal, RegistryError, TransportError};
-pub use http::body::READ_BYTES_IN_FLIGHT;
+pub use http::body::{READ_BYTES_IN_FLIGHT, READ_RESERVE_BYTES};
 pub use http::outbound::{IDLE_CONNECTION_BYTES, IDLE_PER_HOST, POOLED_HOSTS};
 pub use resolver::{Origin, Resolution, ResolutionSource, Resolver, SourceCheck};

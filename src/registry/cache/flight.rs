@@ -79,13 +79,17 @@ impl CachingResolver {
         }
         self.shared.metrics.cache(cause.label());
         let id = self.shared.next_flight.fetch_add(1, Ordering::Relaxed);
-        let task = tokio::spawn(lead(
+        // The call runs as the tenant of the lookup that leads it (its reads take from that
+        // tenant's part of the reserve, `registry::http::body`).
+        let tenant = crate::tenant::current();
+        let call = lead(
             self.inner.clone(),
             self.shared.clone(),
             (key.clone(), id),
             reference.clone(),
             candidates,
-        ));
+        );
+        let task = tokio::spawn(async move { crate::tenant::scope(&tenant, call).await });
         let interest = Arc::new(Interest {
             call: task.abort_handle(),
             metrics: self.shared.metrics.clone(),

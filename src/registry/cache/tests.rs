@@ -567,3 +567,29 @@ async fn expire_all_keeps_the_age_of_a_stale_entry() {
     cache.expire_all();
     assert!(cache.last_known(&image, &[]).is_none());
 }
+
+/// A registry call runs as the tenant of the lookup that leads it: its reads take from that
+/// tenant's part of the reserve (`registry::http::body`). The call is a task of its own, which
+/// a task-local does not reach by itself.
+#[tokio::test]
+async fn a_flight_runs_as_its_leaders_tenant() {
+    struct Tenants(Mutex<Vec<String>>);
+    #[async_trait::async_trait]
+    impl Resolver for Tenants {
+        async fn resolve(
+            &self,
+            _: &Reference,
+            _: &[Credential],
+        ) -> Result<Resolution, RegistryError> {
+            lock(&self.0).push(crate::tenant::current());
+            Err(RegistryError::Unauthorized {
+                registry: "registry.example".to_string(),
+            })
+        }
+    }
+    let inner = Arc::new(Tenants(Mutex::new(Vec::new())));
+    let cache = CachingResolver::new(inner.clone(), quick(), Arc::new(Metrics::new()));
+    let image = reference("registry.example/team/app:1.0");
+    let _ = crate::tenant::scope("team-b", cache.resolve(&image, &[])).await;
+    assert_eq!(*lock(&inner.0), ["team-b"]);
+}

@@ -4,9 +4,11 @@
 //! for one review and as many of those as the apiserver sent at once (issue 44). Now a review
 //! keeps what it reads only as far as three shares allow, taken without waiting as each Secret
 //! is read: [`REVIEW_SECRET_BYTES`] for one review, [`NAMESPACE_SECRET_BYTES`] for the reviews
-//! of one namespace in flight, [`SECRET_BYTES_IN_FLIGHT`] for all. A Secret past a share is not
-//! used, with a warning that says which share: that tenant's private images then resolve
-//! without it, and another namespace's reviews keep their own share.
+//! of one namespace in flight, [`SECRET_BYTES_IN_FLIGHT`] for all; with all of that held, a
+//! Secret comes from a reserve ([`SECRET_RESERVE_BYTES`], at most
+//! [`NAMESPACE_RESERVE_BYTES`] a namespace), so that the three or four namespaces that fill the
+//! whole leave every other namespace room for its ordinary pull Secrets. A Secret past a share
+//! is not used, with a warning (or, past the review's own share, a refusal) that says which.
 //!
 //! Owns: [`SecretBudget`] (on [`crate::shares`]) and the bytes of one review ([`Taken`]), given
 //! back when it is dropped. Never: reads a Secret, or decides what a review without one answers.
@@ -18,8 +20,15 @@ use crate::shares::{self, Shares, Taken};
 pub const REVIEW_SECRET_BYTES: usize = 256 << 10;
 /// Bytes the reviews of one namespace in flight keep in all: 16 reviews at their full share.
 pub const NAMESPACE_SECRET_BYTES: usize = 4 << 20;
-/// Bytes every review in flight keeps in all (in the memory model of docs/security.md).
-pub const SECRET_BYTES_IN_FLIGHT: usize = 16 << 20;
+/// Bytes every review in flight keeps in all, the reserve apart (in the memory model of
+/// docs/security.md with it).
+pub const SECRET_BYTES_IN_FLIGHT: usize = 12 << 20;
+/// Bytes kept for namespaces when [`SECRET_BYTES_IN_FLIGHT`] is held: a namespace's reviews
+/// take at most [`NAMESPACE_RESERVE_BYTES`] of it, so sixteen namespaces would have to hold
+/// their part at once to use it up.
+pub const SECRET_RESERVE_BYTES: usize = 4 << 20;
+/// What the reviews of one namespace take of the reserve: a review's whole share.
+pub const NAMESPACE_RESERVE_BYTES: usize = REVIEW_SECRET_BYTES;
 
 /// The shares of pull Secret bytes.
 #[derive(Debug)]
@@ -50,6 +59,13 @@ impl SecretBudget {
         }
     }
 
+    /// This budget with a reserve of `total` bytes, `per_namespace` of them for one
+    /// namespace's reviews, taken from when all is held.
+    pub fn with_reserve(mut self, per_namespace: usize, total: usize) -> SecretBudget {
+        self.shares = self.shares.with_reserve(per_namespace, total);
+        self
+    }
+
     /// Takes `bytes` more for a review of `namespace` that holds `held`, or says which share
     /// they do not fit in (and takes nothing).
     pub fn take(&self, namespace: &str, bytes: usize, held: &mut Taken) -> Result<(), Short> {
@@ -57,7 +73,7 @@ impl SecretBudget {
             return Err(Short::Review(self.review));
         }
         self.shares
-            .take(namespace, bytes, held)
+            .take(namespace, namespace, bytes, held)
             .map_err(|short| match short {
                 shares::Short::Key(bytes) => Short::Namespace(bytes),
                 shares::Short::Total(bytes) => Short::All(bytes),
@@ -72,6 +88,7 @@ impl Default for SecretBudget {
             NAMESPACE_SECRET_BYTES,
             SECRET_BYTES_IN_FLIGHT,
         )
+        .with_reserve(NAMESPACE_RESERVE_BYTES, SECRET_RESERVE_BYTES)
     }
 }
 
@@ -127,5 +144,43 @@ mod tests {
         budget
             .take("c", 200 << 10, &mut c)
             .expect("all's share is back");
+    }
+
+    /// Issue 44: the namespaces that filled the whole (at the defaults three namespaces' 4 MiB
+    /// of 12) left another namespace's review no room, and its private images resolved without
+    /// their Secret. With the reserve, another namespace's review keeps its ordinary Secrets.
+    #[test]
+    fn namespaces_that_fill_the_whole_leave_the_others_the_reserve() {
+        let budget = SecretBudget::default();
+        let mut filling: Vec<Taken> = Vec::new();
+        for namespace in ["a", "b", "c"] {
+            for _ in 0..NAMESPACE_SECRET_BYTES / REVIEW_SECRET_BYTES {
+                let mut held = Taken::default();
+                budget
+                    .take(namespace, REVIEW_SECRET_BYTES, &mut held)
+                    .expect("within its share");
+                filling.push(held);
+            }
+        }
+        // The whole is held. a, holding its namespace's share, gets nothing more; d and e,
+        // holding nothing, get their part of the reserve.
+        let mut a = Taken::default();
+        assert_eq!(
+            budget.take("a", 4 << 10, &mut a),
+            Err(Short::Namespace(NAMESPACE_SECRET_BYTES))
+        );
+        let mut d = Taken::default();
+        budget
+            .take("d", 200 << 10, &mut d)
+            .expect("from the reserve");
+        let mut d2 = Taken::default();
+        assert_eq!(
+            budget.take("d", 100 << 10, &mut d2),
+            Err(Short::All((12 << 20) + (4 << 20)))
+        );
+        let mut e = Taken::default();
+        budget
+            .take("e", 8 << 10, &mut e)
+            .expect("another namespace too");
     }
 }
