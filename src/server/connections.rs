@@ -3,9 +3,10 @@
 //! hold (`peers`), and how long one may stay open with no byte crossing it either way. A client
 //! that opens connections and sends nothing (idle TLS connections by the thousand, a slowloris)
 //! takes at most its address's share: it cannot take the slots, the file descriptors or the
-//! memory `/healthz` and the apiservers need. On the HTTPS listener
-//! ([`LimitedAcceptor::evicting`]) a full listener also makes room for an address holding fewer
-//! than another (`peers`): several flooding addresses cannot together shut the apiserver out.
+//! memory `/healthz` and the apiservers need. A full listener also makes room for an address
+//! holding fewer than another ([`LimitedAcceptor::evicting`], `peers`), closing a connection
+//! with no request under way ([`Counted`]): several flooding addresses cannot together shut
+//! the apiserver out.
 //!
 //! The bounds on requests (header read time, 413 on an announced body over the limit, body and
 //! request timeouts) are `keep_alive`'s (header read time), tower-http's (the body limit) and
@@ -15,7 +16,6 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -27,12 +27,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-use super::keep_alive::Phased;
 pub use super::peers::PEER_CONNECTIONS;
-use super::peers::{PeerSlot, Peers};
+use super::peers::{PeerSlot, Peers, Requests, UnderWay};
 
 /// The default of `--max-connections`: with [`PEER_CONNECTIONS`], one flooding address leaves
-/// room for the apiserver; several are held to fair shares on the HTTPS listener (`peers`).
+/// room for the apiserver; several are held to fair shares (`peers`).
 pub const MAX_CONNECTIONS: usize = 320;
 /// What one open connection holds at most beyond the bodies the body budget counts: rustls'
 /// state and buffers (about 40 KiB, measured idle with benches/body-flood.py `idle`), the read
@@ -144,9 +143,7 @@ impl<A> LimitedAcceptor<A> {
     }
 
     /// A full listener makes room for an address holding fewer connections than another
-    /// (`peers`), counting each connection closed for it in `evicted`. Only where the
-    /// connections' phase is kept (`keep_alive`, the HTTPS listener): elsewhere every
-    /// connection would look idle.
+    /// (`peers`), counting each connection closed for it in `evicted`.
     pub fn evicting(mut self, evicted: Counter) -> Self {
         self.evicted = Some(evicted);
         self
@@ -163,7 +160,7 @@ where
     A::Service: Send + 'static,
 {
     type Stream = Watched<A::Stream>;
-    type Service = A::Service;
+    type Service = Counted<A::Service>;
     type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
@@ -205,6 +202,10 @@ where
             };
             let open = OpenGuard::new(open);
             let (stream, service) = inner.accept(stream, service).await?;
+            let service = Counted {
+                inner: service,
+                requests: peer.requests(),
+            };
             Ok((
                 Watched::new(stream, slot, peer, open, idle_timeout),
                 service,
@@ -256,9 +257,49 @@ impl<T> Watched<T> {
     }
 }
 
-impl<T> Phased for Watched<T> {
-    fn phase(&self) -> Arc<AtomicU8> {
-        self.peer.phase()
+/// A connection's service: counts its requests under way (from the end of a request's head
+/// to its answer; HTTP/2 streams each), so that a full listener closes only a connection
+/// with none (`peers`).
+#[derive(Clone)]
+pub struct Counted<S> {
+    inner: S,
+    requests: Requests,
+}
+
+impl<S, R> tower_service::Service<R> for Counted<S>
+where
+    S: tower_service::Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Answering<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        Answering {
+            _under_way: self.requests.begin(),
+            inner: self.inner.call(request),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer being made; the request is no longer under way once it is dropped.
+    pub struct Answering<F> {
+        #[pin]
+        inner: F,
+        _under_way: UnderWay,
+    }
+}
+
+impl<F: Future> Future for Answering<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().inner.poll(cx)
     }
 }
 

@@ -43,34 +43,16 @@ use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
 
 /// No request under way: waiting for a request's first byte.
-pub const IDLE: u8 = 0;
+const IDLE: u8 = 0;
 /// A request's first bytes arrived, its headers are not parsed yet.
-pub const HEAD: u8 = 1;
+const HEAD: u8 = 1;
 /// A request reached the service and its answer is not ready: no deadline.
-pub const BUSY: u8 = 2;
+const BUSY: u8 = 2;
 /// The connection speaks HTTP/2: no deadline, no `Connection` header.
-pub const HTTP2: u8 = 3;
+const HTTP2: u8 = 3;
 
 /// What an HTTP/2 connection's first bytes are (RFC 9113, 3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Whether a connection in `phase` has no request under way: an HTTP/1.1 connection waiting
-/// for a request or for its head (no answer is being made for it); `None` for HTTP/2, whose
-/// streams this does not see.
-pub fn no_request_under_way(phase: &AtomicU8) -> Option<bool> {
-    match phase.load(Ordering::Acquire) {
-        IDLE | HEAD => Some(true),
-        HTTP2 => None,
-        _ => Some(false),
-    }
-}
-
-/// A connection whose phase something beneath keeps as well (the connection limits, which
-/// close only a connection with no request under way to make room for another address).
-pub trait Phased {
-    /// The phase shared with what is beneath, [`IDLE`] at the start.
-    fn phase(&self) -> Arc<AtomicU8>;
-}
 
 /// Bounds of a kept HTTP/1.1 connection.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +87,6 @@ impl<A> KeepAliveAcceptor<A> {
 impl<A, I, S, T> Accept<I, S> for KeepAliveAcceptor<A>
 where
     A: Accept<I, S, Stream = TlsStream<T>>,
-    T: Phased,
     A::Future: Send + 'static,
 {
     type Stream = Clocked<TlsStream<T>>;
@@ -117,7 +98,7 @@ where
         let (limits, ready) = (self.limits, self.ready.clone());
         Box::pin(async move {
             let (stream, inner) = accepted.await?;
-            let phase = stream.get_ref().0.phase();
+            let phase = Arc::new(AtomicU8::new(IDLE));
             let service = KeptService {
                 inner,
                 phase: phase.clone(),

@@ -284,8 +284,7 @@ fn start_metrics(
         listen,
         routes::metrics_router(state.clone()),
         limits,
-        state.metrics.connections_open.clone(),
-        state.metrics.connections_refused.clone(),
+        &state.metrics,
         "/metrics and /healthz",
     )
 }

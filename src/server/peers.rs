@@ -3,7 +3,8 @@
 //! holds at most [`PEER_CONNECTIONS`]. When the listener is full, a new connection from an
 //! address that holds fewer than another is given room (a max-min fair share): the address
 //! holding the most gives up the connection that has been quiet the longest with no request
-//! under way ([`victim`]). Several flooding addresses together could fill the listener and
+//! under way ([`victim`]; requests are counted by `connections::Counted`, HTTP/1.1 and HTTP/2
+//! streams alike, from the end of a request's head to its answer). Several flooding addresses together could fill the listener and
 //! shut the apiserver out (issue 44); now each address keeps at least its fair share, the
 //! listener's connections over the addresses holding them.
 //!
@@ -12,22 +13,16 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
-use std::time::Duration;
 
 use tokio::time::Instant;
-
-use super::keep_alive;
 
 /// Connections one peer address may hold open at once. The apiserver's webhook client speaks
 /// HTTP/1.1 only (docs/performance.md), one connection per review in flight, and every review
 /// of every tenant comes from its address: this is room for a rollout's bursts, not a few.
 pub const PEER_CONNECTIONS: usize = 128;
-/// An HTTP/2 connection (whose streams this does not see) counts as having no request under
-/// way once nothing crossed it for this long. The apiserver's webhook client speaks HTTP/1.1.
-pub const HTTP2_QUIET: Duration = Duration::from_secs(1);
 
 /// The open connections of a listener, by peer address.
 #[derive(Debug)]
@@ -41,8 +36,8 @@ pub struct Peers {
 #[derive(Debug)]
 pub struct Held {
     id: u64,
-    /// keep_alive's phase of the connection: whether a request is under way.
-    phase: Arc<AtomicU8>,
+    /// Requests under way on the connection (HTTP/2 streams included).
+    requests: AtomicUsize,
     /// When a byte last crossed it, in milliseconds since the registry's epoch.
     last_ms: AtomicU64,
     /// Chosen to make room: its next read fails.
@@ -80,9 +75,8 @@ impl Peers {
     /// newcomer's address holds as many as any other, or theirs are all under way).
     pub fn make_room(&self, newcomer: &PeerSlot) -> bool {
         let Some(ip) = newcomer.ip else { return false };
-        let now = self.now_ms();
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(held) = victim(&open, ip, now) else {
+        let Some(held) = victim(&open, ip) else {
             return false;
         };
         held.close();
@@ -95,11 +89,7 @@ impl Peers {
 /// at least as many), the one holding the most that has a connection with no request under
 /// way; of those connections, the one quiet the longest. None when no address holds more, or
 /// none of theirs is quiet.
-pub fn victim(
-    open: &HashMap<IpAddr, Vec<Arc<Held>>>,
-    newcomer: IpAddr,
-    now_ms: u64,
-) -> Option<&Arc<Held>> {
+pub fn victim(open: &HashMap<IpAddr, Vec<Arc<Held>>>, newcomer: IpAddr) -> Option<&Arc<Held>> {
     let live = |held: &[Arc<Held>]| held.iter().filter(|h| !h.is_closing()).count();
     let own = open.get(&newcomer).map_or(0, |held| live(held));
     open.iter()
@@ -108,7 +98,7 @@ pub fn victim(
         .filter(|(count, _)| *count > own)
         .flat_map(|(count, held)| {
             held.iter()
-                .filter(move |h| !h.is_closing() && h.quiet(now_ms))
+                .filter(|h| !h.is_closing() && h.quiet())
                 .map(move |h| (count, h))
         })
         .min_by_key(|(count, h)| (std::cmp::Reverse(*count), h.last_ms.load(Ordering::Acquire)))
@@ -121,23 +111,16 @@ impl Held {
     fn new(id: u64, now_ms: u64) -> Held {
         Held {
             id,
-            phase: Arc::new(AtomicU8::new(keep_alive::IDLE)),
+            requests: AtomicUsize::new(0),
             last_ms: AtomicU64::new(now_ms),
             closing: AtomicBool::new(false),
             waker: Mutex::new(None),
         }
     }
 
-    /// No request under way: HTTP/1.1 waiting for one (or for its head), HTTP/2 with nothing
-    /// crossing it for [`HTTP2_QUIET`].
-    fn quiet(&self, now_ms: u64) -> bool {
-        match keep_alive::no_request_under_way(&self.phase) {
-            Some(quiet) => quiet,
-            None => {
-                let last = self.last_ms.load(Ordering::Acquire);
-                now_ms.saturating_sub(last) >= HTTP2_QUIET.as_millis() as u64
-            }
-        }
+    /// No request under way (one whose head is still arriving is not one yet).
+    fn quiet(&self) -> bool {
+        self.requests.load(Ordering::Acquire) == 0
     }
 
     pub fn is_closing(&self) -> bool {
@@ -180,9 +163,9 @@ impl PeerSlot {
         })
     }
 
-    /// The phase keep_alive keeps for this connection.
-    pub fn phase(&self) -> Arc<AtomicU8> {
-        self.held.phase.clone()
+    /// What counts this connection's requests under way.
+    pub fn requests(&self) -> Requests {
+        Requests(self.held.clone())
     }
 
     /// A byte crossed the connection.
@@ -208,6 +191,27 @@ impl PeerSlot {
             Some(old) if old.will_wake(waker) => {}
             _ => *slot = Some(waker.clone()),
         }
+    }
+}
+
+/// Counts a connection's requests under way ([`Requests::begin`]).
+#[derive(Debug, Clone)]
+pub struct Requests(Arc<Held>);
+
+/// One request under way, until dropped.
+#[derive(Debug)]
+pub struct UnderWay(Arc<Held>);
+
+impl Requests {
+    pub fn begin(&self) -> UnderWay {
+        self.0.requests.fetch_add(1, Ordering::AcqRel);
+        UnderWay(self.0.clone())
+    }
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.0.requests.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -297,20 +301,14 @@ mod tests {
     fn a_connection_with_a_request_under_way_is_never_chosen() {
         let peers = Arc::new(Peers::default());
         let a = slots(&peers, ip(1), 3);
-        // HTTP/1.1 answering: busy. HTTP/2 with a byte just now: not quiet yet.
-        a[0].held.phase.store(keep_alive::BUSY, Ordering::Release);
-        a[1].held.phase.store(keep_alive::HTTP2, Ordering::Release);
-        a[1].touch();
-        a[2].held.phase.store(keep_alive::BUSY, Ordering::Release);
+        let mut under_way: Vec<UnderWay> = a.iter().map(|s| s.requests().begin()).collect();
         let newcomer = PeerSlot::take(&peers, Some(ip(2))).unwrap();
         assert!(!peers.make_room(&newcomer));
         assert!(a.iter().all(|s| !s.is_closing()));
-        // The HTTP/2 one, once quiet for HTTP2_QUIET, may be.
-        a[1].held.last_ms.store(0, Ordering::Release);
-        let later = peers.now_ms() + HTTP2_QUIET.as_millis() as u64;
-        let open = peers.open.lock().unwrap();
-        let chosen = victim(&open, ip(2), later).expect("quiet HTTP/2");
-        assert_eq!(chosen.id, a[1].held.id);
+        // The one whose answer is done may be.
+        under_way.remove(1);
+        assert!(peers.make_room(&newcomer));
+        assert!(a[1].is_closing());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! ports (health and metrics, and the inventory) are served here, with the same bounds as the
 //! webhook's HTTPS listener: connections counted from the TCP accept, at most
 //! [`PLAIN_CONNECTIONS`] and [`super::connections::PEER_CONNECTIONS`] of one address, idle ones
-//! closed; a request's head read within the header read timeout and at most
+//! closed, and room made for an address holding fewer when full; a request's head read within the header read timeout and at most
 //! [`super::connections::MAX_HEAD_BYTES`]; a whole request within the request timeout; bodies
 //! of at most 4 KiB (these ports take GETs); a panic answered 500. A caller opening connections
 //! by the thousand, or trickling a head, gets nothing more here than on the webhook's port.
@@ -16,8 +16,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use axum_server::accept::NoDelayAcceptor;
 use hyper_util::rt::TokioTimer;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
 use tower_http::limit::RequestBodyLimitLayer;
 use tracing::info;
 
@@ -65,8 +63,7 @@ pub fn serve(
     listen: SocketAddr,
     routes: Router,
     limits: &ConnectionLimits,
-    open: Gauge,
-    refused: Counter,
+    metrics: &Metrics,
     what: &'static str,
 ) -> Result<PlainEdge, ServerError> {
     let bind = |source| ServerError::Bind {
@@ -81,7 +78,13 @@ pub fn serve(
         max_connections: limits.max_connections.min(PLAIN_CONNECTIONS),
         ..*limits
     };
-    let acceptor = LimitedAcceptor::new(NoDelayAcceptor::new(), &limits, open, refused);
+    let acceptor = LimitedAcceptor::new(
+        NoDelayAcceptor::new(),
+        &limits,
+        metrics.connections_open.clone(),
+        metrics.connections_refused.clone(),
+    )
+    .evicting(metrics.connections_evicted.clone());
     let mut server = axum_server::from_tcp(listener)
         .map_err(bind)?
         .acceptor(acceptor)

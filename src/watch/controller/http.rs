@@ -75,8 +75,7 @@ pub fn serve(
             addr,
             routes.with_state(state.clone()),
             limits,
-            metrics.connections_open.clone(),
-            metrics.connections_refused.clone(),
+            &metrics,
             what,
         )
     };

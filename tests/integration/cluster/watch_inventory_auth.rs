@@ -273,4 +273,33 @@ async fn the_watch_port_cuts_a_trickled_head_and_caps_one_address() {
         }
     }
     assert_eq!((held.len(), refused), (PEER_CONNECTIONS.min(64), 10));
+
+    // Issue 44: that one address held the whole edge, and the kubelet's probe from another
+    // was closed at once. Now the full edge makes room for an address holding fewer: one of
+    // the flood's idle connections is closed, and the probe is answered.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.2:0".parse().expect("address"))
+        .expect("bind 127.0.0.2");
+    let mut probe = socket.connect(addr.parse().expect("addr")).await.expect("connect");
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: watch\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), probe.read_to_string(&mut answer))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    let mut closed = 0;
+    for conn in &mut held {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(50), conn.read(&mut byte)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 1, "one of the flood's connections made the room");
 }
