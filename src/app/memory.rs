@@ -132,21 +132,176 @@ pub fn total() -> u64 {
     model().iter().map(|b| b.bytes).sum()
 }
 
+/// What `pinhook watch` holds per running image site (one container's image in one Pod) at a
+/// recheck's peak, the process's own share of it included: 147.1 MiB peak resident at 50,000
+/// Pods of one image each (3,085 B a site, release build, `benches/watch-scale.sh`,
+/// docs/performance.md), and 95 B a site for what runs (its `imageID` and node), rounded up.
+pub const WATCH_SITE_BYTES: u64 = 3_328;
+/// The inventory's JSON per site (`/inventory`, written once a cycle and shared by every
+/// caller): a workload entry of the longest names (63 + 253 bytes and its kind), pretty-printed.
+pub const WATCH_INVENTORY_SITE_BYTES: u64 = 512;
+/// The running image sites the watch's default memory limit holds within 80 %: the
+/// `PinhookWatchNearCapacity` alert fires at 90 % of it.
+pub const WATCH_SITES: u64 = 70_000;
+
+/// Every budget of `pinhook watch` at its defaults with `sites` running image sites. The sites
+/// are the cluster's, bounded by its quotas and nodes, not pinhook's: this says what the chart's
+/// limit holds.
+pub fn watch_model(sites: u64) -> Vec<Budget> {
+    use crate::watch::controller::cycle::REPORT_WRITE_CONCURRENCY;
+    use crate::watch::report::budget::MAX_REPORT_BYTES;
+    vec![
+        Budget {
+            what: "the process itself, idle",
+            bytes: BASELINE_BYTES,
+            constant: "app::memory::BASELINE_BYTES",
+        },
+        Budget {
+            what: "running image sites, kept and at a recheck's peak",
+            bytes: sites * WATCH_SITE_BYTES,
+            constant: "app::memory::WATCH_SITE_BYTES",
+        },
+        Budget {
+            what: "the inventory's JSON",
+            bytes: sites * WATCH_INVENTORY_SITE_BYTES,
+            constant: "app::memory::WATCH_INVENTORY_SITE_BYTES",
+        },
+        Budget {
+            what: "reports being written, and their JSON",
+            bytes: 2 * mib(REPORT_WRITE_CONCURRENCY * MAX_REPORT_BYTES),
+            constant: "watch::controller::cycle::REPORT_WRITE_CONCURRENCY, watch::report::budget::MAX_REPORT_BYTES",
+        },
+        Budget {
+            what: "registry cache, tokens, answers being read, idle connections",
+            bytes: cache::DIGEST_BYTES
+                + cache::FAILURE_BYTES
+                + cache::BACKOFF_BYTES
+                + TOKEN_CACHE_BYTES
+                + identity_token::ACCESS_CACHE_BYTES
+                + mib(crate::registry::READ_BYTES_IN_FLIGHT + crate::registry::READ_RESERVE_BYTES)
+                + mib(
+                    crate::registry::POOLED_HOSTS
+                        * crate::registry::IDLE_PER_HOST
+                        * crate::registry::IDLE_CONNECTION_BYTES,
+                ),
+            constant: "the constants of pinhook serve's registry rows",
+        },
+        Budget {
+            what: "pull Secrets, ServiceAccounts and namespace labels",
+            bytes: pull_secrets::SECRET_CACHE_BYTES
+                + pull_secrets::ACCOUNT_CACHE_BYTES
+                + cluster::NAMESPACE_CACHE_BYTES,
+            constant: "pull_secrets::{SECRET_CACHE_BYTES, ACCOUNT_CACHE_BYTES}, cluster::NAMESPACE_CACHE_BYTES",
+        },
+        Budget {
+            what: "credential plugin and helper answers",
+            bytes: provider::Settings::default().cache_bytes + docker_helpers::HELPER_CACHE_BYTES,
+            constant: "provider::Settings::cache_bytes, docker_helpers::HELPER_CACHE_BYTES",
+        },
+        Budget {
+            what: "its two plain-HTTP listeners' connections",
+            bytes: 2 * mib(plain::PLAIN_CONNECTIONS * connections::CONNECTION_BYTES),
+            constant: "server::plain::PLAIN_CONNECTIONS, server::connections::CONNECTION_BYTES",
+        },
+    ]
+}
+
+/// The sum of [`watch_model`].
+pub fn watch_total(sites: u64) -> u64 {
+    watch_model(sites).iter().map(|b| b.bytes).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// `resources.limits.memory` of the webhook in charts/pinhook/values.yaml, in bytes.
     fn chart_limit() -> u64 {
+        limit_at(&["resources"])
+    }
+
+    /// `watch.resources.limits.memory`, in bytes.
+    fn watch_limit() -> u64 {
+        limit_at(&["watch", "resources"])
+    }
+
+    fn limit_at(path: &[&str]) -> u64 {
         let values = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/charts/pinhook/values.yaml"
         ))
         .unwrap();
         let doc: serde_json::Value = serde_saphyr::from_str(&values).unwrap();
-        let limit = doc["resources"]["limits"]["memory"].as_str().unwrap();
+        let resources = path.iter().fold(&doc, |value, key| &value[key]);
+        let limit = resources["limits"]["memory"].as_str().unwrap();
         let mebibytes: u64 = limit.strip_suffix("Mi").unwrap().parse().unwrap();
         mebibytes << 20
+    }
+
+    /// The watch's budgets at its stated capacity add up under 80 % of its chart limit; the
+    /// capacity is what the alert and the docs say.
+    #[test]
+    fn the_watch_holds_its_stated_sites_under_80_percent_of_its_limit() {
+        let limit = watch_limit();
+        assert_eq!(limit, 512 << 20);
+        let total = watch_total(WATCH_SITES);
+        assert!(
+            total * 5 <= limit * 4,
+            "{} MiB at {WATCH_SITES} sites, past 80 % of {} MiB: {:#?}",
+            total >> 20,
+            limit >> 20,
+            watch_model(WATCH_SITES)
+        );
+        // And not far under: the capacity is the most that fits, in steps of 5,000.
+        assert!(watch_total(WATCH_SITES + 5_000) * 5 > limit * 4);
+        let rules = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/charts/pinhook/files/pinhook-rules.yaml"
+        ))
+        .unwrap();
+        let threshold = WATCH_SITES * 9 / 10;
+        assert!(
+            rules.contains(&format!(") > {threshold}\n")),
+            "PinhookWatchNearCapacity fires at {threshold}"
+        );
+    }
+
+    /// docs/security.md's table of the watch is exactly the watch's model at its capacity.
+    #[test]
+    fn the_docs_watch_table_says_what_the_code_does() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md"))
+            .unwrap();
+        let mut want: Vec<String> = watch_model(WATCH_SITES)
+            .iter()
+            .map(|budget| {
+                format!(
+                    "| {} | {:.1} MiB | `{}` |",
+                    budget.what,
+                    budget.bytes as f64 / f64::from(1 << 20),
+                    budget.constant
+                )
+            })
+            .collect();
+        want.push(format!(
+            "| **sum at {} sites** | **{:.1} MiB** of the chart's {} MiB | {:.0} % |",
+            WATCH_SITES,
+            watch_total(WATCH_SITES) as f64 / f64::from(1 << 20),
+            watch_limit() >> 20,
+            watch_total(WATCH_SITES) as f64 * 100.0 / watch_limit() as f64
+        ));
+        let table: Vec<String> = doc
+            .lines()
+            .skip_while(|line| *line != "| what the watch holds | bound | constant |")
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            table,
+            want,
+            "docs/security.md's watch memory table, expected:\n{}",
+            want.join("\n")
+        );
     }
 
     /// A plugin run is bounded: its output and its capped process.

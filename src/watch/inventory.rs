@@ -222,6 +222,40 @@ impl Inventory {
     }
 }
 
+/// One cycle's inventory as `/inventory` serves it: the inventory and its JSON, written once
+/// for every caller. Each caller cloned the whole inventory and wrote JSON of its own, so
+/// callers at once held as many copies of both (issue 44); now they share these.
+#[derive(Debug)]
+pub struct Snapshot {
+    inventory: Inventory,
+    json: std::sync::OnceLock<Option<std::sync::Arc<str>>>,
+}
+
+impl Snapshot {
+    pub fn new(inventory: Inventory) -> Snapshot {
+        Snapshot {
+            inventory,
+            json: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The inventory's JSON ([`Inventory::to_json`]), written by the first caller; `None` when
+    /// it cannot be written.
+    pub fn json(&self) -> Option<std::sync::Arc<str>> {
+        self.json
+            .get_or_init(|| self.inventory.to_json().ok().map(std::sync::Arc::from))
+            .clone()
+    }
+}
+
+impl std::ops::Deref for Snapshot {
+    type Target = Inventory;
+
+    fn deref(&self) -> &Inventory {
+        &self.inventory
+    }
+}
+
 /// The fully normalised reference, or the string as written when it does not parse.
 fn normalised(image: &str) -> String {
     Reference::parse(image).map_or_else(|_| image.to_string(), |r| r.to_string())
@@ -437,5 +471,15 @@ mod tests {
                 ]
             }]})
         );
+    }
+
+    /// Every `/inventory` caller of one cycle gets the same JSON, written once (each wrote its
+    /// own from its own clone of the inventory).
+    #[test]
+    fn a_snapshot_writes_its_json_once_for_every_caller() {
+        let snapshot = Snapshot::new(Inventory::from_images(&classified(&fixture())));
+        let (first, second) = (snapshot.json().unwrap(), snapshot.json().unwrap());
+        assert!(std::sync::Arc::ptr_eq(&first, &second));
+        assert_eq!(&*first, snapshot.to_json().unwrap());
     }
 }

@@ -34,6 +34,7 @@ use crate::registry::mirrored::{self, MirrorKeyrings, RoutedCall};
 use crate::registry::pull_secrets::{PodContext, PullSecrets, SecretNames};
 use crate::registry::{CachingResolver, Resolver};
 use crate::watch::classify::DigestCheck;
+use crate::watch::inventory::Snapshot;
 use crate::watch::recheck::{
     self, EventMemory, Lookup, LookupKey, LookupPlan, Modes, ParsedImages, Probe, ProbeKey,
     ReportTarget, SiteChecks, SiteLookups,
@@ -49,7 +50,7 @@ const LOOKUP_CONCURRENCY: usize = 32;
 /// Namespaces whose mode label is read at once (one GET each, answered by the apiserver alone).
 const NAMESPACE_READ_CONCURRENCY: usize = 8;
 /// Namespaces whose reports are read and written at once.
-const REPORT_WRITE_CONCURRENCY: usize = 4;
+pub const REPORT_WRITE_CONCURRENCY: usize = 4;
 
 /// What a cycle did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -98,7 +99,7 @@ pub struct Watch {
     /// What the last cycle found worth an Event, and its tag moves (for the counter).
     previous: tokio::sync::Mutex<EventMemory>,
     /// The last cycle's inventory, for `/inventory`.
-    inventory: std::sync::RwLock<Option<Inventory>>,
+    inventory: std::sync::RwLock<Option<Arc<Snapshot>>>,
     /// The policy's per-mirror credentials files (`registries.resolveThrough`).
     mirror_keyrings: MirrorKeyrings,
 }
@@ -133,7 +134,7 @@ impl Watch {
     }
 
     /// The last cycle's inventory; `None` before this replica's first cycle.
-    pub fn inventory(&self) -> Option<Inventory> {
+    pub fn inventory(&self) -> Option<Arc<Snapshot>> {
         self.inventory.read().ok()?.clone()
     }
 
@@ -167,7 +168,7 @@ impl Watch {
         summary.report_writes = self.write_reports(&images, &modes).await?;
         summary.events = self.publish_events(&images, &modes).await;
         if let Ok(mut inventory) = self.inventory.write() {
-            *inventory = Some(Inventory::from_images(&images));
+            *inventory = Some(Arc::new(Snapshot::new(Inventory::from_images(&images))));
         }
         if self.parts.settings.mirrors {
             summary.report_writes += self.write_mirror_report(&policy).await;

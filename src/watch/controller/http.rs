@@ -117,6 +117,15 @@ async fn ready_handler(State(state): State<HttpState>) -> Response {
 
 /// The last cycle's inventory as JSON, for callers the gate lets in; 503 on a replica that
 /// has run no cycle (a standby).
+/// Shared text as a body's bytes.
+struct ArcText(std::sync::Arc<str>);
+
+impl AsRef<[u8]> for ArcText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
 async fn inventory_handler(State(state): State<HttpState>, headers: HeaderMap) -> Response {
     let authorization = headers
         .get(header::AUTHORIZATION)
@@ -154,10 +163,15 @@ async fn inventory_handler(State(state): State<HttpState>, headers: HeaderMap) -
                 .into_response()
         }
     }
-    let inventory = state.watch.inventory().map(|inventory| inventory.to_json());
+    let inventory = state.watch.inventory().map(|snapshot| snapshot.json());
     match inventory {
-        Some(Ok(json)) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
-        Some(Err(_)) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        // The body is the snapshot's own bytes, not a copy per caller.
+        Some(Some(json)) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            axum::body::Bytes::from_owner(ArcText(json)),
+        )
+            .into_response(),
+        Some(None) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             "no recheck done on this replica (it does not hold the Lease)",

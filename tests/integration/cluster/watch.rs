@@ -784,7 +784,7 @@ async fn the_inventory_joins_pods_with_the_reports_and_finds_where_a_digest_runs
     );
     // The watch's own inventory says the same.
     let own = rig.watch.inventory().expect("a cycle ran");
-    assert_eq!(own, joined);
+    assert_eq!(**own, joined);
     assert_eq!(joined.with_digest(&digest('b')).images.len(), 1);
     assert!(joined.with_digest(&digest('f')).images.is_empty());
 }

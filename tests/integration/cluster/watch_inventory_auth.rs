@@ -281,7 +281,10 @@ async fn the_watch_port_cuts_a_trickled_head_and_caps_one_address() {
     socket
         .bind("127.0.0.2:0".parse().expect("address"))
         .expect("bind 127.0.0.2");
-    let mut probe = socket.connect(addr.parse().expect("addr")).await.expect("connect");
+    let mut probe = socket
+        .connect(addr.parse().expect("addr"))
+        .await
+        .expect("connect");
     probe
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: watch\r\nconnection: close\r\n\r\n")
         .await
