@@ -118,7 +118,7 @@ async fn dry_run_answer(
     state: &AppState,
     query: DryRunQuery,
     request: Request,
-) -> Result<Vec<u8>, Refusal> {
+) -> Result<Bytes, Refusal> {
     let authorizer = state.authorizer.clone().ok_or(Failure::NoKubernetesApi)?;
     let caller = {
         let token = bearer_token(request.headers()).ok_or(Failure::MissingToken)?;
@@ -151,7 +151,7 @@ async fn dry_run_answer(
         })?;
     // The share goes into the parse and comes back with the documents: a caller that hangs up
     // mid-parse does not free it while the parser still builds them.
-    let (documents, _documents_share) = parse_manifests(body, share).await?;
+    let (documents, documents_share) = parse_manifests(body, share).await?;
     drop(_body_share);
     let namespace = query.namespace.unwrap_or_else(|| "default".to_string());
     authorize(state, authorizer.as_ref(), &caller, &documents, &namespace).await?;
@@ -166,10 +166,25 @@ async fn dry_run_answer(
         dry_run::run(&state.pinner, documents, &namespace, DRY_RUN_BUDGET),
     )
     .await;
-    Ok(encode_report(
-        &report,
-        parsed_reviews::dry_run_report_bytes(bytes),
-    )?)
+    let report = encode_report(&report, parsed_reviews::dry_run_report_bytes(bytes))?;
+    // The share stays with the report's bytes until the server has written them (a caller that
+    // reads its answer slowly still holds its part of the pool), not until this returns.
+    Ok(Bytes::from_owner(Charged {
+        report,
+        _share: documents_share,
+    }))
+}
+
+/// A report and the share of the dry runs' pool it is charged to.
+struct Charged {
+    report: Vec<u8>,
+    _share: parsed_reviews::Share,
+}
+
+impl AsRef<[u8]> for Charged {
+    fn as_ref(&self) -> &[u8] {
+        &self.report
+    }
 }
 
 /// `report` as JSON in at most `cap` bytes (its part of the dry run's share): written into a
@@ -379,6 +394,28 @@ mod tests {
             MANIFEST_PARSER_PERMITS.available_permits(),
             MANIFEST_PARSERS,
             "every permit is back once the work is done"
+        );
+    }
+
+    /// The report's bytes hold the dry run's share until the server drops them, once written:
+    /// a caller reading its answer slowly holds its part of the pool meanwhile (the share was
+    /// given back as the handler returned, before a byte of the answer was written).
+    #[tokio::test]
+    async fn a_report_holds_its_share_until_it_is_written() {
+        let pool = parsed_reviews::Pool::new(1 << 20);
+        let share = pool.take(1 << 20, Duration::ZERO).await.expect("a share");
+        let body = Bytes::from_owner(Charged {
+            report: b"{}".to_vec(),
+            _share: share,
+        });
+        let copy = body.clone();
+        drop(body);
+        assert!(pool.take(1, Duration::ZERO).await.is_err(), "still held");
+        assert_eq!(&copy[..], b"{}");
+        drop(copy);
+        assert!(
+            pool.take(1 << 20, Duration::ZERO).await.is_ok(),
+            "given back"
         );
     }
 }
