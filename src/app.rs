@@ -255,6 +255,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         authorizer,
         parsed_reviews: Arc::default(),
         bodies: Arc::default(),
+        answers: Arc::default(),
         // (server::start decides it, from the client CA it loads)
         require_client_cert: false,
         token_reviews: Arc::new(TokenBucket::new(config.clients.token_reviews)),

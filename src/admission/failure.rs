@@ -77,6 +77,9 @@ pub enum Failure {
          split the manifests"
     )]
     ReportTooLarge { cap: usize },
+    /// The answer found no room among the answers not yet read (`server::answers`).
+    #[error("{}", answers_held(*.0))]
+    AnswersHeld(crate::shares::Short),
     #[error("no manifest parser is available")]
     ParserClosed(#[source] tokio::sync::AcquireError),
     #[error("the manifest parser failed")]
@@ -108,6 +111,19 @@ pub enum Refused {
         cost: usize,
         budget: usize,
     },
+}
+
+fn answers_held(short: crate::shares::Short) -> String {
+    match short {
+        crate::shares::Short::Key(bytes) => format!(
+            "this client holds {} KiB of answers it has not read; read them, then retry",
+            bytes >> 10
+        ),
+        crate::shares::Short::Total(bytes) => format!(
+            "clients hold {} KiB of answers they have not read; retry",
+            bytes >> 10
+        ),
+    }
 }
 
 fn dry_run_refused(busy: bool, bytes: usize, cost: usize, budget: usize) -> String {
@@ -146,7 +162,7 @@ impl Failure {
             | Failure::EncodeMetrics(_)
             | Failure::ParserClosed(_)
             | Failure::ParserFailed(_) => 500,
-            Failure::NoKubernetesApi | Failure::Authentication(_) => 503,
+            Failure::NoKubernetesApi | Failure::Authentication(_) | Failure::AnswersHeld(_) => 503,
         }
     }
 

@@ -10,7 +10,7 @@ use crate::registry::cache;
 use crate::registry::credentials::{docker_helpers, exec, provider, pull_secrets, secret_budget};
 use crate::registry::identity_token;
 use crate::registry::TOKEN_CACHE_BYTES;
-use crate::server::{body_budget, connections, parsed_reviews, plain};
+use crate::server::{answers, body_budget, connections, parsed_reviews, plain};
 
 /// `pinhook serve` with nothing in flight and empty caches: measured at 32 MiB resident
 /// (release build, benches/body-flood.py's "RSS before"), with room for the Kubernetes
@@ -60,6 +60,11 @@ pub fn model() -> Vec<Budget> {
             what: "open connections",
             bytes: mib(connections::MAX_CONNECTIONS * connections::CONNECTION_BYTES),
             constant: "server::connections::{MAX_CONNECTIONS, CONNECTION_BYTES}",
+        },
+        Budget {
+            what: "answers being written",
+            bytes: mib(answers::ANSWER_BYTES + answers::ANSWER_RESERVE_BYTES),
+            constant: "server::answers::{ANSWER_BYTES, ANSWER_RESERVE_BYTES}",
         },
         Budget {
             what: "plain-HTTP metrics listener's connections",
@@ -313,7 +318,7 @@ mod tests {
     #[test]
     fn the_budgets_add_up_under_80_percent_of_the_charts_limit() {
         let limit = chart_limit();
-        assert_eq!(limit, 416 << 20);
+        assert_eq!(limit, 448 << 20);
         let total = total();
         assert!(
             total * 5 <= limit * 4,

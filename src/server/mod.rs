@@ -31,6 +31,7 @@ use axum_server::tls_rustls::RustlsAcceptor;
 use hyper_util::rt::TokioTimer;
 use tracing::info;
 
+pub mod answers;
 pub mod body_budget;
 mod bounds;
 pub mod client_auth;
@@ -145,6 +146,8 @@ pub struct AppState {
     pub parsed_reviews: Arc<parsed_reviews::ParsedReviews>,
     /// The budget of request body bytes in flight, taken before a byte is read.
     pub bodies: Arc<body_budget::BodyBudget>,
+    /// The answers being written, held until the client has read them.
+    pub answers: Arc<answers::Answers>,
     /// `/mutate` and `/validate` answer only connections with a verified client certificate.
     /// Set by [`start`] alone, from [`ClientAccess::client_ca`]: whatever a caller puts here
     /// is replaced.

@@ -100,6 +100,7 @@ fn body_refused(refusal: &BodyRefusal) -> Response {
 }
 
 async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let peer = peer_ip(&request);
     let (query, body, _body_share) = match review_input(&state, request).await {
         Ok(input) => input,
         Err(refused) => return refused,
@@ -126,10 +127,11 @@ async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) ->
     )
     .instrument(span.clone())
     .await;
-    answer(&state, "mutate", &request, &decision, &span, started)
+    answer(&state, peer, "mutate", &request, &decision, &span, started)
 }
 
 async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let peer = peer_ip(&request);
     let (query, body, _body_share) = match review_input(&state, request).await {
         Ok(input) => input,
         Err(refused) => return refused,
@@ -155,12 +157,23 @@ async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) 
     )
     .instrument(span.clone())
     .await;
-    answer(&state, "validate", &request, &decision, &span, started)
+    answer(
+        &state, peer, "validate", &request, &decision, &span, started,
+    )
+}
+
+/// The address of the client that sent `request` (unknown in tests over in-memory streams).
+fn peer_ip(request: &Request) -> Option<std::net::IpAddr> {
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| info.0.ip())
 }
 
 /// Logs and counts a decided review ([`observe`]), then renders its AdmissionReview.
 fn answer(
     state: &AppState,
+    peer: Option<std::net::IpAddr>,
     endpoint: &'static str,
     request: &admission::AdmissionRequest,
     decision: &admission::Decision,
@@ -177,7 +190,14 @@ fn answer(
         result,
         started,
     );
-    json_response(admission::review_body(&decision.response))
+    match admission::review_body(&decision.response) {
+        // Held until written: a client that does not read its answers holds only its share.
+        Ok(bytes) => match state.answers.charge(peer, bytes) {
+            Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+            Err(short) => failure_text(&Failure::AnswersHeld(short)),
+        },
+        Err(e) => failure_text(&Failure::EncodeResponse(e)),
+    }
 }
 
 /// Plain text, one line: what the apiserver logs when a call to the webhook fails.
@@ -209,13 +229,6 @@ fn reject(
         started,
     );
     failure_text(&failure)
-}
-
-fn json_response(body: Result<Vec<u8>, serde_json::Error>) -> Response {
-    match body {
-        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(e) => failure_text(&Failure::EncodeResponse(e)),
-    }
 }
 
 async fn healthz_handler() -> &'static str {

@@ -3,7 +3,7 @@
 # order: 947
 # needs: node
 # proves: With the release of node-chart-install-pinned-image-ready (installed if this runs
-#   alone: 2 webhook replicas with the chart's default resources, limit 416 MiB) and the
+#   alone: 2 webhook replicas with the chart's default resources, limit 448 MiB) and the
 #   availability stream of the node-availability-* scenarios (another tenant's Deployments
 #   through the apiserver, every webhook at Fail): a Pod of its own namespace (pause) is the
 #   attacker, and from its network namespace (nsenter: its Pod IP, over the Pod network) floods

@@ -95,6 +95,7 @@ fn state(resolver_timeout: Duration) -> AppState {
         authorizer: None,
         parsed_reviews: Arc::default(),
         bodies: Arc::default(),
+        answers: Arc::default(),
         require_client_cert: false,
         token_reviews: Default::default(),
         access_reviews: Default::default(),
