@@ -43,8 +43,10 @@ pub fn model() -> Vec<Budget> {
         },
         Budget {
             what: "request bodies in flight",
-            bytes: mib(body_budget::BODY_BUDGET + body_budget::SMALL_RESERVE),
-            constant: "server::body_budget::{BODY_BUDGET, SMALL_RESERVE}",
+            bytes: mib(
+                body_budget::BODY_BUDGET + body_budget::SMALL_RESERVE + body_budget::FLOOR_RESERVE,
+            ),
+            constant: "server::body_budget::{BODY_BUDGET, SMALL_RESERVE, FLOOR_RESERVE}",
         },
         Budget {
             what: "parsed reviews",

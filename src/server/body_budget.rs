@@ -17,6 +17,12 @@
 //! nothing here: the apiserver's share, which every tenant's review shares, is only ever taken
 //! by bodies in transit.
 //!
+//! When both are full, a body may take a little of a third: a **floor** ([`FLOOR_RESERVE`], at
+//! most [`PEER_FLOOR`] an address), so that two or three flooding addresses that fill the
+//! reserve and the shared budget together (each within its own shares) leave every other
+//! address room for its ordinary reviews: to shut the apiserver out, the floor too must be
+//! held, by sixteen more addresses (issue 44).
+//!
 //! Never: waits for room (a refusal is immediate: the apiserver retries, a flood gets nothing),
 //! or reads a body it has not counted.
 
@@ -44,6 +50,11 @@ pub use super::parsed_reviews::SMALL_BODY;
 /// Body bytes of small bodies in flight at once (128 reviews of 64 KiB; an ordinary Pod's is
 /// under 8 KiB, so over a thousand of those).
 pub const SMALL_RESERVE: usize = 8 << 20;
+/// Body bytes taken when the reserve and the shared budget have no room for a body.
+pub const FLOOR_RESERVE: usize = 4 << 20;
+/// What one address takes of the floor: four of the largest small bodies, some thirty
+/// ordinary reviews.
+pub const PEER_FLOOR: usize = 256 << 10;
 
 /// The budgets of one server.
 #[derive(Debug)]
@@ -52,14 +63,17 @@ pub struct BodyBudget {
     total: usize,
     per_peer: usize,
     small: usize,
+    /// The floor in all, and for one address.
+    floor: (usize, usize),
 }
 
 #[derive(Debug, Default)]
 struct Counts {
     large: usize,
     small: usize,
-    /// Per peer address: (large, small) bytes held.
-    peers: HashMap<Option<IpAddr>, (usize, usize)>,
+    floor: usize,
+    /// Per peer address: (large, small, floor) bytes held.
+    peers: HashMap<Option<IpAddr>, (usize, usize, usize)>,
 }
 
 /// What one body holds of the budgets; given back when dropped.
@@ -69,6 +83,7 @@ pub struct BodyShare {
     peer: Option<IpAddr>,
     large: usize,
     small: usize,
+    floor: usize,
 }
 
 /// Why a body was not read whole.
@@ -93,6 +108,7 @@ pub enum BodyRefusal {
 impl Default for BodyBudget {
     fn default() -> Self {
         BodyBudget::new(BODY_BUDGET, PEER_BUDGET, SMALL_RESERVE)
+            .with_floor(PEER_FLOOR, FLOOR_RESERVE)
     }
 }
 
@@ -103,7 +119,15 @@ impl BodyBudget {
             total,
             per_peer,
             small,
+            floor: (0, 0),
         }
+    }
+
+    /// This budget with a floor of `total` bytes, `per_peer` of them for one address, taken
+    /// when the reserve and the shared budget have no room.
+    pub fn with_floor(mut self, per_peer: usize, total: usize) -> BodyBudget {
+        self.floor = (total, per_peer);
+        self
     }
 
     /// Reads `request`'s body, at most `limit` bytes, within the budget of its peer address
@@ -147,6 +171,7 @@ impl BodyBudget {
             peer,
             large: 0,
             small: 0,
+            floor: 0,
         };
         let expected = match announced {
             Some(len) if len > limit as u64 => return Err(BodyRefusal::TooLarge { limit }),
@@ -175,16 +200,31 @@ impl BodyBudget {
 
     /// Grows `share` to hold `bytes` in all, or refuses without changing it.
     fn take(&self, share: &mut BodyShare, bytes: usize) -> Result<(), BodyRefusal> {
-        let held = share.large + share.small;
+        let held = share.large + share.small + share.floor;
         if bytes <= held {
             return Ok(());
         }
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let (peer_large, peer_small) = counts.peers.get(&share.peer).copied().unwrap_or((0, 0));
+        let (peer_large, peer_small, peer_floor) =
+            counts.peers.get(&share.peer).copied().unwrap_or((0, 0, 0));
         let busy = || BodyRefusal::Busy {
-            held: peer_large + peer_small,
-            budget: self.total + self.small,
+            held: peer_large + peer_small + peer_floor,
+            budget: self.total + self.small + self.floor.0,
         };
+        // A body already on the floor stays there while it fits; one that does not fit there
+        // any more is refused (it never moves back).
+        if share.floor > 0 {
+            let more = bytes - share.floor;
+            if counts.floor + more > self.floor.0 || peer_floor + more > self.floor.1 {
+                return Err(busy());
+            }
+            counts.floor += more;
+            counts
+                .peers
+                .insert(share.peer, (peer_large, peer_small, peer_floor + more));
+            share.floor = bytes;
+            return Ok(());
+        }
         // A small body stays in the reserve while it fits there (the whole reserve and its
         // address's half of it); a body that grows past SMALL_BODY moves to the shared budget
         // whole. (Only a body that never left the reserve stays in it: one that moved to the
@@ -199,18 +239,36 @@ impl BodyBudget {
             false => (bytes, 0),
         };
         let peer_large_after = peer_large - share.large + large;
-        if peer_large_after > self.per_peer {
-            return Err(busy());
-        }
         let large_more = large - share.large;
-        if large_more > 0 && counts.large + large_more > self.total {
-            return Err(busy());
+        if peer_large_after > self.per_peer
+            || (large_more > 0 && counts.large + large_more > self.total)
+        {
+            // No room in either: a body that holds nothing else yet may stand on the floor.
+            let floor_fits = share.large == 0
+                && counts.floor + bytes <= self.floor.0
+                && peer_floor + bytes <= self.floor.1;
+            if !floor_fits {
+                return Err(busy());
+            }
+            counts.small -= share.small;
+            counts.floor += bytes;
+            counts.peers.insert(
+                share.peer,
+                (peer_large, peer_small - share.small, peer_floor + bytes),
+            );
+            share.small = 0;
+            share.floor = bytes;
+            return Ok(());
         }
         counts.large += large_more;
         counts.small = counts.small - share.small + small;
         counts.peers.insert(
             share.peer,
-            (peer_large_after, peer_small - share.small + small),
+            (
+                peer_large_after,
+                peer_small - share.small + small,
+                peer_floor,
+            ),
         );
         debug_assert_eq!(large + small, bytes, "a share holds what it read");
         share.large = large;
@@ -222,6 +280,14 @@ impl BodyBudget {
     pub fn held(&self) -> (usize, usize, usize) {
         let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         (counts.large, counts.small, counts.peers.len())
+    }
+
+    /// Bytes held on the floor now.
+    pub fn floor_held(&self) -> usize {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .floor
     }
 }
 
@@ -241,7 +307,7 @@ fn refusal_of(error: axum::Error, limit: usize) -> BodyRefusal {
 
 impl Drop for BodyShare {
     fn drop(&mut self) {
-        let held = self.large + self.small;
+        let held = self.large + self.small + self.floor;
         if held == 0 {
             return;
         }
@@ -252,10 +318,12 @@ impl Drop for BodyShare {
             .unwrap_or_else(PoisonError::into_inner);
         counts.large -= self.large;
         counts.small -= self.small;
-        if let Some((large, small)) = counts.peers.get_mut(&self.peer) {
+        counts.floor -= self.floor;
+        if let Some((large, small, floor)) = counts.peers.get_mut(&self.peer) {
             *large -= self.large;
             *small -= self.small;
-            if (*large, *small) == (0, 0) {
+            *floor -= self.floor;
+            if (*large, *small, *floor) == (0, 0, 0) {
                 counts.peers.remove(&self.peer);
             }
         }
@@ -422,6 +490,7 @@ mod tests {
             peer: A,
             large: 0,
             small: 0,
+            floor: 0,
         };
         budget
             .take(&mut share, 10 << 10)
@@ -446,5 +515,60 @@ mod tests {
             Err(BodyRefusal::TooLarge { limit: 1024 })
         ));
         assert_eq!(budget.held(), (0, 0, 0));
+    }
+
+    /// Issue 44: two addresses, each within its shares, filled the small reserve and the
+    /// shared budget with slow bodies, and every other address's review (the apiserver's) was
+    /// refused, 429. With the floor, another address's ordinary review is read; the flooding
+    /// addresses get their small part of the floor and no more.
+    #[tokio::test]
+    async fn two_flooding_addresses_leave_another_its_floor() {
+        const C: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)));
+        let budget = Arc::new(
+            BodyBudget::new(1 << 20, 512 << 10, 256 << 10).with_floor(64 << 10, 256 << 10),
+        );
+        let hold = |peer: Option<IpAddr>, bytes: u64| {
+            let budget = budget.clone();
+            tokio::spawn(async move {
+                budget
+                    .read(peer, trickle(vec![]), Some(bytes), 7 << 20)
+                    .await
+                    .map(|_| ())
+            })
+        };
+        // Each address: its half of the small reserve, then its share of the shared budget.
+        let mut slow = Vec::new();
+        for peer in [A, B] {
+            slow.extend((0..2).map(|_| hold(peer, 64 << 10)));
+            slow.push(hold(peer, 512 << 10));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(slow.iter().all(|task| !task.is_finished()), "all held");
+        assert_eq!(budget.held(), (1 << 20, 256 << 10, 2));
+        // C's ordinary review is read, from the floor.
+        let (bytes, share) = budget
+            .read(C, Body::from(vec![b'c'; 8 << 10]), Some(8 << 10), 7 << 20)
+            .await
+            .map_err(|e| e.to_string())
+            .expect("C's review fits the floor");
+        assert_eq!(bytes.len(), 8 << 10);
+        assert_eq!(budget.floor_held(), 8 << 10);
+        drop(share);
+        assert_eq!(budget.floor_held(), 0);
+        // A gets its 64 KiB of the floor and no more.
+        let a_floor = hold(A, 64 << 10);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!a_floor.is_finished(), "A's part of the floor");
+        let refused = budget
+            .read(A, Body::from(vec![b'a'; 1 << 10]), Some(1 << 10), 7 << 20)
+            .await
+            .map(|_| ());
+        assert!(
+            matches!(refused, Err(BodyRefusal::Busy { .. })),
+            "{refused:?}"
+        );
+        for task in slow.iter().chain([&a_floor]) {
+            task.abort();
+        }
     }
 }
