@@ -56,6 +56,7 @@ pub mod reference;
 pub mod registry;
 pub mod server;
 pub mod shares;
+pub mod signatures;
 pub mod tenant;
 pub mod text;
 pub mod watch;

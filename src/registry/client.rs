@@ -16,6 +16,7 @@ use async_trait::async_trait;
 
 pub(crate) mod get;
 pub(crate) mod head;
+pub(crate) mod signatures;
 pub(crate) mod token;
 
 use get::Get;

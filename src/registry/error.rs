@@ -221,6 +221,9 @@ pub enum AnswerError {
     DigestHeader(String),
     #[error("the manifest GET answered HTTP {0} instead of 200")]
     UnexpectedStatus(u16),
+    /// A signature manifest or payload pinhook does not read (issue 46): named, one line.
+    #[error("its signature {0}")]
+    Signature(String),
 }
 
 /// The words of [`RegistryError::ReadsFull`].

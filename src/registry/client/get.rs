@@ -17,6 +17,17 @@ use crate::reference::{Algorithm, Digest, Reference};
 use crate::registry::http::{body, outbound};
 use crate::registry::{AnswerError, RegistryError};
 
+/// What one GET of bytes said ([`fetch`]).
+#[derive(Debug)]
+pub(crate) enum Fetched {
+    /// 200: the bytes, read within their limit (a manifest's `Docker-Content-Digest`, if
+    /// sent, checked against them).
+    Bytes(body::Read),
+    /// 401: with a bearer challenge, get a token and try again; otherwise unauthorized.
+    Challenge(Option<Bearer>),
+    Failed(RegistryError),
+}
+
 /// What one GET said.
 #[derive(Debug)]
 pub(crate) enum Get {
@@ -47,33 +58,49 @@ pub(crate) async fn get(
     authorization: Option<&str>,
     reference: &Reference,
 ) -> Get {
+    match fetch(http, url, authorization, reference, body::MANIFEST).await {
+        Fetched::Bytes(bytes) => Get::Manifest(Digest::sha256_of(&bytes)),
+        Fetched::Challenge(challenge) => Get::Challenge(challenge),
+        Fetched::Failed(error) => Get::Failed(error),
+    }
+}
+
+/// `GET url` (a manifest, or a blob of `reference`'s repository) with `authorization` if
+/// given, its answer read up to `limit`; error answers judged as the distribution spec says.
+pub(crate) async fn fetch(
+    http: &reqwest::Client,
+    url: &str,
+    authorization: Option<&str>,
+    reference: &Reference,
+    limit: body::Limit,
+) -> Fetched {
     let registry = reference.domain();
     let request = manifest_request(http, Method::GET, url, authorization);
     let response = match request.send().await {
         Ok(response) => response,
-        Err(e) => return Get::Failed(outbound::failed(registry, e)),
+        Err(e) => return Fetched::Failed(outbound::failed(registry, e)),
     };
     let status = response.status();
     if status == StatusCode::UNAUTHORIZED {
         let challenge = header(response.headers(), WWW_AUTHENTICATE.as_str());
-        return Get::Challenge(challenge.and_then(|c| Bearer::parse(&c)));
+        return Fetched::Challenge(challenge.and_then(|c| Bearer::parse(&c)));
     }
     if status != StatusCode::OK {
         return match body::read(response, body::ERROR, registry).await {
-            Ok(text) => Get::Failed(judge_failure(status, &text, reference)),
-            Err(e) => Get::Failed(e),
+            Ok(text) => Fetched::Failed(judge_failure(status, &text, reference)),
+            Err(e) => Fetched::Failed(e),
         };
     }
     let headers = response.headers().clone();
-    match body::read(response, body::MANIFEST, registry).await {
+    match body::read(response, limit, registry).await {
         Ok(bytes) => match check_announced(&headers, &bytes) {
-            Ok(()) => Get::Manifest(Digest::sha256_of(&bytes)),
-            Err(source) => Get::Failed(RegistryError::InvalidResponse {
+            Ok(()) => Fetched::Bytes(bytes),
+            Err(source) => Fetched::Failed(RegistryError::InvalidResponse {
                 registry: registry.to_string(),
                 source,
             }),
         },
-        Err(e) => Get::Failed(e),
+        Err(e) => Fetched::Failed(e),
     }
 }
 

@@ -72,6 +72,18 @@ pub(crate) const MANIFEST: Limit = Limit {
     bytes: 4 << 20,
 };
 
+/// A cosign signature manifest (a few layer descriptors, under 2 KiB in practice).
+pub(crate) const SIGNATURE_MANIFEST: Limit = Limit {
+    what: "a signature manifest",
+    bytes: 64 << 10,
+};
+
+/// A cosign simple signing payload (a few hundred bytes in practice).
+pub(crate) const SIGNATURE_PAYLOAD: Limit = Limit {
+    what: "a signature payload",
+    bytes: 64 << 10,
+};
+
 pub(crate) const TOKEN: Limit = Limit {
     what: "a token answer",
     bytes: 64 << 10,

@@ -15,3 +15,4 @@ mod outbound_redirects;
 mod registry_auth;
 mod registry_resolve;
 mod resolve_through;
+mod signatures;

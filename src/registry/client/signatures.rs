@@ -1,0 +1,160 @@
+//! An image's cosign signatures in the tag scheme (issue 46), fetched through the image's own
+//! client, address guard, limits and credentials: the manifest at `sha256-<hex>.sig`
+//! ([`crate::signatures::signature_tag`]) in the image's repository, and each layer's payload,
+//! at most [`MAX_SIGNATURE_LAYERS`] of at most 64 KiB, each checked against its descriptor's
+//! digest and size. No signature manifest (404) is no signature, not a failure. A blob served
+//! through a redirect to another host (a CDN) is refused like any cross-host redirect.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::get::{fetch, Fetched};
+use super::{api_host, unauthorized, Login, OciResolver, TokenKey};
+use crate::reference::{Digest, Reference};
+use crate::registry::http::body;
+use crate::registry::{AnswerError, Credential, RegistryError};
+use crate::signatures::simple_signing::SIGNATURE_ANNOTATION;
+
+/// Signature layers read of one signature manifest; a manifest with more is refused.
+pub const MAX_SIGNATURE_LAYERS: usize = 16;
+
+/// One signature layer, read: its payload (digest-checked) and its signature annotation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedLayer {
+    pub payload: Vec<u8>,
+    pub signature: String,
+}
+
+#[derive(Deserialize)]
+struct SignatureManifest {
+    #[serde(default)]
+    layers: Vec<Descriptor>,
+}
+
+#[derive(Deserialize)]
+struct Descriptor {
+    digest: String,
+    size: u64,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+impl OciResolver {
+    /// The signature layers of `digest` in `image`'s repository, asked with `credential`:
+    /// empty when the repository has no signature manifest for it.
+    pub async fn signature_layers(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credential: &Credential,
+    ) -> Result<Vec<FetchedLayer>, RegistryError> {
+        let budget = self.config().request_timeout * 3;
+        match tokio::time::timeout(
+            budget,
+            self.signature_layers_once(image, digest, credential),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(RegistryError::Timeout {
+                registry: image.domain().to_string(),
+                timeout: budget,
+            }),
+        }
+    }
+
+    async fn signature_layers_once(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credential: &Credential,
+    ) -> Result<Vec<FetchedLayer>, RegistryError> {
+        let registry = image.domain();
+        let http = self.http_for(registry)?;
+        let realm_http = self.realm_http_for(registry)?;
+        let scheme = match self.config().is_insecure(registry) {
+            true => "http",
+            false => "https",
+        };
+        let base = format!("{scheme}://{}/v2/{}", api_host(registry), image.path());
+        let login = Login {
+            http: &realm_http,
+            key: TokenKey {
+                registry: registry.to_string(),
+                credential: credential.fingerprint(),
+                repository: image.path().to_string(),
+            },
+            basic: credential.basic_authorization(),
+        };
+        let mut authorization = self
+            .tokens
+            .bearer(&login.key)
+            .or_else(|| login.basic.clone());
+        let mut logged_in = false;
+        let tag = crate::signatures::signature_tag(digest);
+        let manifest_url = format!("{base}/manifests/{tag}");
+        // One GET with the authorization so far; one more after a login the registry asks for.
+        let mut get = async |url: &str, limit: body::Limit| -> Result<body::Read, RegistryError> {
+            loop {
+                match fetch(&http, url, authorization.as_deref(), image, limit).await {
+                    Fetched::Bytes(bytes) => return Ok(bytes),
+                    Fetched::Challenge(Some(challenge)) if !logged_in => {
+                        authorization = Some(self.log_in(&login, &challenge).await?);
+                        logged_in = true;
+                    }
+                    Fetched::Challenge(_) => return Err(unauthorized(registry)),
+                    Fetched::Failed(error) => return Err(error),
+                }
+            }
+        };
+        let manifest = match get(&manifest_url, body::SIGNATURE_MANIFEST).await {
+            Ok(bytes) => bytes,
+            Err(RegistryError::NotFound { .. }) => return Ok(Vec::new()),
+            Err(error) => return Err(error),
+        };
+        let invalid = |what: String| RegistryError::InvalidResponse {
+            registry: registry.to_string(),
+            source: AnswerError::Signature(what),
+        };
+        let manifest: SignatureManifest = serde_json::from_slice(&manifest)
+            .map_err(|_| invalid("manifest is not an OCI image manifest".to_string()))?;
+        if manifest.layers.len() > MAX_SIGNATURE_LAYERS {
+            return Err(invalid(format!(
+                "manifest has {} layers, more than pinhook reads ({MAX_SIGNATURE_LAYERS})",
+                manifest.layers.len()
+            )));
+        }
+        let mut layers = Vec::with_capacity(manifest.layers.len());
+        for layer in manifest.layers {
+            let Some(signature) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
+                continue;
+            };
+            let layer_digest: Digest = layer
+                .digest
+                .parse()
+                .map_err(|_| invalid("layer's digest is not a digest".to_string()))?;
+            if layer.size > body::SIGNATURE_PAYLOAD.bytes {
+                return Err(invalid(format!(
+                    "payload of {} bytes is larger than pinhook reads",
+                    layer.size
+                )));
+            }
+            let payload = get(
+                &format!("{base}/blobs/{layer_digest}"),
+                body::SIGNATURE_PAYLOAD,
+            )
+            .await?;
+            if payload.len() as u64 != layer.size || Digest::sha256_of(&payload) != layer_digest {
+                return Err(invalid(format!(
+                    "payload is not the blob its descriptor names ({layer_digest})"
+                )));
+            }
+            layers.push(FetchedLayer {
+                payload: payload.to_vec(),
+                signature: signature.clone(),
+            });
+        }
+        Ok(layers)
+    }
+}
