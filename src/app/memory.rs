@@ -32,15 +32,29 @@ fn mib(bytes: usize) -> u64 {
     u64::try_from(bytes).unwrap_or(u64::MAX)
 }
 
+/// The process with nothing in flight and empty caches: a row of both models.
+fn baseline() -> Budget {
+    Budget {
+        what: "the process itself, idle",
+        bytes: BASELINE_BYTES,
+        constant: "app::memory::BASELINE_BYTES",
+    }
+}
+
+/// The cached answers of credential plugins and helpers: a row of both models.
+fn credential_answers() -> Budget {
+    Budget {
+        what: "credential plugin and helper answers",
+        bytes: provider::Settings::default().cache_bytes + docker_helpers::HELPER_CACHE_BYTES,
+        constant: "provider::Settings::cache_bytes, docker_helpers::HELPER_CACHE_BYTES",
+    }
+}
+
 /// Every budget of `pinhook serve` at its defaults, the chart's: no credential plugins
 /// configured (each configured one adds its runs, see [`plugin_run_bytes`]).
 pub fn model() -> Vec<Budget> {
     vec![
-        Budget {
-            what: "the process itself, idle",
-            bytes: BASELINE_BYTES,
-            constant: "app::memory::BASELINE_BYTES",
-        },
+        baseline(),
         Budget {
             what: "request bodies in flight",
             bytes: mib(
@@ -112,11 +126,7 @@ pub fn model() -> Vec<Budget> {
             bytes: 2 * cluster::NAMESPACE_CACHE_BYTES + cluster::TOKEN_REVIEW_CACHE_BYTES,
             constant: "cluster::{NAMESPACE_CACHE_BYTES (2 caches), TOKEN_REVIEW_CACHE_BYTES}",
         },
-        Budget {
-            what: "credential plugin and helper answers",
-            bytes: provider::Settings::default().cache_bytes + docker_helpers::HELPER_CACHE_BYTES,
-            constant: "provider::Settings::cache_bytes, docker_helpers::HELPER_CACHE_BYTES",
-        },
+        credential_answers(),
         Budget {
             what: "owner-revision memo, PodsDenied memos, loop breaker",
             bytes: pipeline::OWNER_MEMO_BYTES
@@ -158,11 +168,7 @@ pub fn watch_model(sites: u64) -> Vec<Budget> {
     use crate::watch::controller::cycle::REPORT_WRITE_CONCURRENCY;
     use crate::watch::report::budget::MAX_REPORT_BYTES;
     vec![
-        Budget {
-            what: "the process itself, idle",
-            bytes: BASELINE_BYTES,
-            constant: "app::memory::BASELINE_BYTES",
-        },
+        baseline(),
         Budget {
             what: "running image sites, kept and at a recheck's peak",
             bytes: sites * WATCH_SITE_BYTES,
@@ -200,11 +206,7 @@ pub fn watch_model(sites: u64) -> Vec<Budget> {
                 + cluster::NAMESPACE_CACHE_BYTES,
             constant: "pull_secrets::{SECRET_CACHE_BYTES, ACCOUNT_CACHE_BYTES}, cluster::NAMESPACE_CACHE_BYTES",
         },
-        Budget {
-            what: "credential plugin and helper answers",
-            bytes: provider::Settings::default().cache_bytes + docker_helpers::HELPER_CACHE_BYTES,
-            constant: "provider::Settings::cache_bytes, docker_helpers::HELPER_CACHE_BYTES",
-        },
+        credential_answers(),
         Budget {
             what: "its two plain-HTTP listeners' connections",
             bytes: 2 * mib(plain::PLAIN_CONNECTIONS * connections::CONNECTION_BYTES),
@@ -273,44 +275,6 @@ mod tests {
         );
     }
 
-    /// docs/security.md's table of the watch is exactly the watch's model at its capacity.
-    #[test]
-    fn the_docs_watch_table_says_what_the_code_does() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md"))
-            .unwrap();
-        let mut want: Vec<String> = watch_model(WATCH_SITES)
-            .iter()
-            .map(|budget| {
-                format!(
-                    "| {} | {:.1} MiB | `{}` |",
-                    budget.what,
-                    budget.bytes as f64 / f64::from(1 << 20),
-                    budget.constant
-                )
-            })
-            .collect();
-        want.push(format!(
-            "| **sum at {} sites** | **{:.1} MiB** of the chart's {} MiB | {:.0} % |",
-            WATCH_SITES,
-            watch_total(WATCH_SITES) as f64 / f64::from(1 << 20),
-            watch_limit() >> 20,
-            watch_total(WATCH_SITES) as f64 * 100.0 / watch_limit() as f64
-        ));
-        let table: Vec<String> = doc
-            .lines()
-            .skip_while(|line| *line != "| what the watch holds | bound | constant |")
-            .skip(2)
-            .take_while(|line| line.starts_with('|'))
-            .map(str::to_string)
-            .collect();
-        assert_eq!(
-            table,
-            want,
-            "docs/security.md's watch memory table, expected:\n{}",
-            want.join("\n")
-        );
-    }
-
     /// A plugin run is bounded: its output and its capped process.
     #[test]
     fn a_credential_program_run_is_bounded() {
@@ -331,41 +295,66 @@ mod tests {
         );
     }
 
-    /// docs/security.md's table is exactly the model: a row per budget, with its MiB and its
-    /// constant, in order, and the sum; no other row.
-    #[test]
-    fn the_docs_table_says_what_the_code_does() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md"))
-            .unwrap();
-        let mut want: Vec<String> = model()
+    /// The rows docs/security.md shows for `model` and its sum (`sum` names the sum's row).
+    fn rows(model: &[Budget], sum: &str, limit: u64) -> Vec<String> {
+        let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+        let total: u64 = model.iter().map(|b| b.bytes).sum();
+        let mut rows: Vec<String> = model
             .iter()
-            .map(|budget| {
+            .map(|b| {
                 format!(
                     "| {} | {:.1} MiB | `{}` |",
-                    budget.what,
-                    budget.bytes as f64 / f64::from(1 << 20),
-                    budget.constant
+                    b.what,
+                    mib(b.bytes),
+                    b.constant
                 )
             })
             .collect();
-        want.push(format!(
-            "| **sum** | **{:.1} MiB** of the chart's {} MiB | {:.0} % |",
-            total() as f64 / f64::from(1 << 20),
-            chart_limit() >> 20,
-            total() as f64 * 100.0 / chart_limit() as f64
+        rows.push(format!(
+            "| **{sum}** | **{:.1} MiB** of the chart's {} MiB | {:.0} % |",
+            mib(total),
+            limit >> 20,
+            total as f64 * 100.0 / limit as f64
         ));
-        let table: Vec<String> = doc
-            .lines()
-            .skip_while(|line| *line != "| what | bound | constant |")
+        rows
+    }
+
+    /// The table of docs/security.md under `heading`.
+    fn table_under(heading: &str) -> Vec<String> {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md"))
+            .unwrap();
+        doc.lines()
+            .skip_while(|line| *line != heading)
             .skip(2)
             .take_while(|line| line.starts_with('|'))
             .map(str::to_string)
-            .collect();
-        assert_eq!(
-            table,
-            want,
-            "docs/security.md's memory table, expected:\n{}",
-            want.join("\n")
-        );
+            .collect()
+    }
+
+    /// docs/security.md's tables are exactly the models: a row per budget, with its MiB and
+    /// its constant, in order, and the sum; no other row. The watch's at its capacity.
+    #[test]
+    fn the_docs_tables_say_what_the_code_does() {
+        for (heading, want) in [
+            (
+                "| what | bound | constant |",
+                rows(&model(), "sum", chart_limit()),
+            ),
+            (
+                "| what the watch holds | bound | constant |",
+                rows(
+                    &watch_model(WATCH_SITES),
+                    &format!("sum at {WATCH_SITES} sites"),
+                    watch_limit(),
+                ),
+            ),
+        ] {
+            assert_eq!(
+                table_under(heading),
+                want,
+                "docs/security.md's table under {heading}, expected:\n{}",
+                want.join("\n")
+            );
+        }
     }
 }

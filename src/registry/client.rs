@@ -65,6 +65,27 @@ pub struct OciResolver {
     lookup: Lookup,
 }
 
+/// What one credential's requests to one repository go with: the clients, the repository's
+/// API base (`<scheme>://<host>/v2/<path>`), its token key and Basic credentials.
+struct Session {
+    http: reqwest::Client,
+    /// Keeps no idle connection: for token realms, hosts the registry names.
+    realm_http: reqwest::Client,
+    base: String,
+    key: TokenKey,
+    basic: Option<String>,
+}
+
+impl Session {
+    fn login(&self) -> Login<'_> {
+        Login {
+            http: &self.realm_http,
+            key: self.key.clone(),
+            basic: self.basic.clone(),
+        }
+    }
+}
+
 /// What one credential's attempt logs in with when the registry challenges.
 struct Login<'a> {
     /// What asks the token realm: a client that keeps no idle connection (the realm is a host
@@ -161,14 +182,48 @@ impl OciResolver {
         reference: &Reference,
         credential: &Credential,
     ) -> Result<Digest, RegistryError> {
+        self.attempt(reference.domain(), self.resolve_once(reference, credential))
+            .await
+    }
+
+    /// `attempt` at `registry`, bounded as a whole by three request timeouts.
+    async fn attempt<T>(
+        &self,
+        registry: &str,
+        attempt: impl std::future::Future<Output = Result<T, RegistryError>>,
+    ) -> Result<T, RegistryError> {
         let budget = self.config().request_timeout * 3;
-        match tokio::time::timeout(budget, self.resolve_once(reference, credential)).await {
+        match tokio::time::timeout(budget, attempt).await {
             Ok(result) => result,
             Err(_) => Err(RegistryError::Timeout {
-                registry: reference.domain().to_string(),
+                registry: registry.to_string(),
                 timeout: budget,
             }),
         }
+    }
+
+    /// What `credential`'s requests to `image`'s repository go with.
+    fn session(
+        &self,
+        image: &Reference,
+        credential: &Credential,
+    ) -> Result<Session, RegistryError> {
+        let registry = image.domain();
+        let scheme = match self.config().is_insecure(registry) {
+            true => "http",
+            false => "https",
+        };
+        Ok(Session {
+            http: self.http_for(registry)?,
+            realm_http: self.realm_http_for(registry)?,
+            base: format!("{scheme}://{}/v2/{}", api_host(registry), image.path()),
+            key: TokenKey {
+                registry: registry.to_string(),
+                credential: credential.fingerprint(),
+                repository: image.path().to_string(),
+            },
+            basic: credential.basic_authorization(),
+        })
     }
 
     async fn resolve_once(
@@ -177,46 +232,26 @@ impl OciResolver {
         credential: &Credential,
     ) -> Result<Digest, RegistryError> {
         let registry = reference.domain();
-        let http = self.http_for(registry)?;
-        let realm_http = self.realm_http_for(registry)?;
-        let scheme = match self.config().is_insecure(registry) {
-            true => "http",
-            false => "https",
-        };
-        let url = format!(
-            "{scheme}://{}/v2/{}/manifests/{}",
-            api_host(registry),
-            reference.path(),
-            reference.manifest()
-        );
-        let login = Login {
-            http: &realm_http,
-            key: TokenKey {
-                registry: registry.to_string(),
-                credential: credential.fingerprint(),
-                repository: reference.path().to_string(),
-            },
-            basic: credential.basic_authorization(),
-        };
-        let mut authorization = self
-            .tokens
-            .bearer(&login.key)
-            .or_else(|| login.basic.clone());
+        let session = self.session(reference, credential)?;
+        let http = &session.http;
+        let url = format!("{}/manifests/{}", session.base, reference.manifest());
+        let login = session.login();
+        let mut authorization = self.first_authorization(&login);
         let mut logged_in = false;
-        let mut answer = head::head(&http, &url, authorization.as_deref(), reference).await;
+        let mut answer = head::head(http, &url, authorization.as_deref(), reference).await;
         if let Head::Challenge(Some(challenge)) = &answer {
             authorization = Some(self.log_in(&login, challenge).await?);
             logged_in = true;
-            answer = head::head(&http, &url, authorization.as_deref(), reference).await;
+            answer = head::head(http, &url, authorization.as_deref(), reference).await;
         }
         let digest = match answer {
             Head::Digest(digest) => digest,
             Head::NeedsGet => {
-                let mut got = get::get(&http, &url, authorization.as_deref(), reference).await;
+                let mut got = get::get(http, &url, authorization.as_deref(), reference).await;
                 // A registry may challenge only the GET (a HEAD answered 405 before any auth).
                 if let (Get::Challenge(Some(challenge)), false) = (&got, logged_in) {
                     let bearer = self.log_in(&login, challenge).await?;
-                    got = get::get(&http, &url, Some(&bearer), reference).await;
+                    got = get::get(http, &url, Some(&bearer), reference).await;
                 }
                 return match got {
                     Get::Manifest(digest) => Ok(digest),
@@ -233,6 +268,14 @@ impl OciResolver {
                 registry: registry.to_string(),
                 source: AnswerError::DigestHeader(digest),
             })
+    }
+
+    /// The authorization a login's first request goes with: a token kept from before, or its
+    /// Basic credentials (none for anonymous).
+    fn first_authorization(&self, login: &Login<'_>) -> Option<String> {
+        self.tokens
+            .bearer(&login.key)
+            .or_else(|| login.basic.clone())
     }
 
     /// Answers a bearer `challenge`: checks its realm, asks it for a token (with the Basic

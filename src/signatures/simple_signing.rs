@@ -139,17 +139,25 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn signed_by_a_trusted_key_for_the_pinned_digest_is_verified() {
+    /// A trusted key, and the verdict on one signature over the payload for digest `signed`,
+    /// made by the trusted key or (`other_signer`) another, judged for digest `pinned`.
+    fn verdict_of(other_signer: bool, signed: char, pinned: char) -> (PublicKey, Verdict) {
         let (signer, pem) = key_pair();
+        let (other, _) = key_pair();
         let key = PublicKey::from_pem(&pem).unwrap();
-        let payload = payload_for("registry.example/team/app", &digest('a'));
-        let signature = sign(&signer, &payload);
+        let payload = payload_for("registry.example/team/app", &digest(signed));
+        let signature = sign(if other_signer { &other } else { &signer }, &payload);
         let layer = SignatureLayer {
             payload: &payload,
             signature: &signature,
         };
-        let verdict = judge(&[layer], std::slice::from_ref(&key), &digest('a'));
+        let verdict = judge(&[layer], std::slice::from_ref(&key), &digest(pinned));
+        (key, verdict)
+    }
+
+    #[test]
+    fn signed_by_a_trusted_key_for_the_pinned_digest_is_verified() {
+        let (key, verdict) = verdict_of(false, 'a', 'a');
         assert_eq!(
             verdict,
             Verdict::Verified {
@@ -163,15 +171,7 @@ mod tests {
     /// the tag's former digest is none of the current one's.
     #[test]
     fn a_signature_of_another_digest_is_not_this_ones() {
-        let (signer, pem) = key_pair();
-        let key = PublicKey::from_pem(&pem).unwrap();
-        let payload = payload_for("registry.example/team/app", &digest('a'));
-        let signature = sign(&signer, &payload);
-        let layer = SignatureLayer {
-            payload: &payload,
-            signature: &signature,
-        };
-        let verdict = judge(&[layer], &[key], &digest('b'));
+        let (_, verdict) = verdict_of(false, 'a', 'b');
         assert_eq!(
             verdict,
             Verdict::OtherDigest {
@@ -183,20 +183,9 @@ mod tests {
 
     #[test]
     fn unsigned_or_signed_by_another_key_is_not_verified() {
-        let (_, pem) = key_pair();
-        let (other, _) = key_pair();
-        let key = PublicKey::from_pem(&pem).unwrap();
-        assert_eq!(
-            judge(&[], std::slice::from_ref(&key), &digest('a')),
-            Verdict::NoSignature
-        );
-        let payload = payload_for("registry.example/team/app", &digest('a'));
-        let signature = sign(&other, &payload);
-        let layer = SignatureLayer {
-            payload: &payload,
-            signature: &signature,
-        };
-        assert_eq!(judge(&[layer], &[key], &digest('a')), Verdict::OtherKey);
+        let (key, _) = verdict_of(false, 'a', 'a');
+        assert_eq!(judge(&[], &[key], &digest('a')), Verdict::NoSignature);
+        assert_eq!(verdict_of(true, 'a', 'a').1, Verdict::OtherKey);
     }
 
     /// A payload the trusted key signed that is not a cosign image signature (another type,

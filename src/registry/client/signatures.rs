@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::get::{fetch, Fetched};
-use super::{api_host, unauthorized, Login, OciResolver, TokenKey};
+use super::{unauthorized, OciResolver};
 use crate::reference::{Digest, Reference};
 use crate::registry::http::body;
 use crate::registry::{AnswerError, Credential, RegistryError};
@@ -49,19 +49,11 @@ impl OciResolver {
         digest: &Digest,
         credential: &Credential,
     ) -> Result<Vec<FetchedLayer>, RegistryError> {
-        let budget = self.config().request_timeout * 3;
-        match tokio::time::timeout(
-            budget,
+        self.attempt(
+            image.domain(),
             self.signature_layers_once(image, digest, credential),
         )
         .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(RegistryError::Timeout {
-                registry: image.domain().to_string(),
-                timeout: budget,
-            }),
-        }
     }
 
     async fn signature_layers_once(
@@ -71,33 +63,17 @@ impl OciResolver {
         credential: &Credential,
     ) -> Result<Vec<FetchedLayer>, RegistryError> {
         let registry = image.domain();
-        let http = self.http_for(registry)?;
-        let realm_http = self.realm_http_for(registry)?;
-        let scheme = match self.config().is_insecure(registry) {
-            true => "http",
-            false => "https",
-        };
-        let base = format!("{scheme}://{}/v2/{}", api_host(registry), image.path());
-        let login = Login {
-            http: &realm_http,
-            key: TokenKey {
-                registry: registry.to_string(),
-                credential: credential.fingerprint(),
-                repository: image.path().to_string(),
-            },
-            basic: credential.basic_authorization(),
-        };
-        let mut authorization = self
-            .tokens
-            .bearer(&login.key)
-            .or_else(|| login.basic.clone());
+        let session = self.session(image, credential)?;
+        let (http, base) = (&session.http, &session.base);
+        let login = session.login();
+        let mut authorization = self.first_authorization(&login);
         let mut logged_in = false;
         let tag = crate::signatures::signature_tag(digest);
         let manifest_url = format!("{base}/manifests/{tag}");
         // One GET with the authorization so far; one more after a login the registry asks for.
         let mut get = async |url: &str, limit: body::Limit| -> Result<body::Read, RegistryError> {
             loop {
-                match fetch(&http, url, authorization.as_deref(), image, limit).await {
+                match fetch(http, url, authorization.as_deref(), image, limit).await {
                     Fetched::Bytes(bytes) => return Ok(bytes),
                     Fetched::Challenge(Some(challenge)) if !logged_in => {
                         authorization = Some(self.log_in(&login, &challenge).await?);

@@ -265,22 +265,8 @@ async fn one_address_holds_at_most_its_share_of_connections_and_another_is_serve
         idle_timeout: Duration::from_secs(60),
     })
     .await;
-    let mut held = Vec::new();
-    let mut closed = 0;
-    for _ in 0..PEER_CONNECTIONS + 20 {
-        match pinhook.raw_tls(&[]).await {
-            Ok(mut conn) => {
-                // A connection past the share is closed right after its handshake: a read
-                // sees the close at once, a held one sees nothing.
-                let mut byte = [0u8; 1];
-                match tokio::time::timeout(Duration::from_millis(100), conn.read(&mut byte)).await {
-                    Err(_) => held.push(conn),
-                    Ok(_) => closed += 1,
-                }
-            }
-            Err(_) => closed += 1,
-        }
-    }
+    // A connection past the share is closed right after its handshake.
+    let (held, closed) = hold_from(&pinhook, [127, 0, 0, 1].into(), PEER_CONNECTIONS + 20).await;
     assert_eq!((held.len(), closed), (PEER_CONNECTIONS, 20));
     let mut other = pinhook
         .raw_tls_from([127, 0, 0, 2].into(), &[])
