@@ -24,13 +24,16 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|arg| arg == exec::LAUNCH) {
         let error = exec::launch(&args[2..]);
         eprintln!("pinhook: cannot start the credential program: {error}");
-        return ExitCode::from(exec::launch_failed_code());
+        return ExitCode::from(exec::LAUNCH_FAILED);
     }
     // First, before anything that could fail: `--help` and `--version` must always work.
     let cli = Cli::parse();
     // Every credential program runs through this binary, its memory capped.
-    if let Ok(binary) = std::env::current_exe() {
-        exec::launch_through(binary);
+    match std::env::current_exe() {
+        Ok(binary) => exec::launch_through(binary),
+        Err(e) => {
+            eprintln!("pinhook: cannot find its own binary ({e}): credential programs run uncapped")
+        }
     }
     // Flushes the log lines still queued when it is dropped, at the end of main.
     let _log_guard = init_tracing(cli.log_format);

@@ -58,22 +58,28 @@ impl Answers {
         let key = peer.map(|ip| ip.to_string()).unwrap_or_default();
         let mut taken = Taken::default();
         self.shares.take(&key, &key, answer.len(), &mut taken)?;
-        Ok(Bytes::from_owner(Charged {
-            answer,
-            _taken: taken,
-        }))
+        Ok(charged(answer, taken))
     }
 }
 
-/// An answer and the share it is charged to.
-struct Charged {
-    answer: Vec<u8>,
-    _taken: Taken,
+/// `bytes` as a body that holds `share` (of whatever budget they are charged to) until the
+/// server drops them, once written, not until the handler returns.
+pub fn charged(bytes: Vec<u8>, share: impl Send + 'static) -> Bytes {
+    Bytes::from_owner(Charged {
+        bytes,
+        _share: share,
+    })
 }
 
-impl AsRef<[u8]> for Charged {
+/// Bytes and the share they are charged to.
+struct Charged<S> {
+    bytes: Vec<u8>,
+    _share: S,
+}
+
+impl<S> AsRef<[u8]> for Charged<S> {
     fn as_ref(&self) -> &[u8] {
-        &self.answer
+        &self.bytes
     }
 }
 

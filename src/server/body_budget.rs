@@ -139,10 +139,7 @@ impl BodyBudget {
         limit: usize,
         metrics: &Metrics,
     ) -> Result<(Bytes, BodyShare), BodyRefusal> {
-        let peer = request
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|info| info.0.ip());
+        let peer = peer_of(&request);
         let announced = request
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -289,6 +286,15 @@ impl BodyBudget {
             .unwrap_or_else(PoisonError::into_inner)
             .floor
     }
+}
+
+/// The address of the client that sent `request` (`ConnectInfo`; unknown when the router is
+/// driven without a socket).
+pub fn peer_of(request: &Request) -> Option<IpAddr> {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
 }
 
 /// A body error as a refusal: over the limit (tower-http's `Limited` body) is 413.

@@ -251,9 +251,9 @@ impl<T> Watched<T> {
 
     /// Something crossed the connection: it is not idle.
     fn touch(&mut self) {
-        let next = Instant::now() + self.idle_timeout;
-        self.deadline.as_mut().reset(next);
-        self.peer.touch();
+        let now = Instant::now();
+        self.deadline.as_mut().reset(now + self.idle_timeout);
+        self.peer.touch(now);
     }
 }
 
@@ -272,14 +272,14 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Answering<S::Future>;
+    type Future = Counting<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        Answering {
+        Counting {
             _under_way: self.requests.begin(),
             inner: self.inner.call(request),
         }
@@ -288,14 +288,14 @@ where
 
 pin_project_lite::pin_project! {
     /// A request's answer being made; the request is no longer under way once it is dropped.
-    pub struct Answering<F> {
+    pub struct Counting<F> {
         #[pin]
         inner: F,
         _under_way: UnderWay,
     }
 }
 
-impl<F: Future> Future for Answering<F> {
+impl<F: Future> Future for Counting<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -169,22 +169,7 @@ async fn dry_run_answer(
     let report = encode_report(&report, parsed_reviews::dry_run_report_bytes(bytes))?;
     // The share stays with the report's bytes until the server has written them (a caller that
     // reads its answer slowly still holds its part of the pool), not until this returns.
-    Ok(Bytes::from_owner(Charged {
-        report,
-        _share: documents_share,
-    }))
-}
-
-/// A report and the share of the dry runs' pool it is charged to.
-struct Charged {
-    report: Vec<u8>,
-    _share: parsed_reviews::Share,
-}
-
-impl AsRef<[u8]> for Charged {
-    fn as_ref(&self) -> &[u8] {
-        &self.report
-    }
+    Ok(super::answers::charged(report, documents_share))
 }
 
 /// `report` as JSON in at most `cap` bytes (its part of the dry run's share): written into a
@@ -404,10 +389,7 @@ mod tests {
     async fn a_report_holds_its_share_until_it_is_written() {
         let pool = parsed_reviews::Pool::new(1 << 20);
         let share = pool.take(1 << 20, Duration::ZERO).await.expect("a share");
-        let body = Bytes::from_owner(Charged {
-            report: b"{}".to_vec(),
-            _share: share,
-        });
+        let body = super::super::answers::charged(b"{}".to_vec(), share);
         let copy = body.clone();
         drop(body);
         assert!(pool.take(1, Duration::ZERO).await.is_err(), "still held");

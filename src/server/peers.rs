@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 
+use futures::task::AtomicWaker;
+
 use tokio::time::Instant;
 
 /// Connections one peer address may hold open at once. The apiserver's webhook client speaks
@@ -42,7 +44,9 @@ pub struct Held {
     last_ms: AtomicU64,
     /// Chosen to make room: its next read fails.
     closing: AtomicBool,
-    waker: Mutex<Option<Waker>>,
+    /// The connection's reader, woken when it is chosen (lock-free: registered on every read
+    /// that waits).
+    waker: AtomicWaker,
 }
 
 /// A peer's hold on one connection, given back when the connection goes.
@@ -114,7 +118,7 @@ impl Held {
             requests: AtomicUsize::new(0),
             last_ms: AtomicU64::new(now_ms),
             closing: AtomicBool::new(false),
-            waker: Mutex::new(None),
+            waker: AtomicWaker::new(),
         }
     }
 
@@ -129,14 +133,7 @@ impl Held {
 
     fn close(&self) {
         self.closing.store(true, Ordering::Release);
-        let waker = self
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        self.waker.wake();
     }
 }
 
@@ -168,11 +165,11 @@ impl PeerSlot {
         Requests(self.held.clone())
     }
 
-    /// A byte crossed the connection.
-    pub fn touch(&self) {
-        self.held
-            .last_ms
-            .store(self.peers.now_ms(), Ordering::Release);
+    /// A byte crossed the connection at `now`.
+    pub fn touch(&self, now: Instant) {
+        let ms = u64::try_from(now.saturating_duration_since(self.peers.epoch).as_millis())
+            .unwrap_or(u64::MAX);
+        self.held.last_ms.store(ms, Ordering::Release);
     }
 
     /// Chosen to make room: the connection must close.
@@ -182,15 +179,7 @@ impl PeerSlot {
 
     /// Wakes `waker` when the connection is chosen to make room.
     pub fn wake_on_close(&self, waker: &Waker) {
-        let mut slot = self
-            .held
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match slot.as_ref() {
-            Some(old) if old.will_wake(waker) => {}
-            _ => *slot = Some(waker.clone()),
-        }
+        self.held.waker.register(waker);
     }
 }
 

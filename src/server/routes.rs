@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use tower_http::limit::RequestBodyLimitLayer;
 use tracing::{warn, Instrument};
 
-use super::body_budget::{BodyRefusal, BodyShare};
+use super::body_budget::{self, BodyRefusal, BodyShare};
 use super::bounds::BoundsLayer;
 use super::client_auth::refuse_unverified;
 use super::dry_run::dry_run_handler;
@@ -100,7 +100,7 @@ fn body_refused(refusal: &BodyRefusal) -> Response {
 }
 
 async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let peer = peer_ip(&request);
+    let peer = body_budget::peer_of(&request);
     let (query, body, _body_share) = match review_input(&state, request).await {
         Ok(input) => input,
         Err(refused) => return refused,
@@ -131,7 +131,7 @@ async fn mutate_handler(State(state): State<Arc<AppState>>, request: Request) ->
 }
 
 async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let peer = peer_ip(&request);
+    let peer = body_budget::peer_of(&request);
     let (query, body, _body_share) = match review_input(&state, request).await {
         Ok(input) => input,
         Err(refused) => return refused,
@@ -160,14 +160,6 @@ async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) 
     answer(
         &state, peer, "validate", &request, &decision, &span, started,
     )
-}
-
-/// The address of the client that sent `request` (unknown in tests over in-memory streams).
-fn peer_ip(request: &Request) -> Option<std::net::IpAddr> {
-    request
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|info| info.0.ip())
 }
 
 /// Logs and counts a decided review ([`observe`]), then renders its AdmissionReview.

@@ -228,7 +228,7 @@ impl Inventory {
 #[derive(Debug)]
 pub struct Snapshot {
     inventory: Inventory,
-    json: std::sync::OnceLock<Option<std::sync::Arc<str>>>,
+    json: std::sync::OnceLock<Option<std::sync::Arc<[u8]>>>,
 }
 
 impl Snapshot {
@@ -241,9 +241,12 @@ impl Snapshot {
 
     /// The inventory's JSON ([`Inventory::to_json`]), written by the first caller; `None` when
     /// it cannot be written.
-    pub fn json(&self) -> Option<std::sync::Arc<str>> {
+    pub fn json(&self) -> Option<std::sync::Arc<[u8]>> {
         self.json
-            .get_or_init(|| self.inventory.to_json().ok().map(std::sync::Arc::from))
+            .get_or_init(|| {
+                let json = self.inventory.to_json().ok()?;
+                Some(std::sync::Arc::from(json.into_bytes()))
+            })
             .clone()
     }
 }
@@ -480,6 +483,6 @@ mod tests {
         let snapshot = Snapshot::new(Inventory::from_images(&classified(&fixture())));
         let (first, second) = (snapshot.json().unwrap(), snapshot.json().unwrap());
         assert!(std::sync::Arc::ptr_eq(&first, &second));
-        assert_eq!(&*first, snapshot.to_json().unwrap());
+        assert_eq!(&*first, snapshot.to_json().unwrap().as_bytes());
     }
 }

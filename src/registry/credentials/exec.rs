@@ -37,7 +37,7 @@ pub const PROGRAM_DATA_BYTES: u64 = 128 << 20;
 /// (`pinhook __run-credential-program <bytes> <program> <args>…`).
 pub const LAUNCH: &str = "__run-credential-program";
 /// What a launcher exits with when it could not start the program.
-const LAUNCH_FAILED: i32 = 127;
+pub const LAUNCH_FAILED: u8 = 127;
 
 /// The binary every credential program is run through; unset, programs run directly.
 static LAUNCHER: OnceLock<PathBuf> = OnceLock::new();
@@ -51,7 +51,7 @@ pub fn launch_through(binary: PathBuf) {
 /// The launcher's side: `args` are what follows [`LAUNCH`]: the cap in bytes, then the
 /// program and its arguments. Caps the data memory of this process (and so of what it
 /// starts) and becomes the program; returns only what stopped it, and the caller exits with
-/// [`launch_failed_code`].
+/// [`LAUNCH_FAILED`].
 pub fn launch(args: &[OsString]) -> std::io::Error {
     let [cap, program, rest @ ..] = args else {
         return std::io::Error::other(format!("usage: pinhook {LAUNCH} <bytes> <program> [args]"));
@@ -74,11 +74,6 @@ pub fn launch(args: &[OsString]) -> std::io::Error {
     let _ = cap;
     use std::os::unix::process::CommandExt as _;
     std::process::Command::new(program).args(rest).exec()
-}
-
-/// The exit code of a launcher that could not start its program.
-pub fn launch_failed_code() -> u8 {
-    LAUNCH_FAILED as u8
 }
 
 /// What to run and within which bounds.
@@ -281,7 +276,7 @@ pub(crate) async fn run(
     };
     // stderr is read only so the program cannot block on a full pipe; it is never shown.
     drop(err);
-    if launcher.is_some() && status.code() == Some(LAUNCH_FAILED) {
+    if launcher.is_some() && status.code() == Some(i32::from(LAUNCH_FAILED)) {
         return Err(ExecError::Spawn {
             program: name,
             source: std::io::Error::other("not found or not executable"),

@@ -117,15 +117,6 @@ async fn ready_handler(State(state): State<HttpState>) -> Response {
 
 /// The last cycle's inventory as JSON, for callers the gate lets in; 503 on a replica that
 /// has run no cycle (a standby).
-/// Shared text as a body's bytes.
-struct ArcText(std::sync::Arc<str>);
-
-impl AsRef<[u8]> for ArcText {
-    fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
-}
-
 async fn inventory_handler(State(state): State<HttpState>, headers: HeaderMap) -> Response {
     let authorization = headers
         .get(header::AUTHORIZATION)
@@ -168,7 +159,7 @@ async fn inventory_handler(State(state): State<HttpState>, headers: HeaderMap) -
         // The body is the snapshot's own bytes, not a copy per caller.
         Some(Some(json)) => (
             [(header::CONTENT_TYPE, "application/json")],
-            axum::body::Bytes::from_owner(ArcText(json)),
+            axum::body::Bytes::from_owner(json),
         )
             .into_response(),
         Some(None) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
