@@ -92,6 +92,7 @@ fn main() -> anyhow::Result<()> {
         on_owner: None,
         loop_ledger: None,
         revision_pods: None,
+        signatures: None,
     }));
     let body = Arc::new(review()?);
 

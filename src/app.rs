@@ -243,6 +243,7 @@ pub async fn build(config: Config) -> Result<App, AppError> {
         on_owner: Some(on_owner),
         loop_ledger,
         revision_pods,
+        signatures: Some(stack.signatures.clone()),
     });
     let reload = match config.policy {
         PolicySource::File(path) => Some(PolicyReload { path, stack }),

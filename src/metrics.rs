@@ -90,6 +90,14 @@ pub struct MirrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignatureLabels {
+    /// `verified`, `no_signature`, `other_key`, `other_digest`, `registry_error`.
+    pub outcome: &'static str,
+    /// `registry` (fetched for this ask) or `cache`.
+    pub source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderErrorLabels {
     pub provider: String,
     /// `spawn`, `timeout`, `exit`, `output_too_large`, `io`, `invalid_response`.
@@ -135,6 +143,9 @@ pub struct Metrics {
     /// When the certificate pinhook serves now stops being valid (its `notAfter`), Unix seconds;
     /// set at each load and reload.
     pub serving_certificate_expiry: Gauge,
+    /// Signature verifications of a digest under one `verify` entry's trust, by outcome and
+    /// whether the registry was asked.
+    pub signature_verifications: Family<SignatureLabels, Counter>,
 }
 
 // === impl Metrics ===
@@ -276,8 +287,15 @@ impl Metrics {
             "When the serving certificate in use expires (its notAfter), Unix seconds",
             serving_certificate_expiry.clone(),
         );
+        let signature_verifications = Family::<SignatureLabels, Counter>::default();
+        registry.register(
+            "signature_verifications",
+            "Signature verifications of an admitted digest under one verify entry: outcome verified, no_signature, other_key, other_digest or registry_error; source registry or cache",
+            signature_verifications.clone(),
+        );
         Metrics {
             registry,
+            signature_verifications,
             serving_certificate_expiry,
             unauthenticated_reviews,
             dry_run_throttled,
@@ -313,6 +331,12 @@ impl Metrics {
         self.running_images
             .get_or_create(&StateLabels { state })
             .clone()
+    }
+
+    pub fn signature_verification(&self, outcome: &'static str, source: &'static str) {
+        self.signature_verifications
+            .get_or_create(&SignatureLabels { outcome, source })
+            .inc();
     }
 
     pub fn credential_provider_exec(&self, provider: &str) {

@@ -6,15 +6,17 @@
 //! digest pinned ([`simple_signing::judge`]). A signature of another digest, a tag's or a
 //! former one's, is no signature of this one.
 //!
-//! Owns: trusted keys and their fingerprints, the payload's reading, the verdict and its fixed
+//! Owns: trusted keys and their fingerprints, the trust of one policy entry ([`Trust`]), the payload's reading, the verdict and its fixed
 //! vocabulary. Never: fetches a signature (the registry client does), or decides what a
 //! verdict costs an admission (the policy's mode does).
 
 pub mod key;
 pub mod simple_signing;
+pub mod trust;
 
 pub use key::{KeyError, PublicKey};
 pub use simple_signing::{judge, SignatureLayer, Verdict};
+pub use trust::Trust;
 
 use crate::reference::Digest;
 

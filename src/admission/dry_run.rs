@@ -65,6 +65,10 @@ pub struct ImageReport {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// What its signatures said, when a `verify` entry covers the digest admitted
+    /// (`verify[0]: signed by key sha256:…`, or why not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     pub cached: bool,
     pub stale: bool,
 }
@@ -148,7 +152,7 @@ async fn plan_document(
     let patched = patched_object(object, &plan).map_err(&fail)?;
     // `/validate` sees the object after `/mutate` patched it: judge the patched object.
     let validation = pinner
-        .check_pinned(&dry_run_target(&identity, &patched, memo))
+        .check_pinned(&dry_run_target(&identity, &patched, memo), budget)
         .await
         .map_err(|e| fail(ObjectError::Plan(e)))?;
     Ok(object_report(
@@ -211,6 +215,7 @@ fn object_report(
             action: action_name(finding.action).to_string(),
             reason: Some(finding.message.clone()),
             digest: None,
+            signature: None,
             cached: false,
             stale: false,
         });
@@ -258,6 +263,7 @@ fn image_report(outcome: &ImageOutcome) -> ImageReport {
         action: action_name(outcome.action).to_string(),
         reason: outcome.reason.clone(),
         digest: outcome.digest.as_ref().map(ToString::to_string),
+        signature: outcome.signature.clone(),
         cached: outcome.source == Some(ResolutionSource::Cache),
         stale: outcome.source == Some(ResolutionSource::Stale),
     }

@@ -2,8 +2,9 @@
 //! `pinhook check`: [`Pinner`] reads the namespace's mode label, the pod's pull secrets and the
 //! registry (each distinct tag once, all concurrently, within the review's deadline; a tag the
 //! policy routes through mirrors at those mirrors, `registry::mirrored`), memoises
-//! the digest each owner revision got, and hands everything to the pure core ([`super::plan`]),
-//! which decides.
+//! the digest each owner revision got, verifies the signatures of the digests admitted that the
+//! policy's `verify` entries cover (each once, all at once, after the tags are resolved), and
+//! hands everything to the pure core ([`super::plan`]), which decides.
 //!
 //! Never: decides what happens to an image (that is `plan`), or renders an answer.
 
@@ -15,7 +16,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::loops::ledger::{LocalLedger, LoopLedger};
-use super::plan::{self, Object, Plan, Resolutions};
+use super::plan::{self, Object, Plan, Resolutions, Verdicts};
 use super::revision_pods::{sibling_digest, NoRevisionPods, RevisionPods, Sibling};
 use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
@@ -23,7 +24,9 @@ use crate::reference::{Digest, Reference};
 use crate::registry::keyring::Keyring;
 use crate::registry::mirrored::{self, MirrorKeyrings, RoutedCall};
 use crate::registry::pull_secrets::{PodContext, PodKeyring, PullSecrets};
-use crate::registry::{Origin, RegistryError, Resolution, ResolutionSource, Resolver};
+use crate::registry::{
+    Origin, RegistryError, Resolution, ResolutionSource, Resolver, SignatureVerifier,
+};
 use crate::weight::weight;
 use crate::workload::WorkloadError;
 
@@ -84,6 +87,8 @@ pub struct Pinner {
     told_denied: moka::sync::Cache<(String, String), ()>,
     /// Notices per namespace in the last [`DENIED_NOTICE_EVERY`].
     told_namespaces: moka::sync::Cache<String, u32>,
+    /// The signature verdicts (`verify`).
+    signatures: Option<Arc<dyn SignatureVerifier>>,
 }
 
 /// Bytes the owner-revision memo (this replica's own answers) may hold, keys and mirrors
@@ -105,6 +110,9 @@ pub struct PinnerParts {
     pub loop_ledger: Option<Arc<dyn LoopLedger>>,
     /// The stored Pods of a revision (`None`: none, each replica's memory answers).
     pub revision_pods: Option<Arc<dyn RevisionPods>>,
+    /// Verifies signatures for the policy's `verify` entries (`None`: nothing is verified, and
+    /// every image such an entry covers is refused).
+    pub signatures: Option<Arc<dyn SignatureVerifier>>,
 }
 
 type Resolved = Result<Resolution, RegistryError>;
@@ -151,6 +159,7 @@ impl Pinner {
                 .revision_pods
                 .unwrap_or_else(|| Arc::new(NoRevisionPods)),
             on_owner: parts.on_owner,
+            signatures: parts.signatures,
             told_denied: moka::sync::Cache::builder()
                 .max_capacity(NOTICE_BYTES)
                 .time_to_live(DENIED_NOTICE_EVERY)
@@ -220,6 +229,7 @@ impl Pinner {
         let wanted = triaged.wanted();
         let mut resolutions = Resolutions::new();
         let mut refused = Vec::new();
+        let mut keyring = None;
         if !wanted.is_empty() {
             let pod = self.keyring_for(&policy, target, &wanted, deadline).await;
             warnings.extend(pod.warnings);
@@ -234,20 +244,85 @@ impl Pinner {
                     &mut warnings,
                 )
                 .await;
+            keyring = Some(pod.keyring);
         }
-        Ok(triaged
+        let plan = triaged
             .finish(&resolutions, warnings)
-            .with_refused_pull_secrets(refused))
+            .with_refused_pull_secrets(refused);
+        Ok(self
+            .verify_signatures(&policy, target, plan, keyring, deadline)
+            .await)
     }
 
-    /// Checks without any registry call that every image new in this request is pinned (and that
-    /// mirror configuration lets no mirror answer tag pulls): what
-    /// `/validate` enforces after all mutating webhooks (sidecar injectors included) have run.
+    /// Verifies the signatures of every digest `plan` admits that a `verify` entry covers, each
+    /// distinct (repository, digest, trust) once and all at once, within `deadline`, with the
+    /// pod's pull credentials (read now unless the tags' resolution read them), and applies
+    /// the verdicts. No verifier (a test's Pinner) verifies nothing: every covered digest is
+    /// then refused, never let through.
+    async fn verify_signatures(
+        &self,
+        policy: &CompiledPolicy,
+        target: &Target<'_>,
+        mut plan: Plan,
+        keyring: Option<Keyring>,
+        deadline: Instant,
+    ) -> Plan {
+        let checks = plan::signature_checks(policy, &plan);
+        let mut verdicts = Verdicts::new();
+        if let (false, Some(verifier)) = (checks.is_empty(), &self.signatures) {
+            let keyring = match keyring {
+                Some(keyring) => keyring,
+                None => {
+                    let images: Vec<&Reference> = checks.iter().map(|c| &c.image).collect();
+                    let pod = self.keyring_for(policy, target, &images, deadline).await;
+                    plan.warnings.extend(pod.warnings);
+                    pod.keyring
+                }
+            };
+            let calls = checks.iter().map(|check| {
+                let credentials = keyring.lookup(&check.image);
+                let verifier = verifier.clone();
+                async move {
+                    let started = Instant::now();
+                    let call = verifier.verify(
+                        &check.image,
+                        &check.key.digest,
+                        &credentials,
+                        &check.trust,
+                    );
+                    let answer =
+                        tokio::time::timeout_at(deadline, call)
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(RegistryError::Timeout {
+                                    registry: check.image.domain().to_string(),
+                                    timeout: Duration::from_millis(
+                                        started.elapsed().as_millis() as u64
+                                    ),
+                                })
+                            });
+                    (check.key.clone(), answer)
+                }
+            });
+            verdicts = join_all(calls).await.into_iter().collect();
+        }
+        plan.with_signatures(policy, &verdicts)
+    }
+
+    /// Checks without resolving any tag that every image new in this request is pinned (and that
+    /// mirror configuration lets no mirror answer tag pulls), and that every digest a `verify`
+    /// entry covers is signed: what `/validate` enforces after all mutating webhooks (sidecar
+    /// injectors included) have run, within `budget`.
     ///
     /// It never asks the loop breaker: a Pod `/mutate` left as written because its owner kept
     /// recreating pinned Pods is checked like any other (denied in enforce), so every replica
     /// answers the same whatever the breaker of the replica that mutated remembers (issue 43).
-    pub async fn check_pinned(&self, target: &Target<'_>) -> Result<Plan, PipelineError> {
+    pub async fn check_pinned(
+        &self,
+        target: &Target<'_>,
+        budget: Duration,
+    ) -> Result<Plan, PipelineError> {
+        let deadline = Instant::now() + budget;
         let policy = self.policy.current();
         let validation = plan::validation(&policy, target.view);
         let mut warnings = Vec::new();
@@ -261,6 +336,9 @@ impl Pinner {
             )
             .await;
         let plan = validation.finish(mode, warnings)?;
+        let plan = self
+            .verify_signatures(&policy, target, plan, None, deadline)
+            .await;
         self.tell_denied(&policy, target, &plan);
         Ok(plan)
     }
@@ -568,6 +646,7 @@ mod tests {
             on_owner: None,
             loop_ledger: None,
             revision_pods: None,
+            signatures: None,
         }
     }
 
@@ -691,7 +770,11 @@ mod tests {
             Some(LeftAloneReason::Operator)
         );
         assert_eq!(
-            pinner.check_pinned(&target(true)).await?.denials().count(),
+            pinner
+                .check_pinned(&target(true), Duration::from_secs(5))
+                .await?
+                .denials()
+                .count(),
             1
         );
         assert!(
@@ -699,7 +782,9 @@ mod tests {
             "dry run"
         );
         for _ in 0..3 {
-            let checked = pinner.check_pinned(&target(false)).await?;
+            let checked = pinner
+                .check_pinned(&target(false), Duration::from_secs(5))
+                .await?;
             assert_eq!(checked.denials().count(), 1);
         }
         let told = told.lock().map(|t| t.clone()).unwrap_or_default();
@@ -719,7 +804,9 @@ mod tests {
             Scripted::new(&[Answer::Digest('a')]),
             Some(record),
         );
-        let checked = audit.check_pinned(&target(false)).await?;
+        let checked = audit
+            .check_pinned(&target(false), Duration::from_secs(5))
+            .await?;
         assert_eq!(
             (checked.denials().count(), checked.violations().count()),
             (0, 1)
@@ -870,7 +957,9 @@ mod tests {
         // /validate never asks the breaker (issue 43): what /mutate left as written is checked
         // like any Pod, denied in enforce, so another replica, whose breaker did not trip,
         // answers the same.
-        let checked = pinner.check_pinned(&target(true, false)).await?;
+        let checked = pinner
+            .check_pinned(&target(true, false), Duration::from_secs(5))
+            .await?;
         assert_eq!(checked.denials().count(), 1);
         assert_eq!(checked.left_alone, None);
         let fresh = pinner_with(
@@ -878,7 +967,9 @@ mod tests {
             Scripted::new(&[Answer::Digest('a')]),
             None,
         );
-        let elsewhere = fresh.check_pinned(&target(true, false)).await?;
+        let elsewhere = fresh
+            .check_pinned(&target(true, false), Duration::from_secs(5))
+            .await?;
         assert_eq!(
             (elsewhere.denials().count(), elsewhere.left_alone),
             (1, None)

@@ -23,12 +23,14 @@ mod tests;
 mod mirror;
 mod object;
 mod outcome;
+mod signed;
 
 pub use object::Object;
 pub use outcome::{
     short, Action, Finding, ImageOutcome, LeftAlone, LeftAloneReason, Plan, Reason,
     LISTED_IN_MESSAGE,
 };
+pub use signed::{checks as signature_checks, outcome_name, CheckKey, SignatureCheck, Verdicts};
 
 use mirror::{mirror_messages, mirror_plan, MirrorVerdict};
 use outcome::{
@@ -317,6 +319,7 @@ fn outcome(policy: &CompiledPolicy, triage: Triage, resolutions: &Resolutions) -
                 violation: None,
                 source: Some(resolution.source),
                 origin: resolution.origin.clone(),
+                signature: None,
                 site,
             },
             Some(Err(e)) => resolution_failed(policy, site, e),

@@ -45,7 +45,7 @@ pub(super) async fn check(
         metrics,
     )
     .map_err(AppError::from)?;
-    let cache = stack.cache;
+    let (cache, signatures) = (stack.cache, stack.signatures);
     let pinner = Pinner::new(PinnerParts {
         policy: handle,
         dry_run_resolver: Arc::new(cache.read_only()),
@@ -58,6 +58,7 @@ pub(super) async fn check(
         loop_ledger: None,
         revision_pods: None,
         owner_ttl: Duration::from_secs(300),
+        signatures: Some(signatures),
     });
     Ok(dry_run::run(&pinner, documents, namespace, budget).await)
 }

@@ -82,10 +82,16 @@ fn render_table(report: &Report, colour: bool) -> String {
     ]];
     for object in &report.objects {
         for image in &object.images {
-            let result = match image.action.as_str() {
+            let mut result = match image.action.as_str() {
                 "pinned" => image.digest.clone().unwrap_or_default(),
                 _ => image.reason.clone().unwrap_or_default(),
             };
+            // A verified signature is said beside the digest; an unverified one is the reason.
+            if let (Some(signature), "pinned" | "unchanged") =
+                (&image.signature, image.action.as_str())
+            {
+                result.push_str(&format!(" ({signature})"));
+            }
             // Text from the manifests and the registries: one line each, nothing raw.
             rows.push([
                 into_one_line(object_name(object)),

@@ -4,14 +4,16 @@
 //! (`enforce`, `audit`, `off`) and the per-namespace override label (judged in [`scope`], with
 //! exemptions, for admission and the watch alike), exemptions, registry host
 //! rules, the sources whose tags are resolved at named mirrors ([`resolve_through`]), the mirror
-//! guard and extra pod-bearing kinds. Pure: never does I/O beyond reading the file it is handed
-//! (a mirror's CA and credentials are paths the registry layer reads), never holds a client.
+//! guard, extra pod-bearing kinds, and the images that must be signed ([`verify`]). Pure: never
+//! does I/O beyond reading the file it is handed (a mirror's CA and credentials are paths the
+//! registry layer reads), never holds a client.
 
 pub mod glob;
 pub mod hosts;
 pub mod mirror_policy;
 pub mod resolve_through;
 pub mod scope;
+pub mod verify;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,6 +32,7 @@ pub use resolve_through::{
     MirrorSettings, MirrorTarget, ResolveThrough, Route, Routes, VerifySource,
 };
 pub use scope::{Exemption, InvalidMode, ModeLabel, NamespaceMode};
+pub use verify::{KeySource, VerifyEntry, VerifyRule};
 
 /// The namespace label that overrides `mode` per namespace (namespace labels are
 /// admin-controlled).
@@ -141,6 +144,9 @@ pub struct Policy {
     pub custom_resources: Vec<CustomResource>,
     #[serde(default)]
     pub limits: Limits,
+    /// Images that must be signed, and by whom (see [`verify`]).
+    #[serde(default)]
+    pub verify: Vec<VerifyEntry>,
 }
 
 /// Bounds on the work one object may ask of pinhook.
@@ -281,6 +287,8 @@ pub struct CompiledPolicy {
     pub routes: Routes,
     /// Per-host TLS: `registries.hosts` plus each `resolveThrough` mirror's `ca` / `insecure`.
     pub registry_hosts: BTreeMap<String, HostSettings>,
+    /// `verify`, validated, keys parsed.
+    pub verify: Vec<VerifyRule>,
 }
 
 /// The policy in force, replaced whole on reload; readers take a cheap snapshot per request.
@@ -451,12 +459,14 @@ impl Policy {
             &mut registry_hosts,
         )
         .map_err(|e| invalid(e.field, e.problem))?;
+        let verify = verify::compile(&self.verify).map_err(|e| invalid(e.field, e.problem))?;
         Ok(CompiledPolicy {
             policy: self,
             kinds,
             hosts,
             routes,
             registry_hosts,
+            verify,
         })
     }
 }
@@ -486,6 +496,7 @@ impl Default for CompiledPolicy {
             hosts: HostRules::default(),
             routes: Routes::default(),
             registry_hosts: BTreeMap::new(),
+            verify: Vec::new(),
         }
     }
 }
@@ -518,6 +529,18 @@ impl CompiledPolicy {
             .images
             .iter()
             .any(|p| glob::matches(p, &full) || glob::matches(p, &tagged))
+    }
+}
+
+impl CompiledPolicy {
+    /// The `verify` entries that cover `reference`: every one must hold.
+    pub fn verify_rules<'a>(
+        &'a self,
+        reference: &'a Reference,
+    ) -> impl Iterator<Item = &'a VerifyRule> + 'a {
+        self.verify
+            .iter()
+            .filter(move |rule| rule.matches(reference))
     }
 }
 

@@ -307,41 +307,56 @@ impl Resolver for OciResolver {
         reference: &Reference,
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError> {
-        let anonymous = [Credential::Anonymous];
-        let mut candidates = credentials.iter().chain(
-            anonymous
-                .iter()
-                .filter(|_| !credentials.contains(&Credential::Anonymous)),
-        );
-        // kubelet tries every matching credential in order until one pull succeeds.
-        let mut last_error = None;
-        for credential in &mut candidates {
-            match self.resolve_with(reference, credential).await {
-                Ok(digest) => {
-                    return Ok(Resolution {
-                        digest,
-                        credential: credential.fingerprint(),
-                        source: ResolutionSource::Registry,
-                        moved_from: None,
-                        age: Duration::ZERO,
-                        origin: None,
-                    })
-                }
-                Err(e) if e.is_auth_or_not_found() => {
-                    // Report what the best credential learnt: "not found" after a successful
-                    // login says more than anonymous's "unauthorized".
-                    if last_error
-                        .as_ref()
-                        .is_none_or(|l| informativeness(&e) > informativeness(l))
-                    {
-                        last_error = Some(e);
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| unauthorized(reference.domain())))
+        let (digest, credential) = each_credential(reference.domain(), credentials, |c| {
+            self.resolve_with(reference, c)
+        })
+        .await?;
+        Ok(Resolution {
+            digest,
+            credential: credential.fingerprint(),
+            source: ResolutionSource::Registry,
+            moved_from: None,
+            age: Duration::ZERO,
+            origin: None,
+        })
     }
+}
+
+/// `call` with each of `credentials` in order, then anonymous, as kubelet tries every matching
+/// credential until one pull succeeds: the first answer and the credential that got it, or
+/// what the best credential learnt ("not found" after a successful login says more than
+/// anonymous's "unauthorized").
+pub(super) async fn each_credential<'c, T, F, Fut>(
+    registry: &str,
+    credentials: &'c [Credential],
+    mut call: F,
+) -> Result<(T, &'c Credential), RegistryError>
+where
+    F: FnMut(&'c Credential) -> Fut,
+    Fut: std::future::Future<Output = Result<T, RegistryError>>,
+{
+    static ANONYMOUS: [Credential; 1] = [Credential::Anonymous];
+    let candidates = credentials.iter().chain(
+        ANONYMOUS
+            .iter()
+            .filter(|_| !credentials.contains(&Credential::Anonymous)),
+    );
+    let mut last_error = None;
+    for credential in candidates {
+        match call(credential).await {
+            Ok(answer) => return Ok((answer, credential)),
+            Err(e) if e.is_auth_or_not_found() => {
+                if last_error
+                    .as_ref()
+                    .is_none_or(|l| informativeness(&e) > informativeness(l))
+                {
+                    last_error = Some(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| unauthorized(registry)))
 }
 
 /// The host that serves `registry`'s API: Docker Hub's references name `docker.io`, its API

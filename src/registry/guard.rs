@@ -52,21 +52,26 @@ impl Resolver for AddressGuard {
         reference: &Reference,
         credentials: &[Credential],
     ) -> Result<Resolution, RegistryError> {
-        let host = reference.domain();
-        check_reachable(&self.policy.current().hosts, host)
-            .await
-            .map_err(|blocked| match blocked {
-                Blocked::Refused(reason) => RegistryError::Refused {
-                    host: host.to_string(),
-                    reason,
-                },
-                Blocked::Lookup(source) => RegistryError::Unreachable {
-                    registry: host.to_string(),
-                    source: TransportError::Lookup(source),
-                },
-            })?;
+        admit(&self.policy, reference.domain()).await?;
         self.inner.resolve(reference, credentials).await
     }
+}
+
+/// The policy's host rules on `host` and every address it resolves to, before anything is
+/// sent to it: what the guard asks of every tag resolved and every signature fetched.
+pub async fn admit(policy: &PolicyHandle, host: &str) -> Result<(), RegistryError> {
+    check_reachable(&policy.current().hosts, host)
+        .await
+        .map_err(|blocked| match blocked {
+            Blocked::Refused(reason) => RegistryError::Refused {
+                host: host.to_string(),
+                reason,
+            },
+            Blocked::Lookup(source) => RegistryError::Unreachable {
+                registry: host.to_string(),
+                source: TransportError::Lookup(source),
+            },
+        })
 }
 
 #[cfg(test)]

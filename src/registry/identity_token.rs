@@ -22,7 +22,8 @@ use reqwest::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
 use serde::Deserialize;
 use tracing::warn;
 
-use crate::reference::Reference;
+use crate::reference::{Digest, Reference};
+use crate::registry::client::signatures::FetchedLayer;
 use crate::registry::client::token::{self, Bearer};
 use crate::registry::http::{body, outbound};
 use crate::registry::{Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver};
@@ -197,6 +198,26 @@ fn grant_form(refresh: &str, path: &str, service: Option<&str>) -> String {
         form.append_pair("service", service);
     }
     form.finish()
+}
+
+impl IdentityTokens {
+    /// The signature layers of `digest` in `image`'s repository, identity tokens exchanged as
+    /// for a tag.
+    pub async fn signatures_of(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credentials: &[Credential],
+    ) -> Result<Vec<FetchedLayer>, RegistryError> {
+        if !credentials
+            .iter()
+            .any(|c| matches!(c, Credential::IdentityToken { .. }))
+        {
+            return self.oci.signatures_of(image, digest, credentials).await;
+        }
+        let credentials = self.exchanged(image, credentials).await;
+        self.oci.signatures_of(image, digest, &credentials).await
+    }
 }
 
 #[async_trait]

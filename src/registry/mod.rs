@@ -43,8 +43,10 @@ mod resolver;
 pub mod stack;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod verified;
 
 pub use cache::{BreakerSettings, CacheConfig, CachingResolver, ReadOnlyCache, RunMemo, TagMove};
+pub use client::signatures::FetchedLayer;
 pub use client::token::TOKEN_CACHE_BYTES;
 pub use client::{Bearer, OciResolver};
 pub use config::{HostCaError, RegistryConfig};
@@ -53,3 +55,4 @@ pub use error::{AnswerError, RealmRefusal, RedirectRefusal, RegistryError, Trans
 pub use http::body::{READ_BYTES_IN_FLIGHT, READ_RESERVE_BYTES};
 pub use http::outbound::{IDLE_CONNECTION_BYTES, IDLE_PER_HOST, POOLED_HOSTS};
 pub use resolver::{Origin, Resolution, ResolutionSource, Resolver, SourceCheck};
+pub use verified::{SignatureVerifier, VerifiedSignatures};

@@ -1,6 +1,7 @@
 //! The resolver stack, built in this one place for `pinhook serve`, `pinhook watch` and
 //! `pinhook check`, outer layer first: the cache (single flight, refresh-ahead, breaker), the
-//! address guard, the identity-token exchange, the client. What differs between them is an
+//! address guard, the identity-token exchange, the client; beside the cache, the signature
+//! verdicts ([`VerifiedSignatures`]) over the same guard, exchange and client. What differs between them is an
 //! option, not a copy: [`Guard::Off`] for `check`, whose manifests are the user's own.
 //!
 //! Owns: [`build`], [`Stack`] and its policy reload ([`Stack::reload`]: the client takes the
@@ -12,7 +13,8 @@ use std::sync::Arc;
 use super::guard::AddressGuard;
 use super::identity_token::IdentityTokens;
 use super::{
-    CacheConfig, CachingResolver, HostCaError, OciResolver, RegistryConfig, RegistryError, Resolver,
+    CacheConfig, CachingResolver, HostCaError, OciResolver, RegistryConfig, RegistryError,
+    Resolver, VerifiedSignatures,
 };
 use crate::metrics::Metrics;
 use crate::policy::{CompiledPolicy, PolicyHandle};
@@ -41,6 +43,9 @@ pub enum StackError {
 pub struct Stack {
     /// The cache, the stack's outer layer: what the pipeline resolves through.
     pub cache: Arc<CachingResolver>,
+    /// Signature verdicts (issue 46), beside the cache: fetched under the same guard, token
+    /// exchange and client.
+    pub signatures: Arc<VerifiedSignatures>,
     /// The client at the bottom, reconfigured by [`Stack::reload`].
     client: Arc<OciResolver>,
     /// The registry settings before the policy's `registries.hosts`.
@@ -63,13 +68,20 @@ pub fn build(
         Guard::Off => client,
     });
     // Identity tokens are exchanged under the guard, through the client's own HTTP clients.
-    let exchanging: Arc<dyn Resolver> = Arc::new(IdentityTokens::new(client.clone()));
+    let tokens = Arc::new(IdentityTokens::new(client.clone()));
+    let signatures = Arc::new(VerifiedSignatures::new(
+        tokens.clone(),
+        (guard == Guard::Policy).then(|| policy.clone()),
+        metrics.clone(),
+    ));
+    let exchanging: Arc<dyn Resolver> = tokens;
     let guarded = match guard {
         Guard::Policy => Arc::new(AddressGuard::new(exchanging, policy.clone())),
         Guard::Off => exchanging,
     };
     Ok(Stack {
         cache: Arc::new(CachingResolver::new(guarded, cache, metrics)),
+        signatures,
         client,
         base: base.clone(),
     })

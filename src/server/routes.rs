@@ -153,7 +153,7 @@ async fn validate_handler(State(state): State<Arc<AppState>>, request: Request) 
     let span = review_span(&request);
     let decision = tenant::scope(
         &request.namespace,
-        admission::validate(&state.pinner, &request),
+        admission::validate(&state.pinner, &request, budget),
     )
     .instrument(span.clone())
     .await;

@@ -43,6 +43,8 @@ pub enum Reason {
     MirrorDisagrees,
     /// `verifySource: required`: the source did not confirm the mirror's digest.
     SourceUnconfirmed,
+    /// A `verify` entry covers the digest admitted, and its signatures do not hold.
+    Unverified,
 }
 
 /// The outcome for one image site.
@@ -60,6 +62,8 @@ pub struct ImageOutcome {
     pub source: Option<ResolutionSource>,
     /// The mirror the tag was resolved at (`registries.resolveThrough`), when it was routed.
     pub origin: Option<Origin>,
+    /// What its signatures said, when a `verify` entry covers the digest admitted.
+    pub signature: Option<String>,
 }
 
 /// The outcomes for one object.
@@ -187,6 +191,7 @@ pub(super) fn unchanged(site: ImageSite, reason: String) -> ImageOutcome {
         violation: None,
         source: None,
         origin: None,
+        signature: None,
         site,
     }
 }
@@ -438,6 +443,7 @@ impl Reason {
             Reason::TooManyImages => "too_many_images",
             Reason::MirrorDisagrees => "mirror_disagrees",
             Reason::SourceUnconfirmed => "source_unconfirmed",
+            Reason::Unverified => "unverified",
         }
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::get::{fetch, Fetched};
-use super::{unauthorized, OciResolver};
+use super::{each_credential, unauthorized, OciResolver};
 use crate::reference::{Digest, Reference};
 use crate::registry::http::body;
 use crate::registry::{AnswerError, Credential, RegistryError};
@@ -41,6 +41,21 @@ struct Descriptor {
 }
 
 impl OciResolver {
+    /// The signature layers of `digest` in `image`'s repository, asked with each of
+    /// `credentials` in kubelet's order, then anonymous, until one is let in.
+    pub async fn signatures_of(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credentials: &[Credential],
+    ) -> Result<Vec<FetchedLayer>, RegistryError> {
+        let (layers, _) = each_credential(image.domain(), credentials, |credential| {
+            self.signature_layers(image, digest, credential)
+        })
+        .await?;
+        Ok(layers)
+    }
+
     /// The signature layers of `digest` in `image`'s repository, asked with `credential`:
     /// empty when the repository has no signature manifest for it.
     pub async fn signature_layers(

@@ -89,6 +89,7 @@ fn state(resolver_timeout: Duration) -> AppState {
             on_owner: None,
             loop_ledger: None,
             revision_pods: None,
+            signatures: None,
         })),
         metrics,
         ready: Arc::new(AtomicBool::new(false)),

@@ -1,0 +1,160 @@
+//! The policy's `verify` list: which images must be signed, and by whom. Each entry matches
+//! images by the globs of `exempt.images` (on the normalised reference, with and without its
+//! digest) and names the cosign public keys it trusts, any one of which may sign; every entry
+//! an image matches must hold. Keys are parsed at load, so a key that cannot be read is a load
+//! error naming the entry, never an admission's.
+//!
+//! Owns: the entries' schema, their validation, and which entries an image matches. Never:
+//! fetches or judges a signature (`registry` fetches, `signatures` judges).
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::glob;
+use crate::reference::Reference;
+use crate::signatures::{PublicKey, Trust};
+
+/// One entry of `verify`, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyEntry {
+    /// Globs on the normalised reference (`registry.example/team/*`).
+    pub images: Vec<String>,
+    /// The cosign public keys trusted (any of them).
+    pub keys: Vec<KeySource>,
+}
+
+/// A public key, inline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySource {
+    /// The key in PEM (`-----BEGIN PUBLIC KEY-----`), as `cosign generate-key-pair` writes it.
+    pub pem: String,
+}
+
+/// A validated entry: its position in the list (what a denial names) and its trust.
+#[derive(Debug, Clone)]
+pub struct VerifyRule {
+    pub index: usize,
+    pub images: Vec<String>,
+    pub trust: Arc<Trust>,
+}
+
+/// Why a `verify` entry cannot be used: the field and the problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyInvalid {
+    pub field: String,
+    pub problem: String,
+}
+
+/// Validates every entry.
+pub fn compile(entries: &[VerifyEntry]) -> Result<Vec<VerifyRule>, VerifyInvalid> {
+    let invalid = |field: String, problem: String| VerifyInvalid { field, problem };
+    let mut rules = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        if entry.images.is_empty() {
+            return Err(invalid(
+                format!("verify[{i}].images"),
+                "must name at least one image glob".to_string(),
+            ));
+        }
+        if let Some(j) = entry.images.iter().position(|g| g.trim().is_empty()) {
+            return Err(invalid(
+                format!("verify[{i}].images[{j}]"),
+                "must not be empty".to_string(),
+            ));
+        }
+        if entry.keys.is_empty() {
+            return Err(invalid(
+                format!("verify[{i}].keys"),
+                "must name at least one public key".to_string(),
+            ));
+        }
+        let mut keys = Vec::with_capacity(entry.keys.len());
+        for (j, key) in entry.keys.iter().enumerate() {
+            let key = PublicKey::from_pem(&key.pem)
+                .map_err(|e| invalid(format!("verify[{i}].keys[{j}].pem"), e.to_string()))?;
+            keys.push(key);
+        }
+        rules.push(VerifyRule {
+            index: i,
+            images: entry.images.clone(),
+            trust: Arc::new(Trust::of_keys(keys)),
+        });
+    }
+    Ok(rules)
+}
+
+// === impl VerifyRule ===
+
+impl VerifyRule {
+    /// Whether this entry covers `reference` (its globs on the normalised reference, with and
+    /// without the digest).
+    pub fn matches(&self, reference: &Reference) -> bool {
+        let full = reference.to_string();
+        let tagged = reference.tag_reference();
+        self.images
+            .iter()
+            .any(|p| glob::matches(p, &full) || glob::matches(p, &tagged))
+    }
+
+    /// `verify[0]`: how a denial names the entry.
+    pub fn name(&self) -> String {
+        format!("verify[{}]", self.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signatures::key::tests::key_pair;
+
+    fn entry(images: &[&str], pems: &[String]) -> VerifyEntry {
+        VerifyEntry {
+            images: images.iter().map(|s| s.to_string()).collect(),
+            keys: pems
+                .iter()
+                .map(|pem| KeySource { pem: pem.clone() })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_problem_names_its_field() {
+        let pem = key_pair().1;
+        let cases = [
+            (entry(&[], &[pem.clone()]), "verify[0].images"),
+            (entry(&["a/*", " "], &[pem.clone()]), "verify[0].images[1]"),
+            (entry(&["a/*"], &[]), "verify[0].keys"),
+            (
+                entry(&["a/*"], &[pem.clone(), "not a key".to_string()]),
+                "verify[0].keys[1].pem",
+            ),
+        ];
+        for (bad, field) in cases {
+            let e = compile(&[bad]).unwrap_err();
+            assert_eq!(e.field, field, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn an_entry_matches_by_glob_with_and_without_the_digest() {
+        let rules = compile(&[entry(&["registry.example/team/*"], &[key_pair().1])]).unwrap();
+        let rule = &rules[0];
+        let digest = format!("sha256:{}", "a".repeat(64));
+        for (image, matched) in [
+            ("registry.example/team/app:1.0", true),
+            (
+                &format!("registry.example/team/app:1.0@{digest}") as &str,
+                true,
+            ),
+            (&format!("registry.example/team/app@{digest}"), true),
+            ("registry.example/other/app:1.0", false),
+        ] {
+            let reference = Reference::parse(image).unwrap();
+            assert_eq!(rule.matches(&reference), matched, "{image}");
+        }
+        assert_eq!(rule.name(), "verify[0]");
+    }
+}

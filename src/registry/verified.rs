@@ -1,0 +1,154 @@
+//! Verified signatures (issue 46): the verdict on a digest's cosign signatures under one
+//! policy entry's trust, fetched through the same address guard, identity-token exchange,
+//! client, limits and credentials as the tag, and cached by (repository, digest, trust
+//! fingerprint), never by a tag: a tag that moves names a new digest, which is verified anew.
+//! A verdict of `verified` is kept [`VERIFIED_FOR`], any other [`REFUSED_FOR`] (a signature
+//! pushed after its image counts within that), a failed fetch not at all. Concurrent asks for
+//! one key share one fetch.
+//!
+//! Owns: [`SignatureVerifier`] (what admission asks), [`VerifiedSignatures`] (the cache over
+//! the client). Never: decides what a verdict costs an admission (the plan does).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::identity_token::IdentityTokens;
+use super::{guard, Credential, RegistryError};
+use crate::metrics::Metrics;
+use crate::policy::PolicyHandle;
+use crate::reference::{Digest, Reference};
+use crate::signatures::{judge, SignatureLayer, Trust, Verdict};
+use crate::weight::weight;
+
+/// How long a `verified` verdict is kept.
+pub const VERIFIED_FOR: Duration = Duration::from_secs(600);
+/// How long any other verdict is kept.
+pub const REFUSED_FOR: Duration = Duration::from_secs(30);
+/// Bytes the verdicts may hold, keys included; at most 20,000 entries within it.
+pub const VERDICT_CACHE_BYTES: u64 = 2 << 20;
+
+/// What admission asks: the verdict on `digest` of `image`'s repository under `trust`.
+#[async_trait]
+pub trait SignatureVerifier: Send + Sync {
+    async fn verify(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credentials: &[Credential],
+        trust: &Arc<Trust>,
+    ) -> Result<Verdict, RegistryError>;
+}
+
+type Key = (String, Digest, String);
+
+/// The verdicts, cached, over the stack's own client.
+pub struct VerifiedSignatures {
+    tokens: Arc<IdentityTokens>,
+    /// `None`: no address guard (`pinhook check`, whose manifests are the user's own).
+    policy: Option<PolicyHandle>,
+    verdicts: moka::future::Cache<Key, Verdict>,
+    metrics: Arc<Metrics>,
+}
+
+struct KeepFor;
+
+impl moka::Expiry<Key, Verdict> for KeepFor {
+    fn expire_after_create(&self, _: &Key, verdict: &Verdict, _: Instant) -> Option<Duration> {
+        Some(match verdict {
+            Verdict::Verified { .. } => VERIFIED_FOR,
+            _ => REFUSED_FOR,
+        })
+    }
+}
+
+// === impl VerifiedSignatures ===
+
+impl VerifiedSignatures {
+    pub fn new(
+        tokens: Arc<IdentityTokens>,
+        policy: Option<PolicyHandle>,
+        metrics: Arc<Metrics>,
+    ) -> VerifiedSignatures {
+        VerifiedSignatures {
+            tokens,
+            policy,
+            verdicts: moka::future::Cache::builder()
+                .max_capacity(VERDICT_CACHE_BYTES)
+                .expire_after(KeepFor)
+                .weigher(|key: &Key, verdict: &Verdict| {
+                    let verdict = match verdict {
+                        Verdict::Verified { key } => key.len(),
+                        Verdict::OtherDigest { signed } => signed.len(),
+                        _ => 0,
+                    };
+                    weight(
+                        key.0.len() + key.2.len() + verdict + 256,
+                        VERDICT_CACHE_BYTES,
+                        20_000,
+                    )
+                })
+                .build(),
+            metrics,
+        }
+    }
+
+    async fn fetch_and_judge(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credentials: &[Credential],
+        trust: &Trust,
+    ) -> Result<Verdict, RegistryError> {
+        if let Some(policy) = &self.policy {
+            guard::admit(policy, image.domain()).await?;
+        }
+        let layers = self
+            .tokens
+            .signatures_of(image, digest, credentials)
+            .await?;
+        let layers: Vec<SignatureLayer<'_>> = layers
+            .iter()
+            .map(|l| SignatureLayer {
+                payload: &l.payload,
+                signature: &l.signature,
+            })
+            .collect();
+        Ok(judge(&layers, trust.keys(), digest))
+    }
+}
+
+#[async_trait]
+impl SignatureVerifier for VerifiedSignatures {
+    async fn verify(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credentials: &[Credential],
+        trust: &Arc<Trust>,
+    ) -> Result<Verdict, RegistryError> {
+        let key = (
+            image.repository(),
+            digest.clone(),
+            trust.fingerprint().to_string(),
+        );
+        let mut fetched = false;
+        let answer = self
+            .verdicts
+            .try_get_with(key, async {
+                fetched = true;
+                self.fetch_and_judge(image, digest, credentials, trust)
+                    .await
+            })
+            .await
+            .map_err(|shared| RegistryError::Shared(shared));
+        let outcome = match &answer {
+            Ok(verdict) => verdict.reason(),
+            Err(_) => "registry_error",
+        };
+        self.metrics
+            .signature_verification(outcome, if fetched { "registry" } else { "cache" });
+        answer
+    }
+}
