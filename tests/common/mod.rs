@@ -2,8 +2,8 @@
 //! process ([`registry`]) with its token server ([`token`]) and helpers that push images to it
 //! ([`images`]); a fake Kubernetes API ([`fake_kube`]); a proxy that strips response headers
 //! ([`strip_proxy`]); pinhook itself over HTTPS ([`pinhook`]), the reviews sent to it
-//! ([`requests`]), its registry client driven directly ([`resolving`]) and its log lines
-//! captured ([`logs`]).
+//! ([`requests`]), its registry client driven directly ([`resolving`]), its log lines
+//! captured ([`logs`]), and test images signed as cosign signs them ([`signing`]).
 //!
 //! The harness's own checks live in `tests/integration/harness_selftest.rs`, counted apart from
 //! pinhook's.
@@ -23,6 +23,7 @@ pub mod pinhook;
 pub mod registry;
 pub mod requests;
 pub mod resolving;
+pub mod signing;
 pub mod silent;
 pub mod stand_in;
 pub mod strip_proxy;

@@ -161,3 +161,260 @@ pub fn outcome_name(answer: &Result<Verdict, RegistryError>) -> &'static str {
         Err(_) => "registry_error",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{json, Value};
+
+    use super::super::{mutation, validation, Object, Resolutions};
+    use super::*;
+    use crate::policy::Policy;
+    use crate::registry::{Fingerprint, Resolution, ResolutionSource};
+    use crate::signatures::key::tests::key_pair;
+
+    const TAG: &str = "registry.example/team/app:1.0";
+
+    fn digest(c: char) -> Digest {
+        format!("sha256:{}", c.to_string().repeat(64))
+            .parse()
+            .unwrap()
+    }
+
+    /// A policy whose `verify` entries each trust one fresh key and cover `globs`.
+    fn policy(mode: &str, globs: &[&str]) -> CompiledPolicy {
+        let mut text = format!("mode: {mode}\nexempt:\n  images: [\"*/exempt/*\"]\nverify:\n");
+        for glob in globs {
+            // A JSON string is a YAML string.
+            let pem = serde_json::to_string(&key_pair().1).unwrap();
+            text.push_str(&format!(
+                "  - images: [\"{glob}\"]\n    keys:\n    - pem: {pem}\n"
+            ));
+        }
+        Policy::parse(&text).unwrap()
+    }
+
+    fn pod(image: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "c", "image": image}]}})
+    }
+
+    fn object<'a>(value: &'a Value, old: Option<&'a Value>) -> Object<'a> {
+        Object {
+            group: "",
+            kind: "Pod",
+            subresource: "",
+            namespace: "shop",
+            object: value,
+            old_object: old,
+            user: "",
+        }
+    }
+
+    /// The mutating plan with `app:1.0` resolved to `digest(answer)`.
+    fn mutated(policy: &CompiledPolicy, mode: Mode, value: &Value, answer: char) -> Plan {
+        let triaged = mutation(policy, object(value, None)).triage(mode).unwrap();
+        let resolutions: Resolutions = triaged
+            .wanted()
+            .iter()
+            .map(|r| {
+                let resolution = Resolution {
+                    digest: digest(answer),
+                    credential: Fingerprint::anonymous(),
+                    source: ResolutionSource::Registry,
+                    moved_from: None,
+                    age: Duration::ZERO,
+                    origin: None,
+                };
+                (r.tag_reference(), Ok(resolution))
+            })
+            .collect();
+        triaged.finish(&resolutions, Vec::new())
+    }
+
+    fn verified() -> Result<Verdict, RegistryError> {
+        Ok(Verdict::Verified {
+            key: "sha256:key".to_string(),
+        })
+    }
+
+    fn answer_all(checks: &[SignatureCheck], answer: Result<Verdict, RegistryError>) -> Verdicts {
+        checks
+            .iter()
+            .map(|c| {
+                let answer = match &answer {
+                    Ok(v) => Ok(v.clone()),
+                    Err(_) => Err(RegistryError::Timeout {
+                        registry: "registry.example".to_string(),
+                        timeout: Duration::from_secs(2),
+                    }),
+                };
+                (c.key.clone(), answer)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_digest_checked_is_the_digest_pinned_and_a_verified_one_stays_pinned() {
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        let value = pod(TAG);
+        let plan = mutated(&policy, Mode::Enforce, &value, 'd');
+        let checks = checks(&policy, &plan);
+        assert_eq!(checks.len(), 1);
+        assert_eq!(checks[0].key.digest, digest('d'));
+        assert_eq!(checks[0].key.repository, "registry.example/team/app");
+        assert_eq!(checks[0].key.trust, policy.verify[0].trust.fingerprint());
+        let plan = plan.with_signatures(&policy, &answer_all(&checks, verified()));
+        let outcome = &plan.outcomes[0];
+        assert_eq!(outcome.action, Action::Pinned);
+        assert_eq!(outcome.result, format!("{TAG}@{}", digest('d')));
+        assert_eq!(
+            outcome.signature.as_deref(),
+            Some("verify[0]: signed by key sha256:key")
+        );
+        assert_eq!(plan.patch().unwrap().0.len(), 1);
+    }
+
+    #[test]
+    fn every_other_answer_denies_in_enforce_naming_the_entry_and_why() {
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        let value = pod(TAG);
+        let cases: [(Option<Result<Verdict, RegistryError>>, &str); 5] = [
+            (Some(Ok(Verdict::NoSignature)), "no signature found"),
+            (Some(Ok(Verdict::OtherKey)), "signed by another key"),
+            (
+                Some(Ok(Verdict::OtherDigest {
+                    signed: digest('e').to_string(),
+                })),
+                "the trusted key signed another digest",
+            ),
+            (
+                Some(Err(RegistryError::Timeout {
+                    registry: String::new(),
+                    timeout: Duration::ZERO,
+                })),
+                "registry did not answer for the signatures of sha256:dddddddddddd",
+            ),
+            (None, "verification did not run"),
+        ];
+        for (answer, why) in cases {
+            let plan = mutated(&policy, Mode::Enforce, &value, 'd');
+            let checks = checks(&policy, &plan);
+            let verdicts = match answer {
+                Some(answer) => answer_all(&checks, answer),
+                None => Verdicts::new(),
+            };
+            let plan = plan.with_signatures(&policy, &verdicts);
+            let outcome = &plan.outcomes[0];
+            assert_eq!(outcome.action, Action::Denied, "{why}");
+            assert_eq!(outcome.violation, Some(Reason::Unverified));
+            assert_eq!(outcome.result, TAG, "nothing is pinned");
+            let reason = outcome.reason.as_deref().unwrap();
+            assert!(reason.starts_with("not verified: verify[0]: "), "{reason}");
+            assert!(reason.contains(why), "{reason} lacks {why}");
+            assert!(!reason.contains('\n'));
+            assert!(plan.patch().unwrap().0.is_empty());
+            assert!(plan.denial_message().unwrap().contains(why));
+        }
+    }
+
+    #[test]
+    fn audit_reports_what_enforce_would_deny_and_admits_it() {
+        let policy = policy("audit", &["registry.example/team/*"]);
+        let value = pod(TAG);
+        let plan = mutated(&policy, Mode::Audit, &value, 'd');
+        let checks = checks(&policy, &plan);
+        assert_eq!(
+            checks[0].key.digest,
+            digest('d'),
+            "the digest enforce would pin"
+        );
+        let plan = plan.with_signatures(&policy, &answer_all(&checks, Ok(Verdict::NoSignature)));
+        assert_eq!(plan.outcomes[0].action, Action::Violation);
+        assert_eq!(plan.outcomes[0].violation, Some(Reason::Unverified));
+        assert!(plan.denial_message().is_none());
+    }
+
+    #[test]
+    fn a_digest_written_by_hand_is_checked_like_one_pinned() {
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        for image in [
+            format!("{TAG}@{}", digest('f')),
+            format!("registry.example/team/app@{}", digest('f')),
+        ] {
+            let value = pod(&image);
+            let plan = mutated(&policy, Mode::Enforce, &value, 'd');
+            let checks = checks(&policy, &plan);
+            assert_eq!(checks.len(), 1, "{image}");
+            assert_eq!(checks[0].key.digest, digest('f'));
+            let plan =
+                plan.with_signatures(&policy, &answer_all(&checks, Ok(Verdict::NoSignature)));
+            assert_eq!(plan.outcomes[0].action, Action::Denied, "{image}");
+            // `/validate` checks it too, after every other mutating webhook.
+            let checked = validation(&policy, object(&value, None))
+                .finish(Mode::Enforce, Vec::new())
+                .unwrap();
+            assert_eq!(super::checks(&policy, &checked).len(), 1);
+            let checked = checked.with_signatures(&policy, &Verdicts::new());
+            assert_eq!(checked.outcomes[0].action, Action::Denied);
+        }
+    }
+
+    #[test]
+    fn a_verdict_is_of_a_digest_never_of_a_tag() {
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        let value = pod(TAG);
+        let first = mutated(&policy, Mode::Enforce, &value, 'd');
+        let verdicts = answer_all(&checks(&policy, &first), verified());
+        // The tag moved to `e`: `d`'s verdict says nothing of it.
+        let moved = mutated(&policy, Mode::Enforce, &value, 'e');
+        assert_eq!(checks(&policy, &moved)[0].key.digest, digest('e'));
+        let moved = moved.with_signatures(&policy, &verdicts);
+        assert_eq!(moved.outcomes[0].action, Action::Denied);
+    }
+
+    #[test]
+    fn every_entry_covering_an_image_must_hold() {
+        let policy = policy(
+            "enforce",
+            &["registry.example/team/*", "registry.example/*/app:*"],
+        );
+        let value = pod(TAG);
+        let plan = mutated(&policy, Mode::Enforce, &value, 'd');
+        let checks = checks(&policy, &plan);
+        assert_eq!(checks.len(), 2);
+        let mut verdicts = answer_all(&checks, verified());
+        verdicts.insert(checks[1].key.clone(), Ok(Verdict::OtherKey));
+        let plan = plan.with_signatures(&policy, &verdicts);
+        let reason = plan.outcomes[0].reason.as_deref().unwrap();
+        assert!(
+            reason.contains("verify[1]: signed by another key"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn what_no_entry_covers_what_is_exempt_and_what_the_update_left_are_not_checked() {
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        for image in [
+            "registry.example/other/app:1.0".to_string(),
+            "registry.example/exempt/app:1.0".to_string(),
+        ] {
+            let value = pod(&image);
+            let plan = mutated(&policy, Mode::Enforce, &value, 'd');
+            assert!(checks(&policy, &plan).is_empty(), "{image}");
+            let plan = plan.with_signatures(&policy, &Verdicts::new());
+            assert_ne!(plan.outcomes[0].action, Action::Denied, "{image}");
+        }
+        let pinned = pod(&format!("{TAG}@{}", digest('f')));
+        let triaged = mutation(&policy, object(&pinned, Some(&pinned)))
+            .triage(Mode::Enforce)
+            .unwrap();
+        let plan = triaged.finish(&Resolutions::new(), Vec::new());
+        assert!(
+            checks(&policy, &plan).is_empty(),
+            "not changed by this update"
+        );
+    }
+}

@@ -12,6 +12,7 @@ mod mirrors_https;
 mod mutate_https;
 mod policy;
 mod server_limits;
+mod signatures_https;
 mod tenant_attacks;
 mod validate_https;
 mod who_may_call;

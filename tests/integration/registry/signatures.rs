@@ -4,74 +4,20 @@
 //! judged against the digest pinned: signed by the right key, by another key, not signed, and
 //! a signature of another digest; hostile signature manifests refused on one line.
 
-use base64::Engine as _;
 use pinhook::reference::Digest;
 use pinhook::signatures::simple_signing::{payload_for, SIGNATURE_ANNOTATION};
 use pinhook::signatures::{judge, signature_tag, PublicKey, SignatureLayer, Verdict};
 use serde_json::json;
-use sigstore::crypto::{SigStoreSigner, SigningScheme};
 
 use crate::common::images;
 use crate::common::pinhook::registry_config;
 use crate::common::registry::{RegistryAuth, TestRegistry};
 use crate::common::resolving::{reference, resolver};
+use crate::common::signing::{key_pair, push_signatures, signed, OCI_MANIFEST};
 use pinhook::registry::{Credential, OciResolver};
 
 const USER: &str = "robot";
 const PASS: &str = "s1gn-pass";
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-
-fn key_pair() -> (SigStoreSigner, PublicKey) {
-    let signer = SigningScheme::ECDSA_P256_SHA256_ASN1
-        .create_signer()
-        .unwrap();
-    let pem = signer
-        .to_sigstore_keypair()
-        .unwrap()
-        .public_key_to_pem()
-        .unwrap();
-    (signer, PublicKey::from_pem(&pem).unwrap())
-}
-
-/// Pushes a signature manifest for `digest` in `repo`, one layer per (payload, signature), as
-/// cosign does; `extra` layers without a signature annotation are added as they are.
-async fn push_signatures(
-    registry: &TestRegistry,
-    repo: &str,
-    digest: &str,
-    layers: &[(Vec<u8>, String)],
-) {
-    let config = images::push_blob(registry, repo, b"{}").await;
-    let mut descriptors = Vec::new();
-    for (payload, signature) in layers {
-        let blob = images::push_blob(registry, repo, payload).await;
-        descriptors.push(json!({
-            "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
-            "digest": blob,
-            "size": payload.len(),
-            "annotations": { SIGNATURE_ANNOTATION: signature },
-        }));
-    }
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2},
-        "layers": descriptors,
-    });
-    let digest: Digest = digest.parse().unwrap();
-    images::put_manifest(
-        registry,
-        repo,
-        &signature_tag(&digest),
-        OCI_MANIFEST,
-        manifest.to_string().as_bytes(),
-    )
-    .await;
-}
-
-fn signed(signer: &SigStoreSigner, payload: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(signer.sign(payload).unwrap())
-}
 
 async fn verdict(resolver: &OciResolver, image: &str, digest: &str, keys: &[PublicKey]) -> Verdict {
     let digest: Digest = digest.parse().unwrap();

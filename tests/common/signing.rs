@@ -1,0 +1,95 @@
+//! Signing test images as cosign does, offline: fresh P-256 key pairs (the `sigstore` crate's
+//! signer, as `cosign sign --key` signs), simple signing payloads signed with them, and
+//! signature manifests pushed to the real test registry in cosign's tag scheme
+//! (`sha256-<hex>.sig`).
+
+use base64::Engine as _;
+use pinhook::reference::Digest;
+use pinhook::signatures::simple_signing::{payload_for, SIGNATURE_ANNOTATION};
+use pinhook::signatures::{signature_tag, PublicKey};
+use serde_json::json;
+use sigstore::crypto::{SigStoreSigner, SigningScheme};
+
+use super::images;
+use super::registry::TestRegistry;
+
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// A fresh key pair: the signer and its public key.
+pub fn key_pair() -> (SigStoreSigner, PublicKey) {
+    let (signer, pem) = key_pair_pem();
+    (signer, PublicKey::from_pem(&pem).unwrap())
+}
+
+/// A fresh key pair: the signer and its public key in PEM, as a policy names it.
+pub fn key_pair_pem() -> (SigStoreSigner, String) {
+    let signer = SigningScheme::ECDSA_P256_SHA256_ASN1
+        .create_signer()
+        .unwrap();
+    let pem = signer
+        .to_sigstore_keypair()
+        .unwrap()
+        .public_key_to_pem()
+        .unwrap();
+    (signer, pem)
+}
+
+/// Pushes a signature manifest for `digest` in `repo`, one layer per (payload, signature), as
+/// cosign does; `extra` layers without a signature annotation are added as they are.
+pub async fn push_signatures(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    layers: &[(Vec<u8>, String)],
+) {
+    let config = images::push_blob(registry, repo, b"{}").await;
+    let mut descriptors = Vec::new();
+    for (payload, signature) in layers {
+        let blob = images::push_blob(registry, repo, payload).await;
+        descriptors.push(json!({
+            "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+            "digest": blob,
+            "size": payload.len(),
+            "annotations": { SIGNATURE_ANNOTATION: signature },
+        }));
+    }
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2},
+        "layers": descriptors,
+    });
+    let digest: Digest = digest.parse().unwrap();
+    images::put_manifest(
+        registry,
+        repo,
+        &signature_tag(&digest),
+        OCI_MANIFEST,
+        manifest.to_string().as_bytes(),
+    )
+    .await;
+}
+
+pub fn signed(signer: &SigStoreSigner, payload: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(signer.sign(payload).unwrap())
+}
+
+/// The payload `cosign sign --key` signs for `digest` of `repo` in `registry`, and its signature
+/// by `signer`.
+pub fn signature_of(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    signer: &SigStoreSigner,
+) -> (Vec<u8>, String) {
+    let repository = format!("{}/{repo}", registry.host());
+    let payload = payload_for(&repository, &digest.parse::<Digest>().unwrap());
+    let signature = signed(signer, &payload);
+    (payload, signature)
+}
+
+/// Signs `digest` of `repo` with `signer` and pushes the signature, as `cosign sign --key` does.
+pub async fn sign(registry: &TestRegistry, repo: &str, digest: &str, signer: &SigStoreSigner) {
+    let layer = signature_of(registry, repo, digest, signer);
+    push_signatures(registry, repo, digest, &[layer]).await;
+}

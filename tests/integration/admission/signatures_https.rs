@@ -1,0 +1,223 @@
+//! Signatures at admission (issue 46), over real HTTPS against the real token-auth registry
+//! with signatures made here: the digest pinned is the digest verified. A signed tag is pinned;
+//! unsigned, signed by another key, and a signature of another digest are denied in enforce
+//! naming the `verify` entry and why; a digest written by hand is verified at `/mutate` and
+//! at `/validate`; a tag moved to an unsigned digest after its first verification is denied
+//! at its next resolution; audit admits and warns; the verdicts are counted.
+
+use std::time::Duration;
+
+use pinhook::policy::{KeySource, Mode, Policy, VerifyEntry};
+use pinhook::registry::CacheConfig;
+
+use crate::common::cli::docker_config_json;
+use crate::common::images::{self, PushedIndex};
+use crate::common::pinhook::{Options, TestPinhook};
+use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::requests::{image_after, message, pod_review, warned};
+use crate::common::signing::{key_pair_pem, sign};
+
+const USER: &str = "robot";
+const PASS: &str = "v3rify-pass";
+
+struct Signed {
+    registry: TestRegistry,
+    signed: PushedIndex,
+    unsigned: PushedIndex,
+    other_key: PushedIndex,
+    other_digest: PushedIndex,
+    pem: String,
+    signer: sigstore::crypto::SigStoreSigner,
+    _config: tempfile::TempDir,
+    config: std::path::PathBuf,
+}
+
+/// The token-auth registry with four images of `team/app`: 1.0 signed by our key, 2.0
+/// unsigned, 3.0 signed by another key, 4.0 carrying 1.0's signature (of another digest).
+async fn signed_registry() -> Signed {
+    let registry = TestRegistry::start(RegistryAuth::token(USER, PASS)).await;
+    let signed = images::push_multi_arch(&registry, "team/app", "1.0", "verify-1").await;
+    let unsigned = images::push_multi_arch(&registry, "team/app", "2.0", "verify-2").await;
+    let other_key = images::push_multi_arch(&registry, "team/app", "3.0", "verify-3").await;
+    let other_digest = images::push_multi_arch(&registry, "team/app", "4.0", "verify-4").await;
+    let (signer, pem) = key_pair_pem();
+    let (other, _) = key_pair_pem();
+    sign(&registry, "team/app", &signed.index_digest, &signer).await;
+    sign(&registry, "team/app", &other_key.index_digest, &other).await;
+    // 4.0's signature manifest holds a signature of 1.0's digest.
+    let copied =
+        crate::common::signing::signature_of(&registry, "team/app", &signed.index_digest, &signer);
+    crate::common::signing::push_signatures(
+        &registry,
+        "team/app",
+        &other_digest.index_digest,
+        &[copied],
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, docker_config_json(&registry.host(), USER, PASS)).expect("config");
+    Signed {
+        registry,
+        signed,
+        unsigned,
+        other_key,
+        other_digest,
+        pem,
+        signer,
+        _config: dir,
+        config,
+    }
+}
+
+fn verifying(setup: &Signed, mode: Mode) -> Options {
+    let mut policy = Policy {
+        mode,
+        verify: vec![VerifyEntry {
+            images: vec![format!("{}/team/*", setup.registry.host())],
+            keys: vec![KeySource {
+                pem: setup.pem.clone(),
+            }],
+        }],
+        ..Policy::default()
+    };
+    // The token server listens on loopback too.
+    let tokens = setup.registry.token_server().expect("token auth");
+    policy
+        .registries
+        .allow_private
+        .push(tokens.addr().to_string());
+    Options {
+        policy,
+        docker_config: Some(setup.config.clone()),
+        ..Options::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_digest_signed_by_the_trusted_key_is_pinned() {
+    let setup = signed_registry().await;
+    let pinhook = TestPinhook::start_with(&setup.registry, verifying(&setup, Mode::Enforce)).await;
+
+    let review = pod_review(&setup.registry, &setup.signed.reference);
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(image_after(&review, &body), setup.signed.pinned_with_tag());
+    // `/validate` sees the pinned Pod and verifies the digest again (from its cache).
+    let mut pinned = review.clone();
+    pinned["request"]["object"]["spec"]["containers"][0]["image"] =
+        setup.signed.pinned_with_tag().into();
+    let body = pinhook.validate(&pinned).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+
+    for (image, why) in [
+        (&setup.unsigned, "no signature found"),
+        (&setup.other_key, "signed by another key"),
+        (&setup.other_digest, "the trusted key signed another digest"),
+    ] {
+        let body = pinhook
+            .mutate(&pod_review(&setup.registry, &image.reference))
+            .await;
+        assert_eq!(body["response"]["allowed"], false, "{}: {body}", image.tag);
+        let text = message(&body);
+        assert!(text.contains("not verified: verify[0]: "), "{text}");
+        assert!(text.contains(why), "{text} lacks {why}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+
+    let metrics = pinhook.scrape_metrics().await;
+    for line in [
+        "pinhook_signature_verifications_total{outcome=\"verified\",source=\"registry\"} 1",
+        "pinhook_signature_verifications_total{outcome=\"verified\",source=\"cache\"} 1",
+        "pinhook_signature_verifications_total{outcome=\"no_signature\",source=\"registry\"} 1",
+        "pinhook_signature_verifications_total{outcome=\"other_key\",source=\"registry\"} 1",
+        "pinhook_signature_verifications_total{outcome=\"other_digest\",source=\"registry\"} 1",
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+}
+
+/// Writing the digest by hand is no way around verification: `/mutate` and `/validate` both
+/// verify a digest the review already carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_written_by_hand_is_verified_at_mutate_and_at_validate() {
+    let setup = signed_registry().await;
+    let pinhook = TestPinhook::start_with(&setup.registry, verifying(&setup, Mode::Enforce)).await;
+    let by_hand = format!(
+        "{}/team/app@{}",
+        setup.registry.host(),
+        setup.unsigned.index_digest
+    );
+    let review = pod_review(&setup.registry, &by_hand);
+    for body in [
+        pinhook.mutate(&review).await,
+        pinhook.validate(&review).await,
+    ] {
+        assert_eq!(body["response"]["allowed"], false, "{body}");
+        assert!(message(&body).contains("no signature found"), "{body}");
+    }
+    let signed = format!(
+        "{}/team/app@{}",
+        setup.registry.host(),
+        setup.signed.index_digest
+    );
+    let review = pod_review(&setup.registry, &signed);
+    for body in [
+        pinhook.mutate(&review).await,
+        pinhook.validate(&review).await,
+    ] {
+        assert_eq!(body["response"]["allowed"], true, "{body}");
+    }
+}
+
+/// A tag verified once and then moved to an unsigned digest: its next resolution names the new
+/// digest, which has its own verification, never the tag's cached one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_moved_to_an_unsigned_digest_is_denied_at_its_next_resolution() {
+    let setup = signed_registry().await;
+    let mut options = verifying(&setup, Mode::Enforce);
+    options.cache = CacheConfig {
+        hit_ttl: Duration::from_millis(200),
+        refresh_ahead: false,
+        ..CacheConfig::default()
+    };
+    let pinhook = TestPinhook::start_with(&setup.registry, options).await;
+    let first = images::push_multi_arch(&setup.registry, "team/app", "moving", "moving-1").await;
+    sign(
+        &setup.registry,
+        "team/app",
+        &first.index_digest,
+        &setup.signer,
+    )
+    .await;
+    let review = pod_review(&setup.registry, &first.reference);
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(image_after(&review, &body), first.pinned_with_tag());
+
+    let moved = images::push_multi_arch(&setup.registry, "team/app", "moving", "moving-2").await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let text = message(&body);
+    assert!(text.contains("no signature found"), "{text}");
+    let short = &moved.index_digest[..19];
+    assert!(
+        text.contains(short),
+        "{text} names the moved-to digest {short}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_admits_an_unsigned_image_and_warns() {
+    let setup = signed_registry().await;
+    let pinhook = TestPinhook::start_with(&setup.registry, verifying(&setup, Mode::Audit)).await;
+    let review = pod_review(&setup.registry, &setup.unsigned.reference);
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(
+        body["response"]["patch"].is_null(),
+        "audit never mutates: {body}"
+    );
+    assert!(warned(&body, "no signature found"), "{body}");
+}
