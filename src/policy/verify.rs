@@ -124,8 +124,11 @@ mod tests {
     fn each_problem_names_its_field() {
         let pem = key_pair().1;
         let cases = [
-            (entry(&[], &[pem.clone()]), "verify[0].images"),
-            (entry(&["a/*", " "], &[pem.clone()]), "verify[0].images[1]"),
+            (entry(&[], std::slice::from_ref(&pem)), "verify[0].images"),
+            (
+                entry(&["a/*", " "], std::slice::from_ref(&pem)),
+                "verify[0].images[1]",
+            ),
             (entry(&["a/*"], &[]), "verify[0].keys"),
             (
                 entry(&["a/*"], &[pem.clone(), "not a key".to_string()]),

@@ -142,7 +142,7 @@ impl SignatureVerifier for VerifiedSignatures {
                     .await
             })
             .await
-            .map_err(|shared| RegistryError::Shared(shared));
+            .map_err(RegistryError::Shared);
         let outcome = match &answer {
             Ok(verdict) => verdict.reason(),
             Err(_) => "registry_error",
