@@ -7,6 +7,7 @@ use std::process::{Output, Stdio};
 use crate::common::cli::{docker_config_json, pinhook_command};
 use crate::common::images;
 use crate::common::registry::{RegistryAuth, TestRegistry};
+use crate::common::signing::{key_pair_pem, sign};
 use serde_json::Value;
 
 fn pinhook(registry: &TestRegistry, args: &[&str], stdin: Option<&str>) -> Output {
@@ -449,6 +450,77 @@ async fn hostile_manifest_text_stays_on_its_row() {
     assert!(
         row.contains(r"c\r\nforged")
             && row.contains(r"team/app:1\nPod/default/forged  c  pinned  x\u{1b}[2J\u{9b}31m"),
+        "{table}"
+    );
+}
+
+/// `pinhook check` verifies signatures as admission does (issue 46): the same `verify` policy,
+/// the same verdicts, each image's shown; an unsigned image fails the run.
+#[tokio::test]
+async fn check_shows_the_verification_of_every_image() {
+    let registry = TestRegistry::start(RegistryAuth::htpasswd("ci", "hunter2")).await;
+    let signed = images::push_multi_arch(&registry, "team/signed", "1.0", "check-s").await;
+    images::push_multi_arch(&registry, "team/unsigned", "1.0", "check-u").await;
+    let (signer, pem) = key_pair_pem();
+    sign(&registry, "team/signed", &signed.index_digest, &signer).await;
+    let host = registry.host();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("config.json"),
+        docker_config_json(&host, "ci", "hunter2"),
+    )
+    .expect("write");
+    let policy = dir.path().join("policy.yaml");
+    let pem = serde_json::to_string(&pem).expect("json");
+    std::fs::write(
+        &policy,
+        format!("verify:\n- images: [\"{host}/team/*\"]\n  keys:\n  - pem: {pem}\n"),
+    )
+    .expect("write");
+    let manifests = format!(
+        "{}---\n{}",
+        deployment(&host, "signed", "team/signed:1.0"),
+        deployment(&host, "unsigned", "team/unsigned:1.0")
+    );
+    let env = [("DOCKER_CONFIG", dir.path().to_str().expect("path"))];
+    let policy = policy.to_str().expect("path");
+    let output = pinhook_as(
+        &registry,
+        &["-", "--policy", policy, "-o", "json"],
+        Some(&manifests),
+        &env,
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).expect("json");
+    let first = &report["objects"][0]["images"][0];
+    assert_eq!(first["action"], "pinned", "{report}");
+    assert_eq!(first["result"], signed.pinned_with_tag());
+    let signature = first["signature"].as_str().expect("signature shown");
+    assert!(
+        signature.starts_with("verify[0]: signed by key sha256:"),
+        "{signature}"
+    );
+    let second = &report["objects"][1]["images"][0];
+    assert_eq!(second["action"], "denied", "{report}");
+    let reason = second["reason"].as_str().expect("reason");
+    assert!(
+        reason.starts_with("not verified: verify[0]: no signature found for sha256:"),
+        "{reason}"
+    );
+
+    let output = pinhook_as(
+        &registry,
+        &["-", "--policy", policy],
+        Some(&manifests),
+        &env,
+    );
+    let table = stdout(&output);
+    assert!(
+        table.contains("(verify[0]: signed by key sha256:"),
+        "{table}"
+    );
+    assert!(
+        table.contains("not verified: verify[0]: no signature found"),
         "{table}"
     );
 }
