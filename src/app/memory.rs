@@ -8,8 +8,8 @@ use crate::admission::{loops, pipeline};
 use crate::cluster;
 use crate::registry::cache;
 use crate::registry::credentials::{docker_helpers, exec, provider, pull_secrets, secret_budget};
-use crate::registry::identity_token;
 use crate::registry::TOKEN_CACHE_BYTES;
+use crate::registry::{identity_token, verified};
 use crate::server::{answers, body_budget, connections, parsed_reviews, plain};
 
 /// `pinhook serve` with nothing in flight and empty caches: measured at 32 MiB resident
@@ -93,9 +93,12 @@ pub fn model() -> Vec<Budget> {
             constant: "registry::TOKEN_CACHE_BYTES, identity_token::ACCESS_CACHE_BYTES",
         },
         Budget {
-            what: "registry cache",
-            bytes: cache::DIGEST_BYTES + cache::FAILURE_BYTES + cache::BACKOFF_BYTES,
-            constant: "registry::cache::{DIGEST_BYTES, FAILURE_BYTES, BACKOFF_BYTES}",
+            what: "registry cache and signature verdicts",
+            bytes: cache::DIGEST_BYTES
+                + cache::FAILURE_BYTES
+                + cache::BACKOFF_BYTES
+                + verified::VERDICT_CACHE_BYTES,
+            constant: "registry::cache::{DIGEST_BYTES, FAILURE_BYTES, BACKOFF_BYTES}, registry::verified::VERDICT_CACHE_BYTES",
         },
         Budget {
             what: "pull Secrets and ServiceAccounts",
@@ -185,10 +188,11 @@ pub fn watch_model(sites: u64) -> Vec<Budget> {
             constant: "watch::controller::cycle::REPORT_WRITE_CONCURRENCY, watch::report::budget::MAX_REPORT_BYTES",
         },
         Budget {
-            what: "registry cache, tokens, answers being read, idle connections",
+            what: "registry cache, signature verdicts, tokens, answers being read, idle connections",
             bytes: cache::DIGEST_BYTES
                 + cache::FAILURE_BYTES
                 + cache::BACKOFF_BYTES
+                + verified::VERDICT_CACHE_BYTES
                 + TOKEN_CACHE_BYTES
                 + identity_token::ACCESS_CACHE_BYTES
                 + mib(crate::registry::READ_BYTES_IN_FLIGHT + crate::registry::READ_RESERVE_BYTES)

@@ -5,8 +5,8 @@
 //! exemptions, for admission and the watch alike), exemptions, registry host
 //! rules, the sources whose tags are resolved at named mirrors ([`resolve_through`]), the mirror
 //! guard, extra pod-bearing kinds, and the images that must be signed ([`verify`]). Pure: never
-//! does I/O beyond reading the file it is handed (a mirror's CA and credentials are paths the
-//! registry layer reads), never holds a client.
+//! does I/O beyond reading the file it is handed and the key files its `verify` entries name (a
+//! mirror's CA and credentials are paths the registry layer reads), never holds a client.
 
 pub mod glob;
 pub mod hosts;
@@ -460,6 +460,12 @@ impl Policy {
         )
         .map_err(|e| invalid(e.field, e.problem))?;
         let verify = verify::compile(&self.verify).map_err(|e| invalid(e.field, e.problem))?;
+        if !verify.is_empty() && self.resolve == ResolveMode::Never {
+            return Err(invalid(
+                "verify".to_string(),
+                "needs registry calls to fetch signatures, and resolve: Never makes none",
+            ));
+        }
         Ok(CompiledPolicy {
             policy: self,
             kinds,

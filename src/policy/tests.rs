@@ -150,3 +150,39 @@ fn the_loop_breaker_has_defaults_and_bounded_times() {
         );
     }
 }
+
+#[test]
+fn verify_entries_are_compiled_and_checked_at_load() {
+    let pem = serde_json::to_string(&crate::signatures::key::tests::key_pair().1).unwrap();
+    let text =
+        format!("verify:\n- images: [\"registry.example/team/*\"]\n  keys:\n  - pem: {pem}\n");
+    let compiled = Policy::parse(&text).expect("valid");
+    assert_eq!(compiled.verify.len(), 1);
+    let app = Reference::parse("registry.example/team/app:1.0").expect("ref");
+    assert_eq!(compiled.verify_rules(&app).count(), 1);
+    let other = Reference::parse("registry.example/other/app:1.0").expect("ref");
+    assert_eq!(compiled.verify_rules(&other).count(), 0);
+
+    for (text, expected) in [
+        (
+            format!("resolve: Never\n{text}"),
+            "policy is not valid: verify: needs registry calls to fetch signatures",
+        ),
+        (
+            "verify:\n- images: [\"a/*\"]\n  keys:\n  - pem: \"-----BEGIN PUBLIC KEY-----\\nAAAA\\n-----END PUBLIC KEY-----\\n\"\n".to_string(),
+            "policy is not valid: verify[0].keys[0].pem: not a public key cosign signs with",
+        ),
+        (
+            "verify:\n- images: [\"a/*\"]\n  keys: []\n".to_string(),
+            "policy is not valid: verify[0].keys: must name at least one public key",
+        ),
+        (
+            "verify:\n- images: [\"a/*\"]\n  keys:\n  - file: /nonexistent/k.pub\n".to_string(),
+            "policy is not valid: verify[0].keys[0].file: cannot read /nonexistent/k.pub",
+        ),
+    ] {
+        let error = Policy::parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.starts_with(expected), "{text}: {error}");
+        assert!(!error.contains('\n'), "{error}");
+    }
+}

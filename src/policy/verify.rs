@@ -1,12 +1,14 @@
 //! The policy's `verify` list: which images must be signed, and by whom. Each entry matches
 //! images by the globs of `exempt.images` (on the normalised reference, with and without its
 //! digest) and names the cosign public keys it trusts, any one of which may sign; every entry
-//! an image matches must hold. Keys are parsed at load, so a key that cannot be read is a load
-//! error naming the entry, never an admission's.
+//! an image matches must hold. Keys, inline or in files (a mounted Secret's or ConfigMap's key),
+//! are read and parsed at load, so a key that cannot be read is a load error naming the entry,
+//! never an admission's.
 //!
 //! Owns: the entries' schema, their validation, and which entries an image matches. Never:
 //! fetches or judges a signature (`registry` fetches, `signatures` judges).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -25,13 +27,21 @@ pub struct VerifyEntry {
     pub keys: Vec<KeySource>,
 }
 
-/// A public key, inline.
+/// A public key: inline, or a file (a mounted Secret's or ConfigMap's key), read when the
+/// policy is loaded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeySource {
     /// The key in PEM (`-----BEGIN PUBLIC KEY-----`), as `cosign generate-key-pair` writes it.
-    pub pem: String,
+    #[serde(default)]
+    pub pem: Option<String>,
+    /// A file holding the key in PEM (`cosign.pub`).
+    #[serde(default)]
+    pub file: Option<PathBuf>,
 }
+
+/// The largest key file read.
+const MAX_KEY_FILE_BYTES: u64 = 64 << 10;
 
 /// A validated entry: its position in the list (what a denial names) and its trust.
 #[derive(Debug, Clone)]
@@ -73,8 +83,22 @@ pub fn compile(entries: &[VerifyEntry]) -> Result<Vec<VerifyRule>, VerifyInvalid
         }
         let mut keys = Vec::with_capacity(entry.keys.len());
         for (j, key) in entry.keys.iter().enumerate() {
-            let key = PublicKey::from_pem(&key.pem)
-                .map_err(|e| invalid(format!("verify[{i}].keys[{j}].pem"), e.to_string()))?;
+            let (field, pem) = match (&key.pem, &key.file) {
+                (Some(pem), None) => (format!("verify[{i}].keys[{j}].pem"), pem.clone()),
+                (None, Some(file)) => {
+                    let field = format!("verify[{i}].keys[{j}].file");
+                    let pem =
+                        read_key_file(file).map_err(|problem| invalid(field.clone(), problem))?;
+                    (field, pem)
+                }
+                _ => {
+                    return Err(invalid(
+                        format!("verify[{i}].keys[{j}]"),
+                        "needs one of pem and file".to_string(),
+                    ))
+                }
+            };
+            let key = PublicKey::from_pem(&pem).map_err(|e| invalid(field, e.to_string()))?;
             keys.push(key);
         }
         rules.push(VerifyRule {
@@ -84,6 +108,24 @@ pub fn compile(entries: &[VerifyEntry]) -> Result<Vec<VerifyRule>, VerifyInvalid
         });
     }
     Ok(rules)
+}
+
+/// A key file's text, at most [`MAX_KEY_FILE_BYTES`].
+fn read_key_file(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_KEY_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(format!(
+            "{} is larger than a public key ({MAX_KEY_FILE_BYTES} bytes at most)",
+            path.display()
+        ));
+    }
+    Ok(text)
 }
 
 // === impl VerifyRule ===
@@ -115,7 +157,10 @@ mod tests {
             images: images.iter().map(|s| s.to_string()).collect(),
             keys: pems
                 .iter()
-                .map(|pem| KeySource { pem: pem.clone() })
+                .map(|pem| KeySource {
+                    pem: Some(pem.clone()),
+                    file: None,
+                })
                 .collect(),
         }
     }
@@ -139,6 +184,36 @@ mod tests {
             let e = compile(&[bad]).unwrap_err();
             assert_eq!(e.field, field, "{e:?}");
         }
+    }
+
+    #[test]
+    fn a_key_file_is_read_at_load_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("cosign.pub");
+        std::fs::write(&good, key_pair().1).unwrap();
+        let huge = dir.path().join("huge.pub");
+        std::fs::write(&huge, "A".repeat(70_000)).unwrap();
+        let of = |file: &Path| VerifyEntry {
+            images: vec!["a/*".to_string()],
+            keys: vec![KeySource {
+                pem: None,
+                file: Some(file.to_path_buf()),
+            }],
+        };
+        assert_eq!(compile(&[of(&good)]).unwrap()[0].trust.keys().len(), 1);
+        let e = compile(&[of(&huge)]).unwrap_err();
+        assert_eq!(e.field, "verify[0].keys[0].file");
+        assert!(e.problem.contains("larger than a public key"), "{e:?}");
+        let e = compile(&[of(&dir.path().join("missing"))]).unwrap_err();
+        assert!(e.problem.starts_with("cannot read "), "{e:?}");
+        let both = VerifyEntry {
+            keys: vec![KeySource {
+                pem: Some(key_pair().1),
+                file: Some(good.clone()),
+            }],
+            ..of(&good)
+        };
+        assert_eq!(compile(&[both]).unwrap_err().field, "verify[0].keys[0]");
     }
 
     #[test]

@@ -26,7 +26,7 @@ struct Signed {
     unsigned: PushedIndex,
     other_key: PushedIndex,
     other_digest: PushedIndex,
-    pem: String,
+    key_file: std::path::PathBuf,
     signer: sigstore::crypto::SigStoreSigner,
     _config: tempfile::TempDir,
     config: std::path::PathBuf,
@@ -57,13 +57,15 @@ async fn signed_registry() -> Signed {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("config.json");
     std::fs::write(&config, docker_config_json(&registry.host(), USER, PASS)).expect("config");
+    let key_file = dir.path().join("cosign.pub");
+    std::fs::write(&key_file, pem).expect("key");
     Signed {
         registry,
         signed,
         unsigned,
         other_key,
         other_digest,
-        pem,
+        key_file,
         signer,
         _config: dir,
         config,
@@ -75,8 +77,10 @@ fn verifying(setup: &Signed, mode: Mode) -> Options {
         mode,
         verify: vec![VerifyEntry {
             images: vec![format!("{}/team/*", setup.registry.host())],
+            // The key as a mounted Secret gives it: a file.
             keys: vec![KeySource {
-                pem: setup.pem.clone(),
+                pem: None,
+                file: Some(setup.key_file.clone()),
             }],
         }],
         ..Policy::default()
