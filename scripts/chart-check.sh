@@ -262,7 +262,8 @@ check "fail: registryCAs and policy.registries.hosts.<host>.ca for the same host
 
 # --- what registryCAs and nodeCredentialProviders render --------------------------------------
 # registry_mounts: ci/registry-cas-values.yaml gives both Deployments (webhook and watch) each
-# CA read-only under /etc/pinhook/registry-ca/<i>/, the per-host ones in the policy's
+# CA read-only under /etc/pinhook/registry-ca/<i>/, each cosign key under
+# /etc/pinhook/signature-keys/<name>/, the per-host ones in the policy's
 # registries.hosts.<host>.ca (a host's other settings kept), the host-less one in
 # PINHOOK_REGISTRY_CA, and the credential provider config (ConfigMap) and plugin dir (hostPath)
 # with their two env vars; values.yaml's defaults add none of it.
@@ -284,6 +285,8 @@ want_mounts = {
     "registry-ca-2": "/etc/pinhook/registry-ca/2",
     "node-credential-provider-config": "/etc/pinhook/node/credential-provider-config",
     "node-credential-provider-bin": "/etc/pinhook/node/credential-provider-bin",
+    "signature-key-team": "/etc/pinhook/signature-keys/team",
+    "signature-key-vendor": "/etc/pinhook/signature-keys/vendor",
 }
 want_env = {
     "PINHOOK_REGISTRY_CA": "/etc/pinhook/registry-ca/2/root.crt",
@@ -310,6 +313,8 @@ for name, d in deps.items():
         vols["registry-ca-2"].get("configMap", {}).get("name") == "corp-root-ca",
         vols["node-credential-provider-config"].get("configMap", {}).get("name") == "ecr-credential-provider",
         vols["node-credential-provider-bin"].get("hostPath") == {"path": "/etc/eks/image-credential-provider", "type": "Directory"},
+        vols["signature-key-team"].get("secret") == {"secretName": "team-cosign", "defaultMode": 0o444, "items": [{"key": "cosign.pub", "path": "cosign.pub"}]},
+        vols["signature-key-vendor"].get("configMap") == {"name": "vendor-keys", "items": [{"key": "vendor.pub", "path": "vendor.pub"}]},
     ]
     if not all(checks):
         fail(f"{name}: volumes {checks}: {vols}")
@@ -319,12 +324,12 @@ if hosts != {"registry.corp.example:5000": {"ca": "/etc/pinhook/registry-ca/0/ca
              "harbor.corp.example": {"ca": "/etc/pinhook/registry-ca/1/ca.pem", "insecure": False}}:
     fail(f"policy registries.hosts: {hosts}")
 text = open(sys.argv[2]).read()
-for needle in ("registry-ca", "credential-provider", "PINHOOK_REGISTRY_CA", "hostPath"):
+for needle in ("registry-ca", "credential-provider", "PINHOOK_REGISTRY_CA", "hostPath", "signature-key"):
     if needle in text:
         fail(f"defaults render {needle}")
 PY
 }
-check "registryCAs and nodeCredentialProviders: mounted read-only in webhook and watch, wired to the policy and env" registry_mounts
+check "registryCAs, signatureKeys and nodeCredentialProviders: mounted read-only in webhook and watch, wired to the policy and env" registry_mounts
 node_config_from_host() { # configMap.name empty: the node's own file, hostPath type File
     helm3 template "$RELEASE" "$CHART" --namespace "$NS" --set nodeCredentialProviders.enabled=true \
         --set nodeCredentialProviders.configHostPath=/home/kubernetes/cri-auth-config.yaml \

@@ -352,6 +352,11 @@ leading newline), or nothing.
               mountPath: /etc/pinhook/registry-ca/{{ $i }}
               readOnly: true
 {{- end }}
+{{- range $key := .Values.signatureKeys }}
+            - name: signature-key-{{ $key.name }}
+              mountPath: /etc/pinhook/signature-keys/{{ $key.name }}
+              readOnly: true
+{{- end }}
 {{- if .Values.nodeCredentialProviders.enabled }}
             - name: node-credential-provider-config
               mountPath: /etc/pinhook/node/credential-provider-config
@@ -380,6 +385,20 @@ as a directory with the one key (never subPath: the kubelet then keeps it curren
             items:
               - key: {{ $ca.key | default "ca.crt" }}
                 path: {{ $ca.key | default "ca.crt" }}
+{{- end }}
+{{- range $key := .Values.signatureKeys }}
+        - name: signature-key-{{ required "signatureKeys[].name is required" $key.name }}
+          {{- if $key.secret }}
+          secret:
+            secretName: {{ $key.secret }}
+            defaultMode: 0444
+          {{- else }}
+          configMap:
+            name: {{ required "signatureKeys[] needs configMap or secret" $key.configMap }}
+          {{- end }}
+            items:
+              - key: {{ $key.key | default "cosign.pub" }}
+                path: {{ $key.key | default "cosign.pub" }}
 {{- end }}
 {{- $ncp := .Values.nodeCredentialProviders -}}
 {{- if $ncp.enabled }}
