@@ -11,7 +11,9 @@
 # (tests/fixtures/admissionreview/v1.26/deployment-create-mutate.json, every container on
 # 127.0.0.1:PORT/team/app:1.0); gives the floor pinhook's own answer; then runs wrk (Debian's;
 # installed when missing) in its own process, 2 threads and 16 keep-alive TLS connections,
-# against the floor, pinhook and a second pinhook whose cache TTL is 2 s (`ttl`: its run
+# against the floor, pinhook, pinhook verifying the images' signatures (`signed`: a `verify`
+# entry naming the registry helper's key; warm, a verdict-cache hit per image) and a second
+# pinhook whose cache TTL is 2 s (`ttl`: its run
 # crosses a TTL boundary every 2 s, and refresh-ahead must keep its tail where pinhook's is) in
 # interleaved rounds. Prints per round req/s, p50, p99 and max latency, and the server's CPU
 # time and context switches per request (from /proc); then the ratios of the medians and the
@@ -113,7 +115,7 @@ start_pinhook() {
     shift 2
     HOME="$work" KUBECONFIG= PINHOOK_LOG=${PINHOOK_LOG:-info} "${server_pin[@]}" "${perf[@]}" "$target/pinhook" serve --listen "127.0.0.1:$port" \
         --tls-cert "$work/tls/tls.crt" --tls-key "$work/tls/tls.key" \
-        --policy "$work/policy.yaml" --registry-ca "$REGISTRY_CA" "$@" \
+        --policy "${policy_file:-$work/policy.yaml}" --registry-ca "$REGISTRY_CA" "$@" \
         >"$work/$name.log" 2>&1 &
     pids+=($!)
     printf -v "${name}_pid" '%s' "$!"
@@ -121,6 +123,21 @@ start_pinhook() {
     wait_for 30 ready || { tail -n 20 "$work/$name.log" >&2; exit 1; }
 }
 start_pinhook pinhook "$pinhook_port"
+# The same pinhook verifying signatures (issue 46): a `verify` entry covering the review's
+# images, signed by the registry helper's key. Warm, each image is a resolution-cache hit and a
+# verdict-cache hit: it must answer what pinhook answers, at the same cost.
+cat >"$work/signed-policy.yaml" <<EOF2
+mode: enforce
+registries:
+  allowPrivate: ["$REGISTRY_HOST"]
+verify:
+- images: ["$REGISTRY_HOST/team/*"]
+  keys:
+  - file: $SIGNING_KEY
+EOF2
+signed_port=$(free_port)
+perf=()
+policy_file="$work/signed-policy.yaml" start_pinhook signed "$signed_port"
 # The same pinhook with a 2 s cache TTL: its run crosses a TTL boundary every 2 s, and
 # refresh-ahead is what keeps those boundaries out of its tail (issue 13, item 3).
 ttl=${LOAD_TTL:-2}
@@ -138,6 +155,9 @@ jq -e '.response.allowed and (.response.patch | length > 0)' "$work/answer.json"
 curl -s --cacert "$work/tls/ca.crt" -H 'Content-Type: application/json' --data-binary @"$work/review.json" \
     "https://127.0.0.1:$ttl_port/mutate?timeout=10s" | cmp -s - "$work/answer.json" ||
     { echo "the ${ttl} s TTL pinhook answered differently" >&2; exit 1; }
+curl -s --cacert "$work/tls/ca.crt" -H 'Content-Type: application/json' --data-binary @"$work/review.json" \
+    "https://127.0.0.1:$signed_port/mutate?timeout=10s" | cmp -s - "$work/answer.json" ||
+    { echo "the verifying pinhook answered differently" >&2; exit 1; }
 
 perf_for "${LOAD_PERF:-}.floor"
 "${server_pin[@]}" "${perf[@]}" "$target/examples/floor" "127.0.0.1:$floor_port" "$work/tls/tls.crt" "$work/tls/tls.key" "$work/answer.json" >"$work/floor.log" 2>&1 &
@@ -199,10 +219,11 @@ ttl_before=$(registry_requests "$ttl_port")
 printf '%-8s %5s %10s %9s %9s %9s %6s %11s %11s\n' server round req/s p50_ms p99_ms max_ms non2xx cpu_us/req switch/req
 declare -A rps p50 p99 cpu
 for r in $(seq 1 "$rounds"); do
-    for server in floor pinhook ttl; do
+    for server in floor pinhook signed ttl; do
         case $server in
             floor) port=$floor_port pid=$floor_pid ;;
             pinhook) port=$pinhook_port pid=$pinhook_pid ;;
+            signed) port=$signed_port pid=$signed_pid ;;
             ttl) port=$ttl_port pid=$ttl_pid ;;
         esac
         read -r q a b bad c w m < <(run "$server" "$port" "$pid")
@@ -230,6 +251,11 @@ awk -v pr="$pr" -v fr="$fr" -v p="$p99p" -v f="$f99" \
     -v pc="$pc" -v fc="$fc" \
     'BEGIN { printf "ratio: throughput %.2f x floor, p99 %.2f x floor, CPU per request %.2f x floor\n", pr / fr, p / f, pc / fc }'
 echo "registry requests by pinhook during the load: $((after - before))"
+s99=$(median <<<"${p99[signed]}")
+sr=$(median <<<"${rps[signed]}")
+sc=$(median <<<"${cpu[signed]}")
+awk -v sr="$sr" -v pr="$pr" -v s="$s99" -v p="$p99p" -v sc="$sc" -v pc="$pc" \
+    'BEGIN { printf "verifying signatures (warm, every image verified): %.0f req/s = %.2f x pinhook, p99 %.2f x, CPU per request %.2f x\n", sr, sr / pr, s / p, sc / pc }'
 t99=$(median <<<"${p99[ttl]}")
 tr_=$(median <<<"${rps[ttl]}")
 awk -v t="$t99" -v p="$p99p" -v tr="$tr_" -v pr="$pr" -v ttl="$ttl" -v n=$((ttl_after - ttl_before)) \

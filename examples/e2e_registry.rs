@@ -36,6 +36,8 @@
 //! REGISTRY_ACCESS_LOG=/tmp/pinhook-registry-XXXX/access.log
 //! DIGEST_app_1_0=sha256:...      # index digest of team/app:1.0 (`.` and `-` in names -> `_`)
 //! ...
+//! SIGNING_KEY=ENV_FILE.cosign.pub # the public key team/app:1.0 is signed with (cosign's
+//!                                 # tag scheme); no other image is signed
 //! PRIVATE_HOST=127.0.0.1:PORT    # the htpasswd registry
 //! PRIVATE_USER=...
 //! PRIVATE_PASSWORD=...
@@ -60,6 +62,9 @@ use tokio::sync::mpsc;
 
 /// `(repository, tag)` pushed as multi-arch OCI indexes; the seed is `repo:tag`, so every
 /// image gets its own digests.
+/// The images signed (cosign's tag scheme, the key in `SIGNING_KEY`); every other is unsigned.
+const SIGNED: &[(&str, &str)] = &[("team/app", "1.0")];
+
 const IMAGES: &[(&str, &str)] = &[
     ("team/app", "1.0"),
     ("team/app", "2.0"),
@@ -127,6 +132,12 @@ async fn main() -> Result<()> {
         registry.app_log.display(),
         registry.access_log.display(),
     );
+    // The images of SIGNED are signed, as `cosign sign --key` does, with a key made here; its
+    // public half is written beside the env file (`SIGNING_KEY`).
+    let (signer, pem) = common::signing::key_pair_pem();
+    let key_path = env_path.with_extension("cosign.pub");
+    std::fs::write(&key_path, &pem).context("write the signing key")?;
+    env.push_str(&format!("SIGNING_KEY={}\n", key_path.display()));
     for (repo, tag) in IMAGES {
         let seed = format!("{repo}:{tag}");
         let pushed = tokio::select! {
@@ -141,6 +152,9 @@ async fn main() -> Result<()> {
             var_part(tag),
             pushed.index_digest
         ));
+        if SIGNED.contains(&(*repo, *tag)) {
+            common::signing::sign(&registry, repo, &pushed.index_digest, &signer).await;
+        }
         eprintln!(
             "e2e_registry: pushed {} -> {}",
             pushed.reference, pushed.index_digest

@@ -12,7 +12,9 @@
 //! metrics between two cores costs), and beside them what the floor does with the same body
 //! (parse it into a `Value` and drop it) on as many threads. A profile of
 //! this loop (`perf record -g target/release/examples/warm_path`) shows pinhook's own code
-//! without the TLS, HTTP and kernel costs around it, which `benches/load.sh` measures.
+//! without the TLS, HTTP and kernel costs around it, which `benches/load.sh` measures. With
+//! `WARM_PATH_VERIFY=1` a `verify` entry covers the image, signed by a key made here: what a
+//! warm verified admission adds (a verdict-cache hit).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,8 +31,11 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 #[path = "support/instant_registry.rs"]
 mod instant_registry;
+#[path = "support/signed_source.rs"]
+mod signed_source;
 
 use instant_registry::InstantRegistry;
+use signed_source::SignedSource;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -73,8 +78,21 @@ fn main() -> anyhow::Result<()> {
     .init();
     pinhook::log::line::install_writer(writer);
     let metrics = Arc::new(Metrics::new());
-    let policy =
-        Policy::parse("mode: enforce\nregistries:\n  allowPrivate: [\"127.0.0.1:5000\"]\n")?;
+    // WARM_PATH_VERIFY=1: a `verify` entry covers the image, whose digest is signed (a verdict
+    // cache hit per review once warm).
+    let verify = std::env::var_os("WARM_PATH_VERIFY").is_some();
+    let digest = pinhook::reference::Digest::sha256_of(IMAGE.as_bytes());
+    let (source, pem, _) = SignedSource::sign("127.0.0.1:5000/team/app", &[digest])?;
+    let mut text = "mode: enforce\nregistries:\n  allowPrivate: [\"127.0.0.1:5000\"]\n".to_string();
+    if verify {
+        let pem = serde_json::to_string(&pem)?;
+        text.push_str(&format!(
+            "verify:\n- images: [\"127.0.0.1:5000/team/*\"]\n  keys:\n  - pem: {pem}\n"
+        ));
+    }
+    let policy = Policy::parse(&text)?;
+    let signatures =
+        pinhook::registry::VerifiedSignatures::new(Arc::new(source), None, metrics.clone());
     let resolver = Arc::new(CachingResolver::new(
         Arc::new(InstantRegistry),
         CacheConfig::default(),
@@ -92,7 +110,7 @@ fn main() -> anyhow::Result<()> {
         on_owner: None,
         loop_ledger: None,
         revision_pods: None,
-        signatures: None,
+        signatures: Some(Arc::new(signatures)),
     }));
     let body = Arc::new(review()?);
 

@@ -268,18 +268,22 @@ impl Pinner {
         deadline: Instant,
     ) -> Plan {
         let checks = plan::signature_checks(policy, &plan);
+        if checks.is_empty() {
+            return plan;
+        }
         let mut verdicts = Verdicts::new();
-        if let (false, Some(verifier)) = (checks.is_empty(), &self.signatures) {
+        if let Some(verifier) = &self.signatures {
             let keyring = match keyring {
                 Some(keyring) => keyring,
                 None => {
-                    let images: Vec<&Reference> = checks.iter().map(|c| &c.image).collect();
+                    let images: Vec<&Reference> =
+                        checks.distinct.iter().map(|c| &c.image).collect();
                     let pod = self.keyring_for(policy, target, &images, deadline).await;
                     plan.warnings.extend(pod.warnings);
                     pod.keyring
                 }
             };
-            let calls = checks.iter().map(|check| {
+            let calls = checks.distinct.iter().map(|check| {
                 let credentials = keyring.lookup(&check.image);
                 let verifier = verifier.clone();
                 async move {
@@ -301,12 +305,12 @@ impl Pinner {
                                     ),
                                 })
                             });
-                    (check.key.clone(), answer)
+                    answer
                 }
             });
-            verdicts = join_all(calls).await.into_iter().collect();
+            verdicts = join_all(calls).await;
         }
-        plan.with_signatures(policy, &verdicts)
+        plan.with_signatures(&checks, &verdicts)
     }
 
     /// Checks without resolving any tag that every image new in this request is pinned (and that

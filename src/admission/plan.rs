@@ -30,7 +30,7 @@ pub use outcome::{
     short, Action, Finding, ImageOutcome, LeftAlone, LeftAloneReason, Plan, Reason,
     LISTED_IN_MESSAGE,
 };
-pub use signed::{checks as signature_checks, outcome_name, CheckKey, SignatureCheck, Verdicts};
+pub use signed::{checks as signature_checks, CheckKey, SignatureCheck, SignatureChecks, Verdicts};
 
 use mirror::{mirror_messages, mirror_plan, MirrorVerdict};
 use outcome::{

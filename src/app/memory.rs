@@ -97,8 +97,8 @@ pub fn model() -> Vec<Budget> {
             bytes: cache::DIGEST_BYTES
                 + cache::FAILURE_BYTES
                 + cache::BACKOFF_BYTES
-                + verified::VERDICT_CACHE_BYTES,
-            constant: "registry::cache::{DIGEST_BYTES, FAILURE_BYTES, BACKOFF_BYTES}, registry::verified::VERDICT_CACHE_BYTES",
+                + verified::VERIFICATION_RSS_BYTES,
+            constant: "registry::cache::{DIGEST_BYTES, FAILURE_BYTES, BACKOFF_BYTES}, registry::verified::VERIFICATION_RSS_BYTES",
         },
         Budget {
             what: "pull Secrets and ServiceAccounts",
@@ -192,7 +192,7 @@ pub fn watch_model(sites: u64) -> Vec<Budget> {
             bytes: cache::DIGEST_BYTES
                 + cache::FAILURE_BYTES
                 + cache::BACKOFF_BYTES
-                + verified::VERDICT_CACHE_BYTES
+                + verified::VERIFICATION_RSS_BYTES
                 + TOKEN_CACHE_BYTES
                 + identity_token::ACCESS_CACHE_BYTES
                 + mib(crate::registry::READ_BYTES_IN_FLIGHT + crate::registry::READ_RESERVE_BYTES)

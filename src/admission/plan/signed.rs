@@ -6,13 +6,13 @@
 //! denied in enforce and reported in audit (`unverified`), whatever `onResolutionFailure`
 //! says: a signature that cannot be fetched is not one that was checked.
 //!
-//! Pure: [`checks`] says what to verify, the I/O half verifies each once, and
-//! [`Plan::with_signatures`] applies the verdicts.
+//! Pure: [`checks`] says what to verify (each image parsed and matched once), the I/O half
+//! verifies each distinct check once, and [`Plan::with_signatures`] applies the verdicts.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::policy::{CompiledPolicy, Mode, VerifyRule};
+use crate::policy::{CompiledPolicy, Mode};
 use crate::reference::{Digest, Reference};
 use crate::registry::RegistryError;
 use crate::signatures::{Trust, Verdict};
@@ -39,48 +39,94 @@ pub struct SignatureCheck {
     pub trust: Arc<Trust>,
 }
 
-/// The answers, one per [`CheckKey`]; a missing one counts as not verified.
-pub type Verdicts = HashMap<CheckKey, Result<Verdict, RegistryError>>;
-
-/// The distinct verifications `plan`'s admitted digests need under `policy`, first image first.
-pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> Vec<SignatureCheck> {
-    if policy.verify.is_empty() {
-        return Vec::new();
-    }
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    for (image, digest) in plan.outcomes.iter().filter_map(admitted) {
-        for rule in policy.verify_rules(&image) {
-            let check = check_of(&image, &digest, rule);
-            if seen.insert(check.key.clone()) {
-                out.push(check);
-            }
-        }
-    }
-    out
+/// What a plan's admitted digests need: the distinct verifications, first image first, and for
+/// each outcome the entries covering it with the verification each needs (an index into
+/// [`SignatureChecks::distinct`]). Each image is parsed and matched once.
+#[derive(Debug, Default)]
+pub struct SignatureChecks {
+    pub distinct: Vec<SignatureCheck>,
+    /// (outcome index, the entries covering it).
+    covered: Vec<(usize, Covered)>,
 }
 
-fn check_of(image: &Reference, digest: &Digest, rule: &VerifyRule) -> SignatureCheck {
-    SignatureCheck {
-        key: CheckKey {
-            repository: image.repository(),
-            digest: digest.clone(),
-            trust: rule.trust.fingerprint().to_string(),
-        },
-        image: image.clone(),
-        trust: rule.trust.clone(),
+/// The entries covering one image: (entry index, check index) each.
+type Covered = Vec<(usize, usize)>;
+
+/// The answers, one per [`SignatureChecks::distinct`], in its order; a missing one counts as
+/// not verified.
+pub type Verdicts = Vec<Result<Verdict, RegistryError>>;
+
+/// The verifications `plan`'s admitted digests need under `policy`.
+pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
+    let mut checks = SignatureChecks::default();
+    if policy.verify.is_empty() {
+        return checks;
     }
+    let mut index = HashMap::new();
+    // Sites of one image (a Deployment's containers and init containers alike) are parsed and
+    // matched once.
+    let mut seen: HashMap<(&str, Option<&Digest>), Covered> = HashMap::new();
+    for (i, outcome) in plan.outcomes.iter().enumerate() {
+        if !is_admitted(outcome) {
+            continue;
+        }
+        let site = (outcome.site.image.as_str(), outcome.digest.as_ref());
+        if let Some(entries) = seen.get(&site) {
+            if !entries.is_empty() {
+                checks.covered.push((i, entries.clone()));
+            }
+            continue;
+        }
+        let Some((image, digest)) = admitted(outcome) else {
+            continue;
+        };
+        let mut entries = Vec::new();
+        for rule in policy.verify_rules(&image) {
+            let key = CheckKey {
+                repository: image.repository(),
+                digest: digest.clone(),
+                trust: rule.trust.fingerprint().to_string(),
+            };
+            let at = *index.entry(key.clone()).or_insert_with(|| {
+                checks.distinct.push(SignatureCheck {
+                    key,
+                    image: image.clone(),
+                    trust: rule.trust.clone(),
+                });
+                checks.distinct.len() - 1
+            });
+            entries.push((rule.index, at));
+        }
+        if !entries.is_empty() {
+            checks.covered.push((i, entries.clone()));
+        }
+        seen.insert(site, entries);
+    }
+    checks
+}
+
+/// Whether an outcome admits an image new in this request (pinned, or left as it is).
+fn is_admitted(outcome: &ImageOutcome) -> bool {
+    outcome.site.is_new && matches!(outcome.action, Action::Pinned | Action::Unchanged)
 }
 
 /// The image and the digest an outcome admits, when it is new in this request: the digest
 /// pinned (or, in audit, the one enforce would pin), else the one the image carries.
 fn admitted(outcome: &ImageOutcome) -> Option<(Reference, Digest)> {
-    if !outcome.site.is_new || !matches!(outcome.action, Action::Pinned | Action::Unchanged) {
+    if !is_admitted(outcome) {
         return None;
     }
     let image = Reference::parse(&outcome.site.image).ok()?;
     let digest = outcome.digest.clone().or_else(|| image.digest().cloned())?;
     Some((image, digest))
+}
+
+// === impl SignatureChecks ===
+
+impl SignatureChecks {
+    pub fn is_empty(&self) -> bool {
+        self.distinct.is_empty()
+    }
 }
 
 // === impl Plan ===
@@ -89,76 +135,62 @@ impl Plan {
     /// Applies the verdicts: each admitted digest must hold under every entry covering it, or
     /// its image is denied (enforce) or reported (audit) as `unverified`, naming the entry and
     /// why in one line; a verified one says by which key.
-    pub fn with_signatures(mut self, policy: &CompiledPolicy, verdicts: &Verdicts) -> Plan {
-        if policy.verify.is_empty() {
-            return self;
-        }
+    pub fn with_signatures(mut self, checks: &SignatureChecks, verdicts: &Verdicts) -> Plan {
         let failed = match self.mode {
             Mode::Enforce => Action::Denied,
             Mode::Audit => Action::Violation,
             Mode::Off => return self,
         };
-        for outcome in &mut self.outcomes {
-            let Some((image, digest)) = admitted(outcome) else {
+        for (i, entries) in &checks.covered {
+            let Some(outcome) = self.outcomes.get_mut(*i) else {
                 continue;
             };
             let mut notes = Vec::new();
             let mut refusal = None;
-            for rule in policy.verify_rules(&image) {
-                let key = check_of(&image, &digest, rule).key;
-                match verdicts.get(&key) {
+            for &(entry, at) in entries {
+                let digest = &checks.distinct[at].key.digest;
+                match verdicts.get(at) {
                     Some(Ok(verdict @ Verdict::Verified { .. })) => {
-                        notes.push(format!("{}: {}", rule.name(), verdict.describe()));
+                        notes.push(format!("verify[{entry}]: {}", verdict.describe()));
                     }
                     Some(Ok(verdict)) => {
                         refusal.get_or_insert_with(|| {
                             format!(
-                                "{}: {} for {}",
-                                rule.name(),
+                                "verify[{entry}]: {} for {}",
                                 verdict.describe(),
-                                short(&digest)
+                                short(digest)
                             )
                         });
                     }
                     Some(Err(error)) => {
                         refusal.get_or_insert_with(|| {
                             format!(
-                                "{}: registry did not answer for the signatures of {}: {}",
-                                rule.name(),
-                                short(&digest),
+                                "verify[{entry}]: registry did not answer for the signatures of \
+                                 {}: {}",
+                                short(digest),
                                 crate::error::error_chain(error)
                             )
                         });
                     }
                     None => {
                         refusal.get_or_insert_with(|| {
-                            format!("{}: verification did not run", rule.name())
+                            format!("verify[{entry}]: verification did not run")
                         });
                     }
                 }
             }
             match refusal {
                 Some(text) => {
-                    outcome.signature = Some(text.clone());
                     outcome.action = failed;
                     outcome.violation = Some(Reason::Unverified);
                     outcome.reason = Some(format!("not verified: {text}"));
+                    outcome.signature = Some(text);
                     outcome.result = outcome.site.image.clone();
                 }
-                None if !notes.is_empty() => outcome.signature = Some(notes.join("; ")),
-                None => {}
+                None => outcome.signature = Some(notes.join("; ")),
             }
         }
         self
-    }
-}
-
-/// The outcome of each verification for the metric: `verified`, a verdict's reason, or
-/// `registry_error`.
-pub fn outcome_name(answer: &Result<Verdict, RegistryError>) -> &'static str {
-    match answer {
-        Ok(verdict) => verdict.reason(),
-        Err(_) => "registry_error",
     }
 }
 
@@ -239,18 +271,16 @@ mod tests {
         })
     }
 
-    fn answer_all(checks: &[SignatureCheck], answer: Result<Verdict, RegistryError>) -> Verdicts {
+    fn answer_all(checks: &SignatureChecks, answer: Result<Verdict, RegistryError>) -> Verdicts {
         checks
+            .distinct
             .iter()
-            .map(|c| {
-                let answer = match &answer {
-                    Ok(v) => Ok(v.clone()),
-                    Err(_) => Err(RegistryError::Timeout {
-                        registry: "registry.example".to_string(),
-                        timeout: Duration::from_secs(2),
-                    }),
-                };
-                (c.key.clone(), answer)
+            .map(|_| match &answer {
+                Ok(v) => Ok(v.clone()),
+                Err(_) => Err(RegistryError::Timeout {
+                    registry: "registry.example".to_string(),
+                    timeout: Duration::from_secs(2),
+                }),
             })
             .collect()
     }
@@ -261,11 +291,17 @@ mod tests {
         let value = pod(TAG);
         let plan = mutated(&policy, Mode::Enforce, &value, 'd');
         let checks = checks(&policy, &plan);
-        assert_eq!(checks.len(), 1);
-        assert_eq!(checks[0].key.digest, digest('d'));
-        assert_eq!(checks[0].key.repository, "registry.example/team/app");
-        assert_eq!(checks[0].key.trust, policy.verify[0].trust.fingerprint());
-        let plan = plan.with_signatures(&policy, &answer_all(&checks, verified()));
+        assert_eq!(checks.distinct.len(), 1);
+        assert_eq!(checks.distinct[0].key.digest, digest('d'));
+        assert_eq!(
+            checks.distinct[0].key.repository,
+            "registry.example/team/app"
+        );
+        assert_eq!(
+            checks.distinct[0].key.trust,
+            policy.verify[0].trust.fingerprint()
+        );
+        let plan = plan.with_signatures(&checks, &answer_all(&checks, verified()));
         let outcome = &plan.outcomes[0];
         assert_eq!(outcome.action, Action::Pinned);
         assert_eq!(outcome.result, format!("{TAG}@{}", digest('d')));
@@ -305,7 +341,7 @@ mod tests {
                 Some(answer) => answer_all(&checks, answer),
                 None => Verdicts::new(),
             };
-            let plan = plan.with_signatures(&policy, &verdicts);
+            let plan = plan.with_signatures(&checks, &verdicts);
             let outcome = &plan.outcomes[0];
             assert_eq!(outcome.action, Action::Denied, "{why}");
             assert_eq!(outcome.violation, Some(Reason::Unverified));
@@ -326,11 +362,11 @@ mod tests {
         let plan = mutated(&policy, Mode::Audit, &value, 'd');
         let checks = checks(&policy, &plan);
         assert_eq!(
-            checks[0].key.digest,
+            checks.distinct[0].key.digest,
             digest('d'),
             "the digest enforce would pin"
         );
-        let plan = plan.with_signatures(&policy, &answer_all(&checks, Ok(Verdict::NoSignature)));
+        let plan = plan.with_signatures(&checks, &answer_all(&checks, Ok(Verdict::NoSignature)));
         assert_eq!(plan.outcomes[0].action, Action::Violation);
         assert_eq!(plan.outcomes[0].violation, Some(Reason::Unverified));
         assert!(plan.denial_message().is_none());
@@ -346,17 +382,18 @@ mod tests {
             let value = pod(&image);
             let plan = mutated(&policy, Mode::Enforce, &value, 'd');
             let checks = checks(&policy, &plan);
-            assert_eq!(checks.len(), 1, "{image}");
-            assert_eq!(checks[0].key.digest, digest('f'));
+            assert_eq!(checks.distinct.len(), 1, "{image}");
+            assert_eq!(checks.distinct[0].key.digest, digest('f'));
             let plan =
-                plan.with_signatures(&policy, &answer_all(&checks, Ok(Verdict::NoSignature)));
+                plan.with_signatures(&checks, &answer_all(&checks, Ok(Verdict::NoSignature)));
             assert_eq!(plan.outcomes[0].action, Action::Denied, "{image}");
             // `/validate` checks it too, after every other mutating webhook.
             let checked = validation(&policy, object(&value, None))
                 .finish(Mode::Enforce, Vec::new())
                 .unwrap();
-            assert_eq!(super::checks(&policy, &checked).len(), 1);
-            let checked = checked.with_signatures(&policy, &Verdicts::new());
+            let again = super::checks(&policy, &checked);
+            assert_eq!(again.distinct.len(), 1);
+            let checked = checked.with_signatures(&again, &Verdicts::new());
             assert_eq!(checked.outcomes[0].action, Action::Denied);
         }
     }
@@ -365,13 +402,15 @@ mod tests {
     fn a_verdict_is_of_a_digest_never_of_a_tag() {
         let policy = policy("enforce", &["registry.example/team/*"]);
         let value = pod(TAG);
-        let first = mutated(&policy, Mode::Enforce, &value, 'd');
-        let verdicts = answer_all(&checks(&policy, &first), verified());
-        // The tag moved to `e`: `d`'s verdict says nothing of it.
-        let moved = mutated(&policy, Mode::Enforce, &value, 'e');
-        assert_eq!(checks(&policy, &moved)[0].key.digest, digest('e'));
-        let moved = moved.with_signatures(&policy, &verdicts);
-        assert_eq!(moved.outcomes[0].action, Action::Denied);
+        let first = checks(&policy, &mutated(&policy, Mode::Enforce, &value, 'd'));
+        // The tag moved to `e`: what is asked (and cached) is `e`'s verification, not the tag's.
+        let moved = checks(&policy, &mutated(&policy, Mode::Enforce, &value, 'e'));
+        assert_eq!(moved.distinct[0].key.digest, digest('e'));
+        assert_ne!(first.distinct[0].key, moved.distinct[0].key);
+        assert_eq!(
+            first.distinct[0].key.repository,
+            moved.distinct[0].key.repository
+        );
     }
 
     #[test]
@@ -383,10 +422,10 @@ mod tests {
         let value = pod(TAG);
         let plan = mutated(&policy, Mode::Enforce, &value, 'd');
         let checks = checks(&policy, &plan);
-        assert_eq!(checks.len(), 2);
+        assert_eq!(checks.distinct.len(), 2);
         let mut verdicts = answer_all(&checks, verified());
-        verdicts.insert(checks[1].key.clone(), Ok(Verdict::OtherKey));
-        let plan = plan.with_signatures(&policy, &verdicts);
+        verdicts[1] = Ok(Verdict::OtherKey);
+        let plan = plan.with_signatures(&checks, &verdicts);
         let reason = plan.outcomes[0].reason.as_deref().unwrap();
         assert!(
             reason.contains("verify[1]: signed by another key"),
@@ -403,8 +442,9 @@ mod tests {
         ] {
             let value = pod(&image);
             let plan = mutated(&policy, Mode::Enforce, &value, 'd');
-            assert!(checks(&policy, &plan).is_empty(), "{image}");
-            let plan = plan.with_signatures(&policy, &Verdicts::new());
+            let none = checks(&policy, &plan);
+            assert!(none.is_empty(), "{image}");
+            let plan = plan.with_signatures(&none, &Verdicts::new());
             assert_ne!(plan.outcomes[0].action, Action::Denied, "{image}");
         }
         let pinned = pod(&format!("{TAG}@{}", digest('f')));
