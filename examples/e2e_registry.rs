@@ -15,6 +15,9 @@
 //!   digest>` and a newline to `OUT_FILE` (atomically: complete once it exists), or
 //!   `error: <why>` when the command cannot be done. `REPO` must be one of the pushed
 //!   repositories (`team/roll`...).
+//! - `sign REPO DIGEST OUT_FILE`: sign `DIGEST` of `REPO` (`team/...`) with the key of
+//!   `SIGNING_KEY`, as `cosign sign --key` does (cosign's tag scheme), then write `ok` to
+//!   `OUT_FILE`.
 //! - `registry NAME up OUT_FILE`: start a further registry called `NAME` (TLS from the same CA,
 //!   no auth, empty) the first time, or start it again on the same port and storage after
 //!   `down`; then write `HOST=127.0.0.1:PORT` and `ACCESS_LOG=PATH` lines to `OUT_FILE`. For
@@ -97,6 +100,11 @@ enum Command {
     Repush {
         repo: String,
         tag: String,
+        out: PathBuf,
+    },
+    Sign {
+        repo: String,
+        digest: String,
         out: PathBuf,
     },
     Registry {
@@ -247,7 +255,7 @@ async fn main() -> Result<()> {
             line = line_rx.recv() => match line {
                 Some(Some(line)) => {
                     pushes += 1;
-                    run_command(&registry, &mut extra, &line, pushes).await;
+                    run_command(&registry, &signer, &mut extra, &line, pushes).await;
                 }
                 _ => { eprintln!("e2e_registry: stdin closed, stopping"); break; }
             },
@@ -273,7 +281,13 @@ async fn main() -> Result<()> {
 
 /// Runs one stdin command; the `n`th command re-pushes with seed `REPO:TAG#n`, so every
 /// re-push has content (and digests) of its own.
-async fn run_command(registry: &TestRegistry, extra: &mut Extra, line: &str, n: u32) {
+async fn run_command(
+    registry: &TestRegistry,
+    signer: &sigstore::crypto::SigStoreSigner,
+    extra: &mut Extra,
+    line: &str,
+    n: u32,
+) {
     let command = match parse_command(line) {
         Ok(command) => command,
         Err(why) => {
@@ -301,6 +315,13 @@ async fn run_command(registry: &TestRegistry, extra: &mut Extra, line: &str, n: 
             };
             if let Err(e) = write_atomically(&out, &answer) {
                 eprintln!("e2e_registry: repush: {e:#}");
+            }
+        }
+        Command::Sign { repo, digest, out } => {
+            common::signing::sign(registry, &repo, &digest, signer).await;
+            eprintln!("e2e_registry: signed {repo}@{digest}");
+            if let Err(e) = write_atomically(&out, "ok\n") {
+                eprintln!("e2e_registry: sign: {e:#}");
             }
         }
         Command::Registry { name, up, out } => {
@@ -364,11 +385,25 @@ fn parse_command(line: &str) -> Result<Command, String> {
             tag: tag.to_string(),
             out: PathBuf::from(out),
         }),
+        ["sign", repo, digest, out] => {
+            if !repo.starts_with("team/") || !digest.starts_with("sha256:") {
+                return Err(format!("sign {repo} {digest}: team/REPO and sha256:HEX"));
+            }
+            Ok(Command::Sign {
+                repo: repo.to_string(),
+                digest: digest.to_string(),
+                out: PathBuf::from(out),
+            })
+        }
         ["registry", name, state @ ("up" | "down"), out] => {
             let valid = (1..=20).contains(&name.len())
-                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
             if !valid {
-                return Err(format!("registry name {name:?}: [a-z0-9-], 1-20 characters"));
+                return Err(format!(
+                    "registry name {name:?}: [a-z0-9-], 1-20 characters"
+                ));
             }
             Ok(Command::Registry {
                 name: name.to_string(),
@@ -377,7 +412,8 @@ fn parse_command(line: &str) -> Result<Command, String> {
             })
         }
         _ => Err(format!(
-            "unknown command {line:?} (known: repush REPO TAG OUT_FILE, registry NAME up|down OUT_FILE)"
+            "unknown command {line:?} (known: repush REPO TAG OUT_FILE, sign REPO DIGEST OUT_FILE, \
+             registry NAME up|down OUT_FILE)"
         )),
     }
 }

@@ -5,7 +5,10 @@
 //! `127.0.0.1:<port>/team/app:1` with a Basic credential and then anonymously. That runs the
 //! manifest HEAD's judgement, the WWW-Authenticate challenge parser, the token answer, the
 //! manifest GET with its digest check and bounded body reads, and the error-body parser, none of
-//! which is public on its own (`registry::{head, token, get, body}` are private modules).
+//! which is public on its own (`registry::{head, token, get, body}` are private modules). The
+//! answers left then go to the signature fetch of a fixed digest (`signature_layers`: the
+//! signature manifest, at most 16 layers, each payload checked against its descriptor) and the
+//! verdict on what it returns for a fixed key (`signatures::judge`).
 //! `@HOST@` in an answer becomes `127.0.0.1:<port>`, so a challenge's realm can point back here.
 #![no_main]
 
@@ -16,6 +19,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use pinhook::reference::Reference;
 use pinhook::registry::{Credential, OciResolver, RegistryConfig, Resolver};
+use pinhook::signatures::{judge, PublicKey, SignatureLayer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
@@ -131,4 +135,44 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(_) => panic!("resolution took more than 8 s against a registry that always answers"),
     }
+    // Then the answers left, to the signature fetch of a digest (issue 46): the manifest at
+    // `sha256-<hex>.sig`, its layers' payloads, and the verdict on them for a fixed key.
+    let digest = pinhook::reference::Digest::sha256_of(b"fuzz");
+    let signatures = registry.runtime.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(8),
+            resolver.signature_layers(&reference, &digest, &credentials[0]),
+        )
+        .await
+    });
+    match signatures {
+        Ok(Ok(layers)) => {
+            assert!(layers.len() <= 16, "more signature layers than pinhook reads");
+            let layers: Vec<SignatureLayer<'_>> = layers
+                .iter()
+                .map(|l| SignatureLayer {
+                    payload: &l.payload,
+                    signature: &l.signature,
+                })
+                .collect();
+            let verdict = judge(&layers, std::slice::from_ref(key()), &digest);
+            assert!(!verdict.describe().contains('\n'), "{verdict:?}");
+        }
+        Ok(Err(e)) => {
+            let message = pinhook::error::error_chain(&e);
+            assert!(!message.contains('\n') || text.contains('\n'), "{message}");
+        }
+        Err(_) => panic!("signature fetch took more than 8 s against a registry that always answers"),
+    }
 });
+
+/// A fixed P-256 public key the verdicts are judged against.
+fn key() -> &'static PublicKey {
+    static KEY: OnceLock<PublicKey> = OnceLock::new();
+    KEY.get_or_init(|| {
+        PublicKey::from_pem(
+            "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAENptdY/l3nB0yqkXLBWkZWQwo6+cu\nOSWS1X9vPavpiQOoTTGC0xX57OojUadxF1cdQmrsiReWg2Wn4FneJfa8xw==\n-----END PUBLIC KEY-----\n",
+        )
+        .expect("sigstore-rs's test key parses")
+    })
+}
