@@ -20,23 +20,17 @@ use pinhook::registry::{CacheConfig, CachingResolver, Credential, ResolutionSour
 
 #[path = "support/instant_registry.rs"]
 mod instant_registry;
+#[path = "support/rss.rs"]
+mod rss;
 
 use instant_registry::InstantRegistry;
+use rss::rss_kib;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const LOOKUPS: usize = 200_000;
 const CREDENTIALS: usize = 4;
-
-fn rss_kib() -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/self/status"))
-}
 
 /// (p50, p99) in microseconds of `LOOKUPS` sequential lookups, the i-th of entry
 /// `i % entries` (`entries` 1: one hot entry).

@@ -25,10 +25,13 @@ use pinhook::signatures::Verdict;
 
 #[path = "support/instant_registry.rs"]
 mod instant_registry;
+#[path = "support/rss.rs"]
+mod rss;
 #[path = "support/signed_source.rs"]
 mod signed_source;
 
 use instant_registry::InstantRegistry;
+use rss::rss_kib;
 use signed_source::SignedSource;
 
 #[global_allocator]
@@ -36,15 +39,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const REPOSITORY: &str = "registry.example/team/app";
 const WARM_LOOKUPS: usize = 200_000;
-
-fn rss_kib() -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/self/status"))
-}
 
 fn percentiles(mut took: Vec<Duration>) -> (f64, f64) {
     took.sort();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use pinhook::reference::Reference;
-use pinhook::registry::{Credential, OciResolver, RegistryConfig, Resolver};
+use pinhook::registry::{Credential, FetchedLayer, OciResolver, RegistryConfig, Resolver};
 use pinhook::signatures::{judge, PublicKey, SignatureLayer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -148,13 +148,7 @@ fuzz_target!(|data: &[u8]| {
     match signatures {
         Ok(Ok(layers)) => {
             assert!(layers.len() <= 16, "more signature layers than pinhook reads");
-            let layers: Vec<SignatureLayer<'_>> = layers
-                .iter()
-                .map(|l| SignatureLayer {
-                    payload: &l.payload,
-                    signature: &l.signature,
-                })
-                .collect();
+            let layers: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
             let verdict = judge(&layers, std::slice::from_ref(key()), &digest);
             assert!(!verdict.describe().contains('\n'), "{verdict:?}");
         }

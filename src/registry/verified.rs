@@ -145,13 +145,7 @@ impl VerifiedSignatures {
             .source
             .signatures_of(image, digest, credentials)
             .await?;
-        let layers: Vec<SignatureLayer<'_>> = layers
-            .iter()
-            .map(|l| SignatureLayer {
-                payload: &l.payload,
-                signature: &l.signature,
-            })
-            .collect();
+        let layers: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
         Ok(judge(&layers, trust.keys(), digest))
     }
 }

@@ -726,7 +726,7 @@ openshift_mirrors() {
 # asserts on what the apiserver stored. Waits poll; only the ReplicaSet watch of audit-to-enforce-no-replicaset-loop (60 s) and the
 # cache timing of target-pods-one-digest-per-revision are fixed durations, because that time is what they are about.
 
-app_deployment() { # app_deployment NAME REPLICAS IMAGE: a Deployment with one container `app`
+app_deployment() { # app_deployment NAME REPLICAS IMAGE [node]: a Deployment with one container `app` (node: tolerating the node, 2 s to terminate)
   cat <<EOF
 apiVersion: apps/v1
 kind: Deployment
@@ -740,6 +740,7 @@ spec:
     metadata:
       labels: {app: $1}
     spec:
+$(if [[ ${4:-} == node ]]; then node_tolerations 6; printf '      terminationGracePeriodSeconds: 2\n'; fi)
       containers:
         - name: app
           image: $3

@@ -15,6 +15,7 @@ use crate::reference::{Digest, Reference};
 use crate::registry::http::body;
 use crate::registry::{AnswerError, Credential, RegistryError};
 use crate::signatures::simple_signing::SIGNATURE_ANNOTATION;
+use crate::signatures::SignatureLayer;
 
 /// Signature layers read of one signature manifest; a manifest with more is refused.
 pub const MAX_SIGNATURE_LAYERS: usize = 16;
@@ -24,6 +25,16 @@ pub const MAX_SIGNATURE_LAYERS: usize = 16;
 pub struct FetchedLayer {
     pub payload: Vec<u8>,
     pub signature: String,
+}
+
+impl FetchedLayer {
+    /// The layer as the verdict reads it.
+    pub fn as_layer(&self) -> SignatureLayer<'_> {
+        SignatureLayer {
+            payload: &self.payload,
+            signature: &self.signature,
+        }
+    }
 }
 
 #[derive(Deserialize)]

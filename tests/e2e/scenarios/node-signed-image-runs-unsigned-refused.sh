@@ -26,28 +26,6 @@ sign_image() {
   wait_until 30 "the registry helper's answer to sign $1:$2" test -s "$out" || return 1
   [[ $(<"$out") == ok ]] || { log "registry helper: $(<"$out")"; return 1; }
 }
-sig_deployment() { # sig_deployment NAME IMAGE
-  cat <<EOF
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: $1
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: $1}
-  template:
-    metadata:
-      labels: {app: $1}
-    spec:
-$(node_tolerations 6)
-      terminationGracePeriodSeconds: 2
-      containers:
-        - name: app
-          image: $2
-EOF
-}
-
 scenario_node_signed_image_runs_unsigned_refused() {
   local ns=e2e-node-signed rc=0 lines rs ids code out
   SIG_DIR="$RUN/signed"
@@ -72,7 +50,7 @@ scenario_node_signed_image_runs_unsigned_refused() {
   e2e_ns "$ns"
 
   # The signed image: stored pinned to the digest verified, and it runs.
-  sig_deployment signed "$(image node-app 1.0)" >"$SIG_DIR/signed.yaml"
+  app_deployment signed 1 "$(image node-app 1.0)" node >"$SIG_DIR/signed.yaml"
   kubectl_to "$SIG_DIR/signed" -n "$ns" create -f "$SIG_DIR/signed.yaml"
   expect_eq "kubectl create of the signed Deployment: exit code" "$KCODE" 0 || { log "  $KERR"; rc=1; }
   expect_eq "the signed Deployment's template image" "$(template_images "$ns" deployment signed)" \
@@ -84,7 +62,7 @@ scenario_node_signed_image_runs_unsigned_refused() {
   expect_eq "the signed Pod's imageID" "$ids" "$REGISTRY_HOST/team/node-app@$(digest node-app 1.0) " || rc=1
 
   # The unsigned image: refused, naming the entry and why; nothing stored.
-  sig_deployment unsigned "$(image node-web 1.0)" >"$SIG_DIR/unsigned.yaml"
+  app_deployment unsigned 1 "$(image node-web 1.0)" node >"$SIG_DIR/unsigned.yaml"
   kubectl_to "$SIG_DIR/unsigned" -n "$ns" create -f "$SIG_DIR/unsigned.yaml"
   expect_eq "kubectl create of the unsigned Deployment: exit code" "$KCODE" 1 || rc=1
   expect_contains "kubectl stderr (unsigned)" "$KERR" 'admission webhook "pin.pinhook.dev" denied the request' || rc=1

@@ -14,7 +14,7 @@ use crate::common::pinhook::registry_config;
 use crate::common::registry::{RegistryAuth, TestRegistry};
 use crate::common::resolving::{reference, resolver};
 use crate::common::signing::{key_pair, push_signatures, signed, OCI_MANIFEST};
-use pinhook::registry::{Credential, OciResolver};
+use pinhook::registry::{Credential, FetchedLayer, OciResolver};
 
 const USER: &str = "robot";
 const PASS: &str = "s1gn-pass";
@@ -25,13 +25,7 @@ async fn verdict(resolver: &OciResolver, image: &str, digest: &str, keys: &[Publ
         .signature_layers(&reference(image), &digest, &Credential::basic(USER, PASS))
         .await
         .expect("fetched");
-    let layers: Vec<SignatureLayer<'_>> = layers
-        .iter()
-        .map(|l| SignatureLayer {
-            payload: &l.payload,
-            signature: &l.signature,
-        })
-        .collect();
+    let layers: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
     judge(&layers, keys, &digest)
 }
 
