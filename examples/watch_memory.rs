@@ -218,6 +218,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &parsed,
         &lookups,
         &checks,
+        &recheck::SiteVerdicts::default(),
     );
     row("  classified images", live() - mark, pods);
     let mark = live();

@@ -49,7 +49,7 @@ pub struct ViolationLabels {
 }
 
 /// The image states of `pinhook watch` (`watch::ImageState`), the `state` label's values.
-pub const RUNNING_IMAGE_STATES: [&str; 10] = [
+pub const RUNNING_IMAGE_STATES: [&str; 11] = [
     "unpinned",
     "pinned-current",
     "tag-moved",
@@ -60,6 +60,7 @@ pub const RUNNING_IMAGE_STATES: [&str; 10] = [
     "runs-other-digest",
     "runs-stale-digest",
     "digest-missing",
+    "unverified",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

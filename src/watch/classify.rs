@@ -36,6 +36,11 @@
 //!
 //! A local image ID (`sha256:…` alone) is a config digest and never compared; neither are
 //! digests of different algorithms.
+//!
+//! **Signed** ([`judge_signed`], issue 46): a pinned state still standing (`pinned-current`,
+//! `digest-only`, `tag-moved`, `unresolvable` with its pin) whose digest a `verify` entry of the
+//! current policy covers and does not find signed (no signature, another key, another digest)
+//! is `unverified`. A signature fetch that fails leaves the state as it was.
 
 use crate::reference::{Digest, Reference};
 
@@ -70,6 +75,10 @@ pub enum ImageState {
     RunsStaleDigest { running: Digest, now: Digest },
     /// Pinned to `pinned`, which the registry no longer has: a new Pod of it cannot pull.
     DigestMissing { pinned: Digest },
+    /// Pinned to `pinned`, whose signatures a `verify` entry of the current policy does not
+    /// find (`why`: the entry and the verdict): a key rotated out, an identity removed, a
+    /// signature deleted (issue 46).
+    Unverified { pinned: Digest, why: String },
 }
 
 /// What the registry said of a pinned digest this cycle.
@@ -168,6 +177,28 @@ pub fn classify_image(image: &str, exempt: Option<&str>, lookup: TagLookup) -> I
 
 /// Refines `state` (what the spec says) with what the node runs and the registry's answer for
 /// the pinned digest (module docs: the table).
+/// A pinned state whose digest the current policy's `verify` entries do not find signed
+/// (`unverified`: the entry and the verdict, from the recheck's signature checks) becomes
+/// `unverified`; what runs and whether the pin exists, judged before, come first.
+pub fn judge_signed(state: ImageState, unverified: Option<String>) -> ImageState {
+    match (&state, unverified) {
+        (
+            ImageState::PinnedCurrent { digest: pinned }
+            | ImageState::DigestOnly { digest: pinned }
+            | ImageState::TagMoved { pinned, .. }
+            | ImageState::Unresolvable {
+                pinned: Some(pinned),
+                ..
+            },
+            Some(why),
+        ) => ImageState::Unverified {
+            pinned: pinned.clone(),
+            why,
+        },
+        _ => state,
+    }
+}
+
 pub fn judge_running(
     state: ImageState,
     running: Option<&RunningImage>,
@@ -258,7 +289,7 @@ impl<'a> ClassifiedImage<'a> {
 impl ImageState {
     /// Every state's name, in the order of the table in the module docs: the vocabulary of the
     /// `state` label of `pinhook_running_images`, which the metrics own.
-    pub const NAMES: [&'static str; 10] = crate::metrics::RUNNING_IMAGE_STATES;
+    pub const NAMES: [&'static str; 11] = crate::metrics::RUNNING_IMAGE_STATES;
 
     /// The state's name in reports, events and the inventory.
     pub fn as_str(&self) -> &'static str {
@@ -273,6 +304,7 @@ impl ImageState {
             ImageState::RunsOtherDigest { .. } => "runs-other-digest",
             ImageState::RunsStaleDigest { .. } => "runs-stale-digest",
             ImageState::DigestMissing { .. } => "digest-missing",
+            ImageState::Unverified { .. } => "unverified",
         }
     }
 
@@ -284,7 +316,8 @@ impl ImageState {
             }
             ImageState::TagMoved { pinned, .. }
             | ImageState::RunsOtherDigest { pinned, .. }
-            | ImageState::DigestMissing { pinned } => Some(pinned),
+            | ImageState::DigestMissing { pinned }
+            | ImageState::Unverified { pinned, .. } => Some(pinned),
             ImageState::Unresolvable { pinned, .. } => pinned.as_ref(),
             ImageState::Unpinned { .. }
             | ImageState::Exempt { .. }
@@ -304,7 +337,8 @@ impl ImageState {
             | ImageState::Exempt { .. }
             | ImageState::LeftToOwner { .. }
             | ImageState::RunsOtherDigest { .. }
-            | ImageState::DigestMissing { .. } => None,
+            | ImageState::DigestMissing { .. }
+            | ImageState::Unverified { .. } => None,
         }
     }
 
@@ -515,6 +549,52 @@ mod tests {
         assert_eq!(state.as_str(), "exempt");
         let state = classify_image("nginx:1.25", None, TagLookup::NotLooked);
         assert_eq!(state.as_str(), "unpinned");
+    }
+
+    #[test]
+    fn a_standing_pin_not_signed_as_the_policy_requires_is_unverified() {
+        let why = || Some("verify[0]: no signature found".to_string());
+        let unverified = |pinned: Digest| ImageState::Unverified {
+            pinned,
+            why: "verify[0]: no signature found".to_string(),
+        };
+        for pinned in [
+            ImageState::PinnedCurrent {
+                digest: digest('a'),
+            },
+            ImageState::DigestOnly {
+                digest: digest('a'),
+            },
+            ImageState::TagMoved {
+                pinned: digest('a'),
+                now: digest('b'),
+            },
+            ImageState::Unresolvable {
+                reason: "down".into(),
+                pinned: Some(digest('a')),
+            },
+        ] {
+            assert_eq!(judge_signed(pinned.clone(), why()), unverified(digest('a')));
+            assert_eq!(judge_signed(pinned.clone(), None), pinned);
+        }
+        // What runs and whether the pin exists come first; an unpinned image has nothing signed.
+        for state in [
+            ImageState::DigestMissing {
+                pinned: digest('a'),
+            },
+            ImageState::RunsOtherDigest {
+                pinned: digest('a'),
+                running: digest('b'),
+            },
+            ImageState::Unpinned { current: None },
+            ImageState::Exempt { why: "x".into() },
+        ] {
+            assert_eq!(judge_signed(state.clone(), why()), state);
+        }
+        let state = unverified(digest('a'));
+        assert_eq!(state.as_str(), "unverified");
+        assert_eq!(state.pinned(), Some(&digest('a')));
+        assert!(ImageState::NAMES.contains(&"unverified"));
     }
 
     fn pulled(c: char) -> RunningImage {

@@ -11,6 +11,7 @@
 //! | runs-other-digest | `RunsOtherDigest` | `RunsOtherDigest` | — |
 //! | runs-stale-digest | `RunsStaleDigest` | `RunsStaleDigest` | — |
 //! | digest-missing | `PinnedDigestMissing` | `PinnedDigestMissing` | — |
+//! | unverified | `PinnedDigestUnverified` | `PinnedDigestUnverified` | — |
 //! | pinned-current, digest-only, exempt | — | — | — |
 //!
 //! `Unpinned` only in audit namespaces: there pinhook admits unpinned Pods by design and the
@@ -41,6 +42,8 @@ pub enum EventReason {
     RunsStaleDigest,
     /// The registry no longer has the pinned digest.
     PinnedDigestMissing,
+    /// The pinned digest is not signed as the policy's `verify` entries require (issue 46).
+    PinnedDigestUnverified,
     /// Sent by `pinhook serve` (not the watch) on an owner the loop breaker paused.
     PinningPaused,
     /// Sent by `pinhook serve` (not the watch) on an operator whose unpinned Pod `/validate`
@@ -101,6 +104,10 @@ pub fn event_for(image: &ClassifiedImage<'_>, mode: Mode) -> Option<EventSpec> {
                 image.node_name()
             ),
         ),
+        (ImageState::Unverified { pinned, why }, _) => (
+            EventReason::PinnedDigestUnverified,
+            format!("{runs}: the pinned {pinned} is not signed as the policy requires ({why})"),
+        ),
         (ImageState::DigestMissing { pinned }, _) => (
             EventReason::PinnedDigestMissing,
             format!("{runs}: the registry no longer has the pinned {pinned}; a new Pod of it cannot pull"),
@@ -141,6 +148,7 @@ impl EventReason {
             EventReason::RunsOtherDigest => "RunsOtherDigest",
             EventReason::RunsStaleDigest => "RunsStaleDigest",
             EventReason::PinnedDigestMissing => "PinnedDigestMissing",
+            EventReason::PinnedDigestUnverified => "PinnedDigestUnverified",
             EventReason::PinningPaused => "PinningPaused",
             EventReason::PodsDenied => "PodsDenied",
         }
@@ -207,6 +215,8 @@ mod tests {
     #[case::runs_other(ImageState::RunsOtherDigest { pinned: digest('a'), running: digest('b') }, Mode::Enforce, Some(EventReason::RunsOtherDigest))]
     #[case::runs_stale(ImageState::RunsStaleDigest { running: digest('b'), now: digest('a') }, Mode::Audit, Some(EventReason::RunsStaleDigest))]
     #[case::missing(ImageState::DigestMissing { pinned: digest('a') }, Mode::Enforce, Some(EventReason::PinnedDigestMissing))]
+    #[case::unverified(ImageState::Unverified { pinned: digest('a'), why: "verify[0]: no signature found".into() }, Mode::Audit, Some(EventReason::PinnedDigestUnverified))]
+    #[case::unverified_off(ImageState::Unverified { pinned: digest('a'), why: "x".into() }, Mode::Off, None)]
     #[case::missing_off(ImageState::DigestMissing { pinned: digest('a') }, Mode::Off, None)]
     fn which_states_raise_an_event(
         #[case] state: ImageState,

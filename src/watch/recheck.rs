@@ -29,6 +29,10 @@
 //!   credential fingerprints): registry requests per cycle = distinct keys. A tag the policy
 //!   routes through mirrors (`registries.resolveThrough`) is looked up at those mirrors, as
 //!   admission resolves it, keyed by the mirrors' credentials.
+//! - Every pinned digest a `verify` entry of the current policy covers is verified again
+//!   ([`signatures`]): one check per (repository, digest, trust) per cycle, through admission's
+//!   verdict cache; a verdict other than `verified` makes the image `unverified`, a failed fetch
+//!   leaves its state.
 //! - A digest the cache serves stale because the registry failed is not the tag's current
 //!   digest (it would hide a move): the image is `unresolvable` for that cycle.
 //! - Events go out for findings new since the previous cycle of this leader, at most
@@ -47,17 +51,19 @@ use crate::reference::Reference;
 use crate::registry::keyring::Keyring;
 use crate::registry::mirrored::RoutedCall;
 use crate::registry::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource};
-use crate::watch::classify::{judge_running, DigestCheck};
+use crate::watch::classify::{judge_running, judge_signed, DigestCheck};
 use crate::watch::{
     classify, classify_image, classify_pod, event_for, ClassifiedImage, EventSpec, ImageState,
     PodRecord, PolicyReport, TagLookup,
 };
 
 mod lookups;
+mod signatures;
 #[cfg(test)]
 mod tests;
 
 pub use lookups::{Lookup, LookupPlan, Probe, ProbePlan, SiteChecks, SiteLookups};
+pub use signatures::{SignatureCall, SignatureKey, SignaturePlan, SiteVerdicts};
 
 /// Each namespace's mode this cycle; `None` when it cannot be known.
 pub type Modes = HashMap<String, Option<Mode>>;
@@ -284,6 +290,7 @@ pub fn classify_all<'a>(
     parsed: &ParsedImages<'_>,
     lookups: &SiteLookups<'_>,
     checks: &SiteChecks<'_>,
+    verdicts: &SiteVerdicts<'_>,
 ) -> Vec<ClassifiedImage<'a>> {
     let mut images = Vec::with_capacity(pods.iter().map(|p| p.images.len()).sum());
     for pod in pods {
@@ -310,7 +317,8 @@ pub fn classify_all<'a>(
             let lookup = lookups.get(&pod.uid, &site.image);
             let state = classify(reference, exempt.as_deref(), lookup);
             let check = checks.get(&pod.uid, &site.image);
-            judge_running(state, site.running.as_ref(), check)
+            let state = judge_running(state, site.running.as_ref(), check);
+            judge_signed(state, verdicts.get(&pod.uid, &site.image))
         }));
         if *mode != Mode::Off {
             for image in &mut images[start..] {

@@ -32,6 +32,9 @@
 //! | runs-stale-digest | fail | fail (both digests and the node) | — |
 //! | digest-missing | pass | — | fail |
 //!
+//! Signatures (issue 46) add rule `signed`, severity `high`: `unverified` is `pinned` pass,
+//! `signed` fail (the `verify` entry and the verdict).
+//!
 //! Only these results name the node (`properties.node`, `runningDigest`): a result of any other
 //! state stays the same wherever its Pods run, so rescheduling never rewrites a report.
 //!
@@ -103,6 +106,7 @@ pub const RULE_PINNED: &str = "pinned";
 pub const RULE_TAG_CURRENT: &str = "tag-current";
 pub const RULE_RUNS_PINNED: &str = "runs-pinned";
 pub const RULE_DIGEST_AVAILABLE: &str = "digest-available";
+pub const RULE_SIGNED: &str = "signed";
 pub const RULE_MIRRORS: &str = "mirror-by-digest-only";
 pub const CATEGORY: &str = "Supply Chain Security";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -122,6 +126,7 @@ enum Rule {
     TagCurrent,
     RunsPinned,
     DigestAvailable,
+    Signed,
 }
 
 /// A result with the key it is sorted by.
@@ -289,6 +294,14 @@ fn image_results(image: &ClassifiedImage<'_>, mode: Mode) -> Vec<(Rule, Verdict,
                 ),
             ),
         ],
+        ImageState::Unverified { pinned, why } => vec![
+            pinned_pass(pinned),
+            (
+                Rule::Signed,
+                Verdict::Fail,
+                format!("{runs}: the pinned {pinned} is not signed as the policy requires ({why})"),
+            ),
+        ],
         ImageState::DigestMissing { pinned } => vec![
             pinned_pass(pinned),
             (
@@ -446,12 +459,15 @@ impl Rule {
             Rule::TagCurrent => RULE_TAG_CURRENT,
             Rule::RunsPinned => RULE_RUNS_PINNED,
             Rule::DigestAvailable => RULE_DIGEST_AVAILABLE,
+            Rule::Signed => RULE_SIGNED,
         }
     }
 
     fn severity(self) -> Severity {
         match self {
-            Rule::Pinned | Rule::RunsPinned | Rule::DigestAvailable => Severity::High,
+            Rule::Pinned | Rule::RunsPinned | Rule::DigestAvailable | Rule::Signed => {
+                Severity::High
+            }
             Rule::TagCurrent => Severity::Medium,
         }
     }

@@ -32,12 +32,13 @@ use crate::metrics::Metrics;
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
 use crate::registry::mirrored::{self, MirrorKeyrings, RoutedCall};
 use crate::registry::pull_secrets::{PodContext, PullSecrets, SecretNames};
-use crate::registry::{CachingResolver, Resolver};
+use crate::registry::{CachingResolver, Resolver, SignatureVerifier};
+use crate::signatures::Verdict;
 use crate::watch::classify::DigestCheck;
 use crate::watch::inventory::Snapshot;
 use crate::watch::recheck::{
     self, EventMemory, Lookup, LookupKey, LookupPlan, Modes, ParsedImages, Probe, ProbeKey,
-    ReportTarget, SiteChecks, SiteLookups,
+    ReportTarget, SignatureKey, SignaturePlan, SiteChecks, SiteLookups, SiteVerdicts,
 };
 use crate::watch::report::{
     mirror_findings, mirror_report, namespace_report, plan, MirrorFinding, ReportApi, Timestamp,
@@ -61,6 +62,8 @@ pub struct CycleSummary {
     pub lookups: usize,
     /// Distinct (digest, credentials) keys checked to still exist.
     pub digest_checks: usize,
+    /// Distinct (repository, digest, trust) keys whose signatures were verified (issue 46).
+    pub signature_checks: usize,
     /// Report creates/updates and deletes sent.
     pub report_writes: usize,
     pub events: usize,
@@ -91,6 +94,9 @@ pub struct WatchParts {
     pub namespaces: Arc<dyn NamespaceLabels>,
     pub metrics: Arc<Metrics>,
     pub settings: CycleSettings,
+    /// Verifies the pinned digests the policy's `verify` entries cover (`None`: not verified,
+    /// every such image keeps its state).
+    pub signatures: Option<Arc<dyn SignatureVerifier>>,
 }
 
 /// The watch's state across cycles.
@@ -157,10 +163,17 @@ impl Watch {
         let modes = self.modes_of(&policy, recheck::namespaces(&pods)).await;
         self.parts.resolver.expire_all();
         let parsed = ParsedImages::of(&pods);
-        let (distinct, lookups, checks) = self.look_up(&policy, &pods, &modes, &parsed).await;
-        (summary.lookups, summary.digest_checks) = distinct;
+        let (distinct, lookups, checks, verdicts) =
+            self.look_up(&policy, &pods, &modes, &parsed).await;
+        (
+            summary.lookups,
+            summary.digest_checks,
+            summary.signature_checks,
+        ) = distinct;
 
-        let images = recheck::classify_all(&policy, &pods, &modes, &parsed, &lookups, &checks);
+        let images = recheck::classify_all(
+            &policy, &pods, &modes, &parsed, &lookups, &checks, &verdicts,
+        );
         summary.images = images.len();
         summary.states = recheck::states(&images);
         self.record_states(&summary.states);
@@ -178,6 +191,7 @@ impl Watch {
             images = summary.images,
             lookups = summary.lookups,
             digest_checks = summary.digest_checks,
+            signature_checks = summary.signature_checks,
             report_writes = summary.report_writes,
             events = summary.events,
             states = ?summary.states,
@@ -237,8 +251,14 @@ impl Watch {
         pods: &[&'a PodRecord],
         modes: &Modes,
         parsed: &ParsedImages<'_>,
-    ) -> ((usize, usize), SiteLookups<'a>, SiteChecks<'a>) {
+    ) -> (
+        (usize, usize, usize),
+        SiteLookups<'a>,
+        SiteChecks<'a>,
+        SiteVerdicts<'a>,
+    ) {
         let mut plan = LookupPlan::default();
+        let mut signed = SignaturePlan::default();
         for request in recheck::keyrings_wanted(policy, pods, modes, parsed) {
             let context = PodContext {
                 namespace: request.namespace,
@@ -254,6 +274,7 @@ impl Watch {
             // credentials admission uses for them.
             let mut warnings = Vec::new();
             let namespace = request.namespace;
+            signed.add(policy, &request, &keyring.keyring);
             plan.add_routed(request, &keyring.keyring, |reference| {
                 let route = policy.routes.route(reference)?;
                 Some(RoutedCall::new(
@@ -325,11 +346,38 @@ impl Watch {
             .buffer_unordered(LOOKUP_CONCURRENCY)
             .collect()
             .await;
+        let verdicts = self.verify(&signed).await;
         (
-            (plan.distinct(), probes.distinct()),
+            (plan.distinct(), probes.distinct(), signed.distinct()),
             plan.answer_with_origins(&answers, &origins),
             probes.answer(&checked),
+            signed.answer(&verdicts),
         )
+    }
+
+    /// Each signature check's verdict, [`LOOKUP_CONCURRENCY`] at once (`None`: the fetch
+    /// failed, logged).
+    async fn verify(&self, plan: &SignaturePlan<'_>) -> HashMap<SignatureKey, Option<Verdict>> {
+        let Some(verifier) = &self.parts.signatures else {
+            return HashMap::new();
+        };
+        futures::stream::iter(plan.calls())
+            .map(|call| async move {
+                let answer = verifier
+                    .verify(&call.reference, &call.key.digest, &call.credentials, &call.trust)
+                    .await;
+                let verdict = match answer {
+                    Ok(verdict) => Some(verdict),
+                    Err(e) => {
+                        debug!(image = %call.reference, digest = %call.key.digest, error = %error_chain(&e), "signature check failed");
+                        None
+                    }
+                };
+                (call.key, verdict)
+            })
+            .buffer_unordered(LOOKUP_CONCURRENCY)
+            .collect()
+            .await
     }
 
     fn record_states(&self, states: &BTreeMap<&'static str, usize>) {

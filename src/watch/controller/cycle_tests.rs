@@ -214,6 +214,7 @@ fn rig(cluster: FakeCluster) -> Rig {
             mirror_config_maps: false,
             report_api: ReportApi::Wgpolicyk8s,
         },
+        signatures: None,
     });
     Rig {
         watch,

@@ -138,6 +138,7 @@ pub async fn build(config: &WatchConfig) -> Result<Built, WatchRunError> {
         )),
         metrics,
         settings: config.cycle.clone(),
+        signatures: Some(stack.signatures.clone()),
     });
     Ok(Built {
         watch: Arc::new(watch),

@@ -279,6 +279,7 @@ fn each_image_is_classified_under_its_namespaces_mode_and_exemptions() {
         &ParsedImages::of(&pods),
         &lookups,
         &SiteChecks::default(),
+        &SiteVerdicts::default(),
     );
     assert_eq!(
         state_names(&images),
@@ -462,6 +463,7 @@ fn unpinned_images_of_operators_are_reported_and_static_pods_are_left_to_their_n
         &ParsedImages::of(&pods),
         &plan.answer(&answers),
         &SiteChecks::default(),
+        &SiteVerdicts::default(),
     );
     // (The fixture sets each owner after the record is read, so the workload is the Pod.)
     let states: Vec<(&str, &str)> = images
@@ -539,6 +541,7 @@ fn routed_tags_are_keyed_by_their_mirrors_credentials() {
         &ParsedImages::of(&pods),
         &lookups,
         &SiteChecks::default(),
+        &SiteVerdicts::default(),
     );
     assert_eq!(images.len(), 2);
     assert!(images
@@ -658,6 +661,7 @@ fn pinned_digests_are_checked_once_each_unless_their_tag_just_resolved_to_them()
         &ParsedImages::of(&pods),
         &lookups,
         &checks,
+        &SiteVerdicts::default(),
     );
     let states = state_names(&images);
     assert_eq!(
@@ -779,6 +783,7 @@ fn unpinned_tags_are_looked_up_and_compared_with_what_runs() {
         &ParsedImages::of(&pods),
         &lookups,
         &SiteChecks::default(),
+        &SiteVerdicts::default(),
     );
     let states: Vec<(&str, &str)> = images
         .iter()
@@ -826,6 +831,7 @@ fn a_pinned_pod_that_runs_another_digest_is_reported_with_both() {
         &ParsedImages::of(&pods),
         &lookups,
         &SiteChecks::default(),
+        &SiteVerdicts::default(),
     );
     assert_eq!(
         images[0].state,
@@ -834,4 +840,92 @@ fn a_pinned_pod_that_runs_another_digest_is_reported_with_both() {
             running: digest('b')
         }
     );
+}
+
+/// Issue 46: every pinned digest a `verify` entry covers is checked once per (repository,
+/// digest, trust) a cycle, whatever number of Pods run it; a verdict other than `verified`
+/// makes its images `unverified`, a failed fetch (`None`) leaves them as they were.
+#[test]
+fn pinned_digests_a_verify_entry_covers_are_checked_once_and_judged() {
+    let pem = serde_json::to_string(&crate::signatures::key::tests::key_pair().1).unwrap();
+    let policy = policy(&format!(
+        "verify:\n- images: [\"{REPO}:*\", \"{REPO}@*\"]\n  keys:\n  - pem: {pem}\n"
+    ));
+    let signed = pinned("1.0", 'a');
+    let unsigned = format!("{REPO}@{}", digest('b'));
+    let unknown = pinned("3.0", 'c');
+    let tag_only = format!("{REPO}:4.0");
+    let other = format!("registry.example/other/app@{}", digest('d'));
+    let pods = [
+        pod(
+            "shop",
+            "p",
+            &[&signed, &unsigned, &unknown, &tag_only, &other],
+            &[],
+        ),
+        pod("shop", "q", &[&signed], &[]),
+    ];
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Enforce))]);
+    let parsed = ParsedImages::of(&pods);
+    let mut plan = LookupPlan::default();
+    let mut signatures = SignaturePlan::default();
+    for request in keyrings_wanted(&policy, &pods, &modes, &parsed) {
+        signatures.add(&policy, &request, &Keyring::new());
+        plan.add(request, &Keyring::new());
+    }
+    assert_eq!(
+        signatures.distinct(),
+        3,
+        "a, b and c; the tag and the other repository are not covered"
+    );
+    let verdicts: HashMap<SignatureKey, Option<crate::signatures::Verdict>> = signatures
+        .calls()
+        .into_iter()
+        .map(|call| {
+            let verdict = match call.key.digest.hex().chars().next() {
+                Some('a') => Some(crate::signatures::Verdict::Verified { key: "k".into() }),
+                Some('b') => Some(crate::signatures::Verdict::NoSignature),
+                _ => None,
+            };
+            (call.key, verdict)
+        })
+        .collect();
+    let answers: HashMap<LookupKey, TagLookup> = plan
+        .calls()
+        .into_iter()
+        .map(|lookup| {
+            let now = lookup
+                .reference
+                .digest()
+                .cloned()
+                .unwrap_or_else(|| digest('e'));
+            (lookup.key, TagLookup::Resolved(now))
+        })
+        .collect();
+    let lookups = plan.answer(&answers);
+    let images = classify_all(
+        &policy,
+        &pods,
+        &modes,
+        &parsed,
+        &lookups,
+        &SiteChecks::default(),
+        &signatures.answer(&verdicts),
+    );
+    assert_eq!(
+        state_names(&images),
+        vec![
+            (signed.as_str(), "pinned-current"),
+            (unsigned.as_str(), "unverified"),
+            (unknown.as_str(), "pinned-current"),
+            (tag_only.as_str(), "unpinned"),
+            (other.as_str(), "digest-only"),
+            (signed.as_str(), "pinned-current"),
+        ]
+    );
+    let ImageState::Unverified { why, .. } = &images[1].state else {
+        panic!("{:?}", images[1].state);
+    };
+    assert_eq!(why, "verify[0]: no signature found");
 }

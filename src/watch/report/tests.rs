@@ -88,6 +88,8 @@ fn rules(report: &PolicyReport) -> Vec<(&str, &str)> {
 #[case::runs_other_audit(ImageState::RunsOtherDigest { pinned: digest('a'), running: digest('b') }, Mode::Audit, &[("pinned", "pass"), ("runs-pinned", "warn")])]
 #[case::runs_stale(ImageState::RunsStaleDigest { running: digest('b'), now: digest('a') }, Mode::Audit, &[("pinned", "warn"), ("runs-pinned", "warn")])]
 #[case::digest_missing(ImageState::DigestMissing { pinned: digest('a') }, Mode::Enforce, &[("pinned", "pass"), ("digest-available", "fail")])]
+#[case::unverified(ImageState::Unverified { pinned: digest('a'), why: "verify[0]: no signature found".into() }, Mode::Enforce, &[("pinned", "pass"), ("signed", "fail")])]
+#[case::unverified_audit(ImageState::Unverified { pinned: digest('a'), why: "verify[0]: signed by another key".into() }, Mode::Audit, &[("pinned", "pass"), ("signed", "warn")])]
 fn each_state_maps_to_its_results(
     #[case] state: ImageState,
     #[case] mode: Mode,

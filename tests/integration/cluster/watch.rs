@@ -19,8 +19,9 @@ use pinhook::registry::keyring::Keyring;
 use pinhook::registry::pull_secrets::KubeSecrets;
 use pinhook::registry::{
     CacheConfig, CachingResolver, Credential, Fingerprint, RegistryError, Resolution,
-    ResolutionSource, Resolver,
+    ResolutionSource, Resolver, SignatureVerifier,
 };
+use pinhook::signatures::{Trust, Verdict};
 use pinhook::watch::controller::{inventory, CycleSettings, KubeIo, Watch, WatchParts};
 use pinhook::watch::report::ReportApi;
 use pinhook::watch::PodRecord;
@@ -120,7 +121,7 @@ pub(super) async fn rig(policy: Policy) -> Rig {
 }
 
 async fn rig_with(policy: Policy, settings: CycleSettings) -> Rig {
-    rig_with_namespaces(policy, settings, None).await
+    rig_with_namespaces(policy, settings, None, None).await
 }
 
 /// A rig whose namespace labels come from `namespaces` (the fake API's, when `None`).
@@ -128,6 +129,7 @@ async fn rig_with_namespaces(
     policy: Policy,
     settings: CycleSettings,
     namespaces: Option<Arc<dyn NamespaceLabels>>,
+    signatures: Option<Arc<dyn SignatureVerifier>>,
 ) -> Rig {
     let api = FakeKube::start().await;
     let tags = Arc::new(Tags::default());
@@ -147,6 +149,7 @@ async fn rig_with_namespaces(
             .unwrap_or_else(|| Arc::new(KubeNamespaces::with_ttl(client, Duration::ZERO))),
         metrics: metrics.clone(),
         settings,
+        signatures,
     });
     Rig {
         api,
@@ -385,6 +388,7 @@ async fn namespace_modes_are_read_eight_at_a_time_and_reports_listed_from_the_wa
             report_api: ReportApi::Wgpolicyk8s,
         },
         Some(namespaces.clone()),
+        None,
     )
     .await;
     let pinned = format!("{APP}@{}", digest('a'));
@@ -1012,4 +1016,149 @@ async fn a_pin_deleted_from_the_registry_is_digest_missing_and_a_pod_running_ano
         ),
         "pinhook_running_images{state=\"digest-missing\"} 1"
     );
+}
+
+/// Signatures as a registry would have them: `signed` digests signed by the key of trust
+/// `by` (fingerprint), nothing else signed.
+struct Signed {
+    by: String,
+    signed: Vec<Digest>,
+}
+
+#[async_trait]
+impl SignatureVerifier for Signed {
+    async fn verify(
+        &self,
+        _image: &Reference,
+        digest: &Digest,
+        _credentials: &[Credential],
+        trust: &Arc<Trust>,
+    ) -> Result<Verdict, RegistryError> {
+        if !self.signed.contains(digest) {
+            return Ok(Verdict::NoSignature);
+        }
+        Ok(match trust.fingerprint() == self.by {
+            true => Verdict::Verified {
+                key: self.by.clone(),
+            },
+            false => Verdict::OtherKey,
+        })
+    }
+}
+
+/// A policy whose one `verify` entry covers reg.example/team/* with the key in `pem`.
+fn verifying(pem: &str) -> Policy {
+    let text = format!(
+        "verify:\n- images: [\"reg.example/team/*\"]\n  keys:\n  - pem: {}\n",
+        serde_json::to_string(pem).expect("json")
+    );
+    pinhook::policy::Policy::parse(&text)
+        .expect("policy")
+        .policy
+}
+
+/// The watch verifies again, each cycle and against the policy in force, every running digest a
+/// `verify` entry covers (issue 46): an unsigned pin is `unverified` (report `signed` fail, an
+/// Event, the gauge), and a key rotated out of the policy makes a pin signed by it
+/// `unverified` at the next cycle.
+#[tokio::test]
+async fn running_digests_are_verified_again_against_the_policy_in_force() {
+    let (_, key) = crate::common::signing::key_pair_pem();
+    let (_, rotated) = crate::common::signing::key_pair_pem();
+    let policy = verifying(&key);
+    let trust = pinhook::policy::Policy::parse(&format!(
+        "verify:\n- images: [\"x/*\"]\n  keys:\n  - pem: {}\n",
+        serde_json::to_string(&key).expect("json")
+    ))
+    .expect("policy")
+    .verify[0]
+        .trust
+        .fingerprint()
+        .to_string();
+    let signed = Arc::new(Signed {
+        by: trust,
+        signed: vec![digest('a')],
+    });
+    let rig = rig_with_namespaces(
+        policy,
+        CycleSettings {
+            events_per_workload: 5,
+            mirrors: false,
+            mirror_config_maps: false,
+            report_api: ReportApi::Wgpolicyk8s,
+        },
+        None,
+        Some(signed),
+    )
+    .await;
+    let pods = vec![
+        record(&deployment_pod(
+            "shop",
+            "web",
+            1,
+            &[("app", &format!("{APP}@{}", digest('a')))],
+        )),
+        record(&deployment_pod(
+            "shop",
+            "api",
+            1,
+            &[("app", &format!("reg.example/team/api@{}", digest('b')))],
+        )),
+    ];
+    rig.tags.point(APP_TAG, digest('a'));
+    let first = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(
+        first.signature_checks, 2,
+        "one per (repository, digest, trust)"
+    );
+    assert_eq!(first.states.get("pinned-current"), Some(&1));
+    assert_eq!(first.states.get("unverified"), Some(&1));
+    let stored = report(&rig.api, "shop").expect("the namespace's report");
+    let found: Vec<String> = results(&stored)
+        .iter()
+        .map(|(rule, result, _)| format!("{rule}={result}"))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "pinned=pass",
+            "signed=fail",
+            "pinned=pass",
+            "tag-current=pass"
+        ],
+        "{stored}"
+    );
+    let message = stored["results"][1]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("is not signed as the policy requires (verify[0]: no signature found)"),
+        "{message}"
+    );
+    let reasons: Vec<String> = rig
+        .api
+        .all("events")
+        .iter()
+        .map(|e| {
+            format!(
+                "{}/{}",
+                e["regarding"]["name"].as_str().unwrap_or_default(),
+                e["reason"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert!(
+        reasons.contains(&"api/PinnedDigestUnverified".to_string()),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        gauge(&rig.metrics, "pinhook_running_images{state=\"unverified\"}"),
+        "pinhook_running_images{state=\"unverified\"} 1"
+    );
+
+    // The key that signed `a` is rotated out of the policy: `a` is unverified at the next cycle.
+    rig.watch
+        .policy()
+        .replace(verifying(&rotated).compile().expect("policy"));
+    let second = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(second.states.get("unverified"), Some(&2));
+    assert_eq!(second.states.get("pinned-current"), None);
 }
