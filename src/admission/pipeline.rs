@@ -272,7 +272,7 @@ impl Pinner {
             return plan;
         }
         let mut verdicts = Verdicts::new();
-        if let Some(verifier) = &self.signatures {
+        if let (false, Some(verifier)) = (checks.distinct.is_empty(), &self.signatures) {
             let keyring = match keyring {
                 Some(keyring) => keyring,
                 None => {

@@ -47,6 +47,9 @@ pub struct SignatureChecks {
     pub distinct: Vec<SignatureCheck>,
     /// (outcome index, the entries covering it).
     covered: Vec<(usize, Covered)>,
+    /// Images admitted unpinned (`onResolutionFailure: allow`) that an entry covers: (outcome
+    /// index, the first entry). Nothing was verified, so enforce refuses them.
+    unpinned: Vec<(usize, usize)>,
 }
 
 /// The entries covering one image: (entry index, check index) each.
@@ -67,6 +70,10 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
     // matched once.
     let mut seen: HashMap<(&str, Option<&Digest>), Covered> = HashMap::new();
     for (i, outcome) in plan.outcomes.iter().enumerate() {
+        if let Some(entry) = unpinned_but_covered(policy, outcome) {
+            checks.unpinned.push((i, entry));
+            continue;
+        }
         if !is_admitted(outcome) {
             continue;
         }
@@ -105,6 +112,26 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
     checks
 }
 
+/// The first entry covering an image admitted without a digest because its tag could not be
+/// resolved and `onResolutionFailure: allow` lets it in: no digest, no signature checked.
+fn unpinned_but_covered(policy: &CompiledPolicy, outcome: &ImageOutcome) -> Option<usize> {
+    let allowed_unpinned = outcome.site.is_new
+        && outcome.action == Action::Violation
+        && matches!(
+            outcome.violation,
+            Some(Reason::ResolutionFailed | Reason::Unpinned)
+        );
+    if !allowed_unpinned {
+        return None;
+    }
+    let image = Reference::parse(&outcome.site.image).ok()?;
+    if image.digest().is_some() {
+        return None;
+    }
+    let entry = policy.verify_rules(&image).next().map(|rule| rule.index);
+    entry
+}
+
 /// Whether an outcome admits an image new in this request (pinned, or left as it is).
 fn is_admitted(outcome: &ImageOutcome) -> bool {
     outcome.site.is_new && matches!(outcome.action, Action::Pinned | Action::Unchanged)
@@ -124,8 +151,9 @@ fn admitted(outcome: &ImageOutcome) -> Option<(Reference, Digest)> {
 // === impl SignatureChecks ===
 
 impl SignatureChecks {
+    /// Nothing to verify and nothing to refuse.
     pub fn is_empty(&self) -> bool {
-        self.distinct.is_empty()
+        self.distinct.is_empty() && self.unpinned.is_empty()
     }
 }
 
@@ -141,6 +169,23 @@ impl Plan {
             Mode::Audit => Action::Violation,
             Mode::Off => return self,
         };
+        for &(i, entry) in &checks.unpinned {
+            let Some(outcome) = self.outcomes.get_mut(i) else {
+                continue;
+            };
+            let text =
+                format!("verify[{entry}]: not pinned to a digest, so no signature was verified");
+            outcome.action = failed;
+            outcome.violation = Some(Reason::Unverified);
+            outcome.reason = Some(format!(
+                "not verified: {text} ({})",
+                outcome
+                    .reason
+                    .as_deref()
+                    .unwrap_or("the tag was not resolved")
+            ));
+            outcome.signature = Some(text);
+        }
         for (i, entries) in &checks.covered {
             let Some(outcome) = self.outcomes.get_mut(*i) else {
                 continue;
@@ -431,6 +476,58 @@ mod tests {
             reason.contains("verify[1]: signed by another key"),
             "{reason}"
         );
+    }
+
+    /// `onResolutionFailure: allow` admits a tag it could not resolve, unpinned: under a `verify`
+    /// entry nothing was verified, so enforce refuses it (at `/mutate` and at `/validate`).
+    #[test]
+    fn a_covered_tag_admitted_unpinned_is_refused_in_enforce() {
+        let mut compiled = policy("enforce", &["registry.example/team/*"]);
+        compiled.policy.on_resolution_failure = crate::policy::FailureAction::Allow;
+        let value = pod(TAG);
+        let triaged = mutation(&compiled, object(&value, None))
+            .triage(Mode::Enforce)
+            .unwrap();
+        let failed: Resolutions = triaged
+            .wanted()
+            .iter()
+            .map(|r| {
+                let error = RegistryError::Timeout {
+                    registry: "registry.example".to_string(),
+                    timeout: Duration::from_secs(2),
+                };
+                (r.tag_reference(), Err(error))
+            })
+            .collect();
+        let plan = triaged.finish(&failed, Vec::new());
+        assert_eq!(
+            plan.outcomes[0].action,
+            Action::Violation,
+            "allowed unpinned"
+        );
+        let needed = checks(&compiled, &plan);
+        assert!(!needed.is_empty());
+        let plan = plan.with_signatures(&needed, &Verdicts::new());
+        assert_eq!(plan.outcomes[0].action, Action::Denied);
+        assert_eq!(plan.outcomes[0].violation, Some(Reason::Unverified));
+        let reason = plan.outcomes[0].reason.as_deref().unwrap();
+        assert!(
+            reason.starts_with("not verified: verify[0]: not pinned to a digest"),
+            "{reason}"
+        );
+        let checked = validation(&compiled, object(&value, None))
+            .finish(Mode::Enforce, Vec::new())
+            .unwrap();
+        assert_eq!(checked.outcomes[0].action, Action::Violation);
+        let again = checks(&compiled, &checked);
+        let checked = checked.with_signatures(&again, &Verdicts::new());
+        assert_eq!(checked.outcomes[0].action, Action::Denied);
+        // An image no entry covers stays admitted as the policy allows.
+        let other = pod("registry.example/other/app:1.0");
+        let checked = validation(&compiled, object(&other, None))
+            .finish(Mode::Enforce, Vec::new())
+            .unwrap();
+        assert!(checks(&compiled, &checked).is_empty());
     }
 
     #[test]
