@@ -37,10 +37,10 @@
 //! A local image ID (`sha256:…` alone) is a config digest and never compared; neither are
 //! digests of different algorithms.
 //!
-//! **Signed** ([`judge_signed`], issue 46): a pinned state still standing (`pinned-current`,
-//! `digest-only`, `tag-moved`, `unresolvable` with its pin) whose digest a `verify` entry of the
-//! current policy covers and does not find signed (no signature, another key, another digest)
-//! is `unverified`. A signature fetch that fails leaves the state as it was.
+//! **Signed** ([`judge_signed`], issue 46): a pin with nothing else to report (`pinned-current`,
+//! `digest-only`) whose digest a `verify` entry of the current policy covers and does not find
+//! signed (no signature, another key, another digest) is `unverified`; every other state stays.
+//! A signature fetch that fails leaves the state as it was.
 
 use crate::reference::{Digest, Reference};
 
@@ -175,21 +175,15 @@ pub fn classify_image(image: &str, exempt: Option<&str>, lookup: TagLookup) -> I
     }
 }
 
-/// Refines `state` (what the spec says) with what the node runs and the registry's answer for
-/// the pinned digest (module docs: the table).
-/// A pinned state whose digest the current policy's `verify` entries do not find signed
-/// (`unverified`: the entry and the verdict, from the recheck's signature checks) becomes
-/// `unverified`; what runs and whether the pin exists, judged before, come first.
+/// A pin with nothing else to report (`pinned-current`, `digest-only`) whose digest the current
+/// policy's `verify` entries do not find signed (`unverified`: the entry and the verdict, from
+/// the recheck's signature checks) becomes `unverified`; every other state, found before, stays
+/// (a moved tag or a failed lookup is already a finding, and keeps its results and Events).
 pub fn judge_signed(state: ImageState, unverified: Option<String>) -> ImageState {
     match (&state, unverified) {
         (
             ImageState::PinnedCurrent { digest: pinned }
-            | ImageState::DigestOnly { digest: pinned }
-            | ImageState::TagMoved { pinned, .. }
-            | ImageState::Unresolvable {
-                pinned: Some(pinned),
-                ..
-            },
+            | ImageState::DigestOnly { digest: pinned },
             Some(why),
         ) => ImageState::Unverified {
             pinned: pinned.clone(),
@@ -199,6 +193,8 @@ pub fn judge_signed(state: ImageState, unverified: Option<String>) -> ImageState
     }
 }
 
+/// Refines `state` (what the spec says) with what the node runs and the registry's answer for
+/// the pinned digest (module docs: the table).
 pub fn judge_running(
     state: ImageState,
     running: Option<&RunningImage>,
@@ -355,7 +351,9 @@ impl ImageState {
     pub fn detail(&self) -> Option<&str> {
         match self {
             ImageState::Unresolvable { reason, .. } => Some(reason),
-            ImageState::Exempt { why } | ImageState::LeftToOwner { why } => Some(why),
+            ImageState::Exempt { why }
+            | ImageState::LeftToOwner { why }
+            | ImageState::Unverified { why, .. } => Some(why),
             _ => None,
         }
     }
@@ -565,6 +563,12 @@ mod tests {
             ImageState::DigestOnly {
                 digest: digest('a'),
             },
+        ] {
+            assert_eq!(judge_signed(pinned.clone(), why()), unverified(digest('a')));
+            assert_eq!(judge_signed(pinned.clone(), None), pinned);
+        }
+        // Every other finding stays; an unpinned image has nothing signed.
+        for state in [
             ImageState::TagMoved {
                 pinned: digest('a'),
                 now: digest('b'),
@@ -573,12 +577,6 @@ mod tests {
                 reason: "down".into(),
                 pinned: Some(digest('a')),
             },
-        ] {
-            assert_eq!(judge_signed(pinned.clone(), why()), unverified(digest('a')));
-            assert_eq!(judge_signed(pinned.clone(), None), pinned);
-        }
-        // What runs and whether the pin exists come first; an unpinned image has nothing signed.
-        for state in [
             ImageState::DigestMissing {
                 pinned: digest('a'),
             },

@@ -318,7 +318,11 @@ pub fn classify_all<'a>(
             let state = classify(reference, exempt.as_deref(), lookup);
             let check = checks.get(&pod.uid, &site.image);
             let state = judge_running(state, site.running.as_ref(), check);
-            judge_signed(state, verdicts.get(&pod.uid, &site.image))
+            // A static pod's mirror is admission's to leave alone: its signatures too.
+            match &left_to {
+                Some(_) => state,
+                None => judge_signed(state, verdicts.get(&pod.uid, &site.image)),
+            }
         }));
         if *mode != Mode::Off {
             for image in &mut images[start..] {

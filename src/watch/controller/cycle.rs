@@ -110,6 +110,9 @@ pub struct Watch {
     mirror_keyrings: MirrorKeyrings,
 }
 
+/// How long one signature check of a cycle may take (its manifest and payloads).
+const SIGNATURE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Why a cycle stopped before its end.
 #[derive(Debug, thiserror::Error)]
 pub enum CycleError {
@@ -363,12 +366,18 @@ impl Watch {
         };
         futures::stream::iter(plan.calls())
             .map(|call| async move {
-                let answer = verifier
-                    .verify(&call.reference, &call.key.digest, &call.credentials, &call.trust)
-                    .await;
+                let answer = tokio::time::timeout(
+                    SIGNATURE_CHECK_TIMEOUT,
+                    verifier.verify(&call.reference, &call.key.digest, &call.credentials, &call.trust),
+                )
+                .await;
                 let verdict = match answer {
-                    Ok(verdict) => Some(verdict),
-                    Err(e) => {
+                    Ok(Ok(verdict)) => Some(verdict),
+                    Err(_) => {
+                        debug!(image = %call.reference, digest = %call.key.digest, "signature check timed out");
+                        None
+                    }
+                    Ok(Err(e)) => {
                         debug!(image = %call.reference, digest = %call.key.digest, error = %error_chain(&e), "signature check failed");
                         None
                     }

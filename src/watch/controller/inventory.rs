@@ -12,7 +12,8 @@
 //! `unpinned` and `digest-only` are exact, a `tag@digest` reads `unresolvable` ("tag not looked
 //! up"). What runs comes from the Pods themselves (their status), so `runs-other-digest` is
 //! exact; `runs-stale-digest` needs the tag's current digest, which the report's `runs-pinned`
-//! result carries, and `digest-missing` the report's `digest-available` result.
+//! result carries, `digest-missing` the report's `digest-available` result, and `unverified`
+//! its `signed` result.
 
 use std::collections::HashMap;
 
@@ -21,11 +22,14 @@ use kube::api::{Api, ListParams};
 
 use super::api;
 use crate::reference::Digest;
-use crate::watch::classify::{classify_image, classify_pod, judge_running, DigestCheck, TagLookup};
-use crate::watch::report::{
-    PolicyReport, ReportApi, Verdict, RULE_DIGEST_AVAILABLE, RULE_RUNS_PINNED, RULE_TAG_CURRENT,
+use crate::watch::classify::{
+    classify_image, classify_pod, judge_running, judge_signed, DigestCheck, TagLookup,
 };
-use crate::watch::{ClassifiedImage, Inventory, PodRecord};
+use crate::watch::report::{
+    PolicyReport, ReportApi, Verdict, RULE_DIGEST_AVAILABLE, RULE_RUNS_PINNED, RULE_SIGNED,
+    RULE_TAG_CURRENT,
+};
+use crate::watch::{ClassifiedImage, ImageState, Inventory, PodRecord};
 
 /// Why the inventory could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +46,8 @@ struct Said {
     exempt: Option<String>,
     lookup: Option<TagLookup>,
     check: DigestCheck,
+    /// Why the pinned digest is not signed (a `signed` result that did not pass).
+    unverified: Option<String>,
 }
 
 /// (workload `ns/Kind/name`, container `containers[app]`, image as written).
@@ -99,7 +105,22 @@ pub fn join<'a>(
                     said.exempt.as_deref(),
                     said.lookup.unwrap_or(TagLookup::NotLooked),
                 );
-                judge_running(state, site.running.as_ref(), said.check)
+                let state = judge_running(state, site.running.as_ref(), said.check);
+                // The report says `unverified` with a `signed` result (and no `tag-current` one):
+                // a pin read back as unresolvable for want of that lookup is the unverified one.
+                match (said.unverified, &state) {
+                    (
+                        Some(why),
+                        ImageState::Unresolvable {
+                            pinned: Some(pinned),
+                            ..
+                        },
+                    ) => ImageState::Unverified {
+                        pinned: pinned.clone(),
+                        why,
+                    },
+                    (unverified, _) => judge_signed(state, unverified),
+                }
             })
         })
         .collect();
@@ -148,6 +169,9 @@ fn said_by<'a>(reports: impl IntoIterator<Item = &'a PolicyReport>) -> HashMap<S
                 }
                 (_, RULE_DIGEST_AVAILABLE) if result.result != Verdict::Pass => {
                     entry.check = DigestCheck::Missing;
+                }
+                (_, RULE_SIGNED) if result.result != Verdict::Pass => {
+                    entry.unverified = reason.or_else(|| Some("not signed".to_string()));
                 }
                 // `pinned` results say nothing the image string does not.
                 _ => {}

@@ -1,8 +1,8 @@
 //! A cycle's signature checks, planned (issue 46): every running image pinned to a digest that
 //! a `verify` entry of the current policy covers is verified again, one call per (repository,
-//! digest, the entry's trust) and cycle, with the credentials its tag is looked up with; the
-//! answers go through the same verdict cache as admission's (a key rotated out is a new trust,
-//! verified anew). [`SiteVerdicts`] hands each Pod image why it is not signed, when it is not:
+//! digest, the entry's trust, credential fingerprints) and cycle, with its namespace's pull
+//! credentials for the image's own repository; the answers go through the watch's verdict cache
+//! (the same kind as admission's: a key rotated out is a new trust, verified anew). [`SiteVerdicts`] hands each Pod image why it is not signed, when it is not:
 //! a verdict other than `verified`; a fetch that failed says nothing.
 //!
 //! Never: I/O, a client, the clock.
@@ -17,6 +17,9 @@ pub struct SignatureKey {
     pub digest: Digest,
     /// [`Trust::fingerprint`].
     pub trust: String,
+    /// The fingerprints of the credentials that ask it: a namespace whose credentials fail
+    /// never answers for another's.
+    pub credentials: Vec<Fingerprint>,
 }
 
 /// One signature check of a cycle.
@@ -58,11 +61,15 @@ impl<'a> SignaturePlan<'a> {
             let Some(digest) = reference.digest() else {
                 continue;
             };
+            let credentials = keyring.lookup(reference);
+            let fingerprints: Vec<Fingerprint> =
+                credentials.iter().map(Credential::fingerprint).collect();
             for rule in policy.verify_rules(reference) {
                 let key = SignatureKey {
                     repository: reference.repository(),
                     digest: digest.clone(),
                     trust: rule.trust.fingerprint().to_string(),
+                    credentials: fingerprints.clone(),
                 };
                 self.sites.push((*site, rule.index, key.clone()));
                 self.calls
@@ -70,7 +77,7 @@ impl<'a> SignaturePlan<'a> {
                     .or_insert_with(|| SignatureCall {
                         key,
                         reference: Reference::clone(reference),
-                        credentials: keyring.lookup(reference),
+                        credentials: credentials.clone(),
                         trust: rule.trust.clone(),
                     });
             }

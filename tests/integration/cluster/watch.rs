@@ -1153,6 +1153,25 @@ async fn running_digests_are_verified_again_against_the_policy_in_force() {
         gauge(&rig.metrics, "pinhook_running_images{state=\"unverified\"}"),
         "pinhook_running_images{state=\"unverified\"} 1"
     );
+    // `pinhook inventory` reads the same states back from the report.
+    let reports: Vec<pinhook::watch::PolicyReport> =
+        vec![serde_json::from_value(stored.clone()).expect("a report")];
+    let mut rows: Vec<(String, &str)> = inventory::join(&pods, &reports)
+        .images
+        .iter()
+        .map(|r| (r.image.clone(), r.state))
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            (
+                format!("reg.example/team/api@{}", digest('b')),
+                "unverified"
+            ),
+            (format!("{APP}@{}", digest('a')), "pinned-current"),
+        ]
+    );
 
     // The key that signed `a` is rotated out of the policy: `a` is unverified at the next cycle.
     rig.watch
