@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::glob;
+use super::{glob, hosts};
 use crate::reference::Reference;
 use crate::signatures::{PublicKey, Trust};
 
@@ -43,11 +43,13 @@ pub struct KeySource {
 /// The largest key file read.
 const MAX_KEY_FILE_BYTES: u64 = 64 << 10;
 
-/// A validated entry: its position in the list (what a denial names) and its trust.
+/// A validated entry: its position in the list (what a denial names), the repositories its
+/// globs cover (normalised: [`repository_glob`]) and its trust.
 #[derive(Debug, Clone)]
 pub struct VerifyRule {
     pub index: usize,
     pub images: Vec<String>,
+    repositories: Vec<String>,
     pub trust: Arc<Trust>,
 }
 
@@ -104,10 +106,26 @@ pub fn compile(entries: &[VerifyEntry]) -> Result<Vec<VerifyRule>, VerifyInvalid
         rules.push(VerifyRule {
             index: i,
             images: entry.images.clone(),
+            repositories: entry.images.iter().map(|g| repository_glob(g)).collect(),
             trust: Arc::new(Trust::of_keys(keys)),
         });
     }
     Ok(rules)
+}
+
+/// The repository part of an image glob, its host normalised as [`hosts::normalize_host`]
+/// does: `REGISTRY.example:443/team/app:1.*` covers `registry.example/team/app`.
+fn repository_glob(glob: &str) -> String {
+    let without_digest = glob.split('@').next().unwrap_or(glob);
+    let name_start = without_digest.rfind('/').map_or(0, |i| i + 1);
+    let repository = match without_digest[name_start..].find(':') {
+        Some(colon) if name_start > 0 => &without_digest[..name_start + colon],
+        _ => without_digest,
+    };
+    match repository.split_once('/') {
+        Some((host, path)) => format!("{}/{path}", hosts::normalize_host(host)),
+        None => repository.to_string(),
+    }
 }
 
 /// A key file's text, at most [`MAX_KEY_FILE_BYTES`].
@@ -131,14 +149,19 @@ fn read_key_file(path: &Path) -> Result<String, String> {
 // === impl VerifyRule ===
 
 impl VerifyRule {
-    /// Whether this entry covers `reference` (its globs on the normalised reference, with and
-    /// without the digest).
+    /// Whether this entry covers `reference`: a glob covers a repository, whatever tag or digest
+    /// the image names (a tag written beside a digest is the author's to choose, so it cannot
+    /// decide whether a digest is verified), its host compared as the host rules compare hosts
+    /// (case, `:443`, Docker Hub's aliases).
     pub fn matches(&self, reference: &Reference) -> bool {
-        let full = reference.to_string();
-        let tagged = reference.tag_reference();
-        self.images
+        let repository = format!(
+            "{}/{}",
+            hosts::normalize_host(reference.domain()),
+            reference.path()
+        );
+        self.repositories
             .iter()
-            .any(|p| glob::matches(p, &full) || glob::matches(p, &tagged))
+            .any(|glob| glob::matches(glob, &repository))
     }
 
     /// `verify[0]`: how a denial names the entry.
@@ -217,20 +240,28 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_matches_by_glob_with_and_without_the_digest() {
-        let rules = compile(&[entry(&["registry.example/team/*"], &[key_pair().1])]).unwrap();
+    fn an_entry_covers_repositories_however_the_image_is_written() {
+        let rules = compile(&[entry(
+            &["registry.example/team/*", "Other.Example:443/app:1.*"],
+            &[key_pair().1],
+        )])
+        .unwrap();
         let rule = &rules[0];
         let digest = format!("sha256:{}", "a".repeat(64));
         for (image, matched) in [
-            ("registry.example/team/app:1.0", true),
-            (
-                &format!("registry.example/team/app:1.0@{digest}") as &str,
-                true,
-            ),
-            (&format!("registry.example/team/app@{digest}"), true),
-            ("registry.example/other/app:1.0", false),
+            ("registry.example/team/app:1.0".to_string(), true),
+            (format!("registry.example/team/app:1.0@{digest}"), true),
+            (format!("registry.example/team/app@{digest}"), true),
+            // The host as the node reads it: any case, the default port.
+            (format!("REGISTRY.Example/team/app@{digest}"), true),
+            (format!("registry.example:443/team/app@{digest}"), true),
+            // A tag is the author's to choose: the glob's tag part does not narrow it.
+            (format!("other.example/app:debug@{digest}"), true),
+            (format!("other.example/app@{digest}"), true),
+            ("registry.example/other/app:1.0".to_string(), false),
+            ("registry.example:5000/team/app:1.0".to_string(), false),
         ] {
-            let reference = Reference::parse(image).unwrap();
+            let reference = Reference::parse(&image).unwrap();
             assert_eq!(rule.matches(&reference), matched, "{image}");
         }
         assert_eq!(rule.name(), "verify[0]");

@@ -1,7 +1,8 @@
 //! Verified signatures (issue 46): the verdict on a digest's cosign signatures under one
 //! policy entry's trust, fetched through the same address guard, identity-token exchange,
 //! client, limits and credentials as the tag, and cached by (repository, digest, trust
-//! fingerprint), never by a tag: a tag that moves names a new digest, which is verified anew.
+//! fingerprint, the asking credentials' fingerprints), never by a tag: a tag that moves names a
+//! new digest, which is verified anew, and one namespace's verdict is never another's.
 //! A verdict of `verified` is kept [`VERIFIED_FOR`], any other [`REFUSED_FOR`] (a signature
 //! pushed after its image counts within that), a failed fetch not at all. Concurrent asks for
 //! one key share one fetch.
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::identity_token::IdentityTokens;
-use super::{guard, Credential, FetchedLayer, RegistryError};
+use super::{guard, Credential, FetchedLayer, Fingerprint, RegistryError};
 use crate::metrics::Metrics;
 use crate::policy::PolicyHandle;
 use crate::reference::{Digest, Reference};
@@ -70,7 +71,9 @@ impl SignatureSource for IdentityTokens {
     }
 }
 
-type Key = (String, Digest, String);
+/// (repository, digest, trust fingerprint, the fingerprints of the credentials that asked): a
+/// verdict one namespace's credentials got is never another's.
+type Key = (String, Digest, String, Vec<Fingerprint>);
 
 /// The verdicts, cached, over the stack's own client.
 pub struct VerifiedSignatures {
@@ -115,7 +118,7 @@ impl VerifiedSignatures {
                     // 640: moka's own and the strings' headers; an entry measured 767 bytes
                     // of RSS in all (`examples/verdict_cost.rs 3000`, nothing evicted).
                     weight(
-                        key.0.len() + key.2.len() + verdict + 640,
+                        key.0.len() + key.2.len() + key.3.len() * 32 + verdict + 640,
                         VERDICT_CACHE_BYTES,
                         20_000,
                     )
@@ -163,6 +166,7 @@ impl SignatureVerifier for VerifiedSignatures {
             image.repository(),
             digest.clone(),
             trust.fingerprint().to_string(),
+            credentials.iter().map(Credential::fingerprint).collect(),
         );
         // A verdict held answers at once: no flight, no cryptography.
         if let Some(verdict) = self.verdicts.get(&key).await {

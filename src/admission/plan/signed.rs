@@ -50,6 +50,9 @@ pub struct SignatureChecks {
     /// Images admitted unpinned (`onResolutionFailure: allow`) that an entry covers: (outcome
     /// index, the first entry). Nothing was verified, so enforce refuses them.
     unpinned: Vec<(usize, usize)>,
+    /// More distinct verifications than `limits.maxImagesPerObject`: none is made, every
+    /// covered image is refused naming the limit.
+    too_many: Option<String>,
 }
 
 /// The entries covering one image: (entry index, check index) each.
@@ -109,6 +112,15 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
         }
         seen.insert(site, entries);
     }
+    let limit = policy.policy.limits.max_images_per_object;
+    if checks.distinct.len() > limit {
+        checks.too_many = Some(format!(
+            "the object names {} digests to verify, more than the policy's limit of {limit} \
+             (limits.maxImagesPerObject); none was verified",
+            checks.distinct.len()
+        ));
+        checks.distinct.clear();
+    }
     checks
 }
 
@@ -132,9 +144,14 @@ fn unpinned_but_covered(policy: &CompiledPolicy, outcome: &ImageOutcome) -> Opti
     entry
 }
 
-/// Whether an outcome admits an image new in this request (pinned, or left as it is).
+/// Whether an outcome admits an image new in this request: pinned, left as it is, or let in
+/// although it breaks the policy (audit, `onResolutionFailure: allow`).
 fn is_admitted(outcome: &ImageOutcome) -> bool {
-    outcome.site.is_new && matches!(outcome.action, Action::Pinned | Action::Unchanged)
+    outcome.site.is_new
+        && matches!(
+            outcome.action,
+            Action::Pinned | Action::Unchanged | Action::Violation
+        )
 }
 
 /// The image and the digest an outcome admits, when it is new in this request: the digest
@@ -153,7 +170,7 @@ fn admitted(outcome: &ImageOutcome) -> Option<(Reference, Digest)> {
 impl SignatureChecks {
     /// Nothing to verify and nothing to refuse.
     pub fn is_empty(&self) -> bool {
-        self.distinct.is_empty() && self.unpinned.is_empty()
+        self.distinct.is_empty() && self.unpinned.is_empty() && self.too_many.is_none()
     }
 }
 
@@ -192,8 +209,18 @@ impl Plan {
             };
             let mut notes = Vec::new();
             let mut refusal = None;
+            if let Some(text) = &checks.too_many {
+                outcome.action = failed;
+                outcome.violation = Some(Reason::TooManyImages);
+                outcome.reason = Some(format!("not verified: {text}"));
+                outcome.signature = Some(text.clone());
+                outcome.result = outcome.site.image.clone();
+                continue;
+            }
             for &(entry, at) in entries {
-                let digest = &checks.distinct[at].key.digest;
+                let Some(digest) = checks.distinct.get(at).map(|c| &c.key.digest) else {
+                    continue;
+                };
                 match verdicts.get(at) {
                     Some(Ok(verdict @ Verdict::Verified { .. })) => {
                         notes.push(format!("verify[{entry}]: {}", verdict.describe()));
@@ -210,8 +237,7 @@ impl Plan {
                     Some(Err(error)) => {
                         refusal.get_or_insert_with(|| {
                             format!(
-                                "verify[{entry}]: registry did not answer for the signatures of \
-                                 {}: {}",
+                                "verify[{entry}]: the signatures of {} could not be fetched: {}",
                                 short(digest),
                                 crate::error::error_chain(error)
                             )
@@ -375,7 +401,7 @@ mod tests {
                     registry: String::new(),
                     timeout: Duration::ZERO,
                 })),
-                "registry did not answer for the signatures of sha256:dddddddddddd",
+                "the signatures of sha256:dddddddddddd could not be fetched",
             ),
             (None, "verification did not run"),
         ];
@@ -528,6 +554,67 @@ mod tests {
             .finish(Mode::Enforce, Vec::new())
             .unwrap();
         assert!(checks(&compiled, &checked).is_empty());
+    }
+
+    /// `limits.maxImagesPerObject` bounds the verifications one object asks for, as it bounds
+    /// the tags it resolves: past it none is made and every covered image is refused.
+    #[test]
+    fn an_object_asking_more_verifications_than_the_limit_gets_none() {
+        let mut compiled = policy("enforce", &["registry.example/team/*"]);
+        compiled.policy.limits.max_images_per_object = 2;
+        let images: Vec<String> = ['a', 'b', 'c']
+            .iter()
+            .map(|c| format!("registry.example/team/app@{}", digest(*c)))
+            .collect();
+        let value = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": images.iter().enumerate()
+                .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+                .collect::<Vec<_>>()}});
+        let plan = mutated(&compiled, Mode::Enforce, &value, 'd');
+        let needed = checks(&compiled, &plan);
+        assert!(needed.distinct.is_empty(), "nothing is fetched");
+        assert!(!needed.is_empty());
+        let plan = plan.with_signatures(&needed, &Verdicts::new());
+        for outcome in &plan.outcomes {
+            assert_eq!(outcome.action, Action::Denied);
+            assert_eq!(outcome.violation, Some(Reason::TooManyImages));
+            let reason = outcome.reason.as_deref().unwrap();
+            assert!(
+                reason.contains("3 digests to verify, more than the policy's limit of 2"),
+                "{reason}"
+            );
+        }
+    }
+
+    /// A digest the review carries is verified even when the outcome is a violation let in
+    /// (`resolve: Always` with `onResolutionFailure: allow`, its tag not resolved).
+    #[test]
+    fn a_digest_let_in_as_a_violation_is_verified() {
+        let mut compiled = policy("enforce", &["registry.example/team/*"]);
+        compiled.policy.on_resolution_failure = crate::policy::FailureAction::Allow;
+        compiled.policy.resolve = crate::policy::ResolveMode::Always;
+        let value = pod(&format!("registry.example/team/app:nope@{}", digest('f')));
+        let triaged = mutation(&compiled, object(&value, None))
+            .triage(Mode::Enforce)
+            .unwrap();
+        let failed: Resolutions = triaged
+            .wanted()
+            .iter()
+            .map(|r| {
+                let error = RegistryError::Timeout {
+                    registry: "registry.example".to_string(),
+                    timeout: Duration::from_secs(2),
+                };
+                (r.tag_reference(), Err(error))
+            })
+            .collect();
+        let plan = triaged.finish(&failed, Vec::new());
+        assert_eq!(plan.outcomes[0].action, Action::Violation);
+        let needed = checks(&compiled, &plan);
+        assert_eq!(needed.distinct.len(), 1);
+        assert_eq!(needed.distinct[0].key.digest, digest('f'));
+        let plan = plan.with_signatures(&needed, &answer_all(&needed, Ok(Verdict::NoSignature)));
+        assert_eq!(plan.outcomes[0].action, Action::Denied);
     }
 
     #[test]

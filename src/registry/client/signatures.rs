@@ -53,18 +53,31 @@ struct Descriptor {
 
 impl OciResolver {
     /// The signature layers of `digest` in `image`'s repository, asked with each of
-    /// `credentials` in kubelet's order, then anonymous, until one is let in.
+    /// `credentials` in kubelet's order, then anonymous, until one finds signatures: a
+    /// credential the registry answers "no such signature" (a 404, which registries also give
+    /// callers they hide a repository from) is passed over like one it refuses, so one
+    /// namespace's credentials never decide that another's image is unsigned.
     pub async fn signatures_of(
         &self,
         image: &Reference,
         digest: &Digest,
         credentials: &[Credential],
     ) -> Result<Vec<FetchedLayer>, RegistryError> {
-        let (layers, _) = each_credential(image.domain(), credentials, |credential| {
-            self.signature_layers(image, digest, credential)
+        let found = each_credential(image.domain(), credentials, |credential| async move {
+            match self.signature_layers(image, digest, credential).await? {
+                layers if layers.is_empty() => Err(RegistryError::NotFound {
+                    repository: image.repository(),
+                    tag: crate::signatures::signature_tag(digest),
+                }),
+                layers => Ok(layers),
+            }
         })
-        .await?;
-        Ok(layers)
+        .await;
+        match found {
+            Ok((layers, _)) => Ok(layers),
+            Err(RegistryError::NotFound { .. }) => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
     }
 
     /// The signature layers of `digest` in `image`'s repository, asked with `credential`:

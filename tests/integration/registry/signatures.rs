@@ -157,3 +157,31 @@ async fn hostile_signature_manifests_are_refused_on_one_line() {
         assert!(!text.contains('\n'), "{text}");
     }
 }
+
+/// The pod's credentials are tried in kubelet's order, then anonymously, until one finds the
+/// signatures: a credential the registry refuses is passed over; with none it lets in, the fetch
+/// fails (never "no signature").
+#[tokio::test]
+async fn each_credential_is_tried_until_one_finds_the_signatures() {
+    let registry = TestRegistry::start(RegistryAuth::token(USER, PASS)).await;
+    let image = images::push_multi_arch(&registry, "team/app", "1.0", "creds-1").await;
+    let (signer, _) = key_pair();
+    crate::common::signing::sign(&registry, "team/app", &image.index_digest, &signer).await;
+    let resolver = resolver(registry_config(&registry));
+    let digest: Digest = image.index_digest.parse().unwrap();
+    let wrong = Credential::basic(USER, "wrong");
+    let layers = resolver
+        .signatures_of(
+            &reference(&image.reference),
+            &digest,
+            &[wrong.clone(), Credential::basic(USER, PASS)],
+        )
+        .await
+        .expect("the second credential is let in");
+    assert_eq!(layers.len(), 1);
+    let error = resolver
+        .signatures_of(&reference(&image.reference), &digest, &[wrong])
+        .await
+        .expect_err("no credential is let in");
+    assert_eq!(error.kind(), "unauthorized", "{error}");
+}
