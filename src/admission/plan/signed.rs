@@ -336,6 +336,21 @@ mod tests {
         triaged.finish(&resolutions, Vec::new())
     }
 
+    /// Every wanted tag's resolution failed (the registry did not answer).
+    fn unresolved(triaged: &super::super::Triaged<'_>) -> Resolutions {
+        triaged
+            .wanted()
+            .iter()
+            .map(|r| {
+                let error = RegistryError::Timeout {
+                    registry: "registry.example".to_string(),
+                    timeout: Duration::from_secs(2),
+                };
+                (r.tag_reference(), Err(error))
+            })
+            .collect()
+    }
+
     fn verified() -> Result<Verdict, RegistryError> {
         Ok(Verdict::Verified {
             key: "sha256:key".to_string(),
@@ -514,17 +529,7 @@ mod tests {
         let triaged = mutation(&compiled, object(&value, None))
             .triage(Mode::Enforce)
             .unwrap();
-        let failed: Resolutions = triaged
-            .wanted()
-            .iter()
-            .map(|r| {
-                let error = RegistryError::Timeout {
-                    registry: "registry.example".to_string(),
-                    timeout: Duration::from_secs(2),
-                };
-                (r.tag_reference(), Err(error))
-            })
-            .collect();
+        let failed = unresolved(&triaged);
         let plan = triaged.finish(&failed, Vec::new());
         assert_eq!(
             plan.outcomes[0].action,
@@ -597,17 +602,7 @@ mod tests {
         let triaged = mutation(&compiled, object(&value, None))
             .triage(Mode::Enforce)
             .unwrap();
-        let failed: Resolutions = triaged
-            .wanted()
-            .iter()
-            .map(|r| {
-                let error = RegistryError::Timeout {
-                    registry: "registry.example".to_string(),
-                    timeout: Duration::from_secs(2),
-                };
-                (r.tag_reference(), Err(error))
-            })
-            .collect();
+        let failed = unresolved(&triaged);
         let plan = triaged.finish(&failed, Vec::new());
         assert_eq!(plan.outcomes[0].action, Action::Violation);
         let needed = checks(&compiled, &plan);

@@ -856,6 +856,15 @@ fn pinned_digests_a_verify_entry_covers_are_checked_once_and_judged() {
     let unknown = pinned("3.0", 'c');
     let tag_only = format!("{REPO}:4.0");
     let other = format!("registry.example/other/app@{}", digest('d'));
+    // A Pod that says it is a static pod's mirror (fields its author writes) is judged too.
+    let mut mirror = pod("shop", "m", &[&unsigned], &[]);
+    mirror.mirror = true;
+    mirror.owner = Some(crate::watch::pod::OwnerRef {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: "node-1".into(),
+        uid: "n1".into(),
+    });
     let pods = [
         pod(
             "shop",
@@ -864,6 +873,7 @@ fn pinned_digests_a_verify_entry_covers_are_checked_once_and_judged() {
             &[],
         ),
         pod("shop", "q", &[&signed], &[]),
+        mirror,
     ];
     let pods = running(&pods);
     let modes = modes(&[("shop", Some(Mode::Enforce))]);
@@ -922,6 +932,7 @@ fn pinned_digests_a_verify_entry_covers_are_checked_once_and_judged() {
             (tag_only.as_str(), "unpinned"),
             (other.as_str(), "digest-only"),
             (signed.as_str(), "pinned-current"),
+            (unsigned.as_str(), "unverified"),
         ]
     );
     let ImageState::Unverified { why, .. } = &images[1].state else {

@@ -207,6 +207,20 @@ fn results(report: &Value) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// `workload/Reason` of every Event the fake API holds.
+fn event_reasons(api: &FakeKube) -> Vec<String> {
+    api.all("events")
+        .iter()
+        .map(|e| {
+            format!(
+                "{}/{}",
+                e["regarding"]["name"].as_str().unwrap_or_default(),
+                e["reason"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
 fn gauge(metrics: &Metrics, line_start: &str) -> String {
     let text = metrics.encode().expect("encode");
     text.lines()
@@ -992,18 +1006,7 @@ async fn a_pin_deleted_from_the_registry_is_digest_missing_and_a_pod_running_ano
         runs["properties"]["runningDigest"],
         json!(digest('e').to_string())
     );
-    let reasons: Vec<String> = rig
-        .api
-        .all("events")
-        .iter()
-        .map(|e| {
-            format!(
-                "{}/{}",
-                e["regarding"]["name"].as_str().unwrap_or_default(),
-                e["reason"].as_str().unwrap_or_default()
-            )
-        })
-        .collect();
+    let reasons = event_reasons(&rig.api);
     assert!(
         reasons.contains(&"web/PinnedDigestMissing".to_string())
             && reasons.contains(&"api/RunsOtherDigest".to_string()),
@@ -1133,18 +1136,7 @@ async fn running_digests_are_verified_again_against_the_policy_in_force() {
         message.contains("is not signed as the policy requires (verify[0]: no signature found)"),
         "{message}"
     );
-    let reasons: Vec<String> = rig
-        .api
-        .all("events")
-        .iter()
-        .map(|e| {
-            format!(
-                "{}/{}",
-                e["regarding"]["name"].as_str().unwrap_or_default(),
-                e["reason"].as_str().unwrap_or_default()
-            )
-        })
-        .collect();
+    let reasons = event_reasons(&rig.api);
     assert!(
         reasons.contains(&"api/PinnedDigestUnverified".to_string()),
         "{reasons:?}"
