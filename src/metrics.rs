@@ -92,7 +92,8 @@ pub struct MirrorLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SignatureLabels {
-    /// `verified`, `no_signature`, `other_key`, `other_digest`, `registry_error`.
+    /// `verified`, `no_signature`, `other_key`, `other_digest`, `other_identity`, `untrusted`,
+    /// `registry_error`.
     pub outcome: &'static str,
     /// `registry` (fetched for this ask) or `cache`.
     pub source: &'static str,
@@ -291,7 +292,7 @@ impl Metrics {
         let signature_verifications = Family::<SignatureLabels, Counter>::default();
         registry.register(
             "signature_verifications",
-            "Signature verifications of an admitted digest under one verify entry: outcome verified, no_signature, other_key, other_digest or registry_error; source registry or cache",
+            "Signature verifications of an admitted digest under one verify entry: outcome verified, no_signature, other_key, other_digest, other_identity, untrusted or registry_error; source registry or cache",
             signature_verifications.clone(),
         );
         Metrics {

@@ -6,17 +6,24 @@
 //! digest pinned ([`simple_signing::judge`]). A signature of another digest, a tag's or a
 //! former one's, is no signature of this one.
 //!
-//! Owns: trusted keys and their fingerprints, the trust of one policy entry ([`Trust`]), the payload's reading, the verdict and its fixed
-//! vocabulary. Never: fetches a signature (the registry client does), or decides what a
+//! Keyless signatures are verified offline against a Sigstore trusted root ([`keyless`],
+//! [`TrustedRoot`]).
+//!
+//! Owns: trusted keys, keyless identities and trusted roots and their fingerprints, the trust of
+//! one policy entry ([`Trust`]), the payload's reading, the verdict and its fixed vocabulary. Never: fetches a signature (the registry client does), or decides what a
 //! verdict costs an admission (the policy's mode does).
 
 pub mod key;
+pub mod keyless;
 pub mod simple_signing;
 pub mod trust;
+pub mod trusted_root;
 
 pub use key::{KeyError, PublicKey};
+pub use keyless::{Identity, Keyless, Matcher};
 pub use simple_signing::{judge, SignatureLayer, Verdict};
 pub use trust::Trust;
+pub use trusted_root::{TrustedRoot, TrustedRootError};
 
 use crate::reference::Digest;
 

@@ -30,7 +30,7 @@ impl SignedSource {
             let payload = payload_for(repository, digest);
             let signature =
                 base64::engine::general_purpose::STANDARD.encode(signer.sign(&payload)?);
-            layers.insert(digest.clone(), FetchedLayer { payload, signature });
+            layers.insert(digest.clone(), FetchedLayer::of_key(payload, signature));
         }
         Ok((SignedSource(layers), pem, trust))
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use pinhook::reference::Reference;
 use pinhook::registry::{Credential, FetchedLayer, OciResolver, RegistryConfig, Resolver};
-use pinhook::signatures::{judge, PublicKey, SignatureLayer};
+use pinhook::signatures::{judge, PublicKey, SignatureLayer, Trust};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
@@ -149,7 +149,7 @@ fuzz_target!(|data: &[u8]| {
         Ok(Ok(layers)) => {
             assert!(layers.len() <= 16, "more signature layers than pinhook reads");
             let layers: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
-            let verdict = judge(&layers, std::slice::from_ref(key()), &digest);
+            let verdict = judge(&layers, &Trust::of_keys(vec![key().clone()]), &digest);
             assert!(!verdict.describe().contains('\n'), "{verdict:?}");
         }
         Ok(Err(e)) => {

@@ -1,9 +1,11 @@
 //! The policy's `verify` list: which images must be signed, and by whom. Each entry matches
 //! images by the globs of `exempt.images` (on the normalised reference, with and without its
-//! digest) and names the cosign public keys it trusts, any one of which may sign; every entry
-//! an image matches must hold. Keys, inline or in files (a mounted Secret's or ConfigMap's key),
-//! are read and parsed at load, so a key that cannot be read is a load error naming the entry,
-//! never an admission's.
+//! digest) and names the cosign public keys and the keyless identities (OIDC issuer and subject,
+//! exact or by regular expression, under a Sigstore trusted root read from a file) it trusts,
+//! any one of which may sign; every entry an image matches must hold. Keys, inline or in files
+//! (a mounted Secret's or ConfigMap's key), trusted roots and patterns are read, parsed and
+//! compiled at load, so one that cannot be is a load error naming its field, never an
+//! admission's.
 //!
 //! Owns: the entries' schema, their validation, and which entries an image matches. Never:
 //! fetches or judges a signature (`registry` fetches, `signatures` judges).
@@ -15,7 +17,8 @@ use serde::Deserialize;
 
 use super::{glob, hosts};
 use crate::reference::Reference;
-use crate::signatures::{PublicKey, Trust};
+use crate::signatures::trusted_root::MAX_TRUSTED_ROOT_BYTES;
+use crate::signatures::{Identity, Keyless, Matcher, PublicKey, Trust, TrustedRoot};
 
 /// One entry of `verify`, as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -24,7 +27,39 @@ pub struct VerifyEntry {
     /// Globs on the normalised reference (`registry.example/team/*`).
     pub images: Vec<String>,
     /// The cosign public keys trusted (any of them).
+    #[serde(default)]
     pub keys: Vec<KeySource>,
+    /// The keyless identities trusted (any of them), under a trusted root.
+    #[serde(default)]
+    pub keyless: Option<KeylessEntry>,
+}
+
+/// Keyless signing (`cosign sign` without a key: a Fulcio certificate logged in Rekor) as an
+/// entry trusts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KeylessEntry {
+    /// The Sigstore instance's `trusted_root.json` (`cosign trusted-root create`, or the public
+    /// good instance's from its TUF repository), a mounted file: verification makes no call.
+    pub trusted_root: PathBuf,
+    /// Who may sign (any of them).
+    pub identities: Vec<IdentityEntry>,
+}
+
+/// One identity: the OIDC issuer and the certificate's subject (email or URI), each exact or
+/// a regular expression (matching anywhere in the text, as cosign's `…-regexp` flags: anchor
+/// it with `^…$`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct IdentityEntry {
+    #[serde(default)]
+    pub issuer: Option<String>,
+    #[serde(default)]
+    pub issuer_reg_exp: Option<String>,
+    #[serde(default)]
+    pub subject: Option<String>,
+    #[serde(default)]
+    pub subject_reg_exp: Option<String>,
 }
 
 /// A public key: inline, or a file (a mounted Secret's or ConfigMap's key), read when the
@@ -77,10 +112,11 @@ pub fn compile(entries: &[VerifyEntry]) -> Result<Vec<VerifyRule>, VerifyInvalid
                 "must not be empty".to_string(),
             ));
         }
-        if entry.keys.is_empty() {
+        if entry.keys.is_empty() && entry.keyless.is_none() {
             return Err(invalid(
                 format!("verify[{i}].keys"),
-                "must name at least one public key".to_string(),
+                "must name at least one public key, unless the entry names keyless identities"
+                    .to_string(),
             ));
         }
         let mut keys = Vec::with_capacity(entry.keys.len());
@@ -89,8 +125,10 @@ pub fn compile(entries: &[VerifyEntry]) -> Result<Vec<VerifyRule>, VerifyInvalid
                 (Some(pem), None) => (format!("verify[{i}].keys[{j}].pem"), pem.clone()),
                 (None, Some(file)) => {
                     let field = format!("verify[{i}].keys[{j}].file");
-                    let pem =
-                        read_key_file(file).map_err(|problem| invalid(field.clone(), problem))?;
+                    let pem = read_file(file, MAX_KEY_FILE_BYTES, "a public key")
+                        .map_err(|problem| invalid(field.clone(), problem))?;
+                    let pem = String::from_utf8(pem)
+                        .map_err(|_| invalid(field.clone(), "is not text".to_string()))?;
                     (field, pem)
                 }
                 _ => {
@@ -103,11 +141,16 @@ pub fn compile(entries: &[VerifyEntry]) -> Result<Vec<VerifyRule>, VerifyInvalid
             let key = PublicKey::from_pem(&pem).map_err(|e| invalid(field, e.to_string()))?;
             keys.push(key);
         }
+        let keyless = entry
+            .keyless
+            .as_ref()
+            .map(|keyless| compile_keyless(keyless, &format!("verify[{i}].keyless")))
+            .transpose()?;
         rules.push(VerifyRule {
             index: i,
             images: entry.images.clone(),
             repositories: entry.images.iter().map(|g| repository_glob(g)).collect(),
-            trust: Arc::new(Trust::of_keys(keys)),
+            trust: Arc::new(Trust::new(keys, keyless)),
         });
     }
     Ok(rules)
@@ -128,22 +171,66 @@ fn repository_glob(glob: &str) -> String {
     }
 }
 
-/// A key file's text, at most [`MAX_KEY_FILE_BYTES`].
-fn read_key_file(path: &Path) -> Result<String, String> {
+/// An entry's keyless trust: its root read and parsed, its identities compiled.
+fn compile_keyless(entry: &KeylessEntry, field: &str) -> Result<Keyless, VerifyInvalid> {
+    let invalid = |field: String, problem: String| VerifyInvalid { field, problem };
+    let root_field = format!("{field}.trustedRoot");
+    let text = read_file(
+        &entry.trusted_root,
+        MAX_TRUSTED_ROOT_BYTES as u64,
+        "a trusted root",
+    )
+    .map_err(|problem| invalid(root_field.clone(), problem))?;
+    let root = TrustedRoot::parse(&text).map_err(|e| {
+        invalid(
+            root_field.clone(),
+            format!("{}: {e}", entry.trusted_root.display()),
+        )
+    })?;
+    if entry.identities.is_empty() {
+        return Err(invalid(
+            format!("{field}.identities"),
+            "must name at least one identity (issuer and subject)".to_string(),
+        ));
+    }
+    let mut identities = Vec::with_capacity(entry.identities.len());
+    for (j, identity) in entry.identities.iter().enumerate() {
+        let at = format!("{field}.identities[{j}]");
+        let matcher =
+            |exact: &Option<String>, pattern: &Option<String>, name: &str| match (exact, pattern) {
+                (Some(exact), None) if !exact.is_empty() => Ok(Matcher::Exact(exact.clone())),
+                (None, Some(pattern)) if !pattern.is_empty() => {
+                    Matcher::pattern(pattern).map_err(|e| invalid(format!("{at}.{name}RegExp"), e))
+                }
+                _ => Err(invalid(
+                    at.clone(),
+                    format!("needs one of {name} and {name}RegExp, not empty"),
+                )),
+            };
+        identities.push(Identity {
+            issuer: matcher(&identity.issuer, &identity.issuer_reg_exp, "issuer")?,
+            subject: matcher(&identity.subject, &identity.subject_reg_exp, "subject")?,
+        });
+    }
+    Ok(Keyless::new(Arc::new(root), identities))
+}
+
+/// A file's bytes, at most `max`: `what` names what it should hold.
+fn read_file(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, String> {
     use std::io::Read as _;
     let file =
         std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut text = String::new();
-    file.take(MAX_KEY_FILE_BYTES + 1)
-        .read_to_string(&mut text)
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if text.len() as u64 > MAX_KEY_FILE_BYTES {
+    if bytes.len() as u64 > max {
         return Err(format!(
-            "{} is larger than a public key ({MAX_KEY_FILE_BYTES} bytes at most)",
+            "{} is larger than {what} ({max} bytes at most)",
             path.display()
         ));
     }
-    Ok(text)
+    Ok(bytes)
 }
 
 // === impl VerifyRule ===
@@ -185,6 +272,7 @@ mod tests {
                     file: None,
                 })
                 .collect(),
+            keyless: None,
         }
     }
 
@@ -222,6 +310,7 @@ mod tests {
                 pem: None,
                 file: Some(file.to_path_buf()),
             }],
+            keyless: None,
         };
         assert_eq!(compile(&[of(&good)]).unwrap()[0].trust.keys().len(), 1);
         let e = compile(&[of(&huge)]).unwrap_err();
@@ -265,5 +354,105 @@ mod tests {
             assert_eq!(rule.matches(&reference), matched, "{image}");
         }
         assert_eq!(rule.name(), "verify[0]");
+    }
+
+    #[test]
+    fn a_keyless_entry_reads_its_root_and_compiles_its_identities_at_load() {
+        use crate::signatures::keyless::test_authority::TestSigstore;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("trusted_root.json");
+        std::fs::write(&root, TestSigstore::new().trusted_root()).unwrap();
+        let identity = |issuer: &str, subject_reg_exp: &str| IdentityEntry {
+            issuer: Some(issuer.to_string()),
+            subject_reg_exp: Some(subject_reg_exp.to_string()),
+            ..Default::default()
+        };
+        let of = |trusted_root: &Path, identities: Vec<IdentityEntry>| VerifyEntry {
+            images: vec!["a/*".to_string()],
+            keys: Vec::new(),
+            keyless: Some(KeylessEntry {
+                trusted_root: trusted_root.to_path_buf(),
+                identities,
+            }),
+        };
+        let good = of(
+            &root,
+            vec![identity("https://issuer.example", "^https://ci/.*$")],
+        );
+        let rules = compile(std::slice::from_ref(&good)).unwrap();
+        assert!(rules[0].trust.keyless().is_some());
+        assert!(rules[0].trust.keys().is_empty());
+
+        let not_root = dir.path().join("not-root.json");
+        std::fs::write(&not_root, "{}").unwrap();
+        let huge = dir.path().join("huge.json");
+        std::fs::write(&huge, vec![b' '; MAX_TRUSTED_ROOT_BYTES + 1]).unwrap();
+        let cases = [
+            (
+                of(
+                    &dir.path().join("missing"),
+                    good.keyless.clone().unwrap().identities,
+                ),
+                "verify[0].keyless.trustedRoot",
+                "cannot read",
+            ),
+            (
+                of(&not_root, good.keyless.clone().unwrap().identities),
+                "verify[0].keyless.trustedRoot",
+                "mediaType",
+            ),
+            (
+                of(&huge, good.keyless.clone().unwrap().identities),
+                "verify[0].keyless.trustedRoot",
+                "larger than a trusted root",
+            ),
+            (
+                of(&root, Vec::new()),
+                "verify[0].keyless.identities",
+                "at least one identity",
+            ),
+            (
+                of(&root, vec![identity("https://issuer.example", "(")]),
+                "verify[0].keyless.identities[0].subjectRegExp",
+                "",
+            ),
+            (
+                of(
+                    &root,
+                    vec![IdentityEntry {
+                        issuer: Some("i".into()),
+                        ..Default::default()
+                    }],
+                ),
+                "verify[0].keyless.identities[0]",
+                "subject and subjectRegExp",
+            ),
+            (
+                of(
+                    &root,
+                    vec![IdentityEntry {
+                        issuer: Some("i".into()),
+                        issuer_reg_exp: Some("i".into()),
+                        subject: Some("s".into()),
+                        ..Default::default()
+                    }],
+                ),
+                "verify[0].keyless.identities[0]",
+                "issuer and issuerRegExp",
+            ),
+        ];
+        for (entry, field, problem) in cases {
+            let e = compile(&[entry]).unwrap_err();
+            assert_eq!(e.field, field, "{e:?}");
+            assert!(e.problem.contains(problem), "{e:?}");
+        }
+        let yaml = "images: [a/*]\nkeyless:\n  trustedRoot: /r.json\n  identities:\n  - issuer: https://i\n    subjectRegExp: ^x$\n";
+        let entry: VerifyEntry = serde_saphyr::from_str(yaml).unwrap();
+        assert_eq!(
+            entry.keyless.unwrap().identities[0]
+                .subject_reg_exp
+                .as_deref(),
+            Some("^x$")
+        );
     }
 }

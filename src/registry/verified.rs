@@ -111,8 +111,10 @@ impl VerifiedSignatures {
                 .expire_after(KeepFor)
                 .weigher(|key: &Key, verdict: &Verdict| {
                     let verdict = match verdict {
-                        Verdict::Verified { key } => key.len(),
+                        Verdict::Verified { signer } => signer.len(),
                         Verdict::OtherDigest { signed } => signed.len(),
+                        Verdict::OtherIdentity { signer } => signer.len(),
+                        Verdict::Untrusted { why } => why.len(),
                         _ => 0,
                     };
                     // 640: moka's own and the strings' headers; an entry measured 767 bytes
@@ -149,7 +151,7 @@ impl VerifiedSignatures {
             .signatures_of(image, digest, credentials)
             .await?;
         let layers: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
-        Ok(judge(&layers, trust.keys(), digest))
+        Ok(judge(&layers, trust, digest))
     }
 }
 

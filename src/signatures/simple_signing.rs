@@ -1,11 +1,13 @@
-//! cosign's simple signing payload and the verdict on an image's signatures: a layer counts
-//! when a trusted key signed its payload and the payload, a cosign container image signature,
-//! names the digest pinned. Every other outcome has one name of a fixed vocabulary
+//! cosign's simple signing payload and the verdict on an image's signatures under one entry's
+//! [`Trust`]: a layer counts when a trusted key signed its payload, or a trusted identity did
+//! keyless ([`super::keyless`]), **and** the payload, a cosign container image signature, names
+//! the digest pinned. Every other outcome has one name of a fixed vocabulary
 //! ([`Verdict::reason`]) for denials, reports and metrics.
 
 use serde::Deserialize;
 
-use super::key::PublicKey;
+use super::keyless::Evidence;
+use super::trust::Trust;
 use crate::reference::Digest;
 
 /// The `type` of a cosign container image signature's payload.
@@ -14,24 +16,46 @@ pub const COSIGN_TYPE: &str = "cosign container image signature";
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 
 /// One layer of a signature manifest: its payload (already checked against its descriptor's
-/// digest and size) and its signature annotation.
+/// digest and size), its signature annotation and, for a keyless signature, its certificate,
+/// chain and transparency log bundle annotations.
 #[derive(Debug, Clone, Copy)]
 pub struct SignatureLayer<'a> {
     pub payload: &'a [u8],
     pub signature: &'a str,
+    pub certificate: Option<&'a str>,
+    pub chain: Option<&'a str>,
+    pub bundle: Option<&'a str>,
 }
 
 /// What an image's signatures say of the digest pinned, for one set of trusted keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// A trusted key signed a payload naming the pinned digest.
-    Verified { key: String },
+    /// A trusted key (`key sha256:…`) or identity (`subject (issuer)`) signed a payload naming
+    /// the pinned digest.
+    Verified { signer: String },
     /// No signature at all (no signature manifest, or one without layers).
     NoSignature,
-    /// Signatures, none of them by a trusted key.
+    /// Signatures, none of them by a trusted key or with a certificate.
     OtherKey,
-    /// A trusted key signed, but a payload naming another digest (or not a cosign payload).
+    /// A trusted signer signed, but a payload naming another digest (or not a cosign payload).
     OtherDigest { signed: String },
+    /// Keyless signatures the trusted root vouches for, by an identity no entry names.
+    OtherIdentity { signer: String },
+    /// Keyless signatures the trusted root does not vouch for, and why (the first's).
+    Untrusted { why: String },
+}
+
+impl<'a> SignatureLayer<'a> {
+    /// A layer signed with a key: a payload and its signature, no certificate.
+    pub fn of_key(payload: &'a [u8], signature: &'a str) -> SignatureLayer<'a> {
+        SignatureLayer {
+            payload,
+            signature,
+            certificate: None,
+            chain: None,
+            bundle: None,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -60,42 +84,68 @@ impl Verdict {
             Verdict::NoSignature => "no_signature",
             Verdict::OtherKey => "other_key",
             Verdict::OtherDigest { .. } => "other_digest",
+            Verdict::OtherIdentity { .. } => "other_identity",
+            Verdict::Untrusted { .. } => "untrusted",
         }
     }
 
     /// One line for a person: why the image counts as signed, or why not.
     pub fn describe(&self) -> String {
         match self {
-            Verdict::Verified { key } => format!("signed by key {key}"),
+            Verdict::Verified { signer } => format!("signed by {signer}"),
             Verdict::NoSignature => "no signature found".to_string(),
             Verdict::OtherKey => "signed by another key".to_string(),
             Verdict::OtherDigest { signed } => {
-                format!("the trusted key signed another digest ({signed}), not this one")
+                format!("the trusted signer signed another digest ({signed}), not this one")
+            }
+            Verdict::OtherIdentity { signer } => {
+                format!("signed keyless by {signer}, an identity the entry does not name")
+            }
+            Verdict::Untrusted { why } => {
+                format!("a keyless signature the trusted root does not vouch for: {why}")
             }
         }
     }
 }
 
-/// The verdict on `layers` for `keys` and the digest `pinned`.
-pub fn judge(layers: &[SignatureLayer<'_>], keys: &[PublicKey], pinned: &Digest) -> Verdict {
+/// The verdict on `layers` under `trust` for the digest `pinned`. Of the failures, the most
+/// telling is given: another digest, then another identity, then an untrusted certificate.
+pub fn judge(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Digest) -> Verdict {
     if layers.is_empty() {
         return Verdict::NoSignature;
     }
     let pinned = pinned.to_string();
     let mut other_digest = None;
+    let mut other_identity = None;
+    let mut untrusted = None;
     for layer in layers {
-        for key in keys {
-            if !key.signed(layer.signature, layer.payload) {
-                continue;
+        let mut signers: Vec<String> = trust
+            .keys()
+            .iter()
+            .filter(|key| key.signed(layer.signature, layer.payload))
+            .map(|key| format!("key {}", key.fingerprint()))
+            .collect();
+        if let Some(keyless) = trust.keyless() {
+            match keyless.evidence(layer) {
+                Some(Evidence::Signed(signer)) if keyless.admits(&signer) => {
+                    signers.push(signer.describe());
+                }
+                Some(Evidence::Signed(signer)) => {
+                    other_identity.get_or_insert_with(|| signer.describe());
+                }
+                Some(Evidence::Untrusted(why)) => {
+                    untrusted.get_or_insert(why);
+                }
+                None => {}
             }
+        }
+        for signer in signers {
             match serde_json::from_slice::<Payload>(layer.payload) {
                 Ok(payload)
                     if payload.critical.kind == COSIGN_TYPE
                         && payload.critical.image.digest == pinned =>
                 {
-                    return Verdict::Verified {
-                        key: key.fingerprint().to_string(),
-                    };
+                    return Verdict::Verified { signer };
                 }
                 Ok(payload) => {
                     other_digest.get_or_insert_with(|| {
@@ -108,9 +158,11 @@ pub fn judge(layers: &[SignatureLayer<'_>], keys: &[PublicKey], pinned: &Digest)
             }
         }
     }
-    match other_digest {
-        Some(signed) => Verdict::OtherDigest { signed },
-        None => Verdict::OtherKey,
+    match (other_digest, other_identity, untrusted) {
+        (Some(signed), _, _) => Verdict::OtherDigest { signed },
+        (None, Some(signer), _) => Verdict::OtherIdentity { signer },
+        (None, None, Some(why)) => Verdict::Untrusted { why },
+        (None, None, None) => Verdict::OtherKey,
     }
 }
 
@@ -130,8 +182,13 @@ pub fn payload_for(repository: &str, digest: &Digest) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::signatures::key::tests::{key_pair, sign};
+    use crate::signatures::keyless::test_authority::TestSigstore;
+    use crate::signatures::keyless::{Identity, Keyless, Matcher};
+    use crate::signatures::{PublicKey, TrustedRoot};
 
     fn digest(c: char) -> Digest {
         format!("sha256:{}", c.to_string().repeat(64))
@@ -147,11 +204,12 @@ mod tests {
         let key = PublicKey::from_pem(&pem).unwrap();
         let payload = payload_for("registry.example/team/app", &digest(signed));
         let signature = sign(if other_signer { &other } else { &signer }, &payload);
-        let layer = SignatureLayer {
-            payload: &payload,
-            signature: &signature,
-        };
-        let verdict = judge(&[layer], std::slice::from_ref(&key), &digest(pinned));
+        let layer = SignatureLayer::of_key(&payload, &signature);
+        let verdict = judge(
+            &[layer],
+            &Trust::of_keys(vec![key.clone()]),
+            &digest(pinned),
+        );
         (key, verdict)
     }
 
@@ -161,7 +219,7 @@ mod tests {
         assert_eq!(
             verdict,
             Verdict::Verified {
-                key: key.fingerprint().to_string()
+                signer: format!("key {}", key.fingerprint())
             }
         );
         assert_eq!(verdict.reason(), "verified");
@@ -184,7 +242,10 @@ mod tests {
     #[test]
     fn unsigned_or_signed_by_another_key_is_not_verified() {
         let (key, _) = verdict_of(false, 'a', 'a');
-        assert_eq!(judge(&[], &[key], &digest('a')), Verdict::NoSignature);
+        assert_eq!(
+            judge(&[], &Trust::of_keys(vec![key]), &digest('a')),
+            Verdict::NoSignature
+        );
         assert_eq!(verdict_of(true, 'a', 'a').1, Verdict::OtherKey);
     }
 
@@ -199,13 +260,79 @@ mod tests {
         let hostile = br#"{"critical":{"image":{"docker-manifest-digest":"x\ny\u001b[31m"},"type":"cosign container image signature"}}"#;
         for payload in [&wrong_type[..], b"not json", &hostile[..]] {
             let signature = sign(&signer, payload);
-            let layer = SignatureLayer {
-                payload,
-                signature: &signature,
-            };
-            let verdict = judge(&[layer], std::slice::from_ref(&key), &digest('a'));
+            let layer = SignatureLayer::of_key(payload, &signature);
+            let verdict = judge(&[layer], &Trust::of_keys(vec![key.clone()]), &digest('a'));
             assert_eq!(verdict.reason(), "other_digest", "{verdict:?}");
             assert!(!verdict.describe().contains('\n'), "{verdict:?}");
         }
+    }
+
+    const ISSUER: &str = "https://token.actions.githubusercontent.com";
+    const SUBJECT: &str = "https://github.com/acme/app/.github/workflows/release.yml@refs/tags/v1";
+
+    /// Keyless: the verdict on one layer signed by `subject` of `ISSUER` over the payload for
+    /// digest `signed`, under a trust naming `trusted` (and a key of its own), for `pinned`.
+    fn keyless_verdict(subject: &str, trusted: &str, signed: char, pinned: char) -> Verdict {
+        let sigstore = TestSigstore::new();
+        let root = Arc::new(TrustedRoot::parse(sigstore.trusted_root().as_bytes()).unwrap());
+        let identity = Identity {
+            issuer: Matcher::Exact(ISSUER.to_string()),
+            subject: Matcher::Exact(trusted.to_string()),
+        };
+        let trust = Trust::new(
+            vec![PublicKey::from_pem(&key_pair().1).unwrap()],
+            Some(Keyless::new(root, vec![identity])),
+        );
+        let payload = payload_for("registry.example/team/app", &digest(signed));
+        let made = sigstore.sign(&payload, ISSUER, subject);
+        let layer = SignatureLayer {
+            payload: &payload,
+            signature: &made.signature,
+            certificate: Some(&made.certificate),
+            chain: Some(&made.chain),
+            bundle: Some(&made.bundle),
+        };
+        judge(&[layer], &trust, &digest(pinned))
+    }
+
+    #[test]
+    fn keyless_by_a_trusted_identity_for_the_pinned_digest_is_verified() {
+        assert_eq!(
+            keyless_verdict(SUBJECT, SUBJECT, 'a', 'a'),
+            Verdict::Verified {
+                signer: format!("{SUBJECT} ({ISSUER})")
+            }
+        );
+    }
+
+    #[test]
+    fn keyless_failures_name_the_identity_or_the_digest() {
+        let other = "https://github.com/evil/app/.github/workflows/x.yml@refs/heads/main";
+        let verdict = keyless_verdict(other, SUBJECT, 'a', 'a');
+        assert_eq!(verdict.reason(), "other_identity");
+        assert!(
+            verdict.describe().contains("evil/app"),
+            "{}",
+            verdict.describe()
+        );
+        let verdict = keyless_verdict(SUBJECT, SUBJECT, 'a', 'b');
+        assert_eq!(verdict.reason(), "other_digest", "{verdict:?}");
+    }
+
+    /// A certificate layer under a trust of keys only is no signature by a trusted key.
+    #[test]
+    fn a_keyless_signature_is_nothing_to_a_trust_of_keys() {
+        let sigstore = TestSigstore::new();
+        let payload = payload_for("registry.example/team/app", &digest('a'));
+        let made = sigstore.sign(&payload, ISSUER, SUBJECT);
+        let layer = SignatureLayer {
+            payload: &payload,
+            signature: &made.signature,
+            certificate: Some(&made.certificate),
+            chain: Some(&made.chain),
+            bundle: Some(&made.bundle),
+        };
+        let trust = Trust::of_keys(vec![PublicKey::from_pem(&key_pair().1).unwrap()]);
+        assert_eq!(judge(&[layer], &trust, &digest('a')), Verdict::OtherKey);
     }
 }

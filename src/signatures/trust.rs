@@ -1,22 +1,30 @@
-//! What one `verify` entry of the policy trusts, compiled once at load: its keys, any one of
-//! which may sign, and the fingerprint of that set, which keys a verification's cache entry. A
-//! verification is of a digest under this trust: two entries naming the same keys share
-//! their verdicts, a key added or removed is a new fingerprint and a new verification.
+//! What one `verify` entry of the policy trusts, compiled once at load: its keys and its keyless
+//! identities under a trusted root, any one of which may sign, and the fingerprint of all that,
+//! which keys a verification's cache entry. A verification is of a digest under this trust: two
+//! entries trusting the same share their verdicts; a key, an identity or a root added or
+//! removed is a new fingerprint and a new verification.
 
 use sha2::{Digest as _, Sha256};
 
 use super::key::PublicKey;
+use super::keyless::Keyless;
 
-/// The keys one entry trusts (any of them), and their fingerprint.
+/// The keys and keyless identities one entry trusts (any of them), and their fingerprint.
 #[derive(Debug, Clone)]
 pub struct Trust {
     keys: Vec<PublicKey>,
+    keyless: Option<Keyless>,
     fingerprint: String,
 }
 
 impl Trust {
     /// The trust of `keys`, whatever their order or repetition.
     pub fn of_keys(keys: Vec<PublicKey>) -> Trust {
+        Trust::new(keys, None)
+    }
+
+    /// The trust of `keys` and `keyless`, whatever the keys' order or repetition.
+    pub fn new(keys: Vec<PublicKey>, keyless: Option<Keyless>) -> Trust {
         let mut names: Vec<&str> = keys.iter().map(PublicKey::fingerprint).collect();
         names.sort_unstable();
         names.dedup();
@@ -25,9 +33,14 @@ impl Trust {
             hash.update(name.as_bytes());
             hash.update(b"\n");
         }
+        if let Some(keyless) = &keyless {
+            hash.update(b"keyless ");
+            hash.update(keyless.fingerprint().as_bytes());
+        }
         Trust {
             fingerprint: format!("sha256:{:x}", hash.finalize()),
             keys,
+            keyless,
         }
     }
 
@@ -35,7 +48,11 @@ impl Trust {
         &self.keys
     }
 
-    /// `sha256:<hex>` over the sorted fingerprints of the keys.
+    pub fn keyless(&self) -> Option<&Keyless> {
+        self.keyless.as_ref()
+    }
+
+    /// `sha256:<hex>` over the sorted fingerprints of the keys and the keyless trust's.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
     }

@@ -3,7 +3,8 @@
 //! ([`images`]); a fake Kubernetes API ([`fake_kube`]); a proxy that strips response headers
 //! ([`strip_proxy`]); pinhook itself over HTTPS ([`pinhook`]), the reviews sent to it
 //! ([`requests`]), its registry client driven directly ([`resolving`]), its log lines
-//! captured ([`logs`]), and test images signed as cosign signs them ([`signing`]).
+//! captured ([`logs`]), and test images signed as cosign signs them ([`signing`]), with a key
+//! or keyless under a Sigstore of the tests' own ([`sigstore_authority`]).
 //!
 //! The harness's own checks live in `tests/integration/harness_selftest.rs`, counted apart from
 //! pinhook's.
@@ -24,6 +25,7 @@ pub mod registry;
 pub mod requests;
 pub mod resolving;
 pub mod signing;
+pub mod sigstore_authority;
 pub mod silent;
 pub mod stand_in;
 pub mod strip_proxy;

@@ -1,10 +1,12 @@
 //! Signing test images as cosign does, offline: fresh P-256 key pairs (the `sigstore` crate's
 //! signer, as `cosign sign --key` signs), simple signing payloads signed with them, and
 //! signature manifests pushed to the real test registry in cosign's tag scheme
-//! (`sha256-<hex>.sig`).
+//! (`sha256-<hex>.sig`); and keyless, as `cosign sign` without a key signs, under the tests' own
+//! Sigstore ([`super::sigstore_authority`]).
 
 use base64::Engine as _;
 use pinhook::reference::Digest;
+use pinhook::signatures::keyless::{BUNDLE_ANNOTATION, CERTIFICATE_ANNOTATION, CHAIN_ANNOTATION};
 use pinhook::signatures::simple_signing::{payload_for, SIGNATURE_ANNOTATION};
 use pinhook::signatures::{signature_tag, PublicKey};
 use serde_json::json;
@@ -12,6 +14,7 @@ use sigstore::crypto::{SigStoreSigner, SigningScheme};
 
 use super::images;
 use super::registry::TestRegistry;
+use super::sigstore_authority::TestSigstore;
 
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
@@ -42,15 +45,29 @@ pub async fn push_signatures(
     digest: &str,
     layers: &[(Vec<u8>, String)],
 ) {
+    let layers: Vec<(Vec<u8>, serde_json::Value)> = layers
+        .iter()
+        .map(|(payload, signature)| (payload.clone(), json!({ SIGNATURE_ANNOTATION: signature })))
+        .collect();
+    push_layers(registry, repo, digest, &layers).await;
+}
+
+/// Pushes a signature manifest for `digest` in `repo`, one layer per (payload, annotations).
+pub async fn push_layers(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    layers: &[(Vec<u8>, serde_json::Value)],
+) {
     let config = images::push_blob(registry, repo, b"{}").await;
     let mut descriptors = Vec::new();
-    for (payload, signature) in layers {
+    for (payload, annotations) in layers {
         let blob = images::push_blob(registry, repo, payload).await;
         descriptors.push(json!({
             "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
             "digest": blob,
             "size": payload.len(),
-            "annotations": { SIGNATURE_ANNOTATION: signature },
+            "annotations": annotations,
         }));
     }
     let manifest = json!({
@@ -92,4 +109,27 @@ pub fn signature_of(
 pub async fn sign(registry: &TestRegistry, repo: &str, digest: &str, signer: &SigStoreSigner) {
     let layer = signature_of(registry, repo, digest, signer);
     push_signatures(registry, repo, digest, &[layer]).await;
+}
+
+/// Signs `digest` of `repo` keyless, as `subject` of the OIDC `issuer` under `sigstore`, and
+/// pushes the signature with its certificate, chain and log bundle, as `cosign sign` does
+/// without a key.
+pub async fn sign_keyless(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    sigstore: &TestSigstore,
+    issuer: &str,
+    subject: &str,
+) {
+    let repository = format!("{}/{repo}", registry.host());
+    let payload = payload_for(&repository, &digest.parse::<Digest>().unwrap());
+    let made = sigstore.sign(&payload, issuer, subject);
+    let annotations = json!({
+        SIGNATURE_ANNOTATION: made.signature,
+        CERTIFICATE_ANNOTATION: made.certificate,
+        CHAIN_ANNOTATION: made.chain,
+        BUNDLE_ANNOTATION: made.bundle,
+    });
+    push_layers(registry, repo, digest, &[(payload, annotations)]).await;
 }

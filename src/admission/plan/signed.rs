@@ -353,7 +353,7 @@ mod tests {
 
     fn verified() -> Result<Verdict, RegistryError> {
         Ok(Verdict::Verified {
-            key: "sha256:key".to_string(),
+            signer: "key sha256:key".to_string(),
         })
     }
 
@@ -402,14 +402,26 @@ mod tests {
     fn every_other_answer_denies_in_enforce_naming_the_entry_and_why() {
         let policy = policy("enforce", &["registry.example/team/*"]);
         let value = pod(TAG);
-        let cases: [(Option<Result<Verdict, RegistryError>>, &str); 5] = [
+        let cases: [(Option<Result<Verdict, RegistryError>>, &str); 7] = [
             (Some(Ok(Verdict::NoSignature)), "no signature found"),
             (Some(Ok(Verdict::OtherKey)), "signed by another key"),
             (
                 Some(Ok(Verdict::OtherDigest {
                     signed: digest('e').to_string(),
                 })),
-                "the trusted key signed another digest",
+                "the trusted signer signed another digest",
+            ),
+            (
+                Some(Ok(Verdict::OtherIdentity {
+                    signer: "dev@evil.example (https://issuer.example)".to_string(),
+                })),
+                "signed keyless by dev@evil.example (https://issuer.example), an identity the entry does not name",
+            ),
+            (
+                Some(Ok(Verdict::Untrusted {
+                    why: "it was logged in no log the trusted root names".to_string(),
+                })),
+                "the trusted root does not vouch for: it was logged in no log",
             ),
             (
                 Some(Err(RegistryError::Timeout {

@@ -14,25 +14,45 @@ use super::{each_credential, unauthorized, OciResolver};
 use crate::reference::{Digest, Reference};
 use crate::registry::http::body;
 use crate::registry::{AnswerError, Credential, RegistryError};
+use crate::signatures::keyless::{BUNDLE_ANNOTATION, CERTIFICATE_ANNOTATION, CHAIN_ANNOTATION};
 use crate::signatures::simple_signing::SIGNATURE_ANNOTATION;
 use crate::signatures::SignatureLayer;
 
 /// Signature layers read of one signature manifest; a manifest with more is refused.
 pub const MAX_SIGNATURE_LAYERS: usize = 16;
 
-/// One signature layer, read: its payload (digest-checked) and its signature annotation.
+/// One signature layer, read: its payload (digest-checked), its signature annotation and a
+/// keyless signature's certificate, chain and log bundle annotations (bounded, with the
+/// manifest, by its read limit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedLayer {
     pub payload: Vec<u8>,
     pub signature: String,
+    pub certificate: Option<String>,
+    pub chain: Option<String>,
+    pub bundle: Option<String>,
 }
 
 impl FetchedLayer {
+    /// A layer signed with a key: a payload and its signature, no certificate.
+    pub fn of_key(payload: Vec<u8>, signature: String) -> FetchedLayer {
+        FetchedLayer {
+            payload,
+            signature,
+            certificate: None,
+            chain: None,
+            bundle: None,
+        }
+    }
+
     /// The layer as the verdict reads it.
     pub fn as_layer(&self) -> SignatureLayer<'_> {
         SignatureLayer {
             payload: &self.payload,
             signature: &self.signature,
+            certificate: self.certificate.as_deref(),
+            chain: self.chain.as_deref(),
+            bundle: self.bundle.as_deref(),
         }
     }
 }
@@ -165,9 +185,13 @@ impl OciResolver {
                     "payload is not the blob its descriptor names ({layer_digest})"
                 )));
             }
+            let annotation = |name: &str| layer.annotations.get(name).cloned();
             layers.push(FetchedLayer {
                 payload: payload.to_vec(),
                 signature: signature.clone(),
+                certificate: annotation(CERTIFICATE_ANNOTATION),
+                chain: annotation(CHAIN_ANNOTATION),
+                bundle: annotation(BUNDLE_ANNOTATION),
             });
         }
         Ok(layers)

@@ -894,7 +894,7 @@ fn pinned_digests_a_verify_entry_covers_are_checked_once_and_judged() {
         .into_iter()
         .map(|call| {
             let verdict = match call.key.digest.hex().chars().next() {
-                Some('a') => Some(crate::signatures::Verdict::Verified { key: "k".into() }),
+                Some('a') => Some(crate::signatures::Verdict::Verified { signer: "k".into() }),
                 Some('b') => Some(crate::signatures::Verdict::NoSignature),
                 _ => None,
             };

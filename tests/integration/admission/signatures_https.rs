@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use pinhook::policy::{KeySource, Mode, Policy, VerifyEntry};
+use pinhook::policy::{IdentityEntry, KeySource, KeylessEntry, Mode, Policy, VerifyEntry};
 use pinhook::registry::CacheConfig;
 
 use crate::common::cli::docker_config_json;
@@ -15,7 +15,8 @@ use crate::common::images::{self, PushedIndex};
 use crate::common::pinhook::{Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
 use crate::common::requests::{image_after, message, pod_review, warned};
-use crate::common::signing::{key_pair_pem, sign};
+use crate::common::signing::{key_pair_pem, sign, sign_keyless};
+use crate::common::sigstore_authority::TestSigstore;
 
 const USER: &str = "robot";
 const PASS: &str = "v3rify-pass";
@@ -73,27 +74,39 @@ async fn signed_registry() -> Signed {
 }
 
 fn verifying(setup: &Signed, mode: Mode) -> Options {
+    let entry = VerifyEntry {
+        images: vec![format!("{}/team/*", setup.registry.host())],
+        // The key as a mounted Secret gives it: a file.
+        keys: vec![KeySource {
+            pem: None,
+            file: Some(setup.key_file.clone()),
+        }],
+        keyless: None,
+    };
+    options(&setup.registry, &setup.config, mode, entry)
+}
+
+/// pinhook with the registry's credentials and one `verify` entry.
+fn options(
+    registry: &TestRegistry,
+    config: &std::path::Path,
+    mode: Mode,
+    entry: VerifyEntry,
+) -> Options {
     let mut policy = Policy {
         mode,
-        verify: vec![VerifyEntry {
-            images: vec![format!("{}/team/*", setup.registry.host())],
-            // The key as a mounted Secret gives it: a file.
-            keys: vec![KeySource {
-                pem: None,
-                file: Some(setup.key_file.clone()),
-            }],
-        }],
+        verify: vec![entry],
         ..Policy::default()
     };
     // The token server listens on loopback too.
-    let tokens = setup.registry.token_server().expect("token auth");
+    let tokens = registry.token_server().expect("token auth");
     policy
         .registries
         .allow_private
         .push(tokens.addr().to_string());
     Options {
         policy,
-        docker_config: Some(setup.config.clone()),
+        docker_config: Some(config.to_path_buf()),
         ..Options::default()
     }
 }
@@ -117,7 +130,10 @@ async fn only_a_digest_signed_by_the_trusted_key_is_pinned() {
     for (image, why) in [
         (&setup.unsigned, "no signature found"),
         (&setup.other_key, "signed by another key"),
-        (&setup.other_digest, "the trusted key signed another digest"),
+        (
+            &setup.other_digest,
+            "the trusted signer signed another digest",
+        ),
     ] {
         let body = pinhook
             .mutate(&pod_review(&setup.registry, &image.reference))
@@ -224,4 +240,99 @@ async fn audit_admits_an_unsigned_image_and_warns() {
         "audit never mutates: {body}"
     );
     assert!(warned(&body, "no signature found"), "{body}");
+}
+
+const ISSUER: &str = "https://token.actions.githubusercontent.com";
+const RELEASE: &str = "https://github.com/acme/app/.github/workflows/release.yml@refs/tags/v1.0";
+
+/// Keyless: an entry trusting the release workflow's identity (issuer exact, subject by pattern)
+/// under the tests' own trusted root, given as a file. 1.0 is signed by that workflow: pinned.
+/// 2.0 by another repository's workflow, 3.0 by a CA the root does not name (logged in its
+/// log): each denied naming why, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_signatures_of_a_trusted_identity_are_pinned_and_others_denied() {
+    let registry = TestRegistry::start(RegistryAuth::token(USER, PASS)).await;
+    let release = images::push_multi_arch(&registry, "team/app", "1.0", "keyless-1").await;
+    let other = images::push_multi_arch(&registry, "team/app", "2.0", "keyless-2").await;
+    let rogue = images::push_multi_arch(&registry, "team/app", "3.0", "keyless-3").await;
+    let sigstore = TestSigstore::new();
+    let repo = "team/app";
+    sign_keyless(
+        &registry,
+        repo,
+        &release.index_digest,
+        &sigstore,
+        ISSUER,
+        RELEASE,
+    )
+    .await;
+    let fork = "https://github.com/evil/app/.github/workflows/release.yml@refs/tags/v1.0";
+    sign_keyless(
+        &registry,
+        repo,
+        &other.index_digest,
+        &sigstore,
+        ISSUER,
+        fork,
+    )
+    .await;
+    let rogue_ca = sigstore.sharing_log();
+    sign_keyless(
+        &registry,
+        repo,
+        &rogue.index_digest,
+        &rogue_ca,
+        ISSUER,
+        RELEASE,
+    )
+    .await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, docker_config_json(&registry.host(), USER, PASS)).expect("config");
+    let root = dir.path().join("trusted_root.json");
+    std::fs::write(&root, sigstore.trusted_root()).expect("root");
+    let entry = VerifyEntry {
+        images: vec![format!("{}/team/*", registry.host())],
+        keys: Vec::new(),
+        keyless: Some(KeylessEntry {
+            trusted_root: root,
+            identities: vec![IdentityEntry {
+                issuer: Some(ISSUER.to_string()),
+                subject_reg_exp: Some(
+                    r"^https://github\.com/acme/app/\.github/workflows/release\.yml@refs/tags/v"
+                        .to_string(),
+                ),
+                ..IdentityEntry::default()
+            }],
+        }),
+    };
+    let pinhook =
+        TestPinhook::start_with(&registry, options(&registry, &config, Mode::Enforce, entry)).await;
+
+    let review = pod_review(&registry, &release.reference);
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(image_after(&review, &body), release.pinned_with_tag());
+
+    for (image, why) in [
+        (&other, "signed keyless by https://github.com/evil/app/"),
+        (&rogue, "the trusted root does not vouch for"),
+    ] {
+        let body = pinhook
+            .mutate(&pod_review(&registry, &image.reference))
+            .await;
+        assert_eq!(body["response"]["allowed"], false, "{}: {body}", image.tag);
+        let text = message(&body);
+        assert!(text.contains("not verified: verify[0]: "), "{text}");
+        assert!(text.contains(why), "{text} lacks {why}");
+    }
+    let metrics = pinhook.scrape_metrics().await;
+    for line in [
+        "pinhook_signature_verifications_total{outcome=\"verified\",source=\"registry\"} 1",
+        "pinhook_signature_verifications_total{outcome=\"other_identity\",source=\"registry\"} 1",
+        "pinhook_signature_verifications_total{outcome=\"untrusted\",source=\"registry\"} 1",
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
 }

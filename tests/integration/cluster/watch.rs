@@ -1042,7 +1042,7 @@ impl SignatureVerifier for Signed {
         }
         Ok(match trust.fingerprint() == self.by {
             true => Verdict::Verified {
-                key: self.by.clone(),
+                signer: self.by.clone(),
             },
             false => Verdict::OtherKey,
         })

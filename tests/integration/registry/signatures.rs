@@ -6,7 +6,7 @@
 
 use pinhook::reference::Digest;
 use pinhook::signatures::simple_signing::{payload_for, SIGNATURE_ANNOTATION};
-use pinhook::signatures::{judge, signature_tag, PublicKey, SignatureLayer, Verdict};
+use pinhook::signatures::{judge, signature_tag, SignatureLayer, Trust, Verdict};
 use serde_json::json;
 
 use crate::common::images;
@@ -19,14 +19,14 @@ use pinhook::registry::{Credential, FetchedLayer, OciResolver};
 const USER: &str = "robot";
 const PASS: &str = "s1gn-pass";
 
-async fn verdict(resolver: &OciResolver, image: &str, digest: &str, keys: &[PublicKey]) -> Verdict {
+async fn verdict(resolver: &OciResolver, image: &str, digest: &str, trust: &Trust) -> Verdict {
     let digest: Digest = digest.parse().unwrap();
     let layers = resolver
         .signature_layers(&reference(image), &digest, &Credential::basic(USER, PASS))
         .await
         .expect("fetched");
     let layers: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
-    judge(&layers, keys, &digest)
+    judge(&layers, trust, &digest)
 }
 
 #[tokio::test]
@@ -60,7 +60,7 @@ async fn signatures_are_fetched_with_the_images_credentials_and_bound_to_its_dig
     .await;
 
     let resolver = resolver(registry_config(&registry));
-    let keys = std::slice::from_ref(&key);
+    let keys = &Trust::of_keys(vec![key.clone()]);
     assert_eq!(
         verdict(
             &resolver,
@@ -70,7 +70,7 @@ async fn signatures_are_fetched_with_the_images_credentials_and_bound_to_its_dig
         )
         .await,
         Verdict::Verified {
-            key: key.fingerprint().to_string()
+            signer: format!("key {}", key.fingerprint())
         }
     );
     assert_eq!(
@@ -78,7 +78,7 @@ async fn signatures_are_fetched_with_the_images_credentials_and_bound_to_its_dig
             &resolver,
             &signed_image.reference,
             &signed_image.index_digest,
-            &[other_key]
+            &Trust::of_keys(vec![other_key])
         )
         .await,
         Verdict::OtherKey

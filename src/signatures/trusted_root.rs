@@ -1,0 +1,391 @@
+//! A Sigstore trusted root (`trusted_root.json`, media type
+//! `application/vnd.dev.sigstore.trustedroot+json`), read from a file at load, so an air-gapped
+//! cluster verifies keyless signatures with no outside call: the certificate authorities
+//! (Fulcio) whose chains issue signing certificates, and the transparency logs (Rekor) whose
+//! keys sign entry timestamps, each with the period it is trusted for. Certificate
+//! transparency logs and timestamp authorities are read past: pinhook checks neither an SCT nor
+//! an RFC 3161 timestamp (docs/signatures.md says so).
+//!
+//! Owns: the file's reading, bounds and errors, and the root's fingerprint. Never: verifies a
+//! certificate or an entry (`keyless` does).
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+use sigstore::crypto::CosignVerificationKey;
+
+/// The largest trusted root read (the public good instance's is under 10 KiB).
+pub const MAX_TRUSTED_ROOT_BYTES: usize = 1 << 20;
+/// Logs, and authorities, read of one root.
+const MAX_ENTRIES: usize = 64;
+/// Certificates of one authority's chain.
+const MAX_CHAIN: usize = 8;
+
+/// The trust material of a Sigstore instance.
+#[derive(Debug, Clone)]
+pub struct TrustedRoot {
+    pub(crate) logs: Vec<Log>,
+    pub(crate) authorities: Vec<Authority>,
+    fingerprint: String,
+}
+
+/// A transparency log: its ID (`sha256` of its key, hex, as a bundle's `logID` names it), key
+/// and period.
+#[derive(Debug, Clone)]
+pub(crate) struct Log {
+    pub id: String,
+    pub key: CosignVerificationKey,
+    pub valid: Validity,
+}
+
+/// A certificate authority: its root (the chain's last certificate), the certificates between
+/// (DER) and its period.
+#[derive(Debug, Clone)]
+pub(crate) struct Authority {
+    pub root: Vec<u8>,
+    pub intermediates: Vec<Vec<u8>>,
+    pub valid: Validity,
+}
+
+/// A period in Unix seconds; no end is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Validity {
+    pub start: i64,
+    pub end: Option<i64>,
+}
+
+impl Validity {
+    pub fn contains(&self, time: i64) -> bool {
+        self.start <= time && self.end.is_none_or(|end| time <= end)
+    }
+}
+
+/// Why a text is not a trusted root pinhook can verify with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrustedRootError {
+    #[error("larger than a trusted root ({MAX_TRUSTED_ROOT_BYTES} bytes at most)")]
+    TooLarge,
+    #[error("not a Sigstore trusted root: {0}")]
+    Malformed(String),
+    #[error("{field}: {problem}")]
+    Invalid { field: String, problem: String },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RootFile {
+    #[serde(default)]
+    media_type: String,
+    #[serde(default)]
+    tlogs: Vec<TlogFile>,
+    #[serde(default)]
+    certificate_authorities: Vec<AuthorityFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TlogFile {
+    public_key: PublicKeyFile,
+    log_id: LogIdFile,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PublicKeyFile {
+    raw_bytes: String,
+    #[serde(default)]
+    valid_for: Option<PeriodFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LogIdFile {
+    key_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuthorityFile {
+    cert_chain: ChainFile,
+    #[serde(default)]
+    valid_for: Option<PeriodFile>,
+}
+
+#[derive(Deserialize)]
+struct ChainFile {
+    certificates: Vec<CertificateFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CertificateFile {
+    raw_bytes: String,
+}
+
+#[derive(Deserialize)]
+struct PeriodFile {
+    #[serde(default)]
+    start: Option<String>,
+    #[serde(default)]
+    end: Option<String>,
+}
+
+const MEDIA_TYPE: &str = "application/vnd.dev.sigstore.trustedroot+json";
+
+impl TrustedRoot {
+    /// The root in `text`; every problem names its field (`tlogs[0].publicKey.rawBytes`).
+    pub fn parse(text: &[u8]) -> Result<TrustedRoot, TrustedRootError> {
+        if text.len() > MAX_TRUSTED_ROOT_BYTES {
+            return Err(TrustedRootError::TooLarge);
+        }
+        let file: RootFile = serde_json::from_slice(text).map_err(|e| {
+            TrustedRootError::Malformed(crate::text::one_line(&e.to_string()).into_owned())
+        })?;
+        if !file.media_type.starts_with(MEDIA_TYPE) {
+            return Err(invalid(
+                "mediaType",
+                format!("must be {MEDIA_TYPE};version=…"),
+            ));
+        }
+        if file.tlogs.is_empty() || file.tlogs.len() > MAX_ENTRIES {
+            return Err(invalid(
+                "tlogs",
+                format!("must name 1 to {MAX_ENTRIES} transparency logs"),
+            ));
+        }
+        if file.certificate_authorities.is_empty()
+            || file.certificate_authorities.len() > MAX_ENTRIES
+        {
+            return Err(invalid(
+                "certificateAuthorities",
+                format!("must name 1 to {MAX_ENTRIES} certificate authorities"),
+            ));
+        }
+        let mut logs = Vec::with_capacity(file.tlogs.len());
+        for (i, log) in file.tlogs.iter().enumerate() {
+            let field = format!("tlogs[{i}]");
+            let der = decode(
+                &log.public_key.raw_bytes,
+                &format!("{field}.publicKey.rawBytes"),
+            )?;
+            let key = CosignVerificationKey::try_from_der(&der)
+                .map_err(|e| invalid(&format!("{field}.publicKey.rawBytes"), e.to_string()))?;
+            let key_id = decode(&log.log_id.key_id, &format!("{field}.logId.keyId"))?;
+            if key_id.as_slice() != Sha256::digest(&der).as_slice() {
+                return Err(invalid(
+                    &format!("{field}.logId.keyId"),
+                    "is not the SHA-256 of the log's key".to_string(),
+                ));
+            }
+            logs.push(Log {
+                id: hex(&key_id),
+                key,
+                valid: period(
+                    log.public_key.valid_for.as_ref(),
+                    &format!("{field}.publicKey.validFor"),
+                )?,
+            });
+        }
+        let mut authorities = Vec::with_capacity(file.certificate_authorities.len());
+        for (i, authority) in file.certificate_authorities.iter().enumerate() {
+            let field = format!("certificateAuthorities[{i}]");
+            let chain = &authority.cert_chain.certificates;
+            if chain.is_empty() || chain.len() > MAX_CHAIN {
+                return Err(invalid(
+                    &format!("{field}.certChain.certificates"),
+                    format!("must hold 1 to {MAX_CHAIN} certificates"),
+                ));
+            }
+            let mut certificates = Vec::with_capacity(chain.len());
+            for (j, certificate) in chain.iter().enumerate() {
+                let at = format!("{field}.certChain.certificates[{j}].rawBytes");
+                let der = decode(&certificate.raw_bytes, &at)?;
+                x509_parser::parse_x509_certificate(&der)
+                    .map_err(|_| invalid(&at, "is not a DER certificate".to_string()))?;
+                certificates.push(der);
+            }
+            let root = certificates.pop().unwrap_or_default();
+            authorities.push(Authority {
+                root,
+                intermediates: certificates,
+                valid: period(authority.valid_for.as_ref(), &format!("{field}.validFor"))?,
+            });
+        }
+        Ok(TrustedRoot {
+            logs,
+            authorities,
+            fingerprint: format!("sha256:{:x}", Sha256::digest(text)),
+        })
+    }
+
+    /// `sha256:<hex>` of the file's bytes.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// The log whose ID is `id`, trusted at `time`.
+    pub(crate) fn log(&self, id: &str, time: i64) -> Option<&Log> {
+        self.logs
+            .iter()
+            .find(|log| log.id.eq_ignore_ascii_case(id) && log.valid.contains(time))
+    }
+
+    /// The authorities trusted at `time`.
+    pub(crate) fn authorities_at(&self, time: i64) -> impl Iterator<Item = &Authority> {
+        self.authorities
+            .iter()
+            .filter(move |authority| authority.valid.contains(time))
+    }
+}
+
+fn invalid(field: &str, problem: String) -> TrustedRootError {
+    TrustedRootError::Invalid {
+        field: field.to_string(),
+        problem,
+    }
+}
+
+fn decode(text: &str, field: &str) -> Result<Vec<u8>, TrustedRootError> {
+    STANDARD
+        .decode(text.trim())
+        .map_err(|_| invalid(field, "is not base64".to_string()))
+}
+
+fn period(period: Option<&PeriodFile>, field: &str) -> Result<Validity, TrustedRootError> {
+    let time = |text: &Option<String>, which: &str| -> Result<Option<i64>, TrustedRootError> {
+        text.as_deref()
+            .map(|text| {
+                time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+                    .map(|t| t.unix_timestamp())
+                    .map_err(|_| {
+                        invalid(
+                            &format!("{field}.{which}"),
+                            "is not an RFC 3339 time".to_string(),
+                        )
+                    })
+            })
+            .transpose()
+    };
+    match period {
+        None => Ok(Validity {
+            start: i64::MIN,
+            end: None,
+        }),
+        Some(p) => Ok(Validity {
+            start: time(&p.start, "start")?.unwrap_or(i64::MIN),
+            end: time(&p.end, "end")?,
+        }),
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signatures::keyless::test_authority::TestSigstore;
+
+    #[test]
+    fn a_test_root_reads_with_its_log_and_authority() {
+        let sigstore = TestSigstore::new();
+        let root = TrustedRoot::parse(sigstore.trusted_root().as_bytes()).unwrap();
+        assert_eq!(root.logs.len(), 1);
+        assert!(root.log(&sigstore.log_id(), sigstore.now).is_some());
+        assert!(root
+            .log(&sigstore.log_id().to_uppercase(), sigstore.now)
+            .is_some());
+        assert!(root.log("00", sigstore.now).is_none());
+        assert_eq!(root.authorities_at(sigstore.now).count(), 1);
+        assert!(root.fingerprint().starts_with("sha256:"));
+    }
+
+    #[test]
+    fn each_problem_names_its_field() {
+        let good: serde_json::Value =
+            serde_json::from_str(&TestSigstore::new().trusted_root()).unwrap();
+        let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+            ("/mediaType", "text/plain".into(), "mediaType"),
+            ("/tlogs", serde_json::json!([]), "tlogs"),
+            (
+                "/tlogs/0/publicKey/rawBytes",
+                "!!".into(),
+                "tlogs[0].publicKey.rawBytes",
+            ),
+            (
+                "/tlogs/0/publicKey/rawBytes",
+                "AAAA".into(),
+                "tlogs[0].publicKey.rawBytes",
+            ),
+            (
+                "/tlogs/0/logId/keyId",
+                "AAAA".into(),
+                "tlogs[0].logId.keyId",
+            ),
+            (
+                "/tlogs/0/publicKey/validFor/start",
+                "yesterday".into(),
+                "tlogs[0].publicKey.validFor.start",
+            ),
+            (
+                "/certificateAuthorities/0/certChain/certificates",
+                serde_json::json!([]),
+                "certificateAuthorities[0].certChain.certificates",
+            ),
+            (
+                "/certificateAuthorities/0/certChain/certificates/0/rawBytes",
+                "AAAA".into(),
+                "certificateAuthorities[0].certChain.certificates[0].rawBytes",
+            ),
+        ];
+        for (pointer, value, field) in cases {
+            let mut root = good.clone();
+            *root.pointer_mut(pointer).unwrap() = value;
+            match TrustedRoot::parse(root.to_string().as_bytes()) {
+                Err(TrustedRootError::Invalid { field: f, .. }) => {
+                    assert_eq!(f, field, "{pointer}")
+                }
+                other => panic!("{pointer}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_files_are_refused_in_bounds() {
+        assert_eq!(
+            TrustedRoot::parse(&vec![b' '; MAX_TRUSTED_ROOT_BYTES + 1]).unwrap_err(),
+            TrustedRootError::TooLarge
+        );
+        let deep = "[".repeat(10_000);
+        assert!(matches!(
+            TrustedRoot::parse(deep.as_bytes()),
+            Err(TrustedRootError::Malformed(_))
+        ));
+        let message = TrustedRoot::parse(b"{\"mediaType\":1}\n\x1b")
+            .unwrap_err()
+            .to_string();
+        assert!(!message.contains('\n'), "{message}");
+    }
+
+    #[test]
+    fn validity_is_inclusive_and_open_ended_without_an_end() {
+        let v = Validity {
+            start: 10,
+            end: Some(20),
+        };
+        assert!(!v.contains(9) && v.contains(10) && v.contains(20) && !v.contains(21));
+        assert!(Validity {
+            start: 10,
+            end: None
+        }
+        .contains(i64::MAX));
+    }
+}

@@ -1,0 +1,211 @@
+//! A Sigstore of the tests' own, made offline: a Fulcio-like CA that issues short-lived
+//! code-signing certificates naming an OIDC issuer (extension 1.3.6.1.4.1.57264.1.8) and a
+//! subject (an email or URI SAN), a Rekor-like log key that signs entry timestamps over
+//! `hashedrekord` entries, and the `trusted_root.json` naming both, as `cosign sign` keyless
+//! leaves them in a signature layer's annotations. Shared by path by the unit tests
+//! (`src/signatures/keyless.rs`) and the integration tests (`tests/common`), so it names no
+//! crate of its own.
+
+use std::sync::Arc;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use rcgen::{
+    BasicConstraints, CertificateParams, CustomExtension, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SanType,
+    SigningKey, PKCS_ECDSA_P256_SHA256,
+};
+use sha2::{Digest as _, Sha256};
+
+/// The certificate extension Fulcio writes the OIDC issuer in (a DER UTF8String).
+const ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
+
+/// A test Sigstore: one CA, one log.
+pub struct TestSigstore {
+    ca: Issuer<'static, KeyPair>,
+    ca_der: Vec<u8>,
+    log: Arc<KeyPair>,
+    /// The moment entries are logged at, and certificates are valid around (Unix seconds).
+    pub now: i64,
+}
+
+/// What `cosign sign` keyless leaves on a signature layer: the signature, the certificate
+/// (PEM), the chain (PEM) and the log's bundle (JSON).
+#[derive(Debug, Clone)]
+pub struct KeylessSignature {
+    pub signature: String,
+    pub certificate: String,
+    pub chain: String,
+    pub bundle: String,
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn at(seconds: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(seconds).unwrap()
+}
+
+impl TestSigstore {
+    /// A fresh CA and log.
+    pub fn new() -> TestSigstore {
+        TestSigstore::with_log(Arc::new(
+            KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap(),
+        ))
+    }
+
+    /// Another CA that logs in this one's log: its certificates are logged, but not issued by
+    /// this CA.
+    pub fn sharing_log(&self) -> TestSigstore {
+        TestSigstore::with_log(self.log.clone())
+    }
+
+    fn with_log(log: Arc<KeyPair>) -> TestSigstore {
+        let now = unix_now();
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "test-fulcio");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.not_before = at(now - 86_400);
+        params.not_after = at(now + 365 * 86_400);
+        let ca_der = params.self_signed(&key).unwrap().der().to_vec();
+        TestSigstore {
+            ca: Issuer::new(params, key),
+            ca_der,
+            log,
+            now,
+        }
+    }
+
+    /// `sha256(log key)`, hex: the log's ID as a bundle names it.
+    pub fn log_id(&self) -> String {
+        hex(&Sha256::digest(self.log.subject_public_key_info()))
+    }
+
+    /// The `trusted_root.json` trusting this CA and this log.
+    pub fn trusted_root(&self) -> String {
+        let key = self.log.subject_public_key_info();
+        serde_json::json!({
+            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+            "tlogs": [{
+                "baseUrl": "https://rekor.test",
+                "hashAlgorithm": "SHA2_256",
+                "publicKey": {
+                    "rawBytes": STANDARD.encode(&key),
+                    "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+                    "validFor": {"start": "2020-01-01T00:00:00Z"},
+                },
+                "logId": {"keyId": STANDARD.encode(Sha256::digest(&key))},
+            }],
+            "certificateAuthorities": [{
+                "subject": {"organization": "test", "commonName": "test-fulcio"},
+                "uri": "https://fulcio.test",
+                "certChain": {"certificates": [{"rawBytes": STANDARD.encode(&self.ca_der)}]},
+                "validFor": {"start": "2020-01-01T00:00:00Z"},
+            }],
+            "ctlogs": [],
+            "timestampAuthorities": [],
+        })
+        .to_string()
+    }
+
+    /// A certificate for `subject` of `issuer` valid from `from` for ten minutes, and its key.
+    pub fn certificate(&self, issuer: &str, subject: &str, from: i64) -> (String, KeyPair) {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = DistinguishedName::new();
+        params.subject_alt_names = vec![if subject.contains("://") {
+            SanType::URI(subject.try_into().unwrap())
+        } else {
+            SanType::Rfc822Name(subject.try_into().unwrap())
+        }];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.not_before = at(from);
+        params.not_after = at(from + 600);
+        let mut value = vec![0x0c];
+        if issuer.len() >= 0x80 {
+            value.push(0x81);
+        }
+        value.push(issuer.len() as u8);
+        value.extend_from_slice(issuer.as_bytes());
+        params
+            .custom_extensions
+            .push(CustomExtension::from_oid_content(ISSUER_V2, value));
+        let pem = params.signed_by(&key, &self.ca).unwrap().pem();
+        (pem, key)
+    }
+
+    /// `payload` signed keyless by `subject` of `issuer`, logged now.
+    pub fn sign(&self, payload: &[u8], issuer: &str, subject: &str) -> KeylessSignature {
+        let (certificate, key) = self.certificate(issuer, subject, self.now - 30);
+        let signature = STANDARD.encode(key.sign(payload).unwrap());
+        let bundle = self.log_entry(payload, &signature, &certificate, self.now);
+        KeylessSignature {
+            signature,
+            certificate,
+            chain: self.ca_pem(),
+            bundle,
+        }
+    }
+
+    /// The CA's certificate, PEM.
+    pub fn ca_pem(&self) -> String {
+        let body = STANDARD.encode(&self.ca_der);
+        let lines: Vec<&str> = body
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            lines.join("\n")
+        )
+    }
+
+    /// The bundle annotation of a `hashedrekord` entry of (`payload`, `signature`,
+    /// `certificate`) logged at `time`: the entry and the log's signed timestamp over it.
+    pub fn log_entry(
+        &self,
+        payload: &[u8],
+        signature: &str,
+        certificate: &str,
+        time: i64,
+    ) -> String {
+        let body = serde_json::json!({
+            "apiVersion": "0.0.1",
+            "kind": "hashedrekord",
+            "spec": {
+                "data": {"hash": {"algorithm": "sha256", "value": hex(&Sha256::digest(payload))}},
+                "signature": {
+                    "content": signature,
+                    "publicKey": {"content": STANDARD.encode(certificate)},
+                },
+            },
+        });
+        let body = STANDARD.encode(body.to_string());
+        let log_id = self.log_id();
+        // The canonical JSON (RFC 8785) of the entry: keys sorted, no blanks.
+        let canonical = format!(
+            r#"{{"body":"{body}","integratedTime":{time},"logID":"{log_id}","logIndex":7}}"#
+        );
+        let set = STANDARD.encode(self.log.sign(canonical.as_bytes()).unwrap());
+        serde_json::json!({
+            "SignedEntryTimestamp": set,
+            "Payload": {"body": body, "integratedTime": time, "logIndex": 7, "logID": log_id},
+        })
+        .to_string()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
