@@ -13,6 +13,7 @@
 //! one policy entry ([`Trust`]), the payload's reading, the verdict and its fixed vocabulary. Never: fetches a signature (the registry client does), or decides what a
 //! verdict costs an admission (the policy's mode does).
 
+pub mod bundle;
 pub mod key;
 pub mod keyless;
 pub mod simple_signing;
@@ -21,7 +22,7 @@ pub mod trusted_root;
 
 pub use key::{KeyError, PublicKey};
 pub use keyless::{Identity, Keyless, Matcher};
-pub use simple_signing::{judge, SignatureLayer, Verdict};
+pub use simple_signing::{judge, judge_all, SignatureLayer, Verdict};
 pub use trust::Trust;
 pub use trusted_root::{TrustedRoot, TrustedRootError};
 

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use base64::Engine as _;
 use pinhook::reference::{Digest, Reference};
-use pinhook::registry::{Credential, FetchedLayer, RegistryError, SignatureSource};
+use pinhook::registry::{
+    Credential, FetchedLayer, FetchedSignatures, RegistryError, SignatureSource,
+};
 use pinhook::signatures::simple_signing::payload_for;
 use pinhook::signatures::{PublicKey, Trust};
 use sigstore::crypto::SigningScheme;
@@ -43,7 +45,10 @@ impl SignatureSource for SignedSource {
         _image: &Reference,
         digest: &Digest,
         _credentials: &[Credential],
-    ) -> Result<Vec<FetchedLayer>, RegistryError> {
-        Ok(self.0.get(digest).cloned().into_iter().collect())
+    ) -> Result<FetchedSignatures, RegistryError> {
+        Ok(FetchedSignatures {
+            layers: self.0.get(digest).cloned().into_iter().collect(),
+            bundles: Vec::new(),
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! A keyless signature layer as a hostile registry could serve it (issue 46): the input's first
 //! byte chooses which of a valid layer's parts (payload, signature, certificate, chain, bundle)
-//! are replaced, and the rest, split on 0xFF bytes, replaces them in that order. The layer is
+//! are replaced, and the rest, split on 0xFF bytes, replaces them in that order; with bit 6 set,
+//! the rest is a cosign 3 Sigstore bundle instead (a valid one when empty). The layer is
 //! judged under a trust of one key and one keyless identity of the tests' own Sigstore
 //! (`tests/common/sigstore_authority.rs`): never a panic, never `verified` for a layer whose
 //! parts were replaced (only the untouched valid layer verifies), and every verdict on one line.
@@ -12,7 +13,7 @@ use libfuzzer_sys::fuzz_target;
 use pinhook::reference::Digest;
 use pinhook::signatures::simple_signing::payload_for;
 use pinhook::signatures::{
-    judge, Identity, Keyless, Matcher, SignatureLayer, Trust, TrustedRoot, Verdict,
+    judge, judge_all, Identity, Keyless, Matcher, SignatureLayer, Trust, TrustedRoot, Verdict,
 };
 
 // A part of it: the fixture needs no second CA.
@@ -28,6 +29,7 @@ struct Fixture {
     digest: Digest,
     payload: Vec<u8>,
     made: sigstore_authority::KeylessSignature,
+    bundle: String,
 }
 
 fn fixture() -> &'static Fixture {
@@ -43,7 +45,10 @@ fn fixture() -> &'static Fixture {
         let digest = Digest::sha256_of(b"fuzz");
         let payload = payload_for("registry.example/team/app", &digest);
         let made = sigstore.sign(&payload, ISSUER, SUBJECT);
+        let statement = sigstore_authority::statement("registry.example/team/app", &digest.to_string());
+        let bundle = sigstore.keyless_bundle(&statement, ISSUER, SUBJECT);
         Fixture {
+            bundle,
             trust,
             digest,
             payload,
@@ -57,6 +62,16 @@ fuzz_target!(|data: &[u8]| {
     let Some((&choice, rest)) = data.split_first() else {
         return;
     };
+    if choice & 64 != 0 {
+        let bundle = if rest.is_empty() { fixture.bundle.as_bytes() } else { rest };
+        let verdict = judge_all(&[], &[bundle], &fixture.trust, &fixture.digest);
+        assert!(!verdict.describe().contains('\n'), "{verdict:?}");
+        // Only the fixture's own signature verifies: no other can be made without its key.
+        if let Verdict::Verified { .. } = verdict {
+            assert_eq!(signatures(bundle), signatures(fixture.bundle.as_bytes()), "{verdict:?}");
+        }
+        return;
+    }
     let mut parts = rest.split(|&b| b == 0xFF);
     let mut next = |replace: bool, valid: &[u8]| -> Vec<u8> {
         match (replace, parts.next()) {
@@ -90,3 +105,18 @@ fuzz_target!(|data: &[u8]| {
         assert!(untouched, "a layer whose parts were replaced verified: {verdict:?}");
     }
 });
+
+/// The decoded signatures of a bundle's DSSE envelope.
+fn signatures(bundle: &[u8]) -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    let value: serde_json::Value = serde_json::from_slice(bundle).unwrap_or_default();
+    value["dsseEnvelope"]["signatures"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter_map(|s| s["sig"].as_str())
+                .filter_map(|s| base64::engine::general_purpose::STANDARD.decode(s.trim()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -6,9 +6,11 @@
 //! manifest HEAD's judgement, the WWW-Authenticate challenge parser, the token answer, the
 //! manifest GET with its digest check and bounded body reads, and the error-body parser, none of
 //! which is public on its own (`registry::{head, token, get, body}` are private modules). The
-//! answers left then go to the signature fetch of a fixed digest (`signature_layers`: the
-//! signature manifest, at most 16 layers, each payload checked against its descriptor) and the
-//! verdict on what it returns for a fixed key (`signatures::judge`).
+//! answers left then go to the signature fetch of a fixed digest (`signatures_with`: the
+//! signature manifest, at most 16 layers, each payload checked against its descriptor; the
+//! referrers API or the referrers tag, at most 16 bundles, each manifest and bundle checked
+//! against its descriptor) and the verdict on what it returns for a fixed key
+//! (`signatures::judge_all`).
 //! `@HOST@` in an answer becomes `127.0.0.1:<port>`, so a challenge's realm can point back here.
 #![no_main]
 
@@ -19,7 +21,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use pinhook::reference::Reference;
 use pinhook::registry::{Credential, FetchedLayer, OciResolver, RegistryConfig, Resolver};
-use pinhook::signatures::{judge, PublicKey, SignatureLayer, Trust};
+use pinhook::signatures::{judge_all, PublicKey, SignatureLayer, Trust};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
@@ -141,15 +143,18 @@ fuzz_target!(|data: &[u8]| {
     let signatures = registry.runtime.block_on(async {
         tokio::time::timeout(
             Duration::from_secs(8),
-            resolver.signature_layers(&reference, &digest, &credentials[0]),
+            resolver.signatures_with(&reference, &digest, &credentials[0]),
         )
         .await
     });
     match signatures {
-        Ok(Ok(layers)) => {
-            assert!(layers.len() <= 16, "more signature layers than pinhook reads");
-            let layers: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
-            let verdict = judge(&layers, &Trust::of_keys(vec![key().clone()]), &digest);
+        Ok(Ok(found)) => {
+            assert!(found.layers.len() <= 16, "more signature layers than pinhook reads");
+            assert!(found.bundles.len() <= 16, "more signature bundles than pinhook reads");
+            let layers: Vec<SignatureLayer<'_>> =
+                found.layers.iter().map(FetchedLayer::as_layer).collect();
+            let bundles: Vec<&[u8]> = found.bundles.iter().map(Vec::as_slice).collect();
+            let verdict = judge_all(&layers, &bundles, &Trust::of_keys(vec![key().clone()]), &digest);
             assert!(!verdict.describe().contains('\n'), "{verdict:?}");
         }
         Ok(Err(e)) => {

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use tracing::warn;
 
 use crate::reference::{Digest, Reference};
-use crate::registry::client::signatures::FetchedLayer;
+use crate::registry::client::signatures::FetchedSignatures;
 use crate::registry::client::token::{self, Bearer};
 use crate::registry::http::{body, outbound};
 use crate::registry::{Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver};
@@ -201,14 +201,14 @@ fn grant_form(refresh: &str, path: &str, service: Option<&str>) -> String {
 }
 
 impl IdentityTokens {
-    /// The signature layers of `digest` in `image`'s repository, identity tokens exchanged as
-    /// for a tag.
+    /// The signatures of `digest` in `image`'s repository, identity tokens exchanged as for a
+    /// tag.
     pub async fn signatures_of(
         &self,
         image: &Reference,
         digest: &Digest,
         credentials: &[Credential],
-    ) -> Result<Vec<FetchedLayer>, RegistryError> {
+    ) -> Result<FetchedSignatures, RegistryError> {
         if !credentials
             .iter()
             .any(|c| matches!(c, Credential::IdentityToken { .. }))

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::identity_token::IdentityTokens;
-use super::{guard, Credential, FetchedLayer, Fingerprint, RegistryError};
+use super::{guard, Credential, FetchedLayer, FetchedSignatures, Fingerprint, RegistryError};
 use crate::metrics::Metrics;
 use crate::policy::PolicyHandle;
 use crate::reference::{Digest, Reference};
-use crate::signatures::{judge, SignatureLayer, Trust, Verdict};
+use crate::signatures::{judge_all, SignatureLayer, Trust, Verdict};
 use crate::weight::weight;
 
 /// How long a `verified` verdict is kept.
@@ -56,7 +56,7 @@ pub trait SignatureSource: Send + Sync {
         image: &Reference,
         digest: &Digest,
         credentials: &[Credential],
-    ) -> Result<Vec<FetchedLayer>, RegistryError>;
+    ) -> Result<FetchedSignatures, RegistryError>;
 }
 
 #[async_trait]
@@ -66,7 +66,7 @@ impl SignatureSource for IdentityTokens {
         image: &Reference,
         digest: &Digest,
         credentials: &[Credential],
-    ) -> Result<Vec<FetchedLayer>, RegistryError> {
+    ) -> Result<FetchedSignatures, RegistryError> {
         IdentityTokens::signatures_of(self, image, digest, credentials).await
     }
 }
@@ -146,12 +146,14 @@ impl VerifiedSignatures {
         if let Some(policy) = &self.policy {
             guard::admit(policy, image.domain()).await?;
         }
-        let layers = self
+        let found = self
             .source
             .signatures_of(image, digest, credentials)
             .await?;
-        let layers: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
-        Ok(judge(&layers, trust, digest))
+        let layers: Vec<SignatureLayer<'_>> =
+            found.layers.iter().map(FetchedLayer::as_layer).collect();
+        let bundles: Vec<&[u8]> = found.bundles.iter().map(Vec::as_slice).collect();
+        Ok(judge_all(&layers, &bundles, trust, digest))
     }
 }
 

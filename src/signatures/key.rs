@@ -50,6 +50,13 @@ impl PublicKey {
             )
             .is_ok()
     }
+
+    /// Whether `signature` (raw bytes) is this key's over `payload`.
+    pub fn signed_raw(&self, signature: &[u8], payload: &[u8]) -> bool {
+        self.key
+            .verify_signature(Signature::Raw(signature), payload)
+            .is_ok()
+    }
 }
 
 #[cfg(test)]

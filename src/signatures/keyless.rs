@@ -39,7 +39,7 @@ const CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
 const ISSUER_V2: &str = "1.3.6.1.4.1.57264.1.8";
 const ISSUER_V1: &str = "1.3.6.1.4.1.57264.1.1";
 /// Certificates of a layer's chain read; a chain with more is untrusted.
-const MAX_CHAIN: usize = 8;
+pub(crate) const MAX_CHAIN: usize = 8;
 /// The longest identity text a message quotes.
 const MAX_QUOTED: usize = 200;
 /// The largest compiled regular expression of an identity.
@@ -213,13 +213,13 @@ impl Keyless {
     /// The layer's keyless evidence; `None` when it carries no certificate (a key's signature).
     pub fn evidence(&self, layer: &SignatureLayer<'_>) -> Option<Evidence> {
         let certificate = layer.certificate?;
-        Some(match self.signer(layer, certificate) {
+        Some(match self.layer_signer(layer, certificate) {
             Ok(signer) => Evidence::Signed(signer),
             Err(why) => Evidence::Untrusted(why.to_string()),
         })
     }
 
-    fn signer(
+    fn layer_signer(
         &self,
         layer: &SignatureLayer<'_>,
         certificate: &str,
@@ -229,11 +229,47 @@ impl Keyless {
             .ok_or("it carries no transparency log bundle")?;
         let bundle: Bundle =
             serde_json::from_str(bundle).map_err(|_| "its transparency log bundle is malformed")?;
+        let (_, pem) = x509_parser::pem::parse_x509_pem(certificate.trim().as_bytes())
+            .map_err(|_| "its certificate is not PEM")?;
+        let mut chain = Vec::new();
+        if let Some(text) = layer.chain {
+            for block in x509_parser::pem::Pem::iter_from_buffer(text.as_bytes()) {
+                let block = block.map_err(|_| "its chain is not PEM")?;
+                if chain.len() == MAX_CHAIN {
+                    return Err("its chain is longer than pinhook reads");
+                }
+                chain.push(block.contents);
+            }
+        }
+        let signature = STANDARD
+            .decode(layer.signature.trim())
+            .map_err(|_| "its signature is not base64")?;
         let entry = &bundle.payload;
+        self.signer(&Logged {
+            certificate: &pem.contents,
+            chain: &chain,
+            entry: LogEntry {
+                body: &entry.body,
+                integrated_time: entry.integrated_time,
+                log_index: entry.log_index,
+                log_id: &entry.log_id,
+                set: &bundle.set,
+            },
+            signed: layer.payload,
+            signature: &signature,
+            logged: &|body: &[u8]| logged_rekord(body, layer.payload, &signature, &pem.contents),
+        })
+    }
+
+    /// Who signed `logged`, if the trusted root vouches for it: the log's SET over the entry,
+    /// the entry of this signature (`logged.logged`), the certificate's chain at the logged
+    /// time, and the certificate's key over the bytes signed.
+    pub(crate) fn signer(&self, logged: &Logged<'_>) -> Result<Signer, &'static str> {
+        let entry = &logged.entry;
         let time = entry.integrated_time;
         let log = self
             .root
-            .log(&entry.log_id, time)
+            .log(entry.log_id, time)
             .ok_or("it was logged in no log the trusted root names")?;
         let canonical = serde_json::json!({
             "body": entry.body,
@@ -246,87 +282,46 @@ impl Keyless {
         let canonical = serde_json::to_vec(&canonical).map_err(|_| "its bundle is malformed")?;
         log.key
             .verify_signature(
-                Signature::Base64Encoded(bundle.set.trim().as_bytes()),
+                Signature::Base64Encoded(entry.set.trim().as_bytes()),
                 &canonical,
             )
             .map_err(|_| "the log's signed entry timestamp does not verify")?;
-        let (_, pem) = x509_parser::pem::parse_x509_pem(certificate.trim().as_bytes())
-            .map_err(|_| "its certificate is not PEM")?;
-        let (_, parsed) = x509_parser::parse_x509_certificate(&pem.contents)
+        let (_, parsed) = x509_parser::parse_x509_certificate(logged.certificate)
             .map_err(|_| "its certificate is not a certificate")?;
-        if !self.logged_this(&entry.body, layer, &pem.contents) {
+        let body = STANDARD
+            .decode(entry.body.trim())
+            .map_err(|_| "the log's entry is not base64")?;
+        if !(logged.logged)(&body) {
             return Err("the log's entry is of another signature, payload or certificate");
         }
-        self.chains(&pem.contents, layer.chain, time)?;
+        self.chains(logged.certificate, logged.chain, time)?;
         let key = CosignVerificationKey::try_from_der(parsed.public_key().raw)
             .map_err(|_| "its certificate's key is of a kind cosign does not sign with")?;
-        key.verify_signature(
-            Signature::Base64Encoded(layer.signature.trim().as_bytes()),
-            layer.payload,
-        )
-        .map_err(|_| "its certificate's key did not make the signature")?;
+        key.verify_signature(Signature::Raw(logged.signature), logged.signed)
+            .map_err(|_| "its certificate's key did not make the signature")?;
         signer_of(&parsed).ok_or("its certificate names no OIDC issuer or subject")
     }
 
-    /// Whether the log's entry (`body`, base64) is a `hashedrekord` of the layer's payload,
-    /// signature and certificate (`der`).
-    fn logged_this(&self, body: &str, layer: &SignatureLayer<'_>, der: &[u8]) -> bool {
-        let Ok(body) = STANDARD.decode(body.trim()) else {
-            return false;
-        };
-        let Ok(entry) = serde_json::from_slice::<Entry>(&body) else {
-            return false;
-        };
-        let logged_key = STANDARD
-            .decode(entry.spec.signature.public_key.content.trim())
-            .ok()
-            .and_then(|pem| {
-                x509_parser::pem::parse_x509_pem(&pem)
-                    .ok()
-                    .map(|(_, block)| block.contents)
-            });
-        matches!(entry.kind.as_str(), "hashedrekord" | "rekord")
-            && entry.spec.data.hash.algorithm == "sha256"
-            && entry
-                .spec
-                .data
-                .hash
-                .value
-                .eq_ignore_ascii_case(&hex(&Sha256::digest(layer.payload)))
-            && entry.spec.signature.content.trim() == layer.signature.trim()
-            && logged_key.as_deref() == Some(der)
-    }
-
     /// Whether `der` chains, at `time`, to an authority of the root trusted then, through the
-    /// root's intermediates and the layer's `chain`, for code signing.
-    fn chains(&self, der: &[u8], chain: Option<&str>, time: i64) -> Result<(), &'static str> {
+    /// root's intermediates and `chain`, for code signing.
+    fn chains(&self, der: &[u8], chain: &[Vec<u8>], time: i64) -> Result<(), &'static str> {
         const UNTRUSTED: &str =
             "its certificate was not issued by an authority of the trusted root at the logged time";
         let time = u64::try_from(time).map_err(|_| UNTRUSTED)?;
-        let mut intermediates: Vec<CertificateDer<'static>> = Vec::new();
-        if let Some(chain) = chain {
-            for block in x509_parser::pem::Pem::iter_from_buffer(chain.as_bytes()) {
-                let block = block.map_err(|_| "its chain is not PEM")?;
-                if intermediates.len() == MAX_CHAIN {
-                    return Err("its chain is longer than pinhook reads");
-                }
-                intermediates.push(CertificateDer::from(block.contents));
-            }
-        }
-        let mut anchors = Vec::new();
+        let mut intermediates: Vec<CertificateDer<'_>> = chain
+            .iter()
+            .map(|c| CertificateDer::from(c.as_slice()))
+            .collect();
+        let mut roots = Vec::new();
         for authority in self.root.authorities_at(time as i64) {
             intermediates.extend(
                 authority
                     .intermediates
                     .iter()
-                    .map(|c| CertificateDer::from(c.clone())),
+                    .map(|c| CertificateDer::from(c.as_slice())),
             );
-            anchors.push(authority.root.as_slice());
+            roots.push(CertificateDer::from(authority.root.as_slice()));
         }
-        let roots: Vec<CertificateDer<'_>> = anchors
-            .iter()
-            .map(|der| CertificateDer::from(*der))
-            .collect();
         let anchors: Vec<_> = roots
             .iter()
             .filter_map(|root| webpki::anchor_from_trusted_cert(root).ok())
@@ -345,6 +340,58 @@ impl Keyless {
         .map(|_| ())
         .map_err(|_| UNTRUSTED)
     }
+}
+
+/// A certificate's signature and the log's word on it, however it was carried (a tag-scheme
+/// layer's annotations, or a Sigstore bundle).
+pub(crate) struct Logged<'a> {
+    /// The signing certificate, DER.
+    pub certificate: &'a [u8],
+    /// Certificates between it and the root the carrier gave, DER.
+    pub chain: &'a [Vec<u8>],
+    pub entry: LogEntry<'a>,
+    /// The bytes signed, and the signature, raw.
+    pub signed: &'a [u8],
+    pub signature: &'a [u8],
+    /// Whether the log's entry (decoded) is of this signature, payload and certificate.
+    pub logged: &'a dyn Fn(&[u8]) -> bool,
+}
+
+/// A transparency log entry as its SET covers it: the body (base64), the time it was
+/// integrated, its index, the log's ID (hex) and the SET (base64).
+pub(crate) struct LogEntry<'a> {
+    pub body: &'a str,
+    pub integrated_time: i64,
+    pub log_index: i64,
+    pub log_id: &'a str,
+    pub set: &'a str,
+}
+
+/// Whether `body` is a `hashedrekord` (or the older `rekord`) entry of `payload`, `signature`
+/// (raw) and the certificate `der`.
+fn logged_rekord(body: &[u8], payload: &[u8], signature: &[u8], der: &[u8]) -> bool {
+    let Ok(entry) = serde_json::from_slice::<Entry>(body) else {
+        return false;
+    };
+    let logged_signature = STANDARD.decode(entry.spec.signature.content.trim()).ok();
+    matches!(entry.kind.as_str(), "hashedrekord" | "rekord")
+        && entry.spec.data.hash.algorithm == "sha256"
+        && entry
+            .spec
+            .data
+            .hash
+            .value
+            .eq_ignore_ascii_case(&hex(&Sha256::digest(payload)))
+        && logged_signature.as_deref() == Some(signature)
+        && logged_certificate(&entry.spec.signature.public_key.content).as_deref() == Some(der)
+}
+
+/// The certificate (DER) of a log entry's verifier: base64 of its PEM.
+pub(crate) fn logged_certificate(content: &str) -> Option<Vec<u8>> {
+    let pem = STANDARD.decode(content.trim()).ok()?;
+    x509_parser::pem::parse_x509_pem(&pem)
+        .ok()
+        .map(|(_, block)| block.contents)
 }
 
 /// The identity a Fulcio certificate names: its issuer extension and its email and URI SANs.

@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::keyless::Evidence;
+use super::keyless::{Evidence, Keyless};
 use super::trust::Trust;
 use crate::reference::Digest;
 
@@ -41,7 +41,8 @@ pub enum Verdict {
     OtherDigest { signed: String },
     /// Keyless signatures the trusted root vouches for, by an identity no entry names.
     OtherIdentity { signer: String },
-    /// Keyless signatures the trusted root does not vouch for, and why (the first's).
+    /// Signatures that cannot be trusted (keyless ones the trusted root does not vouch for, a
+    /// bundle pinhook cannot read), and why, as one sentence (the first's).
     Untrusted { why: String },
 }
 
@@ -101,24 +102,30 @@ impl Verdict {
             Verdict::OtherIdentity { signer } => {
                 format!("signed keyless by {signer}, an identity the entry does not name")
             }
-            Verdict::Untrusted { why } => {
-                format!("a keyless signature the trusted root does not vouch for: {why}")
-            }
+            Verdict::Untrusted { why } => why.clone(),
         }
     }
 }
 
-/// The verdict on `layers` under `trust` for the digest `pinned`. Of the failures, the most
-/// telling is given: another digest, then another identity, then an untrusted certificate.
+/// The verdict on `layers` under `trust` for the digest `pinned`.
 pub fn judge(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Digest) -> Verdict {
-    if layers.is_empty() {
-        return Verdict::NoSignature;
-    }
-    let pinned = pinned.to_string();
-    let mut other_digest = None;
-    let mut other_identity = None;
-    let mut untrusted = None;
+    judge_all(layers, &[], trust, pinned)
+}
+
+/// The verdict on an image's signatures, tag-scheme `layers` and Sigstore `bundles` (cosign 3,
+/// found through OCI referrers), under `trust` for the digest `pinned`: `verified` if any one
+/// holds; else, of the failures, the most telling (another digest, then another identity, then
+/// an untrusted signature, then another key).
+pub fn judge_all(
+    layers: &[SignatureLayer<'_>],
+    bundles: &[&[u8]],
+    trust: &Trust,
+    pinned: &Digest,
+) -> Verdict {
+    let mut tally = Tally::default();
+    let pinned_text = pinned.to_string();
     for layer in layers {
+        tally.seen = true;
         let mut signers: Vec<String> = trust
             .keys()
             .iter()
@@ -126,43 +133,82 @@ pub fn judge(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Digest) -> V
             .map(|key| format!("key {}", key.fingerprint()))
             .collect();
         if let Some(keyless) = trust.keyless() {
-            match keyless.evidence(layer) {
-                Some(Evidence::Signed(signer)) if keyless.admits(&signer) => {
-                    signers.push(signer.describe());
-                }
-                Some(Evidence::Signed(signer)) => {
-                    other_identity.get_or_insert_with(|| signer.describe());
-                }
-                Some(Evidence::Untrusted(why)) => {
-                    untrusted.get_or_insert(why);
-                }
-                None => {}
+            if let Some(evidence) = keyless.evidence(layer) {
+                signers.extend(tally.keyless(keyless, evidence));
             }
         }
         for signer in signers {
             match serde_json::from_slice::<Payload>(layer.payload) {
                 Ok(payload)
                     if payload.critical.kind == COSIGN_TYPE
-                        && payload.critical.image.digest == pinned =>
+                        && payload.critical.image.digest == pinned_text =>
                 {
                     return Verdict::Verified { signer };
                 }
-                Ok(payload) => {
-                    other_digest.get_or_insert_with(|| {
-                        crate::text::one_line(&payload.critical.image.digest).into_owned()
-                    });
-                }
-                Err(_) => {
-                    other_digest.get_or_insert_with(|| "not a cosign payload".to_string());
-                }
+                Ok(payload) => tally.other_digest(&payload.critical.image.digest),
+                Err(_) => tally.other_digest("not a cosign payload"),
             }
         }
     }
-    match (other_digest, other_identity, untrusted) {
-        (Some(signed), _, _) => Verdict::OtherDigest { signed },
-        (None, Some(signer), _) => Verdict::OtherIdentity { signer },
-        (None, None, Some(why)) => Verdict::Untrusted { why },
-        (None, None, None) => Verdict::OtherKey,
+    for bundle in bundles {
+        if let Some(verdict) = super::bundle::tally(bundle, trust, pinned, &mut tally) {
+            return verdict;
+        }
+    }
+    tally.verdict()
+}
+
+/// The failures seen so far, the first of each kind.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub seen: bool,
+    other_digest: Option<String>,
+    other_identity: Option<String>,
+    untrusted: Option<String>,
+}
+
+impl Tally {
+    /// A trusted signer signed `signed` (a digest, or what the payload is instead).
+    pub fn other_digest(&mut self, signed: &str) {
+        self.other_digest
+            .get_or_insert_with(|| crate::text::one_line(signed).into_owned());
+    }
+
+    /// Why a signature cannot be trusted, as one sentence.
+    pub fn untrusted(&mut self, why: String) {
+        self.untrusted.get_or_insert(why);
+    }
+
+    /// The signer of keyless `evidence` if the entry names it; tallies it otherwise.
+    pub fn keyless(&mut self, keyless: &Keyless, evidence: Evidence) -> Option<String> {
+        match evidence {
+            Evidence::Signed(signer) if keyless.admits(&signer) => Some(signer.describe()),
+            Evidence::Signed(signer) => {
+                self.other_identity.get_or_insert_with(|| signer.describe());
+                None
+            }
+            Evidence::Untrusted(why) => {
+                self.untrusted(format!(
+                    "a keyless signature the trusted root does not vouch for: {why}"
+                ));
+                None
+            }
+        }
+    }
+
+    fn verdict(self) -> Verdict {
+        match (
+            self.seen,
+            self.other_digest,
+            self.other_identity,
+            self.untrusted,
+        ) {
+            (false, ..) => Verdict::NoSignature,
+            (_, Some(signed), _, _) => Verdict::OtherDigest { signed },
+            (_, None, Some(signer), _) => Verdict::OtherIdentity { signer },
+            (_, None, None, Some(why)) => Verdict::Untrusted { why },
+            (_, None, None, None) => Verdict::OtherKey,
+        }
     }
 }
 

@@ -16,6 +16,11 @@ use super::images;
 use super::registry::TestRegistry;
 use super::sigstore_authority::TestSigstore;
 
+/// The media type (and artifact type) of a cosign 3 bundle.
+pub const BUNDLE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+/// The predicate type of cosign's image signature statement.
+pub const COSIGN_SIGN: &str = "https://sigstore.dev/cosign/sign/v1";
+
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// A fresh key pair: the signer and its public key.
@@ -132,4 +137,74 @@ pub async fn sign_keyless(
         BUNDLE_ANNOTATION: made.bundle,
     });
     push_layers(registry, repo, digest, &[(payload, annotations)]).await;
+}
+
+/// A bundle referrer of one image: the bundle (JSON) and its statement's predicate type.
+pub struct Referrer {
+    pub bundle: String,
+    pub predicate: &'static str,
+}
+
+/// Attaches `referrers` to `digest` in `repo` as cosign 3 does on a registry without the
+/// referrers API: each bundle a blob, each an OCI manifest (artifact type the bundle's, the
+/// image as its subject), pushed by digest, and the referrers tag `sha256-<hex>` an image index
+/// listing them. Returns the manifests' digests.
+pub async fn push_referrers(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    referrers: &[Referrer],
+) -> Vec<String> {
+    let empty = images::push_blob(registry, repo, b"{}").await;
+    let mut descriptors = Vec::new();
+    let mut digests = Vec::new();
+    for referrer in referrers {
+        let blob = images::push_blob(registry, repo, referrer.bundle.as_bytes()).await;
+        let annotations = json!({
+            "dev.sigstore.bundle.content": "dsse-envelope",
+            "dev.sigstore.bundle.predicateType": referrer.predicate,
+        });
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": BUNDLE,
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+            "layers": [{"mediaType": BUNDLE, "digest": blob, "size": referrer.bundle.len()}],
+            "subject": {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": digest, "size": 0},
+            "annotations": annotations,
+        })
+        .to_string();
+        let manifest_digest = images::sha256_digest(manifest.as_bytes());
+        images::put_manifest(
+            registry,
+            repo,
+            &manifest_digest,
+            OCI_MANIFEST,
+            manifest.as_bytes(),
+        )
+        .await;
+        descriptors.push(json!({
+            "mediaType": OCI_MANIFEST,
+            "digest": manifest_digest,
+            "size": manifest.len(),
+            "artifactType": BUNDLE,
+            "annotations": annotations,
+        }));
+        digests.push(manifest_digest);
+    }
+    let index = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": descriptors,
+    })
+    .to_string();
+    images::put_manifest(
+        registry,
+        repo,
+        &digest.replacen(':', "-", 1),
+        "application/vnd.oci.image.index.v1+json",
+        index.as_bytes(),
+    )
+    .await;
+    digests
 }

@@ -119,6 +119,11 @@ impl TestSigstore {
 
     /// A certificate for `subject` of `issuer` valid from `from` for ten minutes, and its key.
     pub fn certificate(&self, issuer: &str, subject: &str, from: i64) -> (String, KeyPair) {
+        let (certificate, key) = self.issue(issuer, subject, from);
+        (certificate.pem(), key)
+    }
+
+    fn issue(&self, issuer: &str, subject: &str, from: i64) -> (rcgen::Certificate, KeyPair) {
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.distinguished_name = DistinguishedName::new();
@@ -140,8 +145,7 @@ impl TestSigstore {
         params
             .custom_extensions
             .push(CustomExtension::from_oid_content(ISSUER_V2, value));
-        let pem = params.signed_by(&key, &self.ca).unwrap().pem();
-        (pem, key)
+        (params.signed_by(&key, &self.ca).unwrap(), key)
     }
 
     /// `payload` signed keyless by `subject` of `issuer`, logged now.
@@ -193,17 +197,99 @@ impl TestSigstore {
         });
         let body = STANDARD.encode(body.to_string());
         let log_id = self.log_id();
-        // The canonical JSON (RFC 8785) of the entry: keys sorted, no blanks.
-        let canonical = format!(
-            r#"{{"body":"{body}","integratedTime":{time},"logID":"{log_id}","logIndex":7}}"#
-        );
-        let set = STANDARD.encode(self.log.sign(canonical.as_bytes()).unwrap());
+        let set = self.set_over(&body, time);
         serde_json::json!({
             "SignedEntryTimestamp": set,
             "Payload": {"body": body, "integratedTime": time, "logIndex": 7, "logID": log_id},
         })
         .to_string()
     }
+
+    /// The log's SET (base64) over an entry of `body` (base64) integrated at `time`, index 7:
+    /// its signature over the entry's canonical JSON (RFC 8785: keys sorted, no blanks).
+    pub fn set_over(&self, body: &str, time: i64) -> String {
+        let log_id = self.log_id();
+        let canonical = format!(
+            r#"{{"body":"{body}","integratedTime":{time},"logID":"{log_id}","logIndex":7}}"#
+        );
+        STANDARD.encode(self.log.sign(canonical.as_bytes()).unwrap())
+    }
+
+    /// A cosign 3 bundle (v0.3) of `statement` signed keyless by `subject` of `issuer`: a DSSE
+    /// envelope, the certificate, and a `dsse` log entry with its SET.
+    pub fn keyless_bundle(&self, statement: &[u8], issuer: &str, subject: &str) -> String {
+        let (certificate, key) = self.issue(issuer, subject, self.now - 30);
+        let signature = key.sign(&pae(statement)).unwrap();
+        let verifier = STANDARD.encode(certificate.pem());
+        let body = serde_json::json!({
+            "apiVersion": "0.0.1",
+            "kind": "dsse",
+            "spec": {
+                "envelopeHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(b"envelope"))},
+                "payloadHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(statement))},
+                "signatures": [{"signature": STANDARD.encode(&signature), "verifier": verifier}],
+            },
+        });
+        let body = STANDARD.encode(body.to_string());
+        let key_id = Sha256::digest(self.log.subject_public_key_info());
+        serde_json::json!({
+            "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "verificationMaterial": {
+                "certificate": {"rawBytes": STANDARD.encode(certificate.der())},
+                "tlogEntries": [{
+                    "logIndex": "7",
+                    "logId": {"keyId": STANDARD.encode(key_id)},
+                    "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+                    "integratedTime": self.now.to_string(),
+                    "inclusionPromise": {"signedEntryTimestamp": self.set_over(&body, self.now)},
+                    "canonicalizedBody": body,
+                }],
+            },
+            "dsseEnvelope": envelope(statement, &signature),
+        })
+        .to_string()
+    }
+}
+
+/// A cosign 3 bundle (v0.3) of `statement` signed with `key`: a DSSE envelope and the key's
+/// hint (cosign also logs it; a key bundle's log entries are not read).
+pub fn key_bundle(key: &KeyPair, statement: &[u8]) -> String {
+    let signature = key.sign(&pae(statement)).unwrap();
+    serde_json::json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"publicKey": {"hint": "test-key"}},
+        "dsseEnvelope": envelope(statement, &signature),
+    })
+    .to_string()
+}
+
+/// The in-toto statement `cosign sign` (new bundle format) signs for `digest` of `repository`.
+pub fn statement(repository: &str, digest: &str) -> Vec<u8> {
+    let (algorithm, value) = digest.split_once(':').unwrap();
+    serde_json::json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": repository, "digest": {algorithm: value}}],
+        "predicateType": "https://sigstore.dev/cosign/sign/v1",
+        "predicate": {},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn envelope(statement: &[u8], signature: &[u8]) -> serde_json::Value {
+    serde_json::json!({
+        "payload": STANDARD.encode(statement),
+        "payloadType": "application/vnd.in-toto+json",
+        "signatures": [{"sig": STANDARD.encode(signature)}],
+    })
+}
+
+/// DSSE's pre-authentication encoding of an in-toto `statement`.
+fn pae(statement: &[u8]) -> Vec<u8> {
+    let kind = "application/vnd.in-toto+json";
+    let mut out = format!("DSSEv1 {} {kind} {} ", kind.len(), statement.len()).into_bytes();
+    out.extend_from_slice(statement);
+    out
 }
 
 fn hex(bytes: &[u8]) -> String {

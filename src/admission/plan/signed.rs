@@ -419,7 +419,7 @@ mod tests {
             ),
             (
                 Some(Ok(Verdict::Untrusted {
-                    why: "it was logged in no log the trusted root names".to_string(),
+                    why: "a keyless signature the trusted root does not vouch for: it was logged in no log the trusted root names".to_string(),
                 })),
                 "the trusted root does not vouch for: it was logged in no log",
             ),

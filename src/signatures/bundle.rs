@@ -1,0 +1,537 @@
+//! Sigstore bundles as cosign 3 attaches an image's signature (`cosign sign`, the new bundle
+//! format): an OCI referrer of the image whose one layer is a bundle
+//! (`application/vnd.dev.sigstore.bundle.v0.3+json`) holding a DSSE envelope over an in-toto
+//! statement with predicate type `https://sigstore.dev/cosign/sign/v1` that names the image's
+//! digest as its subject, and the verification material: a key's hint, or a certificate and
+//! transparency log entries. A bundle counts when a trusted key made the envelope's signature
+//! over its PAE (key bundles' log entries are not read, as for the tag scheme), or a trusted
+//! identity did keyless, its `dsse` entry logged with a signed entry timestamp
+//! ([`super::keyless`]); **and** its statement's subject is the digest pinned. A bundle of
+//! another predicate (an attestation) is none of the image's signatures; one pinhook cannot
+//! read is counted untrusted, saying why.
+//!
+//! Owns: reading a bundle and judging it into a [`Tally`]. Never: finds or fetches one (the
+//! registry client does).
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+
+use super::keyless::{logged_certificate, LogEntry, Logged, MAX_CHAIN};
+use super::simple_signing::{Tally, Verdict};
+use super::trust::Trust;
+use super::trusted_root::hex;
+use crate::reference::Digest;
+
+/// The media type (and artifact type) of a bundle, as cosign 3 attaches it.
+pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+/// The prefix every bundle version's media type shares.
+const BUNDLE_MEDIA_TYPES: &str = "application/vnd.dev.sigstore.bundle";
+/// The payload type of an in-toto statement in a DSSE envelope.
+pub const IN_TOTO: &str = "application/vnd.in-toto+json";
+/// The predicate type of cosign's image signature statement.
+pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
+/// Signatures of one envelope read.
+const MAX_SIGNATURES: usize = 4;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BundleFile {
+    media_type: String,
+    verification_material: Material,
+    #[serde(default)]
+    dsse_envelope: Option<Envelope>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Material {
+    #[serde(default)]
+    certificate: Option<Raw>,
+    #[serde(default)]
+    x509_certificate_chain: Option<Chain>,
+    #[serde(default)]
+    tlog_entries: Vec<TlogEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Raw {
+    raw_bytes: String,
+}
+
+#[derive(Deserialize)]
+struct Chain {
+    certificates: Vec<Raw>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TlogEntry {
+    log_index: Int,
+    log_id: LogId,
+    integrated_time: Int,
+    #[serde(default)]
+    inclusion_promise: Option<Promise>,
+    canonicalized_body: String,
+}
+
+/// A protobuf int64 in JSON: a string, or a number from a lenient writer.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Int {
+    Number(i64),
+    Text(String),
+}
+
+impl Int {
+    fn value(&self) -> Option<i64> {
+        match self {
+            Int::Number(n) => Some(*n),
+            Int::Text(t) => t.parse().ok(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LogId {
+    key_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Promise {
+    signed_entry_timestamp: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    payload: String,
+    payload_type: String,
+    signatures: Vec<EnvelopeSignature>,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeSignature {
+    sig: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Statement {
+    #[serde(rename = "_type")]
+    kind: String,
+    predicate_type: String,
+    subject: Vec<Subject>,
+}
+
+#[derive(Deserialize)]
+struct Subject {
+    digest: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct DsseEntry {
+    kind: String,
+    spec: DsseSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DsseSpec {
+    payload_hash: Hash,
+    signatures: Vec<DsseEntrySignature>,
+}
+
+#[derive(Deserialize)]
+struct Hash {
+    algorithm: String,
+    value: String,
+}
+
+#[derive(Deserialize)]
+struct DsseEntrySignature {
+    signature: String,
+    verifier: String,
+}
+
+/// DSSE's pre-authentication encoding of `payload` of `payload_type`: what is signed.
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "DSSEv1 {} {payload_type} {} ",
+        payload_type.len(),
+        payload.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Judges `bundle` under `trust` for `pinned` into `tally`; `Some(verified)` when it holds.
+pub(crate) fn tally(
+    bundle: &[u8],
+    trust: &Trust,
+    pinned: &Digest,
+    tally: &mut Tally,
+) -> Option<Verdict> {
+    let unreadable = |tally: &mut Tally, why: &str| {
+        tally.seen = true;
+        tally.untrusted(format!("a Sigstore bundle pinhook cannot read: {why}"));
+        None
+    };
+    let Ok(file) = serde_json::from_slice::<BundleFile>(bundle) else {
+        return unreadable(tally, "not a bundle");
+    };
+    if !file.media_type.starts_with(BUNDLE_MEDIA_TYPES) {
+        return unreadable(tally, "not a bundle media type");
+    }
+    let Some(envelope) = &file.dsse_envelope else {
+        return unreadable(
+            tally,
+            "a message signature, not an image signature (cosign signs a DSSE envelope)",
+        );
+    };
+    if envelope.payload_type != IN_TOTO {
+        return unreadable(tally, "its envelope is not an in-toto statement");
+    }
+    let Ok(payload) = STANDARD.decode(envelope.payload.trim()) else {
+        return unreadable(tally, "its envelope's payload is not base64");
+    };
+    let Ok(statement) = serde_json::from_slice::<Statement>(&payload) else {
+        return unreadable(tally, "its payload is not an in-toto statement");
+    };
+    if !statement.kind.starts_with("https://in-toto.io/Statement/v")
+        || statement.predicate_type != COSIGN_SIGN_PREDICATE
+    {
+        // An attestation (provenance, an SBOM): none of the image's signatures.
+        return None;
+    }
+    tally.seen = true;
+    let signed = pae(&envelope.payload_type, &payload);
+    let mut signers = Vec::new();
+    for signature in envelope.signatures.iter().take(MAX_SIGNATURES) {
+        let Ok(raw) = STANDARD.decode(signature.sig.trim()) else {
+            continue;
+        };
+        signers.extend(
+            trust
+                .keys()
+                .iter()
+                .filter(|key| key.signed_raw(&raw, &signed))
+                .map(|key| format!("key {}", key.fingerprint())),
+        );
+        if let Some(keyless) = trust.keyless() {
+            let evidence =
+                match keyless_logged(&file.verification_material, &payload, &signed, &raw) {
+                    Some(Ok(logged)) => logged.judge(keyless),
+                    Some(Err(why)) => super::keyless::Evidence::Untrusted(why.to_string()),
+                    None => continue,
+                };
+            signers.extend(tally.keyless(keyless, evidence));
+        }
+    }
+    let pinned_text = pinned.to_string();
+    let (algorithm, pinned_hex) = pinned_text.split_once(':').unwrap_or(("", ""));
+    for signer in signers {
+        if statement.subject.iter().any(|s| {
+            s.digest
+                .get(algorithm)
+                .is_some_and(|d| d.eq_ignore_ascii_case(pinned_hex))
+        }) {
+            return Some(Verdict::Verified { signer });
+        }
+        let named = statement
+            .subject
+            .iter()
+            .find_map(|s| s.digest.get("sha256"))
+            .map_or_else(
+                || "no sha256 subject".to_string(),
+                |d| format!("sha256:{d}"),
+            );
+        tally.other_digest(&named);
+    }
+    None
+}
+
+/// A keyless bundle's certificate, chain and first log entry with a SET, owned.
+struct BundleLogged {
+    certificate: Vec<u8>,
+    chain: Vec<Vec<u8>>,
+    body: String,
+    integrated_time: i64,
+    log_index: i64,
+    log_id: String,
+    set: String,
+    payload_hash: String,
+    signature: Vec<u8>,
+    signed: Vec<u8>,
+}
+
+impl BundleLogged {
+    fn judge(&self, keyless: &super::keyless::Keyless) -> super::keyless::Evidence {
+        let logged =
+            |body: &[u8]| logged_dsse(body, &self.payload_hash, &self.signature, &self.certificate);
+        let result = keyless.signer(&Logged {
+            certificate: &self.certificate,
+            chain: &self.chain,
+            entry: LogEntry {
+                body: &self.body,
+                integrated_time: self.integrated_time,
+                log_index: self.log_index,
+                log_id: &self.log_id,
+                set: &self.set,
+            },
+            signed: &self.signed,
+            signature: &self.signature,
+            logged: &logged,
+        });
+        match result {
+            Ok(signer) => super::keyless::Evidence::Signed(signer),
+            Err(why) => super::keyless::Evidence::Untrusted(why.to_string()),
+        }
+    }
+}
+
+/// The keyless material of `material` for one envelope signature; `None` for a key bundle.
+fn keyless_logged(
+    material: &Material,
+    payload: &[u8],
+    signed: &[u8],
+    signature: &[u8],
+) -> Option<Result<BundleLogged, &'static str>> {
+    let mut certificates: Vec<&Raw> =
+        match (&material.certificate, &material.x509_certificate_chain) {
+            (Some(certificate), _) => vec![certificate],
+            (None, Some(chain)) => chain.certificates.iter().collect(),
+            (None, None) => return None,
+        };
+    Some((|| {
+        if certificates.is_empty() || certificates.len() > MAX_CHAIN + 1 {
+            return Err("its certificate chain is empty or longer than pinhook reads");
+        }
+        let leaf = certificates.remove(0);
+        let decode = |raw: &Raw| STANDARD.decode(raw.raw_bytes.trim());
+        let certificate = decode(leaf).map_err(|_| "its certificate is not base64")?;
+        let chain = certificates
+            .into_iter()
+            .map(decode)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| "its chain is not base64")?;
+        let entry = material
+            .tlog_entries
+            .iter()
+            .find(|e| e.inclusion_promise.is_some())
+            .ok_or("it carries no log entry with a signed entry timestamp (an inclusion proof alone is not verified yet)")?;
+        let key_id = STANDARD
+            .decode(entry.log_id.key_id.trim())
+            .map_err(|_| "its log ID is not base64")?;
+        Ok(BundleLogged {
+            certificate,
+            chain,
+            body: entry.canonicalized_body.clone(),
+            integrated_time: entry
+                .integrated_time
+                .value()
+                .ok_or("its integratedTime is not a number")?,
+            log_index: entry
+                .log_index
+                .value()
+                .ok_or("its logIndex is not a number")?,
+            log_id: hex(&key_id),
+            set: entry
+                .inclusion_promise
+                .as_ref()
+                .map(|p| p.signed_entry_timestamp.clone())
+                .unwrap_or_default(),
+            payload_hash: hex(&Sha256::digest(payload)),
+            signature: signature.to_vec(),
+            signed: signed.to_vec(),
+        })
+    })())
+}
+
+/// Whether `body` is a `dsse` entry of a payload hashing to `payload_hash`, signed with
+/// `signature` (raw) by the certificate `der`.
+fn logged_dsse(body: &[u8], payload_hash: &str, signature: &[u8], der: &[u8]) -> bool {
+    let Ok(entry) = serde_json::from_slice::<DsseEntry>(body) else {
+        return false;
+    };
+    entry.kind == "dsse"
+        && entry.spec.payload_hash.algorithm == "sha256"
+        && entry
+            .spec
+            .payload_hash
+            .value
+            .eq_ignore_ascii_case(payload_hash)
+        && entry.spec.signatures.iter().any(|s| {
+            STANDARD.decode(s.signature.trim()).ok().as_deref() == Some(signature)
+                && logged_certificate(&s.verifier).as_deref() == Some(der)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rcgen::{KeyPair, PKCS_ECDSA_P256_SHA256};
+
+    use super::*;
+    use crate::signatures::keyless::test_authority::{key_bundle, statement, TestSigstore};
+    use crate::signatures::keyless::{Identity, Keyless, Matcher};
+    use crate::signatures::{judge_all, PublicKey, TrustedRoot};
+
+    const ISSUER: &str = "https://token.actions.githubusercontent.com";
+    const SUBJECT: &str = "https://github.com/acme/app/.github/workflows/release.yml@refs/tags/v1";
+    const REPOSITORY: &str = "registry.example/team/app";
+
+    fn digest(c: char) -> Digest {
+        format!("sha256:{}", c.to_string().repeat(64))
+            .parse()
+            .unwrap()
+    }
+
+    /// A trust of one key (its pair returned) and the identity `SUBJECT` under `sigstore`.
+    fn trust(sigstore: &TestSigstore) -> (KeyPair, Trust) {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let root = TrustedRoot::parse(sigstore.trusted_root().as_bytes()).unwrap();
+        let identity = Identity {
+            issuer: Matcher::Exact(ISSUER.to_string()),
+            subject: Matcher::Exact(SUBJECT.to_string()),
+        };
+        let trust = Trust::new(
+            vec![PublicKey::from_pem(&key.public_key_pem()).unwrap()],
+            Some(Keyless::new(Arc::new(root), vec![identity])),
+        );
+        (key, trust)
+    }
+
+    fn verdict(bundle: &str, trust: &Trust, pinned: char) -> Verdict {
+        judge_all(&[], &[bundle.as_bytes()], trust, &digest(pinned))
+    }
+
+    #[test]
+    fn a_bundle_signed_by_a_trusted_key_or_identity_for_the_pinned_digest_is_verified() {
+        let sigstore = TestSigstore::new();
+        let (key, trust) = trust(&sigstore);
+        let signed = statement(REPOSITORY, &digest('a').to_string());
+        let by_key = key_bundle(&key, &signed);
+        assert_eq!(verdict(&by_key, &trust, 'a').reason(), "verified");
+        let keyless = sigstore.keyless_bundle(&signed, ISSUER, SUBJECT);
+        assert_eq!(
+            verdict(&keyless, &trust, 'a'),
+            Verdict::Verified {
+                signer: format!("{SUBJECT} ({ISSUER})")
+            }
+        );
+    }
+
+    /// The class of Kyverno GHSA-2r43-6962-xcw5, for bundles: a statement is of a digest.
+    #[test]
+    fn a_bundle_of_another_digest_or_by_another_signer_is_not_this_images() {
+        let sigstore = TestSigstore::new();
+        let (key, trust) = trust(&sigstore);
+        let signed = statement(REPOSITORY, &digest('a').to_string());
+        assert_eq!(
+            verdict(&key_bundle(&key, &signed), &trust, 'b'),
+            Verdict::OtherDigest {
+                signed: digest('a').to_string()
+            }
+        );
+        let other = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        assert_eq!(
+            verdict(&key_bundle(&other, &signed), &trust, 'a'),
+            Verdict::OtherKey
+        );
+        let fork = "https://github.com/evil/app/.github/workflows/release.yml@refs/tags/v1";
+        let verdict_fork = verdict(&sigstore.keyless_bundle(&signed, ISSUER, fork), &trust, 'a');
+        assert_eq!(verdict_fork.reason(), "other_identity");
+        let rogue = sigstore
+            .sharing_log()
+            .keyless_bundle(&signed, ISSUER, SUBJECT);
+        let untrusted = verdict(&rogue, &trust, 'a');
+        assert_eq!(untrusted.reason(), "untrusted");
+        assert!(
+            untrusted.describe().contains("not issued by an authority"),
+            "{untrusted:?}"
+        );
+    }
+
+    /// A keyless bundle whose log entry is of another payload, or that carries no SET, or
+    /// whose envelope was swapped after signing: untrusted, saying why.
+    #[test]
+    fn a_keyless_bundle_the_log_does_not_vouch_for_is_untrusted() {
+        let sigstore = TestSigstore::new();
+        let (_, trust) = trust(&sigstore);
+        let signed = statement(REPOSITORY, &digest('a').to_string());
+        let good: serde_json::Value =
+            serde_json::from_str(&sigstore.keyless_bundle(&signed, ISSUER, SUBJECT)).unwrap();
+        let entry = "/verificationMaterial/tlogEntries/0";
+        let mut no_set = good.clone();
+        no_set
+            .pointer_mut(entry)
+            .unwrap()
+            .as_object_mut()
+            .unwrap()
+            .remove("inclusionPromise");
+        let why = verdict(&no_set.to_string(), &trust, 'a').describe();
+        assert!(
+            why.contains("no log entry with a signed entry timestamp"),
+            "{why}"
+        );
+        // The envelope swapped for another statement (of the pinned digest 'b'), signature kept.
+        let mut swapped = good.clone();
+        *swapped.pointer_mut("/dsseEnvelope/payload").unwrap() = STANDARD
+            .encode(statement(REPOSITORY, &digest('b').to_string()))
+            .into();
+        let why = verdict(&swapped.to_string(), &trust, 'b').describe();
+        assert!(
+            why.contains("another signature, payload or certificate"),
+            "{why}"
+        );
+        // A timestamp edited: the SET no longer verifies.
+        let mut late = good.clone();
+        *late
+            .pointer_mut(&format!("{entry}/integratedTime"))
+            .unwrap() = (sigstore.now + 1).to_string().into();
+        let why = verdict(&late.to_string(), &trust, 'a').describe();
+        assert!(why.contains("does not verify"), "{why}");
+    }
+
+    /// Bundles pinhook cannot read are counted, on one line; an attestation (another
+    /// predicate) is none of the image's signatures.
+    #[test]
+    fn unreadable_bundles_are_untrusted_and_attestations_are_not_signatures() {
+        let sigstore = TestSigstore::new();
+        let (key, trust) = trust(&sigstore);
+        for (bundle, why) in [
+            ("not json".to_string(), "not a bundle"),
+            (r#"{"mediaType":"text/plain","verificationMaterial":{}}"#.to_string(), "media type"),
+            (
+                r#"{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json","verificationMaterial":{},"messageSignature":{}}"#.to_string(),
+                "a message signature",
+            ),
+            (
+                r#"{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json","verificationMaterial":{},"dsseEnvelope":{"payload":"!!","payloadType":"application/vnd.in-toto+json","signatures":[]}}"#.to_string(),
+                "not base64",
+            ),
+        ] {
+            let verdict = verdict(&bundle, &trust, 'a');
+            assert_eq!(verdict.reason(), "untrusted", "{why}");
+            assert!(verdict.describe().contains(why), "{verdict:?}");
+            assert!(!verdict.describe().contains('\n'));
+        }
+        let mut provenance: serde_json::Value =
+            serde_json::from_slice(&statement(REPOSITORY, &digest('a').to_string())).unwrap();
+        provenance["predicateType"] = "https://slsa.dev/provenance/v1".into();
+        let attestation = key_bundle(&key, provenance.to_string().as_bytes());
+        assert_eq!(verdict(&attestation, &trust, 'a'), Verdict::NoSignature);
+    }
+
+    #[test]
+    fn pae_is_dsse_v1s() {
+        assert_eq!(pae("t", b"ab"), b"DSSEv1 1 t 2 ab".to_vec());
+    }
+}
