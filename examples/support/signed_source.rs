@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use pinhook::reference::{Digest, Reference};
 use pinhook::registry::{
-    Credential, FetchedLayer, FetchedSignatures, RegistryError, SignatureSource,
+    Credential, Enough, FetchedLayer, FetchedSignatures, RegistryError, SignatureSource,
 };
 use pinhook::signatures::simple_signing::payload_for;
 use pinhook::signatures::{PublicKey, Trust};
@@ -45,6 +45,7 @@ impl SignatureSource for SignedSource {
         _image: &Reference,
         digest: &Digest,
         _credentials: &[Credential],
+        _enough: Enough<'_>,
     ) -> Result<FetchedSignatures, RegistryError> {
         Ok(FetchedSignatures {
             layers: self.0.get(digest).cloned().into_iter().collect(),

@@ -143,7 +143,7 @@ fuzz_target!(|data: &[u8]| {
     let signatures = registry.runtime.block_on(async {
         tokio::time::timeout(
             Duration::from_secs(8),
-            resolver.signatures_with(&reference, &digest, &credentials[0]),
+            resolver.signatures_with(&reference, &digest, &credentials[0], &|_| false),
         )
         .await
     });

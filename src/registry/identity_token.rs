@@ -23,7 +23,7 @@ use serde::Deserialize;
 use tracing::warn;
 
 use crate::reference::{Digest, Reference};
-use crate::registry::client::signatures::FetchedSignatures;
+use crate::registry::client::signatures::{Enough, FetchedSignatures};
 use crate::registry::client::token::{self, Bearer};
 use crate::registry::http::{body, outbound};
 use crate::registry::{Credential, Fingerprint, OciResolver, RegistryError, Resolution, Resolver};
@@ -208,15 +208,21 @@ impl IdentityTokens {
         image: &Reference,
         digest: &Digest,
         credentials: &[Credential],
+        enough: Enough<'_>,
     ) -> Result<FetchedSignatures, RegistryError> {
         if !credentials
             .iter()
             .any(|c| matches!(c, Credential::IdentityToken { .. }))
         {
-            return self.oci.signatures_of(image, digest, credentials).await;
+            return self
+                .oci
+                .signatures_of(image, digest, credentials, enough)
+                .await;
         }
         let credentials = self.exchanged(image, credentials).await;
-        self.oci.signatures_of(image, digest, &credentials).await
+        self.oci
+            .signatures_of(image, digest, &credentials, enough)
+            .await
     }
 }
 

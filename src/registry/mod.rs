@@ -46,7 +46,7 @@ pub(crate) mod testing;
 pub mod verified;
 
 pub use cache::{BreakerSettings, CacheConfig, CachingResolver, ReadOnlyCache, RunMemo, TagMove};
-pub use client::signatures::{FetchedLayer, FetchedSignatures};
+pub use client::signatures::{Enough, FetchedLayer, FetchedSignatures};
 pub use client::token::TOKEN_CACHE_BYTES;
 pub use client::{Bearer, OciResolver};
 pub use config::{HostCaError, RegistryConfig};

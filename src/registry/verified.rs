@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::identity_token::IdentityTokens;
-use super::{guard, Credential, FetchedLayer, FetchedSignatures, Fingerprint, RegistryError};
+use super::{
+    guard, Credential, Enough, FetchedLayer, FetchedSignatures, Fingerprint, RegistryError,
+};
 use crate::metrics::Metrics;
 use crate::policy::PolicyHandle;
 use crate::reference::{Digest, Reference};
@@ -56,6 +58,7 @@ pub trait SignatureSource: Send + Sync {
         image: &Reference,
         digest: &Digest,
         credentials: &[Credential],
+        enough: Enough<'_>,
     ) -> Result<FetchedSignatures, RegistryError>;
 }
 
@@ -66,8 +69,9 @@ impl SignatureSource for IdentityTokens {
         image: &Reference,
         digest: &Digest,
         credentials: &[Credential],
+        enough: Enough<'_>,
     ) -> Result<FetchedSignatures, RegistryError> {
-        IdentityTokens::signatures_of(self, image, digest, credentials).await
+        IdentityTokens::signatures_of(self, image, digest, credentials, enough).await
     }
 }
 
@@ -146,9 +150,18 @@ impl VerifiedSignatures {
         if let Some(policy) = &self.policy {
             guard::admit(policy, image.domain()).await?;
         }
+        // A trusted signature among the tag scheme's layers settles it: no bundles looked for.
+        let enough = |layers: &[FetchedLayer]| {
+            let layers: Vec<SignatureLayer<'_>> =
+                layers.iter().map(FetchedLayer::as_layer).collect();
+            matches!(
+                judge_all(&layers, &[], trust, digest),
+                Verdict::Verified { .. }
+            )
+        };
         let found = self
             .source
-            .signatures_of(image, digest, credentials)
+            .signatures_of(image, digest, credentials, &enough)
             .await?;
         let layers: Vec<SignatureLayer<'_>> =
             found.layers.iter().map(FetchedLayer::as_layer).collect();

@@ -34,7 +34,12 @@ const PASS: &str = "s1gn-pass";
 async fn verdict(resolver: &OciResolver, image: &str, digest: &str, trust: &Trust) -> Verdict {
     let digest: Digest = digest.parse().unwrap();
     let found = resolver
-        .signatures_with(&reference(image), &digest, &Credential::basic(USER, PASS))
+        .signatures_with(
+            &reference(image),
+            &digest,
+            &Credential::basic(USER, PASS),
+            &|_| false,
+        )
         .await
         .expect("fetched");
     let layers: Vec<SignatureLayer<'_>> = found.layers.iter().map(FetchedLayer::as_layer).collect();
@@ -161,7 +166,7 @@ async fn hostile_signature_manifests_are_refused_on_one_line() {
     ] {
         let digest: Digest = digest.parse().unwrap();
         let error = resolver
-            .signatures_with(&reference(image), &digest, &credential)
+            .signatures_with(&reference(image), &digest, &credential, &|_| false)
             .await
             .expect_err("refused");
         let text = pinhook::error::error_chain(&error);
@@ -188,12 +193,13 @@ async fn each_credential_is_tried_until_one_finds_the_signatures() {
             &reference(&image.reference),
             &digest,
             &[wrong.clone(), Credential::basic(USER, PASS)],
+            &|_| false,
         )
         .await
         .expect("the second credential is let in");
     assert_eq!(layers.layers.len(), 1);
     let error = resolver
-        .signatures_of(&reference(&image.reference), &digest, &[wrong])
+        .signatures_of(&reference(&image.reference), &digest, &[wrong], &|_| false)
         .await
         .expect_err("no credential is let in");
     assert_eq!(error.kind(), "unauthorized", "{error}");
@@ -341,7 +347,12 @@ async fn hostile_referrers_are_refused_on_one_line() {
     ] {
         let digest: Digest = digest.parse().unwrap();
         let error = resolver
-            .signatures_with(&reference(image), &digest, &Credential::basic(USER, PASS))
+            .signatures_with(
+                &reference(image),
+                &digest,
+                &Credential::basic(USER, PASS),
+                &|_| false,
+            )
             .await
             .expect_err("refused");
         let text = pinhook::error::error_chain(&error);
@@ -411,6 +422,7 @@ async fn the_referrers_api_is_asked_first_where_the_registry_has_it() {
             &reference(&format!("{repository}:1.0")),
             &image_digest,
             &Credential::Anonymous,
+            &|_| false,
         )
         .await
         .expect("fetched");
@@ -427,5 +439,24 @@ async fn the_referrers_api_is_asked_first_where_the_registry_has_it() {
             .iter()
             .any(|p| p.ends_with(&image_digest.to_string().replacen(':', "-", 1))),
         "the referrers tag was asked though the API answered: {asked:?}"
+    );
+    // Layers that settle the verdict: the bundles are not looked for.
+    let before = stand_in.requests().len();
+    resolver
+        .signatures_with(
+            &reference(&format!("{repository}:1.0")),
+            &image_digest,
+            &Credential::Anonymous,
+            &|_| true,
+        )
+        .await
+        .expect("fetched");
+    let asked: Vec<String> = stand_in.requests()[before..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert!(
+        !asked.is_empty() && asked.iter().all(|p| p.ends_with(".sig")),
+        "asked beyond the tag scheme: {asked:?}"
     );
 }
