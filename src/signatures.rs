@@ -16,15 +16,19 @@
 pub mod bundle;
 pub mod key;
 pub mod keyless;
+pub mod layer;
 pub mod simple_signing;
 pub mod trust;
 pub mod trusted_root;
+pub mod verdict;
 
 pub use key::{KeyError, PublicKey};
 pub use keyless::{Identity, Keyless, Matcher};
-pub use simple_signing::{judge, judge_all, SignatureLayer, Verdict};
+pub use layer::SignatureLayer;
+pub use simple_signing::{judge, judge_all};
 pub use trust::Trust;
 pub use trusted_root::{TrustedRoot, TrustedRootError};
+pub use verdict::Verdict;
 
 use crate::reference::Digest;
 

@@ -283,17 +283,53 @@ impl Pinner {
                     pod.keyring
                 }
             };
-            let calls = checks.distinct.iter().map(|check| {
+            // A routed image's signatures are asked where its tag is resolved: its mirrors.
+            let mut unusable = Vec::new();
+            let routed: Vec<Option<RoutedCall>> = checks
+                .distinct
+                .iter()
+                .map(|check| {
+                    let route = policy.routes.route(&check.image)?;
+                    Some(RoutedCall::new(
+                        &check.image,
+                        &route,
+                        &keyring,
+                        &self.mirror_keyrings,
+                        &mut unusable,
+                    ))
+                })
+                .collect();
+            unusable.sort();
+            unusable.dedup();
+            plan.warnings.extend(unusable);
+            let calls = checks.distinct.iter().zip(&routed).map(|(check, routed)| {
                 let credentials = keyring.lookup(&check.image);
                 let verifier = verifier.clone();
                 async move {
                     let started = Instant::now();
-                    let call = verifier.verify(
-                        &check.image,
-                        &check.key.digest,
-                        &credentials,
-                        &check.trust,
-                    );
+                    let call = async {
+                        match routed {
+                            Some(routed) => {
+                                mirrored::verify_routed(
+                                    verifier.as_ref(),
+                                    routed,
+                                    &check.key.digest,
+                                    &check.trust,
+                                )
+                                .await
+                            }
+                            None => {
+                                verifier
+                                    .verify(
+                                        &check.image,
+                                        &check.key.digest,
+                                        &credentials,
+                                        &check.trust,
+                                    )
+                                    .await
+                            }
+                        }
+                    };
                     let answer =
                         tokio::time::timeout_at(deadline, call)
                             .await

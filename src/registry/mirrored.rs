@@ -16,6 +16,12 @@
 //! required`, where it is [`RegistryError::SourceUnconfirmed`] and no last known digest stands
 //! in.
 //!
+//!
+//! The signatures of a routed image's digest are asked the same way ([`verify_routed`]): at its
+//! mirrors in order, with their credentials, and at the source too under `verifySource`; an
+//! air-gapped cluster verifies what its mirrors hold. A signature is of a digest and checked
+//! cryptographically, so where it was fetched decides nothing but whether it was found.
+//!
 //! Never: decides policy (which references are routed is `policy::resolve_through`'s), and never
 //! falls back to the source's own answer when every mirror fails: the mirrors are the policy's
 //! choice of authority.
@@ -27,9 +33,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::keyring::Keyring;
+use super::verified::SignatureVerifier;
 use super::{Credential, RegistryError, Resolution, ResolutionSource, Resolver};
 use crate::policy::{Route, VerifySource};
+use crate::reference::Digest;
 use crate::reference::Reference;
+use crate::signatures::{Trust, Verdict};
 
 pub use super::resolver::{Origin, SourceCheck};
 
@@ -247,6 +256,44 @@ pub async fn resolve_routed(
         origin.source_check = check;
     }
     Ok(resolution)
+}
+
+/// The verdict on the signatures of `digest` for `call` under `trust`, asked at its mirrors in
+/// order, then at the source when `verifySource` asks it: the first `verified` wins; else the
+/// first verdict any of them gave (a mirror that holds no signature says so); else, when every
+/// one failed, the first error.
+pub async fn verify_routed(
+    verifier: &dyn SignatureVerifier,
+    call: &RoutedCall,
+    digest: &Digest,
+    trust: &Arc<Trust>,
+) -> Result<Verdict, RegistryError> {
+    let source = call
+        .verify_source
+        .asks_source()
+        .then_some((&call.source, &call.source_credentials));
+    let asks = call
+        .mirrors
+        .iter()
+        .map(|mirror| (&mirror.reference, &mirror.credentials))
+        .chain(source);
+    let (mut verdict, mut error) = (None, None);
+    for (reference, credentials) in asks {
+        match verifier.verify(reference, digest, credentials, trust).await {
+            Ok(found @ Verdict::Verified { .. }) => return Ok(found),
+            Ok(found) => {
+                verdict.get_or_insert(found);
+            }
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+    }
+    match (verdict, error) {
+        (Some(verdict), _) => Ok(verdict),
+        (None, Some(error)) => Err(error),
+        (None, None) => Ok(Verdict::NoSignature),
+    }
 }
 
 /// The newest digest any mirror's cache remembers for `call`, first mirror first; none under

@@ -521,3 +521,93 @@ async fn required_denies_a_source_that_hangs_past_its_deadline(
     }
     Ok(())
 }
+
+/// A signature verifier answering per registry host: `Some(true)` verified, `Some(false)` no
+/// signature, `None` down; it records the hosts asked.
+struct SignaturesByHost {
+    hosts: HashMap<&'static str, Option<bool>>,
+    asked: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl SignatureVerifier for SignaturesByHost {
+    async fn verify(
+        &self,
+        image: &Reference,
+        _digest: &Digest,
+        _credentials: &[Credential],
+        _trust: &Arc<Trust>,
+    ) -> Result<Verdict, RegistryError> {
+        self.asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(image.domain().to_string());
+        match self.hosts.get(image.domain()).copied().flatten() {
+            Some(true) => Ok(Verdict::Verified {
+                signer: "key k".into(),
+            }),
+            Some(false) => Ok(Verdict::NoSignature),
+            None => Err(RegistryError::Timeout {
+                registry: image.domain().to_string(),
+                timeout: Duration::ZERO,
+            }),
+        }
+    }
+}
+
+/// Issue 46: a routed image's signatures are asked at its mirrors in order (then at the source
+/// under `verifySource`): the first `verified` wins, else the first verdict, else the first
+/// error; the source is not asked otherwise.
+#[tokio::test]
+async fn a_routed_images_signatures_are_asked_at_its_mirrors_in_order(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let trust = Arc::new(Trust::of_keys(Vec::new()));
+    let ask = |hosts: &[(&'static str, Option<bool>)], policy: &str| {
+        let verifier = SignaturesByHost {
+            hosts: hosts.iter().copied().collect(),
+            asked: Mutex::default(),
+        };
+        let call = call_for(policy, "source.example/team/app:1.0", &Keyring::new());
+        let trust = trust.clone();
+        async move {
+            let call = call.map_err(|e| e.to_string())?;
+            let verdict = verify_routed(&verifier, &call, &digest('a'), &trust).await;
+            let asked = verifier
+                .asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            Ok::<_, String>((verdict, asked))
+        }
+    };
+    let (verdict, asked) = ask(
+        &[
+            ("first.example", Some(false)),
+            ("second.example", Some(true)),
+        ],
+        POLICY,
+    )
+    .await?;
+    assert_eq!(verdict?.reason(), "verified");
+    assert_eq!(asked, ["first.example", "second.example"]);
+    let (verdict, asked) = ask(&[("first.example", Some(true))], POLICY).await?;
+    assert_eq!(verdict?.reason(), "verified");
+    assert_eq!(asked, ["first.example"], "the first verified decides");
+    let (verdict, _) = ask(&[("second.example", Some(false))], POLICY).await?;
+    assert_eq!(
+        verdict?.reason(),
+        "no_signature",
+        "a verdict outweighs a failure"
+    );
+    let (verdict, asked) = ask(&[], POLICY).await?;
+    assert!(verdict.is_err(), "every mirror down: the first error");
+    assert_eq!(
+        asked,
+        ["first.example", "second.example"],
+        "the source is not asked"
+    );
+    let (verdict, asked) = ask(&[("source.example", Some(true))], &verified(POLICY)).await?;
+    assert_eq!(verdict?.reason(), "verified");
+    assert_eq!(asked, ["first.example", "second.example", "source.example"]);
+    Ok(())
+}

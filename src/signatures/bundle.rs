@@ -19,9 +19,9 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use super::keyless::{logged_certificate, LogEntry, Logged, MAX_CHAIN};
-use super::simple_signing::{Tally, Verdict};
 use super::trust::Trust;
 use super::trusted_root::hex;
+use super::verdict::{Tally, Verdict};
 use crate::reference::Digest;
 
 /// The media type (and artifact type) of a bundle, as cosign 3 attaches it.

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 
-use super::simple_signing::SignatureLayer;
+use super::layer::SignatureLayer;
 use super::trusted_root::{hex, TrustedRoot};
 
 /// The annotation holding a keyless signature's certificate (PEM).

@@ -1,4 +1,4 @@
-//! cosign's simple signing payload and the verdict on an image's signatures under one entry's
+//! cosign's simple signing payload and the judgement of an image's signatures under one entry's
 //! [`Trust`]: a layer counts when a trusted key signed its payload, or a trusted identity did
 //! keyless ([`super::keyless`]), **and** the payload, a cosign container image signature, names
 //! the digest pinned. Every other outcome has one name of a fixed vocabulary
@@ -6,58 +6,15 @@
 
 use serde::Deserialize;
 
-use super::keyless::{Evidence, Keyless};
+use super::layer::SignatureLayer;
 use super::trust::Trust;
+use super::verdict::{Tally, Verdict};
 use crate::reference::Digest;
 
 /// The `type` of a cosign container image signature's payload.
 pub const COSIGN_TYPE: &str = "cosign container image signature";
 /// The annotation of a signature layer that holds its signature, base64.
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
-
-/// One layer of a signature manifest: its payload (already checked against its descriptor's
-/// digest and size), its signature annotation and, for a keyless signature, its certificate,
-/// chain and transparency log bundle annotations.
-#[derive(Debug, Clone, Copy)]
-pub struct SignatureLayer<'a> {
-    pub payload: &'a [u8],
-    pub signature: &'a str,
-    pub certificate: Option<&'a str>,
-    pub chain: Option<&'a str>,
-    pub bundle: Option<&'a str>,
-}
-
-/// What an image's signatures say of the digest pinned, for one set of trusted keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// A trusted key (`key sha256:…`) or identity (`subject (issuer)`) signed a payload naming
-    /// the pinned digest.
-    Verified { signer: String },
-    /// No signature at all (no signature manifest, or one without layers).
-    NoSignature,
-    /// Signatures, none of them by a trusted key or with a certificate.
-    OtherKey,
-    /// A trusted signer signed, but a payload naming another digest (or not a cosign payload).
-    OtherDigest { signed: String },
-    /// Keyless signatures the trusted root vouches for, by an identity no entry names.
-    OtherIdentity { signer: String },
-    /// Signatures that cannot be trusted (keyless ones the trusted root does not vouch for, a
-    /// bundle pinhook cannot read), and why, as one sentence (the first's).
-    Untrusted { why: String },
-}
-
-impl<'a> SignatureLayer<'a> {
-    /// A layer signed with a key: a payload and its signature, no certificate.
-    pub fn of_key(payload: &'a [u8], signature: &'a str) -> SignatureLayer<'a> {
-        SignatureLayer {
-            payload,
-            signature,
-            certificate: None,
-            chain: None,
-            bundle: None,
-        }
-    }
-}
 
 #[derive(Deserialize)]
 struct Payload {
@@ -75,36 +32,6 @@ struct Critical {
 struct Image {
     #[serde(rename = "docker-manifest-digest")]
     digest: String,
-}
-
-impl Verdict {
-    /// The verdict's name in the fixed vocabulary.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Verdict::Verified { .. } => "verified",
-            Verdict::NoSignature => "no_signature",
-            Verdict::OtherKey => "other_key",
-            Verdict::OtherDigest { .. } => "other_digest",
-            Verdict::OtherIdentity { .. } => "other_identity",
-            Verdict::Untrusted { .. } => "untrusted",
-        }
-    }
-
-    /// One line for a person: why the image counts as signed, or why not.
-    pub fn describe(&self) -> String {
-        match self {
-            Verdict::Verified { signer } => format!("signed by {signer}"),
-            Verdict::NoSignature => "no signature found".to_string(),
-            Verdict::OtherKey => "signed by another key".to_string(),
-            Verdict::OtherDigest { signed } => {
-                format!("the trusted signer signed another digest ({signed}), not this one")
-            }
-            Verdict::OtherIdentity { signer } => {
-                format!("signed keyless by {signer}, an identity the entry does not name")
-            }
-            Verdict::Untrusted { why } => why.clone(),
-        }
-    }
 }
 
 /// The verdict on `layers` under `trust` for the digest `pinned`.
@@ -156,60 +83,6 @@ pub fn judge_all(
         }
     }
     tally.verdict()
-}
-
-/// The failures seen so far, the first of each kind.
-#[derive(Debug, Default)]
-pub(crate) struct Tally {
-    pub seen: bool,
-    other_digest: Option<String>,
-    other_identity: Option<String>,
-    untrusted: Option<String>,
-}
-
-impl Tally {
-    /// A trusted signer signed `signed` (a digest, or what the payload is instead).
-    pub fn other_digest(&mut self, signed: &str) {
-        self.other_digest
-            .get_or_insert_with(|| crate::text::one_line(signed).into_owned());
-    }
-
-    /// Why a signature cannot be trusted, as one sentence.
-    pub fn untrusted(&mut self, why: String) {
-        self.untrusted.get_or_insert(why);
-    }
-
-    /// The signer of keyless `evidence` if the entry names it; tallies it otherwise.
-    pub fn keyless(&mut self, keyless: &Keyless, evidence: Evidence) -> Option<String> {
-        match evidence {
-            Evidence::Signed(signer) if keyless.admits(&signer) => Some(signer.describe()),
-            Evidence::Signed(signer) => {
-                self.other_identity.get_or_insert_with(|| signer.describe());
-                None
-            }
-            Evidence::Untrusted(why) => {
-                self.untrusted(format!(
-                    "a keyless signature the trusted root does not vouch for: {why}"
-                ));
-                None
-            }
-        }
-    }
-
-    fn verdict(self) -> Verdict {
-        match (
-            self.seen,
-            self.other_digest,
-            self.other_identity,
-            self.untrusted,
-        ) {
-            (false, ..) => Verdict::NoSignature,
-            (_, Some(signed), _, _) => Verdict::OtherDigest { signed },
-            (_, None, Some(signer), _) => Verdict::OtherIdentity { signer },
-            (_, None, None, Some(why)) => Verdict::Untrusted { why },
-            (_, None, None, None) => Verdict::OtherKey,
-        }
-    }
 }
 
 /// The simple signing payload cosign signs for `digest` of `repository`.

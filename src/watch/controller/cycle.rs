@@ -277,8 +277,7 @@ impl Watch {
             // credentials admission uses for them.
             let mut warnings = Vec::new();
             let namespace = request.namespace;
-            signed.add(policy, &request, &keyring.keyring);
-            plan.add_routed(request, &keyring.keyring, |reference| {
+            let mut route = |reference: &crate::reference::Reference| {
                 let route = policy.routes.route(reference)?;
                 Some(RoutedCall::new(
                     reference,
@@ -287,7 +286,9 @@ impl Watch {
                     &self.mirror_keyrings,
                     &mut warnings,
                 ))
-            });
+            };
+            signed.add(policy, &request, &keyring.keyring, &mut route);
+            plan.add_routed(request, &keyring.keyring, route);
             for warning in &warnings {
                 debug!(namespace, warning, "mirror credentials");
             }
@@ -366,11 +367,19 @@ impl Watch {
         };
         futures::stream::iter(plan.calls())
             .map(|call| async move {
-                let answer = tokio::time::timeout(
-                    SIGNATURE_CHECK_TIMEOUT,
-                    verifier.verify(&call.reference, &call.key.digest, &call.credentials, &call.trust),
-                )
-                .await;
+                let ask = async {
+                    match &call.routed {
+                        Some(routed) => {
+                            mirrored::verify_routed(verifier.as_ref(), routed, &call.key.digest, &call.trust).await
+                        }
+                        None => {
+                            verifier
+                                .verify(&call.reference, &call.key.digest, &call.credentials, &call.trust)
+                                .await
+                        }
+                    }
+                };
+                let answer = tokio::time::timeout(SIGNATURE_CHECK_TIMEOUT, ask).await;
                 let verdict = match answer {
                     Ok(Ok(verdict)) => Some(verdict),
                     Err(_) => {

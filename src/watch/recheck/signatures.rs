@@ -29,6 +29,9 @@ pub struct SignatureCall {
     pub reference: Reference,
     pub credentials: Vec<Credential>,
     pub trust: Arc<Trust>,
+    /// Where the image's tag is resolved when the policy routes it through mirrors
+    /// (`registries.resolveThrough`): its signatures are asked there too.
+    pub routed: Option<RoutedCall>,
 }
 
 /// The distinct signature checks of a cycle, and which Pod images each answers (with the entry
@@ -47,12 +50,14 @@ pub struct SiteVerdicts<'a>(HashMap<Site<'a>, String>);
 
 impl<'a> SignaturePlan<'a> {
     /// Adds the pinned images of `request` that `policy`'s `verify` entries cover, each checked
-    /// with the credentials `keyring` gives it.
+    /// with the credentials `keyring` gives it, or at the mirrors `route` names for it (with
+    /// theirs).
     pub fn add(
         &mut self,
         policy: &CompiledPolicy,
         request: &KeyringRequest<'a>,
         keyring: &Keyring,
+        mut route: impl FnMut(&Reference) -> Option<RoutedCall>,
     ) {
         if policy.verify.is_empty() {
             return;
@@ -61,10 +66,17 @@ impl<'a> SignaturePlan<'a> {
             let Some(digest) = reference.digest() else {
                 continue;
             };
+            let rules: Vec<&crate::policy::VerifyRule> = policy.verify_rules(reference).collect();
+            if rules.is_empty() {
+                continue;
+            }
             let credentials = keyring.lookup(reference);
-            let fingerprints: Vec<Fingerprint> =
-                credentials.iter().map(Credential::fingerprint).collect();
-            for rule in policy.verify_rules(reference) {
+            let routed = route(reference);
+            let fingerprints: Vec<Fingerprint> = match &routed {
+                Some(routed) => routed.fingerprints(),
+                None => credentials.iter().map(Credential::fingerprint).collect(),
+            };
+            for rule in rules {
                 let key = SignatureKey {
                     repository: reference.repository(),
                     digest: digest.clone(),
@@ -79,6 +91,7 @@ impl<'a> SignaturePlan<'a> {
                         reference: Reference::clone(reference),
                         credentials: credentials.clone(),
                         trust: rule.trust.clone(),
+                        routed: routed.clone(),
                     });
             }
         }

@@ -881,7 +881,7 @@ fn pinned_digests_a_verify_entry_covers_are_checked_once_and_judged() {
     let mut plan = LookupPlan::default();
     let mut signatures = SignaturePlan::default();
     for request in keyrings_wanted(&policy, &pods, &modes, &parsed) {
-        signatures.add(&policy, &request, &Keyring::new());
+        signatures.add(&policy, &request, &Keyring::new(), |_| None);
         plan.add(request, &Keyring::new());
     }
     assert_eq!(

@@ -420,3 +420,59 @@ fn base64_basic(user: &str, pass: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
 }
+
+/// Issue 46: an image routed through a mirror has its signatures asked there, with the
+/// mirror's credentials, as its tag was: with the source stopped (an air-gapped cluster), the
+/// mirror's signed image is pinned and verified; its unsigned one is denied, saying so.
+#[tokio::test]
+async fn a_routed_images_signatures_are_verified_at_its_mirror() {
+    let all = registries(vec![RegistryAuth::None, RegistryAuth::None]).await;
+    let (source, mirror) = all.pair();
+    let signed = images::push_multi_arch(mirror, "team/app", "1.0", "signed").await;
+    let unsigned = images::push_multi_arch(mirror, "team/app", "2.0", "unsigned").await;
+    let (signer, pem) = crate::common::signing::key_pair_pem();
+    crate::common::signing::sign(mirror, "team/app", &signed.index_digest, &signer).await;
+    source.stop();
+    let mut policy = policy(source, &[mirror], VerifySource::Off);
+    policy.mode = pinhook::policy::Mode::Enforce;
+    policy.verify = vec![pinhook::policy::VerifyEntry {
+        images: vec![format!("{}/team/*", source.host())],
+        keys: vec![pinhook::policy::KeySource {
+            pem: Some(pem),
+            file: None,
+        }],
+        keyless: None,
+    }];
+    let pinhook = pinhook(source, policy).await;
+
+    let image = format!("{}/team/app:1.0", source.host());
+    let review = pod_review(source, &image);
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(
+        image_after(&review, &body),
+        format!("{image}@{}", signed.index_digest)
+    );
+    mirror.settle_access_log().await;
+    let signature_tag = format!(
+        "/v2/team/app/manifests/{}.sig",
+        signed.index_digest.replacen(':', "-", 1)
+    );
+    assert!(mirror.count_requests_now("GET", &signature_tag) >= 1);
+
+    let body = pinhook
+        .mutate(&pod_review(
+            source,
+            &format!("{}/team/app:2.0", source.host()),
+        ))
+        .await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let text = message(&body);
+    assert!(
+        text.contains(&format!(
+            "not verified: verify[0]: no signature found for {}",
+            &unsigned.index_digest[..19]
+        )),
+        "{text}"
+    );
+}
