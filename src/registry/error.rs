@@ -64,9 +64,32 @@ pub enum RedirectRefusal {
         "redirected from {from} to another origin, {to}; pinhook follows redirects only within \
          one scheme, host and port"
     )]
-    OtherOrigin { from: String, to: String },
+    OtherOrigin {
+        from: String,
+        to: String,
+        /// Where the redirect pointed, whole: for the one caller that may follow it (a
+        /// signature blob to its storage host), never shown (a signed storage URL carries
+        /// credentials in its query).
+        location: Location,
+    },
+    #[error("redirected from {from} to {to}, a host pinhook may not contact: {why}")]
+    HostRefused {
+        from: String,
+        to: String,
+        why: String,
+    },
     #[error("redirected more than {max} times in a row from {from}")]
     TooMany { from: String, max: usize },
+}
+
+/// A redirect's whole target URL, held but never printed, not even by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Location(pub String);
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Location(…)")
+    }
 }
 
 /// `bytes` for a message: `4 MiB`, `64 KiB`, or bytes when not a whole number of either.

@@ -10,8 +10,8 @@
 //!   most [`MAX_BUNDLES`]: its manifest, then its bundle layer (64 KiB at most).
 //!
 //! Every manifest and blob is checked against its descriptor's digest and size. Nothing found
-//! (404s) is no signature, not a failure. A blob served through a redirect to another host (a
-//! CDN) is refused like any cross-host redirect.
+//! (404s) is no signature, not a failure. A blob redirected to its storage on another host (a
+//! CDN) is followed once, judged as a token realm is and sent no credential.
 
 use std::collections::BTreeMap;
 
@@ -20,8 +20,8 @@ use serde::Deserialize;
 use super::get::{fetch, Fetched};
 use super::{each_credential, unauthorized, Login, OciResolver};
 use crate::reference::{Digest, Reference};
-use crate::registry::http::body;
-use crate::registry::{AnswerError, Credential, RegistryError};
+use crate::registry::http::{body, realm};
+use crate::registry::{AnswerError, Credential, RedirectRefusal, RegistryError};
 use crate::signatures::bundle::{BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE};
 use crate::signatures::keyless::{BUNDLE_ANNOTATION, CERTIFICATE_ANNOTATION, CHAIN_ANNOTATION};
 use crate::signatures::simple_signing::SIGNATURE_ANNOTATION;
@@ -335,8 +335,51 @@ impl Reader<'_> {
         }
     }
 
+    /// A blob the registry redirected to its storage on another host (S3, GCS, a CDN: how
+    /// Docker Hub, GHCR, ECR and Quay serve blobs): followed once, if the host passes the rules
+    /// a token realm passes (never an internal address; a private network only for a registry
+    /// on one), over HTTPS, with no credential sent (the blob's digest is what vouches for it).
+    async fn get_from_storage(
+        &self,
+        from: String,
+        to: String,
+        location: &str,
+        limit: body::Limit,
+    ) -> Result<body::Read, RegistryError> {
+        let registry = self.image.domain();
+        let refused = |why: String| RegistryError::Redirected {
+            registry: registry.to_string(),
+            refusal: RedirectRefusal::HostRefused {
+                from: from.clone(),
+                to: to.clone(),
+                why,
+            },
+        };
+        let url = reqwest::Url::parse(location).map_err(|_| refused("not a URL".to_string()))?;
+        if url.scheme() != "https" {
+            return Err(refused("not HTTPS".to_string()));
+        }
+        let host = match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            (None, _) => return Err(refused("no host".to_string())),
+        };
+        if let Some(policy) = &self.resolver.policy {
+            realm::check_named(policy, &host, registry)
+                .await
+                .map_err(|named| refused(named.to_string()))?;
+        }
+        let http = self.resolver.realm_http_for(&host)?;
+        match fetch(&http, location, None, self.image, limit).await {
+            Fetched::Bytes(bytes) => Ok(bytes),
+            Fetched::Challenge(_) => Err(unauthorized(registry)),
+            Fetched::Failed(error) => Err(error),
+        }
+    }
+
     /// The blob `descriptor` names (at most 64 KiB), checked against its digest and size;
-    /// `what` names it in errors.
+    /// `what` names it in errors. A redirect to its storage host is followed
+    /// ([`Self::get_from_storage`]).
     async fn blob(
         &mut self,
         base: &str,
@@ -351,9 +394,14 @@ impl Reader<'_> {
                 descriptor.size
             )));
         }
-        let bytes = self
-            .get(&format!("{base}/blobs/{digest}"), body::SIGNATURE_PAYLOAD)
-            .await?;
+        let limit = body::SIGNATURE_PAYLOAD;
+        let bytes = match self.get(&format!("{base}/blobs/{digest}"), limit).await {
+            Err(RegistryError::Redirected {
+                refusal: RedirectRefusal::OtherOrigin { from, to, location },
+                ..
+            }) => self.get_from_storage(from, to, &location.0, limit).await?,
+            other => other?,
+        };
         if bytes.len() as u64 != descriptor.size || Digest::sha256_of(&bytes) != digest {
             return Err(invalid(format!(
                 "{what} is not the blob its descriptor names ({digest})"

@@ -71,42 +71,74 @@ async fn judge_realm(
         }
     };
     if let Some(policy) = policy {
-        let hosts = &policy.current().hosts;
-        let rules = hosts.internal_only();
-        check_reachable(&rules, &host)
+        check_named(policy, &host, registry)
             .await
-            .map_err(|blocked| match blocked {
-                Blocked::Refused(reason) => RealmRefusal::Refused {
+            .map_err(|named| match named {
+                Named::Blocked(Blocked::Refused(reason)) => RealmRefusal::Refused {
                     registry: registry.to_string(),
                     reason,
                 },
-                Blocked::Lookup(source) => RealmRefusal::Unresolvable {
+                Named::Blocked(Blocked::Lookup(source)) => RealmRefusal::Unresolvable {
                     registry: registry.to_string(),
                     host: host.clone(),
                     source,
                 },
-            })?;
-        // On a private network? Then only for a registry that is not public itself. (The
-        // registry is looked up only here, so the common public realm costs no extra lookup.)
-        let strict = hosts.for_realm_of(&[]);
-        if let Err(Blocked::Refused(_)) = check_reachable(&strict, &host).await {
-            let registry_addresses = addresses_of(registry).await;
-            if hosts
-                .for_realm_of(&registry_addresses)
-                .deny_private_networks
-            {
-                return Err(RealmRefusal::PrivateForPublic {
+                Named::PrivateForPublic => RealmRefusal::PrivateForPublic {
                     registry: registry.to_string(),
-                    host,
-                });
-            }
-        }
+                    host: host.clone(),
+                },
+            })?;
     }
     if url.scheme() == "http" && !insecure(&host) {
         return Err(RealmRefusal::ClearText {
             registry: registry.to_string(),
             realm: realm.to_string(),
         });
+    }
+    Ok(())
+}
+
+/// Why a host a registry names (a token realm, a blob's storage) may not be contacted.
+pub(crate) enum Named {
+    Blocked(Blocked),
+    /// On a private network, named by a registry whose own addresses are public.
+    PrivateForPublic,
+}
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Named::Blocked(Blocked::Refused(reason)) => write!(f, "{reason}"),
+            Named::Blocked(Blocked::Lookup(source)) => write!(f, "cannot resolve it: {source}"),
+            Named::PrivateForPublic => {
+                f.write_str("on a private network, named by a registry on a public one")
+            }
+        }
+    }
+}
+
+/// The rules on a host `registry` names for pinhook to contact next: the rules that keep
+/// pinhook off internal addresses on its name and addresses, and a host on a private network
+/// only for a registry that is not public itself (the registry is looked up only then, so the
+/// common public host costs no extra lookup).
+pub(crate) async fn check_named(
+    policy: &PolicyHandle,
+    host: &str,
+    registry: &str,
+) -> Result<(), Named> {
+    let hosts = &policy.current().hosts;
+    check_reachable(&hosts.internal_only(), host)
+        .await
+        .map_err(Named::Blocked)?;
+    let strict = hosts.for_realm_of(&[]);
+    if let Err(Blocked::Refused(_)) = check_reachable(&strict, host).await {
+        let registry_addresses = addresses_of(registry).await;
+        if hosts
+            .for_realm_of(&registry_addresses)
+            .deny_private_networks
+        {
+            return Err(Named::PrivateForPublic);
+        }
     }
     Ok(())
 }

@@ -15,8 +15,13 @@
 //! resolved through the GET. That GET is only the fallback for a HEAD that lacked a digest;
 //! such registries are refused with a clear error rather than followed blindly. A HEAD that
 //! is redirected elsewhere falls back to that GET, as any 3xx did before. Redirects of the
-//! token request are held to the same rule.
+//! token request are held to the same rule. The one exception is made above this policy, by
+//! the caller: a signature blob redirected to its storage host is followed once, that host
+//! judged first as a token realm is, and sent no credential (`client::signatures`); the refusal
+//! carries the whole target for it ([`RedirectRefusal::OtherOrigin`]'s `location`, never
+//! printed).
 
+use crate::registry::error::Location;
 use crate::registry::RedirectRefusal;
 use reqwest::redirect::{Attempt, Policy};
 use reqwest::Url;
@@ -52,7 +57,11 @@ fn judge(next: &Url, previous: &[Url]) -> Result<(), RedirectRefusal> {
         return Err(RedirectRefusal::Downgrade { from, to });
     }
     if from != to {
-        return Err(RedirectRefusal::OtherOrigin { from, to });
+        return Err(RedirectRefusal::OtherOrigin {
+            from,
+            to,
+            location: Location(next.to_string()),
+        });
     }
     Ok(())
 }

@@ -460,3 +460,104 @@ async fn the_referrers_api_is_asked_first_where_the_registry_has_it() {
         "asked beyond the tag scheme: {asked:?}"
     );
 }
+
+/// Registries serve blobs from storage on another host (Docker Hub, GHCR, ECR, Quay: a
+/// redirect to S3, GCS or a CDN). A signature payload redirected so is followed once, to a
+/// host that passes the rules a token realm passes, with no credential; to a host the rules
+/// refuse it is not, and nothing is sent there; the signed query never shows.
+#[tokio::test]
+async fn a_signature_blob_redirected_to_its_storage_host_is_followed_there_only_if_allowed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::generate(dir.path());
+    let digest = Digest::sha256_of(b"image");
+    let (signer, key) = key_pair();
+    let payload =
+        pinhook::signatures::simple_signing::payload_for("registry.example/team/app", &digest);
+    let signature = signed(&signer, &payload);
+    let payload_digest = images::sha256_digest(&payload);
+
+    let stored = payload.clone();
+    let storage = StandIn::start(
+        &ca,
+        Router::new().fallback(move || {
+            let stored = stored.clone();
+            async move { stored.into_response() }
+        }),
+    )
+    .await;
+    let location = storage.url(&format!("/blobs/{payload_digest}?X-Amz-Signature=s3cr3t"));
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": images::sha256_digest(b"{}"), "size": 2},
+        "layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "digest": payload_digest, "size": payload.len(),
+            "annotations": {SIGNATURE_ANNOTATION: signature}}],
+    })
+    .to_string();
+    let signature_path = format!("/v2/team/app/manifests/{}", signature_tag(&digest));
+    let blob_path = format!("/v2/team/app/blobs/{payload_digest}");
+    let registry = StandIn::start(
+        &ca,
+        Router::new().fallback(move |uri: Uri| {
+            let (manifest, location) = (manifest.clone(), location.clone());
+            let (signature_path, blob_path) = (signature_path.clone(), blob_path.clone());
+            async move {
+                match uri.path() {
+                    p if p == signature_path => {
+                        ([(header::CONTENT_TYPE, OCI_MANIFEST)], manifest).into_response()
+                    }
+                    p if p == blob_path => (
+                        StatusCode::TEMPORARY_REDIRECT,
+                        [(header::LOCATION, location)],
+                    )
+                        .into_response(),
+                    _ => StatusCode::NOT_FOUND.into_response(),
+                }
+            }
+        }),
+    )
+    .await;
+    let image = reference(&format!("{}/team/app:1.0", registry.host()));
+    let credential = Credential::basic(USER, PASS);
+
+    // The storage host allowed (both are on loopback, which only allowPrivate opens).
+    let resolver = guarded_resolver(&ca, vec![registry.host(), storage.host()]);
+    let found = resolver
+        .signatures_with(&image, &digest, &credential, &|_| true)
+        .await
+        .expect("followed to the storage host");
+    let layers: Vec<SignatureLayer<'_>> = found.layers.iter().map(FetchedLayer::as_layer).collect();
+    assert_eq!(
+        judge_all(&layers, &[], &Trust::of_keys(vec![key]), &digest).reason(),
+        "verified"
+    );
+    assert!(registry
+        .requests()
+        .iter()
+        .all(|r| r.authorization.is_some()));
+    let at_storage = storage.requests();
+    assert_eq!(at_storage.len(), 1, "{at_storage:?}");
+    assert_eq!(
+        at_storage[0].authorization, None,
+        "no credential to the storage host"
+    );
+
+    // The storage host not allowed: refused before anything is sent to it.
+    let resolver = guarded_resolver(&ca, vec![registry.host()]);
+    let error = resolver
+        .signatures_with(&image, &digest, &credential, &|_| true)
+        .await
+        .expect_err("refused");
+    let text = pinhook::error::error_chain(&error);
+    assert!(text.contains("a host pinhook may not contact"), "{text}");
+    assert!(text.contains(&storage.host()), "{text}");
+    assert!(
+        !text.contains("s3cr3t") && !format!("{error:?}").contains("s3cr3t"),
+        "{text}"
+    );
+    assert_eq!(
+        storage.requests().len(),
+        1,
+        "nothing more sent to the storage host"
+    );
+}
