@@ -2,7 +2,9 @@
 # Every test: installs what the tests need (Debian's docker-registry; the end-to-end tier also
 # installs etcd and builds a kube-apiserver), checks formatting and lints, runs unit and
 # integration tests against a real registry, the local demo, then the end-to-end tier on a
-# real kube-apiserver. Set PINHOOK_SKIP_E2E=1 to stop before the end-to-end tier.
+# real kube-apiserver, and again on Kubernetes 1.32 where KUBEBUILDER_ASSETS names its binaries
+# (the scenarios marked `# kube: … 1.32`; said plainly when skipped). Set PINHOOK_SKIP_E2E=1 to
+# stop before the end-to-end tiers.
 # The Helm chart's checks (scripts/chart-check.sh) run after the cargo tests; their count is in
 # the total.
 # A short coverage-guided fuzzing pass (scripts/fuzz.sh, PINHOOK_FUZZ_SECONDS per target,
@@ -15,7 +17,7 @@
 # PINHOOK_SKIP_E2E=1).
 #
 # Every tier runs, in this order, even when one before it failed: deps, fmt, clippy, cargo-test,
-# chart, demo, fuzz, image, e2e-readme, e2e. A tier that fails without a failure of its own in the
+# chart, demo, fuzz, image, e2e-readme, e2e, e2e-1.32. A tier that fails without a failure of its own in the
 # total (fmt, clippy, demo, e2e-readme, deps, or a tier that stops before printing its count)
 # counts as 1 failed.
 # Before them, `tier seconds: deps 12, fmt 1, clippy 270, ... (total 3400)`: each tier's wall time.
@@ -156,6 +158,19 @@ if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
     # its last line: `N passed, M failed`
     read -r e2e_passed e2e_failed < <(counts '' "$out/e2e.log")
     tier_done e2e "$rc" "$e2e_passed" "$e2e_failed"
+
+    # The modern tier (issue 47): the scenarios whose header says `# kube: … 1.32`, on a 1.32
+    # control plane whose binaries KUBEBUILDER_ASSETS names (as envtest takes them; .ci/run
+    # unpacks ../shared/kube-1.32 there), with the binaries the tier above built.
+    if [[ -x ${KUBEBUILDER_ASSETS:-}/kube-apiserver && -x ${KUBEBUILDER_ASSETS:-}/kube-controller-manager ]]; then
+        log "end-to-end tier on Kubernetes 1.32 ($KUBEBUILDER_ASSETS)"
+        rc=0
+        E2E_KUBE=1.32 E2E_SKIP_BUILD=1 bash tests/e2e/run.sh | tee "$out/e2e-1.32.log" || rc=$?
+        read -r e2e_passed e2e_failed < <(counts '' "$out/e2e-1.32.log")
+        tier_done e2e-1.32 "$rc" "$e2e_passed" "$e2e_failed"
+    else
+        log "end-to-end tier on Kubernetes 1.32: skipped (KUBEBUILDER_ASSETS does not name a directory with kube-apiserver and kube-controller-manager; ../shared/kube-1.32/install.sh DIR unpacks them)"
+    fi
 fi
 
 if ((${#failed_tiers[@]} == 0)); then log "all tests passed"; else log "failed tiers: ${failed_tiers[*]}"; fi

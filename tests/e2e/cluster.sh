@@ -249,7 +249,20 @@ _e2e_wait() { # _e2e_wait WHAT TIMEOUT PIDFILE NAME LOG CMD...
   done
 }
 
-_e2e_kcm_healthy() { [[ $(curl -s --max-time 2 "http://127.0.0.1:$E2E_KCM_PORT/healthz") == ok ]]; }
+# The controller manager's /healthz: plain HTTP on 1.20; HTTPS with its self-signed
+# certificate from 1.24 on, where its insecure port is gone (/healthz is open to anyone there).
+_e2e_kcm_healthy() {
+  [[ $(curl -s --max-time 2 "http://127.0.0.1:$E2E_KCM_PORT/healthz") == ok ]] ||
+    [[ $(curl -sk --max-time 2 "https://127.0.0.1:$E2E_KCM_PORT/healthz") == ok ]]
+}
+
+# _e2e_kube_minor: the minor version of $KUBE_APISERVER (20 for v1.20.2, 32 for v1.32.13).
+_e2e_kube_minor() {
+  local version
+  version=$("$KUBE_APISERVER" --version 2>/dev/null | awk '{print $2}')
+  version=${version#v1.}
+  echo "${version%%.*}"
+}
 
 _e2e_etcd_healthy() { [[ $(curl -s --max-time 2 "http://127.0.0.1:$E2E_ETCD_PORT/health") == *'"health":"true"'* ]]; }
 
@@ -305,12 +318,15 @@ e2e_start() {
 
   # --- kube-apiserver ---
   _e2e_log "starting $("$KUBE_APISERVER" --version) on https://127.0.0.1:$E2E_APISERVER_PORT (log: $E2E_WORK/kube-apiserver.log)"
+  # Flags removed since 1.20 (the insecure port went in 1.24) are passed to older ones only.
+  local legacy=()
+  (($(_e2e_kube_minor) < 24)) && legacy+=(--insecure-port=0)
   "${noproxy[@]}" "$KUBE_APISERVER" \
+    "${legacy[@]}" \
     --etcd-servers="http://127.0.0.1:$E2E_ETCD_PORT" \
     --bind-address=127.0.0.1 \
     --secure-port="$E2E_APISERVER_PORT" \
     --advertise-address=127.0.0.1 \
-    --insecure-port=0 \
     --endpoint-reconciler-type=none \
     --service-cluster-ip-range=10.0.0.0/24 \
     --authorization-mode=RBAC \
@@ -348,16 +364,18 @@ _e2e_start_kcm() {
   # cert, no delegated authn/authz lookups); the deprecated plain-HTTP port on 127.0.0.1 serves
   # /healthz. The admin kubeconfig and --use-service-account-credentials=false: one identity
   # for all controllers. The SA key and root CA are used by the serviceaccount-token
-  # controller only (node.sh).
-  _e2e_log "starting kube-controller-manager $("$KUBE_CONTROLLER_MANAGER" --version | awk '{print $2}') ($1; healthz http://127.0.0.1:$E2E_KCM_PORT/healthz, log: $E2E_WORK/kube-controller-manager.log)"
+  # controller only (node.sh). From 1.24 on there is no plain-HTTP port: /healthz is served over
+  # HTTPS with a self-signed certificate (and needs no authentication), on the same port.
+  local serving=(--secure-port=0 --address=127.0.0.1 --port="$E2E_KCM_PORT")
+  (($(_e2e_kube_minor) >= 24)) && serving=(--secure-port="$E2E_KCM_PORT" --bind-address=127.0.0.1
+    --authentication-skip-lookup=true --cert-dir="$E2E_WORK/kcm-certs")
+  _e2e_log "starting kube-controller-manager $("$KUBE_CONTROLLER_MANAGER" --version | awk '{print $2}') ($1; healthz 127.0.0.1:$E2E_KCM_PORT/healthz, log: $E2E_WORK/kube-controller-manager.log)"
   env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u all_proxy -u ALL_PROXY \
     "$KUBE_CONTROLLER_MANAGER" \
     --kubeconfig="$E2E_KUBECONFIG" \
     --controllers="$1" \
     --leader-elect=false \
-    --secure-port=0 \
-    --address=127.0.0.1 \
-    --port="$E2E_KCM_PORT" \
+    "${serving[@]}" \
     --use-service-account-credentials=false \
     --service-account-private-key-file="$E2E_PKI/sa.key" \
     --root-ca-file="$E2E_PKI/ca.crt" \

@@ -24,20 +24,27 @@ esac
 
 # the list, as markdown
 list() {
-  local name f all=0 default=0 title needs extra
+  local name f all=0 default=0 modern=0 title needs kube extra
   while IFS= read -r name; do
     all=$((all + 1))
-    [[ $(scenario_field "$E2E_DIR/scenarios/$name.sh" default) == no ]] || default=$((default + 1))
+    f="$E2E_DIR/scenarios/$name.sh"
+    [[ $(scenario_field "$f" default) == no ]] && continue
+    kube=$(scenario_field "$f" kube)
+    [[ " $kube " == *" 1.32 "* ]] && modern=$((modern + 1))
+    [[ -n $kube && " $kube " != *" 1.20 "* ]] || default=$((default + 1))
   done < <(scenarios_in_order)
   printf '%s scenarios, in the order a run takes them; `run.sh` with no argument runs %s of them\n' "$all" "$default"
-  printf 'and its last line is then `%s passed, 0 failed` when all pass.\n\n' "$default"
+  printf 'and its last line is then `%s passed, 0 failed` when all pass; `E2E_KUBE=1.32 run.sh` runs\n' "$default"
+  printf 'the %s marked *Also on 1.32* on the Kubernetes 1.32 control plane.\n\n' "$modern"
   while IFS= read -r name; do
     f="$E2E_DIR/scenarios/$name.sh"
     title=$(scenario_field "$f" title)
     needs=$(scenario_field "$f" needs)
+    kube=$(scenario_field "$f" kube)
     extra=""
     [[ $(scenario_field "$f" default) != no ]] || extra+=" *Only when named.*"
     [[ -z $needs ]] || extra+=" *Set-up: ${needs}.*"
+    [[ " $kube " != *" 1.32 "* ]] || extra+=" *Also on 1.32.*"
     printf -- '- **`%s`**: %s.%s\n' "$name" "$title" "$extra"
     scenario_field "$f" proves | sed 's/^/  /'
   done < <(scenarios_in_order)

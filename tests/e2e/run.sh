@@ -32,8 +32,17 @@
 # run because set-up failed count as failed). Exit 0 only when M is 0; exit 2, with no such
 # line, for an unknown scenario or a scenario file whose header or functions are wrong.
 #
+# Kubernetes versions (issue 47): a scenario's header says which it runs on, `# kube: 1.20 1.32`
+# (default 1.20 only). E2E_KUBE=1.32 runs the ones marked 1.32 on a 1.32 control plane whose
+# kube-apiserver and kube-controller-manager KUBEBUILDER_ASSETS names (envtest's convention;
+# ../shared/kube-1.32/install.sh DIR unpacks them); there is no 1.32 node, so no `# needs: node`
+# scenario may say 1.32. scripts/test.sh runs both tiers.
+#
 # Environment:
-#   E2E_WORK            cluster work dir (default /tmp/pinhook-e2e-run; see cluster.sh);
+#   E2E_KUBE            1.20 (default) or 1.32: which control plane, and which scenarios
+#   KUBEBUILDER_ASSETS  with E2E_KUBE=1.32: the directory holding its two binaries
+#   E2E_WORK            cluster work dir (default /tmp/pinhook-e2e-run, or
+#                       /tmp/pinhook-e2e-run-1.32 with E2E_KUBE=1.32; see cluster.sh);
 #                       this script's own files go to $E2E_WORK/run
 #   E2E_APISERVER_PORT, E2E_ETCD_PORT, E2E_ETCD_PEER_PORT
 #                       default 6443/2379/2380, or free random ports when those are taken
@@ -73,7 +82,24 @@ set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$E2E_DIR/../.." && pwd)"
 
-export E2E_WORK="${E2E_WORK:-/tmp/pinhook-e2e-run}"
+E2E_KUBE="${E2E_KUBE:-1.20}"
+case $E2E_KUBE in
+  1.20) export E2E_WORK="${E2E_WORK:-/tmp/pinhook-e2e-run}" ;;
+  1.32)
+    if [[ ! -x ${KUBEBUILDER_ASSETS:-}/kube-apiserver || ! -x ${KUBEBUILDER_ASSETS:-}/kube-controller-manager ]]; then
+      echo "E2E_KUBE=1.32 needs KUBEBUILDER_ASSETS naming a directory with kube-apiserver and" \
+        "kube-controller-manager v1.32 (../shared/kube-1.32/install.sh DIR unpacks them)" >&2
+      exit 2
+    fi
+    export KUBE_APISERVER="${KUBE_APISERVER:-$KUBEBUILDER_ASSETS/kube-apiserver}"
+    export KUBE_CONTROLLER_MANAGER="${KUBE_CONTROLLER_MANAGER:-$KUBEBUILDER_ASSETS/kube-controller-manager}"
+    export E2E_WORK="${E2E_WORK:-/tmp/pinhook-e2e-run-1.32}"
+    ;;
+  *)
+    echo "E2E_KUBE is '$E2E_KUBE': 1.20 or 1.32" >&2
+    exit 2
+    ;;
+esac
 RUN="$E2E_WORK/run"
 
 T_START=$(date +%s)
@@ -101,7 +127,7 @@ source "$E2E_DIR/chart-node.sh"
 source "$E2E_DIR/availability.sh"
 
 # --- the scenario files: headers checked, each sourced ------------------------------------------
-declare -A TITLE=() DEFAULT=() NEEDS=()
+declare -A TITLE=() DEFAULT=() NEEDS=() KUBE=()
 ALL_SCENARIOS=() # every scenario, in run order
 problems=()
 n_files=0
@@ -111,6 +137,7 @@ while IFS= read -r f; do
   order=$(scenario_field "$f" order)
   default=$(scenario_field "$f" default)
   needs=$(scenario_field "$f" needs)
+  kube=$(scenario_field "$f" kube)
   [[ $name =~ ^[a-z0-9]+(-[a-z0-9]+)*$ ]] || problems+=("$f: the name is not lowercase words joined by -")
   [[ -n $title && $title != *$'\n'* ]] || problems+=("$f: no one-line '# title:' in its header")
   [[ $order =~ ^[0-9]+$ ]] || problems+=("$f: '# order:' is not a number")
@@ -119,12 +146,18 @@ while IFS= read -r f; do
   for need in $needs; do
     [[ $need == pods-pinhook || $need == scale-images || $need == node ]] || problems+=("$f: unknown '# needs:' $need")
   done
+  for version in $kube; do
+    [[ $version == 1.20 || $version == 1.32 ]] || problems+=("$f: unknown '# kube:' $version (1.20, 1.32)")
+  done
+  [[ " $needs " == *" node "* && " $kube " == *" 1.32 "* ]] &&
+    problems+=("$f: '# kube:' 1.32 for a scenario that needs the node (there is no 1.32 node)")
   # shellcheck disable=SC1090 # (each scenario file is checked on its own)
   source "$f"
   declare -F "$(scenario_fn "$name")" >/dev/null || problems+=("$f: defines no $(scenario_fn "$name")")
   TITLE[$name]=$title
   DEFAULT[$name]=${default:-yes}
   NEEDS[$name]=$needs
+  KUBE[$name]=${kube:-1.20}
   n_files=$((n_files + 1))
 done < <(scenario_files)
 ((n_files > 0)) || problems+=("no scenario file in $E2E_DIR/scenarios")
@@ -153,13 +186,17 @@ select_scenario() { # select_scenario NAME: add NAME to SELECTED once
 if (($# > 0)); then
   for arg in "$@"; do
     if [[ -n ${TITLE[$arg]:-} ]]; then
+      if [[ " ${KUBE[$arg]} " != *" $E2E_KUBE "* ]]; then
+        echo "scenario '$arg' does not run on Kubernetes $E2E_KUBE (its '# kube:' is ${KUBE[$arg]})" >&2
+        exit 2
+      fi
       select_scenario "$arg"
       continue
     fi
     matched=0
     for s in "${ALL_SCENARIOS[@]}"; do
       # shellcheck disable=SC2053 # (a glob on purpose)
-      if [[ ${DEFAULT[$s]} == yes && ($s == $arg || $s == "$arg"*) ]]; then
+      if [[ ${DEFAULT[$s]} == yes && " ${KUBE[$s]} " == *" $E2E_KUBE "* && ($s == $arg || $s == "$arg"*) ]]; then
         select_scenario "$s"
         matched=1
       fi
@@ -172,7 +209,7 @@ if (($# > 0)); then
   done
 else
   for s in "${ALL_SCENARIOS[@]}"; do
-    [[ ${DEFAULT[$s]} == yes ]] && SELECTED+=("$s")
+    [[ ${DEFAULT[$s]} == yes && " ${KUBE[$s]} " == *" $E2E_KUBE "* ]] && SELECTED+=("$s")
   done
 fi
 if ((LIST)); then

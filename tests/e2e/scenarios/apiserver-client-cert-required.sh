@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2317 # (it calls functions it defines inside itself indirectly)
 # title: --client-ca-file: only the apiserver's client certificate gets a review
 # order: 115
+# kube: 1.20 1.32
 # proves: A third pinhook with `--client-ca-file` (the CA of the client certificate the
 #   apiserver presents to webhooks through its AdmissionConfiguration kubeconfig, cluster.sh), its
 #   own webhooks for namespaces labelled pinhook.dev/e2e-instance=mtls: a bare Pod with

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: the apiserver's kept-alive connections to pinhook outlive a quiet spell longer than the header read timeout
 # order: 22
+# kube: 1.20 1.32
 # proves: The apiserver speaks HTTP/1.1 to its webhooks and keeps an idle connection for 90 s;
 #   pinhook must not close it first, or a review sent as it closes fails (EOF, not retried) and
 #   fails the write. A bare Pod is created (pinned), so the apiserver holds a connection to

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: audit namespace: admitted unpinned, warning only for what enforce would deny
 # order: 90
+# kube: 1.20 1.32
 # proves: In a namespace labelled `pinhook.dev/mode=audit` at its creation: a tag-only Deployment (3
 #   images pinhook can resolve) is admitted (exit 0) with no `Warning:`, stored with its tags (no
 #   `@sha256` anywhere), its `.spec` identical (`jq -S`) to the same manifest stored in a namespace

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: audit -> enforce, then set env: no ReplicaSet loop, template and new Pods pinned (issue 9)
 # order: 130
+# kube: 1.20 1.32
 # proves: Issue 9's loop, with the controllers. Before the first scenario
 #   (prepare_audit_to_enforce_no_replicaset_loop): a tag-only Deployment created in an audit
 #   namespace and in a twin no webhook sees, both rollouts settled, then the namespace labelled

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: audit namespace with controllers: nothing mutated, no extra ReplicaSets
 # order: 180
+# kube: 1.20 1.32
 # proves: In an audit namespace and its twin no webhook sees: a Deployment (2 replicas) created,
 #   then `kubectl set env`, both settled each time; the ReplicaSets stay at the twin's number for 3
 #   s; as many ReplicaSets and Pods as in the twin; no `@sha256` in the stored Deployment,

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: bare Pod pinned
 # order: 20
+# kube: 1.20 1.32
 # proves: A bare Pod with the tag-only `team/app:2.0` is stored pinned to the exact index digest.
 
 scenario_bare_pod_pinned() {

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: private image, no pull secret: pinned with a kubelet credential provider plugin's credentials
 # order: 190
+# kube: 1.20 1.32
 # proves: Issue 12: a Pod with an image of the private (htpasswd) registry and no imagePullSecrets
 #   is stored pinned to the exact index digest, with the credentials the node's kubelet credential
 #   provider plugin (examples/credential_provider.rs, matching that registry only) answers; a second

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: a custom resource is pinned where its operator reads the image: the operator's Pod carries the digest (issue 24)
 # order: 187
+# kube: 1.20 1.32
 # proves: With the policy's `customResources` (e2e.pinhook.dev Widget, `/spec/image`) added to
 #   pinhook's policy file and a `widgets` rule (CREATE/UPDATE) added to pin.pinhook.dev and
 #   validate.pinhook.dev, in a namespace in enforce: a Widget with the tag-only `team/db:1.0` is

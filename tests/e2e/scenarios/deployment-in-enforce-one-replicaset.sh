@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: Deployment created in enforce: template pinned, 1 ReplicaSet, all Pods on one digest
 # order: 140
+# kube: 1.20 1.32
 # proves: A Deployment (3 replicas, tag-only) created in enforce and in a twin no webhook sees: both
 #   rollouts settle; the ReplicaSets stay at 1 for 3 s (1 in the twin too); the template and its
 #   ReplicaSet's template are pinned; the 3 Pods all carry the same pinned image.

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: Deployment: initContainer and container pinned in the stored template
 # order: 10
+# kube: 1.20 1.32
 # proves: A Deployment (apps/v1) with an initContainer and two containers, all tag-only: the three
 #   images are stored pinned (`127.0.0.1:PORT/team/<repo>:<tag>@sha256:<index digest>`) in its
 #   `spec.template.spec`.

@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2317 # (it calls functions it defines inside itself indirectly)
 # title: /v1/dry-run authenticated by the apiserver: 200/403/401, pinhook check --server
 # order: 110
+# kube: 1.20 1.32
 # proves: `POST /v1/dry-run?namespace=e2e-k` (YAML, the Deployment of
 #   deployment-init-container-pinned) with TokenRequest tokens, authenticated and authorized by the
 #   apiserver (TokenReview, SubjectAccessReview): a ServiceAccount allowed to create deployments

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: create --dry-run=server returns the pinned object and stores nothing
 # order: 50
+# kube: 1.20 1.32
 # proves: `kubectl create --dry-run=server -o yaml` of a tag-only Deployment prints all three images
 #   pinned and none unpinned; `kubectl get` afterwards says NotFound, and the namespace holds no
 #   Deployment.

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: chart nodeCredentialProviders: the provider config from a ConfigMap and the node's plugin dir pin a private image
 # order: 208
+# kube: 1.20 1.32
 # proves: `helm template` with `nodeCredentialProviders: {enabled: true, configMap: {name: ...},
 #   binDirHostPath: <the tier's plugin dir>}` renders the ConfigMap volume (its key), the hostPath
 #   volume (type Directory), both mounted read-only, and the two PINHOOK_IMAGE_CREDENTIAL_PROVIDER_*

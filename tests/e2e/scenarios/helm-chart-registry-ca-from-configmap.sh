@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: chart registryCAs: the CA from a ConfigMap, as mounted, makes the policy the chart renders resolve a private-CA registry
 # order: 207
+# kube: 1.20 1.32
 # proves: The tier's registry (its own CA, not in any system store) and a ConfigMap holding that CA:
 #   `helm template` with `registryCAs: [{host: <registry>, configMap: ...}]` renders the policy's
 #   registries.hosts.<registry>.ca and the Deployment's read-only mount of the ConfigMap's key;

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: Helm 4: install, self-managed caBundle, upgrade keeps certs, rotation drops nothing, uninstall
 # order: 210
+# kube: 1.20 1.32
 # proves: The chart with Helm 4 (server-side apply), url mode, `tls.mode: managed`, pinhook started
 #   by the test with the chart's flags as the chart's ServiceAccount: `helm install` leaves no
 #   caBundle and an empty Secret; pinhook fills the Secret and the caBundle of all three webhooks

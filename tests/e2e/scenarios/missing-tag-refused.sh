@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: a tag that does not exist is refused with pinhook's message
 # order: 70
+# kube: 1.20 1.32
 # proves: `kubectl run` with `team/app:does-not-exist` fails: kubectl exits non-zero, its stderr has
 #   `admission webhook "pin.pinhook.dev" denied the request` and `tag does-not-exist not found`, and
 #   no Pod is stored.

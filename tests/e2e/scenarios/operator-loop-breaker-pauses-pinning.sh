@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: an operator wrongly listed in owners.pinPodsOf: the loop breaker stops the loop at maxPods + 1 creations, and in enforce the rest are denied
 # order: 188
+# kube: 1.20 1.32
 # proves: pinhook's policy file gets `owners: {pinPodsOf: [{group: e2e.pinhook.dev, kind: Widget}],
 #   loopBreaker: {maxPods: 3, windowSeconds: 60, pauseSeconds: 600}}` (merged in; pinhook logs
 #   `reloaded policy` and a dry-run Pod owned by a Widget comes back pinned; at the end, also on

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: an operator's Pods are not patched but checked: an unpinned resource gets denied Pods and a PodsDenied Event, no loop; pinned, it settles at 1 Pod (issues 24, 43)
 # order: 185
+# kube: 1.20 1.32
 # proves: A CRD (e2e.pinhook.dev/v1 Widget, spec.image) and a stand-in operator run as a bash loop
 #   in a namespace in enforce and in a twin no webhook sees: every ~1 s it creates a Pod for each
 #   Widget that has none (ownerReference controller: true to the Widget, image = spec.image) and

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: a real Prometheus scrapes pinhook: its admissions query counts the scenario's Pods, the chart's rules evaluate
 # order: 195
+# kube: 1.20 1.32
 # proves: Debian's Prometheus (`/usr/bin/prometheus` on 127.0.0.1, started and stopped by the
 #   scenario) scrapes pinhook's `/metrics` over HTTPS, verified with the tier's CA, every second,
 #   with `charts/pinhook/files/pinhook-rules.yaml` loaded: the target is up; all its rules evaluate

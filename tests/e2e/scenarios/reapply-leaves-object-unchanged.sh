@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: re-applying the tag-only manifest leaves the stored object unchanged
 # order: 60
+# kube: 1.20 1.32
 # proves: Idempotency: the tag-only Deployment manifest sent again for a stored Deployment goes
 #   through pinhook again, which pins it to the same digests, so nothing changes. Client-side
 #   `kubectl apply` twice, `kubectl diff` (exit 0), `kubectl apply --server-side` twice, `kubectl

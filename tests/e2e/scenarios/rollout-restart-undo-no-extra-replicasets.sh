@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: rollout restart and undo of a pinned Deployment: no more ReplicaSets than without pinhook
 # order: 150
+# kube: 1.20 1.32
 # proves: A pinned Deployment (1 replica), then `kubectl rollout restart` and `kubectl rollout
 #   undo`, each in it and its twin no webhook sees: after each, both rollouts settle, the
 #   ReplicaSets stay at the twin's number for 3 s and equal it, every ReplicaSet's template is

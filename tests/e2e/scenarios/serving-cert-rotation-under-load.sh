@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: serving-certificate rotation under load: no failed request
 # order: 80
+# kube: 1.20 1.32
 # proves: 3 kubectl workers × 20 real Pod creates (about 16 s) and a new TLS connection to pinhook's
 #   `/healthz` every 0.1 s; after 4 s a new certificate from the same CA is moved over pinhook's
 #   files, key first, then certificate. pinhook logs `reloaded TLS certificate`; 60 of 60 creates

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: StatefulSet pinned
 # order: 40
+# kube: 1.20 1.32
 # proves: A StatefulSet (1 replica) is stored with its template's image pinned.
 
 scenario_statefulset_pinned() {

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: target: pods: one digest per owner revision across a re-push of the tag
 # order: 170
+# kube: 1.20 1.32
 # proves: A second pinhook with `target: pods` (its own policy and webhooks, `--cache-ttl
 #   PODS_CACHE_TTL`): a bare Pod warms its cache with `team/roll:1.0` (D1); a Deployment's first Pod
 #   gets D1, the Deployment and ReplicaSet templates stay as written; the tag is re-pushed (D2) and,

@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2317 # (it calls functions it defines inside itself indirectly)
 # title: watch: two replicas, one Lease holder writes; the holder killed, the other takes over and writes
 # order: 250
+# kube: 1.20 1.32
 # proves: Two watch replicas: one holds the Lease pinhook-watch, the standby neither rechecks nor
 #   writes for an interval; the holder SIGKILLed (the Lease not released), the standby takes the
 #   Lease within 3 lease durations and reports the next unpinned Pod, with its Unpinned Event.

@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2317 # (it calls functions it defines inside itself indirectly)
 # title: watch: ImageTagMirrorSet and ImageContentPolicy that predate pinhook -> ClusterPolicyReport fail
 # order: 240
+# kube: 1.20 1.32
 # proves: An ImageTagMirrorSet and an ImageContentPolicy with `allowMirrorByTags`, created while the
 #   ValidatingWebhookConfiguration is away (they predate pinhook; it is put back as it was): the
 #   ClusterPolicyReport pinhook-mirrors fails both (`mirror-by-digest-only`, pinhook's message);

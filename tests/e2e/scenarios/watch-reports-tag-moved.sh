@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: watch: a pinned Deployment's tag re-pushed -> PolicyReport tag-moved with both digests, Event, gauge; then no writes
 # order: 220
+# kube: 1.20 1.32
 # proves: `pinhook watch` (as the shipped pinhook-watch ServiceAccount, the PolicyReport CRDs,
 #   WATCH_INTERVAL recheck): a Deployment pinned at admission passes; its tag re-pushed, the
 #   namespace's PolicyReport says tag-moved (fail) with both digests and the message, the summary

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: watch: an audit-namespace Pod admitted unpinned -> PolicyReport warn unpinned, Unpinned Event
 # order: 230
+# kube: 1.20 1.32
 # proves: A Pod admitted unpinned in an audit namespace: the namespace's PolicyReport holds exactly
 #   one result, `pinned` warn with pinhook's message, and one Unpinned Event is on the Pod.
 

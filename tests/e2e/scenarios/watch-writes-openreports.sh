@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2317 # (it calls functions it defines inside itself indirectly)
 # title: watch --report-api openreports: Report and ClusterReport stored under the OpenReports CRDs, no PolicyReport
 # order: 245
+# kube: 1.20 1.32
 # proves: The CRDs of manifests/components/openreports are Established on the 1.20.2 apiserver and
 #   stored with their schema unchanged. The shared watch replicas stopped, `pinhook watch
 #   --report-api openreports` runs as the shipped pinhook-watch ServiceAccount with the ClusterRole
