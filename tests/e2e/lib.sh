@@ -619,10 +619,13 @@ spec:
 EOF
 }
 
-# CronJob nightly (batch/v1beta1: 1.20 has no batch/v1 CronJob), team/cron:1.0
+# cronjob_version: the batch version of CronJob the control plane serves: v1beta1 on 1.20 (no
+# batch/v1 CronJob there), v1 on 1.32 (no batch/v1beta1 one since 1.25).
+cronjob_version() { if [[ ${E2E_KUBE:-1.20} == 1.20 ]]; then echo v1beta1; else echo v1; fi; }
+# CronJob nightly (in $(cronjob_version)), team/cron:1.0
 cronjob_yaml() {
   cat <<EOF
-apiVersion: batch/v1beta1
+apiVersion: batch/${1:-$(cronjob_version)}
 kind: CronJob
 metadata:
   name: nightly

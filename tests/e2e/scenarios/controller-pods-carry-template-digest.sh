@@ -1,8 +1,10 @@
 # shellcheck shell=bash
 # title: StatefulSet, DaemonSet, Job and Job-from-CronJob Pods carry the template's digest
 # order: 160
+# kube: 1.20 1.32
 # proves: A StatefulSet (2 replicas, Parallel), a DaemonSet (on a Node object made for it), a Job, a
-#   CronJob and a Job made from it as `kubectl create job --from=cronjob/...` makes it, in a
+#   CronJob (batch/v1beta1 on 1.20, batch/v1 on 1.32) and a Job made from it as `kubectl create job
+#   --from=cronjob/...` makes it, in a
 #   namespace and its twin no webhook sees: every template is stored pinned; each controller's Pods
 #   (2, 1, 1, 1) carry the template's digest, as many as in the twin; as many ControllerRevisions as
 #   in the twin 2 s later.
@@ -62,13 +64,13 @@ EOF
 # create_job.go createJobFromCronJob): the jobTemplate's labels and spec, its annotations plus
 # cronjob.kubernetes.io/instantiate=manual, the CronJob as controller owner.
 job_from_cronjob() {
-  K -n "$1" get cronjobs.v1beta1.batch nightly -o json | jq '{
+  K -n "$1" get "cronjobs.$(cronjob_version).batch" nightly -o json | jq --arg version "batch/$(cronjob_version)" '{
     apiVersion: "batch/v1", kind: "Job",
     metadata: {
       name: "nightly-manual",
       labels: (.spec.jobTemplate.metadata.labels // {}),
       annotations: ({"cronjob.kubernetes.io/instantiate": "manual"} + (.spec.jobTemplate.metadata.annotations // {})),
-      ownerReferences: [{apiVersion: "batch/v1beta1", kind: "CronJob", name: .metadata.name,
+      ownerReferences: [{apiVersion: $version, kind: "CronJob", name: .metadata.name,
         uid: .metadata.uid, controller: true, blockOwnerDeletion: true}]
     },
     spec: .spec.jobTemplate.spec}' | klog -n "$1" create -f -
@@ -100,7 +102,7 @@ scenario_controller_pods_carry_template_digest() {
     expect_eq "$kind $name: Pods, $ns = $ref (no webhook)" "$(count "$ns" pods "$sel")" "$(count "$ref" pods "$sel")" || rc=1
   done
   expect_eq "cronjob nightly: stored jobTemplate image" \
-    "$(jp "$ns" cronjobs.v1beta1.batch nightly '{.spec.jobTemplate.spec.template.spec.containers[*].image}')" "$(pinned cron 1.0)" || rc=1
+    "$(jp "$ns" "cronjobs.$(cronjob_version).batch" nightly '{.spec.jobTemplate.spec.template.spec.containers[*].image}')" "$(pinned cron 1.0)" || rc=1
   # a StatefulSet or DaemonSet whose Pods differ from its template would churn revisions
   sleep 2
   expect_eq "ControllerRevisions, $ns = $ref (no webhook)" "$(count "$ns" controllerrevisions)" "$(count "$ref" controllerrevisions)" || rc=1

@@ -7,7 +7,7 @@
 scenario_cronjob_v1beta1_pinned() {
   local ns=e2e-c
   e2e_ns "$ns"
-  cronjob_yaml | klog -n "$ns" create -f -
+  cronjob_yaml v1beta1 | klog -n "$ns" create -f -
   expect_eq "stored cronjob jobTemplate containers[0].image" \
     "$(jp "$ns" cronjobs.v1beta1.batch nightly '{.spec.jobTemplate.spec.template.spec.containers[0].image}')" \
     "$(pinned cron 1.0)"
