@@ -319,8 +319,11 @@ e2e_start() {
   # --- kube-apiserver ---
   _e2e_log "starting $("$KUBE_APISERVER" --version) on https://127.0.0.1:$E2E_APISERVER_PORT (log: $E2E_WORK/kube-apiserver.log)"
   # Flags removed since 1.20 (the insecure port went in 1.24) are passed to older ones only.
-  local legacy=()
-  (($(_e2e_kube_minor) < 24)) && legacy+=(--insecure-port=0)
+  local legacy=() minor
+  minor=$(_e2e_kube_minor)
+  ((minor < 24)) && legacy+=(--insecure-port=0)
+  # Image volumes (spec.volumes[].image) are alpha in 1.31 and 1.32, behind their gate.
+  ((minor >= 31 && minor < 33)) && legacy+=(--feature-gates=ImageVolume=true)
   "${noproxy[@]}" "$KUBE_APISERVER" \
     "${legacy[@]}" \
     --etcd-servers="http://127.0.0.1:$E2E_ETCD_PORT" \

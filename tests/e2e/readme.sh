@@ -35,7 +35,7 @@ list() {
   done < <(scenarios_in_order)
   printf '%s scenarios, in the order a run takes them; `run.sh` with no argument runs %s of them\n' "$all" "$default"
   printf 'and its last line is then `%s passed, 0 failed` when all pass; `E2E_KUBE=1.32 run.sh` runs\n' "$default"
-  printf 'the %s marked *Also on 1.32* on the Kubernetes 1.32 control plane.\n\n' "$modern"
+  printf 'the %s marked *Also on 1.32* or *On 1.32 only* on the Kubernetes 1.32 control plane.\n\n' "$modern"
   while IFS= read -r name; do
     f="$E2E_DIR/scenarios/$name.sh"
     title=$(scenario_field "$f" title)
@@ -44,7 +44,9 @@ list() {
     extra=""
     [[ $(scenario_field "$f" default) != no ]] || extra+=" *Only when named.*"
     [[ -z $needs ]] || extra+=" *Set-up: ${needs}.*"
-    [[ " $kube " != *" 1.32 "* ]] || extra+=" *Also on 1.32.*"
+    if [[ " $kube " == *" 1.32 "* ]]; then
+      if [[ " $kube " == *" 1.20 "* ]]; then extra+=" *Also on 1.32.*"; else extra+=" *On 1.32 only.*"; fi
+    fi
     printf -- '- **`%s`**: %s.%s\n' "$name" "$title" "$extra"
     scenario_field "$f" proves | sed 's/^/  /'
   done < <(scenarios_in_order)
