@@ -438,6 +438,21 @@ fn signer_of(certificate: &x509_parser::certificate::X509Certificate<'_>) -> Opt
 #[path = "../../tests/common/sigstore_authority.rs"]
 pub(crate) mod test_authority;
 
+/// The tag-scheme layer `cosign sign` keyless leaves: `payload` and what `made` holds.
+#[cfg(test)]
+pub(crate) fn signed_layer<'a>(
+    payload: &'a [u8],
+    made: &'a test_authority::KeylessSignature,
+) -> SignatureLayer<'a> {
+    SignatureLayer {
+        payload,
+        signature: &made.signature,
+        certificate: Some(&made.certificate),
+        chain: Some(&made.chain),
+        bundle: Some(&made.bundle),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::test_authority::{KeylessSignature, TestSigstore};
@@ -459,13 +474,7 @@ mod tests {
     }
 
     fn evidence(keyless: &Keyless, payload: &[u8], signed: &KeylessSignature) -> Option<Evidence> {
-        keyless.evidence(&SignatureLayer {
-            payload,
-            signature: &signed.signature,
-            certificate: Some(&signed.certificate),
-            chain: Some(&signed.chain),
-            bundle: Some(&signed.bundle),
-        })
+        keyless.evidence(&super::signed_layer(payload, signed))
     }
 
     #[test]

@@ -105,6 +105,7 @@ mod tests {
 
     use super::*;
     use crate::signatures::key::tests::{key_pair, sign};
+    use crate::signatures::keyless::signed_layer;
     use crate::signatures::keyless::test_authority::TestSigstore;
     use crate::signatures::keyless::{Identity, Keyless, Matcher};
     use crate::signatures::{PublicKey, TrustedRoot};
@@ -204,13 +205,7 @@ mod tests {
         );
         let payload = payload_for("registry.example/team/app", &digest(signed));
         let made = sigstore.sign(&payload, ISSUER, subject);
-        let layer = SignatureLayer {
-            payload: &payload,
-            signature: &made.signature,
-            certificate: Some(&made.certificate),
-            chain: Some(&made.chain),
-            bundle: Some(&made.bundle),
-        };
+        let layer = signed_layer(&payload, &made);
         judge(&[layer], &trust, &digest(pinned))
     }
 
@@ -244,13 +239,7 @@ mod tests {
         let sigstore = TestSigstore::new();
         let payload = payload_for("registry.example/team/app", &digest('a'));
         let made = sigstore.sign(&payload, ISSUER, SUBJECT);
-        let layer = SignatureLayer {
-            payload: &payload,
-            signature: &made.signature,
-            certificate: Some(&made.certificate),
-            chain: Some(&made.chain),
-            bundle: Some(&made.bundle),
-        };
+        let layer = signed_layer(&payload, &made);
         let trust = Trust::of_keys(vec![PublicKey::from_pem(&key_pair().1).unwrap()]);
         assert_eq!(judge(&[layer], &trust, &digest('a')), Verdict::OtherKey);
     }

@@ -164,16 +164,28 @@ async fn hostile_signature_manifests_are_refused_on_one_line() {
             "payload is not the blob its descriptor names",
         ),
     ] {
-        let digest: Digest = digest.parse().unwrap();
-        let error = resolver
-            .signatures_with(&reference(image), &digest, &credential, &|_| false)
-            .await
-            .expect_err("refused");
-        let text = pinhook::error::error_chain(&error);
-        assert!(text.contains(want), "{text}");
-        assert!(text.contains(&registry.host()), "{text}");
-        assert!(!text.contains('\n'), "{text}");
+        assert_refused(&resolver, &registry, image, digest, &credential, want).await;
     }
+}
+
+/// The signatures of `digest` of `image` are refused on one line naming the registry and `want`.
+async fn assert_refused(
+    resolver: &OciResolver,
+    registry: &TestRegistry,
+    image: &str,
+    digest: &str,
+    credential: &Credential,
+    want: &str,
+) {
+    let digest: Digest = digest.parse().unwrap();
+    let error = resolver
+        .signatures_with(&reference(image), &digest, credential, &|_| false)
+        .await
+        .expect_err("refused");
+    let text = pinhook::error::error_chain(&error);
+    assert!(text.contains(want), "{text}");
+    assert!(text.contains(&registry.host()), "{text}");
+    assert!(!text.contains('\n'), "{text}");
 }
 
 /// The pod's credentials are tried in kubelet's order, then anonymously, until one finds the
@@ -345,20 +357,8 @@ async fn hostile_referrers_are_refused_on_one_line() {
             "bundle manifest is not the one its descriptor names",
         ),
     ] {
-        let digest: Digest = digest.parse().unwrap();
-        let error = resolver
-            .signatures_with(
-                &reference(image),
-                &digest,
-                &Credential::basic(USER, PASS),
-                &|_| false,
-            )
-            .await
-            .expect_err("refused");
-        let text = pinhook::error::error_chain(&error);
-        assert!(text.contains(want), "{text}");
-        assert!(text.contains(&registry.host()), "{text}");
-        assert!(!text.contains('\n'), "{text}");
+        let credential = Credential::basic(USER, PASS);
+        assert_refused(&resolver, &registry, image, digest, &credential, want).await;
     }
 }
 
