@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # title: shipped manifests render and the apiserver accepts them (server-side dry run)
 # order: 120
+# kube: 1.20 1.32
 # proves: From a copy of manifests/: overlays/generated-certs rendered with its render.sh and
 #   kubectl's kustomize: Secret pinhook-tls is `kubernetes.io/tls`, its certificate verifies for
 #   pinhook.pinhook-system.svc against certs/ca.crt and matches its key; the three webhooks'
@@ -8,9 +9,9 @@
 #   and 9090 -> metrics = 9090, the plain-HTTP metrics port); the Deployment's
 #   image is what `images:` makes of it, 2 replicas, locked down (runAsNonRoot, read-only root
 #   filesystem, no privilege escalation, capabilities dropped, seccomp RuntimeDefault), its policy
-#   loads in `pinhook check --policy`. Everything a 1.20 apiserver serves is accepted by `kubectl
-#   apply --dry-run=server` without a warning (the only object it does not serve is the policy/v1
-#   PDB, refused as such and accepted as policy/v1beta1), no rendered field is dropped or changed in
+#   loads in `pinhook check --policy`. Everything the apiserver serves is accepted by `kubectl
+#   apply --dry-run=server` without a warning (1.32 serves every object; the only one 1.20 does not
+#   serve is the policy/v1 PDB, refused as such and accepted as policy/v1beta1), no rendered field is dropped or changed in
 #   the answer, nothing is stored and the registered webhooks are unchanged. overlays/cert-manager
 #   renders one Certificate for the Service name, Issuers for every issuerRef, `inject-ca-from` on
 #   both webhook configurations and no caBundle. overlays/node-credential-providers renders the
@@ -132,16 +133,21 @@ scenario_shipped_manifests_accepted_by_apiserver() {
     "$PINHOOK_BIN" check --policy "$dir/policy.yaml" - >"$dir/policy-check.out" 2>&1 || code=$?
   expect_eq "pinhook check --policy <ConfigMap pinhook-policy's policy.yaml>: exit code" "$code" 0 || { log "  $(<"$dir/policy-check.out")"; rc=1; }
 
-  # 2. server-side dry run of everything a 1.20 apiserver serves. pinhook-system exists (the
+  # 2. server-side dry run of everything the apiserver serves (on 1.20 all but the policy/v1 PDB). pinhook-system exists (the
   #    local-url set-up) and is excluded from the webhooks; the webhook configurations exist too
   #    (local-url, clientConfig.url): the dry run patches them to clientConfig.service, stores nothing.
   local versions
   versions=$(K api-versions)
   jq --arg v "$versions" '($v | split("\n")) as $s | map(select(.apiVersion as $a | any($s[]; . == $a)))' "$G" >"$dir/served.json"
-  expect_eq "rendered objects whose apiVersion the 1.20 apiserver does not serve" \
+  local unserved="" pdb=poddisruptionbudgets.v1.policy
+  if [[ ${E2E_KUBE:-1.20} == 1.20 ]]; then
+    unserved="policy/v1 PodDisruptionBudget pinhook-system/pinhook"
+    pdb=poddisruptionbudgets.v1beta1.policy
+  fi
+  expect_eq "rendered objects whose apiVersion the ${E2E_KUBE:-1.20} apiserver does not serve" \
     "$(jq -r --arg v "$versions" '($v | split("\n")) as $s |
       [.[] | select(.apiVersion as $a | any($s[]; . == $a) | not) | "\(.apiVersion) \(.kind) \(.metadata.namespace)/\(.metadata.name)"] | join("; ")' "$G")" \
-    "policy/v1 PodDisruptionBudget pinhook-system/pinhook" || rc=1
+    "$unserved" || rc=1
   local state_before url_before n
   n=$(jq length "$dir/served.json")
   state_before=$(webhook_state)
@@ -153,21 +159,26 @@ scenario_shipped_manifests_accepted_by_apiserver() {
   expect_eq "kubectl apply --dry-run=server of the $n served objects: exit code" "$KCODE" 0 || rc=1
   expect_eq "kubectl apply --dry-run=server: lines '... (server dry run)'" "$(grep -c ' (server dry run)$' "$dir/apply.out" || true)" "$n" || rc=1
   expect_eq "kubectl apply --dry-run=server: stderr (warnings)" "${KERR:-none}" none || rc=1
-  # the PDB: policy/v1 is refused by kubectl's discovery; as policy/v1beta1 the apiserver validates it
-  jq '.[] | select(.kind == "PodDisruptionBudget")' "$G" >"$dir/pdb-v1.json"
-  jq '.apiVersion = "policy/v1beta1"' "$dir/pdb-v1.json" >"$dir/pdb-v1beta1.json"
-  kubectl_to "$dir/pdb-v1" apply --dry-run=server -f "$dir/pdb-v1.json"
-  if ((KCODE == 0)); then bad "the policy/v1 PodDisruptionBudget was accepted by a 1.20 apiserver" || rc=1; fi
-  expect_contains "kubectl apply --dry-run=server of the policy/v1 PDB: stderr" "$KERR" \
-    'no matches for kind "PodDisruptionBudget" in version "policy/v1"' || rc=1
-  kubectl_to "$dir/pdb-v1beta1" apply --dry-run=server -f "$dir/pdb-v1beta1.json"
-  expect_eq "kubectl apply --dry-run=server of the PDB as policy/v1beta1" "$KCODE $(<"$dir/pdb-v1beta1.out")" \
-    "0 poddisruptionbudget.policy/pinhook created (server dry run)" || rc=1
-  # what the apiserver would store: every rendered field kept (1.20 drops fields it does not know)
-  jq -s '.[0] + [.[1]]' "$dir/served.json" "$dir/pdb-v1beta1.json" >"$dir/dry-run-input.json"
+  if [[ ${E2E_KUBE:-1.20} == 1.20 ]]; then
+    # the PDB: policy/v1 is refused by kubectl's discovery; as policy/v1beta1 the apiserver validates it
+    jq '.[] | select(.kind == "PodDisruptionBudget")' "$G" >"$dir/pdb-v1.json"
+    jq '.apiVersion = "policy/v1beta1"' "$dir/pdb-v1.json" >"$dir/pdb-v1beta1.json"
+    kubectl_to "$dir/pdb-v1" apply --dry-run=server -f "$dir/pdb-v1.json"
+    if ((KCODE == 0)); then bad "the policy/v1 PodDisruptionBudget was accepted by a 1.20 apiserver" || rc=1; fi
+    expect_contains "kubectl apply --dry-run=server of the policy/v1 PDB: stderr" "$KERR" \
+      'no matches for kind "PodDisruptionBudget" in version "policy/v1"' || rc=1
+    kubectl_to "$dir/pdb-v1beta1" apply --dry-run=server -f "$dir/pdb-v1beta1.json"
+    expect_eq "kubectl apply --dry-run=server of the PDB as policy/v1beta1" "$KCODE $(<"$dir/pdb-v1beta1.out")" \
+      "0 poddisruptionbudget.policy/pinhook created (server dry run)" || rc=1
+    jq -s '.[0] + [.[1]]' "$dir/served.json" "$dir/pdb-v1beta1.json" >"$dir/dry-run-input.json"
+  else
+    # 1.32 serves every rendered object as it is, the policy/v1 PDB among them
+    cp "$dir/served.json" "$dir/dry-run-input.json"
+  fi
+  # what the apiserver would store: every rendered field kept (an apiserver drops fields it does not know)
   jq '{apiVersion: "v1", kind: "List", items: .}' "$dir/dry-run-input.json" >"$dir/dry-run-input-list.json"
   kubectl_to "$dir/answer" apply --dry-run=server -o json -f "$dir/dry-run-input-list.json"
-  expect_eq "kubectl apply --dry-run=server -o json (the $((n + 1)) objects): exit code" "$KCODE" 0 || rc=1
+  expect_eq "kubectl apply --dry-run=server -o json (the $(jq length "$dir/dry-run-input.json") objects): exit code" "$KCODE" 0 || rc=1
   out=$(dropped_fields "$dir/dry-run-input.json" "$dir/answer.out")
   expect_eq "rendered fields missing or changed in the apiserver's dry-run answer" "${out:-none}" none || rc=1
   expect_eq "the dry run's webhooks (url patched away, service set)" \
@@ -179,7 +190,7 @@ scenario_shipped_manifests_accepted_by_apiserver() {
   expect_eq "registered webhook configurations (resourceVersion, urls) after the dry runs" "$(webhook_state)" "$state_before" || rc=1
   local obj
   for obj in "deployment pinhook" "service pinhook" "secret pinhook-tls" "configmap pinhook-policy" \
-    "poddisruptionbudgets.v1beta1.policy pinhook"; do
+    "$pdb pinhook"; do
     # shellcheck disable=SC2086 # KIND NAME
     expect_absent $obj pinhook-system || rc=1
   done
