@@ -5,7 +5,8 @@
 //! digest as its subject, and the verification material: a key's hint, or a certificate and
 //! transparency log entries. A bundle counts when a trusted key made the envelope's signature
 //! over its PAE (key bundles' log entries are not read, as for the tag scheme), or a trusted
-//! identity did keyless, its `dsse` entry logged with a signed entry timestamp
+//! identity did keyless, logged with a signed entry timestamp as a `dsse` entry (cosign before
+//! 3.1) or a `hashedrekord` of the PAE (cosign 3.1 on)
 //! ([`super::keyless`]); **and** its statement's subject is the digest pinned. A bundle of
 //! another predicate (an attestation) is none of the image's signatures; one pinhook cannot
 //! read is counted untrusted, saying why.
@@ -18,7 +19,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
-use super::keyless::{logged_certificate, LogEntry, Logged, MAX_CHAIN};
+use super::keyless::{logged_certificate, logged_rekord, LogEntry, Logged, MAX_CHAIN};
 use super::trust::Trust;
 use super::trusted_root::hex;
 use super::verdict::{Tally, Verdict};
@@ -272,8 +273,11 @@ struct BundleLogged {
 
 impl BundleLogged {
     fn judge(&self, keyless: &super::keyless::Keyless) -> super::keyless::Evidence {
-        let logged =
-            |body: &[u8]| logged_dsse(body, &self.payload_hash, &self.signature, &self.certificate);
+        // cosign before 3.1 logs a `dsse` entry; from 3.1 a `hashedrekord` of the PAE.
+        let logged = |body: &[u8]| {
+            logged_dsse(body, &self.payload_hash, &self.signature, &self.certificate)
+                || logged_rekord(body, &self.signed, &self.signature, &self.certificate)
+        };
         let result = keyless.signer(&Logged {
             certificate: &self.certificate,
             chain: &self.chain,
@@ -528,6 +532,29 @@ mod tests {
         provenance["predicateType"] = "https://slsa.dev/provenance/v1".into();
         let attestation = key_bundle(&key, provenance.to_string().as_bytes());
         assert_eq!(verdict(&attestation, &trust, 'a'), Verdict::NoSignature);
+    }
+
+    /// cosign 3.1 on logs a bundle's DSSE signature as a `hashedrekord` of the PAE: verified as
+    /// the `dsse` entry is; a `hashedrekord` of the statement itself (not what was signed) is not.
+    #[test]
+    fn a_keyless_bundle_logged_as_a_hashedrekord_of_its_pae_is_verified() {
+        let sigstore = TestSigstore::new();
+        let (_, trust) = trust(&sigstore);
+        let signed = statement(REPOSITORY, &digest('a').to_string());
+        let bundle = sigstore.keyless_bundle_logged(&signed, ISSUER, SUBJECT, "hashedrekord");
+        assert_eq!(verdict(&bundle, &trust, 'a').reason(), "verified");
+        // The same bundle whose entry hashes the statement instead of the PAE.
+        let mut wrong: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+        let entry = "/verificationMaterial/tlogEntries/0/canonicalizedBody";
+        let body = STANDARD
+            .decode(wrong.pointer(entry).unwrap().as_str().unwrap())
+            .unwrap();
+        let mut body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        body["spec"]["data"]["hash"]["value"] = hex(&Sha256::digest(&signed)).into();
+        *wrong.pointer_mut(entry).unwrap() = STANDARD.encode(body.to_string()).into();
+        let why = verdict(&wrong.to_string(), &trust, 'a').describe();
+        // The SET no longer covers the edited body: refused either way, never verified.
+        assert!(why.contains("does not verify"), "{why}");
     }
 
     #[test]

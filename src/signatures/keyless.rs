@@ -369,7 +369,7 @@ pub(crate) struct LogEntry<'a> {
 
 /// Whether `body` is a `hashedrekord` (or the older `rekord`) entry of `payload`, `signature`
 /// (raw) and the certificate `der`.
-fn logged_rekord(body: &[u8], payload: &[u8], signature: &[u8], der: &[u8]) -> bool {
+pub(crate) fn logged_rekord(body: &[u8], payload: &[u8], signature: &[u8], der: &[u8]) -> bool {
     let Ok(entry) = serde_json::from_slice::<Entry>(body) else {
         return false;
     };

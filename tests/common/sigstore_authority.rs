@@ -218,18 +218,42 @@ impl TestSigstore {
     /// A cosign 3 bundle (v0.3) of `statement` signed keyless by `subject` of `issuer`: a DSSE
     /// envelope, the certificate, and a `dsse` log entry with its SET.
     pub fn keyless_bundle(&self, statement: &[u8], issuer: &str, subject: &str) -> String {
+        self.keyless_bundle_logged(statement, issuer, subject, "dsse")
+    }
+
+    /// [`Self::keyless_bundle`], its log entry of `kind`: `dsse` as cosign before 3.1 logs it,
+    /// `hashedrekord` (of the PAE) as cosign 3.1 on does.
+    pub fn keyless_bundle_logged(
+        &self,
+        statement: &[u8],
+        issuer: &str,
+        subject: &str,
+        kind: &str,
+    ) -> String {
         let (certificate, key) = self.issue(issuer, subject, self.now - 30);
-        let signature = key.sign(&pae(statement)).unwrap();
+        let signed = pae(statement);
+        let signature = key.sign(&signed).unwrap();
         let verifier = STANDARD.encode(certificate.pem());
-        let body = serde_json::json!({
-            "apiVersion": "0.0.1",
-            "kind": "dsse",
-            "spec": {
-                "envelopeHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(b"envelope"))},
-                "payloadHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(statement))},
-                "signatures": [{"signature": STANDARD.encode(&signature), "verifier": verifier}],
-            },
-        });
+        let body = if kind == "dsse" {
+            serde_json::json!({
+                "apiVersion": "0.0.1",
+                "kind": "dsse",
+                "spec": {
+                    "envelopeHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(b"envelope"))},
+                    "payloadHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(statement))},
+                    "signatures": [{"signature": STANDARD.encode(&signature), "verifier": verifier}],
+                },
+            })
+        } else {
+            serde_json::json!({
+                "apiVersion": "0.0.1",
+                "kind": kind,
+                "spec": {
+                    "data": {"hash": {"algorithm": "sha256", "value": hex(&Sha256::digest(&signed))}},
+                    "signature": {"content": STANDARD.encode(&signature), "publicKey": {"content": verifier}},
+                },
+            })
+        };
         let body = STANDARD.encode(body.to_string());
         let key_id = Sha256::digest(self.log.subject_public_key_info());
         serde_json::json!({
@@ -239,7 +263,7 @@ impl TestSigstore {
                 "tlogEntries": [{
                     "logIndex": "7",
                     "logId": {"keyId": STANDARD.encode(key_id)},
-                    "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+                    "kindVersion": {"kind": kind, "version": "0.0.1"},
                     "integratedTime": self.now.to_string(),
                     "inclusionPromise": {"signedEntryTimestamp": self.set_over(&body, self.now)},
                     "canonicalizedBody": body,
