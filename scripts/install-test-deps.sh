@@ -5,7 +5,7 @@
 # end-to-end tier uses (curl, openssl, ss, jq), g++ for libFuzzer, which cargo fuzz's
 # libfuzzer-sys compiles from C++ source, and Debian's `prometheus` for promtool (the chart
 # checks' `promtool check rules` and `promtool test rules`) and the Prometheus one e2e scenario
-# starts. Neither package's service is left running: apt is kept from starting them (a
+# starts; xz, which ../shared/kube-1.32/install.sh unpacks the 1.32 tier's binaries with. Neither package's service is left running: apt is kept from starting them (a
 # policy-rc.d for the install, where none exists) and systemd's units are disabled. The tier's
 # build script installs its own Go toolchain and etcd.
 #
@@ -22,7 +22,7 @@ readonly BIN=/usr/bin/docker-registry
 # (kubectl is not here: Debian's kubernetes-client is 1.20, whose kustomize cannot render the
 # manifests' `patches`; the machine image ships kubectl 1.32.)
 declare -A TOOLS=([curl]=curl [openssl]=openssl [ss]=iproute2 [jq]=jq [g++]=g++ [promtool]=prometheus
-    [tini-static]=tini)
+    [tini-static]=tini [xz]=xz-utils)
 missing=()
 [[ -x "$BIN" ]] || missing+=("$PKG")
 for tool in "${!TOOLS[@]}"; do

@@ -3,6 +3,7 @@
 # installs etcd and builds a kube-apiserver), checks formatting and lints, runs unit and
 # integration tests against a real registry, the local demo, then the end-to-end tier on a
 # real kube-apiserver, and again on Kubernetes 1.32 where KUBEBUILDER_ASSETS names its binaries
+# (or ../shared/kube-1.32 holds them: unpacked into the e2e cache)
 # (the scenarios marked `# kube: … 1.32`; said plainly when skipped). Set PINHOOK_SKIP_E2E=1 to
 # stop before the end-to-end tiers.
 # The Helm chart's checks (scripts/chart-check.sh) run after the cargo tests; their count is in
@@ -74,6 +75,17 @@ short_of_disk() { (($(df --output=avail -k "${CARGO_TARGET_DIR:-target}" | tail 
 log "installing test dependencies"
 rc=0
 scripts/install-test-deps.sh || rc=$?
+# The 1.32 tier's binaries, the envtest way (KUBEBUILDER_ASSETS): given, or unpacked once from
+# ../shared/kube-1.32 beside this checkout (checked against its SHA256SUMS) into the e2e cache.
+if [[ -z ${KUBEBUILDER_ASSETS:-} && -x ../shared/kube-1.32/install.sh ]]; then
+    assets=${PINHOOK_E2E_CACHE:-/var/cache/pinhook-e2e}/kube-1.32
+    if ../shared/kube-1.32/install.sh "$assets" >/dev/null; then
+        export KUBEBUILDER_ASSETS=$assets
+    else
+        log "../shared/kube-1.32/install.sh $assets failed"
+        rc=1
+    fi
+fi
 tier_done deps "$rc"
 
 log "cargo fmt --check"
@@ -160,8 +172,8 @@ if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
     tier_done e2e "$rc" "$e2e_passed" "$e2e_failed"
 
     # The modern tier (issue 47): the scenarios whose header says `# kube: … 1.32`, on a 1.32
-    # control plane whose binaries KUBEBUILDER_ASSETS names (as envtest takes them; .ci/run
-    # unpacks ../shared/kube-1.32 there), with the binaries the tier above built.
+    # control plane whose binaries KUBEBUILDER_ASSETS names (as envtest takes them; set after the
+    # deps tier from ../shared/kube-1.32 when not given), with the binaries the tier above built.
     if [[ -x ${KUBEBUILDER_ASSETS:-}/kube-apiserver && -x ${KUBEBUILDER_ASSETS:-}/kube-controller-manager ]]; then
         log "end-to-end tier on Kubernetes 1.32 ($KUBEBUILDER_ASSETS)"
         rc=0
