@@ -13,6 +13,7 @@
 //! Owns: that reading of a layer, the identities and their matching, and the fingerprint of what
 //! an entry trusts keyless. Never: the payload's digest (`simple_signing` reads it) or any I/O.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -223,7 +224,7 @@ impl Keyless {
         &self,
         layer: &SignatureLayer<'_>,
         certificate: &str,
-    ) -> Result<Signer, &'static str> {
+    ) -> Result<Signer, Cow<'static, str>> {
         let bundle = layer
             .bundle
             .ok_or("it carries no transparency log bundle")?;
@@ -236,7 +237,7 @@ impl Keyless {
             for block in x509_parser::pem::Pem::iter_from_buffer(text.as_bytes()) {
                 let block = block.map_err(|_| "its chain is not PEM")?;
                 if chain.len() == MAX_CHAIN {
-                    return Err("its chain is longer than pinhook reads");
+                    return Err(Cow::Borrowed("its chain is longer than pinhook reads"));
                 }
                 chain.push(block.contents);
             }
@@ -264,7 +265,7 @@ impl Keyless {
     /// Who signed `logged`, if the trusted root vouches for it: the log's SET over the entry,
     /// the entry of this signature (`logged.logged`), the certificate's chain at the logged
     /// time, and the certificate's key over the bytes signed.
-    pub(crate) fn signer(&self, logged: &Logged<'_>) -> Result<Signer, &'static str> {
+    pub(crate) fn signer(&self, logged: &Logged<'_>) -> Result<Signer, Cow<'static, str>> {
         let entry = &logged.entry;
         let time = entry.integrated_time;
         let log = self
@@ -292,19 +293,24 @@ impl Keyless {
             .decode(entry.body.trim())
             .map_err(|_| "the log's entry is not base64")?;
         if !(logged.logged)(&body) {
-            return Err("the log's entry is of another signature, payload or certificate");
+            return Err(Cow::Borrowed(
+                "the log's entry is of another signature, payload or certificate",
+            ));
         }
         self.chains(logged.certificate, logged.chain, time)?;
         let key = CosignVerificationKey::try_from_der(parsed.public_key().raw)
             .map_err(|_| "its certificate's key is of a kind cosign does not sign with")?;
         key.verify_signature(Signature::Raw(logged.signature), logged.signed)
             .map_err(|_| "its certificate's key did not make the signature")?;
-        signer_of(&parsed).ok_or("its certificate names no OIDC issuer or subject")
+        signer_of(&parsed).ok_or(Cow::Borrowed(
+            "its certificate names no OIDC issuer or subject",
+        ))
     }
 
     /// Whether `der` chains, at `time`, to an authority of the root trusted then, through the
-    /// root's intermediates and `chain`, for code signing.
-    fn chains(&self, der: &[u8], chain: &[Vec<u8>], time: i64) -> Result<(), &'static str> {
+    /// root's intermediates and `chain`, for code signing; why not says what the path builder
+    /// found (expired, unknown issuer, …).
+    fn chains(&self, der: &[u8], chain: &[Vec<u8>], time: i64) -> Result<(), Cow<'static, str>> {
         const UNTRUSTED: &str =
             "its certificate was not issued by an authority of the trusted root at the logged time";
         let time = u64::try_from(time).map_err(|_| UNTRUSTED)?;
@@ -327,7 +333,8 @@ impl Keyless {
             .filter_map(|root| webpki::anchor_from_trusted_cert(root).ok())
             .collect();
         let leaf = CertificateDer::from(der);
-        let leaf = webpki::EndEntityCert::try_from(&leaf).map_err(|_| UNTRUSTED)?;
+        let leaf = webpki::EndEntityCert::try_from(&leaf)
+            .map_err(|e| Cow::Owned(format!("{UNTRUSTED} ({e})")))?;
         leaf.verify_for_usage(
             webpki::ALL_VERIFICATION_ALGS,
             &anchors,
@@ -338,7 +345,7 @@ impl Keyless {
             None,
         )
         .map(|_| ())
-        .map_err(|_| UNTRUSTED)
+        .map_err(|e| Cow::Owned(format!("{UNTRUSTED} ({e})")))
     }
 }
 
@@ -545,7 +552,12 @@ mod tests {
 
         // Another CA, logged in the trusted log.
         let other_ca = sigstore.sharing_log().sign(b"payload", ISSUER, SUBJECT);
-        assert!(untrusted(&other_ca, b"payload").contains("not issued by an authority"));
+        let why = untrusted(&other_ca, b"payload");
+        assert!(why.contains("not issued by an authority"), "{why}");
+        assert!(
+            why.contains("InvalidSignature"),
+            "the path builder's reason kept: {why}"
+        );
         // Another log altogether.
         let other_log = TestSigstore::new().sign(b"payload", ISSUER, SUBJECT);
         assert!(untrusted(&other_log, b"payload").contains("no log"));
@@ -569,7 +581,12 @@ mod tests {
             &good.certificate,
             sigstore.now + 3600,
         );
-        assert!(untrusted(&late, b"payload").contains("not issued by an authority"));
+        let why = untrusted(&late, b"payload");
+        assert!(why.contains("not issued by an authority"), "{why}");
+        assert!(
+            why.contains("Expired"),
+            "the path builder's reason kept: {why}"
+        );
         // The signature is not the certificate's key's (payload swapped, entry made to match).
         let swapped = sigstore.sign(b"other", ISSUER, SUBJECT);
         let mut forged = swapped.clone();
