@@ -17,7 +17,6 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::Deserialize;
-use sha2::{Digest as _, Sha256};
 
 use super::keyless::{logged_certificate, logged_rekord, LogEntry, Logged, MAX_CHAIN};
 use super::trust::Trust;
@@ -350,7 +349,7 @@ fn keyless_logged(
                 .as_ref()
                 .map(|p| p.signed_entry_timestamp.clone())
                 .unwrap_or_default(),
-            payload_hash: hex(&Sha256::digest(payload)),
+            payload_hash: Digest::sha256_of(payload).hex().to_string(),
             signature: signature.to_vec(),
             signed: signed.to_vec(),
         })
@@ -550,7 +549,7 @@ mod tests {
             .decode(wrong.pointer(entry).unwrap().as_str().unwrap())
             .unwrap();
         let mut body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        body["spec"]["data"]["hash"]["value"] = hex(&Sha256::digest(&signed)).into();
+        body["spec"]["data"]["hash"]["value"] = Digest::sha256_of(&signed).hex().into();
         *wrong.pointer_mut(entry).unwrap() = STANDARD.encode(body.to_string()).into();
         let why = verdict(&wrong.to_string(), &trust, 'a').describe();
         // The SET no longer covers the edited body: refused either way, never verified.

@@ -25,7 +25,8 @@ use sha2::{Digest as _, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 
 use super::layer::SignatureLayer;
-use super::trusted_root::{hex, TrustedRoot};
+use super::trusted_root::TrustedRoot;
+use crate::reference::Digest;
 
 /// The annotation holding a keyless signature's certificate (PEM).
 pub const CERTIFICATE_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
@@ -388,7 +389,7 @@ pub(crate) fn logged_rekord(body: &[u8], payload: &[u8], signature: &[u8], der: 
             .data
             .hash
             .value
-            .eq_ignore_ascii_case(&hex(&Sha256::digest(payload)))
+            .eq_ignore_ascii_case(Digest::sha256_of(payload).hex())
         && logged_signature.as_deref() == Some(signature)
         && logged_certificate(&entry.spec.signature.public_key.content).as_deref() == Some(der)
 }
