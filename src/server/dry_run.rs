@@ -5,14 +5,16 @@
 //! [`super::throttle`]'s bucket; with none left the caller gets 429 and the apiserver no call.
 //!
 //! What a caller costs is bounded before it is paid (issue 44): the token is checked before a
-//! byte of the body is read; the body is read within the body budget and at most
-//! [`MAX_DRY_RUN_BODY`]; a body of more than [`MAX_DOCUMENTS`] documents or naming more than
-//! [`MAX_ACCESS_CHECKS`] (resource, namespace) pairs is refused; the documents take their
-//! share of the dry runs' memory pool before they are parsed
-//! ([`parsed_reviews::dry_run_cost`], waiting at most [`SHARE_WAIT`], then 429) and hold it
-//! until the report is written, which is written within its part of that share
-//! ([`parsed_reviews::dry_run_report_bytes`], else 413); the body is parsed within that share's values and scalar
-//! bytes and one budget of YAML events and alias expansions for the whole body
+//! byte of the body is read (a refused caller's body is then read and dropped only when small
+//! and prompt, so that it reads its refusal instead of a reset stream); the body is read
+//! within the body budget and at most [`MAX_DRY_RUN_BODY`]; a body of more than
+//! [`MAX_DOCUMENTS`] documents or naming more than [`MAX_ACCESS_CHECKS`] (resource, namespace)
+//! pairs is refused; the documents take their share of the dry runs' memory pool before they
+//! are parsed ([`parsed_reviews::dry_run_cost`], waiting at most [`SHARE_WAIT`], then 429) and
+//! hold it until the report is written, which is written within its part of that share
+//! ([`parsed_reviews::dry_run_report_bytes`], else 413); the body is parsed within that
+//! share's values and scalar bytes and one budget of YAML events and alias expansions for the
+//! whole body
 //! ([`documents::ParseLimits`]), on the blocking pool, a few bodies at a time.
 
 use std::sync::Arc;
@@ -119,19 +121,12 @@ async fn dry_run_answer(
     query: DryRunQuery,
     request: Request,
 ) -> Result<Bytes, Refusal> {
-    let authorizer = state.authorizer.clone().ok_or(Failure::NoKubernetesApi)?;
-    let caller = {
-        let token = bearer_token(request.headers()).ok_or(Failure::MissingToken)?;
-        if !state.token_reviews.admit(token) {
-            return Err(Refusal::Throttled);
+    let (authorizer, caller) = match authenticate(state, request.headers()).await {
+        Ok(known) => known,
+        Err(refusal) => {
+            discard_small_body(request.into_body()).await;
+            return Err(refusal);
         }
-        let caller = authorizer
-            .authenticate(token)
-            .await
-            .map_err(Failure::Authentication)?
-            .ok_or(Failure::InvalidToken)?;
-        state.token_reviews.authenticated(token);
-        caller
     };
     let (body, _body_share) = (state.bodies)
         .read_request(request, MAX_DRY_RUN_BODY, &state.metrics)
@@ -170,6 +165,74 @@ async fn dry_run_answer(
     // The share stays with the report's bytes until the server has written them (a caller that
     // reads its answer slowly still holds its part of the pool), not until this returns.
     Ok(super::answers::charged(report, documents_share))
+}
+
+/// The caller the bearer token names, as the apiserver knows it (TokenReview), within the
+/// TokenReview budget; nothing of the body is read.
+async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<(Arc<dyn Authorizer>, Caller), Refusal> {
+    let authorizer = state.authorizer.clone().ok_or(Failure::NoKubernetesApi)?;
+    let token = bearer_token(headers).ok_or(Failure::MissingToken)?;
+    if !state.token_reviews.admit(token) {
+        return Err(Refusal::Throttled);
+    }
+    let caller = authorizer
+        .authenticate(token)
+        .await
+        .map_err(Failure::Authentication)?
+        .ok_or(Failure::InvalidToken)?;
+    state.token_reviews.authenticated(token);
+    Ok((authorizer, caller))
+}
+
+/// The most of a refused caller's body read (and dropped) before its refusal is answered.
+pub const REFUSED_BODY_DISCARD: usize = 64 << 10;
+/// How long a refused caller's body is waited for before its refusal is answered anyway.
+pub const REFUSED_BODY_WAIT: Duration = Duration::from_secs(1);
+
+/// How much of a refused caller's body [`discard_small_body`] read.
+#[derive(Debug, PartialEq, Eq)]
+enum Discarded {
+    /// The body ended: this many bytes, none kept.
+    Whole(usize),
+    /// Announced or found larger than [`REFUSED_BODY_DISCARD`]: the rest is left unread.
+    TooLarge,
+    /// Not ended within [`REFUSED_BODY_WAIT`] (or broken): the rest is left unread.
+    Unfinished,
+}
+
+/// Reads and drops the body of a caller refused before its body was wanted, when it is small
+/// and comes at once, so that the refusal is the answer it reads. Answered with its body
+/// unread, the stream is reset under it (HTTP/2 `RST_STREAM`, or a closed connection in
+/// HTTP/1.1), and a client that is still sending may report that reset instead of the
+/// answer: curl 7.88 (Debian 12) did, "(92) Stream error in the HTTP/2 framing layer", for
+/// one 401 in fifty. A large or slow body is still not read: a refused caller costs at most
+/// [`REFUSED_BODY_DISCARD`] bytes of reading, one frame held at a time, for at most
+/// [`REFUSED_BODY_WAIT`].
+async fn discard_small_body(mut body: axum::body::Body) -> Discarded {
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+    if body.size_hint().lower() > REFUSED_BODY_DISCARD as u64 {
+        return Discarded::TooLarge;
+    }
+    let read = async {
+        let mut seen = 0usize;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                return Discarded::Unfinished;
+            };
+            seen = seen.saturating_add(frame.data_ref().map_or(0, |d| d.len()));
+            if seen > REFUSED_BODY_DISCARD {
+                return Discarded::TooLarge;
+            }
+        }
+        Discarded::Whole(seen)
+    };
+    tokio::time::timeout(REFUSED_BODY_WAIT, read)
+        .await
+        .unwrap_or(Discarded::Unfinished)
 }
 
 /// `report` as JSON in at most `cap` bytes (its part of the dry run's share): written into a
@@ -380,6 +443,46 @@ mod tests {
             MANIFEST_PARSERS,
             "every permit is back once the work is done"
         );
+    }
+
+    /// A refused caller's small body is read to its end (and dropped) so that its stream ends
+    /// cleanly; a large, an overlong or a slow one is left unread.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_callers_body_is_discarded_only_when_small_and_prompt() {
+        use axum::body::Body;
+        use futures::StreamExt;
+        let chunks = |sizes: Vec<usize>, gap: Duration| {
+            Body::from_stream(futures::stream::iter(sizes).then(move |n| async move {
+                tokio::time::sleep(gap).await;
+                Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; n]))
+            }))
+        };
+        assert_eq!(
+            discard_small_body(Body::from(vec![b'y'; 3000])).await,
+            Discarded::Whole(3000)
+        );
+        assert_eq!(discard_small_body(Body::empty()).await, Discarded::Whole(0));
+        assert_eq!(
+            discard_small_body(chunks(vec![1000, 2000, 500], Duration::from_millis(100))).await,
+            Discarded::Whole(3500)
+        );
+        // announced over the bound: not a byte read
+        assert_eq!(
+            discard_small_body(Body::from(vec![b'y'; REFUSED_BODY_DISCARD + 1])).await,
+            Discarded::TooLarge
+        );
+        // found over the bound as it comes (chunked): the rest left unread
+        assert_eq!(
+            discard_small_body(chunks(vec![40 << 10, 40 << 10, 1 << 20], Duration::ZERO)).await,
+            Discarded::TooLarge
+        );
+        // a body that trickles past the wait is left, the refusal answered after it
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            discard_small_body(chunks(vec![10; 100], Duration::from_millis(50))).await,
+            Discarded::Unfinished
+        );
+        assert_eq!(started.elapsed(), REFUSED_BODY_WAIT);
     }
 
     /// The report's bytes hold the dry run's share until the server drops them, once written:
