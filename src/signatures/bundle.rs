@@ -556,6 +556,92 @@ mod tests {
         assert!(why.contains("does not verify"), "{why}");
     }
 
+    /// A real bundle of Sigstore's public-good instance (Fulcio, Rekor v1; DSSE logged as a
+    /// `hashedrekord` of the PAE, as cosign 3.1 logs them), verified offline against the
+    /// public-good trusted root: the SET by Rekor's key, the entry of this signature and
+    /// certificate, the chain to Fulcio's intermediate at the logged time, the signature by the
+    /// certificate's key, the identity. (tests/fixtures/sigstore-public-good/README.md says
+    /// where both files come from.)
+    #[test]
+    fn a_public_good_bundle_verifies_offline_against_the_public_good_root() {
+        const WORKFLOW: &str = "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main";
+        let fixture = |name: &str| {
+            std::fs::read(format!(
+                "{}/tests/fixtures/sigstore-public-good/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap()
+        };
+        let root = Arc::new(TrustedRoot::parse(&fixture("trusted_root.json")).unwrap());
+        let bundle = fixture("dsse-hashedrekord.sigstore.json");
+        let file: BundleFile = serde_json::from_slice(&bundle).unwrap();
+        let envelope = file.dsse_envelope.as_ref().unwrap();
+        let payload = STANDARD.decode(&envelope.payload).unwrap();
+        let signed = pae(&envelope.payload_type, &payload);
+        let raw = STANDARD.decode(&envelope.signatures[0].sig).unwrap();
+        let identity = |subject: &str| Identity {
+            issuer: Matcher::Exact(ISSUER.to_string()),
+            subject: Matcher::Exact(subject.to_string()),
+        };
+        let keyless = Keyless::new(root.clone(), vec![identity(WORKFLOW)]);
+        let logged = keyless_logged(&file.verification_material, &payload, &signed, &raw)
+            .expect("keyless material")
+            .expect("read");
+        let evidence = logged.judge(&keyless);
+        assert_eq!(
+            evidence,
+            super::super::keyless::Evidence::Signed(super::super::keyless::Signer {
+                issuer: ISSUER.to_string(),
+                subjects: vec![WORKFLOW.to_string()],
+            })
+        );
+        let mut tally = Tally::default();
+        assert!(tally.keyless(&keyless, evidence.clone()).is_some());
+        // another workflow of the same issuer: the signer is named, not trusted
+        let mut tally = Tally::default();
+        tally.seen = true;
+        let other = Keyless::new(root.clone(), vec![identity(SUBJECT)]);
+        assert_eq!(tally.keyless(&other, evidence), None);
+        assert!(
+            matches!(tally.verdict(), Verdict::OtherIdentity { signer } if signer.contains(WORKFLOW)),
+        );
+        // one bit of the signature changed: neither the signature nor the log entry holds
+        let mut forged = raw.clone();
+        let last = forged.len() - 1;
+        forged[last] ^= 1;
+        let logged = keyless_logged(&file.verification_material, &payload, &signed, &forged)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            logged.judge(&keyless),
+            super::super::keyless::Evidence::Untrusted(_)
+        ));
+        // the same bundle under another root (a private Sigstore): not vouched for
+        let private = TestSigstore::new();
+        let private = Keyless::new(
+            Arc::new(TrustedRoot::parse(private.trusted_root().as_bytes()).unwrap()),
+            vec![identity(WORKFLOW)],
+        );
+        let logged = keyless_logged(&file.verification_material, &payload, &signed, &raw)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            logged.judge(&private),
+            super::super::keyless::Evidence::Untrusted(_)
+        ));
+        // whole, it is an attestation (predicate https://example.com/predicate/v1), none of
+        // an image's signatures, whatever digest is pinned
+        let trust = Trust::new(Vec::new(), Some(keyless));
+        let subject: Digest =
+            "sha256:70ed0277251d0cf2eb5eda8b574ce012de485e39a3de1fb4b1e0717e14b02d6a"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            judge_all(&[], &[bundle.as_slice()], &trust, &subject),
+            Verdict::NoSignature
+        );
+    }
+
     #[test]
     fn pae_is_dsse_v1s() {
         assert_eq!(pae("t", b"ab"), b"DSSEv1 1 t 2 ab".to_vec());

