@@ -35,7 +35,13 @@
 #                      from a table, nothing else): what any webhook of pinhook's shape costs;
 #   cost-floor-mutate  the floor's mutating webhook alone (no validating one): what the
 #                      validating call adds;
-# the four rotating which goes first. With E2E_COST_B=BINARY, a fifth arm: cost-warm-b, served by
+# the four rotating which goes first. On Kubernetes 1.28+ (issue 47), 4 more paired cells of
+# already pinned Pods (every image name:tag@sha256:..., the warm images' digests): every timed
+# create in cost-skip, selected by a copy of pinhook's two Pod webhooks (pinhook's URL and
+# settings) carrying the chart's matchCondition (charts/pinhook/cel/call-unless-pinned-pod.cel),
+# is one of a set of four with the same create in cost-exempt and cost-exempt-2 (no webhook: the
+# floor, twice, so that their difference is the no-webhook arm's own noise) and in cost-warm
+# (pinhook's webhooks without the condition: what a pinned Pod costs without it). With E2E_COST_B=BINARY, a fifth arm: cost-warm-b, served by
 # a second pinhook (that binary; PINHOOK_LOG=$E2E_COST_B_LOG, default the first's; the same
 # policy, certificate and settings, its cache warmed the same way) through webhook configurations
 # of the same settings that select only that namespace (pinhook's own are given a
@@ -216,6 +222,27 @@ floor_url=https://127.0.0.1:$FLOOR_PORT
   [[ -z $PINHOOK_B_PID ]] || webhook_entry validate.b.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_B_PORT/validate" cost.pinhook.dev/b true
 } >"$RUN/floor-webhooks.yaml"
 
+# Kubernetes 1.28+: the skip cells' namespaces and webhooks (pinhook's URL and Pod settings, the
+# chart's matchCondition), registered once and left on: they select only cost-skip.
+skip_cells=0
+if (($(_e2e_kube_minor) >= 28)); then
+  skip_cells=1
+  e2e_ns cost-exempt-2 pinhook.dev/ignore=true || die "cannot create namespace cost-exempt-2"
+  e2e_ns cost-skip pinhook.dev/ignore=true cost.pinhook.dev/skip=true || die "cannot create namespace cost-skip"
+  condition=$(jq -Rs 'rtrimstr("\n")' <"$ROOT/charts/pinhook/cel/call-unless-pinned-pod.cel")
+  skip_conditions() { printf '  matchConditions:\n  - name: not-a-pinned-pod\n    expression: %s\n' "$condition"; }
+  {
+    printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: cost-skip}\nwebhooks:\n'
+    webhook_entry pin.skip.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_PORT/mutate" cost.pinhook.dev/skip true
+    printf '  reinvocationPolicy: IfNeeded\n'
+    skip_conditions
+    printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: cost-skip}\nwebhooks:\n'
+    webhook_entry validate.skip.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_PORT/validate" cost.pinhook.dev/skip true
+    skip_conditions
+  } >"$RUN/skip-webhooks.yaml"
+  K apply -f "$RUN/skip-webhooks.yaml" >/dev/null || die "the apiserver refused the skip webhooks (matchConditions)"
+fi
+
 # client NS LABEL EXPECT [ARGS...]: the load generator against this cluster
 client() {
   local ns=$1 label=$2 expect=$3
@@ -299,8 +326,12 @@ set_arms=$([[ -n $PINHOOK_B_PID ]] && echo 5 || echo 4)
 log "$rounds rounds x (12 cells + 4 paired cells of sets of $set_arms) x ($warmup untimed + $n timed) creates, one at a time; apiserver $E2E_APISERVER_URL, pinhook pid $PINHOOK_PID"
 results=$RUN/results.txt
 paired=$RUN/paired.txt
+skipped=$RUN/skip.txt
 : >"$results"
 : >"$paired"
+: >"$skipped"
+pinned_images=$(for r in "${warm_refs[@]}"; do printf '%s,' "$(pinned "${r%%:*}" "${r#*:}")"; done)
+pinned_images=${pinned_images%,}
 printf '%-5s %-5s %-4s %3s %7s %8s %8s %8s %9s %9s %9s %6s %6s %6s %8s %8s %8s %8s %5s\n' \
   round arm mode img n p50_ms p99_ms max_ms api_us/c pin_us/c etcd_us/c mut/c val/c reg/c mut_ms val_ms a_mut_ms a_val_ms conns
 for round in $(seq 1 "$rounds"); do
@@ -374,6 +405,33 @@ for round in $(seq 1 "$rounds"); do
       printf '%s\n' "$line" >>"$paired"
     done
   done
+  # The skip cells (1.28+): already pinned Pods, the matchCondition against no webhook.
+  ((skip_cells)) || continue
+  for mode in real dry; do
+    for img in 1 10; do
+      label="r$round-skip-$mode-$img"
+      read -r m0 v0 _ < <(metrics)
+      args=(--count "$n" --warmup "$warmup" --images "$img" --cpu "apiserver=$apiserver_pid"
+        --paired-namespace cost-exempt=pinned --paired-namespace cost-exempt-2=pinned --paired-namespace cost-warm=pinned
+        --warm-images "$pinned_images" --latencies "$RUN/skip-$mode-$img.txt")
+      [[ $mode == real ]] || args+=(--dry-run)
+      out=$(client cost-skip "$label" pinned "${args[@]}") || die "cell $label failed"
+      read -r m1 v1 _ < <(metrics)
+      read -r cn p50 p99 max _mean api _en ep50 ep99 _emax _emean _xn xp50 xp99 _xmax _xmean \
+        _wn wp50 wp99 _wmax _wmean <<<"$out"
+      # columns: round skip mode img n | skip p50 p99 | exempt p50 p99 | skip - exempt p50 p99 |
+      # exempt-2 - exempt p50 p99 (the floor's noise) | warm p50 p99, - exempt | apiserver us/set |
+      # pinhook reviews per set (only cost-warm's should reach it)
+      line=$(awk -v r="$round" -v mo="$mode" -v i="$img" -v cn="$cn" -v p50="$p50" -v p99="$p99" \
+        -v ep50="$ep50" -v ep99="$ep99" -v xp50="$xp50" -v xp99="$xp99" -v wp50="$wp50" -v wp99="$wp99" \
+        -v api="$api" -v rv="$(((m1 - m0) + (v1 - v0)))" -v t=$((n + warmup)) \
+        'BEGIN { printf "%-5s %-5s %-4s %3s %7s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9s %6.2f\n",
+          r, "skip", mo, i, cn, p50, p99, ep50, ep99, p50 - ep50, p99 - ep99, xp50 - ep50, xp99 - ep99,
+          wp50, wp99, wp50 - ep50, wp99 - ep99, api, rv / t }')
+      printf '%s\n' "$line"
+      printf '%s\n' "$line" >>"$skipped"
+    done
+  done
 done
 
 # Medians over the rounds; "+" columns: the median over rounds of (this cell - the `none` cell
@@ -440,6 +498,27 @@ awk "$median_awk"'
         median(md99[key]), median(wf99[key])
     }
   }' "$paired" | tee "$RUN/paired-summary.txt"
+if ((skip_cells)); then
+  echo
+  echo "skip cells (1.28+), medians over $rounds rounds (N = $n sets; already pinned Pods; skip = pinhook's webhooks with"
+  echo "the chart's matchCondition, exempt and exempt-2 = no webhook, warm = pinhook's webhooks without it; + = minus exempt):"
+  printf '%-4s %3s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %6s\n' mode img p50_ms p99_ms ex_p50 ex_p99 \
+    +p50 +p99 noise50 noise99 w_p50 w_p99 w+p50 w+p99 api_us/set rev/set
+  awk "$median_awk"'
+    { key = $3 " " $4; cell[key] = 1
+      for (c = 6; c <= 19; c++) v[key, c] = v[key, c] " " $c }
+    END {
+      split("real 1,real 10,dry 1,dry 10", kinds, ",")
+      for (k = 1; k <= 4; k++) {
+        key = kinds[k]
+        if (!(key in cell)) continue
+        split(key, f, " ")
+        printf "%-4s %3s", f[1], f[2]
+        for (c = 6; c <= 17; c++) printf " %8.2f", median(v[key, c])
+        printf " %9.0f %6.2f\n", median(v[key, 18]), median(v[key, 19])
+      }
+    }' "$skipped" | tee "$RUN/skip-summary.txt"
+fi
 # E2E_COST_PPROF=DIR: CPU profiles of the apiserver (its /debug/pprof, 10 s each) while real
 # 1-image creates run with no webhook and with pinhook warm; `go tool pprof -top` of each into DIR.
 if [[ -n ${E2E_COST_PPROF:-} ]]; then

@@ -602,6 +602,40 @@ print(",".join(sorted(v for r in rules for v in r["verbs"])))' "$1"; }
     [[ $verbs == get,list ]] || { echo "overlays/local-url: pods verbs '$verbs', want 'get,list'"; return 1; }
 }
 check "pods get only before 1.22 (chart by --kube-version; base without, components/kube-1.20-1.21 with)" pods_get
+# match_conditions: pin.pinhook.dev and validate.pinhook.dev carry exactly the expression of
+# cel/call-unless-pinned-pod.cel (tests/integration/admission/match_conditions.rs evaluates it
+# against pinhook), from 1.28 on; never before, never in mirrors.pinhook.dev, never under
+# policy.resolve Always or with policy.verify, nor with webhook.skipPinnedPods false, nor in
+# manifests/base; never naming namespaceObject (null in webhook matchConditions).
+match_conditions() {
+    local kube want got
+    want=$(tr -d '\n' <"$CHART/cel/call-unless-pinned-pod.cel")
+    grep -q namespaceObject "$CHART/cel/call-unless-pinned-pod.cel" && { echo "the expression names namespaceObject"; return 1; }
+    conditions() { "$PY" -c '
+import sys, yaml
+for d in yaml.safe_load_all(sys.stdin):
+    if d and d["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for w in d["webhooks"]:
+            for c in w.get("matchConditions", []):
+                print(w["name"], c["name"], c["expression"])'; }
+    for kube in 1.20.2 1.27.0 1.28.0 1.32.0 1.35.0; do
+        got=$(helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" | conditions) || return 1
+        case $kube in
+            1.2[0-7].*) [[ -z $got ]] || { echo "$kube: matchConditions rendered: $got"; return 1; } ;;
+            *) [[ $got == "pin.pinhook.dev not-a-pinned-pod $want"$'\n'"validate.pinhook.dev not-a-pinned-pod $want" ]] ||
+                { echo "$kube: want the .cel file's expression on pin and validate only, got: $got"; return 1; } ;;
+        esac
+    done
+    local args
+    for args in "--set policy.resolve=Always" "--set policy.verify[0].images[0]=x" "--set webhook.skipPinnedPods=false"; do
+        # shellcheck disable=SC2086 # (word splitting of the --set pair is wanted)
+        got=$(helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version 1.32.0 $args | conditions) || return 1
+        [[ -z $got ]] || { echo "1.32 $args: matchConditions rendered"; return 1; }
+    done
+    got=$(kubectl kustomize manifests/base | conditions) || return 1
+    [[ -z $got ]] || { echo "manifests/base: matchConditions rendered"; return 1; }
+}
+check "matchConditions: the .cel file's expression on pin and validate from 1.28, not under resolve Always, verify, skipPinnedPods false or in the base" match_conditions
 # report_api: watch.reportApi picks the API of the watch's reports. wgpolicyk8s (the default):
 # the watch's ClusterRole may write policyreports / clusterpolicyreports and nothing of
 # openreports.io, and the watch gets no PINHOOK_REPORT_API; openreports: the same rights on

@@ -443,3 +443,20 @@ Ignore
 {{- .policy -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The matchConditions of pin.pinhook.dev and validate.pinhook.dev (Kubernetes 1.28+, GA in 1.30):
+the apiserver calls pinhook unless the object is a Pod whose every image already is a valid
+name[:tag]@sha256:<digest> (cel/call-unless-pinned-pod.cel, evaluated against pinhook itself
+by tests/integration/admission/match_conditions.rs). Only while the chart's policy has pinhook
+pass such a Pod unchanged: not under resolve: Always, not with verify entries. The condition
+reads no namespaceObject (the apiserver passes none to webhook matchConditions).
+*/}}
+{{- define "pinhook.matchConditions" -}}
+{{- $policy := .Values.policy | default dict -}}
+{{- if and .Values.webhook.skipPinnedPods (semverCompare ">=1.28.0-0" .Capabilities.KubeVersion.Version) (ne (toString (get $policy "resolve")) "Always") (not (get $policy "verify")) -}}
+matchConditions:
+  - name: not-a-pinned-pod
+    expression: {{ .Files.Get "cel/call-unless-pinned-pod.cel" | trim | quote }}
+{{- end }}
+{{- end }}

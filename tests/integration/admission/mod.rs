@@ -8,6 +8,7 @@ mod bounded_reviews;
 mod check_cli;
 mod faults_under_load;
 mod log_injection;
+mod match_conditions;
 mod mirrors_https;
 mod mutate_https;
 mod policy;
