@@ -39,9 +39,11 @@
 # already pinned Pods (every image name:tag@sha256:..., the warm images' digests): every timed
 # create in cost-skip, selected by a copy of pinhook's two Pod webhooks (pinhook's URL and
 # settings) carrying the chart's matchCondition (charts/pinhook/cel/call-unless-pinned-pod.cel),
-# is one of a set of four with the same create in cost-exempt and cost-exempt-2 (no webhook: the
-# floor, twice, so that their difference is the no-webhook arm's own noise) and in cost-warm
-# (pinhook's webhooks without the condition: what a pinned Pod costs without it). With E2E_COST_B=BINARY, a fifth arm: cost-warm-b, served by
+# is one of a set of five with the same create in cost-exempt and cost-exempt-2 (no webhook: the
+# floor, twice, so that their difference is the no-webhook arm's own noise), in cost-warm
+# (pinhook's webhooks without the condition: what a pinned Pod costs without it) and in
+# cost-skip-0 (the same webhooks as cost-skip with the constant condition false: what a matched
+# webhook costs the apiserver before its condition's own work). With E2E_COST_B=BINARY, a fifth arm: cost-warm-b, served by
 # a second pinhook (that binary; PINHOOK_LOG=$E2E_COST_B_LOG, default the first's; the same
 # policy, certificate and settings, its cache warmed the same way) through webhook configurations
 # of the same settings that select only that namespace (pinhook's own are given a
@@ -69,6 +71,7 @@
 # Ctrl-C (pinhook, the webhook floor, the registry helper, the cluster); logs stay in $E2E_WORK.
 #
 # Environment: E2E_WORK (/tmp/e2e-cost), PINHOOK_LOG (pinhook's filter, default info),
+# E2E_COST_SKIP_EXPRESSION (the skip cells' matchCondition instead of the chart's),
 # E2E_COST_B and E2E_COST_B_LOG (above), E2E_COST_B_OUT (where B's log goes, default
 # $RUN/pinhook-b.log; /dev/null to set a log's writes apart from its formatting),
 # E2E_COST_PPROF=DIR (after the rounds, CPU profiles of the apiserver with no webhook and with
@@ -229,8 +232,12 @@ if (($(_e2e_kube_minor) >= 28)); then
   skip_cells=1
   e2e_ns cost-exempt-2 pinhook.dev/ignore=true || die "cannot create namespace cost-exempt-2"
   e2e_ns cost-skip pinhook.dev/ignore=true cost.pinhook.dev/skip=true || die "cannot create namespace cost-skip"
+  e2e_ns cost-skip-0 pinhook.dev/ignore=true cost.pinhook.dev/skip=false || die "cannot create namespace cost-skip-0"
   condition=$(jq -Rs 'rtrimstr("\n")' <"$ROOT/charts/pinhook/cel/call-unless-pinned-pod.cel")
-  skip_conditions() { printf '  matchConditions:\n  - name: not-a-pinned-pod\n    expression: %s\n' "$condition"; }
+  # E2E_COST_SKIP_EXPRESSION: another expression in its place (an experiment: 'false' never
+  # calls, so its cells measure what a matched webhook costs before its condition's own work)
+  [[ -z ${E2E_COST_SKIP_EXPRESSION:-} ]] || condition=$(jq -n --arg e "$E2E_COST_SKIP_EXPRESSION" '$e')
+  skip_conditions() { printf '  matchConditions:\n  - name: not-a-pinned-pod\n    expression: %s\n' "${1:-$condition}"; }
   {
     printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: cost-skip}\nwebhooks:\n'
     webhook_entry pin.skip.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_PORT/mutate" cost.pinhook.dev/skip true
@@ -239,6 +246,15 @@ if (($(_e2e_kube_minor) >= 28)); then
     printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: cost-skip}\nwebhooks:\n'
     webhook_entry validate.skip.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_PORT/validate" cost.pinhook.dev/skip true
     skip_conditions
+    # cost-skip-0: the same webhooks with the constant condition false (never called): what a
+    # matched webhook costs before its condition's own work
+    printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: cost-skip-0}\nwebhooks:\n'
+    webhook_entry pin.skip0.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_PORT/mutate" cost.pinhook.dev/skip false
+    printf '  reinvocationPolicy: IfNeeded\n'
+    skip_conditions '"false"'
+    printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: cost-skip-0}\nwebhooks:\n'
+    webhook_entry validate.skip0.cost.pinhook.dev "https://127.0.0.1:$PINHOOK_PORT/validate" cost.pinhook.dev/skip false
+    skip_conditions '"false"'
   } >"$RUN/skip-webhooks.yaml"
   K apply -f "$RUN/skip-webhooks.yaml" >/dev/null || die "the apiserver refused the skip webhooks (matchConditions)"
 fi
@@ -413,21 +429,24 @@ for round in $(seq 1 "$rounds"); do
       read -r m0 v0 _ < <(metrics)
       args=(--count "$n" --warmup "$warmup" --images "$img" --cpu "apiserver=$apiserver_pid"
         --paired-namespace cost-exempt=pinned --paired-namespace cost-exempt-2=pinned --paired-namespace cost-warm=pinned
+        --paired-namespace cost-skip-0=pinned
         --warm-images "$pinned_images" --latencies "$RUN/skip-$mode-$img.txt")
       [[ $mode == real ]] || args+=(--dry-run)
       out=$(client cost-skip "$label" pinned "${args[@]}") || die "cell $label failed"
       read -r m1 v1 _ < <(metrics)
       read -r cn p50 p99 max _mean api _en ep50 ep99 _emax _emean _xn xp50 xp99 _xmax _xmean \
-        _wn wp50 wp99 _wmax _wmean <<<"$out"
+        _wn wp50 wp99 _wmax _wmean _zn zp50 zp99 _zmax _zmean <<<"$out"
       # columns: round skip mode img n | skip p50 p99 | exempt p50 p99 | skip - exempt p50 p99 |
       # exempt-2 - exempt p50 p99 (the floor's noise) | warm p50 p99, - exempt | apiserver us/set |
-      # pinhook reviews per set (only cost-warm's should reach it)
+      # pinhook reviews per set (only cost-warm's should reach it) | skip-0 (condition false) - exempt
+      # p50 p99
       line=$(awk -v r="$round" -v mo="$mode" -v i="$img" -v cn="$cn" -v p50="$p50" -v p99="$p99" \
         -v ep50="$ep50" -v ep99="$ep99" -v xp50="$xp50" -v xp99="$xp99" -v wp50="$wp50" -v wp99="$wp99" \
+        -v zp50="$zp50" -v zp99="$zp99" \
         -v api="$api" -v rv="$(((m1 - m0) + (v1 - v0)))" -v t=$((n + warmup)) \
-        'BEGIN { printf "%-5s %-5s %-4s %3s %7s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9s %6.2f\n",
+        'BEGIN { printf "%-5s %-5s %-4s %3s %7s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9s %6.2f %8.2f %8.2f\n",
           r, "skip", mo, i, cn, p50, p99, ep50, ep99, p50 - ep50, p99 - ep99, xp50 - ep50, xp99 - ep99,
-          wp50, wp99, wp50 - ep50, wp99 - ep99, api, rv / t }')
+          wp50, wp99, wp50 - ep50, wp99 - ep99, api, rv / t, zp50 - ep50, zp99 - ep99 }')
       printf '%s\n' "$line"
       printf '%s\n' "$line" >>"$skipped"
     done
@@ -502,11 +521,11 @@ if ((skip_cells)); then
   echo
   echo "skip cells (1.28+), medians over $rounds rounds (N = $n sets; already pinned Pods; skip = pinhook's webhooks with"
   echo "the chart's matchCondition, exempt and exempt-2 = no webhook, warm = pinhook's webhooks without it; + = minus exempt):"
-  printf '%-4s %3s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %6s\n' mode img p50_ms p99_ms ex_p50 ex_p99 \
-    +p50 +p99 noise50 noise99 w_p50 w_p99 w+p50 w+p99 api_us/set rev/set
+  printf '%-4s %3s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %6s %8s %8s\n' mode img p50_ms p99_ms ex_p50 ex_p99 \
+    +p50 +p99 noise50 noise99 w_p50 w_p99 w+p50 w+p99 api_us/set rev/set 0+p50 0+p99
   awk "$median_awk"'
     { key = $3 " " $4; cell[key] = 1
-      for (c = 6; c <= 19; c++) v[key, c] = v[key, c] " " $c }
+      for (c = 6; c <= 21; c++) v[key, c] = v[key, c] " " $c }
     END {
       split("real 1,real 10,dry 1,dry 10", kinds, ",")
       for (k = 1; k <= 4; k++) {
@@ -515,7 +534,7 @@ if ((skip_cells)); then
         split(key, f, " ")
         printf "%-4s %3s", f[1], f[2]
         for (c = 6; c <= 17; c++) printf " %8.2f", median(v[key, c])
-        printf " %9.0f %6.2f\n", median(v[key, 18]), median(v[key, 19])
+        printf " %9.0f %6.2f %8.2f %8.2f\n", median(v[key, 18]), median(v[key, 19]), median(v[key, 20]), median(v[key, 21])
       }
     }' "$skipped" | tee "$RUN/skip-summary.txt"
 fi
