@@ -584,10 +584,12 @@ mod tests {
             subject: Matcher::Exact(subject.to_string()),
         };
         let keyless = Keyless::new(root.clone(), vec![identity(WORKFLOW)]);
-        let logged = keyless_logged(&file.verification_material, &payload, &signed, &raw)
-            .expect("keyless material")
-            .expect("read");
-        let evidence = logged.judge(&keyless);
+        let logged = |signature: &[u8]| {
+            keyless_logged(&file.verification_material, &payload, &signed, signature)
+                .expect("keyless material")
+                .expect("read")
+        };
+        let evidence = logged(&raw).judge(&keyless);
         assert_eq!(
             evidence,
             super::super::keyless::Evidence::Signed(super::super::keyless::Signer {
@@ -609,11 +611,8 @@ mod tests {
         let mut forged = raw.clone();
         let last = forged.len() - 1;
         forged[last] ^= 1;
-        let logged = keyless_logged(&file.verification_material, &payload, &signed, &forged)
-            .unwrap()
-            .unwrap();
         assert!(matches!(
-            logged.judge(&keyless),
+            logged(&forged).judge(&keyless),
             super::super::keyless::Evidence::Untrusted(_)
         ));
         // the same bundle under another root (a private Sigstore): not vouched for
@@ -622,11 +621,8 @@ mod tests {
             Arc::new(TrustedRoot::parse(private.trusted_root().as_bytes()).unwrap()),
             vec![identity(WORKFLOW)],
         );
-        let logged = keyless_logged(&file.verification_material, &payload, &signed, &raw)
-            .unwrap()
-            .unwrap();
         assert!(matches!(
-            logged.judge(&private),
+            logged(&raw).judge(&private),
             super::super::keyless::Evidence::Untrusted(_)
         ));
         // whole, it is an attestation (predicate https://example.com/predicate/v1), none of

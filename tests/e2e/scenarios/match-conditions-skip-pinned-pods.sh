@@ -49,6 +49,18 @@ _mc_skipped() {
   [[ $(_mc_reviews) == "$before" ]]
 }
 _mc_reviewed() { ! _mc_skipped "$1"; }
+# _mc_sent NS NAME WHAT INIT APP VOLUME: the Pod created, and reviewed at /mutate
+_mc_sent() {
+  local ns=$1 name=$2 what=$3 before after
+  shift 3
+  before=$(_mc_mutations)
+  _mc_pod "$name" "$@" | klog -n "$ns" create -f - || return 1
+  after=$(_mc_mutations)
+  if ((after - before >= 1)); then ok "$what was reviewed at /mutate ($((after - before)))"; else
+    bad "$what was not reviewed"
+    return 1
+  fi
+}
 
 scenario_match_conditions_skip_pinned_pods() {
   local ns=e2e-mc rc=0 before after
@@ -68,25 +80,13 @@ scenario_match_conditions_skip_pinned_pods() {
 
   # 2. tags: reviewed by /mutate and pinned (then, pinned, validate.pinhook.dev is skipped too:
   # the condition reads the object as the mutating webhooks left it)
-  before=$(_mc_mutations)
-  _mc_pod tagged "$(image init 1.0)" "$(image app 1.0)" "$(image sidecar 1.0)" | klog -n "$ns" create -f - || rc=1
-  after=$(_mc_mutations)
-  if ((after - before >= 1)); then ok "the Pod of tags was reviewed at /mutate ($((after - before)))"; else
-    bad "the Pod of tags was not reviewed"
-    rc=1
-  fi
+  _mc_sent "$ns" tagged "the Pod of tags" "$(image init 1.0)" "$(image app 1.0)" "$(image sidecar 1.0)" || rc=1
   expect_eq "Pod of tags stored pinned (init app volume)" \
     "$(jp "$ns" pod tagged '{.spec.initContainers[0].image} {.spec.containers[0].image} {.spec.volumes[0].image.reference}')" \
     "$(pinned init 1.0) $(pinned app 1.0) $(pinned sidecar 1.0)" || rc=1
 
   # 3. one tag among digests: the whole Pod is sent, the tag pinned
-  before=$(_mc_mutations)
-  _mc_pod mixed "$(image init 1.0)" "$(pinned app 1.0)" "$(pinned sidecar 1.0)" | klog -n "$ns" create -f - || rc=1
-  after=$(_mc_mutations)
-  if ((after - before >= 1)); then ok "the Pod with one tagged init container was reviewed at /mutate ($((after - before)))"; else
-    bad "the mixed Pod was not reviewed"
-    rc=1
-  fi
+  _mc_sent "$ns" mixed "the Pod with one tagged init container" "$(image init 1.0)" "$(pinned app 1.0)" "$(pinned sidecar 1.0)" || rc=1
   expect_eq "mixed Pod: init container pinned" "$(jp "$ns" pod mixed '{.spec.initContainers[0].image}')" "$(pinned init 1.0)" || rc=1
 
   # 4. a digest on a reference pinhook refuses: sent, refused with pinhook's message
