@@ -25,7 +25,7 @@ pub mod verdict;
 pub use key::{KeyError, PublicKey};
 pub use keyless::{Identity, Keyless, Matcher};
 pub use layer::SignatureLayer;
-pub use simple_signing::{judge, judge_all};
+pub use simple_signing::{judge, judge_all, judge_layers, LayersJudged};
 pub use trust::Trust;
 pub use trusted_root::{TrustedRoot, TrustedRootError};
 pub use verdict::Verdict;

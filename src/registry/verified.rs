@@ -5,12 +5,13 @@
 //! new digest, which is verified anew, and one namespace's verdict is never another's.
 //! A verdict of `verified` is kept [`VERIFIED_FOR`], any other [`REFUSED_FOR`] (a signature
 //! pushed after its image counts within that), a failed fetch not at all. Concurrent asks for
-//! one key share one fetch.
+//! one key share one fetch, and each signature is checked once: what the tag scheme's layers
+//! said when the source asked whether they settle it is kept for the bundles judged after them.
 //!
 //! Owns: [`SignatureVerifier`] (what admission asks), [`VerifiedSignatures`] (the cache over
 //! the client). Never: decides what a verdict costs an admission (the plan does).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -22,7 +23,7 @@ use super::{
 use crate::metrics::Metrics;
 use crate::policy::PolicyHandle;
 use crate::reference::{Digest, Reference};
-use crate::signatures::{judge_all, SignatureLayer, Trust, Verdict};
+use crate::signatures::{judge_layers, LayersJudged, SignatureLayer, Trust, Verdict};
 use crate::weight::weight;
 
 /// How long a `verified` verdict is kept.
@@ -151,22 +152,32 @@ impl VerifiedSignatures {
             guard::admit(policy, image.domain()).await?;
         }
         // A trusted signature among the tag scheme's layers settles it: no bundles looked for.
+        // What the layers said is kept with them, so that the bundles are judged after them
+        // without checking the layers' signatures a second time.
+        let judged: Mutex<Option<(Vec<FetchedLayer>, LayersJudged)>> = Mutex::new(None);
         let enough = |layers: &[FetchedLayer]| {
-            let layers: Vec<SignatureLayer<'_>> =
-                layers.iter().map(FetchedLayer::as_layer).collect();
-            matches!(
-                judge_all(&layers, &[], trust, digest),
-                Verdict::Verified { .. }
-            )
+            let view: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
+            let outcome = judge_layers(&view, trust, digest);
+            let verified = outcome.verified();
+            *judged.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((layers.to_vec(), outcome));
+            verified
         };
         let found = self
             .source
             .signatures_of(image, digest, credentials, &enough)
             .await?;
-        let layers: Vec<SignatureLayer<'_>> =
-            found.layers.iter().map(FetchedLayer::as_layer).collect();
         let bundles: Vec<&[u8]> = found.bundles.iter().map(Vec::as_slice).collect();
-        Ok(judge_all(&layers, &bundles, trust, digest))
+        // (the layers judged are the ones found, unless the source asked about others first)
+        let outcome = match judged.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            Some((seen, outcome)) if seen == found.layers => outcome,
+            _ => {
+                let view: Vec<SignatureLayer<'_>> =
+                    found.layers.iter().map(FetchedLayer::as_layer).collect();
+                judge_layers(&view, trust, digest)
+            }
+        };
+        Ok(outcome.with_bundles(&bundles, trust, digest))
     }
 }
 
@@ -208,5 +219,80 @@ impl SignatureVerifier for VerifiedSignatures {
         self.metrics
             .signature_verification(outcome, if fetched { "registry" } else { "cache" });
         answer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signatures::key::tests::{key_pair, sign};
+    use crate::signatures::simple_signing::payload_for;
+    use crate::signatures::simple_signing::tests::LAYERS_JUDGED;
+    use crate::signatures::PublicKey;
+
+    /// A source that shows `asked` to `enough`, then answers `found` with no bundles.
+    struct Layers {
+        asked: Vec<FetchedLayer>,
+        found: Vec<FetchedLayer>,
+    }
+
+    #[async_trait]
+    impl SignatureSource for Layers {
+        async fn signatures_of(
+            &self,
+            _: &Reference,
+            _: &Digest,
+            _: &[Credential],
+            enough: Enough<'_>,
+        ) -> Result<FetchedSignatures, RegistryError> {
+            enough(&self.asked);
+            Ok(FetchedSignatures {
+                layers: self.found.clone(),
+                bundles: Vec::new(),
+            })
+        }
+    }
+
+    /// Each layer's signature is checked once, when `enough` asks, whether it settles the
+    /// verdict or leaves it to the bundles; layers the source did not show `enough` are judged
+    /// when they come.
+    #[tokio::test]
+    async fn each_layer_is_judged_once() {
+        let image: Reference = "registry.example/team/app:1.0".parse().unwrap();
+        let digest: Digest = format!("sha256:{}", "a".repeat(64)).parse().unwrap();
+        let payload = payload_for("registry.example/team/app", &digest);
+        let (trusted, trusted_pem) = key_pair();
+        let (other, _) = key_pair();
+        let trust = Arc::new(Trust::of_keys(vec![
+            PublicKey::from_pem(&trusted_pem).unwrap()
+        ]));
+        let layer = |signer| FetchedLayer::of_key(payload.clone(), sign(signer, &payload));
+        let verdict = |asked: Vec<FetchedLayer>, found: Vec<FetchedLayer>| {
+            let verifier = VerifiedSignatures::new(
+                Arc::new(Layers { asked, found }),
+                None,
+                Arc::new(Metrics::new()),
+            );
+            let (image, digest, trust) = (image.clone(), digest.clone(), trust.clone());
+            async move {
+                LAYERS_JUDGED.with(|n| n.set(0));
+                let verdict = verifier.verify(&image, &digest, &[], &trust).await.unwrap();
+                (verdict, LAYERS_JUDGED.with(|n| n.get()))
+            }
+        };
+        // settled by the layers
+        let signed = layer(&trusted);
+        let (answer, judged) = verdict(vec![signed.clone()], vec![signed]).await;
+        assert!(matches!(answer, Verdict::Verified { .. }), "{answer:?}");
+        assert_eq!(judged, 1);
+        // not settled: the bundles (none) are judged after the layer, which is not judged again
+        let unsettled = layer(&other);
+        let (answer, judged) = verdict(vec![unsettled.clone()], vec![unsettled]).await;
+        assert_eq!(answer, Verdict::OtherKey);
+        assert_eq!(judged, 1);
+        // the source showed other layers first: the ones found are judged themselves
+        let (answer, judged) = verdict(vec![layer(&other)], vec![layer(&trusted)]).await;
+        assert!(matches!(answer, Verdict::Verified { .. }), "{answer:?}");
+        assert_eq!(judged, 2);
     }
 }

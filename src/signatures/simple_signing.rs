@@ -49,9 +49,42 @@ pub fn judge_all(
     trust: &Trust,
     pinned: &Digest,
 ) -> Verdict {
+    judge_layers(layers, trust, pinned).with_bundles(bundles, trust, pinned)
+}
+
+/// The tag-scheme layers judged alone: settled (a trusted signature of the digest pinned), or
+/// what they found, for the bundles to be judged after them without judging them again.
+#[derive(Debug)]
+pub struct LayersJudged(Result<Verdict, Tally>);
+
+impl LayersJudged {
+    /// Whether a trusted signature among the layers settles it (no bundle need be looked for).
+    pub fn verified(&self) -> bool {
+        self.0.is_ok()
+    }
+
+    /// The verdict once `bundles` are judged too, after the layers.
+    pub fn with_bundles(self, bundles: &[&[u8]], trust: &Trust, pinned: &Digest) -> Verdict {
+        let mut tally = match self.0 {
+            Ok(verdict) => return verdict,
+            Err(tally) => tally,
+        };
+        for bundle in bundles {
+            if let Some(verdict) = super::bundle::tally(bundle, trust, pinned, &mut tally) {
+                return verdict;
+            }
+        }
+        tally.verdict()
+    }
+}
+
+/// `layers` under `trust` for the digest `pinned`, each signature checked once.
+pub fn judge_layers(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Digest) -> LayersJudged {
     let mut tally = Tally::default();
     let pinned_text = pinned.to_string();
     for layer in layers {
+        #[cfg(test)]
+        tests::LAYERS_JUDGED.with(|n| n.set(n.get() + 1));
         tally.seen = true;
         let mut signers: Vec<String> = trust
             .keys()
@@ -70,19 +103,14 @@ pub fn judge_all(
                     if payload.critical.kind == COSIGN_TYPE
                         && payload.critical.image.digest == pinned_text =>
                 {
-                    return Verdict::Verified { signer };
+                    return LayersJudged(Ok(Verdict::Verified { signer }));
                 }
                 Ok(payload) => tally.other_digest(&payload.critical.image.digest),
                 Err(_) => tally.other_digest("not a cosign payload"),
             }
         }
     }
-    for bundle in bundles {
-        if let Some(verdict) = super::bundle::tally(bundle, trust, pinned, &mut tally) {
-            return verdict;
-        }
-    }
-    tally.verdict()
+    LayersJudged(Err(tally))
 }
 
 /// The simple signing payload cosign signs for `digest` of `repository`.
@@ -100,8 +128,13 @@ pub fn payload_for(repository: &str, digest: &Digest) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
+
+    thread_local! {
+        /// Layers [`judge_layers`] judged on this thread: what proves a layer is judged once.
+        pub(crate) static LAYERS_JUDGED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
 
     use super::*;
     use crate::signatures::key::tests::{key_pair, sign};
