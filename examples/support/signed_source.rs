@@ -45,10 +45,14 @@ impl SignatureSource for SignedSource {
         _image: &Reference,
         digest: &Digest,
         _credentials: &[Credential],
-        _enough: Enough<'_>,
+        enough: Enough<'_>,
     ) -> Result<FetchedSignatures, RegistryError> {
+        // As the registry client does: the layers shown to `enough` before bundles are looked
+        // for (none here), so a cold verification pays what it pays against a registry.
+        let layers: Vec<FetchedLayer> = self.0.get(digest).cloned().into_iter().collect();
+        enough(&layers);
         Ok(FetchedSignatures {
-            layers: self.0.get(digest).cloned().into_iter().collect(),
+            layers,
             bundles: Vec::new(),
         })
     }
