@@ -155,9 +155,12 @@ impl VerifiedSignatures {
         // What the layers said is kept with them, so that the bundles are judged after them
         // without checking the layers' signatures a second time.
         let judged: Mutex<Option<(Vec<FetchedLayer>, LayersJudged)>> = Mutex::new(None);
-        let enough = |layers: &[FetchedLayer]| {
+        let judge = |layers: &[FetchedLayer]| {
             let view: Vec<SignatureLayer<'_>> = layers.iter().map(FetchedLayer::as_layer).collect();
-            let outcome = judge_layers(&view, trust, digest);
+            judge_layers(&view, trust, digest)
+        };
+        let enough = |layers: &[FetchedLayer]| {
+            let outcome = judge(layers);
             let verified = outcome.verified();
             *judged.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some((layers.to_vec(), outcome));
@@ -171,11 +174,7 @@ impl VerifiedSignatures {
         // (the layers judged are the ones found, unless the source asked about others first)
         let outcome = match judged.into_inner().unwrap_or_else(PoisonError::into_inner) {
             Some((seen, outcome)) if seen == found.layers => outcome,
-            _ => {
-                let view: Vec<SignatureLayer<'_>> =
-                    found.layers.iter().map(FetchedLayer::as_layer).collect();
-                judge_layers(&view, trust, digest)
-            }
+            _ => judge(&found.layers),
         };
         Ok(outcome.with_bundles(&bundles, trust, digest))
     }
