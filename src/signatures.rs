@@ -7,7 +7,7 @@
 //! former one's, is no signature of this one.
 //!
 //! Keyless signatures are verified offline against a Sigstore trusted root ([`keyless`],
-//! [`TrustedRoot`]).
+//! [`TrustedRoot`]), their certificates' SCTs too ([`sct`]).
 //!
 //! Owns: trusted keys, keyless identities and trusted roots and their fingerprints, the trust of
 //! one policy entry ([`Trust`]), the payload's reading, the verdict and its fixed vocabulary. Never: fetches a signature (the registry client does), or decides what a
@@ -17,6 +17,7 @@ pub mod bundle;
 pub mod key;
 pub mod keyless;
 pub mod layer;
+pub mod sct;
 pub mod simple_signing;
 pub mod trust;
 pub mod trusted_root;

@@ -44,6 +44,11 @@ pub struct KeylessEntry {
     pub trusted_root: PathBuf,
     /// Who may sign (any of them).
     pub identities: Vec<IdentityEntry>,
+    /// Trust certificates no CT log of the root published (no SCT), as `cosign verify
+    /// --insecure-ignore-sct` and policy-controller's `insecureIgnoreSCT`: for a private
+    /// Sigstore without a CT log. Off by default; a root without `ctlogs` then fails to load.
+    #[serde(default, rename = "insecureIgnoreSCT")]
+    pub insecure_ignore_sct: bool,
 }
 
 /// One identity: the OIDC issuer and the certificate's subject (email or URI), each exact or
@@ -187,6 +192,17 @@ fn compile_keyless(entry: &KeylessEntry, field: &str) -> Result<Keyless, VerifyI
             format!("{}: {e}", entry.trusted_root.display()),
         )
     })?;
+    if !entry.insecure_ignore_sct && !root.has_ct_logs() {
+        return Err(invalid(
+            root_field,
+            format!(
+                "{}: names no certificate transparency log (ctlogs), so no certificate's SCT \
+                 can be checked; set {field}.insecureIgnoreSCT: true to trust certificates \
+                 without one",
+                entry.trusted_root.display()
+            ),
+        ));
+    }
     if entry.identities.is_empty() {
         return Err(invalid(
             format!("{field}.identities"),
@@ -212,7 +228,11 @@ fn compile_keyless(entry: &KeylessEntry, field: &str) -> Result<Keyless, VerifyI
             subject: matcher(&identity.subject, &identity.subject_reg_exp, "subject")?,
         });
     }
-    Ok(Keyless::new(Arc::new(root), identities))
+    Ok(if entry.insecure_ignore_sct {
+        Keyless::ignoring_sct(Arc::new(root), identities)
+    } else {
+        Keyless::new(Arc::new(root), identities)
+    })
 }
 
 /// A file's bytes, at most `max`: `what` names what it should hold.
@@ -373,6 +393,7 @@ mod tests {
             keyless: Some(KeylessEntry {
                 trusted_root: trusted_root.to_path_buf(),
                 identities,
+                insecure_ignore_sct: false,
             }),
         };
         let good = of(
@@ -387,7 +408,30 @@ mod tests {
         std::fs::write(&not_root, "{}").unwrap();
         let huge = dir.path().join("huge.json");
         std::fs::write(&huge, vec![b' '; MAX_TRUSTED_ROOT_BYTES + 1]).unwrap();
+        // A root without CT logs: no SCT could be checked.
+        let mut without_ct: serde_json::Value =
+            serde_json::from_str(&TestSigstore::new().trusted_root()).unwrap();
+        without_ct["ctlogs"] = serde_json::json!([]);
+        let no_ct = dir.path().join("no-ct.json");
+        std::fs::write(&no_ct, without_ct.to_string()).unwrap();
+        let mut ignoring = of(&no_ct, good.keyless.clone().unwrap().identities);
+        if let Some(keyless) = ignoring.keyless.as_mut() {
+            keyless.insecure_ignore_sct = true;
+        }
+        let rules_ignoring = compile(std::slice::from_ref(&ignoring)).unwrap();
+        let fingerprint = |rules: &[VerifyRule]| {
+            rules[0]
+                .trust
+                .keyless()
+                .map(|k| k.fingerprint().to_string())
+        };
+        assert_ne!(fingerprint(&rules_ignoring), fingerprint(&rules));
         let cases = [
+            (
+                of(&no_ct, good.keyless.clone().unwrap().identities),
+                "verify[0].keyless.trustedRoot",
+                "names no certificate transparency log (ctlogs)",
+            ),
             (
                 of(
                     &dir.path().join("missing"),
@@ -446,13 +490,13 @@ mod tests {
             assert_eq!(e.field, field, "{e:?}");
             assert!(e.problem.contains(problem), "{e:?}");
         }
-        let yaml = "images: [a/*]\nkeyless:\n  trustedRoot: /r.json\n  identities:\n  - issuer: https://i\n    subjectRegExp: ^x$\n";
+        let yaml = "images: [a/*]\nkeyless:\n  trustedRoot: /r.json\n  insecureIgnoreSCT: true\n  identities:\n  - issuer: https://i\n    subjectRegExp: ^x$\n";
         let entry: VerifyEntry = serde_saphyr::from_str(yaml).unwrap();
+        let keyless = entry.keyless.unwrap();
         assert_eq!(
-            entry.keyless.unwrap().identities[0]
-                .subject_reg_exp
-                .as_deref(),
+            keyless.identities[0].subject_reg_exp.as_deref(),
             Some("^x$")
         );
+        assert!(keyless.insecure_ignore_sct);
     }
 }

@@ -625,6 +625,38 @@ mod tests {
             logged(&raw).judge(&private),
             super::super::keyless::Evidence::Untrusted(_)
         ));
+        // its certificate's SCT is the public good CT log's (checked above): with that log's
+        // key swapped for another's, or the log gone from the root, it is not trusted, unless
+        // the entry ignores SCTs
+        let mut edited: serde_json::Value =
+            serde_json::from_slice(&fixture("trusted_root.json")).unwrap();
+        let other_ct: serde_json::Value =
+            serde_json::from_str(&TestSigstore::new().trusted_root()).unwrap();
+        let ct_logs = edited["ctlogs"].as_array().unwrap().len();
+        for i in 0..ct_logs {
+            edited["ctlogs"][i]["publicKey"]["rawBytes"] =
+                other_ct["ctlogs"][0]["publicKey"]["rawBytes"].clone();
+            edited["ctlogs"][i]["logId"] = other_ct["ctlogs"][0]["logId"].clone();
+        }
+        let swapped = Arc::new(TrustedRoot::parse(edited.to_string().as_bytes()).unwrap());
+        let why = match logged(&raw).judge(&Keyless::new(swapped, vec![identity(WORKFLOW)])) {
+            super::super::keyless::Evidence::Untrusted(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            why.contains("no SCT of a certificate transparency log"),
+            "{why}"
+        );
+        edited["ctlogs"] = serde_json::json!([]);
+        let without = Arc::new(TrustedRoot::parse(edited.to_string().as_bytes()).unwrap());
+        assert!(matches!(
+            logged(&raw).judge(&Keyless::new(without.clone(), vec![identity(WORKFLOW)])),
+            super::super::keyless::Evidence::Untrusted(why) if why.contains("SCT")
+        ));
+        assert!(matches!(
+            logged(&raw).judge(&Keyless::ignoring_sct(without, vec![identity(WORKFLOW)])),
+            super::super::keyless::Evidence::Signed(_)
+        ));
         // whole, it is an attestation (predicate https://example.com/predicate/v1), none of
         // an image's signatures, whatever digest is pinned
         let trust = Trust::new(Vec::new(), Some(keyless));

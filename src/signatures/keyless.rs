@@ -5,8 +5,9 @@
 //! that identity only when, offline and against the entry's trusted root ([`TrustedRoot`]):
 //! the SET is a trusted log's, the entry is of this very signature, payload and certificate, the
 //! certificate chains to a trusted authority at the time the log integrated the entry (the
-//! certificate lives minutes; the log's time is what proves it signed while valid), and the
-//! certificate's key made the signature. Only then is its identity (SAN email or URI, and the
+//! certificate lives minutes; the log's time is what proves it signed while valid), a CT log of
+//! the root published the certificate (its SCT, [`super::sct`]; unless the entry says
+//! `insecureIgnoreSCT`), and the certificate's key made the signature. Only then is its identity (SAN email or URI, and the
 //! issuer extension 1.3.6.1.4.1.57264.1.8, or .1.1) compared with the entry's identities, exact
 //! or by regular expression (unanchored, as cosign's `--certificate-identity-regexp`).
 //!
@@ -120,6 +121,8 @@ pub enum Evidence {
 pub struct Keyless {
     root: Arc<TrustedRoot>,
     identities: Vec<Identity>,
+    /// Whether a certificate needs no SCT (`insecureIgnoreSCT`).
+    ignore_sct: bool,
     fingerprint: String,
 }
 
@@ -178,8 +181,19 @@ struct EntryKey {
 }
 
 impl Keyless {
-    /// What `identities` signing under `root` are trusted for.
+    /// What `identities` signing under `root` are trusted for, their certificates published in
+    /// a CT log of the root.
     pub fn new(root: Arc<TrustedRoot>, identities: Vec<Identity>) -> Keyless {
+        Keyless::with_sct(root, identities, false)
+    }
+
+    /// [`Keyless::new`], but a certificate needs no SCT (`insecureIgnoreSCT`, as `cosign
+    /// verify --insecure-ignore-sct`): for a private Sigstore without a CT log.
+    pub fn ignoring_sct(root: Arc<TrustedRoot>, identities: Vec<Identity>) -> Keyless {
+        Keyless::with_sct(root, identities, true)
+    }
+
+    fn with_sct(root: Arc<TrustedRoot>, identities: Vec<Identity>, ignore_sct: bool) -> Keyless {
         let mut names: Vec<String> = identities
             .iter()
             .map(|i| format!("{}\t{}", i.issuer.describe(), i.subject.describe()))
@@ -188,6 +202,9 @@ impl Keyless {
         names.dedup();
         let mut hash = Sha256::new();
         hash.update(root.fingerprint().as_bytes());
+        if ignore_sct {
+            hash.update(b"\ninsecureIgnoreSCT");
+        }
         for name in names {
             hash.update(b"\n");
             hash.update(name.as_bytes());
@@ -196,10 +213,11 @@ impl Keyless {
             fingerprint: format!("sha256:{:x}", hash.finalize()),
             root,
             identities,
+            ignore_sct,
         }
     }
 
-    /// `sha256:<hex>` over the root's fingerprint and the identities.
+    /// `sha256:<hex>` over the root's fingerprint, whether SCTs are ignored, and the identities.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
     }
@@ -265,7 +283,7 @@ impl Keyless {
 
     /// Who signed `logged`, if the trusted root vouches for it: the log's SET over the entry,
     /// the entry of this signature (`logged.logged`), the certificate's chain at the logged
-    /// time, and the certificate's key over the bytes signed.
+    /// time, its SCT, and the certificate's key over the bytes signed.
     pub(crate) fn signer(&self, logged: &Logged<'_>) -> Result<Signer, Cow<'static, str>> {
         let entry = &logged.entry;
         let time = entry.integrated_time;
@@ -298,7 +316,10 @@ impl Keyless {
                 "the log's entry is of another signature, payload or certificate",
             ));
         }
-        self.chains(logged.certificate, logged.chain, time)?;
+        let issuer_key = self.chains(logged.certificate, logged.chain, time)?;
+        if !self.ignore_sct {
+            super::sct::published(logged.certificate, &issuer_key, &self.root)?;
+        }
         let key = CosignVerificationKey::try_from_der(parsed.public_key().raw)
             .map_err(|_| "its certificate's key is of a kind cosign does not sign with")?;
         key.verify_signature(Signature::Raw(logged.signature), logged.signed)
@@ -309,9 +330,14 @@ impl Keyless {
     }
 
     /// Whether `der` chains, at `time`, to an authority of the root trusted then, through the
-    /// root's intermediates and `chain`, for code signing; why not says what the path builder
-    /// found (expired, unknown issuer, …).
-    fn chains(&self, der: &[u8], chain: &[Vec<u8>], time: i64) -> Result<(), Cow<'static, str>> {
+    /// root's intermediates and `chain`, for code signing: its issuer's key (SubjectPublicKeyInfo,
+    /// DER) if so; why not says what the path builder found (expired, unknown issuer, …).
+    fn chains(
+        &self,
+        der: &[u8],
+        chain: &[Vec<u8>],
+        time: i64,
+    ) -> Result<Vec<u8>, Cow<'static, str>> {
         const UNTRUSTED: &str =
             "its certificate was not issued by an authority of the trusted root at the logged time";
         let time = u64::try_from(time).map_err(|_| UNTRUSTED)?;
@@ -329,24 +355,35 @@ impl Keyless {
             );
             roots.push(CertificateDer::from(authority.root.as_slice()));
         }
-        let anchors: Vec<_> = roots
+        let (anchors, anchored): (Vec<_>, Vec<_>) = roots
             .iter()
-            .filter_map(|root| webpki::anchor_from_trusted_cert(root).ok())
-            .collect();
+            .filter_map(|root| Some((webpki::anchor_from_trusted_cert(root).ok()?, root)))
+            .unzip();
         let leaf = CertificateDer::from(der);
         let leaf = webpki::EndEntityCert::try_from(&leaf)
             .map_err(|e| Cow::Owned(format!("{UNTRUSTED} ({e})")))?;
-        leaf.verify_for_usage(
-            webpki::ALL_VERIFICATION_ALGS,
-            &anchors,
-            &intermediates,
-            UnixTime::since_unix_epoch(Duration::from_secs(time)),
-            webpki::KeyUsage::required(CODE_SIGNING),
-            None,
-            None,
-        )
-        .map(|_| ())
-        .map_err(|e| Cow::Owned(format!("{UNTRUSTED} ({e})")))
+        let path = leaf
+            .verify_for_usage(
+                webpki::ALL_VERIFICATION_ALGS,
+                &anchors,
+                &intermediates,
+                UnixTime::since_unix_epoch(Duration::from_secs(time)),
+                webpki::KeyUsage::required(CODE_SIGNING),
+                None,
+                None,
+            )
+            .map_err(|e| Cow::Owned(format!("{UNTRUSTED} ({e})")))?;
+        // The leaf's issuer: the path's first intermediate, or else its anchor.
+        if let Some(issuer) = path.intermediate_certificates().next() {
+            return Ok(issuer.subject_public_key_info().as_ref().to_vec());
+        }
+        let anchor = anchors
+            .iter()
+            .position(|a| std::ptr::eq(a, path.anchor()))
+            .and_then(|i| anchored.get(i))
+            .ok_or(UNTRUSTED)?;
+        let (_, root) = x509_parser::parse_x509_certificate(anchor).map_err(|_| UNTRUSTED)?;
+        Ok(root.tbs_certificate.subject_pki.raw.to_vec())
     }
 }
 
@@ -463,7 +500,7 @@ pub(crate) fn signed_layer<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::test_authority::{KeylessSignature, TestSigstore};
+    use super::test_authority::{KeylessSignature, Sct, TestSigstore};
     use super::*;
 
     const ISSUER: &str = "https://token.actions.githubusercontent.com";
@@ -598,6 +635,20 @@ mod tests {
             sigstore.now,
         );
         assert!(untrusted(&forged, b"payload").contains("did not make the signature"));
+        // A certificate no CT log of the root published, or one whose SCT is over another
+        // certificate: not trusted, unless the entry ignores SCTs.
+        let unpublished = sigstore.sign_with(b"payload", ISSUER, SUBJECT, Sct::None);
+        assert!(untrusted(&unpublished, b"payload").contains("carries no SCT"));
+        let misissued =
+            sigstore.sign_with(b"payload", ISSUER, SUBJECT, Sct::OverAnotherCertificate);
+        assert!(untrusted(&misissued, b"payload").contains("SCT does not verify"));
+        let root = Arc::new(TrustedRoot::parse(sigstore.trusted_root().as_bytes()).unwrap());
+        let ignoring = Keyless::ignoring_sct(root, vec![exact(ISSUER, SUBJECT)]);
+        assert!(matches!(
+            evidence(&ignoring, b"payload", &unpublished),
+            Some(Evidence::Signed(_))
+        ));
+        assert_ne!(ignoring.fingerprint(), keyless.fingerprint());
         // No bundle, a malformed one, a certificate that is not one.
         let mut no_bundle = good.clone();
         no_bundle.bundle = String::new();

@@ -2,9 +2,9 @@
 //! `application/vnd.dev.sigstore.trustedroot+json`), read from a file at load, so an air-gapped
 //! cluster verifies keyless signatures with no outside call: the certificate authorities
 //! (Fulcio) whose chains issue signing certificates, and the transparency logs (Rekor) whose
-//! keys sign entry timestamps, each with the period it is trusted for. Certificate
-//! transparency logs and timestamp authorities are read past: pinhook checks neither an SCT nor
-//! an RFC 3161 timestamp (docs/signatures.md says so).
+//! keys sign entry timestamps, and the certificate transparency logs whose SCTs say a signing
+//! certificate was published, each with the period it is trusted for. Timestamp authorities are
+//! read past: pinhook checks no RFC 3161 timestamp (docs/signatures.md says so).
 //!
 //! Owns: the file's reading, bounds and errors, and the root's fingerprint. Never: verifies a
 //! certificate or an entry (`keyless` does).
@@ -26,12 +26,14 @@ const MAX_CHAIN: usize = 8;
 #[derive(Debug, Clone)]
 pub struct TrustedRoot {
     pub(crate) logs: Vec<Log>,
+    /// Certificate transparency logs (`ctlogs`), which may be none.
+    pub(crate) ct_logs: Vec<Log>,
     pub(crate) authorities: Vec<Authority>,
     fingerprint: String,
 }
 
-/// A transparency log: its ID (`sha256` of its key, hex, as a bundle's `logID` names it), key
-/// and period.
+/// A transparency log (or a certificate transparency log): its ID (`sha256` of its key, hex, as
+/// a bundle's `logID` and an SCT name it), key and period.
 #[derive(Debug, Clone)]
 pub(crate) struct Log {
     pub id: String,
@@ -79,6 +81,8 @@ struct RootFile {
     media_type: String,
     #[serde(default)]
     tlogs: Vec<TlogFile>,
+    #[serde(default)]
+    ctlogs: Vec<TlogFile>,
     #[serde(default)]
     certificate_authorities: Vec<AuthorityFile>,
 }
@@ -162,31 +166,14 @@ impl TrustedRoot {
                 format!("must name 1 to {MAX_ENTRIES} certificate authorities"),
             ));
         }
-        let mut logs = Vec::with_capacity(file.tlogs.len());
-        for (i, log) in file.tlogs.iter().enumerate() {
-            let field = format!("tlogs[{i}]");
-            let der = decode(
-                &log.public_key.raw_bytes,
-                &format!("{field}.publicKey.rawBytes"),
-            )?;
-            let key = CosignVerificationKey::try_from_der(&der)
-                .map_err(|e| invalid(&format!("{field}.publicKey.rawBytes"), e.to_string()))?;
-            let key_id = decode(&log.log_id.key_id, &format!("{field}.logId.keyId"))?;
-            if key_id.as_slice() != Sha256::digest(&der).as_slice() {
-                return Err(invalid(
-                    &format!("{field}.logId.keyId"),
-                    "is not the SHA-256 of the log's key".to_string(),
-                ));
-            }
-            logs.push(Log {
-                id: hex(&key_id),
-                key,
-                valid: period(
-                    log.public_key.valid_for.as_ref(),
-                    &format!("{field}.publicKey.validFor"),
-                )?,
-            });
+        if file.ctlogs.len() > MAX_ENTRIES {
+            return Err(invalid(
+                "ctlogs",
+                format!("must name at most {MAX_ENTRIES} certificate transparency logs"),
+            ));
         }
+        let logs = read_logs(&file.tlogs, "tlogs")?;
+        let ct_logs = read_logs(&file.ctlogs, "ctlogs")?;
         let mut authorities = Vec::with_capacity(file.certificate_authorities.len());
         for (i, authority) in file.certificate_authorities.iter().enumerate() {
             let field = format!("certificateAuthorities[{i}]");
@@ -214,6 +201,7 @@ impl TrustedRoot {
         }
         Ok(TrustedRoot {
             logs,
+            ct_logs,
             authorities,
             fingerprint: format!("sha256:{:x}", Sha256::digest(text)),
         })
@@ -231,12 +219,54 @@ impl TrustedRoot {
             .find(|log| log.id.eq_ignore_ascii_case(id) && log.valid.contains(time))
     }
 
+    /// The certificate transparency log whose ID is `id` (hex), trusted at `time`.
+    pub(crate) fn ct_log(&self, id: &str, time: i64) -> Option<&Log> {
+        self.ct_logs
+            .iter()
+            .find(|log| log.id.eq_ignore_ascii_case(id) && log.valid.contains(time))
+    }
+
+    /// Whether the root names any certificate transparency log.
+    pub fn has_ct_logs(&self) -> bool {
+        !self.ct_logs.is_empty()
+    }
+
     /// The authorities trusted at `time`.
     pub(crate) fn authorities_at(&self, time: i64) -> impl Iterator<Item = &Authority> {
         self.authorities
             .iter()
             .filter(move |authority| authority.valid.contains(time))
     }
+}
+
+/// The logs of `files` (the root's `field`), each key parsed and its ID checked against it.
+fn read_logs(files: &[TlogFile], field: &str) -> Result<Vec<Log>, TrustedRootError> {
+    let mut logs = Vec::with_capacity(files.len());
+    for (i, log) in files.iter().enumerate() {
+        let field = format!("{field}[{i}]");
+        let der = decode(
+            &log.public_key.raw_bytes,
+            &format!("{field}.publicKey.rawBytes"),
+        )?;
+        let key = CosignVerificationKey::try_from_der(&der)
+            .map_err(|e| invalid(&format!("{field}.publicKey.rawBytes"), e.to_string()))?;
+        let key_id = decode(&log.log_id.key_id, &format!("{field}.logId.keyId"))?;
+        if key_id.as_slice() != Sha256::digest(&der).as_slice() {
+            return Err(invalid(
+                &format!("{field}.logId.keyId"),
+                "is not the SHA-256 of the log's key".to_string(),
+            ));
+        }
+        logs.push(Log {
+            id: hex(&key_id),
+            key,
+            valid: period(
+                log.public_key.valid_for.as_ref(),
+                &format!("{field}.publicKey.validFor"),
+            )?,
+        });
+    }
+    Ok(logs)
 }
 
 fn invalid(field: &str, problem: String) -> TrustedRootError {
@@ -306,6 +336,12 @@ mod tests {
         assert!(root.log("00", sigstore.now).is_none());
         assert_eq!(root.authorities_at(sigstore.now).count(), 1);
         assert!(root.fingerprint().starts_with("sha256:"));
+        // its CT log, by its ID, within its period only
+        assert_eq!(root.ct_logs.len(), 1);
+        let ct = root.ct_logs[0].id.clone();
+        assert!(root.ct_log(&ct, sigstore.now).is_some());
+        assert!(root.ct_log(&ct, 1_500_000_000).is_none());
+        assert!(root.ct_log(&sigstore.log_id(), sigstore.now).is_none());
     }
 
     #[test]
@@ -334,6 +370,21 @@ mod tests {
                 "/tlogs/0/publicKey/validFor/start",
                 "yesterday".into(),
                 "tlogs[0].publicKey.validFor.start",
+            ),
+            (
+                "/ctlogs/0/publicKey/rawBytes",
+                "AAAA".into(),
+                "ctlogs[0].publicKey.rawBytes",
+            ),
+            (
+                "/ctlogs/0/logId/keyId",
+                "AAAA".into(),
+                "ctlogs[0].logId.keyId",
+            ),
+            (
+                "/ctlogs",
+                serde_json::Value::Array(vec![good["ctlogs"][0].clone(); MAX_ENTRIES + 1]),
+                "ctlogs",
             ),
             (
                 "/certificateAuthorities/0/certChain/certificates",

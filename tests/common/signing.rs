@@ -14,7 +14,7 @@ use sigstore::crypto::{SigStoreSigner, SigningScheme};
 
 use super::images;
 use super::registry::TestRegistry;
-use super::sigstore_authority::TestSigstore;
+use super::sigstore_authority::{Sct, TestSigstore};
 
 /// The media type (and artifact type) of a cosign 3 bundle.
 pub const BUNDLE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
@@ -127,9 +127,29 @@ pub async fn sign_keyless(
     issuer: &str,
     subject: &str,
 ) {
+    sign_keyless_with(
+        registry,
+        repo,
+        digest,
+        sigstore,
+        (issuer, subject),
+        Sct::Good,
+    )
+    .await
+}
+
+/// [`sign_keyless`] by (issuer, subject), the certificate carrying `sct`.
+pub async fn sign_keyless_with(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    sigstore: &TestSigstore,
+    (issuer, subject): (&str, &str),
+    sct: Sct,
+) {
     let repository = format!("{}/{repo}", registry.host());
     let payload = payload_for(&repository, &digest.parse::<Digest>().unwrap());
-    let made = sigstore.sign(&payload, issuer, subject);
+    let made = sigstore.sign_with(&payload, issuer, subject, sct);
     let annotations = json!({
         SIGNATURE_ANNOTATION: made.signature,
         CERTIFICATE_ANNOTATION: made.certificate,

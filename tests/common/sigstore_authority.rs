@@ -1,8 +1,9 @@
 //! A Sigstore of the tests' own, made offline: a Fulcio-like CA that issues short-lived
 //! code-signing certificates naming an OIDC issuer (extension 1.3.6.1.4.1.57264.1.8) and a
-//! subject (an email or URI SAN), a Rekor-like log key that signs entry timestamps over
-//! `hashedrekord` entries, and the `trusted_root.json` naming both, as `cosign sign` keyless
-//! leaves them in a signature layer's annotations. Shared by path by the unit tests
+//! subject (an email or URI SAN), each carrying the SCT of a CT log of its own (RFC 6962 §3.3,
+//! the precertificate signed), a Rekor-like log key that signs entry timestamps over
+//! `hashedrekord` entries, and the `trusted_root.json` naming all three, as `cosign sign`
+//! keyless leaves them in a signature layer's annotations. Shared by path by the unit tests
 //! (`src/signatures/keyless.rs`) and the integration tests (`tests/common`), so it names no
 //! crate of its own.
 
@@ -19,12 +20,37 @@ use sha2::{Digest as _, Sha256};
 
 /// The certificate extension Fulcio writes the OIDC issuer in (a DER UTF8String).
 const ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
+/// The certificate extension holding the SCT list (RFC 6962 §3.3).
+const SCT_LIST: &[u64] = &[1, 3, 6, 1, 4, 1, 11129, 2, 4, 2];
 
-/// A test Sigstore: one CA, one log.
+/// The SCTs a certificate carries. (The unit tests of `sct` make each; the integration tests
+/// only some.)
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)]
+pub enum Sct {
+    /// One, of the CT log of the trusted root, over this certificate, now.
+    Good,
+    /// None: the certificate has no SCT list.
+    None,
+    /// One, of a CT log the root does not name.
+    OtherLog,
+    /// One, of the trusted CT log, over another certificate.
+    OverAnotherCertificate,
+    /// One, of the trusted CT log, at this time (milliseconds).
+    At(u64),
+    /// A list that does not parse.
+    Malformed,
+    /// This many of other logs, then a good one.
+    AfterOthers(usize),
+}
+
+/// A test Sigstore: one CA, one log, one CT log.
 pub struct TestSigstore {
     ca: Issuer<'static, KeyPair>,
     ca_der: Vec<u8>,
+    ca_key: Vec<u8>,
     log: Arc<KeyPair>,
+    ct: Arc<KeyPair>,
     /// The moment entries are logged at, and certificates are valid around (Unix seconds).
     pub now: i64,
 }
@@ -58,10 +84,12 @@ impl TestSigstore {
         ))
     }
 
-    /// Another CA that logs in this one's log: its certificates are logged, but not issued by
+    /// Another CA that logs in this one's logs: its certificates are logged, but not issued by
     /// this CA.
     pub fn sharing_log(&self) -> TestSigstore {
-        TestSigstore::with_log(self.log.clone())
+        let mut other = TestSigstore::with_log(self.log.clone());
+        other.ct = self.ct.clone();
+        other
     }
 
     fn with_log(log: Arc<KeyPair>) -> TestSigstore {
@@ -78,11 +106,19 @@ impl TestSigstore {
         params.not_after = at(now + 365 * 86_400);
         let ca_der = params.self_signed(&key).unwrap().der().to_vec();
         TestSigstore {
+            ca_key: key.subject_public_key_info(),
             ca: Issuer::new(params, key),
             ca_der,
             log,
+            ct: Arc::new(KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap()),
             now,
         }
+    }
+
+    /// The CA's key (SubjectPublicKeyInfo, DER), whose hash an SCT signs.
+    #[allow(dead_code)]
+    pub fn ca_key(&self) -> Vec<u8> {
+        self.ca_key.clone()
     }
 
     /// `sha256(log key)`, hex: the log's ID as a bundle names it.
@@ -111,20 +147,90 @@ impl TestSigstore {
                 "certChain": {"certificates": [{"rawBytes": STANDARD.encode(&self.ca_der)}]},
                 "validFor": {"start": "2020-01-01T00:00:00Z"},
             }],
-            "ctlogs": [],
+            "ctlogs": [{
+                "baseUrl": "https://ctfe.test",
+                "hashAlgorithm": "SHA2_256",
+                "publicKey": {
+                    "rawBytes": STANDARD.encode(self.ct.subject_public_key_info()),
+                    "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+                    "validFor": {"start": "2020-01-01T00:00:00Z"},
+                },
+                "logId": {"keyId": STANDARD.encode(Sha256::digest(self.ct.subject_public_key_info()))},
+            }],
             "timestampAuthorities": [],
         })
         .to_string()
     }
 
-    /// A certificate for `subject` of `issuer` valid from `from` for ten minutes, and its key.
-    pub fn certificate(&self, issuer: &str, subject: &str, from: i64) -> (String, KeyPair) {
-        let (certificate, key) = self.issue(issuer, subject, from);
+    /// A certificate for `subject` of `issuer` valid from `from` for ten minutes, carrying
+    /// `sct`, and its key.
+    pub fn certificate_with(
+        &self,
+        issuer: &str,
+        subject: &str,
+        from: i64,
+        sct: Sct,
+    ) -> (String, KeyPair) {
+        let (certificate, key) = self.issue_with(issuer, subject, from, sct);
         (certificate.pem(), key)
     }
 
-    fn issue(&self, issuer: &str, subject: &str, from: i64) -> (rcgen::Certificate, KeyPair) {
+    /// One certificate (DER) with its SCT and without: the second is the precertificate the
+    /// CT log saw, but signed.
+    #[allow(dead_code)]
+    pub fn certificate_pair(&self, issuer: &str, subject: &str, from: i64) -> (Vec<u8>, Vec<u8>) {
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = self.leaf(issuer, subject, from);
+        let without = params.signed_by(&key, &self.ca).unwrap().der().to_vec();
+        let sct = self.sct(&self.ct, self.now as u64 * 1000, &tbs_of(&without));
+        params
+            .custom_extensions
+            .push(sct_extension(&sct_list(&[sct])));
+        let with = params.signed_by(&key, &self.ca).unwrap().der().to_vec();
+        (with, without)
+    }
+
+    fn issue(&self, issuer: &str, subject: &str, from: i64) -> (rcgen::Certificate, KeyPair) {
+        self.issue_with(issuer, subject, from, Sct::Good)
+    }
+
+    fn issue_with(
+        &self,
+        issuer: &str,
+        subject: &str,
+        from: i64,
+        sct: Sct,
+    ) -> (rcgen::Certificate, KeyPair) {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = self.leaf(issuer, subject, from);
+        let precertificate = params.signed_by(&key, &self.ca).unwrap();
+        let tbs = tbs_of(precertificate.der());
+        let now = self.now as u64 * 1000;
+        let other_log = || KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let list = match sct {
+            Sct::None => return (precertificate, key),
+            Sct::Good => sct_list(&[self.sct(&self.ct, now, &tbs)]),
+            Sct::OtherLog => sct_list(&[self.sct(&other_log(), now, &tbs)]),
+            Sct::OverAnotherCertificate => {
+                let other = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+                let another = params.signed_by(&other, &self.ca).unwrap();
+                sct_list(&[self.sct(&self.ct, now, &tbs_of(another.der()))])
+            }
+            Sct::At(time) => sct_list(&[self.sct(&self.ct, time, &tbs)]),
+            Sct::Malformed => vec![0x00, 0x05, 0x01],
+            Sct::AfterOthers(n) => {
+                let mut scts: Vec<Vec<u8>> =
+                    (0..n).map(|_| self.sct(&other_log(), now, &tbs)).collect();
+                scts.push(self.sct(&self.ct, now, &tbs));
+                sct_list(&scts)
+            }
+        };
+        params.custom_extensions.push(sct_extension(&list));
+        (params.signed_by(&key, &self.ca).unwrap(), key)
+    }
+
+    /// A leaf's parameters: `subject` of `issuer`, valid from `from` for ten minutes.
+    fn leaf(&self, issuer: &str, subject: &str, from: i64) -> CertificateParams {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.distinguished_name = DistinguishedName::new();
         params.subject_alt_names = vec![if subject.contains("://") {
@@ -145,12 +251,44 @@ impl TestSigstore {
         params
             .custom_extensions
             .push(CustomExtension::from_oid_content(ISSUER_V2, value));
-        (params.signed_by(&key, &self.ca).unwrap(), key)
+        params
+    }
+
+    /// An SCT (RFC 6962 §3.2) of `log` at `time` (milliseconds) over the precertificate `tbs`
+    /// this CA issued.
+    fn sct(&self, log: &KeyPair, time: u64, tbs: &[u8]) -> Vec<u8> {
+        let mut signed = vec![0u8, 0];
+        signed.extend_from_slice(&time.to_be_bytes());
+        signed.extend_from_slice(&1u16.to_be_bytes());
+        signed.extend_from_slice(&Sha256::digest(&self.ca_key));
+        signed.extend_from_slice(&(tbs.len() as u32).to_be_bytes()[1..]);
+        signed.extend_from_slice(tbs);
+        signed.extend_from_slice(&[0, 0]);
+        let signature = log.sign(&signed).unwrap();
+        let mut sct = vec![0u8];
+        sct.extend_from_slice(&Sha256::digest(log.subject_public_key_info()));
+        sct.extend_from_slice(&time.to_be_bytes());
+        sct.extend_from_slice(&[0, 0, 4, 3]);
+        sct.extend_from_slice(&(signature.len() as u16).to_be_bytes());
+        sct.extend_from_slice(&signature);
+        sct
     }
 
     /// `payload` signed keyless by `subject` of `issuer`, logged now.
+    #[allow(dead_code)]
     pub fn sign(&self, payload: &[u8], issuer: &str, subject: &str) -> KeylessSignature {
-        let (certificate, key) = self.certificate(issuer, subject, self.now - 30);
+        self.sign_with(payload, issuer, subject, Sct::Good)
+    }
+
+    /// [`Self::sign`], the certificate carrying `sct`.
+    pub fn sign_with(
+        &self,
+        payload: &[u8],
+        issuer: &str,
+        subject: &str,
+        sct: Sct,
+    ) -> KeylessSignature {
+        let (certificate, key) = self.certificate_with(issuer, subject, self.now - 30, sct);
         let signature = STANDARD.encode(key.sign(payload).unwrap());
         let bundle = self.log_entry(payload, &signature, &certificate, self.now);
         KeylessSignature {
@@ -314,6 +452,48 @@ fn pae(statement: &[u8]) -> Vec<u8> {
     let mut out = format!("DSSEv1 {} {kind} {} ", kind.len(), statement.len()).into_bytes();
     out.extend_from_slice(statement);
     out
+}
+
+/// A TLS `SignedCertificateTimestampList` of `scts`.
+fn sct_list(scts: &[Vec<u8>]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for sct in scts {
+        body.extend_from_slice(&(sct.len() as u16).to_be_bytes());
+        body.extend_from_slice(sct);
+    }
+    let mut list = (body.len() as u16).to_be_bytes().to_vec();
+    list.extend_from_slice(&body);
+    list
+}
+
+/// The SCT list extension: its value a DER OCTET STRING holding `list`.
+fn sct_extension(list: &[u8]) -> CustomExtension {
+    let mut value = vec![0x04];
+    value.extend_from_slice(&der_length(list.len()));
+    value.extend_from_slice(list);
+    CustomExtension::from_oid_content(SCT_LIST, value)
+}
+
+fn der_length(length: usize) -> Vec<u8> {
+    match length {
+        0..0x80 => vec![length as u8],
+        0x80..0x100 => vec![0x81, length as u8],
+        _ => vec![0x82, (length >> 8) as u8, length as u8],
+    }
+}
+
+/// A certificate's TBSCertificate: the first element of its SEQUENCE.
+fn tbs_of(certificate: &[u8]) -> Vec<u8> {
+    let header = |der: &[u8]| -> (usize, usize) {
+        match der[1] {
+            n if n < 0x80 => (2, n as usize),
+            0x81 => (3, der[2] as usize),
+            _ => (4, u16::from_be_bytes([der[2], der[3]]) as usize),
+        }
+    };
+    let inner = &certificate[header(certificate).0..];
+    let (head, length) = header(inner);
+    inner[..head + length].to_vec()
 }
 
 fn hex(bytes: &[u8]) -> String {

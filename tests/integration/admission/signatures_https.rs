@@ -15,8 +15,8 @@ use crate::common::images::{self, PushedIndex};
 use crate::common::pinhook::{Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
 use crate::common::requests::{image_after, message, pod_review, warned};
-use crate::common::signing::{key_pair_pem, sign, sign_keyless};
-use crate::common::sigstore_authority::TestSigstore;
+use crate::common::signing::{key_pair_pem, sign, sign_keyless, sign_keyless_with};
+use crate::common::sigstore_authority::{Sct, TestSigstore};
 
 const USER: &str = "robot";
 const PASS: &str = "v3rify-pass";
@@ -248,7 +248,8 @@ const RELEASE: &str = "https://github.com/acme/app/.github/workflows/release.yml
 /// Keyless: an entry trusting the release workflow's identity (issuer exact, subject by pattern)
 /// under the tests' own trusted root, given as a file. 1.0 is signed by that workflow: pinned.
 /// 2.0 by another repository's workflow, 3.0 by a CA the root does not name (logged in its
-/// log): each denied naming why, and counted.
+/// log), 4.0 with a certificate no CT log published (no SCT): each denied naming why, and
+/// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyless_signatures_of_a_trusted_identity_are_pinned_and_others_denied() {
     let registry = TestRegistry::start(RegistryAuth::token(USER, PASS)).await;
@@ -286,6 +287,18 @@ async fn keyless_signatures_of_a_trusted_identity_are_pinned_and_others_denied()
         RELEASE,
     )
     .await;
+    // 4.0 by the trusted identity, under the trusted CA, but no CT log published the
+    // certificate (no SCT): a certificate issued where nobody could see it.
+    let unpublished = images::push_multi_arch(&registry, "team/app", "4.0", "keyless-4").await;
+    sign_keyless_with(
+        &registry,
+        repo,
+        &unpublished.index_digest,
+        &sigstore,
+        (ISSUER, RELEASE),
+        Sct::None,
+    )
+    .await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("config.json");
@@ -305,6 +318,7 @@ async fn keyless_signatures_of_a_trusted_identity_are_pinned_and_others_denied()
                 ),
                 ..IdentityEntry::default()
             }],
+            insecure_ignore_sct: false,
         }),
     };
     let pinhook =
@@ -318,6 +332,7 @@ async fn keyless_signatures_of_a_trusted_identity_are_pinned_and_others_denied()
     for (image, why) in [
         (&other, "signed keyless by https://github.com/evil/app/"),
         (&rogue, "the trusted root does not vouch for"),
+        (&unpublished, "its certificate carries no SCT"),
     ] {
         let body = pinhook
             .mutate(&pod_review(&registry, &image.reference))
@@ -331,7 +346,7 @@ async fn keyless_signatures_of_a_trusted_identity_are_pinned_and_others_denied()
     for line in [
         "pinhook_signature_verifications_total{outcome=\"verified\",source=\"registry\"} 1",
         "pinhook_signature_verifications_total{outcome=\"other_identity\",source=\"registry\"} 1",
-        "pinhook_signature_verifications_total{outcome=\"untrusted\",source=\"registry\"} 1",
+        "pinhook_signature_verifications_total{outcome=\"untrusted\",source=\"registry\"} 2",
     ] {
         assert!(metrics.contains(line), "no {line} in\n{metrics}");
     }
