@@ -32,7 +32,9 @@ pub use resolve_through::{
     MirrorSettings, MirrorTarget, ResolveThrough, Route, Routes, VerifySource,
 };
 pub use scope::{Exemption, InvalidMode, ModeLabel, NamespaceMode};
-pub use verify::{IdentityEntry, KeySource, KeylessEntry, VerifyEntry, VerifyRule};
+pub use verify::{
+    IdentityEntry, KeySource, KeylessEntry, TransparencyLogEntry, VerifyEntry, VerifyRule,
+};
 
 /// The namespace label that overrides `mode` per namespace (namespace labels are
 /// admin-controlled).

@@ -2,7 +2,8 @@
 //! images by the globs of `exempt.images` (on the normalised reference, with and without its
 //! digest) and names the cosign public keys and the keyless identities (OIDC issuer and subject,
 //! exact or by regular expression, under a Sigstore trusted root read from a file) it trusts,
-//! any one of which may sign; every entry an image matches must hold. Keys, inline or in files
+//! any one of which may sign, and where the keys' signatures must be logged (a trusted root's
+//! transparency logs); every entry an image matches must hold. Keys, inline or in files
 //! (a mounted Secret's or ConfigMap's key), trusted roots and patterns are read, parsed and
 //! compiled at load, so one that cannot be is a load error naming its field, never an
 //! admission's.
@@ -32,6 +33,18 @@ pub struct VerifyEntry {
     /// The keyless identities trusted (any of them), under a trusted root.
     #[serde(default)]
     pub keyless: Option<KeylessEntry>,
+    /// Where the entry's key signatures must be logged (as `cosign verify --key` checks by
+    /// default); without it, a key's signature counts unlogged (as `--insecure-ignore-tlog`).
+    #[serde(default, rename = "transparencyLog")]
+    pub transparency_log: Option<TransparencyLogEntry>,
+}
+
+/// The transparency logs a key's signature must be logged in: those of a Sigstore trusted root
+/// (its `tlogs`), given as a file; verification makes no call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TransparencyLogEntry {
+    pub trusted_root: PathBuf,
 }
 
 /// Keyless signing (`cosign sign` without a key: a Fulcio certificate logged in Rekor) as an
@@ -151,11 +164,25 @@ pub fn compile(entries: &[VerifyEntry]) -> Result<Vec<VerifyRule>, VerifyInvalid
             .as_ref()
             .map(|keyless| compile_keyless(keyless, &format!("verify[{i}].keyless")))
             .transpose()?;
+        let mut trust = Trust::new(keys, keyless);
+        if let Some(log) = &entry.transparency_log {
+            let field = format!("verify[{i}].transparencyLog");
+            if entry.keys.is_empty() {
+                return Err(invalid(
+                    field,
+                    "applies to the entry's keys, and it names none (keyless signatures are \
+                     always checked against their log)"
+                        .to_string(),
+                ));
+            }
+            let root = read_root(&log.trusted_root, &format!("{field}.trustedRoot"))?;
+            trust = trust.with_key_log(Arc::new(root));
+        }
         rules.push(VerifyRule {
             index: i,
             images: entry.images.clone(),
             repositories: entry.images.iter().map(|g| repository_glob(g)).collect(),
-            trust: Arc::new(Trust::new(keys, keyless)),
+            trust: Arc::new(trust),
         });
     }
     Ok(rules)
@@ -180,18 +207,7 @@ fn repository_glob(glob: &str) -> String {
 fn compile_keyless(entry: &KeylessEntry, field: &str) -> Result<Keyless, VerifyInvalid> {
     let invalid = |field: String, problem: String| VerifyInvalid { field, problem };
     let root_field = format!("{field}.trustedRoot");
-    let text = read_file(
-        &entry.trusted_root,
-        MAX_TRUSTED_ROOT_BYTES as u64,
-        "a trusted root",
-    )
-    .map_err(|problem| invalid(root_field.clone(), problem))?;
-    let root = TrustedRoot::parse(&text).map_err(|e| {
-        invalid(
-            root_field.clone(),
-            format!("{}: {e}", entry.trusted_root.display()),
-        )
-    })?;
+    let root = read_root(&entry.trusted_root, &root_field)?;
     if !entry.insecure_ignore_sct && !root.has_ct_logs() {
         return Err(invalid(
             root_field,
@@ -233,6 +249,16 @@ fn compile_keyless(entry: &KeylessEntry, field: &str) -> Result<Keyless, VerifyI
     } else {
         Keyless::new(Arc::new(root), identities)
     })
+}
+
+/// The trusted root in the file `path` (the policy's `field`), read and parsed.
+fn read_root(path: &Path, field: &str) -> Result<TrustedRoot, VerifyInvalid> {
+    let invalid = |problem: String| VerifyInvalid {
+        field: field.to_string(),
+        problem,
+    };
+    let text = read_file(path, MAX_TRUSTED_ROOT_BYTES as u64, "a trusted root").map_err(invalid)?;
+    TrustedRoot::parse(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))
 }
 
 /// A file's bytes, at most `max`: `what` names what it should hold.
@@ -293,6 +319,7 @@ mod tests {
                 })
                 .collect(),
             keyless: None,
+            transparency_log: None,
         }
     }
 
@@ -331,6 +358,7 @@ mod tests {
                 file: Some(file.to_path_buf()),
             }],
             keyless: None,
+            transparency_log: None,
         };
         assert_eq!(compile(&[of(&good)]).unwrap()[0].trust.keys().len(), 1);
         let e = compile(&[of(&huge)]).unwrap_err();
@@ -346,6 +374,51 @@ mod tests {
             ..of(&good)
         };
         assert_eq!(compile(&[both]).unwrap_err().field, "verify[0].keys[0]");
+    }
+
+    #[test]
+    fn a_transparency_log_is_read_at_load_for_the_entrys_keys() {
+        use crate::signatures::keyless::test_authority::TestSigstore;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("trusted_root.json");
+        std::fs::write(&root, TestSigstore::new().trusted_root()).unwrap();
+        let logged = |trusted_root: &Path| VerifyEntry {
+            transparency_log: Some(TransparencyLogEntry {
+                trusted_root: trusted_root.to_path_buf(),
+            }),
+            ..entry(&["a/*"], &[key_pair().1])
+        };
+        let rules = compile(&[logged(&root)]).unwrap();
+        assert!(rules[0].trust.key_log().is_some());
+        let plain = compile(&[entry(&["a/*"], &[key_pair().1])]).unwrap();
+        assert!(plain[0].trust.key_log().is_none());
+        let e = compile(&[logged(&dir.path().join("missing"))]).unwrap_err();
+        assert_eq!(e.field, "verify[0].transparencyLog.trustedRoot");
+        assert!(e.problem.starts_with("cannot read "), "{e:?}");
+        // Keyless only: its log is always checked; the entry's transparencyLog has no keys.
+        let no_keys = VerifyEntry {
+            keys: Vec::new(),
+            keyless: Some(KeylessEntry {
+                trusted_root: root.clone(),
+                identities: vec![IdentityEntry {
+                    issuer: Some("https://i".into()),
+                    subject: Some("s".into()),
+                    ..Default::default()
+                }],
+                insecure_ignore_sct: false,
+            }),
+            ..logged(&root)
+        };
+        let e = compile(&[no_keys]).unwrap_err();
+        assert_eq!(e.field, "verify[0].transparencyLog");
+        assert!(e.problem.contains("names none"), "{e:?}");
+        let yaml =
+            "images: [a/*]\nkeys: [{file: /k.pub}]\ntransparencyLog:\n  trustedRoot: /r.json\n";
+        let parsed: VerifyEntry = serde_saphyr::from_str(yaml).unwrap();
+        assert_eq!(
+            parsed.transparency_log.unwrap().trusted_root,
+            PathBuf::from("/r.json")
+        );
     }
 
     #[test]
@@ -395,6 +468,7 @@ mod tests {
                 identities,
                 insecure_ignore_sct: false,
             }),
+            transparency_log: None,
         };
         let good = of(
             &root,

@@ -4,7 +4,8 @@
 //! statement with predicate type `https://sigstore.dev/cosign/sign/v1` that names the image's
 //! digest as its subject, and the verification material: a key's hint, or a certificate and
 //! transparency log entries. A bundle counts when a trusted key made the envelope's signature
-//! over its PAE (key bundles' log entries are not read, as for the tag scheme), or a trusted
+//! over its PAE (and, where the entry names a transparency log, the bundle's entry with a SET
+//! of that log is of this signature and key, [`super::tlog`]), or a trusted
 //! identity did keyless, logged with a signed entry timestamp as a `dsse` entry (cosign before
 //! 3.1) or a `hashedrekord` of the PAE (cosign 3.1 on)
 //! ([`super::keyless`]); **and** its statement's subject is the digest pinned. A bundle of
@@ -18,7 +19,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::keyless::{logged_certificate, logged_rekord, LogEntry, Logged, MAX_CHAIN};
+use super::keyless::{Logged, MAX_CHAIN};
+use super::tlog::{logged_rekord, logged_verifier, LogEntry};
 use super::trust::Trust;
 use super::trusted_root::hex;
 use super::verdict::{Tally, Verdict};
@@ -216,13 +218,26 @@ pub(crate) fn tally(
         let Ok(raw) = STANDARD.decode(signature.sig.trim()) else {
             continue;
         };
-        signers.extend(
-            trust
-                .keys()
-                .iter()
-                .filter(|key| key.signed_raw(&raw, &signed))
-                .map(|key| format!("key {}", key.fingerprint())),
-        );
+        for key in trust.keys() {
+            if !key.signed_raw(&raw, &signed) {
+                continue;
+            }
+            let logged = match trust.key_log() {
+                None => Ok(()),
+                Some(root) => key_logged(
+                    &file.verification_material,
+                    root,
+                    &payload,
+                    &signed,
+                    &raw,
+                    key.der(),
+                ),
+            };
+            match logged {
+                Ok(()) => signers.push(format!("key {}", key.fingerprint())),
+                Err(why) => tally.untrusted(super::simple_signing::unlogged(key, &why)),
+            }
+        }
         if let Some(keyless) = trust.keyless() {
             let evidence =
                 match keyless_logged(&file.verification_material, &payload, &signed, &raw) {
@@ -256,15 +271,90 @@ pub(crate) fn tally(
     None
 }
 
-/// A keyless bundle's certificate, chain and first log entry with a SET, owned.
-struct BundleLogged {
-    certificate: Vec<u8>,
-    chain: Vec<Vec<u8>>,
+/// A bundle's first log entry with a SET, owned.
+struct PromisedEntry {
     body: String,
     integrated_time: i64,
     log_index: i64,
     log_id: String,
     set: String,
+}
+
+impl PromisedEntry {
+    /// The first of `material`'s log entries that carries a SET.
+    fn of(material: &Material) -> Result<PromisedEntry, &'static str> {
+        let entry = material
+            .tlog_entries
+            .iter()
+            .find(|e| e.inclusion_promise.is_some())
+            .ok_or("it carries no log entry with a signed entry timestamp (an inclusion proof alone is not verified yet)")?;
+        let key_id = STANDARD
+            .decode(entry.log_id.key_id.trim())
+            .map_err(|_| "its log ID is not base64")?;
+        Ok(PromisedEntry {
+            body: entry.canonicalized_body.clone(),
+            integrated_time: entry
+                .integrated_time
+                .value()
+                .ok_or("its integratedTime is not a number")?,
+            log_index: entry
+                .log_index
+                .value()
+                .ok_or("its logIndex is not a number")?,
+            log_id: hex(&key_id),
+            set: entry
+                .inclusion_promise
+                .as_ref()
+                .map(|p| p.signed_entry_timestamp.clone())
+                .unwrap_or_default(),
+        })
+    }
+
+    fn entry(&self) -> LogEntry<'_> {
+        LogEntry {
+            body: &self.body,
+            integrated_time: self.integrated_time,
+            log_index: self.log_index,
+            log_id: &self.log_id,
+            set: &self.set,
+        }
+    }
+}
+
+/// Whether a key bundle's envelope signature (`signature`, raw, over `signed`, the PAE of
+/// `payload`) by `key` (its SubjectPublicKeyInfo) is logged in a log of `root`: the bundle's
+/// entry with a SET, a `dsse` entry or a `hashedrekord` of the PAE naming that key.
+fn key_logged(
+    material: &Material,
+    root: &super::TrustedRoot,
+    payload: &[u8],
+    signed: &[u8],
+    signature: &[u8],
+    key: &[u8],
+) -> Result<(), std::borrow::Cow<'static, str>> {
+    let promised = PromisedEntry::of(material)?;
+    let entry = promised.entry();
+    super::tlog::promised(root, &entry)?;
+    let body = STANDARD
+        .decode(entry.body.trim())
+        .map_err(|_| "the log's entry is not base64")?;
+    let payload_hash = Digest::sha256_of(payload).hex().to_string();
+    if logged_dsse(&body, &payload_hash, signature, key)
+        || logged_rekord(&body, signed, signature, key)
+    {
+        Ok(())
+    } else {
+        Err(std::borrow::Cow::Borrowed(
+            "the log's entry is of another signature, payload or key",
+        ))
+    }
+}
+
+/// A keyless bundle's certificate, chain and first log entry with a SET, owned.
+struct BundleLogged {
+    certificate: Vec<u8>,
+    chain: Vec<Vec<u8>>,
+    entry: PromisedEntry,
     payload_hash: String,
     signature: Vec<u8>,
     signed: Vec<u8>,
@@ -280,13 +370,7 @@ impl BundleLogged {
         let result = keyless.signer(&Logged {
             certificate: &self.certificate,
             chain: &self.chain,
-            entry: LogEntry {
-                body: &self.body,
-                integrated_time: self.integrated_time,
-                log_index: self.log_index,
-                log_id: &self.log_id,
-                set: &self.set,
-            },
+            entry: self.entry.entry(),
             signed: &self.signed,
             signature: &self.signature,
             logged: &logged,
@@ -323,32 +407,10 @@ fn keyless_logged(
             .map(decode)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| "its chain is not base64")?;
-        let entry = material
-            .tlog_entries
-            .iter()
-            .find(|e| e.inclusion_promise.is_some())
-            .ok_or("it carries no log entry with a signed entry timestamp (an inclusion proof alone is not verified yet)")?;
-        let key_id = STANDARD
-            .decode(entry.log_id.key_id.trim())
-            .map_err(|_| "its log ID is not base64")?;
         Ok(BundleLogged {
             certificate,
             chain,
-            body: entry.canonicalized_body.clone(),
-            integrated_time: entry
-                .integrated_time
-                .value()
-                .ok_or("its integratedTime is not a number")?,
-            log_index: entry
-                .log_index
-                .value()
-                .ok_or("its logIndex is not a number")?,
-            log_id: hex(&key_id),
-            set: entry
-                .inclusion_promise
-                .as_ref()
-                .map(|p| p.signed_entry_timestamp.clone())
-                .unwrap_or_default(),
+            entry: PromisedEntry::of(material)?,
             payload_hash: Digest::sha256_of(payload).hex().to_string(),
             signature: signature.to_vec(),
             signed: signed.to_vec(),
@@ -357,7 +419,7 @@ fn keyless_logged(
 }
 
 /// Whether `body` is a `dsse` entry of a payload hashing to `payload_hash`, signed with
-/// `signature` (raw) by the certificate `der`.
+/// `signature` (raw) by the verifier `der` (a certificate, or a key's SubjectPublicKeyInfo).
 fn logged_dsse(body: &[u8], payload_hash: &str, signature: &[u8], der: &[u8]) -> bool {
     let Ok(entry) = serde_json::from_slice::<DsseEntry>(body) else {
         return false;
@@ -371,7 +433,7 @@ fn logged_dsse(body: &[u8], payload_hash: &str, signature: &[u8], der: &[u8]) ->
             .eq_ignore_ascii_case(payload_hash)
         && entry.spec.signatures.iter().any(|s| {
             STANDARD.decode(s.signature.trim()).ok().as_deref() == Some(signature)
-                && logged_certificate(&s.verifier).as_deref() == Some(der)
+                && logged_verifier(&s.verifier).as_deref() == Some(der)
         })
 }
 
@@ -429,6 +491,47 @@ mod tests {
                 signer: format!("{SUBJECT} ({ISSUER})")
             }
         );
+    }
+
+    /// Under an entry naming a transparency log, a key bundle counts only with a log entry of
+    /// its signature and key under a SET of that log.
+    #[test]
+    fn a_key_bundle_must_be_logged_where_the_entry_names_a_transparency_log() {
+        let sigstore = TestSigstore::new();
+        let (key, trust) = trust(&sigstore);
+        let root = Arc::new(TrustedRoot::parse(sigstore.trusted_root().as_bytes()).unwrap());
+        let logging = trust.clone().with_key_log(root);
+        let signed = statement(REPOSITORY, &digest('a').to_string());
+        let logged = sigstore.logged_key_bundle(&key, &signed);
+        assert_eq!(verdict(&logged, &logging, 'a').reason(), "verified");
+        assert_eq!(verdict(&logged, &trust, 'a').reason(), "verified");
+        let unlogged = key_bundle(&key, &signed);
+        match verdict(&unlogged, &logging, 'a') {
+            Verdict::Untrusted { why } => {
+                assert!(why.contains("but not logged"), "{why}");
+                assert!(
+                    why.contains("no log entry with a signed entry timestamp"),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Logged in a log the root does not name.
+        let elsewhere = TestSigstore::new().logged_key_bundle(&key, &signed);
+        assert!(matches!(
+            verdict(&elsewhere, &logging, 'a'),
+            Verdict::Untrusted { why } if why.contains("no log the trusted root names")
+        ));
+        // The entry of another key's signature, moved into this key's bundle.
+        let other = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut swapped: serde_json::Value = serde_json::from_str(&logged).unwrap();
+        let theirs: serde_json::Value =
+            serde_json::from_str(&sigstore.logged_key_bundle(&other, &signed)).unwrap();
+        swapped["verificationMaterial"] = theirs["verificationMaterial"].clone();
+        assert!(matches!(
+            verdict(&swapped.to_string(), &logging, 'a'),
+            Verdict::Untrusted { why } if why.contains("another signature, payload or key")
+        ));
     }
 
     /// The class of Kyverno GHSA-2r43-6962-xcw5, for bundles: a statement is of a digest.

@@ -11,6 +11,7 @@ use sigstore::crypto::{CosignVerificationKey, Signature};
 pub struct PublicKey {
     fingerprint: String,
     key: CosignVerificationKey,
+    der: Vec<u8>,
 }
 
 /// Why a PEM text is not a key pinhook can verify with.
@@ -33,7 +34,16 @@ impl PublicKey {
         let key = CosignVerificationKey::try_from_der(&block.contents)
             .map_err(|e| KeyError::Unsupported(e.to_string()))?;
         let fingerprint = format!("sha256:{:x}", Sha256::digest(&block.contents));
-        Ok(PublicKey { fingerprint, key })
+        Ok(PublicKey {
+            fingerprint,
+            key,
+            der: block.contents,
+        })
+    }
+
+    /// The key's SubjectPublicKeyInfo, DER: what a log entry of its signature names.
+    pub fn der(&self) -> &[u8] {
+        &self.der
     }
 
     /// `sha256:<hex>` of the key's DER form.

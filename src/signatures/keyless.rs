@@ -21,20 +21,18 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use rustls::pki_types::{CertificateDer, UnixTime};
-use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 
 use super::layer::SignatureLayer;
+pub use super::tlog::BUNDLE_ANNOTATION;
+use super::tlog::{logged_rekord, LayerBundle, LogEntry};
 use super::trusted_root::TrustedRoot;
-use crate::reference::Digest;
 
 /// The annotation holding a keyless signature's certificate (PEM).
 pub const CERTIFICATE_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
 /// The annotation holding the certificate's chain (PEM, the CA's certificates).
 pub const CHAIN_ANNOTATION: &str = "dev.sigstore.cosign/chain";
-/// The annotation holding the transparency log bundle (JSON).
-pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 
 /// The extended key usage Fulcio certificates carry: code signing (1.3.6.1.5.5.7.3.3).
 const CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
@@ -126,60 +124,6 @@ pub struct Keyless {
     fingerprint: String,
 }
 
-#[derive(Deserialize)]
-struct Bundle {
-    #[serde(rename = "SignedEntryTimestamp")]
-    set: String,
-    #[serde(rename = "Payload")]
-    payload: BundlePayload,
-}
-
-#[derive(Deserialize)]
-struct BundlePayload {
-    body: String,
-    #[serde(rename = "integratedTime")]
-    integrated_time: i64,
-    #[serde(rename = "logIndex")]
-    log_index: i64,
-    #[serde(rename = "logID")]
-    log_id: String,
-}
-
-#[derive(Deserialize)]
-struct Entry {
-    kind: String,
-    spec: EntrySpec,
-}
-
-#[derive(Deserialize)]
-struct EntrySpec {
-    data: EntryData,
-    signature: EntrySignature,
-}
-
-#[derive(Deserialize)]
-struct EntryData {
-    hash: EntryHash,
-}
-
-#[derive(Deserialize)]
-struct EntryHash {
-    algorithm: String,
-    value: String,
-}
-
-#[derive(Deserialize)]
-struct EntrySignature {
-    content: String,
-    #[serde(rename = "publicKey")]
-    public_key: EntryKey,
-}
-
-#[derive(Deserialize)]
-struct EntryKey {
-    content: String,
-}
-
 impl Keyless {
     /// What `identities` signing under `root` are trusted for, their certificates published in
     /// a CT log of the root.
@@ -244,11 +188,7 @@ impl Keyless {
         layer: &SignatureLayer<'_>,
         certificate: &str,
     ) -> Result<Signer, Cow<'static, str>> {
-        let bundle = layer
-            .bundle
-            .ok_or("it carries no transparency log bundle")?;
-        let bundle: Bundle =
-            serde_json::from_str(bundle).map_err(|_| "its transparency log bundle is malformed")?;
+        let bundle = LayerBundle::read(layer.bundle)?;
         let (_, pem) = x509_parser::pem::parse_x509_pem(certificate.trim().as_bytes())
             .map_err(|_| "its certificate is not PEM")?;
         let mut chain = Vec::new();
@@ -264,17 +204,10 @@ impl Keyless {
         let signature = STANDARD
             .decode(layer.signature.trim())
             .map_err(|_| "its signature is not base64")?;
-        let entry = &bundle.payload;
         self.signer(&Logged {
             certificate: &pem.contents,
             chain: &chain,
-            entry: LogEntry {
-                body: &entry.body,
-                integrated_time: entry.integrated_time,
-                log_index: entry.log_index,
-                log_id: &entry.log_id,
-                set: &bundle.set,
-            },
+            entry: bundle.entry(),
             signed: layer.payload,
             signature: &signature,
             logged: &|body: &[u8]| logged_rekord(body, layer.payload, &signature, &pem.contents),
@@ -287,25 +220,7 @@ impl Keyless {
     pub(crate) fn signer(&self, logged: &Logged<'_>) -> Result<Signer, Cow<'static, str>> {
         let entry = &logged.entry;
         let time = entry.integrated_time;
-        let log = self
-            .root
-            .log(entry.log_id, time)
-            .ok_or("it was logged in no log the trusted root names")?;
-        let canonical = serde_json::json!({
-            "body": entry.body,
-            "integratedTime": entry.integrated_time,
-            "logID": entry.log_id,
-            "logIndex": entry.log_index,
-        });
-        // serde_json's map keeps insertion order (preserve_order), which is RFC 8785's here:
-        // keys sorted, integers and ASCII strings as they are, no blanks.
-        let canonical = serde_json::to_vec(&canonical).map_err(|_| "its bundle is malformed")?;
-        log.key
-            .verify_signature(
-                Signature::Base64Encoded(entry.set.trim().as_bytes()),
-                &canonical,
-            )
-            .map_err(|_| "the log's signed entry timestamp does not verify")?;
+        super::tlog::promised(&self.root, entry)?;
         let (_, parsed) = x509_parser::parse_x509_certificate(logged.certificate)
             .map_err(|_| "its certificate is not a certificate")?;
         let body = STANDARD
@@ -400,43 +315,6 @@ pub(crate) struct Logged<'a> {
     pub signature: &'a [u8],
     /// Whether the log's entry (decoded) is of this signature, payload and certificate.
     pub logged: &'a dyn Fn(&[u8]) -> bool,
-}
-
-/// A transparency log entry as its SET covers it: the body (base64), the time it was
-/// integrated, its index, the log's ID (hex) and the SET (base64).
-pub(crate) struct LogEntry<'a> {
-    pub body: &'a str,
-    pub integrated_time: i64,
-    pub log_index: i64,
-    pub log_id: &'a str,
-    pub set: &'a str,
-}
-
-/// Whether `body` is a `hashedrekord` (or the older `rekord`) entry of `payload`, `signature`
-/// (raw) and the certificate `der`.
-pub(crate) fn logged_rekord(body: &[u8], payload: &[u8], signature: &[u8], der: &[u8]) -> bool {
-    let Ok(entry) = serde_json::from_slice::<Entry>(body) else {
-        return false;
-    };
-    let logged_signature = STANDARD.decode(entry.spec.signature.content.trim()).ok();
-    matches!(entry.kind.as_str(), "hashedrekord" | "rekord")
-        && entry.spec.data.hash.algorithm == "sha256"
-        && entry
-            .spec
-            .data
-            .hash
-            .value
-            .eq_ignore_ascii_case(Digest::sha256_of(payload).hex())
-        && logged_signature.as_deref() == Some(signature)
-        && logged_certificate(&entry.spec.signature.public_key.content).as_deref() == Some(der)
-}
-
-/// The certificate (DER) of a log entry's verifier: base64 of its PEM.
-pub(crate) fn logged_certificate(content: &str) -> Option<Vec<u8>> {
-    let pem = STANDARD.decode(content.trim()).ok()?;
-    x509_parser::pem::parse_x509_pem(&pem)
-        .ok()
-        .map(|(_, block)| block.contents)
 }
 
 /// The identity a Fulcio certificate names: its issuer extension and its email and URI SANs.

@@ -1,9 +1,12 @@
 //! cosign's simple signing payload and the judgement of an image's signatures under one entry's
-//! [`Trust`]: a layer counts when a trusted key signed its payload, or a trusted identity did
-//! keyless ([`super::keyless`]), **and** the payload, a cosign container image signature, names
+//! [`Trust`]: a layer counts when a trusted key signed its payload (and, where the entry names a
+//! transparency log, the layer's bundle shows it logged there, [`super::tlog`]), or a trusted
+//! identity did keyless ([`super::keyless`]), **and** the payload, a cosign container image signature, names
 //! the digest pinned. Every other outcome has one name of a fixed vocabulary
 //! ([`Verdict::reason`]) for denials, reports and metrics.
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use serde::Deserialize;
 
 use super::layer::SignatureLayer;
@@ -86,12 +89,28 @@ pub fn judge_layers(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Diges
         #[cfg(test)]
         tests::LAYERS_JUDGED.with(|n| n.set(n.get() + 1));
         tally.seen = true;
-        let mut signers: Vec<String> = trust
-            .keys()
-            .iter()
-            .filter(|key| key.signed(layer.signature, layer.payload))
-            .map(|key| format!("key {}", key.fingerprint()))
-            .collect();
+        let mut signers: Vec<String> = Vec::new();
+        for key in trust.keys() {
+            if !key.signed(layer.signature, layer.payload) {
+                continue;
+            }
+            match trust.key_log() {
+                None => signers.push(format!("key {}", key.fingerprint())),
+                Some(root) => {
+                    let raw = STANDARD.decode(layer.signature.trim()).unwrap_or_default();
+                    match super::tlog::key_logged(
+                        root,
+                        layer.bundle,
+                        layer.payload,
+                        &raw,
+                        key.der(),
+                    ) {
+                        Ok(()) => signers.push(format!("key {}", key.fingerprint())),
+                        Err(why) => tally.untrusted(unlogged(key, &why)),
+                    }
+                }
+            }
+        }
         if let Some(keyless) = trust.keyless() {
             if let Some(evidence) = keyless.evidence(layer) {
                 signers.extend(tally.keyless(keyless, evidence));
@@ -111,6 +130,14 @@ pub fn judge_layers(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Diges
         }
     }
     LayersJudged(Err(tally))
+}
+
+/// Why a trusted key's signature does not count: the entry wants it logged, and it is not.
+pub(crate) fn unlogged(key: &super::PublicKey, why: &str) -> String {
+    format!(
+        "signed by key {}, but not logged in a transparency log the entry trusts: {why}",
+        key.fingerprint()
+    )
 }
 
 /// The simple signing payload cosign signs for `digest` of `repository`.
@@ -190,6 +217,56 @@ pub(crate) mod tests {
             }
         );
         assert!(verdict.describe().contains("another digest"));
+    }
+
+    /// Under an entry that names a transparency log, a key's signature counts only with its
+    /// bundle annotation: a SET of a log of the root over a `hashedrekord` entry of this
+    /// payload, signature and key. Each way it can fail says why.
+    #[test]
+    fn a_key_signature_must_be_logged_where_the_entry_names_a_transparency_log() {
+        let sigstore = TestSigstore::new();
+        let root = Arc::new(TrustedRoot::parse(sigstore.trusted_root().as_bytes()).unwrap());
+        let (signer, pem) = key_pair();
+        let (other_signer, other_pem) = key_pair();
+        let key = PublicKey::from_pem(&pem).unwrap();
+        let payload = payload_for("registry.example/team/app", &digest('a'));
+        let signature = sign(&signer, &payload);
+        let logged = sigstore.log_entry(&payload, &signature, &pem, sigstore.now);
+        // Logged in another log; an entry of another key; a timestamp tampered with.
+        let other_log = TestSigstore::new().log_entry(&payload, &signature, &pem, sigstore.now);
+        let other_signature = sign(&other_signer, &payload);
+        let other_key = sigstore.log_entry(&payload, &other_signature, &other_pem, sigstore.now);
+        let tampered = logged.replace(
+            &format!("\"integratedTime\":{}", sigstore.now),
+            &format!("\"integratedTime\":{}", sigstore.now + 1),
+        );
+        let unlogged = Trust::of_keys(vec![key.clone()]);
+        let logging = Trust::of_keys(vec![key.clone()]).with_key_log(root);
+        assert_ne!(unlogged.fingerprint(), logging.fingerprint());
+        let judged = |bundle: Option<&str>, trust: &Trust| {
+            let layer = SignatureLayer {
+                bundle,
+                ..SignatureLayer::of_key(&payload, &signature)
+            };
+            judge(&[layer], trust, &digest('a'))
+        };
+        let verified = Verdict::Verified {
+            signer: format!("key {}", key.fingerprint()),
+        };
+        assert_eq!(judged(Some(&logged), &logging), verified);
+        // Without a transparency log named, the bundle is not needed.
+        assert_eq!(judged(None, &unlogged), verified);
+        let why = |bundle: Option<&str>| match judged(bundle, &logging) {
+            Verdict::Untrusted { why } => why,
+            other => panic!("{other:?}"),
+        };
+        let text = why(None);
+        let expected = format!("signed by key {}, but not logged", key.fingerprint());
+        assert!(text.contains(&expected), "{text}");
+        assert!(text.contains("no transparency log bundle"), "{text}");
+        assert!(why(Some(&other_log)).contains("no log the trusted root names"));
+        assert!(why(Some(&other_key)).contains("of another signature, payload or key"));
+        assert!(why(Some(&tampered)).contains("does not verify"));
     }
 
     #[test]

@@ -116,6 +116,25 @@ pub async fn sign(registry: &TestRegistry, repo: &str, digest: &str, signer: &Si
     push_signatures(registry, repo, digest, &[layer]).await;
 }
 
+/// Signs `digest` of `repo` with `signer` (whose public key is `pem`) and pushes the signature
+/// with the log bundle of its entry in `sigstore`'s log, as `cosign sign --key` does with the
+/// transparency log.
+pub async fn sign_logged(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    (signer, pem): (&SigStoreSigner, &str),
+    sigstore: &TestSigstore,
+) {
+    let (payload, signature) = signature_of(registry, repo, digest, signer);
+    let bundle = sigstore.log_entry(&payload, &signature, pem, sigstore.now);
+    let annotations = json!({
+        SIGNATURE_ANNOTATION: signature,
+        BUNDLE_ANNOTATION: bundle,
+    });
+    push_layers(registry, repo, digest, &[(payload, annotations)]).await;
+}
+
 /// Signs `digest` of `repo` keyless, as `subject` of the OIDC `issuer` under `sigstore`, and
 /// pushes the signature with its certificate, chain and log bundle, as `cosign sign` does
 /// without a key.

@@ -353,6 +353,43 @@ impl TestSigstore {
         STANDARD.encode(self.log.sign(canonical.as_bytes()).unwrap())
     }
 
+    /// [`key_bundle`], logged in this Sigstore's log as cosign 3.1 logs it: a `hashedrekord`
+    /// of the envelope's PAE naming the key, with a SET.
+    #[allow(dead_code)]
+    pub fn logged_key_bundle(&self, key: &KeyPair, statement: &[u8]) -> String {
+        let signed = pae(statement);
+        let signature = key.sign(&signed).unwrap();
+        let body = serde_json::json!({
+            "apiVersion": "0.0.1",
+            "kind": "hashedrekord",
+            "spec": {
+                "data": {"hash": {"algorithm": "sha256", "value": hex(&Sha256::digest(&signed))}},
+                "signature": {
+                    "content": STANDARD.encode(&signature),
+                    "publicKey": {"content": STANDARD.encode(key.public_key_pem())},
+                },
+            },
+        });
+        let body = STANDARD.encode(body.to_string());
+        let key_id = Sha256::digest(self.log.subject_public_key_info());
+        serde_json::json!({
+            "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "verificationMaterial": {
+                "publicKey": {"hint": "test-key"},
+                "tlogEntries": [{
+                    "logIndex": "7",
+                    "logId": {"keyId": STANDARD.encode(key_id)},
+                    "kindVersion": {"kind": "hashedrekord", "version": "0.0.1"},
+                    "integratedTime": self.now.to_string(),
+                    "inclusionPromise": {"signedEntryTimestamp": self.set_over(&body, self.now)},
+                    "canonicalizedBody": body,
+                }],
+            },
+            "dsseEnvelope": envelope(statement, &signature),
+        })
+        .to_string()
+    }
+
     /// A cosign 3 bundle (v0.3) of `statement` signed keyless by `subject` of `issuer`: a DSSE
     /// envelope, the certificate, and a `dsse` log entry with its SET.
     pub fn keyless_bundle(&self, statement: &[u8], issuer: &str, subject: &str) -> String {
@@ -414,7 +451,7 @@ impl TestSigstore {
 }
 
 /// A cosign 3 bundle (v0.3) of `statement` signed with `key`: a DSSE envelope and the key's
-/// hint (cosign also logs it; a key bundle's log entries are not read).
+/// hint, no log entry (as `cosign sign --tlog-upload=false` leaves it).
 pub fn key_bundle(key: &KeyPair, statement: &[u8]) -> String {
     let signature = key.sign(&pae(statement)).unwrap();
     serde_json::json!({

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use pinhook::policy::{IdentityEntry, KeySource, KeylessEntry, Mode, Policy, VerifyEntry};
+use pinhook::policy::{
+    IdentityEntry, KeySource, KeylessEntry, Mode, Policy, TransparencyLogEntry, VerifyEntry,
+};
 use pinhook::registry::CacheConfig;
 
 use crate::common::cli::docker_config_json;
@@ -15,7 +17,7 @@ use crate::common::images::{self, PushedIndex};
 use crate::common::pinhook::{Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
 use crate::common::requests::{image_after, message, pod_review, warned};
-use crate::common::signing::{key_pair_pem, sign, sign_keyless, sign_keyless_with};
+use crate::common::signing::{key_pair_pem, sign, sign_keyless, sign_keyless_with, sign_logged};
 use crate::common::sigstore_authority::{Sct, TestSigstore};
 
 const USER: &str = "robot";
@@ -82,6 +84,7 @@ fn verifying(setup: &Signed, mode: Mode) -> Options {
             file: Some(setup.key_file.clone()),
         }],
         keyless: None,
+        transparency_log: None,
     };
     options(&setup.registry, &setup.config, mode, entry)
 }
@@ -320,6 +323,7 @@ async fn keyless_signatures_of_a_trusted_identity_are_pinned_and_others_denied()
             }],
             insecure_ignore_sct: false,
         }),
+        transparency_log: None,
     };
     let pinhook =
         TestPinhook::start_with(&registry, options(&registry, &config, Mode::Enforce, entry)).await;
@@ -349,5 +353,72 @@ async fn keyless_signatures_of_a_trusted_identity_are_pinned_and_others_denied()
         "pinhook_signature_verifications_total{outcome=\"untrusted\",source=\"registry\"} 2",
     ] {
         assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+}
+
+/// A key's signatures under an entry naming a transparency log (`cosign verify --key` without
+/// `--insecure-ignore-tlog`): 1.0 signed and logged in the trusted root's log is pinned; 2.0
+/// signed by the same key but not logged, and 3.0 logged in a log the root does not name, are
+/// denied saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_signature_must_be_logged_where_the_entry_names_a_transparency_log() {
+    let registry = TestRegistry::start(RegistryAuth::token(USER, PASS)).await;
+    let logged = images::push_multi_arch(&registry, "team/app", "1.0", "tlog-1").await;
+    let unlogged = images::push_multi_arch(&registry, "team/app", "2.0", "tlog-2").await;
+    let elsewhere = images::push_multi_arch(&registry, "team/app", "3.0", "tlog-3").await;
+    let sigstore = TestSigstore::new();
+    let (signer, pem) = key_pair_pem();
+    let key = (&signer, pem.as_str());
+    sign_logged(&registry, "team/app", &logged.index_digest, key, &sigstore).await;
+    sign(&registry, "team/app", &unlogged.index_digest, &signer).await;
+    let other_log = TestSigstore::new();
+    sign_logged(
+        &registry,
+        "team/app",
+        &elsewhere.index_digest,
+        key,
+        &other_log,
+    )
+    .await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, docker_config_json(&registry.host(), USER, PASS)).expect("config");
+    let root = dir.path().join("trusted_root.json");
+    std::fs::write(&root, sigstore.trusted_root()).expect("root");
+    let entry = VerifyEntry {
+        images: vec![format!("{}/team/*", registry.host())],
+        keys: vec![KeySource {
+            pem: Some(pem.clone()),
+            file: None,
+        }],
+        keyless: None,
+        transparency_log: Some(TransparencyLogEntry { trusted_root: root }),
+    };
+    let pinhook =
+        TestPinhook::start_with(&registry, options(&registry, &config, Mode::Enforce, entry)).await;
+
+    let review = pod_review(&registry, &logged.reference);
+    let body = pinhook.mutate(&review).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert_eq!(image_after(&review, &body), logged.pinned_with_tag());
+    for (image, why) in [
+        (&unlogged, "it carries no transparency log bundle"),
+        (&elsewhere, "it was logged in no log the trusted root names"),
+    ] {
+        let body = pinhook
+            .mutate(&pod_review(&registry, &image.reference))
+            .await;
+        assert_eq!(body["response"]["allowed"], false, "{}: {body}", image.tag);
+        let text = message(&body);
+        assert!(
+            text.contains("not verified: verify[0]: signed by key sha256:"),
+            "{text}"
+        );
+        assert!(
+            text.contains("but not logged in a transparency log the entry trusts"),
+            "{text}"
+        );
+        assert!(text.contains(why), "{text} lacks {why}");
     }
 }

@@ -442,6 +442,7 @@ async fn a_routed_images_signatures_are_verified_at_its_mirror() {
             file: None,
         }],
         keyless: None,
+        transparency_log: None,
     }];
     let pinhook = pinhook(source, policy).await;
 

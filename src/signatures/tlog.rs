@@ -1,0 +1,182 @@
+//! Transparency log entries (Rekor) as cosign carries them, and the log's promise over one: a
+//! signed entry timestamp (SET) that verifies with the key of a log the trusted root names,
+//! trusted at the entry's integrated time, over the entry's canonical JSON (RFC 8785); and
+//! whether the entry's body is of a given payload, signature and verifier (a certificate for
+//! keyless, a public key for a key's signature). In a tag-scheme layer the entry and its SET
+//! come in the `dev.sigstore.cosign/bundle` annotation ([`LayerBundle`]); a Sigstore bundle
+//! carries them in its verification material (`bundle`).
+//!
+//! Owns: reading those entries and the SET check. Never: decides what a logged signature is
+//! worth (`keyless` for certificates, `simple_signing` and `bundle` for keys), or any I/O.
+
+use std::borrow::Cow;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde::Deserialize;
+use sigstore::crypto::Signature;
+
+use super::trusted_root::TrustedRoot;
+use crate::reference::Digest;
+
+/// The annotation holding the transparency log bundle (JSON).
+pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
+
+/// A tag-scheme layer's bundle annotation: one log entry and its SET.
+#[derive(Deserialize)]
+pub(crate) struct LayerBundle {
+    #[serde(rename = "SignedEntryTimestamp")]
+    set: String,
+    #[serde(rename = "Payload")]
+    payload: BundlePayload,
+}
+
+#[derive(Deserialize)]
+struct BundlePayload {
+    body: String,
+    #[serde(rename = "integratedTime")]
+    integrated_time: i64,
+    #[serde(rename = "logIndex")]
+    log_index: i64,
+    #[serde(rename = "logID")]
+    log_id: String,
+}
+
+#[derive(Deserialize)]
+struct Entry {
+    kind: String,
+    spec: EntrySpec,
+}
+
+#[derive(Deserialize)]
+struct EntrySpec {
+    data: EntryData,
+    signature: EntrySignature,
+}
+
+#[derive(Deserialize)]
+struct EntryData {
+    hash: EntryHash,
+}
+
+#[derive(Deserialize)]
+struct EntryHash {
+    algorithm: String,
+    value: String,
+}
+
+#[derive(Deserialize)]
+struct EntrySignature {
+    content: String,
+    #[serde(rename = "publicKey")]
+    public_key: EntryKey,
+}
+
+#[derive(Deserialize)]
+struct EntryKey {
+    content: String,
+}
+
+impl LayerBundle {
+    /// The bundle annotation `text` of a layer, read.
+    pub(crate) fn read(text: Option<&str>) -> Result<LayerBundle, &'static str> {
+        let text = text.ok_or("it carries no transparency log bundle")?;
+        serde_json::from_str(text).map_err(|_| "its transparency log bundle is malformed")
+    }
+
+    /// Its entry, as the SET covers it.
+    pub(crate) fn entry(&self) -> LogEntry<'_> {
+        LogEntry {
+            body: &self.payload.body,
+            integrated_time: self.payload.integrated_time,
+            log_index: self.payload.log_index,
+            log_id: &self.payload.log_id,
+            set: &self.set,
+        }
+    }
+}
+
+/// A transparency log entry as its SET covers it: the body (base64), the time it was
+/// integrated, its index, the log's ID (hex) and the SET (base64).
+pub(crate) struct LogEntry<'a> {
+    pub body: &'a str,
+    pub integrated_time: i64,
+    pub log_index: i64,
+    pub log_id: &'a str,
+    pub set: &'a str,
+}
+
+/// Whether `body` is a `hashedrekord` (or the older `rekord`) entry of `payload`, `signature`
+/// (raw) and the verifier `der` (a certificate, or a public key's SubjectPublicKeyInfo).
+pub(crate) fn logged_rekord(body: &[u8], payload: &[u8], signature: &[u8], der: &[u8]) -> bool {
+    let Ok(entry) = serde_json::from_slice::<Entry>(body) else {
+        return false;
+    };
+    let logged_signature = STANDARD.decode(entry.spec.signature.content.trim()).ok();
+    matches!(entry.kind.as_str(), "hashedrekord" | "rekord")
+        && entry.spec.data.hash.algorithm == "sha256"
+        && entry
+            .spec
+            .data
+            .hash
+            .value
+            .eq_ignore_ascii_case(Digest::sha256_of(payload).hex())
+        && logged_signature.as_deref() == Some(signature)
+        && logged_verifier(&entry.spec.signature.public_key.content).as_deref() == Some(der)
+}
+
+/// The DER of a log entry's verifier (a certificate, or a public key): base64 of its PEM.
+pub(crate) fn logged_verifier(content: &str) -> Option<Vec<u8>> {
+    let pem = STANDARD.decode(content.trim()).ok()?;
+    x509_parser::pem::parse_x509_pem(&pem)
+        .ok()
+        .map(|(_, block)| block.contents)
+}
+
+/// Whether the log's promise over `entry` holds: a log `root` names, trusted at the entry's
+/// integrated time, signed its SET over the entry's canonical JSON.
+pub(crate) fn promised(root: &TrustedRoot, entry: &LogEntry<'_>) -> Result<(), Cow<'static, str>> {
+    let log = root
+        .log(entry.log_id, entry.integrated_time)
+        .ok_or("it was logged in no log the trusted root names")?;
+    let canonical = serde_json::json!({
+        "body": entry.body,
+        "integratedTime": entry.integrated_time,
+        "logID": entry.log_id,
+        "logIndex": entry.log_index,
+    });
+    // serde_json's map keeps insertion order (preserve_order), which is RFC 8785's here:
+    // keys sorted, integers and ASCII strings as they are, no blanks.
+    let canonical = serde_json::to_vec(&canonical).map_err(|_| "its bundle is malformed")?;
+    log.key
+        .verify_signature(
+            Signature::Base64Encoded(entry.set.trim().as_bytes()),
+            &canonical,
+        )
+        .map_err(|_| Cow::Borrowed("the log's signed entry timestamp does not verify"))
+}
+
+/// Whether a key's signature in a tag-scheme `layer` (`signature`, raw) is logged: its bundle
+/// annotation's SET is a log's of `root`, over a `hashedrekord` entry of this payload,
+/// signature and key (`key`, its SubjectPublicKeyInfo).
+pub(crate) fn key_logged(
+    root: &TrustedRoot,
+    bundle: Option<&str>,
+    payload: &[u8],
+    signature: &[u8],
+    key: &[u8],
+) -> Result<(), Cow<'static, str>> {
+    let bundle = LayerBundle::read(bundle)?;
+    let entry = bundle.entry();
+    promised(root, &entry)?;
+    let body = STANDARD
+        .decode(entry.body.trim())
+        .map_err(|_| "the log's entry is not base64")?;
+    if logged_rekord(&body, payload, signature, key) {
+        Ok(())
+    } else {
+        Err(Cow::Borrowed(
+            "the log's entry is of another signature, payload or key",
+        ))
+    }
+}
