@@ -390,6 +390,24 @@ mod tests {
         };
         let rules = compile(&[logged(&root)]).unwrap();
         assert!(rules[0].trust.key_log().is_some());
+        // Another log's root: another trust.
+        let other_root = dir.path().join("other_root.json");
+        std::fs::write(&other_root, TestSigstore::new().trusted_root()).unwrap();
+        let pem = key_pair().1;
+        let with = |path: &Path| VerifyEntry {
+            transparency_log: Some(TransparencyLogEntry {
+                trusted_root: path.to_path_buf(),
+            }),
+            ..entry(&["a/*"], std::slice::from_ref(&pem))
+        };
+        let fingerprint = |path: &Path| {
+            compile(&[with(path)]).unwrap()[0]
+                .trust
+                .fingerprint()
+                .to_string()
+        };
+        assert_ne!(fingerprint(&root), fingerprint(&other_root));
+        assert_eq!(fingerprint(&root), fingerprint(&root));
         let plain = compile(&[entry(&["a/*"], &[key_pair().1])]).unwrap();
         assert!(plain[0].trust.key_log().is_none());
         let e = compile(&[logged(&dir.path().join("missing"))]).unwrap_err();
@@ -492,14 +510,17 @@ mod tests {
         if let Some(keyless) = ignoring.keyless.as_mut() {
             keyless.insecure_ignore_sct = true;
         }
-        let rules_ignoring = compile(std::slice::from_ref(&ignoring)).unwrap();
-        let fingerprint = |rules: &[VerifyRule]| {
-            rules[0]
-                .trust
-                .keyless()
-                .map(|k| k.fingerprint().to_string())
-        };
-        assert_ne!(fingerprint(&rules_ignoring), fingerprint(&rules));
+        compile(std::slice::from_ref(&ignoring)).unwrap();
+        // The same root, SCTs ignored or not: another trust, so no verdict is shared.
+        let mut good_ignoring = good.clone();
+        if let Some(keyless) = good_ignoring.keyless.as_mut() {
+            keyless.insecure_ignore_sct = true;
+        }
+        let rules_ignoring = compile(std::slice::from_ref(&good_ignoring)).unwrap();
+        assert_ne!(
+            rules_ignoring[0].trust.fingerprint(),
+            rules[0].trust.fingerprint()
+        );
         let cases = [
             (
                 of(&no_ct, good.keyless.clone().unwrap().identities),

@@ -333,21 +333,17 @@ fn key_logged(
     key: &[u8],
 ) -> Result<(), std::borrow::Cow<'static, str>> {
     let promised = PromisedEntry::of(material)?;
-    let entry = promised.entry();
-    super::tlog::promised(root, &entry)?;
-    let body = STANDARD
-        .decode(entry.body.trim())
-        .map_err(|_| "the log's entry is not base64")?;
     let payload_hash = Digest::sha256_of(payload).hex().to_string();
-    if logged_dsse(&body, &payload_hash, signature, key)
-        || logged_rekord(&body, signed, signature, key)
-    {
-        Ok(())
-    } else {
-        Err(std::borrow::Cow::Borrowed(
-            "the log's entry is of another signature, payload or key",
-        ))
-    }
+    let is_of = |body: &[u8]| {
+        logged_dsse(body, &payload_hash, signature, key)
+            || logged_rekord(body, signed, signature, key)
+    };
+    super::tlog::logged(
+        root,
+        &promised.entry(),
+        &is_of,
+        super::tlog::OTHER_KEY_ENTRY,
+    )
 }
 
 /// A keyless bundle's certificate, chain and first log entry with a SET, owned.
@@ -504,6 +500,9 @@ mod tests {
         let signed = statement(REPOSITORY, &digest('a').to_string());
         let logged = sigstore.logged_key_bundle(&key, &signed);
         assert_eq!(verdict(&logged, &logging, 'a').reason(), "verified");
+        // A `dsse` entry, as cosign before 3.1 logs it.
+        let dsse = sigstore.logged_key_bundle_as(&key, &signed, "dsse");
+        assert_eq!(verdict(&dsse, &logging, 'a').reason(), "verified");
         assert_eq!(verdict(&logged, &trust, 'a').reason(), "verified");
         let unlogged = key_bundle(&key, &signed);
         match verdict(&unlogged, &logging, 'a') {

@@ -220,20 +220,17 @@ impl Keyless {
     pub(crate) fn signer(&self, logged: &Logged<'_>) -> Result<Signer, Cow<'static, str>> {
         let entry = &logged.entry;
         let time = entry.integrated_time;
-        super::tlog::promised(&self.root, entry)?;
         let (_, parsed) = x509_parser::parse_x509_certificate(logged.certificate)
             .map_err(|_| "its certificate is not a certificate")?;
-        let body = STANDARD
-            .decode(entry.body.trim())
-            .map_err(|_| "the log's entry is not base64")?;
-        if !(logged.logged)(&body) {
-            return Err(Cow::Borrowed(
-                "the log's entry is of another signature, payload or certificate",
-            ));
-        }
+        super::tlog::logged(
+            &self.root,
+            entry,
+            logged.logged,
+            "the log's entry is of another signature, payload or certificate",
+        )?;
         let issuer_key = self.chains(logged.certificate, logged.chain, time)?;
         if !self.ignore_sct {
-            super::sct::published(logged.certificate, &issuer_key, &self.root)?;
+            super::sct::published(&parsed, logged.certificate, &issuer_key, &self.root)?;
         }
         let key = CosignVerificationKey::try_from_der(parsed.public_key().raw)
             .map_err(|_| "its certificate's key is of a kind cosign does not sign with")?;

@@ -16,7 +16,9 @@ use der::asn1::ObjectIdentifier;
 use der::{Any, Decode as _, Encode as _, Tag, TagNumber, Tagged as _};
 use sha2::{Digest as _, Sha256};
 use sigstore::crypto::Signature;
-use x509_parser::extensions::{ParsedExtension, SignedCertificateTimestamp};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::{CtVersion, ParsedExtension, SignedCertificateTimestamp};
+use x509_parser::oid_registry::OID_CT_LIST_SCT;
 
 use super::trusted_root::{hex, TrustedRoot};
 
@@ -29,42 +31,46 @@ const EXTENSIONS: Tag = Tag::ContextSpecific {
 };
 /// SCTs of one certificate looked at; Fulcio embeds one.
 pub(crate) const MAX_SCTS: usize = 8;
+/// TLS's `HashAlgorithm` sha256.
+const SHA256: u8 = 4;
 
-/// Whether `certificate` (DER), issued by the holder of `issuer_key` (its SubjectPublicKeyInfo,
-/// DER), carries an SCT of a CT log `root` trusts; why not, on one line.
+/// Whether `certificate` (`der`, parsed), issued by the holder of `issuer_key` (its
+/// SubjectPublicKeyInfo, DER), carries an SCT of a CT log `root` trusts; why not, on one line.
 pub(crate) fn published(
-    certificate: &[u8],
+    certificate: &X509Certificate<'_>,
+    der: &[u8],
     issuer_key: &[u8],
     root: &TrustedRoot,
 ) -> Result<(), Cow<'static, str>> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(certificate)
-        .map_err(|_| "its certificate is not a certificate")?;
-    let mut found = None;
-    for extension in parsed.extensions() {
-        if extension.oid.to_id_string() == SCT_LIST.to_string() {
-            match extension.parsed_extension() {
-                ParsedExtension::SCT(list) => found = Some(list),
-                _ => return Err(Cow::Borrowed("its certificate's SCT list is malformed")),
-            }
-        }
-    }
-    let scts = found
+    let extension = certificate
+        .get_extension_unique(&OID_CT_LIST_SCT)
+        .map_err(|_| "its certificate carries more than one SCT list")?
         .ok_or("its certificate carries no SCT: no certificate transparency log published it")?;
+    let ParsedExtension::SCT(scts) = extension.parsed_extension() else {
+        return Err(Cow::Borrowed("its certificate's SCT list is malformed"));
+    };
     if scts.len() > MAX_SCTS {
         return Err(Cow::Borrowed(
             "its certificate carries more SCTs than pinhook reads",
         ));
     }
     let precertificate =
-        precertificate(certificate).map_err(|_| "its certificate's SCT list is malformed")?;
+        precertificate(der).map_err(|_| "its certificate's SCT list is malformed")?;
     let issuer_key_hash = Sha256::digest(issuer_key);
-    let mut logged_by_trusted = false;
+    let mut found = Found::NoTrustedLog;
     for sct in scts {
         let Some(log) = root.ct_log(&hex(sct.id.key_id), seconds(sct.timestamp)) else {
             continue;
         };
-        logged_by_trusted = true;
-        let signed = signed_by_log(sct, &issuer_key_hash, &precertificate);
+        // RFC 6962's SCTs: version 1, SHA-256 (the hash a log of the root signs with).
+        if sct.version != CtVersion::V1 || sct.signature.hash_alg_id != SHA256 {
+            found = found.max(Found::Unsupported);
+            continue;
+        }
+        let Some(signed) = signed_by_log(sct, &issuer_key_hash, &precertificate) else {
+            found = found.max(Found::Unsupported);
+            continue;
+        };
         if log
             .key
             .verify_signature(Signature::Raw(sct.signature.data), &signed)
@@ -72,12 +78,27 @@ pub(crate) fn published(
         {
             return Ok(());
         }
+        found = Found::Forged;
     }
-    Err(Cow::Borrowed(if logged_by_trusted {
-        "its certificate's SCT does not verify: the CT log did not sign this certificate"
-    } else {
-        "its certificate carries no SCT of a certificate transparency log the trusted root names"
+    Err(Cow::Borrowed(match found {
+        Found::NoTrustedLog => {
+            "its certificate carries no SCT of a certificate transparency log the trusted root names"
+        }
+        Found::Unsupported => {
+            "its certificate's SCT of a trusted CT log is not RFC 6962's (version 1, SHA-256)"
+        }
+        Found::Forged => {
+            "its certificate's SCT does not verify: the CT log did not sign this certificate"
+        }
     }))
+}
+
+/// What the SCTs of trusted logs came to, the most telling last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Found {
+    NoTrustedLog,
+    Unsupported,
+    Forged,
 }
 
 /// An SCT's time (milliseconds since the epoch) in Unix seconds.
@@ -92,10 +113,13 @@ fn signed_by_log(
     sct: &SignedCertificateTimestamp<'_>,
     issuer_key_hash: &[u8],
     precertificate: &[u8],
-) -> Vec<u8> {
-    let tbs_length = u32::try_from(precertificate.len()).unwrap_or(u32::MAX);
+) -> Option<Vec<u8>> {
+    // Lengths the structure cannot carry (the TBSCertificate's 24 bits) sign nothing.
+    let tbs_length = u32::try_from(precertificate.len())
+        .ok()
+        .filter(|length| *length < 1 << 24)?;
     let extensions = sct.extensions.0;
-    let extensions_length = u16::try_from(extensions.len()).unwrap_or(u16::MAX);
+    let extensions_length = u16::try_from(extensions.len()).ok()?;
     let mut signed = Vec::with_capacity(precertificate.len() + extensions.len() + 48);
     signed.push(sct.version.0);
     signed.push(0);
@@ -106,7 +130,7 @@ fn signed_by_log(
     signed.extend_from_slice(precertificate);
     signed.extend_from_slice(&extensions_length.to_be_bytes());
     signed.extend_from_slice(extensions);
-    signed
+    Some(signed)
 }
 
 /// The certificate's TBSCertificate without its SCT list, as the CA showed it to the log. Read
@@ -153,12 +177,23 @@ mod tests {
             .contents
     }
 
+    /// [`published`] of the certificate in `pem`.
+    fn published_pem(
+        pem: &str,
+        issuer_key: &[u8],
+        root: &TrustedRoot,
+    ) -> Result<(), Cow<'static, str>> {
+        let der = der(pem);
+        let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+        published(&parsed, &der, issuer_key, root)
+    }
+
     #[test]
     fn a_certificate_with_the_trusted_logs_sct_is_published() {
         let sigstore = TestSigstore::new();
         let (certificate, _) = sigstore.certificate_with(ISSUER, SUBJECT, sigstore.now, Sct::Good);
         assert_eq!(
-            published(&der(&certificate), &sigstore.ca_key(), &root(&sigstore)),
+            published_pem(&certificate, &sigstore.ca_key(), &root(&sigstore)),
             Ok(())
         );
     }
@@ -170,7 +205,7 @@ mod tests {
         let root = root(&sigstore);
         let why = |sct: Sct| {
             let (certificate, _) = sigstore.certificate_with(ISSUER, SUBJECT, sigstore.now, sct);
-            published(&der(&certificate), &sigstore.ca_key(), &root).unwrap_err()
+            published_pem(&certificate, &sigstore.ca_key(), &root).unwrap_err()
         };
         assert!(why(Sct::None).contains("carries no SCT:"));
         assert!(why(Sct::OtherLog).contains("no SCT of a certificate transparency log"));
@@ -178,10 +213,13 @@ mod tests {
         // Before the CT log's period in the root (2020-01-01).
         assert!(why(Sct::At(1_500_000_000_000)).contains("no SCT of a certificate transparency"));
         assert!(why(Sct::Malformed).contains("malformed"));
+        assert!(why(Sct::TwoLists).contains("more than one SCT list"));
+        // Signed by the trusted log, but not as RFC 6962 says (SHA-384 named): not read.
+        assert!(why(Sct::Sha384).contains("not RFC 6962's"));
         // The SCT is right, but the issuer's key hashed is another's.
         let (certificate, _) = sigstore.certificate_with(ISSUER, SUBJECT, sigstore.now, Sct::Good);
         let other = TestSigstore::new();
-        assert!(published(&der(&certificate), &other.ca_key(), &root)
+        assert!(published_pem(&certificate, &other.ca_key(), &root)
             .unwrap_err()
             .contains("does not verify"));
     }
@@ -193,12 +231,23 @@ mod tests {
         let (certificate, _) =
             sigstore.certificate_with(ISSUER, SUBJECT, sigstore.now, Sct::AfterOthers(2));
         assert_eq!(
-            published(&der(&certificate), &sigstore.ca_key(), &root),
+            published_pem(&certificate, &sigstore.ca_key(), &root),
             Ok(())
+        );
+        let (certificate, _) = sigstore.certificate_with(
+            ISSUER,
+            SUBJECT,
+            sigstore.now,
+            Sct::AfterOthers(MAX_SCTS - 1),
+        );
+        assert_eq!(
+            published_pem(&certificate, &sigstore.ca_key(), &root),
+            Ok(()),
+            "{MAX_SCTS} SCTs are read"
         );
         let (certificate, _) =
             sigstore.certificate_with(ISSUER, SUBJECT, sigstore.now, Sct::AfterOthers(MAX_SCTS));
-        assert!(published(&der(&certificate), &sigstore.ca_key(), &root)
+        assert!(published_pem(&certificate, &sigstore.ca_key(), &root)
             .unwrap_err()
             .contains("more SCTs"));
     }

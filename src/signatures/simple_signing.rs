@@ -90,21 +90,20 @@ pub fn judge_layers(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Diges
         tests::LAYERS_JUDGED.with(|n| n.set(n.get() + 1));
         tally.seen = true;
         let mut signers: Vec<String> = Vec::new();
+        // (a signature that is not base64 is no key's: `signed` decodes it the same way)
+        let raw = STANDARD.decode(layer.signature.trim()).ok();
         for key in trust.keys() {
-            if !key.signed(layer.signature, layer.payload) {
+            let Some(raw) = raw.as_deref() else {
+                break;
+            };
+            if !key.signed_raw(raw, layer.payload) {
                 continue;
             }
             match trust.key_log() {
                 None => signers.push(format!("key {}", key.fingerprint())),
                 Some(root) => {
-                    let raw = STANDARD.decode(layer.signature.trim()).unwrap_or_default();
-                    match super::tlog::key_logged(
-                        root,
-                        layer.bundle,
-                        layer.payload,
-                        &raw,
-                        key.der(),
-                    ) {
+                    match super::tlog::key_logged(root, layer.bundle, layer.payload, raw, key.der())
+                    {
                         Ok(()) => signers.push(format!("key {}", key.fingerprint())),
                         Err(why) => tally.untrusted(unlogged(key, &why)),
                     }
@@ -236,6 +235,9 @@ pub(crate) mod tests {
         let other_log = TestSigstore::new().log_entry(&payload, &signature, &pem, sigstore.now);
         let other_signature = sign(&other_signer, &payload);
         let other_key = sigstore.log_entry(&payload, &other_signature, &other_pem, sigstore.now);
+        // The same payload and signature logged with another key; another payload logged.
+        let their_key = sigstore.log_entry(&payload, &signature, &other_pem, sigstore.now);
+        let other_payload = sigstore.log_entry(b"other", &signature, &pem, sigstore.now);
         let tampered = logged.replace(
             &format!("\"integratedTime\":{}", sigstore.now),
             &format!("\"integratedTime\":{}", sigstore.now + 1),
@@ -266,6 +268,8 @@ pub(crate) mod tests {
         assert!(text.contains("no transparency log bundle"), "{text}");
         assert!(why(Some(&other_log)).contains("no log the trusted root names"));
         assert!(why(Some(&other_key)).contains("of another signature, payload or key"));
+        assert!(why(Some(&their_key)).contains("of another signature, payload or key"));
+        assert!(why(Some(&other_payload)).contains("of another signature, payload or key"));
         assert!(why(Some(&tampered)).contains("does not verify"));
     }
 

@@ -6,8 +6,9 @@
 //! come in the `dev.sigstore.cosign/bundle` annotation ([`LayerBundle`]); a Sigstore bundle
 //! carries them in its verification material (`bundle`).
 //!
-//! Owns: reading those entries and the SET check. Never: decides what a logged signature is
-//! worth (`keyless` for certificates, `simple_signing` and `bundle` for keys), or any I/O.
+//! Owns: reading those entries, the SET check, and whether an entry is of a given signature.
+//! Never: decides what a logged signature is worth (`keyless` for certificates,
+//! `simple_signing` and `bundle` for keys), or any I/O.
 
 use std::borrow::Cow;
 
@@ -156,9 +157,31 @@ pub(crate) fn promised(root: &TrustedRoot, entry: &LogEntry<'_>) -> Result<(), C
         .map_err(|_| Cow::Borrowed("the log's signed entry timestamp does not verify"))
 }
 
-/// Whether a key's signature in a tag-scheme `layer` (`signature`, raw) is logged: its bundle
-/// annotation's SET is a log's of `root`, over a `hashedrekord` entry of this payload,
-/// signature and key (`key`, its SubjectPublicKeyInfo).
+/// Whether `entry` is logged (its SET, [`promised`]) and its body is of what the caller signed
+/// (`is_of`, over the decoded body); `other` says why not when it is not.
+pub(crate) fn logged(
+    root: &TrustedRoot,
+    entry: &LogEntry<'_>,
+    is_of: &dyn Fn(&[u8]) -> bool,
+    other: &'static str,
+) -> Result<(), Cow<'static, str>> {
+    promised(root, entry)?;
+    let body = STANDARD
+        .decode(entry.body.trim())
+        .map_err(|_| "the log's entry is not base64")?;
+    if is_of(&body) {
+        Ok(())
+    } else {
+        Err(Cow::Borrowed(other))
+    }
+}
+
+/// Why a key's signature is not the one a log entry names.
+pub(crate) const OTHER_KEY_ENTRY: &str = "the log's entry is of another signature, payload or key";
+
+/// Whether a key's signature in a tag-scheme layer (`signature`, raw, over `payload`) is
+/// logged: the layer's bundle annotation holds a SET of a log of `root` over a `hashedrekord`
+/// entry of this payload, signature and key (`key`, its SubjectPublicKeyInfo).
 pub(crate) fn key_logged(
     root: &TrustedRoot,
     bundle: Option<&str>,
@@ -167,16 +190,6 @@ pub(crate) fn key_logged(
     key: &[u8],
 ) -> Result<(), Cow<'static, str>> {
     let bundle = LayerBundle::read(bundle)?;
-    let entry = bundle.entry();
-    promised(root, &entry)?;
-    let body = STANDARD
-        .decode(entry.body.trim())
-        .map_err(|_| "the log's entry is not base64")?;
-    if logged_rekord(&body, payload, signature, key) {
-        Ok(())
-    } else {
-        Err(Cow::Borrowed(
-            "the log's entry is of another signature, payload or key",
-        ))
-    }
+    let is_of = |body: &[u8]| logged_rekord(body, payload, signature, key);
+    logged(root, &bundle.entry(), &is_of, OTHER_KEY_ENTRY)
 }

@@ -7,7 +7,7 @@
 //! read past: pinhook checks no RFC 3161 timestamp (docs/signatures.md says so).
 //!
 //! Owns: the file's reading, bounds and errors, and the root's fingerprint. Never: verifies a
-//! certificate or an entry (`keyless` does).
+//! certificate, an SCT or an entry (`keyless`, `sct` and `tlog` do).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;

@@ -40,6 +40,10 @@ pub enum Sct {
     At(u64),
     /// A list that does not parse.
     Malformed,
+    /// The good list, twice (two extensions).
+    TwoLists,
+    /// One, of the trusted CT log, over this certificate, but naming SHA-384 as its hash.
+    Sha384,
     /// This many of other logs, then a good one.
     AfterOthers(usize),
 }
@@ -209,7 +213,8 @@ impl TestSigstore {
         let other_log = || KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
         let list = match sct {
             Sct::None => return (precertificate, key),
-            Sct::Good => sct_list(&[self.sct(&self.ct, now, &tbs)]),
+            Sct::Good | Sct::TwoLists => sct_list(&[self.sct(&self.ct, now, &tbs)]),
+            Sct::Sha384 => sct_list(&[self.sct_hashed(&self.ct, now, &tbs, 5)]),
             Sct::OtherLog => sct_list(&[self.sct(&other_log(), now, &tbs)]),
             Sct::OverAnotherCertificate => {
                 let other = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
@@ -226,6 +231,9 @@ impl TestSigstore {
             }
         };
         params.custom_extensions.push(sct_extension(&list));
+        if let Sct::TwoLists = sct {
+            params.custom_extensions.push(sct_extension(&list));
+        }
         (params.signed_by(&key, &self.ca).unwrap(), key)
     }
 
@@ -257,6 +265,11 @@ impl TestSigstore {
     /// An SCT (RFC 6962 §3.2) of `log` at `time` (milliseconds) over the precertificate `tbs`
     /// this CA issued.
     fn sct(&self, log: &KeyPair, time: u64, tbs: &[u8]) -> Vec<u8> {
+        self.sct_hashed(log, time, tbs, 4)
+    }
+
+    /// [`Self::sct`], naming `hash` (TLS's HashAlgorithm: 4 is SHA-256) as its hash.
+    fn sct_hashed(&self, log: &KeyPair, time: u64, tbs: &[u8], hash: u8) -> Vec<u8> {
         let mut signed = vec![0u8, 0];
         signed.extend_from_slice(&time.to_be_bytes());
         signed.extend_from_slice(&1u16.to_be_bytes());
@@ -268,7 +281,7 @@ impl TestSigstore {
         let mut sct = vec![0u8];
         sct.extend_from_slice(&Sha256::digest(log.subject_public_key_info()));
         sct.extend_from_slice(&time.to_be_bytes());
-        sct.extend_from_slice(&[0, 0, 4, 3]);
+        sct.extend_from_slice(&[0, 0, hash, 3]);
         sct.extend_from_slice(&(signature.len() as u16).to_be_bytes());
         sct.extend_from_slice(&signature);
         sct
@@ -357,19 +370,36 @@ impl TestSigstore {
     /// of the envelope's PAE naming the key, with a SET.
     #[allow(dead_code)]
     pub fn logged_key_bundle(&self, key: &KeyPair, statement: &[u8]) -> String {
+        self.logged_key_bundle_as(key, statement, "hashedrekord")
+    }
+
+    /// [`Self::logged_key_bundle`], its log entry of `kind`: `dsse` as cosign before 3.1 logs
+    /// it, `hashedrekord` (of the PAE) as cosign 3.1 on does.
+    #[allow(dead_code)]
+    pub fn logged_key_bundle_as(&self, key: &KeyPair, statement: &[u8], kind: &str) -> String {
         let signed = pae(statement);
         let signature = key.sign(&signed).unwrap();
-        let body = serde_json::json!({
-            "apiVersion": "0.0.1",
-            "kind": "hashedrekord",
-            "spec": {
-                "data": {"hash": {"algorithm": "sha256", "value": hex(&Sha256::digest(&signed))}},
-                "signature": {
-                    "content": STANDARD.encode(&signature),
-                    "publicKey": {"content": STANDARD.encode(key.public_key_pem())},
+        let verifier = STANDARD.encode(key.public_key_pem());
+        let body = if kind == "dsse" {
+            serde_json::json!({
+                "apiVersion": "0.0.1",
+                "kind": "dsse",
+                "spec": {
+                    "envelopeHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(b"envelope"))},
+                    "payloadHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(statement))},
+                    "signatures": [{"signature": STANDARD.encode(&signature), "verifier": verifier}],
                 },
-            },
-        });
+            })
+        } else {
+            serde_json::json!({
+                "apiVersion": "0.0.1",
+                "kind": kind,
+                "spec": {
+                    "data": {"hash": {"algorithm": "sha256", "value": hex(&Sha256::digest(&signed))}},
+                    "signature": {"content": STANDARD.encode(&signature), "publicKey": {"content": verifier}},
+                },
+            })
+        };
         let body = STANDARD.encode(body.to_string());
         let key_id = Sha256::digest(self.log.subject_public_key_info());
         serde_json::json!({
@@ -379,7 +409,7 @@ impl TestSigstore {
                 "tlogEntries": [{
                     "logIndex": "7",
                     "logId": {"keyId": STANDARD.encode(key_id)},
-                    "kindVersion": {"kind": "hashedrekord", "version": "0.0.1"},
+                    "kindVersion": {"kind": kind, "version": "0.0.1"},
                     "integratedTime": self.now.to_string(),
                     "inclusionPromise": {"signedEntryTimestamp": self.set_over(&body, self.now)},
                     "canonicalizedBody": body,
