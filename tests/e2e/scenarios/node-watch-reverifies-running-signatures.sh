@@ -37,8 +37,9 @@ scenario_node_watch_reverifies_running_signatures() {
   fi
   watch_ensure || return 1
   port=$(watch_any_port) || { bad "no watch replica runs"; return 1; }
+  # the log of the replica that runs (after watch-lease-takeover, replica 0's is a dead one's)
   watch_log="$WATCH_DIR/watch-0.log"
-  [[ -s $watch_log ]] || watch_log="$WATCH_DIR/watch-1.log"
+  watch_running 0 || watch_log="$WATCH_DIR/watch-1.log"
 
   # An image of its own, signed by the helper's key.
   node_oci_image "$RUN/oci-node-resign" "$RUN/pause" "node-resign:1.0" || return 1
