@@ -235,7 +235,7 @@ pub(crate) fn tally(
             };
             match logged {
                 Ok(()) => signers.push(format!("key {}", key.fingerprint())),
-                Err(why) => tally.untrusted(super::simple_signing::unlogged(key, &why)),
+                Err(why) => tally.untrusted(super::tlog::unlogged(key.fingerprint(), &why)),
             }
         }
         if let Some(keyless) = trust.keyless() {

@@ -105,7 +105,7 @@ pub fn judge_layers(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Diges
                     match super::tlog::key_logged(root, layer.bundle, layer.payload, raw, key.der())
                     {
                         Ok(()) => signers.push(format!("key {}", key.fingerprint())),
-                        Err(why) => tally.untrusted(unlogged(key, &why)),
+                        Err(why) => tally.untrusted(super::tlog::unlogged(key.fingerprint(), &why)),
                     }
                 }
             }
@@ -129,14 +129,6 @@ pub fn judge_layers(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Diges
         }
     }
     LayersJudged(Err(tally))
-}
-
-/// Why a trusted key's signature does not count: the entry wants it logged, and it is not.
-pub(crate) fn unlogged(key: &super::PublicKey, why: &str) -> String {
-    format!(
-        "signed by key {}, but not logged in a transparency log the entry trusts: {why}",
-        key.fingerprint()
-    )
 }
 
 /// The simple signing payload cosign signs for `digest` of `repository`.

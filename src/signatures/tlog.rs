@@ -176,6 +176,12 @@ pub(crate) fn logged(
     }
 }
 
+/// Why a trusted key's signature (the key's fingerprint) does not count: the entry wants it
+/// logged, and it is not.
+pub(crate) fn unlogged(key: &str, why: &str) -> String {
+    format!("signed by key {key}, but not logged in a transparency log the entry trusts: {why}")
+}
+
 /// Why a key's signature is not the one a log entry names.
 pub(crate) const OTHER_KEY_ENTRY: &str = "the log's entry is of another signature, payload or key";
 
