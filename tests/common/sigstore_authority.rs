@@ -377,47 +377,14 @@ impl TestSigstore {
     /// it, `hashedrekord` (of the PAE) as cosign 3.1 on does.
     #[allow(dead_code)]
     pub fn logged_key_bundle_as(&self, key: &KeyPair, statement: &[u8], kind: &str) -> String {
-        let signed = pae(statement);
-        let signature = key.sign(&signed).unwrap();
-        let verifier = STANDARD.encode(key.public_key_pem());
-        let body = if kind == "dsse" {
-            serde_json::json!({
-                "apiVersion": "0.0.1",
-                "kind": "dsse",
-                "spec": {
-                    "envelopeHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(b"envelope"))},
-                    "payloadHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(statement))},
-                    "signatures": [{"signature": STANDARD.encode(&signature), "verifier": verifier}],
-                },
-            })
-        } else {
-            serde_json::json!({
-                "apiVersion": "0.0.1",
-                "kind": kind,
-                "spec": {
-                    "data": {"hash": {"algorithm": "sha256", "value": hex(&Sha256::digest(&signed))}},
-                    "signature": {"content": STANDARD.encode(&signature), "publicKey": {"content": verifier}},
-                },
-            })
-        };
-        let body = STANDARD.encode(body.to_string());
-        let key_id = Sha256::digest(self.log.subject_public_key_info());
-        serde_json::json!({
-            "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
-            "verificationMaterial": {
-                "publicKey": {"hint": "test-key"},
-                "tlogEntries": [{
-                    "logIndex": "7",
-                    "logId": {"keyId": STANDARD.encode(key_id)},
-                    "kindVersion": {"kind": kind, "version": "0.0.1"},
-                    "integratedTime": self.now.to_string(),
-                    "inclusionPromise": {"signedEntryTimestamp": self.set_over(&body, self.now)},
-                    "canonicalizedBody": body,
-                }],
-            },
-            "dsseEnvelope": envelope(statement, &signature),
-        })
-        .to_string()
+        let signature = key.sign(&pae(statement)).unwrap();
+        self.logged_bundle(
+            statement,
+            &signature,
+            &key.public_key_pem(),
+            ("publicKey", serde_json::json!({"hint": "test-key"})),
+            kind,
+        )
     }
 
     /// A cosign 3 bundle (v0.3) of `statement` signed keyless by `subject` of `issuer`: a DSSE
@@ -436,9 +403,30 @@ impl TestSigstore {
         kind: &str,
     ) -> String {
         let (certificate, key) = self.issue(issuer, subject, self.now - 30);
+        let signature = key.sign(&pae(statement)).unwrap();
+        let material = serde_json::json!({"rawBytes": STANDARD.encode(certificate.der())});
+        self.logged_bundle(
+            statement,
+            &signature,
+            &certificate.pem(),
+            ("certificate", material),
+            kind,
+        )
+    }
+
+    /// A cosign 3 bundle (v0.3) of `statement` with `signature` over its PAE by `verifier`
+    /// (PEM: a key or a certificate), verification material `material` (its field and value)
+    /// and a log entry of `kind` (`dsse`, or `hashedrekord` of the PAE) with its SET.
+    fn logged_bundle(
+        &self,
+        statement: &[u8],
+        signature: &[u8],
+        verifier: &str,
+        (field, material): (&str, serde_json::Value),
+        kind: &str,
+    ) -> String {
         let signed = pae(statement);
-        let signature = key.sign(&signed).unwrap();
-        let verifier = STANDARD.encode(certificate.pem());
+        let verifier = STANDARD.encode(verifier);
         let body = if kind == "dsse" {
             serde_json::json!({
                 "apiVersion": "0.0.1",
@@ -446,7 +434,7 @@ impl TestSigstore {
                 "spec": {
                     "envelopeHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(b"envelope"))},
                     "payloadHash": {"algorithm": "sha256", "value": hex(&Sha256::digest(statement))},
-                    "signatures": [{"signature": STANDARD.encode(&signature), "verifier": verifier}],
+                    "signatures": [{"signature": STANDARD.encode(signature), "verifier": verifier}],
                 },
             })
         } else {
@@ -455,7 +443,7 @@ impl TestSigstore {
                 "kind": kind,
                 "spec": {
                     "data": {"hash": {"algorithm": "sha256", "value": hex(&Sha256::digest(&signed))}},
-                    "signature": {"content": STANDARD.encode(&signature), "publicKey": {"content": verifier}},
+                    "signature": {"content": STANDARD.encode(signature), "publicKey": {"content": verifier}},
                 },
             })
         };
@@ -464,7 +452,7 @@ impl TestSigstore {
         serde_json::json!({
             "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
             "verificationMaterial": {
-                "certificate": {"rawBytes": STANDARD.encode(certificate.der())},
+                field: material,
                 "tlogEntries": [{
                     "logIndex": "7",
                     "logId": {"keyId": STANDARD.encode(key_id)},
@@ -474,7 +462,7 @@ impl TestSigstore {
                     "canonicalizedBody": body,
                 }],
             },
-            "dsseEnvelope": envelope(statement, &signature),
+            "dsseEnvelope": envelope(statement, signature),
         })
         .to_string()
     }
