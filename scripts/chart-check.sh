@@ -580,6 +580,22 @@ operator_kinds() {
     done
 }
 check "manifests/components/operator-kinds adds the Rollout and Cluster rules to pin and validate" operator_kinds
+# components/apiserver-policy: the base with it gains the ValidatingAdmissionPolicy and its
+# binding, mirroring the base's policy (mode audit, no exemptions); the base alone has neither.
+apiserver_policy_component() {
+    local dir rendered
+    dir=$(mktemp -d)
+    cp -r manifests "$dir/" && mkdir -p "$dir/manifests/overlays/vap-check"
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents: [../../components/apiserver-policy]\n' \
+        >"$dir/manifests/overlays/vap-check/kustomization.yaml"
+    rendered=$(kubectl kustomize "$dir/manifests/overlays/vap-check") || { rm -rf "$dir"; return 1; }
+    rm -rf "$dir"
+    [[ $(grep -c -e '^kind: ValidatingAdmissionPolicy$' -e '^kind: ValidatingAdmissionPolicyBinding$' <<<"$rendered") == 2 ]] ||
+        { echo "not one policy and one binding"; return 1; }
+    grep -q 'expression: .\"audit\".' <<<"$rendered" || { echo "policyMode is not the base's audit"; return 1; }
+    ! kubectl kustomize manifests/base | grep -q '^kind: ValidatingAdmissionPolicy' || { echo "in the base"; return 1; }
+}
+check "manifests/components/apiserver-policy adds the ValidatingAdmissionPolicy and binding (audit, as the base's policy); the base has none" apiserver_policy_component
 # pods_get: pinhook may `get pods` only where it reads a stored Pod, before 1.22 (the
 # pods/ephemeralcontainers object carries no imagePullSecrets there); `list pods` everywhere.
 # The chart by --kube-version; the kustomize base (rendered for 1.22+) without get, and with

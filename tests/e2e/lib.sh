@@ -409,12 +409,17 @@ providers:
       - {name: PLUGIN_COUNT_FILE, value: "$PROVIDERS/runs"}
 EOF
   PROBE_EXPECTED=$(pinned app 1.0)
+  start_main_pinhook
+  e2e_ns e2e-probe || die "cannot create namespace e2e-probe"
+  wait_effective e2e-probe
+}
+# start_main_pinhook: the main pinhook (PINHOOK_PID), as e2e_setup_pinhook starts it; a scenario
+# that stops it (stop_pid "$PINHOOK_PID") starts it again with this
+start_main_pinhook() {
   start_pinhook pinhook "$PINHOOK_PORT" "$CERT_DIR" "$RUN/policy.yaml" \
     --image-credential-provider-config "$PROVIDERS/config.yaml" \
     --image-credential-provider-bin-dir "$PROVIDERS/bin"
   PINHOOK_PID=$STARTED_PID
-  e2e_ns e2e-probe || die "cannot create namespace e2e-probe"
-  wait_effective e2e-probe
 }
 # start_pinhook NAME PORT CERT_DIR POLICY [SERVE-ARGS...]: `pinhook serve` in the background
 # (log $RUN/NAME.log, or PINHOOK_OUT; PID in $RUN/NAME.pid and STARTED_PID), then wait for its /readyz

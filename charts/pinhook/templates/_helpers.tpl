@@ -460,3 +460,39 @@ matchConditions:
     expression: {{ .Files.Get "cel/call-unless-pinned-pod.cel" | trim | quote }}
 {{- end }}
 {{- end }}
+
+{{/*
+Whether the ValidatingAdmissionPolicy and its binding are rendered (templates/
+validatingadmissionpolicy.yaml): webhook.apiserverPolicy, Kubernetes 1.30+, and a policy whose
+enforce refuses every unpinned image (not onResolutionFailure: allow).
+*/}}
+{{- define "pinhook.apiserverPolicy" -}}
+{{- $policy := .Values.policy | default dict -}}
+{{- if and .Values.webhook.apiserverPolicy (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) (ne (toString (get $policy "onResolutionFailure")) "allow") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "pinhook.apiserverPolicyName" -}}
+{{- printf "%s-pinned-pods" (include "pinhook.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+A glob of pinhook's policy (`*` any run of characters, `?` one, the rest literal, the whole
+string) as an anchored RE2 regex for CEL's matches(). Call with (dict "glob" G "image" BOOL): an
+image glob starting docker.io/ also matches index.docker.io/, and one starting
+docker.io/library/ a docker.io name without library/, as pinhook reads those names (CEL cannot
+rewrite the name; the regex matches its forms instead).
+*/}}
+{{- define "pinhook.globRegex" -}}
+{{- $glob := toString .glob -}}
+{{- $prefix := "^" -}}
+{{- if and .image (hasPrefix "docker.io/library/" $glob) -}}
+{{- $prefix = "^(index\\.)?docker\\.io/(library/)?" -}}
+{{- $glob = trimPrefix "docker.io/library/" $glob -}}
+{{- else if and .image (hasPrefix "docker.io/" $glob) -}}
+{{- $prefix = "^(index\\.)?docker\\.io/" -}}
+{{- $glob = trimPrefix "docker.io/" $glob -}}
+{{- end -}}
+{{- printf "%s%s$" $prefix (regexQuoteMeta $glob | replace "\\*" ".*" | replace "\\?" ".") -}}
+{{- end -}}

@@ -3,6 +3,7 @@
 //! (the same decisions offline), and the bounds on a review's work, on clients and under
 //! faults, and what a review's own text can do to the log.
 
+mod apiserver_policy;
 mod body_budget;
 mod bounded_reviews;
 mod check_cli;

@@ -17,7 +17,7 @@ const NAMESPACE: &str = "pinhook-system";
 
 /// `helm template pinhook charts/pinhook -n NAMESPACE ARGS...`: stdout on success, stderr on
 /// failure.
-fn helm_template(namespace: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) fn helm_template(namespace: &str, args: &[&str]) -> Result<String, String> {
     let helm = std::env::var("PINHOOK_HELM").unwrap_or_else(|_| "helm3".to_string());
     let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/pinhook");
     let output = Command::new(&helm)
@@ -40,7 +40,7 @@ fn helm_template(namespace: &str, args: &[&str]) -> Result<String, String> {
 }
 
 /// The objects of a render, one per YAML document (documents split on `\n---`).
-fn render(args: &[&str]) -> Vec<Value> {
+pub(crate) fn render(args: &[&str]) -> Vec<Value> {
     let text = helm_template(NAMESPACE, args).unwrap_or_else(|e| panic!("helm template: {e}"));
     format!("\n{text}")
         .split("\n---")
@@ -58,7 +58,7 @@ fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
 }
 
-fn get<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+pub(crate) fn get<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     find(objects, kind, name).unwrap_or_else(|| {
         let all: Vec<String> = objects
             .iter()

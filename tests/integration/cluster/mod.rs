@@ -3,7 +3,7 @@
 //! HTTPS server's certificate reload and shutdown, and the Helm chart as `helm template`
 //! renders it; who may read the watch's `/inventory`.
 
-mod chart;
+pub(crate) mod chart;
 mod controllers_https;
 mod dry_run_https;
 mod loop_ledger;
