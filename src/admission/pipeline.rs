@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::loops::ledger::{LocalLedger, LoopLedger};
-use super::plan::{self, Object, Plan, Resolutions, Verdicts};
+use super::plan::{self, Object, Plan, Resolutions};
 use super::revision_pods::{sibling_digest, NoRevisionPods, RevisionPods, Sibling};
 use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
@@ -31,6 +31,7 @@ use crate::weight::weight;
 use crate::workload::WorkloadError;
 
 mod notices;
+mod signatures;
 
 pub use self::notices::{
     DeniedPod, LoopTrip, OwnerHandler, OwnerNotice, DENIED_NOTICES_PER_NAMESPACE,
@@ -252,101 +253,6 @@ impl Pinner {
         Ok(self
             .verify_signatures(&policy, target, plan, keyring, deadline)
             .await)
-    }
-
-    /// Verifies the signatures of every digest `plan` admits that a `verify` entry covers, each
-    /// distinct (repository, digest, trust) once and all at once, within `deadline`, with the
-    /// pod's pull credentials (read now unless the tags' resolution read them), and applies
-    /// the verdicts. No verifier (a test's Pinner) verifies nothing: every covered digest is
-    /// then refused, never let through.
-    async fn verify_signatures(
-        &self,
-        policy: &CompiledPolicy,
-        target: &Target<'_>,
-        mut plan: Plan,
-        keyring: Option<Keyring>,
-        deadline: Instant,
-    ) -> Plan {
-        let checks = plan::signature_checks(policy, &plan);
-        if checks.is_empty() {
-            return plan;
-        }
-        let mut verdicts = Verdicts::new();
-        if let (false, Some(verifier)) = (checks.distinct.is_empty(), &self.signatures) {
-            let keyring = match keyring {
-                Some(keyring) => keyring,
-                None => {
-                    let images: Vec<&Reference> =
-                        checks.distinct.iter().map(|c| &c.image).collect();
-                    let pod = self.keyring_for(policy, target, &images, deadline).await;
-                    plan.warnings.extend(pod.warnings);
-                    pod.keyring
-                }
-            };
-            // A routed image's signatures are asked where its tag is resolved: its mirrors.
-            let mut unusable = Vec::new();
-            let routed: Vec<Option<RoutedCall>> = checks
-                .distinct
-                .iter()
-                .map(|check| {
-                    let route = policy.routes.route(&check.image)?;
-                    Some(RoutedCall::new(
-                        &check.image,
-                        &route,
-                        &keyring,
-                        &self.mirror_keyrings,
-                        &mut unusable,
-                    ))
-                })
-                .collect();
-            unusable.sort();
-            unusable.dedup();
-            plan.warnings.extend(unusable);
-            let calls = checks.distinct.iter().zip(&routed).map(|(check, routed)| {
-                let credentials = keyring.lookup(&check.image);
-                let verifier = verifier.clone();
-                async move {
-                    let started = Instant::now();
-                    let call = async {
-                        match routed {
-                            Some(routed) => {
-                                mirrored::verify_routed(
-                                    verifier.as_ref(),
-                                    routed,
-                                    &check.key.digest,
-                                    &check.trust,
-                                )
-                                .await
-                            }
-                            None => {
-                                verifier
-                                    .verify(
-                                        &check.image,
-                                        &check.key.digest,
-                                        &credentials,
-                                        &check.trust,
-                                    )
-                                    .await
-                            }
-                        }
-                    };
-                    let answer =
-                        tokio::time::timeout_at(deadline, call)
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err(RegistryError::Timeout {
-                                    registry: check.image.domain().to_string(),
-                                    timeout: Duration::from_millis(
-                                        started.elapsed().as_millis() as u64
-                                    ),
-                                })
-                            });
-                    answer
-                }
-            });
-            verdicts = join_all(calls).await;
-        }
-        plan.with_signatures(&checks, &verdicts)
     }
 
     /// Checks without resolving any tag that every image new in this request is pinned (and that
@@ -670,7 +576,7 @@ mod tests {
     }
 
     /// A pinner's parts under the default policy, resolving with `resolver`.
-    fn parts(resolver: Arc<Scripted>) -> PinnerParts {
+    pub(super) fn parts(resolver: Arc<Scripted>) -> PinnerParts {
         PinnerParts {
             policy: PolicyHandle::new(
                 Policy::parse("mode: enforce\n")
@@ -691,7 +597,7 @@ mod tests {
     }
 
     /// The CREATE of Pod `p` in namespace `team`.
-    fn created_pod(pod: &Value) -> Target<'_> {
+    pub(super) fn created_pod(pod: &Value) -> Target<'_> {
         Target {
             view: Object {
                 group: "",

@@ -34,7 +34,7 @@ pub use signed::{checks as signature_checks, CheckKey, SignatureCheck, Signature
 
 use mirror::{mirror_messages, mirror_plan, MirrorVerdict};
 use outcome::{
-    empty, exempt, failed, finish, origin_warnings, refused, resolution_failed,
+    already_pinned, empty, exempt, failed, finish, origin_warnings, refused, resolution_failed,
     resolution_warnings, unchanged, unpinned, unpinned_of_operator,
 };
 
@@ -76,12 +76,17 @@ enum Stage {
 /// What to do with a site before any registry call.
 enum Triage {
     Keep(ImageSite, String),
+    /// Already pinned to a digest, kept as written.
+    Pinned(ImageSite, Reference),
     Exempt(ImageSite),
     Refuse(ImageSite, Reason, String),
     Resolve(ImageSite, Reference),
     /// `resolve: Always` on a `tag@digest` reference: the tag must still point at the digest.
     Verify(ImageSite, Reference, Digest),
 }
+
+/// Why an image already pinned to a digest is kept as written.
+const ALREADY_PINNED: &str = "already pinned to a digest";
 
 /// Starts the mutating decision for `object` under `policy`.
 pub fn mutation<'a>(policy: &'a CompiledPolicy, object: Object<'a>) -> Mutation<'a> {
@@ -217,6 +222,7 @@ impl Validation<'_> {
             .into_iter()
             .map(|site| match triage(policy, object.namespace, site) {
                 Triage::Keep(site, reason) => unchanged(site, reason),
+                Triage::Pinned(site, parsed) => already_pinned(site, ALREADY_PINNED, parsed),
                 Triage::Exempt(site) => exempt(site),
                 Triage::Refuse(site, Reason::RegistryDenied, _) | Triage::Resolve(site, _)
                     if !judge_unpinned =>
@@ -228,9 +234,7 @@ impl Validation<'_> {
                     Some(owner) => unpinned_of_operator(policy, site, owner),
                     None => unpinned(policy, site),
                 },
-                Triage::Verify(site, ..) => {
-                    unchanged(site, "already pinned to a digest".to_string())
-                }
+                Triage::Verify(site, parsed, _) => already_pinned(site, ALREADY_PINNED, parsed),
             })
             .collect();
         Ok(finish(mode, outcomes, warnings))
@@ -258,7 +262,7 @@ fn triage(policy: &CompiledPolicy, namespace: &str, site: ImageSite) -> Triage {
                 Ok(()) => Triage::Verify(site, reference, digest),
                 Err(e) => Triage::Refuse(site, Reason::RegistryDenied, e.to_string()),
             },
-            false => Triage::Keep(site, "already pinned to a digest".to_string()),
+            false => Triage::Pinned(site, reference),
         };
     }
     match policy.hosts.check_host(reference.domain()) {
@@ -308,6 +312,7 @@ fn distinct_wanted(triaged: &[Triage]) -> Vec<&Reference> {
 fn outcome(policy: &CompiledPolicy, triage: Triage, resolutions: &Resolutions) -> ImageOutcome {
     match triage {
         Triage::Keep(site, reason) => unchanged(site, reason),
+        Triage::Pinned(site, parsed) => already_pinned(site, ALREADY_PINNED, parsed),
         Triage::Exempt(site) => exempt(site),
         Triage::Refuse(site, reason, text) => refused(site, reason, text),
         Triage::Resolve(site, reference) => match resolutions.get(&reference.tag_reference()) {
@@ -320,6 +325,7 @@ fn outcome(policy: &CompiledPolicy, triage: Triage, resolutions: &Resolutions) -
                 source: Some(resolution.source),
                 origin: resolution.origin.clone(),
                 signature: None,
+                parsed: Some(reference),
                 site,
             },
             Some(Err(e)) => resolution_failed(policy, site, e),
@@ -327,9 +333,10 @@ fn outcome(policy: &CompiledPolicy, triage: Triage, resolutions: &Resolutions) -
         },
         Triage::Verify(site, reference, pinned) => {
             match resolutions.get(&reference.tag_reference()) {
-                Some(Ok(resolution)) if resolution.digest == pinned => unchanged(
+                Some(Ok(resolution)) if resolution.digest == pinned => already_pinned(
                     site,
-                    "already pinned; the tag still points at this digest".to_string(),
+                    "already pinned; the tag still points at this digest",
+                    reference,
                 ),
                 Some(Ok(resolution)) => {
                     let text = format!(

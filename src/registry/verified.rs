@@ -48,6 +48,19 @@ pub trait SignatureVerifier: Send + Sync {
         credentials: &[Credential],
         trust: &Arc<Trust>,
     ) -> Result<Verdict, RegistryError>;
+
+    /// The verdict held for what [`SignatureVerifier::verify`] would be asked, if one is: no
+    /// flight, no fetch, nothing to wait for (a warm admission asks this first). `None` by
+    /// default: ask `verify`.
+    async fn held(
+        &self,
+        _image: &Reference,
+        _digest: &Digest,
+        _credentials: &[Credential],
+        _trust: &Arc<Trust>,
+    ) -> Option<Verdict> {
+        None
+    }
 }
 
 /// Where signature layers come from: the stack's identity-token exchange and client
@@ -78,7 +91,7 @@ impl SignatureSource for IdentityTokens {
 
 /// (repository, digest, trust fingerprint, the fingerprints of the credentials that asked): a
 /// verdict one namespace's credentials got is never another's.
-type Key = (String, Digest, String, Vec<Fingerprint>);
+type Key = (String, Digest, Arc<str>, Vec<Fingerprint>);
 
 /// The verdicts, cached, over the stack's own client.
 pub struct VerifiedSignatures {
@@ -189,12 +202,7 @@ impl SignatureVerifier for VerifiedSignatures {
         credentials: &[Credential],
         trust: &Arc<Trust>,
     ) -> Result<Verdict, RegistryError> {
-        let key = (
-            image.repository(),
-            digest.clone(),
-            trust.fingerprint().to_string(),
-            credentials.iter().map(Credential::fingerprint).collect(),
-        );
+        let key = key(image, digest, credentials, trust);
         // A verdict held answers at once: no flight, no cryptography.
         if let Some(verdict) = self.verdicts.get(&key).await {
             self.metrics
@@ -219,6 +227,31 @@ impl SignatureVerifier for VerifiedSignatures {
             .signature_verification(outcome, if fetched { "registry" } else { "cache" });
         answer
     }
+
+    async fn held(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credentials: &[Credential],
+        trust: &Arc<Trust>,
+    ) -> Option<Verdict> {
+        let verdict = self
+            .verdicts
+            .get(&key(image, digest, credentials, trust))
+            .await?;
+        self.metrics
+            .signature_verification(verdict.reason(), "cache");
+        Some(verdict)
+    }
+}
+
+fn key(image: &Reference, digest: &Digest, credentials: &[Credential], trust: &Trust) -> Key {
+    (
+        image.repository(),
+        digest.clone(),
+        trust.shared_fingerprint(),
+        credentials.iter().map(Credential::fingerprint).collect(),
+    )
 }
 
 #[cfg(test)]

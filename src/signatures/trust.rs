@@ -20,7 +20,7 @@ pub struct Trust {
     keyless: Option<Keyless>,
     /// The root whose transparency logs must hold a key's signature; `None`: not looked for.
     key_log: Option<Arc<TrustedRoot>>,
-    fingerprint: String,
+    fingerprint: Arc<str>,
 }
 
 impl Trust {
@@ -44,7 +44,7 @@ impl Trust {
             hash.update(keyless.fingerprint().as_bytes());
         }
         Trust {
-            fingerprint: format!("sha256:{:x}", hash.finalize()),
+            fingerprint: format!("sha256:{:x}", hash.finalize()).into(),
             keys,
             keyless,
             key_log: None,
@@ -59,7 +59,7 @@ impl Trust {
         hash.update(b"\nkeys logged in ");
         hash.update(root.fingerprint().as_bytes());
         Trust {
-            fingerprint: format!("sha256:{:x}", hash.finalize()),
+            fingerprint: format!("sha256:{:x}", hash.finalize()).into(),
             key_log: Some(root),
             ..self
         }
@@ -82,6 +82,11 @@ impl Trust {
     /// key log's root.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
+    }
+
+    /// [`Trust::fingerprint`], shared: a cache key holds it without copying it.
+    pub fn shared_fingerprint(&self) -> Arc<str> {
+        self.fingerprint.clone()
     }
 }
 

@@ -41,17 +41,26 @@ impl Verdict {
 
     /// One line for a person: why the image counts as signed, or why not.
     pub fn describe(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    /// [`Verdict::describe`], written where it goes (a note of several entries is one string).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Verdict::Verified { signer } => format!("signed by {signer}"),
-            Verdict::NoSignature => "no signature found".to_string(),
-            Verdict::OtherKey => "signed by another key".to_string(),
-            Verdict::OtherDigest { signed } => {
-                format!("the trusted signer signed another digest ({signed}), not this one")
-            }
-            Verdict::OtherIdentity { signer } => {
-                format!("signed keyless by {signer}, an identity the entry does not name")
-            }
-            Verdict::Untrusted { why } => why.clone(),
+            Verdict::Verified { signer } => write!(f, "signed by {signer}"),
+            Verdict::NoSignature => f.write_str("no signature found"),
+            Verdict::OtherKey => f.write_str("signed by another key"),
+            Verdict::OtherDigest { signed } => write!(
+                f,
+                "the trusted signer signed another digest ({signed}), not this one"
+            ),
+            Verdict::OtherIdentity { signer } => write!(
+                f,
+                "signed keyless by {signer}, an identity the entry does not name"
+            ),
+            Verdict::Untrusted { why } => f.write_str(why),
         }
     }
 }

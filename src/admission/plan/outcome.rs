@@ -4,7 +4,7 @@
 //! denies). Pure.
 
 use crate::policy::{CompiledPolicy, FailureAction, Mode};
-use crate::reference::Digest;
+use crate::reference::{Digest, Reference};
 use crate::registry::{Origin, RegistryError, ResolutionSource, SourceCheck};
 use crate::workload::{self, ImageSite, WorkloadError};
 
@@ -64,6 +64,9 @@ pub struct ImageOutcome {
     pub origin: Option<Origin>,
     /// What its signatures said, when a `verify` entry covers the digest admitted.
     pub signature: Option<String>,
+    /// The image as the plan parsed it, when it did and admitted it (pinned, or already
+    /// pinned): the signature checks read it rather than parse it again.
+    pub parsed: Option<Reference>,
 }
 
 /// The outcomes for one object.
@@ -192,7 +195,16 @@ pub(super) fn unchanged(site: ImageSite, reason: String) -> ImageOutcome {
         source: None,
         origin: None,
         signature: None,
+        parsed: None,
         site,
+    }
+}
+
+/// An image already pinned to a digest, kept as written, with its parsed reference.
+pub(super) fn already_pinned(site: ImageSite, reason: &str, parsed: Reference) -> ImageOutcome {
+    ImageOutcome {
+        parsed: Some(parsed),
+        ..unchanged(site, reason.to_string())
     }
 }
 

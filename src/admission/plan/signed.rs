@@ -6,10 +6,13 @@
 //! denied in enforce and reported in audit (`unverified`), whatever `onResolutionFailure`
 //! says: a signature that cannot be fetched is not one that was checked.
 //!
-//! Pure: [`checks`] says what to verify (each image parsed and matched once), the I/O half
+//! Pure: [`checks`] says what to verify (each image matched once, read as the plan parsed it), the I/O half
 //! verifies each distinct check once, and [`Plan::with_signatures`] applies the verdicts.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::policy::{CompiledPolicy, Mode};
@@ -26,7 +29,7 @@ pub struct CheckKey {
     pub repository: String,
     pub digest: Digest,
     /// [`Trust::fingerprint`].
-    pub trust: String,
+    pub trust: Arc<str>,
 }
 
 /// One verification to run.
@@ -68,10 +71,10 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
     if policy.verify.is_empty() {
         return checks;
     }
-    let mut index = HashMap::new();
+    let mut index = FewOrMany::default();
     // Sites of one image (a Deployment's containers and init containers alike) are parsed and
     // matched once.
-    let mut seen: HashMap<(&str, Option<&Digest>), Covered> = HashMap::new();
+    let mut seen: FewOrMany<(&str, Option<&Digest>), Covered> = FewOrMany::default();
     for (i, outcome) in plan.outcomes.iter().enumerate() {
         if let Some(entry) = unpinned_but_covered(policy, outcome) {
             checks.unpinned.push((i, entry));
@@ -95,16 +98,21 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
             let key = CheckKey {
                 repository: image.repository(),
                 digest: digest.clone(),
-                trust: rule.trust.fingerprint().to_string(),
+                trust: rule.trust.shared_fingerprint(),
             };
-            let at = *index.entry(key.clone()).or_insert_with(|| {
-                checks.distinct.push(SignatureCheck {
-                    key,
-                    image: image.clone(),
-                    trust: rule.trust.clone(),
-                });
-                checks.distinct.len() - 1
-            });
+            let at = match index.get(&key) {
+                Some(&at) => at,
+                None => {
+                    let at = checks.distinct.len();
+                    index.insert(key.clone(), at);
+                    checks.distinct.push(SignatureCheck {
+                        key,
+                        image: Reference::clone(&image),
+                        trust: rule.trust.clone(),
+                    });
+                    at
+                }
+            };
             entries.push((rule.index, at));
         }
         if !entries.is_empty() {
@@ -122,6 +130,46 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
         checks.distinct.clear();
     }
     checks
+}
+
+/// A map for the handful of keys one object has: scanned while short, hashed past
+/// [`FewOrMany::FEW`] keys, so an object of thousands of images stays linear while the usual
+/// few are compared rather than SipHashed (a repository, a digest and a fingerprint each time).
+enum FewOrMany<K, V> {
+    Few(Vec<(K, V)>),
+    Many(HashMap<K, V>),
+}
+
+impl<K, V> Default for FewOrMany<K, V> {
+    fn default() -> Self {
+        FewOrMany::Few(Vec::new())
+    }
+}
+
+impl<K: Eq + Hash, V> FewOrMany<K, V> {
+    const FEW: usize = 16;
+
+    fn get(&self, key: &K) -> Option<&V> {
+        match self {
+            FewOrMany::Few(pairs) => pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            FewOrMany::Many(map) => map.get(key),
+        }
+    }
+
+    /// Adds `key`, which is not there yet.
+    fn insert(&mut self, key: K, value: V) {
+        match self {
+            FewOrMany::Few(pairs) if pairs.len() < Self::FEW => pairs.push((key, value)),
+            FewOrMany::Few(pairs) => {
+                let mut map: HashMap<K, V> = std::mem::take(pairs).into_iter().collect();
+                map.insert(key, value);
+                *self = FewOrMany::Many(map);
+            }
+            FewOrMany::Many(map) => {
+                map.insert(key, value);
+            }
+        }
+    }
 }
 
 /// The first entry covering an image admitted without a digest because its tag could not be
@@ -156,11 +204,14 @@ fn is_admitted(outcome: &ImageOutcome) -> bool {
 
 /// The image and the digest an outcome admits, when it is new in this request: the digest
 /// pinned (or, in audit, the one enforce would pin), else the one the image carries.
-fn admitted(outcome: &ImageOutcome) -> Option<(Reference, Digest)> {
+fn admitted(outcome: &ImageOutcome) -> Option<(Cow<'_, Reference>, Digest)> {
     if !is_admitted(outcome) {
         return None;
     }
-    let image = Reference::parse(&outcome.site.image).ok()?;
+    let image = match &outcome.parsed {
+        Some(parsed) => Cow::Borrowed(parsed),
+        None => Cow::Owned(Reference::parse(&outcome.site.image).ok()?),
+    };
     let digest = outcome.digest.clone().or_else(|| image.digest().cloned())?;
     Some((image, digest))
 }
@@ -207,7 +258,7 @@ impl Plan {
             let Some(outcome) = self.outcomes.get_mut(*i) else {
                 continue;
             };
-            let mut notes = Vec::new();
+            let mut notes = String::new();
             let mut refusal = None;
             if let Some(text) = &checks.too_many {
                 outcome.action = failed;
@@ -223,7 +274,10 @@ impl Plan {
                 };
                 match verdicts.get(at) {
                     Some(Ok(verdict @ Verdict::Verified { .. })) => {
-                        notes.push(format!("verify[{entry}]: {}", verdict.describe()));
+                        if !notes.is_empty() {
+                            notes.push_str("; ");
+                        }
+                        let _ = write!(notes, "verify[{entry}]: {verdict}");
                     }
                     Some(Ok(verdict)) => {
                         refusal.get_or_insert_with(|| {
@@ -258,7 +312,7 @@ impl Plan {
                     outcome.signature = Some(text);
                     outcome.result = outcome.site.image.clone();
                 }
-                None => outcome.signature = Some(notes.join("; ")),
+                None => outcome.signature = Some(notes),
             }
         }
         self
@@ -385,7 +439,7 @@ mod tests {
         );
         assert_eq!(
             checks.distinct[0].key.trust,
-            policy.verify[0].trust.fingerprint()
+            policy.verify[0].trust.shared_fingerprint()
         );
         let plan = plan.with_signatures(&checks, &answer_all(&checks, verified()));
         let outcome = &plan.outcomes[0];
@@ -647,5 +701,23 @@ mod tests {
             checks(&policy, &plan).is_empty(),
             "not changed by this update"
         );
+    }
+
+    /// The map keeps every key and its value across the change from scanning to hashing.
+    #[test]
+    fn few_or_many_keeps_every_key_past_the_few() {
+        let mut map = FewOrMany::default();
+        for i in 0..40 {
+            assert_eq!(map.get(&i), None);
+            map.insert(i, i * 10);
+            assert!(matches!(
+                (&map, i < FewOrMany::<i32, i32>::FEW as i32),
+                (FewOrMany::Few(_), true) | (FewOrMany::Many(_), false)
+            ));
+        }
+        for i in 0..40 {
+            assert_eq!(map.get(&i), Some(&(i * 10)));
+        }
+        assert_eq!(map.get(&40), None);
     }
 }

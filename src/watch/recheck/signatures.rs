@@ -7,6 +7,8 @@
 //!
 //! Never: I/O, a client, the clock.
 
+use std::sync::Arc;
+
 use super::*;
 use crate::signatures::{Trust, Verdict};
 
@@ -16,7 +18,7 @@ pub struct SignatureKey {
     pub repository: String,
     pub digest: Digest,
     /// [`Trust::fingerprint`].
-    pub trust: String,
+    pub trust: Arc<str>,
     /// The fingerprints of the credentials that ask it: a namespace whose credentials fail
     /// never answers for another's.
     pub credentials: Vec<Fingerprint>,
@@ -80,7 +82,7 @@ impl<'a> SignaturePlan<'a> {
                 let key = SignatureKey {
                     repository: reference.repository(),
                     digest: digest.clone(),
-                    trust: rule.trust.fingerprint().to_string(),
+                    trust: rule.trust.shared_fingerprint(),
                     credentials: fingerprints.clone(),
                 };
                 self.sites.push((*site, rule.index, key.clone()));

@@ -1,0 +1,265 @@
+//! The signatures half of the pipeline (issue 46): `Pinner::verify_signatures` asks the
+//! verifier about every digest a plan admits that a `verify` entry covers, each distinct
+//! (repository, digest, trust) once: what the verdict cache holds is answered at once (a warm
+//! admission: no call, no deadline, nothing joined), the rest are asked all at once within the
+//! review's deadline, through the image's mirrors where the policy routes its tag, with the
+//! pod's pull credentials. The pure core ([`super::super::plan`]) says what to check and what
+//! the verdicts make of each image.
+//!
+//! Never: decides what a verdict costs an admission.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::time::Instant;
+
+use super::super::plan::{self, Plan, Verdicts};
+use super::{Pinner, Target};
+use crate::policy::CompiledPolicy;
+use crate::reference::Reference;
+use crate::registry::keyring::Keyring;
+use crate::registry::mirrored::{self, RoutedCall};
+use crate::registry::RegistryError;
+
+impl Pinner {
+    /// Verifies the signatures of every digest `plan` admits that a `verify` entry covers, each
+    /// distinct (repository, digest, trust) once and all at once, within `deadline`, with the
+    /// pod's pull credentials (read now unless the tags' resolution read them), and applies
+    /// the verdicts. No verifier (a test's Pinner) verifies nothing: every covered digest is
+    /// then refused, never let through.
+    pub(super) async fn verify_signatures(
+        &self,
+        policy: &CompiledPolicy,
+        target: &Target<'_>,
+        mut plan: Plan,
+        keyring: Option<Keyring>,
+        deadline: Instant,
+    ) -> Plan {
+        let checks = plan::signature_checks(policy, &plan);
+        if checks.is_empty() {
+            return plan;
+        }
+        let mut verdicts = Verdicts::new();
+        if let (false, Some(verifier)) = (checks.distinct.is_empty(), &self.signatures) {
+            let keyring = match keyring {
+                Some(keyring) => keyring,
+                None => {
+                    let images: Vec<&Reference> =
+                        checks.distinct.iter().map(|c| &c.image).collect();
+                    let pod = self.keyring_for(policy, target, &images, deadline).await;
+                    plan.warnings.extend(pod.warnings);
+                    pod.keyring
+                }
+            };
+            // A routed image's signatures are asked where its tag is resolved: its mirrors.
+            let mut unusable = Vec::new();
+            let routed: Vec<Option<RoutedCall>> = checks
+                .distinct
+                .iter()
+                .map(|check| {
+                    let route = policy.routes.route(&check.image)?;
+                    Some(RoutedCall::new(
+                        &check.image,
+                        &route,
+                        &keyring,
+                        &self.mirror_keyrings,
+                        &mut unusable,
+                    ))
+                })
+                .collect();
+            unusable.sort();
+            unusable.dedup();
+            plan.warnings.extend(unusable);
+            // A verdict held answers at once (a warm admission): only the rest are called, each
+            // under the deadline, all at once.
+            let mut held = Vec::with_capacity(checks.distinct.len());
+            for (check, routed) in checks.distinct.iter().zip(&routed) {
+                held.push(match routed {
+                    Some(_) => None,
+                    None => {
+                        let credentials = keyring.lookup(&check.image);
+                        verifier
+                            .held(&check.image, &check.key.digest, &credentials, &check.trust)
+                            .await
+                    }
+                });
+            }
+            let asked = checks
+                .distinct
+                .iter()
+                .zip(&routed)
+                .zip(&held)
+                .filter(|(_, held)| held.is_none())
+                .map(|(asked, _)| asked);
+            let calls = asked.map(|(check, routed)| {
+                let credentials = keyring.lookup(&check.image);
+                let verifier = verifier.clone();
+                async move {
+                    let started = Instant::now();
+                    let call = async {
+                        match routed {
+                            Some(routed) => {
+                                mirrored::verify_routed(
+                                    verifier.as_ref(),
+                                    routed,
+                                    &check.key.digest,
+                                    &check.trust,
+                                )
+                                .await
+                            }
+                            None => {
+                                verifier
+                                    .verify(
+                                        &check.image,
+                                        &check.key.digest,
+                                        &credentials,
+                                        &check.trust,
+                                    )
+                                    .await
+                            }
+                        }
+                    };
+                    let answer =
+                        tokio::time::timeout_at(deadline, call)
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(RegistryError::Timeout {
+                                    registry: check.image.domain().to_string(),
+                                    timeout: Duration::from_millis(
+                                        started.elapsed().as_millis() as u64
+                                    ),
+                                })
+                            });
+                    answer
+                }
+            });
+            let mut answered = join_all(calls).await.into_iter();
+            // (one answer per check not held; were one missing, the checks from it on would
+            // count as not run, and be refused)
+            verdicts = held
+                .into_iter()
+                .map_while(|held| match held {
+                    Some(verdict) => Some(Ok(verdict)),
+                    None => answered.next(),
+                })
+                .collect();
+        }
+        plan.with_signatures(&checks, &verdicts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use super::super::tests::{created_pod, parts};
+    use super::super::PinnerParts;
+    use super::*;
+    use crate::admission::plan::Action;
+    use crate::policy::{Policy, PolicyHandle};
+    use crate::reference::Digest;
+    use crate::registry::testing::Scripted;
+    use crate::registry::{Credential, SignatureVerifier};
+    use crate::signatures::key::tests::key_pair;
+    use crate::signatures::{Trust, Verdict};
+
+    /// Holds `verified` for repositories whose path says `held`; asked, answers every other
+    /// `signed by another key`, noting which it was asked.
+    #[derive(Default)]
+    struct HalfHeld {
+        asked: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl SignatureVerifier for HalfHeld {
+        async fn verify(
+            &self,
+            image: &Reference,
+            _: &Digest,
+            _: &[Credential],
+            _: &Arc<Trust>,
+        ) -> Result<Verdict, RegistryError> {
+            self.asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(image.path().to_string());
+            Ok(Verdict::OtherKey)
+        }
+
+        async fn held(
+            &self,
+            image: &Reference,
+            _: &Digest,
+            _: &[Credential],
+            _: &Arc<Trust>,
+        ) -> Option<Verdict> {
+            image.path().contains("held").then(|| Verdict::Verified {
+                signer: "key held".to_string(),
+            })
+        }
+    }
+
+    /// Verdicts held answer at once and are never asked again; the others are asked, and each
+    /// answer lands on its own image whatever the order of held and asked.
+    #[tokio::test]
+    async fn held_verdicts_answer_at_once_and_the_rest_are_asked_in_their_place(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let pem = serde_json::to_string(&key_pair().1)?;
+        let policy = Policy::parse(&format!(
+            "mode: enforce\nverify:\n  - images: [\"registry.example/*\"]\n    keys:\n    - pem: {pem}\n"
+        ))?;
+        let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let images = [
+            format!("registry.example/team/held-a@{}", digest('a')),
+            format!("registry.example/team/other-b@{}", digest('b')),
+            format!("registry.example/team/held-c@{}", digest('c')),
+            format!("registry.example/team/other-d@{}", digest('d')),
+        ];
+        let containers: Vec<_> = images
+            .iter()
+            .enumerate()
+            .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+            .collect();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": containers}});
+        let verifier = Arc::new(HalfHeld::default());
+        let pinner = Pinner::new(PinnerParts {
+            policy: PolicyHandle::new(policy),
+            signatures: Some(verifier.clone()),
+            ..parts(Scripted::new(&[]))
+        });
+        let plan = pinner
+            .check_pinned(&created_pod(&pod), Duration::from_secs(5))
+            .await?;
+        let seen: Vec<(Action, Option<&str>)> = plan
+            .outcomes
+            .iter()
+            .map(|o| (o.action, o.signature.as_deref()))
+            .collect();
+        let held = Some("verify[0]: signed by key held");
+        let other = |c: char| format!("verify[0]: signed by another key for {}", &digest(c)[..19]);
+        assert_eq!(seen[0], (Action::Unchanged, held));
+        assert_eq!(seen[2], (Action::Unchanged, held));
+        assert_eq!(seen[1].0, Action::Denied);
+        assert_eq!(seen[3].0, Action::Denied);
+        assert!(
+            seen[1].1.is_some_and(|s| s.starts_with(&other('b'))),
+            "{seen:?}"
+        );
+        assert!(
+            seen[3].1.is_some_and(|s| s.starts_with(&other('d'))),
+            "{seen:?}"
+        );
+        assert_eq!(
+            *verifier
+                .asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ["team/other-b", "team/other-d"]
+        );
+        Ok(())
+    }
+}
