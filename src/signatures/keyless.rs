@@ -228,6 +228,16 @@ impl Keyless {
             logged.logged,
             "the log's entry is of another signature, payload or certificate",
         )?;
+        // The leaf must be for code signing; an intermediate may say nothing of its usages, as
+        // Go's crypto/x509 (cosign, policy-controller) reads a chain.
+        let code_signing = parsed
+            .extended_key_usage()
+            .ok()
+            .flatten()
+            .is_some_and(|eku| eku.value.code_signing);
+        if !code_signing {
+            return Err(Cow::Borrowed("its certificate is not for code signing"));
+        }
         let issuer_key = self.chains(logged.certificate, logged.chain, time)?;
         if !self.ignore_sct {
             super::sct::published(&parsed, logged.certificate, &issuer_key, &self.root)?;
@@ -242,7 +252,8 @@ impl Keyless {
     }
 
     /// Whether `der` chains, at `time`, to an authority of the root trusted then, through the
-    /// root's intermediates and `chain`, for code signing: its issuer's key (SubjectPublicKeyInfo,
+    /// root's intermediates and `chain`, each certificate for code signing where it names its
+    /// usages: its issuer's key (SubjectPublicKeyInfo,
     /// DER) if so; why not says what the path builder found (expired, unknown issuer, …).
     fn chains(
         &self,
@@ -280,7 +291,8 @@ impl Keyless {
                 &anchors,
                 &intermediates,
                 UnixTime::since_unix_epoch(Duration::from_secs(time)),
-                webpki::KeyUsage::required(CODE_SIGNING),
+                // (the leaf's own usage is checked by the caller)
+                webpki::KeyUsage::required_if_present(CODE_SIGNING),
                 None,
                 None,
             )
@@ -377,6 +389,7 @@ pub(crate) fn signed_layer<'a>(
 mod tests {
     use super::test_authority::{KeylessSignature, Sct, TestSigstore};
     use super::*;
+    use rcgen::{ExtendedKeyUsagePurpose, SigningKey as _};
 
     const ISSUER: &str = "https://token.actions.githubusercontent.com";
     const SUBJECT: &str = "https://github.com/acme/app/.github/workflows/release.yml@refs/tags/v1";
@@ -420,6 +433,70 @@ mod tests {
             Some(Evidence::Signed(s)) => {
                 assert_eq!(s.subjects, ["dev@acme.example"]);
                 assert!(!keyless.admits(&s));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Under a root of two intermediates, the SCT is over the key of the leaf's own issuer (the
+    /// path's first intermediate): signed naming the next intermediate's key, it does not
+    /// verify.
+    #[test]
+    fn the_sct_is_of_the_leafs_own_issuer_under_two_intermediates() {
+        let sigstore = TestSigstore::with_two_intermediates();
+        let keyless = keyless(&sigstore, vec![exact(ISSUER, SUBJECT)]);
+        let good = sigstore.sign(b"payload", ISSUER, SUBJECT);
+        assert!(
+            matches!(
+                evidence(&keyless, b"payload", &good),
+                Some(Evidence::Signed(_))
+            ),
+            "{:?}",
+            evidence(&keyless, b"payload", &good)
+        );
+        let upper = sigstore.sign_with(b"payload", ISSUER, SUBJECT, Sct::IssuersIssuerKey);
+        match evidence(&keyless, b"payload", &upper) {
+            Some(Evidence::Untrusted(why)) => assert!(why.contains("SCT does not verify"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The leaf must say it is for code signing; an intermediate that names no usage passes
+    /// (as Go's crypto/x509 reads a chain), one that names others does not.
+    #[test]
+    fn the_leaf_is_for_code_signing_and_no_intermediate_says_otherwise() {
+        for eku in [None, Some(ExtendedKeyUsagePurpose::CodeSigning)] {
+            let sigstore = TestSigstore::with_two_intermediates_using(eku.clone());
+            let keyless = keyless(&sigstore, vec![exact(ISSUER, SUBJECT)]);
+            let good = sigstore.sign(b"payload", ISSUER, SUBJECT);
+            assert!(
+                matches!(
+                    evidence(&keyless, b"payload", &good),
+                    Some(Evidence::Signed(_))
+                ),
+                "intermediates' usage {eku:?}: {:?}",
+                evidence(&keyless, b"payload", &good)
+            );
+            let mut leaf = good.clone();
+            let (certificate, key) = sigstore.certificate_for_anything(ISSUER, SUBJECT);
+            leaf.signature = STANDARD.encode(key.sign(b"payload").unwrap());
+            leaf.bundle =
+                sigstore.log_entry(b"payload", &leaf.signature, &certificate, sigstore.now);
+            leaf.certificate = certificate;
+            match evidence(&keyless, b"payload", &leaf) {
+                Some(Evidence::Untrusted(why)) => {
+                    assert!(why.contains("not for code signing"), "{why}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let server_only =
+            TestSigstore::with_two_intermediates_using(Some(ExtendedKeyUsagePurpose::ServerAuth));
+        let keyless = keyless(&server_only, vec![exact(ISSUER, SUBJECT)]);
+        let signed = server_only.sign(b"payload", ISSUER, SUBJECT);
+        match evidence(&keyless, b"payload", &signed) {
+            Some(Evidence::Untrusted(why)) => {
+                assert!(why.contains("not issued by an authority"), "{why}")
             }
             other => panic!("{other:?}"),
         }

@@ -46,6 +46,9 @@ pub enum Sct {
     Sha384,
     /// This many of other logs, then a good one.
     AfterOthers(usize),
+    /// One, of the trusted CT log, over this certificate, but naming the key of the issuer's
+    /// own issuer (of [`TestSigstore::with_two_intermediates`]) as the issuer's.
+    IssuersIssuerKey,
 }
 
 /// A test Sigstore: one CA, one log, one CT log.
@@ -53,6 +56,11 @@ pub struct TestSigstore {
     ca: Issuer<'static, KeyPair>,
     ca_der: Vec<u8>,
     ca_key: Vec<u8>,
+    /// The trusted root's chain, the issuing CA first and the root last: the CA alone, or
+    /// (two intermediates) the CA, the CA's issuer and their root.
+    chain_der: Vec<Vec<u8>>,
+    /// The key of the CA's own issuer, when it is an intermediate.
+    issuers_issuer_key: Option<Vec<u8>>,
     log: Arc<KeyPair>,
     ct: Arc<KeyPair>,
     /// The moment entries are logged at, and certificates are valid around (Unix seconds).
@@ -74,6 +82,18 @@ fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+/// A CA's parameters: `name`, valid a day ago to a year on, for certificates and CRLs.
+fn ca_params(name: &str, now: i64) -> CertificateParams {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name = DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params.not_before = at(now - 86_400);
+    params.not_after = at(now + 365 * 86_400);
+    params
 }
 
 fn at(seconds: i64) -> time::OffsetDateTime {
@@ -99,21 +119,64 @@ impl TestSigstore {
     fn with_log(log: Arc<KeyPair>) -> TestSigstore {
         let now = unix_now();
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "test-fulcio");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params.not_before = at(now - 86_400);
-        params.not_after = at(now + 365 * 86_400);
+        let params = ca_params("test-fulcio", now);
         let ca_der = params.self_signed(&key).unwrap().der().to_vec();
         TestSigstore {
             ca_key: key.subject_public_key_info(),
             ca: Issuer::new(params, key),
+            chain_der: vec![ca_der.clone()],
             ca_der,
+            issuers_issuer_key: None,
             log,
+            ct: Arc::new(KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap()),
+            now,
+        }
+    }
+
+    /// A Sigstore whose certificates are issued by an intermediate CA, itself issued by a
+    /// second intermediate under the root: the leaf's issuer is the first intermediate of the
+    /// path, the one whose key an SCT signs.
+    #[allow(dead_code)]
+    pub fn with_two_intermediates() -> TestSigstore {
+        TestSigstore::with_two_intermediates_using(None)
+    }
+
+    /// [`Self::with_two_intermediates`], each intermediate naming `usage` as its only extended
+    /// key usage (`None`: naming none; Fulcio's name code signing).
+    #[allow(dead_code)]
+    pub fn with_two_intermediates_using(usage: Option<ExtendedKeyUsagePurpose>) -> TestSigstore {
+        let now = unix_now();
+        let ca = |name: &str| {
+            (
+                KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap(),
+                ca_params(name, now),
+            )
+        };
+        let intermediate = |name: &str| {
+            let (key, mut params) = ca(name);
+            params.extended_key_usages = usage.iter().cloned().collect();
+            (key, params)
+        };
+        let (root_key, root_params) = ca("test-root");
+        let root_der = root_params.self_signed(&root_key).unwrap().der().to_vec();
+        let root = Issuer::new(root_params, root_key);
+        let (upper_key, upper_params) = intermediate("test-intermediate-upper");
+        let upper_der = upper_params
+            .signed_by(&upper_key, &root)
+            .unwrap()
+            .der()
+            .to_vec();
+        let upper_spki = upper_key.subject_public_key_info();
+        let upper = Issuer::new(upper_params, upper_key);
+        let (key, params) = intermediate("test-fulcio");
+        let ca_der = params.signed_by(&key, &upper).unwrap().der().to_vec();
+        TestSigstore {
+            ca_key: key.subject_public_key_info(),
+            ca: Issuer::new(params, key),
+            chain_der: vec![ca_der.clone(), upper_der, root_der],
+            ca_der,
+            issuers_issuer_key: Some(upper_spki),
+            log: Arc::new(KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap()),
             ct: Arc::new(KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap()),
             now,
         }
@@ -148,7 +211,9 @@ impl TestSigstore {
             "certificateAuthorities": [{
                 "subject": {"organization": "test", "commonName": "test-fulcio"},
                 "uri": "https://fulcio.test",
-                "certChain": {"certificates": [{"rawBytes": STANDARD.encode(&self.ca_der)}]},
+                "certChain": {"certificates": self.chain_der.iter()
+                    .map(|der| serde_json::json!({"rawBytes": STANDARD.encode(der)}))
+                    .collect::<Vec<_>>()},
                 "validFor": {"start": "2020-01-01T00:00:00Z"},
             }],
             "ctlogs": [{
@@ -177,6 +242,25 @@ impl TestSigstore {
     ) -> (String, KeyPair) {
         let (certificate, key) = self.issue_with(issuer, subject, from, sct);
         (certificate.pem(), key)
+    }
+
+    /// A certificate for `subject` of `issuer`, valid now, with its SCT, that names no extended
+    /// key usage (so not code signing), and its key.
+    #[allow(dead_code)]
+    pub fn certificate_for_anything(&self, issuer: &str, subject: &str) -> (String, KeyPair) {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = self.leaf(issuer, subject, self.now - 30);
+        params.extended_key_usages.clear();
+        let precertificate = params.signed_by(&key, &self.ca).unwrap();
+        let sct = self.sct(
+            &self.ct,
+            self.now as u64 * 1000,
+            &tbs_of(precertificate.der()),
+        );
+        params
+            .custom_extensions
+            .push(sct_extension(&sct_list(&[sct])));
+        (params.signed_by(&key, &self.ca).unwrap().pem(), key)
     }
 
     /// One certificate (DER) with its SCT and without: the second is the precertificate the
@@ -223,6 +307,10 @@ impl TestSigstore {
             }
             Sct::At(time) => sct_list(&[self.sct(&self.ct, time, &tbs)]),
             Sct::Malformed => vec![0x00, 0x05, 0x01],
+            Sct::IssuersIssuerKey => {
+                let key = self.issuers_issuer_key.as_deref().unwrap();
+                sct_list(&[self.sct_keyed(&self.ct, now, &tbs, 4, key)])
+            }
             Sct::AfterOthers(n) => {
                 let mut scts: Vec<Vec<u8>> =
                     (0..n).map(|_| self.sct(&other_log(), now, &tbs)).collect();
@@ -270,10 +358,22 @@ impl TestSigstore {
 
     /// [`Self::sct`], naming `hash` (TLS's HashAlgorithm: 4 is SHA-256) as its hash.
     fn sct_hashed(&self, log: &KeyPair, time: u64, tbs: &[u8], hash: u8) -> Vec<u8> {
+        self.sct_keyed(log, time, tbs, hash, &self.ca_key)
+    }
+
+    /// [`Self::sct_hashed`], naming `issuer_key` (SubjectPublicKeyInfo, DER) as the issuer's.
+    fn sct_keyed(
+        &self,
+        log: &KeyPair,
+        time: u64,
+        tbs: &[u8],
+        hash: u8,
+        issuer_key: &[u8],
+    ) -> Vec<u8> {
         let mut signed = vec![0u8, 0];
         signed.extend_from_slice(&time.to_be_bytes());
         signed.extend_from_slice(&1u16.to_be_bytes());
-        signed.extend_from_slice(&Sha256::digest(&self.ca_key));
+        signed.extend_from_slice(&Sha256::digest(issuer_key));
         signed.extend_from_slice(&(tbs.len() as u32).to_be_bytes()[1..]);
         signed.extend_from_slice(tbs);
         signed.extend_from_slice(&[0, 0]);
