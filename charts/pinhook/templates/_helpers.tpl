@@ -478,21 +478,15 @@ true
 {{- end -}}
 
 {{/*
-A glob of pinhook's policy (`*` any run of characters, `?` one, the rest literal, the whole
-string) as an anchored RE2 regex for CEL's matches(). Call with (dict "glob" G "image" BOOL): an
-image glob starting docker.io/ also matches index.docker.io/, and one starting
-docker.io/library/ a docker.io name without library/, as pinhook reads those names (CEL cannot
-rewrite the name; the regex matches its forms instead).
+The globs of a list in pinhook's policy (`*` any run of characters, `?` one, the rest literal,
+the whole string) as one anchored RE2 regex for CEL's matches(), '' for none. Call with the list.
 */}}
-{{- define "pinhook.globRegex" -}}
-{{- $glob := toString .glob -}}
-{{- $prefix := "^" -}}
-{{- if and .image (hasPrefix "docker.io/library/" $glob) -}}
-{{- $prefix = "^(index\\.)?docker\\.io/(library/)?" -}}
-{{- $glob = trimPrefix "docker.io/library/" $glob -}}
-{{- else if and .image (hasPrefix "docker.io/" $glob) -}}
-{{- $prefix = "^(index\\.)?docker\\.io/" -}}
-{{- $glob = trimPrefix "docker.io/" $glob -}}
+{{- define "pinhook.globsRegex" -}}
+{{- $parts := list -}}
+{{- range . -}}
+{{- $parts = append $parts (regexQuoteMeta (toString .) | replace "\\*" ".*" | replace "\\?" ".") -}}
 {{- end -}}
-{{- printf "%s%s$" $prefix (regexQuoteMeta $glob | replace "\\*" ".*" | replace "\\?" ".") -}}
+{{- if $parts -}}
+{{- printf "^(?:%s)$" (join "|" $parts) -}}
+{{- end -}}
 {{- end -}}

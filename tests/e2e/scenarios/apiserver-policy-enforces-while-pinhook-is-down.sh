@@ -13,7 +13,9 @@
 #   the ValidatingAdmissionPolicy); a Deployment of a tag is stored but its ReplicaSet's Pods are
 #   refused, with that message in the ReplicaSet's ReplicaFailure condition; nothing else is
 #   blocked: a Pod of a tag in an audit namespace, in the exempt namespace, in a namespace labelled
-#   pinhook.dev/ignore=true and of the exempt image, a label on a stored Pod, a ConfigMap. Only
+#   pinhook.dev/ignore=true and of the exempt images (`index.docker.io/busybox:1.36` and `busybox`
+#   under `docker.io/library/busybox:*`, as pinhook reads them; `docker.io/evil/busybox:1` refused),
+#   a label on a stored Pod, a ConfigMap. Only
 #   what a write brings is judged: a stored pinned Pod's image set to a tag is refused, an ephemeral
 #   container of a tag (`kubectl debug`) is refused and one pinned is stored. pinhook is then
 #   started again with the webhooks at Fail, and pins as before.
@@ -84,7 +86,7 @@ policy:
   mode: enforce
   exempt:
     namespaces: ["$team"]
-    images: ["$REGISTRY_HOST/exempt/*"]
+    images: ["$REGISTRY_HOST/exempt/*", "docker.io/library/busybox:*"]
 EOF
   helm3 template pinhook "$ROOT/charts/pinhook" -n pinhook-system --kube-version "$(K version -o json | jq -r .serverVersion.gitVersion)" \
     -f "$RUN/vap-values.yaml" -s templates/validatingadmissionpolicy.yaml >"$RUN/vap.yaml" 2>"$RUN/vap.err" ||
@@ -129,6 +131,13 @@ EOF
   expect_eq "Pods of a tag in the exempt namespace created / refused" "$got" "3 0" || rc=1
   got=$(_vap_create "$ns" exempt "$REGISTRY_HOST/exempt/tool:1" 3)
   expect_eq "Pods of the exempt image created / refused" "$got" "3 0" || rc=1
+  # the exemption docker.io/library/busybox:* as pinhook reads names (no pull: no node here)
+  got=$(_vap_create "$ns" hub-index index.docker.io/busybox:1.36 1)
+  expect_eq "index.docker.io/busybox:1.36 (exempt, read as docker.io/library/busybox) created / refused" "$got" "1 0" || rc=1
+  got=$(_vap_create "$ns" hub-bare busybox 1)
+  expect_eq "busybox (exempt, read as docker.io/library/busybox:latest) created / refused" "$got" "1 0" || rc=1
+  got=$(_vap_create "$ns" hub-other docker.io/evil/busybox:1 1)
+  expect_eq "docker.io/evil/busybox:1 (not exempt) created / refused" "$got" "0 1" || rc=1
   got=$(_vap_create "$ignored" tag "$(image app 1.0)" 1)
   expect_eq "a Pod of a tag in a namespace labelled pinhook.dev/ignore=true created / refused" "$got" "1 0" || rc=1
   klog -n "$ns" label pod pinned-0 e2e/touched=yes || { bad "a label on a stored pinned Pod was refused"; rc=1; }

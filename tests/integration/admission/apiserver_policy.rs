@@ -92,6 +92,17 @@ impl ApiserverPolicy {
     /// The apiserver's answer for `review` in a namespace labelled `label`: Ok when admitted,
     /// else the message. Panics on a CEL error (the policy's failurePolicy Fail would refuse).
     fn judge(&self, review: &Value, label: Option<&str>) -> Result<(), String> {
+        self.judge_with(review, label, None)
+    }
+
+    /// [`Self::judge`], with `exemptImages` set to `exempt_images` (a regex) instead of the
+    /// rendered one.
+    fn judge_with(
+        &self,
+        review: &Value,
+        label: Option<&str>,
+        exempt_images: Option<&str>,
+    ) -> Result<(), String> {
         let request = &review["request"];
         let mut context = cel::Context::with_env(self.env.clone());
         let mut labels = serde_json::Map::new();
@@ -111,18 +122,23 @@ impl ApiserverPolicy {
         }
         let mut variables: HashMap<String, cel::Value> = HashMap::new();
         for (name, program) in &self.variables {
-            let value = program
-                .execute(&context)
-                .unwrap_or_else(|e| panic!("variables.{name} errs ({e:?}) for {review}"));
+            let value = match (name.as_str(), exempt_images) {
+                ("exemptImages", Some(regex)) => cel::Value::from(regex.to_string()),
+                _ => program
+                    .execute(&context)
+                    .unwrap_or_else(|e| panic!("variables.{name} errs ({e:?}) for {review}")),
+            };
             variables.insert(name.clone(), value);
             context.add_variable_from_value("variables", variables.clone());
         }
+        // The apiserver works the message out for every write, admitted or not.
+        let message = match self.message.execute(&context) {
+            Ok(cel::Value::String(message)) => message.to_string(),
+            other => panic!("the message must be a string, got {other:?} for {review}"),
+        };
         match self.validation.execute(&context) {
             Ok(cel::Value::Bool(true)) => Ok(()),
-            Ok(cel::Value::Bool(false)) => match self.message.execute(&context) {
-                Ok(cel::Value::String(message)) => Err(message.to_string()),
-                other => panic!("the message must be a string, got {other:?}"),
-            },
+            Ok(cel::Value::Bool(false)) => Err(message),
             other => panic!("the validation must be a bool, got {other:?} for {review}"),
         }
     }
@@ -539,11 +555,126 @@ fn rendered_from_1_30_unless_pinhook_admits_unpinned_images() {
             .map(|v| v["expression"].clone())
     };
     assert_eq!(variable("policyMode"), Some(json!("\"audit\"")));
-    assert_eq!(variable("exemptNamespaces"), Some(json!(r#"["^ns-.*$"]"#)));
+    assert_eq!(
+        variable("exemptNamespaces"),
+        Some(json!(r#""^(?:ns-.*)$""#))
+    );
     assert_eq!(
         variable("exemptImages"),
-        Some(json!(
-            r#"["^a\\.b/c.*d.$","^(index\\.)?docker\\.io/(library/)?x:.*$"]"#
-        ))
+        Some(json!(r#""^(?:a\\.b/c.*d.|docker\\.io/library/x:.*)$""#))
+    );
+    let none = render(&["--kube-version", "1.32.0"]);
+    let vap = get(&none, "ValidatingAdmissionPolicy", "pinhook-pinned-pods");
+    for name in ["exemptNamespaces", "exemptImages"] {
+        let expression = vap["spec"]["variables"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["name"] == name))
+            .map(|v| v["expression"].clone());
+        assert_eq!(expression, Some(json!("\"\"")), "{name} without globs");
+    }
+}
+
+/// A glob of pinhook's policy as the chart's `pinhook.globsRegex` renders it (Go's QuoteMeta
+/// escapes fewer characters than `regex::escape`, to the same effect).
+fn glob_regex(glob: &str) -> String {
+    format!(
+        "^(?:{})$",
+        regex::escape(glob).replace("\\*", ".*").replace("\\?", ".")
+    )
+}
+
+/// Exemptions by image, on random names and globs: the apiserver's policy exempts exactly what
+/// pinhook exempts, for every name pinhook reads (bare names, library/, docker.io/ with and
+/// without library/, index.docker.io, hosts with dots, ports, capitals, localhost; with and
+/// without a tag), against globs made from pinhook's own readings of the name with wildcards in
+/// random places, and globs written the other ways people write them.
+#[tokio::test]
+async fn image_exemptions_match_pinhooks_on_random_names_and_globs() {
+    let registry = TestRegistry::start(RegistryAuth::None).await;
+    let vap = ApiserverPolicy::rendered(&policy_yaml("enforce", &registry.host()));
+    let hosts = [
+        "",
+        "docker.io/",
+        "index.docker.io/",
+        "quay.io/",
+        "localhost/",
+        "localhost:5000/",
+        "Registry.Example/",
+        "registry.example:5000/",
+    ];
+    let paths = [
+        "nginx",
+        "library/nginx",
+        "team/app",
+        "library/team/app",
+        "l",
+    ];
+    let tags = ["", ":1.25", ":latest"];
+    let written = [
+        "docker.io/*/nginx:*",
+        "*/library/*",
+        "docker.io/l*",
+        "docker.io*",
+        "docker.io/library/*",
+        "*nginx*",
+        "docker.io/nginx:*",
+        "index.docker.io/*",
+        "*:latest",
+        "*/team/*",
+    ];
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let (mut judged, mut exempt) = (0, 0);
+    for host in hosts {
+        for path in paths {
+            for tag in tags {
+                let name = format!("{host}{path}{tag}");
+                let Ok(reference) = pinhook::reference::Reference::parse(&name) else {
+                    continue;
+                };
+                let forms = [reference.to_string(), reference.tag_reference()];
+                let mut globs: Vec<String> = written.iter().map(|g| g.to_string()).collect();
+                for form in &forms {
+                    globs.push(form.clone());
+                    for _ in 0..6 {
+                        let chars: Vec<char> = form.chars().collect();
+                        let (a, b) = (next(chars.len() + 1), next(chars.len() + 1));
+                        let (from, to) = (a.min(b), a.max(b));
+                        let mut glob: String = chars[..from].iter().collect();
+                        glob.push(if next(3) == 0 { '?' } else { '*' });
+                        glob.extend(&chars[to.min(chars.len())..]);
+                        globs.push(glob);
+                    }
+                }
+                for glob in globs {
+                    let text = format!(
+                        "mode: enforce\nexempt:\n  images: [{}]\n",
+                        serde_json::to_string(&glob).expect("a JSON string")
+                    );
+                    let policy = Policy::parse(&text).unwrap_or_else(|e| panic!("{glob:?}: {e}"));
+                    let pinhook_exempts = policy.is_exempt_image(&reference);
+                    let review = pod_review(&registry, &name);
+                    let admitted = vap
+                        .judge_with(&review, None, Some(&glob_regex(&glob)))
+                        .is_ok();
+                    assert_eq!(
+                        admitted, pinhook_exempts,
+                        "{name:?} under exempt.images [{glob:?}]: pinhook reads it as {forms:?}"
+                    );
+                    judged += 1;
+                    exempt += usize::from(admitted);
+                }
+            }
+        }
+    }
+    assert!(judged > 1000, "{judged} (name, glob) pairs judged");
+    assert!(
+        exempt > judged / 5 && exempt < judged * 4 / 5,
+        "{exempt} of {judged} exempt: both kinds are tested"
     );
 }
