@@ -82,6 +82,8 @@ scenario_apiserver_policy_enforces_while_pinhook_is_down() {
   e2e_ns "$audit" pinhook.dev/mode=audit || return 1
   e2e_ns "$team" || return 1
   cat >"$RUN/vap-values.yaml" <<EOF
+webhook:
+  apiserverPolicy: true
 policy:
   mode: enforce
   exempt:

@@ -48,7 +48,11 @@ impl ApiserverPolicy {
         let dir = tempfile::tempdir().expect("tempdir");
         let values = dir.path().join("values.yaml");
         let indented: String = policy.lines().map(|l| format!("  {l}\n")).collect();
-        std::fs::write(&values, format!("policy:\n{indented}")).expect("values written");
+        std::fs::write(
+            &values,
+            format!("webhook:\n  apiserverPolicy: true\npolicy:\n{indented}"),
+        )
+        .expect("values written");
         let values = values.to_string_lossy().into_owned();
         let objects = render(&["--kube-version", "1.32.0", "-f", &values]);
         let vap = get(&objects, "ValidatingAdmissionPolicy", "pinhook-pinned-pods");
@@ -514,14 +518,20 @@ async fn every_captured_review_is_judged_without_error_and_never_stricter_than_v
     drop(review_fixture(BASIC_POD, &registry));
 }
 
-/// Not rendered where it would refuse what pinhook admits (onResolutionFailure: allow) nor
-/// before 1.30 nor when switched off; its globs are pinhook's, anchored.
+/// Off by default; asked for, not rendered where it would refuse what pinhook admits
+/// (onResolutionFailure: allow) nor before 1.30; its globs are pinhook's, anchored.
 #[test]
 fn rendered_from_1_30_unless_pinhook_admits_unpinned_images() {
-    let has = |args: &[&str]| {
+    let rendered = |args: &[&str]| {
         render(args)
             .iter()
             .any(|o| o["kind"] == "ValidatingAdmissionPolicy")
+    };
+    assert!(!rendered(&["--kube-version", "1.32.0"]), "off by default");
+    let has = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.extend(["--set", "webhook.apiserverPolicy=true"]);
+        rendered(&args)
     };
     assert!(has(&["--kube-version", "1.30.0"]));
     assert!(has(&["--kube-version", "1.35.0"]));
@@ -533,15 +543,11 @@ fn rendered_from_1_30_unless_pinhook_admits_unpinned_images() {
         "--set",
         "policy.onResolutionFailure=allow"
     ]));
-    assert!(!has(&[
-        "--kube-version",
-        "1.32.0",
-        "--set",
-        "webhook.apiserverPolicy=false"
-    ]));
     let objects = render(&[
         "--kube-version",
         "1.32.0",
+        "--set",
+        "webhook.apiserverPolicy=true",
         "--set-json",
         r#"policy.exempt={"images":["a.b/c*d?","docker.io/library/x:*"],"namespaces":["ns-*"]}"#,
     ]);
@@ -563,7 +569,12 @@ fn rendered_from_1_30_unless_pinhook_admits_unpinned_images() {
         variable("exemptImages"),
         Some(json!(r#""^(?:a\\.b/c.*d.|docker\\.io/library/x:.*)$""#))
     );
-    let none = render(&["--kube-version", "1.32.0"]);
+    let none = render(&[
+        "--kube-version",
+        "1.32.0",
+        "--set",
+        "webhook.apiserverPolicy=true",
+    ]);
     let vap = get(&none, "ValidatingAdmissionPolicy", "pinhook-pinned-pods");
     for name in ["exemptNamespaces", "exemptImages"] {
         let expression = vap["spec"]["variables"]
