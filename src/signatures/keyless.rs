@@ -406,6 +406,15 @@ mod tests {
         }
     }
 
+    /// `signed` is evidence of a signer under `keyless`, else panics saying what it was.
+    fn assert_signed(keyless: &Keyless, signed: &KeylessSignature, what: &str) {
+        let found = evidence(keyless, b"payload", signed);
+        assert!(
+            matches!(found, Some(Evidence::Signed(_))),
+            "{what}: {found:?}"
+        );
+    }
+
     fn evidence(keyless: &Keyless, payload: &[u8], signed: &KeylessSignature) -> Option<Evidence> {
         keyless.evidence(&super::signed_layer(payload, signed))
     }
@@ -446,14 +455,7 @@ mod tests {
         let sigstore = TestSigstore::with_two_intermediates();
         let keyless = keyless(&sigstore, vec![exact(ISSUER, SUBJECT)]);
         let good = sigstore.sign(b"payload", ISSUER, SUBJECT);
-        assert!(
-            matches!(
-                evidence(&keyless, b"payload", &good),
-                Some(Evidence::Signed(_))
-            ),
-            "{:?}",
-            evidence(&keyless, b"payload", &good)
-        );
+        assert_signed(&keyless, &good, "two intermediates");
         let upper = sigstore.sign_with(b"payload", ISSUER, SUBJECT, Sct::IssuersIssuerKey);
         match evidence(&keyless, b"payload", &upper) {
             Some(Evidence::Untrusted(why)) => assert!(why.contains("SCT does not verify"), "{why}"),
@@ -469,14 +471,7 @@ mod tests {
             let sigstore = TestSigstore::with_two_intermediates_using(eku.clone());
             let keyless = keyless(&sigstore, vec![exact(ISSUER, SUBJECT)]);
             let good = sigstore.sign(b"payload", ISSUER, SUBJECT);
-            assert!(
-                matches!(
-                    evidence(&keyless, b"payload", &good),
-                    Some(Evidence::Signed(_))
-                ),
-                "intermediates' usage {eku:?}: {:?}",
-                evidence(&keyless, b"payload", &good)
-            );
+            assert_signed(&keyless, &good, &format!("intermediates' usage {eku:?}"));
             let mut leaf = good.clone();
             let (certificate, key) = sigstore.certificate_for_anything(ISSUER, SUBJECT);
             leaf.signature = STANDARD.encode(key.sign(b"payload").unwrap());

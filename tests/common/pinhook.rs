@@ -229,6 +229,31 @@ pub fn raw_fixture(name: &str) -> serde_json::Value {
     serde_json::from_str(&fixture_text(name)).expect("fixture is JSON")
 }
 
+/// Every captured AdmissionReview with a request (`v1.20/…json`, `v1.26/…json`), in name order.
+#[allow(dead_code)]
+pub fn captured_reviews() -> Vec<String> {
+    let root = format!(
+        "{}/tests/fixtures/admissionreview",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut fixtures = Vec::new();
+    for version in ["v1.20", "v1.26"] {
+        let mut names: Vec<String> = std::fs::read_dir(format!("{root}/{version}"))
+            .expect("fixtures")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".json"))
+            .collect();
+        names.sort();
+        fixtures.extend(
+            names
+                .into_iter()
+                .map(|name| format!("{version}/{name}"))
+                .filter(|fixture| !raw_fixture(fixture)["request"].is_null()),
+        );
+    }
+    fixtures
+}
+
 fn fixture_text(name: &str) -> String {
     let path = format!(
         "{}/tests/fixtures/admissionreview/{name}",

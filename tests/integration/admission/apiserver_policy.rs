@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::cluster::chart::{get, render};
-use crate::common::pinhook::{raw_fixture, review_fixture, Options, TestPinhook};
+use crate::common::pinhook::{captured_reviews, review_fixture, Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
 use crate::common::requests::{pod_review, BASIC_POD};
 use pinhook::cluster::{LabelError, NamespaceLabels};
@@ -480,34 +480,21 @@ async fn every_captured_review_is_judged_without_error_and_never_stricter_than_v
     let policy = policy_yaml("enforce", &registry.host());
     let vap = ApiserverPolicy::rendered(&policy);
     let pinhook = pinhook_with(&registry, &policy, &Labels(HashMap::new())).await;
-    let root = format!(
-        "{}/tests/fixtures/admissionreview",
-        env!("CARGO_MANIFEST_DIR")
-    );
     let (mut judged, mut refused) = (0, 0);
-    for version in ["v1.20", "v1.26"] {
-        let mut names: Vec<String> = std::fs::read_dir(format!("{root}/{version}"))
-            .expect("fixtures")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("pod-") && n.ends_with(".json"))
-            .collect();
-        names.sort();
-        for name in names {
-            let fixture = format!("{version}/{name}");
-            if raw_fixture(&fixture)["request"].is_null() {
-                continue;
-            }
-            let review = review_fixture(&fixture, &registry);
-            judged += 1;
-            if let Err(message) = vap.judge(&review, None) {
-                refused += 1;
-                let answer = pinhook.validate(&review).await;
-                assert_eq!(
-                    answer["response"]["allowed"],
-                    json!(false),
-                    "{fixture}: the apiserver's policy refuses ({message}), pinhook admits"
-                );
-            }
+    for fixture in captured_reviews()
+        .into_iter()
+        .filter(|f| f.contains("/pod-"))
+    {
+        let review = review_fixture(&fixture, &registry);
+        judged += 1;
+        if let Err(message) = vap.judge(&review, None) {
+            refused += 1;
+            let answer = pinhook.validate(&review).await;
+            assert_eq!(
+                answer["response"]["allowed"],
+                json!(false),
+                "{fixture}: the apiserver's policy refuses ({message}), pinhook admits"
+            );
         }
     }
     assert!(judged >= 40, "{judged} captured Pod reviews judged");
