@@ -48,8 +48,7 @@ CLUSTER_STARTED=0
 NODE_STARTED=0
 # shellcheck source=tests/e2e/lib.sh
 source "$E2E_DIR/lib.sh"
-helm=${PINHOOK_HELM:-helm3}
-for tool in kubectl jq curl ss openssl docker-registry "$helm"; do
+for tool in kubectl jq curl ss openssl docker-registry "${PINHOOK_HELM:-helm3}"; do
   command -v "$tool" >/dev/null || { echo "$tool not found (scripts/install-test-deps.sh, scripts/install-helm.sh)" >&2; exit 2; }
 done
 log "cargo build --release (examples e2e_registry, e2e_admission)"
@@ -77,18 +76,10 @@ trap 'exit 143' TERM
 e2e_setup_cluster
 _e2e_kill kube-controller-manager
 e2e_setup_registry
-cat >"$RUN/vap-values.yaml" <<EOF
-webhook:
-  apiserverPolicy: true
-policy:
-  mode: enforce
+apiserver_policy_yaml "  mode: enforce
   exempt:
-    namespaces: ["vap-exempt-*"]
-    images: ["registry.k8s.io/*", "docker.io/library/busybox:*", "$REGISTRY_HOST/exempt/*"]
-EOF
-"$helm" template pinhook "$ROOT/charts/pinhook" -n pinhook-system \
-  --kube-version "$(K version -o json | jq -r .serverVersion.gitVersion)" \
-  -f "$RUN/vap-values.yaml" -s templates/validatingadmissionpolicy.yaml >"$RUN/vap.yaml"
+    namespaces: [\"vap-exempt-*\"]
+    images: [\"registry.k8s.io/*\", \"docker.io/library/busybox:*\", \"$REGISTRY_HOST/exempt/*\"]" >"$RUN/vap.yaml"
 K apply -f "$RUN/vap.yaml" >/dev/null || die "the apiserver refused the chart's ValidatingAdmissionPolicy"
 e2e_ns vap-bound || die "cannot create namespace vap-bound"
 e2e_ns vap-floor pinhook.dev/ignore=true || die "cannot create namespace vap-floor"

@@ -114,3 +114,15 @@ pub fn warnings(body: &Value) -> Vec<String> {
 pub fn warned(body: &Value, needle: &str) -> bool {
     warnings(body).iter().any(|w| w.contains(needle))
 }
+
+/// A seeded xorshift: `next(n)` is in `0..n`, the same sequence every run (the random tests of
+/// references and globs).
+#[allow(dead_code)]
+pub fn seeded(mut state: u64) -> impl FnMut(usize) -> usize {
+    move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n.max(1) as u64) as usize
+    }
+}

@@ -441,6 +441,16 @@ start_pinhook() {
   WAIT_PID=$STARTED_PID wait_until 30 "$name /readyz" readyz_ok "$port" "$certs" || die "$name not ready (pid $STARTED_PID)"
   log "$name ready (pid $STARTED_PID)"
 }
+# apiserver_policy_yaml POLICY-YAML: the chart's ValidatingAdmissionPolicy and binding, rendered
+# by `helm template` for this cluster's version with webhook.apiserverPolicy and POLICY-YAML (the
+# lines under `policy:`, indented two spaces) as the chart's policy (helm: PINHOOK_HELM, default
+# helm3; its errors on stderr)
+apiserver_policy_yaml() {
+  printf 'webhook:\n  apiserverPolicy: true\npolicy:\n%s\n' "$1" >"$RUN/apiserver-policy-values.yaml"
+  "${PINHOOK_HELM:-helm3}" template pinhook "$ROOT/charts/pinhook" -n pinhook-system \
+    --kube-version "$(K version -o json | jq -r .serverVersion.gitVersion)" \
+    -f "$RUN/apiserver-policy-values.yaml" -s templates/validatingadmissionpolicy.yaml
+}
 readyz_ok() { [[ $(curl -s --max-time 2 --cacert "$2/ca.crt" "https://127.0.0.1:$1/readyz") == ok* ]]; }
 # probe_pinned NS: a `kubectl run --dry-run=server` Pod in NS comes back pinned (the webhook works)
 probe_pinned() {

@@ -72,14 +72,21 @@ impl Pinner {
             plan.warnings.extend(unusable);
             // A verdict held answers at once (a warm admission): only the rest are called, each
             // under the deadline, all at once.
+            // (each check's credentials looked up once, for both)
+            let credentials: Vec<_> = checks
+                .distinct
+                .iter()
+                .map(|check| keyring.lookup(&check.image))
+                .collect();
             let mut held = Vec::with_capacity(checks.distinct.len());
-            for (check, routed) in checks.distinct.iter().zip(&routed) {
+            for ((check, routed), credentials) in
+                checks.distinct.iter().zip(&routed).zip(&credentials)
+            {
                 held.push(match routed {
                     Some(_) => None,
                     None => {
-                        let credentials = keyring.lookup(&check.image);
                         verifier
-                            .held(&check.image, &check.key.digest, &credentials, &check.trust)
+                            .held(&check.image, &check.key.digest, credentials, &check.trust)
                             .await
                     }
                 });
@@ -88,11 +95,11 @@ impl Pinner {
                 .distinct
                 .iter()
                 .zip(&routed)
+                .zip(credentials)
                 .zip(&held)
                 .filter(|(_, held)| held.is_none())
                 .map(|(asked, _)| asked);
-            let calls = asked.map(|(check, routed)| {
-                let credentials = keyring.lookup(&check.image);
+            let calls = asked.map(|((check, routed), credentials)| {
                 let verifier = verifier.clone();
                 async move {
                     let started = Instant::now();

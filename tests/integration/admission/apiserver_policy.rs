@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::cluster::chart::{get, render};
 use crate::common::pinhook::{captured_reviews, review_fixture, Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
-use crate::common::requests::{pod_review, BASIC_POD};
+use crate::common::requests::{pod_review, seeded, BASIC_POD};
 use pinhook::cluster::{LabelError, NamespaceLabels};
 use pinhook::policy::Policy;
 
@@ -620,13 +620,7 @@ async fn image_exemptions_match_pinhooks_on_random_names_and_globs() {
         "*:latest",
         "*/team/*",
     ];
-    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
+    let mut next = seeded(0x2545_f491_4f6c_dd1d);
     let (mut judged, mut exempt) = (0, 0);
     for host in hosts {
         for path in paths {

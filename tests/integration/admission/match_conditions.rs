@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::common::pinhook::{captured_reviews, review_fixture, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
-use crate::common::requests::{pod_review, warnings, BASIC_POD};
+use crate::common::requests::{pod_review, seeded, warnings, BASIC_POD};
 use pinhook::reference::Reference;
 
 const CONDITION: &str = include_str!("../../../charts/pinhook/cel/call-unless-pinned-pod.cel");
@@ -209,13 +209,7 @@ async fn every_captured_review_is_judged_without_error_and_skipped_ones_pass() {
 fn every_reference_the_condition_skips_pinhook_reads_as_pinned() {
     let program = program();
     const ALPHABET: &[u8] = b"aZ0-._:/@-_.a0b1";
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
+    let mut next = seeded(0x9e37_79b9_7f4a_7c15);
     let mut skipped = 0;
     for _ in 0..20_000 {
         let len = 1 + next(24);
