@@ -336,6 +336,8 @@ impl Pinner {
             // ServiceAccounts within half: the registry calls keep the other half, and a slow
             // plugin costs only its own answer.
             sources_deadline: Some(now + left * 3 / 8),
+            // (the spec's own, or the stored Pod's)
+            service_account: None,
         };
         match tokio::time::timeout_at(now + left / 2, self.secrets.keyring_for(&pod)).await {
             Ok(keyring) => keyring,

@@ -9,8 +9,8 @@
 //! Where credentials come from, each in its own module: the [`keyring`] that matches them to
 //! images as kubelet does, the pod's [`pull_secrets`], the node's credential [`provider`]
 //! plugins and [`docker_helpers`] (run through [`exec`]'s bounded process runner, at most
-//! [`limits`] of them at once), and the
-//! [`identity_token`] exchange.
+//! [`limits`] of them at once), the [`service_account_tokens`] some plugins are handed (KEP-4412),
+//! and the [`identity_token`] exchange.
 
 pub mod docker_helpers;
 pub mod exec;
@@ -20,6 +20,7 @@ pub mod node;
 pub mod provider;
 pub mod pull_secrets;
 pub mod secret_budget;
+pub mod service_account_tokens;
 
 use std::fmt;
 

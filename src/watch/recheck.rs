@@ -120,11 +120,13 @@ impl<'a> ParsedImages<'a> {
 /// per cycle, shared by its sites).
 type Sites<'a> = Vec<(Site<'a>, Arc<Reference>)>;
 
-/// The keyring one group of Pods needs: those of `namespace` with the same `pull_secrets`.
+/// The keyring one group of Pods needs: those of `namespace` with the same `pull_secrets` and
+/// ServiceAccount (credential plugins may be handed its token).
 #[derive(Debug)]
 pub struct KeyringRequest<'a> {
     pub namespace: &'a str,
     pub pull_secrets: &'a [String],
+    pub service_account: &'a str,
     /// The distinct repositories to resolve (what credential plugins and helpers are asked
     /// about), sorted.
     pub repositories: Vec<String>,
@@ -183,7 +185,8 @@ pub fn keyrings_wanted<'a>(
     modes: &Modes,
     parsed: &ParsedImages<'_>,
 ) -> Vec<KeyringRequest<'a>> {
-    let mut groups: BTreeMap<(&str, &[String]), (Sites<'a>, Sites<'a>)> = BTreeMap::new();
+    type Group<'a> = (&'a str, &'a [String], &'a str);
+    let mut groups: BTreeMap<Group<'a>, (Sites<'a>, Sites<'a>)> = BTreeMap::new();
     for pod in pods {
         if !matches!(
             modes.get(&pod.namespace),
@@ -194,7 +197,11 @@ pub fn keyrings_wanted<'a>(
         }
         let left_to_owner = left_to_owner(policy, pod).is_some();
         let (tagged, digests) = groups
-            .entry((pod.namespace.as_str(), pod.pull_secrets.as_slice()))
+            .entry((
+                pod.namespace.as_str(),
+                pod.pull_secrets.as_slice(),
+                pod.service_account.as_str(),
+            ))
             .or_default();
         for site in &pod.images {
             let Some(reference) = parsed.get(&site.image).cloned() else {
@@ -220,28 +227,31 @@ pub fn keyrings_wanted<'a>(
     groups
         .into_iter()
         .filter(|(_, (sites, digests))| !sites.is_empty() || !digests.is_empty())
-        .map(|((namespace, pull_secrets), (sites, digests))| {
-            // A routed tag is rechecked at its mirrors: plugins and helpers are asked for them.
-            let mut repositories: Vec<String> = sites
-                .iter()
-                .chain(&digests)
-                .flat_map(|(_, r)| {
-                    let mirrors = policy.routes.route(r).into_iter().flat_map(|route| {
-                        route.mirrors.into_iter().map(|m| m.reference.repository())
-                    });
-                    std::iter::once(r.repository()).chain(mirrors)
-                })
-                .collect();
-            repositories.sort();
-            repositories.dedup();
-            KeyringRequest {
-                namespace,
-                pull_secrets,
-                repositories,
-                sites,
-                digests,
-            }
-        })
+        .map(
+            |((namespace, pull_secrets, service_account), (sites, digests))| {
+                // A routed tag is rechecked at its mirrors: plugins and helpers are asked for them.
+                let mut repositories: Vec<String> = sites
+                    .iter()
+                    .chain(&digests)
+                    .flat_map(|(_, r)| {
+                        let mirrors = policy.routes.route(r).into_iter().flat_map(|route| {
+                            route.mirrors.into_iter().map(|m| m.reference.repository())
+                        });
+                        std::iter::once(r.repository()).chain(mirrors)
+                    })
+                    .collect();
+                repositories.sort();
+                repositories.dedup();
+                KeyringRequest {
+                    namespace,
+                    pull_secrets,
+                    service_account,
+                    repositories,
+                    sites,
+                    digests,
+                }
+            },
+        )
         .collect()
 }
 

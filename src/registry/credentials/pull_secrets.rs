@@ -5,14 +5,15 @@
 //! of an `EphemeralContainers` request), and joining the pod's keyring with
 //! the node-level one, kubelet's order: the pod's secrets, then the node's docker config, then
 //! its credential provider plugins. The node's per-image sources (plugins, docker credential
-//! helpers) are asked here about the pod's images, so the keyring handed on answers lookups
-//! without further I/O. A missing secret is not an error (kubelet ignores it too); it becomes a
+//! helpers) are asked here about the pod's images, for the pod's ServiceAccount (the plugins
+//! with `tokenAttributes` are handed its token, asked for through [`KubeTokens`]), so the
+//! keyring handed on answers lookups without further I/O. A missing secret is not an error (kubelet ignores it too); it becomes a
 //! warning for the user, and so does a plugin that failed. A malformed docker-config secret,
 //! which kubelet refuses, is returned in [`PodKeyring::refused`] for admission to deny or
 //! report.
 //!
 //! Bounds: the caches keep only what is read (a Secret's type and data, a ServiceAccount's
-//! pull secret names) and hold at most [`SECRET_CACHE_BYTES`] and [`ACCOUNT_CACHE_BYTES`],
+//! pull secret names, UID and annotations) and hold at most [`SECRET_CACHE_BYTES`] and [`ACCOUNT_CACHE_BYTES`],
 //! each entry weighed as its names and data plus [`ENTRY_OVERHEAD`] (which also bounds how many
 //! fit); a review's secret names are read once each, at most [`MAX_PULL_SECRETS`], and every
 //! loop over them yields to the scheduler. What a review keeps of them, parsed, is held to its
@@ -32,6 +33,9 @@ use tracing::debug;
 
 use super::keyring::{Keyring, KeyringError};
 use super::secret_budget::{SecretBudget, Short};
+use super::service_account_tokens::{
+    short_reason, AccountFacts, KubeTokens, MintedToken, Puller, ServiceAccounts, TokenError,
+};
 use crate::shares::Taken;
 
 /// Distinct pull secret names read for one pod; the rest are not read (with a warning). A
@@ -65,6 +69,9 @@ pub struct PodContext<'a> {
     /// used without them, so a slow plugin cannot cost the pod's own secrets. `None`: no bound
     /// but the sources' own.
     pub sources_deadline: Option<tokio::time::Instant>,
+    /// The pod's ServiceAccount where [`PodContext::secrets`] has no spec to read it from (a
+    /// running Pod's, for the watch); a spec's own `serviceAccountName` wins.
+    pub service_account: Option<&'a str>,
 }
 
 /// Where a pod's pull secret names come from (the admission plan or the watch's says which).
@@ -114,6 +121,7 @@ pub struct KubeSecrets {
     secrets: moka::future::Cache<(String, String), Arc<Option<Secret>>>,
     accounts: moka::future::Cache<(String, String), Arc<Option<ServiceAccount>>>,
     budget: SecretBudget,
+    tokens: KubeTokens,
 }
 
 // === impl NodeOnly ===
@@ -121,8 +129,17 @@ pub struct KubeSecrets {
 #[async_trait]
 impl PullSecrets for NodeOnly {
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
+        let account = match pod.secrets {
+            SecretNames::Spec { spec, .. } => Some(account_of(spec)),
+            _ => pod.service_account,
+        };
+        let puller = Puller {
+            namespace: pod.namespace,
+            service_account: account,
+            accounts: None,
+        };
         let (keyring, warnings) =
-            ask_sources(self.node.clone(), pod.images, pod.sources_deadline).await;
+            ask_sources(self.node.clone(), pod.images, &puller, pod.sources_deadline).await;
         PodKeyring {
             keyring,
             warnings,
@@ -136,6 +153,7 @@ impl PullSecrets for NodeOnly {
 impl KubeSecrets {
     pub fn new(client: kube::Client, node: Keyring) -> KubeSecrets {
         KubeSecrets {
+            tokens: KubeTokens::new(client.clone()),
             client,
             node,
             secrets: object_cache(SECRET_CACHE_BYTES, secret_bytes),
@@ -184,33 +202,48 @@ impl KubeSecrets {
     }
 
     /// Secret names per kubelet: the spec's own, else (templates only) the service account's;
-    /// each read once, at most [`MAX_PULL_SECRETS`] ([`distinct_capped`]).
-    async fn secret_names(&self, pod: &PodContext<'_>, warnings: &mut Vec<String>) -> Vec<String> {
+    /// each read once, at most [`MAX_PULL_SECRETS`] ([`distinct_capped`]). Also the stored
+    /// Pod's ServiceAccount when the names come from it.
+    async fn secret_names(
+        &self,
+        pod: &PodContext<'_>,
+        warnings: &mut Vec<String>,
+    ) -> (Vec<String>, Option<String>) {
         let (spec, is_pod) = match pod.secrets {
             SecretNames::Spec { spec, is_pod } => (spec, is_pod),
             SecretNames::Listed(names) => {
-                return distinct_capped(names, |n| Some(n.as_str()), warnings).await;
+                return (
+                    distinct_capped(names, |n| Some(n.as_str()), warnings).await,
+                    None,
+                );
             }
-            SecretNames::None => return Vec::new(),
+            SecretNames::None => return (Vec::new(), None),
             SecretNames::StoredPod(name) => {
                 let Some(spec) = self.pod_spec_of(pod.namespace, name).await else {
-                    return Vec::new();
+                    return (Vec::new(), None);
                 };
                 let entries = entries_in(spec.get("imagePullSecrets"));
-                return distinct_capped(entries, entry_name, warnings).await;
+                let names = distinct_capped(entries, entry_name, warnings).await;
+                return (names, Some(account_of(&spec).to_string()));
             }
         };
         let entries = entries_in(spec.get("imagePullSecrets"));
         let own = distinct_capped(entries, entry_name, warnings).await;
         if !own.is_empty() || is_pod {
-            return own;
+            return (own, None);
         }
-        let account = spec
-            .get("serviceAccountName")
-            .or_else(|| spec.get("serviceAccount"))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .unwrap_or("default");
+        (self.account_secret_names(pod, spec, warnings).await, None)
+    }
+
+    /// A template's ServiceAccount's pull secret names, as the ServiceAccount admission plugin
+    /// will give its Pods.
+    async fn account_secret_names(
+        &self,
+        pod: &PodContext<'_>,
+        spec: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Vec<String> {
+        let account = account_of(spec);
         if !is_object_name(account) {
             warnings.push(format!(
                 "pinhook: serviceAccountName {account:?} is not a valid object name; not read"
@@ -247,7 +280,12 @@ impl PullSecrets for KubeSecrets {
         let mut refused = Vec::new();
         let mut keyring = Keyring::new();
         let mut held = Taken::default();
-        let names = self.secret_names(pod, &mut warnings).await;
+        let (names, stored_account) = self.secret_names(pod, &mut warnings).await;
+        let account = match pod.secrets {
+            SecretNames::Spec { spec, .. } => Some(account_of(spec)),
+            SecretNames::StoredPod(_) => stored_account.as_deref(),
+            SecretNames::Listed(_) | SecretNames::None => pod.service_account,
+        };
         for (index, name) in names.iter().enumerate() {
             // Cached reads answer at once: let deadlines and health checks in between.
             tokio::task::consume_budget().await;
@@ -316,7 +354,13 @@ impl PullSecrets for KubeSecrets {
             }
         }
         keyring.extend(self.node.clone());
-        let (keyring, said) = ask_sources(keyring, pod.images, pod.sources_deadline).await;
+        let puller = Puller {
+            namespace: pod.namespace,
+            // The name comes from the object under review and goes into an API path.
+            service_account: account.filter(|name| is_object_name(name)),
+            accounts: Some(self),
+        };
+        let (keyring, said) = ask_sources(keyring, pod.images, &puller, pod.sources_deadline).await;
         warnings.extend(said);
         PodKeyring {
             keyring,
@@ -334,17 +378,62 @@ fn unusable_secret(namespace: &str, name: &str) -> String {
     format!("pinhook: imagePullSecret {namespace}/{name} not found or not a docker config secret; not used")
 }
 
-/// `keyring` with its per-image sources asked about `images`; past `deadline`,
+#[async_trait]
+impl ServiceAccounts for KubeSecrets {
+    async fn account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<AccountFacts>>, TokenError> {
+        let account =
+            self.service_account(namespace, name)
+                .await
+                .map_err(|e| TokenError::Account {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    reason: short_reason(&e),
+                })?;
+        Ok(account.as_ref().as_ref().map(|account| {
+            Arc::new(AccountFacts {
+                uid: account.metadata.uid.clone().unwrap_or_default(),
+                annotations: account.metadata.annotations.clone().unwrap_or_default(),
+            })
+        }))
+    }
+
+    async fn token(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        audience: &str,
+    ) -> Result<MintedToken, TokenError> {
+        self.tokens.token(namespace, name, uid, audience).await
+    }
+}
+
+/// A PodSpec's ServiceAccount: `serviceAccountName`, else the deprecated `serviceAccount`, else
+/// `default` (what the ServiceAccount admission plugin gives a Pod that names none).
+fn account_of(spec: &Value) -> &str {
+    spec.get("serviceAccountName")
+        .or_else(|| spec.get("serviceAccount"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+}
+
+/// `keyring` with its per-image sources asked about `images` for `puller`; past `deadline`,
 /// `keyring` as it is (its pull secrets and static credentials) with a warning.
 async fn ask_sources(
     keyring: Keyring,
     images: &[String],
+    puller: &Puller<'_>,
     deadline: Option<tokio::time::Instant>,
 ) -> (Keyring, Vec<String>) {
     if !keyring.has_sources() {
         return (keyring, Vec::new());
     }
-    let asked = keyring.for_images(images);
+    let asked = keyring.for_pod(images, puller);
     let Some(deadline) = deadline else {
         return asked.await;
     };
@@ -399,12 +488,16 @@ fn kept_of_secret(secret: Secret) -> Secret {
     }
 }
 
-/// What of a ServiceAccount is read: its pull secret names.
+/// What of a ServiceAccount is read: its pull secret names, and for the plugins handed its
+/// token, its UID and annotations.
 fn kept_of_account(account: ServiceAccount) -> ServiceAccount {
-    ServiceAccount {
+    let mut kept = ServiceAccount {
         image_pull_secrets: account.image_pull_secrets,
         ..ServiceAccount::default()
-    }
+    };
+    kept.metadata.uid = account.metadata.uid;
+    kept.metadata.annotations = account.metadata.annotations;
+    kept
 }
 
 /// The bytes a cached Secret holds.
@@ -429,12 +522,23 @@ fn secret_bytes(secret: &Arc<Option<Secret>>) -> usize {
 
 /// The bytes a cached ServiceAccount holds.
 fn account_bytes(account: &Arc<Option<ServiceAccount>>) -> usize {
-    account
-        .as_ref()
+    let Some(account) = account.as_ref() else {
+        return 0;
+    };
+    let secrets: usize = account
+        .image_pull_secrets
         .iter()
-        .flat_map(|account| account.image_pull_secrets.iter().flatten())
+        .flatten()
         .map(|reference| reference.name.len() + std::mem::size_of_val(reference))
-        .sum()
+        .sum();
+    let annotations: usize = account
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(key, value)| key.len() + value.len() + 2 * std::mem::size_of::<String>())
+        .sum();
+    secrets + annotations + account.metadata.uid.as_ref().map_or(0, String::len)
 }
 
 /// A DNS-1123 subdomain, what the apiserver accepts as a Secret or ServiceAccount name: at
@@ -610,6 +714,7 @@ mod tests {
                 },
                 images: &[],
                 sources_deadline: None,
+                service_account: None,
             })
             .await;
         let ran = ticks.load(std::sync::atomic::Ordering::SeqCst);

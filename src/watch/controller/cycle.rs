@@ -268,6 +268,7 @@ impl Watch {
                 secrets: SecretNames::Listed(request.pull_secrets),
                 images: &request.repositories,
                 sources_deadline: None,
+                service_account: Some(request.service_account),
             };
             let keyring = self.parts.secrets.keyring_for(&context).await;
             for warning in &keyring.warnings {

@@ -330,6 +330,7 @@ async fn a_pod_pull_secret_is_tried_before_the_plugin() {
             .expect("parses")
             .repository()],
         sources_deadline: None,
+        service_account: None,
     };
     let keyring = secrets.keyring_for(&pod).await.keyring;
     let reference = pinhook::reference::Reference::parse(&app.reference).expect("parses");

@@ -5,8 +5,9 @@
 //! (`externalCredentialProviderKeyring` since 1.33) adds each provider's `DockerConfig` to a
 //! fresh `BasicDockerKeyring` per lookup.
 //!
-//! Owns: the trait, [`Provided`], and [`Keyring::for_images`], which asks every source of a
-//! keyring about every image concurrently (yielding to the scheduler as its budget runs out). Never: decides how long an answer is good for (each
+//! Owns: the trait, [`Provided`], and [`Keyring::for_images`] / [`Keyring::for_pod`], which ask
+//! every source of a keyring about every image concurrently (yielding to the scheduler as its
+//! budget runs out), for one [`Puller`] (the Pod's ServiceAccount, for plugins handed its token). Never: decides how long an answer is good for (each
 //! source caches as its protocol says) or waits without bound (each source bounds itself).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,6 +17,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 
 use super::{Basic, Keyring, Layer};
+use crate::registry::credentials::service_account_tokens::Puller;
 use crate::registry::credentials::Credential;
 
 /// Credentials that depend on the image being pulled.
@@ -27,6 +29,13 @@ pub trait CredentialSource: Send + Sync {
     /// The entries for `image`, a normalised repository without tag (`docker.io/library/nginx`,
     /// kubelet's `repoToPull`), and what the user should hear (a plugin that failed).
     async fn provide(&self, image: &str) -> Provided;
+
+    /// The entries for `image` when `puller` pulls it: what [`CredentialSource::provide`]
+    /// gives, unless the source hands the Pod's ServiceAccount token to a plugin.
+    async fn provide_for(&self, image: &str, puller: &Puller<'_>) -> Provided {
+        let _ = puller;
+        self.provide(image).await
+    }
 }
 
 /// A source's answer for one image.
@@ -46,6 +55,11 @@ impl Keyring {
     /// [`Keyring::lookup`] of one of those images sees what the source gave for it (and of
     /// any other image, nothing from the source). Also the sources' warnings, each once.
     pub async fn for_images(&self, images: &[String]) -> (Keyring, Vec<String>) {
+        self.for_pod(images, &Puller::NONE).await
+    }
+
+    /// [`Keyring::for_images`] for the images `puller` pulls.
+    pub async fn for_pod(&self, images: &[String], puller: &Puller<'_>) -> (Keyring, Vec<String>) {
         let images: BTreeSet<&String> = images.iter().collect();
         let asks = self.layers.iter().map(|layer| {
             let images = &images;
@@ -57,7 +71,7 @@ impl Keyring {
                     // A review names as many images as it likes, and cached answers come at
                     // once: let deadlines and health checks in between.
                     tokio::task::consume_budget().await;
-                    ((*image).clone(), source.provide(image).await)
+                    ((*image).clone(), source.provide_for(image, puller).await)
                 }))
                 .await;
                 let mut warnings = Vec::new();

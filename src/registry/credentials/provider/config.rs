@@ -4,8 +4,9 @@
 //! node's kubelet runs with is the file pinhook runs with.
 //!
 //! Owns: the file format (a file, or a directory of `*.json`/`*.yaml`/`*.yml` files merged in
-//! name order, as kubelet 1.34 allows), its validation, the refusal of `tokenAttributes`, and Go
-//! duration strings. Never: runs a plugin.
+//! name order, as kubelet 1.34 allows), its validation, a provider's `tokenAttributes` (KEP-4412,
+//! kubelet 1.34's shape: `cacheType` required) checked as kubelet checks them, and Go duration
+//! strings. Never: runs a plugin or asks for a token.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -49,14 +50,6 @@ pub enum ProviderConfigError {
     },
     #[error("credential provider config '{path}': {problem}")]
     Invalid { path: PathBuf, problem: String },
-    /// kubelet 1.33+ can mint a ServiceAccount token for the pod and hand it to the plugin;
-    /// pinhook has no pod yet (it admits the pod) and must not mint tokens for workloads.
-    #[error(
-        "credential provider {provider:?} asks for ServiceAccount tokens (tokenAttributes); \
-         pinhook does not mint ServiceAccount tokens, so it cannot run this provider: \
-         remove it from the config pinhook reads"
-    )]
-    ServiceAccountTokens { provider: String },
     #[error("credential provider binary directory '{path}' does not exist")]
     MissingBinDir { path: PathBuf },
     #[error("credential provider {provider:?}: no executable '{path}'")]
@@ -75,6 +68,34 @@ pub struct ProviderSpec {
     pub env: Vec<(String, String)>,
     /// `bin_dir/name`.
     pub path: PathBuf,
+    /// `tokenAttributes`: the plugin is handed a token of the Pod's ServiceAccount.
+    pub token: Option<TokenAttributes>,
+}
+
+/// A provider's `tokenAttributes` (kubelet `ServiceAccountTokenAttributes`, config v1 only),
+/// validated as kubelet 1.34 validates them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenAttributes {
+    /// The one audience the token is requested for.
+    pub audience: String,
+    pub cache_type: TokenCacheType,
+    /// When true, a Pod with no ServiceAccount gets no run of this plugin; when false, such a
+    /// Pod's images are asked about with no token.
+    pub require_service_account: bool,
+    /// Annotations of the ServiceAccount handed to the plugin; one missing: the plugin is not
+    /// run for that Pod (kubelet logs it and pulls without it).
+    pub required_annotation_keys: Vec<String>,
+    /// Handed to the plugin when the ServiceAccount has them.
+    pub optional_annotation_keys: Vec<String>,
+}
+
+/// What an answer given with a token is cached under (`cacheType`), beside its `cacheKeyType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenCacheType {
+    /// Per token: the answer holds for the token it was given (and its ServiceAccount).
+    Token,
+    /// Per ServiceAccount (namespace, name, UID and the annotations handed over).
+    ServiceAccount,
 }
 
 #[derive(Deserialize)]
@@ -99,7 +120,21 @@ struct RawProvider {
     args: Vec<String>,
     #[serde(default)]
     env: Vec<RawEnv>,
-    token_attributes: Option<serde::de::IgnoredAny>,
+    token_attributes: Option<RawTokenAttributes>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawTokenAttributes {
+    #[serde(default)]
+    service_account_token_audience: String,
+    #[serde(default)]
+    cache_type: String,
+    require_service_account: Option<bool>,
+    #[serde(default)]
+    required_service_account_annotation_keys: Vec<String>,
+    #[serde(default)]
+    optional_service_account_annotation_keys: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +211,19 @@ pub(super) fn parse(
             "at least 1 item in providers is required".into(),
         ));
     }
+    // Only kubelet.config.k8s.io/v1 has the field: kubelet's strict decoder refuses it in the
+    // older versions.
+    if file.api_version != CONFIG_API_VERSIONS[0] {
+        if let Some(raw) = file.providers.iter().find(|p| p.token_attributes.is_some()) {
+            return Err(invalid(
+                path,
+                format!(
+                    "provider {:?}: tokenAttributes is only in apiVersion {}",
+                    raw.name, CONFIG_API_VERSIONS[0]
+                ),
+            ));
+        }
+    }
     file.providers
         .into_iter()
         .map(|raw| validate(path, raw, bin_dir))
@@ -188,9 +236,6 @@ fn validate(
     bin_dir: &Path,
 ) -> Result<ProviderSpec, ProviderConfigError> {
     let name = raw.name;
-    if raw.token_attributes.is_some() {
-        return Err(ProviderConfigError::ServiceAccountTokens { provider: name });
-    }
     let problem = |what: String| invalid(path, format!("provider {name:?}: {what}"));
     if name.is_empty() || name.contains(['/', ' ']) || name == "." || name == ".." {
         return Err(problem(
@@ -224,6 +269,13 @@ fn validate(
             }
         },
     };
+    let token = match raw.token_attributes {
+        None => None,
+        Some(attributes) => Some(
+            token_attributes(attributes, &raw.api_version)
+                .map_err(|what| problem(format!("tokenAttributes.{what}")))?,
+        ),
+    };
     Ok(ProviderSpec {
         path: bin_dir.join(&name),
         name,
@@ -232,7 +284,104 @@ fn validate(
         api_version: raw.api_version,
         args: raw.args,
         env: raw.env.into_iter().map(|e| (e.name, e.value)).collect(),
+        token,
     })
+}
+
+/// kubelet's `validateCredentialProviderConfig` for `tokenAttributes` (1.34, gate on); the
+/// error names the field under `tokenAttributes`.
+fn token_attributes(
+    raw: RawTokenAttributes,
+    protocol_version: &str,
+) -> Result<TokenAttributes, String> {
+    if raw.service_account_token_audience.is_empty() {
+        return Err("serviceAccountTokenAudience: Required value".into());
+    }
+    let Some(require_service_account) = raw.require_service_account else {
+        return Err("requireServiceAccount: Required value".into());
+    };
+    if protocol_version != PROTOCOL_API_VERSIONS[0] {
+        return Err(format!(
+            ": tokenAttributes is only supported for {} API version",
+            PROTOCOL_API_VERSIONS[0]
+        ));
+    }
+    let required = raw.required_service_account_annotation_keys;
+    let optional = raw.optional_service_account_annotation_keys;
+    if !require_service_account && !required.is_empty() {
+        return Err(
+            "requiredServiceAccountAnnotationKeys: requireServiceAccount cannot be false \
+                    when requiredServiceAccountAnnotationKeys is set"
+                .into(),
+        );
+    }
+    for (field, keys) in [
+        ("requiredServiceAccountAnnotationKeys", &required),
+        ("optionalServiceAccountAnnotationKeys", &optional),
+    ] {
+        let mut seen = HashSet::new();
+        for key in keys {
+            if !is_qualified_name(&key.to_lowercase()) {
+                return Err(format!("{field}: {key:?} is not a qualified name"));
+            }
+            if !seen.insert(key) {
+                return Err(format!("{field}: duplicate value {key:?}"));
+            }
+        }
+    }
+    if let Some(both) = required.iter().find(|k| optional.contains(k)) {
+        return Err(format!(
+            ": annotation keys cannot be both required and optional ({both:?})"
+        ));
+    }
+    let cache_type = match raw.cache_type.as_str() {
+        "Token" => TokenCacheType::Token,
+        "ServiceAccount" => TokenCacheType::ServiceAccount,
+        "" => {
+            return Err("cacheType: cacheType is required to be set when tokenAttributes is \
+                        specified. Supported values are: ServiceAccount, Token"
+                .into())
+        }
+        other => {
+            return Err(format!(
+                "cacheType: Unsupported value {other:?}: supported values: \"ServiceAccount\", \"Token\""
+            ))
+        }
+    };
+    Ok(TokenAttributes {
+        audience: raw.service_account_token_audience,
+        cache_type,
+        require_service_account,
+        required_annotation_keys: required,
+        optional_annotation_keys: optional,
+    })
+}
+
+/// apimachinery's `IsQualifiedName`: an optional DNS-1123 subdomain prefix and `/`, then a name
+/// of at most 63 characters, alphanumeric at both ends, `-`, `_` and `.` inside.
+fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let alnum = |c: u8| c.is_ascii_alphanumeric();
+    let name_ok = (1..=63).contains(&name.len())
+        && name.bytes().next().is_some_and(alnum)
+        && name.bytes().last().is_some_and(alnum)
+        && name
+            .bytes()
+            .all(|c| alnum(c) || matches!(c, b'-' | b'_' | b'.'));
+    let prefix_ok = prefix.is_none_or(|prefix| {
+        let lower = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        (1..=253).contains(&prefix.len())
+            && prefix.split('.').all(|label| {
+                (1..=63).contains(&label.len())
+                    && label.bytes().next().is_some_and(lower)
+                    && label.bytes().last().is_some_and(lower)
+                    && label.bytes().all(|c| lower(c) || c == b'-')
+            })
+    });
+    name_ok && prefix_ok
 }
 
 /// The file, or the directory's config files in name order.
@@ -320,27 +469,115 @@ providers:
                 args: vec!["get-credentials".into()],
                 env: vec![("AWS_PROFILE".into(), "node".into())],
                 path: Path::new(BIN).join("ecr-credential-provider"),
+                token: None,
             }]
         );
     }
 
     #[test]
-    fn service_account_token_providers_are_refused_by_name() {
+    fn token_attributes_read_as_kubelet_1_34_reads_them() {
         let text = r#"{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig",
           "providers":[{"name":"acr","matchImages":["*.azurecr.io"],"defaultCacheDuration":"1m",
           "apiVersion":"credentialprovider.kubelet.k8s.io/v1",
           "tokenAttributes":{"serviceAccountTokenAudience":"api://AzureADTokenExchange",
-          "requireServiceAccount":true,"cacheType":"ServiceAccount"}}]}"#;
-        let error = parsed(text).expect_err("refused");
-        assert!(
-            matches!(error, ProviderConfigError::ServiceAccountTokens { ref provider } if provider == "acr")
+          "requireServiceAccount":true,"cacheType":"ServiceAccount",
+          "requiredServiceAccountAnnotationKeys":["azure.workload.identity/client-id"],
+          "optionalServiceAccountAnnotationKeys":["azure.workload.identity/tenant-id"]}}]}"#;
+        let specs = parsed(text).expect("valid");
+        assert_eq!(
+            specs[0].token,
+            Some(TokenAttributes {
+                audience: "api://AzureADTokenExchange".into(),
+                cache_type: TokenCacheType::ServiceAccount,
+                require_service_account: true,
+                required_annotation_keys: vec!["azure.workload.identity/client-id".into()],
+                optional_annotation_keys: vec!["azure.workload.identity/tenant-id".into()],
+            })
         );
+    }
+
+    #[rstest]
+    #[case::no_audience(
+        r#"{"requireServiceAccount":true,"cacheType":"Token"}"#,
+        "serviceAccountTokenAudience: Required"
+    )]
+    #[case::no_require(
+        r#"{"serviceAccountTokenAudience":"a","cacheType":"Token"}"#,
+        "requireServiceAccount: Required"
+    )]
+    #[case::no_cache_type(
+        r#"{"serviceAccountTokenAudience":"a","requireServiceAccount":true}"#,
+        "cacheType is required"
+    )]
+    #[case::bad_cache_type(
+        r#"{"serviceAccountTokenAudience":"a","requireServiceAccount":true,"cacheType":"Pod"}"#,
+        "Unsupported value \"Pod\""
+    )]
+    #[case::required_without_account(r#"{"serviceAccountTokenAudience":"a","requireServiceAccount":false,"cacheType":"Token","requiredServiceAccountAnnotationKeys":["k"]}"#, "requireServiceAccount cannot be false")]
+    #[case::bad_key(r#"{"serviceAccountTokenAudience":"a","requireServiceAccount":true,"cacheType":"Token","optionalServiceAccountAnnotationKeys":["-bad"]}"#, "not a qualified name")]
+    #[case::bad_prefix(r#"{"serviceAccountTokenAudience":"a","requireServiceAccount":true,"cacheType":"Token","optionalServiceAccountAnnotationKeys":["Ex_ample.com/k"]}"#, "not a qualified name")]
+    #[case::duplicate(r#"{"serviceAccountTokenAudience":"a","requireServiceAccount":true,"cacheType":"Token","requiredServiceAccountAnnotationKeys":["k","k"]}"#, "duplicate value")]
+    #[case::both(r#"{"serviceAccountTokenAudience":"a","requireServiceAccount":true,"cacheType":"Token","requiredServiceAccountAnnotationKeys":["k"],"optionalServiceAccountAnnotationKeys":["k"]}"#, "both required and optional")]
+    #[case::unknown_field(r#"{"serviceAccountTokenAudience":"a","requireServiceAccount":true,"cacheType":"Token","audiences":["b"]}"#, "failed to parse")]
+    fn invalid_token_attributes_are_refused_with_the_field(
+        #[case] attributes: &str,
+        #[case] says: &str,
+    ) {
+        let text = format!(
+            r#"{{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig",
+              "providers":[{{"name":"p","matchImages":["x"],"defaultCacheDuration":"1m",
+              "apiVersion":"credentialprovider.kubelet.k8s.io/v1","tokenAttributes":{attributes}}}]}}"#
+        );
+        let error = parsed(&text).expect_err("invalid");
+        assert!(error.to_string().contains(says), "{error}");
+    }
+
+    #[test]
+    fn token_attributes_need_the_v1_config_and_the_v1_protocol() {
+        let attributes = r#""tokenAttributes":{"serviceAccountTokenAudience":"a","requireServiceAccount":true,"cacheType":"Token"}"#;
+        let old_config = format!(
+            r#"{{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"CredentialProviderConfig",
+              "providers":[{{"name":"p","matchImages":["x"],"defaultCacheDuration":"1m",
+              "apiVersion":"credentialprovider.kubelet.k8s.io/v1",{attributes}}}]}}"#
+        );
+        let error = parsed(&old_config).expect_err("v1beta1 config");
         assert!(
             error
                 .to_string()
-                .contains("does not mint ServiceAccount tokens"),
+                .contains("only in apiVersion kubelet.config.k8s.io/v1"),
             "{error}"
         );
+        let old_protocol = format!(
+            r#"{{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig",
+              "providers":[{{"name":"p","matchImages":["x"],"defaultCacheDuration":"1m",
+              "apiVersion":"credentialprovider.kubelet.k8s.io/v1beta1",{attributes}}}]}}"#
+        );
+        let error = parsed(&old_protocol).expect_err("v1beta1 protocol");
+        assert!(
+            error
+                .to_string()
+                .contains("only supported for credentialprovider.kubelet.k8s.io/v1"),
+            "{error}"
+        );
+    }
+
+    #[rstest]
+    #[case("k", true)]
+    #[case("azure.workload.identity/client-id", true)]
+    #[case("eks.amazonaws.com/role-arn", true)]
+    #[case("a_b.c-d", true)]
+    #[case("", false)]
+    #[case("/k", false)]
+    #[case("a/b/c", false)]
+    #[case("-k", false)]
+    #[case("k_", false)]
+    #[case("ex_ample.com/k", false)]
+    #[case("-example.com/k", false)]
+    fn annotation_keys_are_qualified_names(#[case] key: &str, #[case] valid: bool) {
+        assert_eq!(is_qualified_name(key), valid, "{key}");
+        let long = "a".repeat(64);
+        assert!(!is_qualified_name(&long));
+        assert!(is_qualified_name(&long[..63]));
     }
 
     #[rstest]

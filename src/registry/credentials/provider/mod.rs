@@ -28,12 +28,19 @@
 //! naming a hundred images of a registry whose plugin fails ran it a hundred times). Another
 //! tenant's images still run it: an image one tenant names may make a plugin fail.
 //!
+//! A provider with `tokenAttributes` (KEP-4412) is handed a token of the Pod's ServiceAccount
+//! for its audience and the account's annotations it names ([`Puller`], tokens from
+//! [`super::service_account_tokens::ServiceAccounts`]), as kubelet 1.34 hands them: no account and `requireServiceAccount`, or
+//! a required annotation missing, and it is not run; its answers are cached under the account
+//! (namespace, name, UID, the annotations handed) and, for `cacheType: Token`, the token's
+//! hash too; an answer not cached per token may not give the token back as a password. A
+//! failure stands for the same account only.
+//!
 //! Caveats: as in kubelet, concurrent first requests for different images of one registry
 //! each execute the plugin (the cache key is known only from the answer).
 //!
 //! Never: logs or reports what a plugin printed (a failure is a warning naming the provider and
-//! the kind of failure, and a metric), panics on a plugin's behaviour, or runs a provider that
-//! wants ServiceAccount tokens (refused when the config is read).
+//! the kind of failure, and a metric), panics on a plugin's behaviour, or shows a token.
 
 mod answers;
 pub mod config;
@@ -41,7 +48,7 @@ mod protocol;
 
 pub use protocol::ResponseError;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -52,11 +59,12 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tracing::{debug, warn};
 
 use self::answers::{Answer, Answers};
-use self::config::ProviderSpec;
-use self::protocol::{CacheKeyType, Response};
+use self::config::{ProviderSpec, TokenAttributes, TokenCacheType};
+use self::protocol::{CacheKeyType, Handed, Response};
 use super::exec::{self, ExecError, Program};
 use super::keyring::{image_matches, CredentialSource, Provided};
 use super::limits::{RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
+use super::service_account_tokens::Puller;
 use super::Credential;
 use crate::metrics::Metrics;
 
@@ -130,6 +138,23 @@ pub enum PluginError {
         ttl: Duration,
         error: Box<PluginError>,
     },
+    /// The ServiceAccount could not be read or no token of it had (the apiserver's reason).
+    #[error("not run: {0}")]
+    Account(String),
+    #[error("not run: serviceaccount {account} has no annotation {key:?}, which its tokenAttributes require")]
+    MissingAnnotation { account: String, key: String },
+    #[error("not run: it is handed the Pod's ServiceAccount token, and there is no cluster to ask for one here")]
+    NoCluster,
+}
+
+/// What one run hands a plugin, and the part of its cache key that says for whom.
+#[derive(Default)]
+struct Handing {
+    token: Option<Arc<str>>,
+    annotations: BTreeMap<String, String>,
+    /// Empty for a plugin handed nothing; else the account's coordinates (and the token's
+    /// hash for `cacheType: Token`), length-prefixed.
+    key: String,
 }
 
 struct Plugin {
@@ -176,17 +201,17 @@ impl Drop for Interest {
 }
 
 /// Removes an execution from [`Flights`] when its task ends or is cancelled, if it is still
-/// the one registered for its image.
+/// the one registered for its image and puller.
 struct Landing {
     plugin: Weak<Plugin>,
-    image: String,
+    flight: String,
     id: u64,
 }
 
 impl Drop for Landing {
     fn drop(&mut self) {
         if let Some(plugin) = self.plugin.upgrade() {
-            plugin.flights().land(&self.image, self.id);
+            plugin.flights().land(&self.flight, self.id);
         }
     }
 }
@@ -261,10 +286,14 @@ impl CredentialSource for CredentialProviders {
     }
 
     async fn provide(&self, image: &str) -> Provided {
+        self.provide_for(image, &Puller::NONE).await
+    }
+
+    async fn provide_for(&self, image: &str, puller: &Puller<'_>) -> Provided {
         let answers = futures::future::join_all(
             self.plugins
                 .iter()
-                .map(|plugin| plugin.clone().provide(image)),
+                .map(|plugin| plugin.clone().provide(image, puller)),
         )
         .await;
         let mut provided = Provided::default();
@@ -309,6 +338,11 @@ impl PluginError {
                     error.summary()
                 )
             }
+            PluginError::Account(reason) => reason.clone(),
+            PluginError::MissingAnnotation { account, key } => {
+                format!("not run: serviceaccount {account} has no annotation {key}")
+            }
+            PluginError::NoCluster => "not run: no cluster to ask a ServiceAccount token of".into(),
         }
     }
 }
@@ -316,7 +350,7 @@ impl PluginError {
 // === impl Plugin ===
 
 impl Plugin {
-    async fn provide(self: Arc<Self>, image: &str) -> Outcome {
+    async fn provide(self: Arc<Self>, image: &str, puller: &Puller<'_>) -> Outcome {
         if !self
             .spec
             .match_images
@@ -325,26 +359,36 @@ impl Plugin {
         {
             return Ok(Arc::default());
         }
+        let handing = match &self.spec.token {
+            None => Handing::default(),
+            Some(attributes) => match handing(attributes, puller).await? {
+                Some(handing) => handing,
+                // kubelet: no ServiceAccount and one required, so not run.
+                None => return Ok(Arc::default()),
+            },
+        };
+        let flight_key = flight_key(image, &handing.key);
+        let failures = failure_scope(image, &handing.key);
         let (flight, interest, started) = {
             let mut flights = self.flights();
-            if let Some(entries) = self.cached(image) {
+            if let Some(entries) = self.cached(image, &handing.key) {
                 return Ok(entries);
             }
             let tenant = crate::tenant::current();
-            if let Some(error) = self.answers.failure(&tenant, registry_of(image)) {
+            if let Some(error) = self.answers.failure(&tenant, &failures) {
                 return Err(PluginError::Remembered {
                     ttl: self.settings.failure_ttl,
                     error: Box::new(error),
                 });
             }
-            let joined = flights.running.get(image).and_then(|running| {
+            let joined = flights.running.get(&flight_key).and_then(|running| {
                 // An execution whose last waiter is gone is being cancelled: start another.
                 let interest = running.interest.upgrade()?;
                 Some((running.flight.clone(), interest, running.started.clone()))
             });
             match joined {
                 Some(joined) => joined,
-                None => self.start(&mut flights, image),
+                None => self.start(&mut flights, image, flight_key, handing),
             }
         };
         let outcome = match tokio::time::timeout(self.settings.wait, flight).await {
@@ -356,7 +400,7 @@ impl Plugin {
             }),
             Err(_) => {
                 let error = PluginError::Waited(self.settings.wait);
-                self.remember_failure(&crate::tenant::current(), image, &error);
+                self.remember_failure(&crate::tenant::current(), &failures, &error);
                 Err(error)
             }
         };
@@ -370,19 +414,22 @@ impl Plugin {
         self.flights.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs the plugin for `image` in a task of its own once a slot is free; the task is
-    /// cancelled (its child killed) when the returned interest and every clone are dropped.
+    /// Runs the plugin for `image` (handed `handing`) in a task of its own once a slot is
+    /// free, registered as `flight_key`; the task is cancelled (its child killed) when the
+    /// returned interest and every clone are dropped.
     fn start(
         self: &Arc<Self>,
         flights: &mut Flights,
         image: &str,
+        flight_key: String,
+        handing: Handing,
     ) -> (Flight, Arc<Interest>, Arc<AtomicBool>) {
         flights.next_id += 1;
         let id = flights.next_id;
         let started = Arc::new(AtomicBool::new(false));
         let landing = Landing {
             plugin: Arc::downgrade(self),
-            image: image.to_string(),
+            flight: flight_key.clone(),
             id,
         };
         // (the tenant of the admission that starts the run: the task below has none of its own)
@@ -395,14 +442,15 @@ impl Plugin {
                     return Err(PluginError::Lost);
                 };
                 started.store(true, Ordering::SeqCst);
-                let outcome = plugin.execute(&image, slot).await;
+                let outcome = plugin.execute(&image, &handing, slot).await;
                 if let Err(error) = &outcome {
-                    plugin.remember_failure(&tenant, &image, error);
+                    let failures = failure_scope(&image, &handing.key);
+                    plugin.remember_failure(&tenant, &failures, error);
                 }
                 // Cached before the execution leaves the flights (the landing, under their
                 // lock): no admission misses both the execution and its answer.
                 let outcome = outcome.map(|response| {
-                    let slot = plugin.cache_slot(&image, &response);
+                    let slot = plugin.cache_slot(&image, &handing.key, &response);
                     let entries = Arc::new(response.auth);
                     if let Some((key, ttl)) = slot {
                         let answer = Answer {
@@ -424,7 +472,7 @@ impl Plugin {
             .boxed()
             .shared();
         flights.running.insert(
-            image.to_string(),
+            flight_key,
             InFlight {
                 id,
                 flight: flight.clone(),
@@ -435,8 +483,14 @@ impl Plugin {
         (flight, interest, started)
     }
 
-    /// Runs the plugin for `image`, holding `slot` until its process is reaped.
-    async fn execute(&self, image: &str, slot: RunPermit) -> Result<Response, PluginError> {
+    /// Runs the plugin for `image`, handed `handing`, holding `slot` until its process is
+    /// reaped.
+    async fn execute(
+        &self,
+        image: &str,
+        handing: &Handing,
+        slot: RunPermit,
+    ) -> Result<Response, PluginError> {
         let name = &self.spec.name;
         debug!(provider = %name, image, "running credential provider");
         self.count_exec();
@@ -447,11 +501,25 @@ impl Plugin {
             timeout: self.settings.exec_timeout,
             max_output: self.settings.max_output,
         };
-        let request = protocol::request(&self.spec.api_version, image);
+        let handed = Handed {
+            token: handing.token.as_deref(),
+            annotations: Some(&handing.annotations),
+        };
+        let request = protocol::request(&self.spec.api_version, image, handed);
+        let per_token = self
+            .spec
+            .token
+            .as_ref()
+            .is_some_and(|t| t.cache_type == TokenCacheType::Token);
         let result = match exec::run(&program, &request, Some(slot)).await {
-            Ok(stdout) => {
-                protocol::decode(&stdout, &self.spec.api_version).map_err(PluginError::from)
-            }
+            Ok(stdout) => protocol::decode(&stdout, &self.spec.api_version)
+                .and_then(|response| match (&handing.token, per_token) {
+                    (Some(token), false) => {
+                        protocol::refuse_echoed_token(&response, token).map(|()| response)
+                    }
+                    _ => Ok(response),
+                })
+                .map_err(PluginError::from),
             Err(e) => Err(PluginError::Exec(Arc::new(e))),
         };
         if let Err(e) = &result {
@@ -466,23 +534,30 @@ impl Plugin {
         result
     }
 
-    /// Keeps `error` for `tenant`'s images of `image`'s registry, for `failure_ttl`.
-    fn remember_failure(&self, tenant: &str, image: &str, error: &PluginError) {
-        let registry = registry_of(image);
+    /// Keeps `error` for `tenant`'s images of one registry (and account), `failures`
+    /// ([`failure_scope`]), for `failure_ttl`.
+    fn remember_failure(&self, tenant: &str, failures: &str, error: &PluginError) {
         let ttl = self.settings.failure_ttl;
         self.answers
-            .insert_failure(tenant, registry, error.clone(), ttl);
+            .insert_failure(tenant, failures, error.clone(), ttl);
     }
 
-    /// kubelet's `getCachedCredentials`: the image's entry, else its registry's, else global.
-    fn cached(&self, image: &str) -> Option<Arc<Vec<(String, Credential)>>> {
+    /// kubelet's `getCachedCredentials`: the image's entry, else its registry's, else global,
+    /// each for the same account (`account_key`).
+    fn cached(&self, image: &str, account_key: &str) -> Option<Arc<Vec<(String, Credential)>>> {
         [image, registry_of(image), GLOBAL_CACHE_KEY]
             .into_iter()
-            .find_map(|key| self.answers.get(key))
+            .find_map(|key| self.answers.get(&cache_key(key, account_key)))
     }
 
-    /// Where and for how long kubelet caches `response` for `image`; `None` when it does not.
-    fn cache_slot(&self, image: &str, response: &Response) -> Option<(String, Duration)> {
+    /// Where and for how long kubelet caches `response` for `image` (and the account
+    /// `account_key`); `None` when it does not.
+    fn cache_slot(
+        &self,
+        image: &str,
+        account_key: &str,
+        response: &Response,
+    ) -> Option<(String, Duration)> {
         let duration = response
             .cache_duration
             .unwrap_or(self.spec.default_cache_duration);
@@ -490,11 +565,11 @@ impl Plugin {
             return None;
         }
         let key = match response.cache_key_type {
-            CacheKeyType::Image => image.to_string(),
-            CacheKeyType::Registry => registry_of(image).to_string(),
-            CacheKeyType::Global => GLOBAL_CACHE_KEY.to_string(),
+            CacheKeyType::Image => image,
+            CacheKeyType::Registry => registry_of(image),
+            CacheKeyType::Global => GLOBAL_CACHE_KEY,
         };
-        Some((key, duration))
+        Some((cache_key(key, account_key), duration))
     }
 
     fn count_exec(&self) {
@@ -513,16 +588,115 @@ impl Plugin {
 // === impl Flights ===
 
 impl Flights {
-    /// Forgets execution `id` of `image`, unless a later one took its place.
-    fn land(&mut self, image: &str, id: u64) {
+    /// Forgets execution `id` registered as `flight`, unless a later one took its place.
+    fn land(&mut self, flight: &str, id: u64) {
         if self
             .running
-            .get(image)
+            .get(flight)
             .is_some_and(|running| running.id == id)
         {
-            self.running.remove(image);
+            self.running.remove(flight);
         }
     }
+}
+
+/// What a plugin with `attributes` is handed for `puller`, as kubelet 1.34's
+/// `serviceAccountProvider` works it out: `Ok(None)` when it is not to run (no ServiceAccount
+/// and one required).
+async fn handing(
+    attributes: &TokenAttributes,
+    puller: &Puller<'_>,
+) -> Result<Option<Handing>, PluginError> {
+    let Some(name) = puller.service_account else {
+        return Ok(match attributes.require_service_account {
+            true => None,
+            // Run with no token, under a key of its own.
+            false => Some(Handing::default()),
+        });
+    };
+    let Some(accounts) = puller.accounts else {
+        return Err(PluginError::NoCluster);
+    };
+    let namespace = puller.namespace;
+    let facts = accounts
+        .account(namespace, name)
+        .await
+        .map_err(|e| PluginError::Account(e.to_string()))?
+        .ok_or_else(|| {
+            PluginError::Account(format!("serviceaccount {namespace}/{name} not found"))
+        })?;
+    let mut annotations = BTreeMap::new();
+    for key in &attributes.required_annotation_keys {
+        let Some(value) = facts.annotations.get(key) else {
+            return Err(PluginError::MissingAnnotation {
+                account: format!("{namespace}/{name}"),
+                key: key.clone(),
+            });
+        };
+        annotations.insert(key.clone(), value.clone());
+    }
+    for key in &attributes.optional_annotation_keys {
+        if let Some(value) = facts.annotations.get(key) {
+            annotations.insert(key.clone(), value.clone());
+        }
+    }
+    let minted = accounts
+        .token(namespace, name, &facts.uid, &attributes.audience)
+        .await
+        .map_err(|e| PluginError::Account(e.to_string()))?;
+    let mut key = String::new();
+    for part in [namespace, name, facts.uid.as_str()] {
+        push_field(&mut key, part);
+    }
+    for (k, v) in &annotations {
+        push_field(&mut key, k);
+        push_field(&mut key, v);
+    }
+    if attributes.cache_type == TokenCacheType::Token {
+        use sha2::Digest as _;
+        use std::fmt::Write as _;
+        let mut hash = String::from("sha256:");
+        for byte in sha2::Sha256::digest(minted.token.as_bytes()) {
+            let _ = write!(hash, "{byte:02x}");
+        }
+        push_field(&mut key, "token");
+        push_field(&mut key, &hash);
+    }
+    Ok(Some(Handing {
+        token: Some(minted.token),
+        annotations,
+        key,
+    }))
+}
+
+/// Appends `field` length-prefixed (kubelet's `generateCacheKey`): no two field lists give one
+/// key.
+fn push_field(key: &mut String, field: &str) {
+    use std::fmt::Write as _;
+    let _ = write!(key, "{}:{field}", field.len());
+}
+
+/// The cache key of `base` (an image, a registry or the global key) for `account_key`.
+fn cache_key(base: &str, account_key: &str) -> String {
+    match account_key.is_empty() {
+        true => base.to_string(),
+        false => {
+            let mut key = String::new();
+            push_field(&mut key, base);
+            key.push_str(account_key);
+            key
+        }
+    }
+}
+
+/// The single-flight key of a run for `image` handed what `account_key` names.
+fn flight_key(image: &str, account_key: &str) -> String {
+    cache_key(image, account_key)
+}
+
+/// What a failed run stands for: its registry, for the same account.
+fn failure_scope(image: &str, account_key: &str) -> String {
+    cache_key(registry_of(image), account_key)
 }
 
 /// kubelet's `parseRegistry`: everything before the first `/`.

@@ -4,7 +4,9 @@
 //! `pkg/credentialprovider/plugin/plugin.go`, `ExecPlugin` and `decodeResponse`): the
 //! `apiVersion` must be the one configured, `kind` must be `CredentialProviderResponse`,
 //! unknown fields are errors (kubelet's decoder is strict), `cacheKeyType` is one of `Image`,
-//! `Registry`, `Global`.
+//! `Registry`, `Global`. A request may carry a ServiceAccount token and annotations
+//! (KEP-4412); an answer whose password is that token is refused unless the provider caches per
+//! token (kubelet 1.34).
 //!
 //! Owns: the wire types and [`ResponseError`], whose messages never quote the answer (it holds
 //! credentials). Never: runs the plugin or caches.
@@ -57,6 +59,9 @@ pub enum ResponseError {
     },
     #[error("the answer's cacheDuration is not a non-negative Go duration")]
     CacheDuration,
+    /// kubelet 1.34: an answer cached per ServiceAccount must not be the token itself.
+    #[error("the answer gives the ServiceAccount token back as a password, which is not allowed unless tokenAttributes.cacheType is Token")]
+    EchoedToken,
 }
 
 // === impl ResponseError ===
@@ -70,6 +75,7 @@ impl ResponseError {
             ResponseError::Kind => "answer has the wrong kind",
             ResponseError::Decode { .. } => "answer is not a CredentialProviderResponse",
             ResponseError::CacheDuration => "answer has an invalid cacheDuration",
+            ResponseError::EchoedToken => "answer gives the ServiceAccount token back",
         }
     }
 }
@@ -80,6 +86,18 @@ struct Request<'a> {
     api_version: &'a str,
     kind: &'static str,
     image: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_account_token: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_account_annotations: Option<&'a BTreeMap<String, String>>,
+}
+
+/// What a request hands a plugin that asked for ServiceAccount tokens.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Handed<'a> {
+    pub token: Option<&'a str>,
+    /// The required and the present optional annotations; left out when empty.
+    pub annotations: Option<&'a BTreeMap<String, String>>,
 }
 
 /// Just the type fields, read first as kubelet's `json.DefaultMetaFactory.Interpret` does.
@@ -114,14 +132,16 @@ struct RawAuth {
     password: String,
 }
 
-/// The request for `image`, in `api_version`.
-pub(super) fn request(api_version: &str, image: &str) -> Vec<u8> {
+/// The request for `image`, in `api_version`, with what the plugin is `handed`.
+pub(super) fn request(api_version: &str, image: &str, handed: Handed<'_>) -> Vec<u8> {
     let request = Request {
         api_version,
         kind: "CredentialProviderRequest",
         image,
+        service_account_token: handed.token.filter(|t| !t.is_empty()),
+        service_account_annotations: handed.annotations.filter(|a| !a.is_empty()),
     };
-    // Serialising two strings into JSON cannot fail; an empty request would be refused by the
+    // Serialising strings into JSON cannot fail; an empty request would be refused by the
     // plugin, which is then reported like any failed exec.
     serde_json::to_vec(&request).unwrap_or_default()
 }
@@ -165,6 +185,18 @@ pub(super) fn decode(stdout: &[u8], api_version: &str) -> Result<Response, Respo
     })
 }
 
+/// kubelet 1.34's check of an answer given with a token that is not cached per token: no
+/// password may be the token itself.
+pub(super) fn refuse_echoed_token(response: &Response, token: &str) -> Result<(), ResponseError> {
+    let echoed = response.auth.iter().any(|(_, credential)| {
+        matches!(credential, Credential::Basic { password, .. } if password == token)
+    });
+    match echoed {
+        true => Err(ResponseError::EchoedToken),
+        false => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rstest::rstest;
@@ -175,14 +207,47 @@ mod tests {
 
     #[test]
     fn the_request_is_what_kubelet_writes() {
-        let sent: serde_json::Value =
-            serde_json::from_slice(&request(V1, "123.dkr.ecr.us-east-1.amazonaws.com/app"))
-                .expect("json");
+        let sent: serde_json::Value = serde_json::from_slice(&request(
+            V1,
+            "123.dkr.ecr.us-east-1.amazonaws.com/app",
+            Handed::default(),
+        ))
+        .expect("json");
         assert_eq!(
             sent,
             serde_json::json!({"apiVersion": V1, "kind": "CredentialProviderRequest",
                 "image": "123.dkr.ecr.us-east-1.amazonaws.com/app"})
         );
+        let annotations = BTreeMap::from([(
+            "eks.amazonaws.com/role-arn".to_string(),
+            "arn:aws:iam::1:role/r".to_string(),
+        )]);
+        let handed = Handed {
+            token: Some("eyJ.t"),
+            annotations: Some(&annotations),
+        };
+        let sent: serde_json::Value =
+            serde_json::from_slice(&request(V1, "r.example/app", handed)).expect("json");
+        assert_eq!(
+            sent,
+            serde_json::json!({"apiVersion": V1, "kind": "CredentialProviderRequest",
+                "image": "r.example/app", "serviceAccountToken": "eyJ.t",
+                "serviceAccountAnnotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}})
+        );
+    }
+
+    #[test]
+    fn an_answer_that_gives_the_token_back_is_refused() {
+        let body = br#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v1",
+            "kind":"CredentialProviderResponse","cacheKeyType":"Image",
+            "auth":{"r.example":{"username":"<token>","password":"eyJ.t"}}}"#;
+        let response = decode(body, V1).expect("decodes");
+        assert_eq!(
+            refuse_echoed_token(&response, "eyJ.t"),
+            Err(ResponseError::EchoedToken)
+        );
+        assert_eq!(refuse_echoed_token(&response, "eyJ.other"), Ok(()));
+        assert!(!ResponseError::EchoedToken.to_string().contains("eyJ"));
     }
 
     #[test]

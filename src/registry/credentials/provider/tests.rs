@@ -27,6 +27,7 @@ fn provider(dir: &Path, name: &str, body: &str, default_cache: Duration) -> Prov
         args: Vec::new(),
         env: Vec::new(),
         path,
+        token: None,
     }
 }
 
@@ -323,4 +324,338 @@ fn many_large_answers_stay_under_the_byte_cap() {
     assert!(held <= cap, "{held} bytes held, cap {cap}");
     assert!(answers.entry_count() > 50, "{}", answers.entry_count());
     assert!(answers.entry_count() < 110, "{}", answers.entry_count());
+}
+
+// === ServiceAccount tokens (KEP-4412) ===
+
+use std::sync::atomic::AtomicUsize;
+
+use super::super::service_account_tokens::{
+    AccountFacts, MintedToken, ServiceAccounts, TokenError,
+};
+
+/// Accounts `team/builder` (UID `u1`, two annotations) and `team/bare` (none); every token
+/// asked for is new (`tok-<n>`) unless `same_token`.
+struct FakeAccounts {
+    tokens: AtomicUsize,
+    same_token: bool,
+    uid: std::sync::Mutex<String>,
+}
+
+impl FakeAccounts {
+    fn new(same_token: bool) -> FakeAccounts {
+        FakeAccounts {
+            tokens: AtomicUsize::new(0),
+            same_token,
+            uid: std::sync::Mutex::new("u1".to_string()),
+        }
+    }
+}
+
+#[async_trait]
+impl ServiceAccounts for FakeAccounts {
+    async fn account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<AccountFacts>>, TokenError> {
+        let uid = self.uid.lock().expect("uid").clone();
+        Ok(match (namespace, name) {
+            ("team", "builder") => Some(Arc::new(AccountFacts {
+                uid,
+                annotations: BTreeMap::from([
+                    ("example.com/role".to_string(), "puller".to_string()),
+                    ("example.com/tenant".to_string(), "t1".to_string()),
+                    ("example.com/unnamed".to_string(), "not handed".to_string()),
+                ]),
+            })),
+            ("team", "bare") => Some(Arc::new(AccountFacts {
+                uid: "u2".to_string(),
+                annotations: BTreeMap::new(),
+            })),
+            ("team", "forbidden") => {
+                return Err(TokenError::Account {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    reason: "forbidden (403)".to_string(),
+                })
+            }
+            _ => None,
+        })
+    }
+
+    async fn token(
+        &self,
+        _namespace: &str,
+        name: &str,
+        _uid: &str,
+        audience: &str,
+    ) -> Result<MintedToken, TokenError> {
+        let n = match self.same_token {
+            true => 0,
+            false => self.tokens.fetch_add(1, Ordering::SeqCst),
+        };
+        Ok(MintedToken {
+            token: Arc::from(format!("tok-{name}-{audience}-{n}")),
+            use_for: Duration::from_secs(480),
+        })
+    }
+}
+
+/// A provider handed tokens for audience `registry.example`: its script keeps each request
+/// (one JSON line) in `<name>.requests` and answers `body`.
+fn token_provider(dir: &Path, name: &str, body: &str, attributes: TokenAttributes) -> ProviderSpec {
+    let mut spec = provider(dir, name, body, Duration::from_secs(3600));
+    let requests = dir.join(format!("{name}.requests"));
+    let script = std::fs::read_to_string(&spec.path).expect("read plugin");
+    let script = script.replace(
+        "cat >/dev/null;",
+        &format!(
+            "cat >> '{}'; echo >> '{}';",
+            requests.display(),
+            requests.display()
+        ),
+    );
+    std::fs::write(&spec.path, script).expect("write plugin");
+    spec.token = Some(attributes);
+    spec
+}
+
+fn attributes(cache_type: TokenCacheType, require: bool) -> TokenAttributes {
+    TokenAttributes {
+        audience: "registry.example".to_string(),
+        cache_type,
+        require_service_account: require,
+        required_annotation_keys: match require {
+            true => vec!["example.com/role".to_string()],
+            false => Vec::new(),
+        },
+        optional_annotation_keys: vec![
+            "example.com/tenant".to_string(),
+            "example.com/absent".to_string(),
+        ],
+    }
+}
+
+fn requests(dir: &Path, name: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join(format!("{name}.requests")))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON request"))
+        .collect()
+}
+
+fn puller<'a>(account: Option<&'a str>, accounts: &'a FakeAccounts) -> Puller<'a> {
+    Puller {
+        namespace: "team",
+        service_account: account,
+        accounts: Some(accounts),
+    }
+}
+
+#[tokio::test]
+async fn the_plugin_is_handed_the_accounts_token_and_the_annotations_it_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = token_provider(
+        dir.path(),
+        "sa",
+        &answer("Image", None),
+        attributes(TokenCacheType::ServiceAccount, true),
+    );
+    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
+    let accounts = FakeAccounts::new(false);
+    let provided = providers
+        .provide_for("a.example/one", &puller(Some("builder"), &accounts))
+        .await;
+    assert_eq!(provided.entries.len(), 1, "{:?}", provided.warnings);
+    let [request] = requests(dir.path(), "sa").try_into().expect("one run");
+    assert_eq!(
+        request,
+        serde_json::json!({"apiVersion": V1, "kind": "CredentialProviderRequest",
+            "image": "a.example/one",
+            "serviceAccountToken": "tok-builder-registry.example-0",
+            "serviceAccountAnnotations": {"example.com/role": "puller", "example.com/tenant": "t1"}})
+    );
+    // No token shows in what admission says.
+    assert!(provided.warnings.iter().all(|w| !w.contains("tok-")));
+}
+
+#[tokio::test]
+async fn cached_per_service_account_the_answer_outlives_the_token_but_not_the_account() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = token_provider(
+        dir.path(),
+        "sa",
+        &answer("Registry", None),
+        attributes(TokenCacheType::ServiceAccount, false),
+    );
+    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
+    let accounts = FakeAccounts::new(false);
+    for image in ["a.example/one", "a.example/two"] {
+        let provided = providers
+            .provide_for(image, &puller(Some("builder"), &accounts))
+            .await;
+        assert_eq!(provided.entries.len(), 1, "{:?}", provided.warnings);
+    }
+    assert_eq!(
+        execs(dir.path(), "sa"),
+        1,
+        "a new token, the same account: cached"
+    );
+    providers
+        .provide_for("a.example/one", &puller(Some("bare"), &accounts))
+        .await;
+    assert_eq!(execs(dir.path(), "sa"), 2, "another account: run");
+    *accounts.uid.lock().expect("uid") = "u1-again".to_string();
+    providers
+        .provide_for("a.example/one", &puller(Some("builder"), &accounts))
+        .await;
+    assert_eq!(
+        execs(dir.path(), "sa"),
+        3,
+        "the account made again (a new UID): run"
+    );
+    providers.provide_for("a.example/one", &Puller::NONE).await;
+    assert_eq!(
+        execs(dir.path(), "sa"),
+        4,
+        "no account, none required: run with no token, under a key of its own"
+    );
+    let last = requests(dir.path(), "sa").pop().expect("a request");
+    assert!(last.get("serviceAccountToken").is_none(), "{last}");
+}
+
+#[tokio::test]
+async fn cached_per_token_a_new_token_runs_the_plugin_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = token_provider(
+        dir.path(),
+        "tok",
+        &answer("Image", None),
+        attributes(TokenCacheType::Token, true),
+    );
+    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
+    let kept = FakeAccounts::new(true);
+    for _ in 0..2 {
+        providers
+            .provide_for("a.example/one", &puller(Some("builder"), &kept))
+            .await;
+    }
+    assert_eq!(execs(dir.path(), "tok"), 1, "the same token: cached");
+    let fresh = FakeAccounts::new(false);
+    fresh.tokens.store(7, Ordering::SeqCst);
+    providers
+        .provide_for("a.example/one", &puller(Some("builder"), &fresh))
+        .await;
+    assert_eq!(execs(dir.path(), "tok"), 2, "another token: run");
+}
+
+#[tokio::test]
+async fn without_what_it_requires_the_plugin_is_not_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = token_provider(
+        dir.path(),
+        "req",
+        &answer("Image", None),
+        attributes(TokenCacheType::ServiceAccount, true),
+    );
+    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
+    let accounts = FakeAccounts::new(false);
+    // No ServiceAccount, one required: not run, as kubelet (silently).
+    let none = providers
+        .provide_for("a.example/one", &puller(None, &accounts))
+        .await;
+    assert!(
+        none.entries.is_empty() && none.warnings.is_empty(),
+        "{none:?}"
+    );
+    let cases = [
+        (
+            puller(Some("bare"), &accounts),
+            "has no annotation example.com/role",
+        ),
+        (
+            puller(Some("ghost"), &accounts),
+            "serviceaccount team/ghost not found",
+        ),
+        (puller(Some("forbidden"), &accounts), "forbidden (403)"),
+        (
+            Puller {
+                namespace: "team",
+                service_account: Some("builder"),
+                accounts: None,
+            },
+            "no cluster",
+        ),
+    ];
+    for (puller, says) in cases {
+        let provided = providers.provide_for("a.example/one", &puller).await;
+        assert!(provided.entries.is_empty());
+        let [warning] = provided.warnings.as_slice() else {
+            panic!("{says}: {:?}", provided.warnings)
+        };
+        assert!(
+            warning.contains("credential provider req") && warning.contains(says),
+            "{warning}"
+        );
+    }
+    assert_eq!(execs(dir.path(), "req"), 0);
+}
+
+#[tokio::test]
+async fn an_answer_giving_the_token_back_is_refused_unless_cached_per_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let echo = |cache_key: &str| {
+        format!("{{\"apiVersion\":\"{V1}\",\"kind\":\"CredentialProviderResponse\",\"cacheKeyType\":\"{cache_key}\",\"auth\":{{\"*.example\":{{\"username\":\"<token>\",\"password\":\"tok-builder-registry.example-0\"}}}}}}")
+    };
+    let specs = vec![
+        token_provider(
+            dir.path(),
+            "per-account",
+            &echo("Image"),
+            attributes(TokenCacheType::ServiceAccount, true),
+        ),
+        token_provider(
+            dir.path(),
+            "per-token",
+            &echo("Image"),
+            attributes(TokenCacheType::Token, true),
+        ),
+    ];
+    let providers = CredentialProviders::new(specs, Settings::default(), None);
+    let accounts = FakeAccounts::new(true);
+    let provided = providers
+        .provide_for("a.example/one", &puller(Some("builder"), &accounts))
+        .await;
+    assert_eq!(
+        provided.entries.len(),
+        1,
+        "only the per-token plugin's answer"
+    );
+    let [warning] = provided.warnings.as_slice() else {
+        panic!("{:?}", provided.warnings)
+    };
+    assert!(
+        warning.contains("credential provider per-account")
+            && warning.contains("gives the ServiceAccount token back")
+            && !warning.contains("tok-"),
+        "{warning}"
+    );
+}
+
+#[tokio::test]
+async fn a_failure_stands_for_the_same_account_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut spec = failing(dir.path(), "down");
+    spec.token = Some(attributes(TokenCacheType::ServiceAccount, false));
+    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
+    let accounts = FakeAccounts::new(false);
+    for account in ["builder", "builder", "bare"] {
+        crate::tenant::scope(
+            "team",
+            providers.provide_for("a.example/one", &puller(Some(account), &accounts)),
+        )
+        .await;
+    }
+    assert_eq!(execs(dir.path(), "down"), 2, "once per account");
 }
