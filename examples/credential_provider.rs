@@ -11,7 +11,12 @@
 //! - `PLUGIN_USERNAME`, `PLUGIN_PASSWORD`: the credential answered (default `plugin`/`plugin`);
 //! - `PLUGIN_AUTH_KEY`: the `auth` key (default: the image's registry host);
 //! - `PLUGIN_CACHE_KEY_TYPE`: `Image` (default), `Registry` or `Global`;
-//! - `PLUGIN_CACHE_DURATION`: the `cacheDuration` (left out by default).
+//! - `PLUGIN_CACHE_DURATION`: the `cacheDuration` (left out by default);
+//! - `PLUGIN_TOKEN_AUDIENCE` (KEP-4412): the request must carry a `serviceAccountToken`, which
+//!   is checked by a TokenReview for that audience on the cluster of `KUBECONFIG`; unless the
+//!   apiserver authenticates it with that audience, the plugin exits 4. It then appends
+//!   `<username> <annotations as JSON>` to `PLUGIN_TOKEN_USERS_FILE` and the token itself to
+//!   `PLUGIN_TOKEN_FILE` (so a test can look for it where it must never be).
 //!
 //! Whatever the mode, it also writes the password to stderr: pinhook must never show it.
 
@@ -38,13 +43,28 @@ fn main() {
         std::process::exit(2);
     };
     if let Some(path) = env("PLUGIN_COUNT_FILE") {
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut file| writeln!(file, "{image}"));
-        if appended.is_err() {
-            std::process::exit(3);
+        append(&path, image);
+    }
+    if let Some(audience) = env("PLUGIN_TOKEN_AUDIENCE") {
+        let Some(token) = request["serviceAccountToken"].as_str() else {
+            eprintln!("no serviceAccountToken in the request");
+            std::process::exit(4);
+        };
+        let Some(username) = token_review(token, &audience) else {
+            eprintln!("the apiserver does not authenticate the token for {audience}");
+            std::process::exit(4);
+        };
+        let annotations = request["serviceAccountAnnotations"].to_string();
+        for (file, line) in [
+            (
+                "PLUGIN_TOKEN_USERS_FILE",
+                format!("{username} {annotations}"),
+            ),
+            ("PLUGIN_TOKEN_FILE", token.to_string()),
+        ] {
+            if let Some(path) = env(file) {
+                append(&path, &line);
+            }
         }
     }
     if let Some(ms) = env("PLUGIN_SLEEP_MS").and_then(|ms| ms.parse().ok()) {
@@ -87,4 +107,49 @@ fn main() {
     };
     // A closed pipe (pinhook gave up on the output) is the reader's business.
     let _ = std::io::stdout().write_all(out.as_bytes());
+}
+
+/// Appends `line` and a newline to `path`; exits 3 when it cannot.
+fn append(path: &str, line: &str) {
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| writeln!(file, "{line}"));
+    if appended.is_err() {
+        std::process::exit(3);
+    }
+}
+
+/// The user the apiserver of `KUBECONFIG` authenticates `token` as, for `audience` (a
+/// TokenReview); `None` when it does not, or cannot be asked.
+fn token_review(token: &str, audience: &str) -> Option<String> {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default().await.ok()?;
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                audiences: Some(vec![audience.to_string()]),
+            },
+            ..TokenReview::default()
+        };
+        let api: kube::Api<TokenReview> = kube::Api::all(client);
+        let answer = api
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .ok()?;
+        let status = answer.status?;
+        let for_audience = status
+            .audiences
+            .is_some_and(|a| a.iter().any(|a| a == audience));
+        match (status.authenticated, for_audience) {
+            (Some(true), true) => status.user?.username,
+            _ => None,
+        }
+    })
 }

@@ -596,6 +596,32 @@ apiserver_policy_component() {
     ! kubectl kustomize manifests/base | grep -q '^kind: ValidatingAdmissionPolicy' || { echo "in the base"; return 1; }
 }
 check "manifests/components/apiserver-policy adds the ValidatingAdmissionPolicy and binding (audit, as the base's policy); the base has none" apiserver_policy_component
+# service_account_tokens: `serviceaccounts/token` create (KEP-4412 providers) is in no rendering
+# without nodeCredentialProviders.serviceAccountTokenAudiences, nor in the kustomize base; with
+# it, one ClusterRole grants exactly that to the webhook's and the watch's ServiceAccounts, and
+# from 1.30 a ValidatingAdmissionPolicy (with its binding) names the audience and those users.
+service_account_tokens() {
+    local kube out kinds
+    for kube in 1.20.2 1.29.0 1.30.0 1.32.0; do
+        out=$(helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" --set watch.enabled=true) || return 1
+        ! grep -q 'serviceaccounts/token' <<<"$out" || { echo "$kube: serviceaccounts/token without the value"; return 1; }
+        out=$(helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" --set watch.enabled=true \
+            --set 'nodeCredentialProviders.serviceAccountTokenAudiences={sts.amazonaws.com}' -s templates/serviceaccount-tokens.yaml) || return 1
+        kinds=$(grep -E '^kind: ' <<<"$out" | tr '\n' ' ')
+        case $kube in
+            1.2*) [[ $kinds == "kind: ClusterRole kind: ClusterRoleBinding " ]] ;;
+            *) [[ $kinds == "kind: ClusterRole kind: ClusterRoleBinding kind: ValidatingAdmissionPolicy kind: ValidatingAdmissionPolicyBinding " ]] ;;
+        esac || { echo "$kube: rendered $kinds"; return 1; }
+        [[ $(grep -c 'resources: \["serviceaccounts/token"\]' <<<"$out") == $([[ $kube == 1.2* ]] && echo 1 || echo 2) ]] || { echo "$kube: the rule or the policy's match"; return 1; }
+        grep -q "name: $RELEASE-watch" <<<"$out" || { echo "$kube: the watch's account is not bound"; return 1; }
+        if [[ $kube != 1.2* ]]; then
+            grep -q 'a in \[\\"sts.amazonaws.com\\"\]' <<<"$out" || { echo "$kube: the audience is not in the policy"; return 1; }
+            grep -q "system:serviceaccount:$NS:$RELEASE-watch" <<<"$out" || { echo "$kube: the watch's user is not matched"; return 1; }
+        fi
+    done
+    ! kubectl kustomize manifests/base | grep -q 'serviceaccounts/token' || { echo "in the base"; return 1; }
+}
+check "nodeCredentialProviders.serviceAccountTokenAudiences: serviceaccounts/token create only with it (ClusterRole, binding to the webhook's and the watch's accounts), the audience policy from 1.30" service_account_tokens
 # pods_get: pinhook may `get pods` only where it reads a stored Pod, before 1.22 (the
 # pods/ephemeralcontainers object carries no imagePullSecrets there); `list pods` everywhere.
 # The chart by --kube-version; the kustomize base (rendered for 1.22+) without get, and with

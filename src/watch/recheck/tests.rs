@@ -940,3 +940,26 @@ fn pinned_digests_a_verify_entry_covers_are_checked_once_and_judged() {
     };
     assert_eq!(why, "verify[0]: no signature found");
 }
+
+/// Credential plugins may be handed the Pod's ServiceAccount token (KEP-4412): Pods of one
+/// namespace and pull secrets but another ServiceAccount get a keyring of their own, asked for
+/// that account.
+#[test]
+fn pods_of_another_service_account_get_a_keyring_of_their_own() {
+    let policy = policy("mode: enforce");
+    let image = pinned("1.0", 'a');
+    let mut pods = [
+        pod("shop", "p1", &[&image], &["regcred"]),
+        pod("shop", "p2", &[&image], &["regcred"]),
+        pod("shop", "p3", &[&image], &["regcred"]),
+    ];
+    pods[1].service_account = "builder".to_string();
+    let pods = running(&pods);
+    let modes = modes(&[("shop", Some(Mode::Enforce))]);
+    let wanted = keyrings_wanted(&policy, &pods, &modes, &ParsedImages::of(&pods));
+    let groups: Vec<(&str, usize)> = wanted
+        .iter()
+        .map(|r| (r.service_account, r.sites.len()))
+        .collect();
+    assert_eq!(groups, vec![("builder", 1), ("default", 2)]);
+}
