@@ -18,7 +18,8 @@
 //!   `<username> <annotations as JSON>` to `PLUGIN_TOKEN_USERS_FILE` and the token itself to
 //!   `PLUGIN_TOKEN_FILE` (so a test can look for it where it must never be).
 //!
-//! Whatever the mode, it also writes the password to stderr: pinhook must never show it.
+//! Whatever the mode, it also writes the password (and a token it is handed) to stderr: pinhook
+//! must never show them.
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -54,6 +55,8 @@ fn main() {
             eprintln!("the apiserver does not authenticate the token for {audience}");
             std::process::exit(4);
         };
+        // Like the password below: pinhook must never show what a plugin prints.
+        eprintln!("plugin debug output: token={token}");
         let annotations = request["serviceAccountAnnotations"].to_string();
         for (file, line) in [
             (

@@ -598,30 +598,41 @@ apiserver_policy_component() {
 check "manifests/components/apiserver-policy adds the ValidatingAdmissionPolicy and binding (audit, as the base's policy); the base has none" apiserver_policy_component
 # service_account_tokens: `serviceaccounts/token` create (KEP-4412 providers) is in no rendering
 # without nodeCredentialProviders.serviceAccountTokenAudiences, nor in the kustomize base; with
-# it, one ClusterRole grants exactly that to the webhook's and the watch's ServiceAccounts, and
-# from 1.30 a ValidatingAdmissionPolicy (with its binding) names the audience and those users.
+# it (1.30+ only, templates/validate.yaml), one ClusterRole grants exactly that to the webhook's
+# ServiceAccount and the watch's (when it runs), and a ValidatingAdmissionPolicy with its
+# binding names the audience and those users.
 service_account_tokens() {
-    local kube out kinds
+    local kube watch out kinds users
     for kube in 1.20.2 1.29.0 1.30.0 1.32.0; do
         out=$(helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" --set watch.enabled=true) || return 1
         ! grep -q 'serviceaccounts/token' <<<"$out" || { echo "$kube: serviceaccounts/token without the value"; return 1; }
-        out=$(helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" --set watch.enabled=true \
-            --set 'nodeCredentialProviders.serviceAccountTokenAudiences={sts.amazonaws.com}' -s templates/serviceaccount-tokens.yaml) || return 1
-        kinds=$(grep -E '^kind: ' <<<"$out" | tr '\n' ' ')
-        case $kube in
-            1.2*) [[ $kinds == "kind: ClusterRole kind: ClusterRoleBinding " ]] ;;
-            *) [[ $kinds == "kind: ClusterRole kind: ClusterRoleBinding kind: ValidatingAdmissionPolicy kind: ValidatingAdmissionPolicyBinding " ]] ;;
-        esac || { echo "$kube: rendered $kinds"; return 1; }
-        [[ $(grep -c 'resources: \["serviceaccounts/token"\]' <<<"$out") == $([[ $kube == 1.2* ]] && echo 1 || echo 2) ]] || { echo "$kube: the rule or the policy's match"; return 1; }
-        grep -q "name: $RELEASE-watch" <<<"$out" || { echo "$kube: the watch's account is not bound"; return 1; }
-        if [[ $kube != 1.2* ]]; then
+    done
+    for kube in 1.30.0 1.32.0; do
+        for watch in true false; do
+            out=$(helm3 template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$kube" --set watch.enabled=$watch \
+                --set nodeCredentialProviders.enabled=true \
+                --set 'nodeCredentialProviders.serviceAccountTokenAudiences={sts.amazonaws.com}' -s templates/serviceaccount-tokens.yaml) || return 1
+            kinds=$(grep -E '^kind: ' <<<"$out" | tr '\n' ' ')
+            [[ $kinds == "kind: ClusterRole kind: ClusterRoleBinding kind: ValidatingAdmissionPolicy kind: ValidatingAdmissionPolicyBinding " ]] ||
+                { echo "$kube: rendered $kinds"; return 1; }
+            [[ $(grep -c 'resources: \["serviceaccounts/token"\]' <<<"$out") == 2 ]] || { echo "$kube: the rule or the policy's match"; return 1; }
             grep -q 'a in \[\\"sts.amazonaws.com\\"\]' <<<"$out" || { echo "$kube: the audience is not in the policy"; return 1; }
-            grep -q "system:serviceaccount:$NS:$RELEASE-watch" <<<"$out" || { echo "$kube: the watch's user is not matched"; return 1; }
-        fi
+            users='\[\\"system:serviceaccount:'$NS:$RELEASE'\\"'
+            [[ $watch == true ]] && users+=',\\"system:serviceaccount:'$NS:$RELEASE-watch'\\"'
+            grep -q "username in $users\\]" <<<"$out" || { echo "$kube, watch $watch: the policy's users"; return 1; }
+            [[ $(grep -c "name: $RELEASE-watch" <<<"$out") == $([[ $watch == true ]] && echo 1 || echo 0) ]] ||
+                { echo "$kube, watch $watch: the watch's account in the binding"; return 1; }
+        done
     done
     ! kubectl kustomize manifests/base | grep -q 'serviceaccounts/token' || { echo "in the base"; return 1; }
 }
-check "nodeCredentialProviders.serviceAccountTokenAudiences: serviceaccounts/token create only with it (ClusterRole, binding to the webhook's and the watch's accounts), the audience policy from 1.30" service_account_tokens
+check "nodeCredentialProviders.serviceAccountTokenAudiences: serviceaccounts/token create only with it (ClusterRole, binding to the webhook's and, when it runs, the watch's accounts) and always with the audience policy" service_account_tokens
+check "fail: serviceAccountTokenAudiences before 1.30 (no audience policy there)" \
+    refuse "needs Kubernetes 1.30+" "$NS" --kube-version 1.29.0 \
+    --set nodeCredentialProviders.enabled=true --set 'nodeCredentialProviders.serviceAccountTokenAudiences={sts.amazonaws.com}'
+check "fail: serviceAccountTokenAudiences without nodeCredentialProviders.enabled" \
+    refuse "set nodeCredentialProviders.enabled=true" "$NS" --kube-version 1.32.0 \
+    --set 'nodeCredentialProviders.serviceAccountTokenAudiences={sts.amazonaws.com}'
 # pods_get: pinhook may `get pods` only where it reads a stored Pod, before 1.22 (the
 # pods/ephemeralcontainers object carries no imagePullSecrets there); `list pods` everywhere.
 # The chart by --kube-version; the kustomize base (rendered for 1.22+) without get, and with

@@ -102,7 +102,8 @@ pub struct SignatureLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderErrorLabels {
     pub provider: String,
-    /// `spawn`, `timeout`, `exit`, `output_too_large`, `io`, `invalid_response`.
+    /// `spawn`, `timeout`, `exit`, `output_too_large`, `io`, `invalid_response`, and
+    /// `service_account` (no run: the Pod's ServiceAccount or its token could not be had).
     pub reason: &'static str,
 }
 

@@ -120,13 +120,14 @@ impl<'a> ParsedImages<'a> {
 /// per cycle, shared by its sites).
 type Sites<'a> = Vec<(Site<'a>, Arc<Reference>)>;
 
-/// The keyring one group of Pods needs: those of `namespace` with the same `pull_secrets` and
-/// ServiceAccount (credential plugins may be handed its token).
+/// The keyring one group of Pods needs: those of `namespace` with the same `pull_secrets` (and,
+/// where credential plugins are handed its token, the same ServiceAccount).
 #[derive(Debug)]
 pub struct KeyringRequest<'a> {
     pub namespace: &'a str,
     pub pull_secrets: &'a [String],
-    pub service_account: &'a str,
+    /// The group's ServiceAccount, when Pods are grouped by it.
+    pub service_account: Option<&'a str>,
     /// The distinct repositories to resolve (what credential plugins and helpers are asked
     /// about), sorted.
     pub repositories: Vec<String>,
@@ -185,7 +186,19 @@ pub fn keyrings_wanted<'a>(
     modes: &Modes,
     parsed: &ParsedImages<'_>,
 ) -> Vec<KeyringRequest<'a>> {
-    type Group<'a> = (&'a str, &'a [String], &'a str);
+    keyrings_wanted_by(policy, pods, modes, parsed, false)
+}
+
+/// [`keyrings_wanted`], the Pods also grouped by ServiceAccount when `by_account` (a
+/// credential plugin is handed the account's token, KEP-4412).
+pub fn keyrings_wanted_by<'a>(
+    policy: &CompiledPolicy,
+    pods: &[&'a PodRecord],
+    modes: &Modes,
+    parsed: &ParsedImages<'_>,
+    by_account: bool,
+) -> Vec<KeyringRequest<'a>> {
+    type Group<'a> = (&'a str, &'a [String], Option<&'a str>);
     let mut groups: BTreeMap<Group<'a>, (Sites<'a>, Sites<'a>)> = BTreeMap::new();
     for pod in pods {
         if !matches!(
@@ -200,7 +213,7 @@ pub fn keyrings_wanted<'a>(
             .entry((
                 pod.namespace.as_str(),
                 pod.pull_secrets.as_slice(),
-                pod.service_account.as_str(),
+                by_account.then_some(pod.service_account.as_str()),
             ))
             .or_default();
         for site in &pod.images {

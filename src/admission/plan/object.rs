@@ -169,17 +169,19 @@ impl<'a> Object<'a> {
         if self.kind == workload::EPHEMERAL_CONTAINERS_KIND {
             return SecretNames::StoredPod(name);
         }
-        let spec = match policy.kinds.resource_paths(self.group, self.kind) {
+        let custom = policy.kinds.resource_paths(self.group, self.kind).is_some();
+        let spec = match custom {
             // A custom resource's operator hands its Pods the resource's own
             // `spec.imagePullSecrets` and `spec.serviceAccountName` (CloudNativePG's Cluster,
             // the Prometheus Operator's Prometheus): read them as a template's.
-            Some(_) => self.object.get("spec").filter(|s| s.is_object()),
-            None => workload::pod_spec(&policy.kinds, self.group, self.kind, self.object),
+            true => self.object.get("spec").filter(|s| s.is_object()),
+            false => workload::pod_spec(&policy.kinds, self.group, self.kind, self.object),
         };
         match spec {
             Some(spec) => SecretNames::Spec {
                 spec,
                 is_pod: self.is_pod(),
+                custom,
             },
             None => SecretNames::None,
         }

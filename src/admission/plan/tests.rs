@@ -1473,7 +1473,12 @@ fn a_custom_resources_pull_secrets_are_its_specs() {
     let mut value = cluster(TAG);
     value["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}]);
     match cluster_view(&value, None).secret_names(&policy, "pg") {
-        crate::registry::pull_secrets::SecretNames::Spec { spec, is_pod } => {
+        crate::registry::pull_secrets::SecretNames::Spec {
+            spec,
+            is_pod,
+            custom,
+        } => {
+            assert!(custom, "a custom resource's spec");
             assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred");
             assert!(
                 !is_pod,

@@ -21,7 +21,7 @@
 //! share and those after it are not used. Past the review's own share that is a refusal, like a
 //! malformed Secret (the ones not read may be such); past a share other reviews hold, a warning.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,7 +80,13 @@ pub enum SecretNames<'a> {
     /// A PodSpec's `imagePullSecrets`. A bare Pod's are final (the ServiceAccount admission
     /// plugin already filled them); a workload template with none gets its ServiceAccount's,
     /// as that plugin will give its Pods (pinhook does the plugin's work itself).
-    Spec { spec: &'a Value, is_pod: bool },
+    Spec {
+        spec: &'a Value,
+        is_pod: bool,
+        /// A custom resource's spec, read as a template's: its operator names its Pods'
+        /// ServiceAccount, so one it does not name is not known (not `default`).
+        custom: bool,
+    },
     /// The stored Pod's, read by its name: the 1.20 `EphemeralContainers` object carries no spec.
     StoredPod(&'a str),
     /// These names, as a running Pod holds them.
@@ -106,6 +112,12 @@ pub struct PodKeyring {
 #[async_trait]
 pub trait PullSecrets: Send + Sync {
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring;
+
+    /// True when a credential plugin is handed the Pod's ServiceAccount token (KEP-4412): the
+    /// keyring then depends on the account too.
+    fn hands_tokens(&self) -> bool {
+        false
+    }
 }
 
 /// Node-level credentials only (no Kubernetes API configured, or `pinhook check` locally).
@@ -122,6 +134,9 @@ pub struct KubeSecrets {
     accounts: moka::future::Cache<(String, String), Arc<Option<ServiceAccount>>>,
     budget: SecretBudget,
     tokens: KubeTokens,
+    /// The annotation keys plugins handed a token are given (kept of a read ServiceAccount,
+    /// nothing else of its annotations); `None`: no plugin is handed one.
+    account_annotations: Option<Arc<BTreeSet<String>>>,
 }
 
 // === impl NodeOnly ===
@@ -130,7 +145,7 @@ pub struct KubeSecrets {
 impl PullSecrets for NodeOnly {
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
         let account = match pod.secrets {
-            SecretNames::Spec { spec, .. } => Some(account_of(spec)),
+            SecretNames::Spec { spec, custom, .. } => account_of(spec, custom),
             _ => pod.service_account,
         };
         let puller = Puller {
@@ -153,6 +168,7 @@ impl PullSecrets for NodeOnly {
 impl KubeSecrets {
     pub fn new(client: kube::Client, node: Keyring) -> KubeSecrets {
         KubeSecrets {
+            account_annotations: node.account_annotations().map(Arc::new),
             tokens: KubeTokens::new(client.clone()),
             client,
             node,
@@ -185,10 +201,13 @@ impl KubeSecrets {
     ) -> Result<Arc<Option<ServiceAccount>>, kube::Error> {
         let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
         let key = (namespace.to_string(), name.to_string());
+        let wanted = self.account_annotations.clone();
         self.accounts
             .try_get_with(key, async move {
                 let account = api.get_opt(name).await?;
-                Ok(Arc::new(account.map(kept_of_account)))
+                Ok(Arc::new(account.map(|account| {
+                    kept_of_account(account, wanted.as_deref())
+                })))
             })
             .await
             .map_err(unshare)
@@ -210,7 +229,7 @@ impl KubeSecrets {
         warnings: &mut Vec<String>,
     ) -> (Vec<String>, Option<String>) {
         let (spec, is_pod) = match pod.secrets {
-            SecretNames::Spec { spec, is_pod } => (spec, is_pod),
+            SecretNames::Spec { spec, is_pod, .. } => (spec, is_pod),
             SecretNames::Listed(names) => {
                 return (
                     distinct_capped(names, |n| Some(n.as_str()), warnings).await,
@@ -224,7 +243,7 @@ impl KubeSecrets {
                 };
                 let entries = entries_in(spec.get("imagePullSecrets"));
                 let names = distinct_capped(entries, entry_name, warnings).await;
-                return (names, Some(account_of(&spec).to_string()));
+                return (names, account_of(&spec, false).map(str::to_string));
             }
         };
         let entries = entries_in(spec.get("imagePullSecrets"));
@@ -243,7 +262,7 @@ impl KubeSecrets {
         spec: &Value,
         warnings: &mut Vec<String>,
     ) -> Vec<String> {
-        let account = account_of(spec);
+        let account = account_of(spec, false).unwrap_or("default");
         if !is_object_name(account) {
             warnings.push(format!(
                 "pinhook: serviceAccountName {account:?} is not a valid object name; not read"
@@ -275,6 +294,10 @@ impl KubeSecrets {
 
 #[async_trait]
 impl PullSecrets for KubeSecrets {
+    fn hands_tokens(&self) -> bool {
+        self.account_annotations.is_some()
+    }
+
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
         let mut warnings = Vec::new();
         let mut refused = Vec::new();
@@ -282,7 +305,7 @@ impl PullSecrets for KubeSecrets {
         let mut held = Taken::default();
         let (names, stored_account) = self.secret_names(pod, &mut warnings).await;
         let account = match pod.secrets {
-            SecretNames::Spec { spec, .. } => Some(account_of(spec)),
+            SecretNames::Spec { spec, custom, .. } => account_of(spec, custom),
             SecretNames::StoredPod(_) => stored_account.as_deref(),
             SecretNames::Listed(_) | SecretNames::None => pod.service_account,
         };
@@ -413,13 +436,19 @@ impl ServiceAccounts for KubeSecrets {
 }
 
 /// A PodSpec's ServiceAccount: `serviceAccountName`, else the deprecated `serviceAccount`, else
-/// `default` (what the ServiceAccount admission plugin gives a Pod that names none).
-fn account_of(spec: &Value) -> &str {
-    spec.get("serviceAccountName")
+/// `default` (what the ServiceAccount admission plugin gives a Pod that names none); for a
+/// custom resource's spec (`custom`), only one it names.
+fn account_of(spec: &Value, custom: bool) -> Option<&str> {
+    let named = spec
+        .get("serviceAccountName")
         .or_else(|| spec.get("serviceAccount"))
         .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .unwrap_or("default")
+        .filter(|s| !s.is_empty());
+    match (named, custom) {
+        (Some(name), _) => Some(name),
+        (None, true) => None,
+        (None, false) => Some("default"),
+    }
 }
 
 /// `keyring` with its per-image sources asked about `images` for `puller`; past `deadline`,
@@ -489,14 +518,22 @@ fn kept_of_secret(secret: Secret) -> Secret {
 }
 
 /// What of a ServiceAccount is read: its pull secret names, and for the plugins handed its
-/// token, its UID and annotations.
-fn kept_of_account(account: ServiceAccount) -> ServiceAccount {
+/// token, its UID and the annotations they are given (`wanted`; none without). An account's
+/// other annotations (`last-applied-configuration`, up to 256 KiB) are not kept.
+fn kept_of_account(account: ServiceAccount, wanted: Option<&BTreeSet<String>>) -> ServiceAccount {
     let mut kept = ServiceAccount {
         image_pull_secrets: account.image_pull_secrets,
         ..ServiceAccount::default()
     };
-    kept.metadata.uid = account.metadata.uid;
-    kept.metadata.annotations = account.metadata.annotations;
+    if let Some(wanted) = wanted {
+        kept.metadata.uid = account.metadata.uid;
+        kept.metadata.annotations = account.metadata.annotations.map(|annotations| {
+            annotations
+                .into_iter()
+                .filter(|(key, _)| wanted.contains(key))
+                .collect()
+        });
+    }
     kept
 }
 
@@ -711,6 +748,7 @@ mod tests {
                 secrets: SecretNames::Spec {
                     spec: &spec,
                     is_pod: true,
+                    custom: false,
                 },
                 images: &[],
                 sources_deadline: None,
@@ -720,6 +758,90 @@ mod tests {
         let ran = ticks.load(std::sync::atomic::Ordering::SeqCst);
         task.abort();
         (keyring.warnings, ran)
+    }
+
+    /// Which ServiceAccount a plugin handed tokens is asked about (the warning names it: the
+    /// unreachable client cannot read it): a Pod's, a template's (`default` when it names
+    /// none), a custom resource's only when it names one, the running Pod's for the watch, the
+    /// stored Pod's for an ephemeral container (none here: it cannot be read); an invalid name
+    /// is never asked about.
+    #[tokio::test]
+    async fn a_token_plugin_is_asked_about_the_pods_own_service_account() {
+        use crate::registry::credentials::provider::config::{
+            ProviderSpec, TokenAttributes, TokenCacheType,
+        };
+        use crate::registry::credentials::provider::{CredentialProviders, Settings};
+        let spec = ProviderSpec {
+            name: "sa".to_string(),
+            match_images: vec!["*.example".to_string()],
+            default_cache_duration: std::time::Duration::from_secs(60),
+            api_version: "credentialprovider.kubelet.k8s.io/v1".to_string(),
+            args: Vec::new(),
+            env: Vec::new(),
+            path: "/nonexistent/never-run".into(),
+            token: Some(TokenAttributes {
+                audience: "registry.example".to_string(),
+                cache_type: TokenCacheType::ServiceAccount,
+                require_service_account: true,
+                required_annotation_keys: Vec::new(),
+                optional_annotation_keys: Vec::new(),
+            }),
+        };
+        let mut node = Keyring::new();
+        node.push_source(Arc::new(CredentialProviders::new(
+            vec![spec],
+            Settings::default(),
+            None,
+        )));
+        let secrets = KubeSecrets::new(unreachable_client(), node);
+        assert!(secrets.hands_tokens());
+        let images = ["r.example/app".to_string()];
+        let pod = json!({"serviceAccountName": "builder", "containers": []});
+        let template = json!({"containers": []});
+        let custom_named = json!({"serviceAccountName": "pg"});
+        let custom = json!({"instances": 3});
+        let invalid = json!({"serviceAccountName": "Not/Valid", "containers": []});
+        let spec = |spec: &'static Value, is_pod, custom| SecretNames::Spec {
+            spec,
+            is_pod,
+            custom,
+        };
+        let leak = |v: Value| -> &'static Value { Box::leak(Box::new(v)) };
+        let cases: Vec<(SecretNames<'static>, Option<&str>, Option<&str>)> = vec![
+            (spec(leak(pod), true, false), None, Some("builder")),
+            (spec(leak(template), false, false), None, Some("default")),
+            (spec(leak(custom_named), false, true), None, Some("pg")),
+            (spec(leak(custom), false, true), None, None),
+            (spec(leak(invalid), true, false), None, None),
+            (SecretNames::Listed(&[]), Some("watcher"), Some("watcher")),
+            (SecretNames::StoredPod("debugged"), None, None),
+        ];
+        for (names, listed, account) in cases {
+            let keyring = secrets
+                .keyring_for(&PodContext {
+                    namespace: "team",
+                    secrets: names,
+                    images: &images,
+                    sources_deadline: None,
+                    service_account: listed,
+                })
+                .await;
+            let asked: Vec<&String> = keyring
+                .warnings
+                .iter()
+                .filter(|w| w.contains("credential provider sa"))
+                .collect();
+            match account {
+                Some(account) => assert!(
+                    asked.len() == 1
+                        && asked[0]
+                            .contains(&format!("cannot read serviceaccount team/{account}:")),
+                    "{names:?}: {:?}",
+                    keyring.warnings
+                ),
+                None => assert!(asked.is_empty(), "{names:?}: {asked:?}"),
+            }
+        }
     }
 
     /// 200,000 `imagePullSecrets` entries without a name: another task runs while the review's

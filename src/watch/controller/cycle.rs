@@ -262,13 +262,14 @@ impl Watch {
     ) {
         let mut plan = LookupPlan::default();
         let mut signed = SignaturePlan::default();
-        for request in recheck::keyrings_wanted(policy, pods, modes, parsed) {
+        let by_account = self.parts.secrets.hands_tokens();
+        for request in recheck::keyrings_wanted_by(policy, pods, modes, parsed, by_account) {
             let context = PodContext {
                 namespace: request.namespace,
                 secrets: SecretNames::Listed(request.pull_secrets),
                 images: &request.repositories,
                 sources_deadline: None,
-                service_account: Some(request.service_account),
+                service_account: request.service_account,
             };
             let keyring = self.parts.secrets.keyring_for(&context).await;
             for warning in &keyring.warnings {

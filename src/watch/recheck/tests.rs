@@ -956,10 +956,18 @@ fn pods_of_another_service_account_get_a_keyring_of_their_own() {
     pods[1].service_account = "builder".to_string();
     let pods = running(&pods);
     let modes = modes(&[("shop", Some(Mode::Enforce))]);
-    let wanted = keyrings_wanted(&policy, &pods, &modes, &ParsedImages::of(&pods));
-    let groups: Vec<(&str, usize)> = wanted
+    let parsed = ParsedImages::of(&pods);
+    let wanted = keyrings_wanted_by(&policy, &pods, &modes, &parsed, true);
+    let groups: Vec<(Option<&str>, usize)> = wanted
         .iter()
         .map(|r| (r.service_account, r.sites.len()))
         .collect();
-    assert_eq!(groups, vec![("builder", 1), ("default", 2)]);
+    assert_eq!(groups, vec![(Some("builder"), 1), (Some("default"), 2)]);
+    // No plugin handed tokens: one keyring for the three, as before.
+    let wanted = keyrings_wanted(&policy, &pods, &modes, &parsed);
+    let groups: Vec<(Option<&str>, usize)> = wanted
+        .iter()
+        .map(|r| (r.service_account, r.sites.len()))
+        .collect();
+    assert_eq!(groups, vec![(None, 3)]);
 }

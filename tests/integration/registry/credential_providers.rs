@@ -325,6 +325,7 @@ async fn a_pod_pull_secret_is_tried_before_the_plugin() {
         secrets: SecretNames::Spec {
             spec: &object["spec"],
             is_pod: true,
+            custom: false,
         },
         images: &[pinhook::reference::Reference::parse(&app.reference)
             .expect("parses")

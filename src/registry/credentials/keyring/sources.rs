@@ -36,6 +36,12 @@ pub trait CredentialSource: Send + Sync {
         let _ = puller;
         self.provide(image).await
     }
+
+    /// The ServiceAccount annotation keys this source hands a plugin with the account's token
+    /// (KEP-4412); `None` when it hands no token.
+    fn account_annotations(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// A source's answer for one image.
@@ -96,6 +102,20 @@ impl Keyring {
             }
         }
         (Keyring { layers }, warnings)
+    }
+
+    /// The ServiceAccount annotation keys its sources hand plugins with a token; `None` when
+    /// none hands a token.
+    pub fn account_annotations(&self) -> Option<BTreeSet<String>> {
+        let mut wanted: Option<BTreeSet<String>> = None;
+        for layer in &self.layers {
+            if let Layer::Source(source) = layer {
+                if let Some(keys) = source.account_annotations() {
+                    wanted.get_or_insert_with(BTreeSet::new).extend(keys);
+                }
+            }
+        }
+        wanted
     }
 
     /// True when some layer is a source still to be asked ([`Keyring::for_images`]).

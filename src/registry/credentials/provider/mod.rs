@@ -30,11 +30,13 @@
 //!
 //! A provider with `tokenAttributes` (KEP-4412) is handed a token of the Pod's ServiceAccount
 //! for its audience and the account's annotations it names ([`Puller`], tokens from
-//! [`super::service_account_tokens::ServiceAccounts`]), as kubelet 1.34 hands them: no account and `requireServiceAccount`, or
-//! a required annotation missing, and it is not run; its answers are cached under the account
-//! (namespace, name, UID, the annotations handed) and, for `cacheType: Token`, the token's
-//! hash too; an answer not cached per token may not give the token back as a password. A
-//! failure stands for the same account only.
+//! [`super::service_account_tokens::ServiceAccounts`]), as kubelet 1.34 hands them: no account
+//! and `requireServiceAccount`, or a required annotation missing, and it is not run (silently,
+//! as kubelet); its answers are cached under the account (namespace, name, UID, the
+//! annotations handed) and, for `cacheType: Token`, the token's hash too; per account, a cached
+//! answer needs no token. An answer not cached per token may not give the token back as a
+//! password. A failure (the account unreadable, no token, a failed run) stands for the same
+//! account only.
 //!
 //! Caveats: as in kubelet, concurrent first requests for different images of one registry
 //! each execute the plugin (the cache key is known only from the answer).
@@ -60,7 +62,7 @@ use tracing::{debug, warn};
 
 use self::answers::{Answer, Answers};
 use self::config::{ProviderSpec, TokenAttributes, TokenCacheType};
-use self::protocol::{CacheKeyType, Handed, Response};
+use self::protocol::{CacheKeyType, Response};
 use super::exec::{self, ExecError, Program};
 use super::keyring::{image_matches, CredentialSource, Provided};
 use super::limits::{RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
@@ -141,10 +143,16 @@ pub enum PluginError {
     /// The ServiceAccount could not be read or no token of it had (the apiserver's reason).
     #[error("not run: {0}")]
     Account(String),
-    #[error("not run: serviceaccount {account} has no annotation {key:?}, which its tokenAttributes require")]
-    MissingAnnotation { account: String, key: String },
     #[error("not run: it is handed the Pod's ServiceAccount token, and there is no cluster to ask for one here")]
     NoCluster,
+}
+
+/// What a plugin handed tokens is to do for one image and puller.
+enum Handed {
+    Run(Handing),
+    /// The account's answer is cached (`cacheType: ServiceAccount`): no token asked for.
+    Cached(Arc<Vec<(String, Credential)>>),
+    NotRun,
 }
 
 /// What one run hands a plugin, and the part of its cache key that says for whom.
@@ -289,6 +297,16 @@ impl CredentialSource for CredentialProviders {
         self.provide_for(image, &Puller::NONE).await
     }
 
+    fn account_annotations(&self) -> Option<Vec<String>> {
+        let mut keys: Option<Vec<String>> = None;
+        for attributes in self.plugins.iter().filter_map(|p| p.spec.token.as_ref()) {
+            let wanted = keys.get_or_insert_with(Vec::new);
+            wanted.extend(attributes.required_annotation_keys.iter().cloned());
+            wanted.extend(attributes.optional_annotation_keys.iter().cloned());
+        }
+        keys
+    }
+
     async fn provide_for(&self, image: &str, puller: &Puller<'_>) -> Provided {
         let answers = futures::future::join_all(
             self.plugins
@@ -339,9 +357,6 @@ impl PluginError {
                 )
             }
             PluginError::Account(reason) => reason.clone(),
-            PluginError::MissingAnnotation { account, key } => {
-                format!("not run: serviceaccount {account} has no annotation {key}")
-            }
             PluginError::NoCluster => "not run: no cluster to ask a ServiceAccount token of".into(),
         }
     }
@@ -361,10 +376,12 @@ impl Plugin {
         }
         let handing = match &self.spec.token {
             None => Handing::default(),
-            Some(attributes) => match handing(attributes, puller).await? {
-                Some(handing) => handing,
-                // kubelet: no ServiceAccount and one required, so not run.
-                None => return Ok(Arc::default()),
+            Some(attributes) => match self.handing(attributes, puller, image).await? {
+                Handed::Run(handing) => handing,
+                Handed::Cached(entries) => return Ok(entries),
+                // kubelet: no ServiceAccount and one required, or a required annotation
+                // missing: not run (kubelet logs it at -v=5 and pulls without it).
+                Handed::NotRun => return Ok(Arc::default()),
             },
         };
         let flight_key = flight_key(image, &handing.key);
@@ -501,7 +518,7 @@ impl Plugin {
             timeout: self.settings.exec_timeout,
             max_output: self.settings.max_output,
         };
-        let handed = Handed {
+        let handed = protocol::Handed {
             token: handing.token.as_deref(),
             annotations: Some(&handing.annotations),
         };
@@ -532,6 +549,103 @@ impl Plugin {
             self.count_error(reason);
         }
         result
+    }
+
+    /// What this plugin (with `attributes`) is handed for `image` pulled by `puller`, as
+    /// kubelet 1.34's `serviceAccountProvider` works it out. The account is read (cached
+    /// 30 s) first; per account (`cacheType: ServiceAccount`) a cached answer needs no token;
+    /// otherwise a token is asked for. A failure to read the account or get its token stands
+    /// for that account's images of the registry for `failure_ttl`, as a failed run does.
+    async fn handing(
+        &self,
+        attributes: &TokenAttributes,
+        puller: &Puller<'_>,
+        image: &str,
+    ) -> Result<Handed, PluginError> {
+        let Some(name) = puller.service_account else {
+            return Ok(match attributes.require_service_account {
+                true => Handed::NotRun,
+                // Run with no token, under a key of its own.
+                false => Handed::Run(Handing::default()),
+            });
+        };
+        let Some(accounts) = puller.accounts else {
+            return Err(PluginError::NoCluster);
+        };
+        let namespace = puller.namespace;
+        let mut account = String::new();
+        push_field(&mut account, namespace);
+        push_field(&mut account, name);
+        let failures = failure_scope(image, &account);
+        let tenant = crate::tenant::current();
+        if let Some(error) = self.answers.failure(&tenant, &failures) {
+            return Err(PluginError::Remembered {
+                ttl: self.settings.failure_ttl,
+                error: Box::new(error),
+            });
+        }
+        let failed = |error: PluginError| {
+            self.count_error("service_account");
+            self.remember_failure(&tenant, &failures, &error);
+            warn!(provider = %self.spec.name, error = %error, "credential provider not run");
+            error
+        };
+        let facts = match accounts.account(namespace, name).await {
+            Ok(Some(facts)) => facts,
+            Ok(None) => {
+                return Err(failed(PluginError::Account(format!(
+                    "serviceaccount {namespace}/{name} not found"
+                ))))
+            }
+            Err(e) => return Err(failed(PluginError::Account(e.to_string()))),
+        };
+        let mut annotations = BTreeMap::new();
+        for key in &attributes.required_annotation_keys {
+            let Some(value) = facts.annotations.get(key) else {
+                debug!(
+                    provider = %self.spec.name, namespace, account = name, annotation = %key,
+                    "credential provider not run: the ServiceAccount lacks a required annotation"
+                );
+                return Ok(Handed::NotRun);
+            };
+            annotations.insert(key.clone(), value.clone());
+        }
+        for key in &attributes.optional_annotation_keys {
+            if let Some(value) = facts.annotations.get(key) {
+                annotations.insert(key.clone(), value.clone());
+            }
+        }
+        let mut key = account;
+        push_field(&mut key, &facts.uid);
+        for (k, v) in &annotations {
+            push_field(&mut key, k);
+            push_field(&mut key, v);
+        }
+        let per_token = attributes.cache_type == TokenCacheType::Token;
+        if !per_token {
+            if let Some(entries) = self.cached(image, &key) {
+                return Ok(Handed::Cached(entries));
+            }
+        }
+        let minted = accounts
+            .token(namespace, name, &facts.uid, &attributes.audience)
+            .await
+            .map_err(|e| failed(PluginError::Account(e.to_string())))?;
+        if per_token {
+            use sha2::Digest as _;
+            use std::fmt::Write as _;
+            let mut hash = String::from("sha256:");
+            for byte in sha2::Sha256::digest(minted.token.as_bytes()) {
+                let _ = write!(hash, "{byte:02x}");
+            }
+            push_field(&mut key, "token");
+            push_field(&mut key, &hash);
+        }
+        Ok(Handed::Run(Handing {
+            token: Some(minted.token),
+            annotations,
+            key,
+        }))
     }
 
     /// Keeps `error` for `tenant`'s images of one registry (and account), `failures`
@@ -598,75 +712,6 @@ impl Flights {
             self.running.remove(flight);
         }
     }
-}
-
-/// What a plugin with `attributes` is handed for `puller`, as kubelet 1.34's
-/// `serviceAccountProvider` works it out: `Ok(None)` when it is not to run (no ServiceAccount
-/// and one required).
-async fn handing(
-    attributes: &TokenAttributes,
-    puller: &Puller<'_>,
-) -> Result<Option<Handing>, PluginError> {
-    let Some(name) = puller.service_account else {
-        return Ok(match attributes.require_service_account {
-            true => None,
-            // Run with no token, under a key of its own.
-            false => Some(Handing::default()),
-        });
-    };
-    let Some(accounts) = puller.accounts else {
-        return Err(PluginError::NoCluster);
-    };
-    let namespace = puller.namespace;
-    let facts = accounts
-        .account(namespace, name)
-        .await
-        .map_err(|e| PluginError::Account(e.to_string()))?
-        .ok_or_else(|| {
-            PluginError::Account(format!("serviceaccount {namespace}/{name} not found"))
-        })?;
-    let mut annotations = BTreeMap::new();
-    for key in &attributes.required_annotation_keys {
-        let Some(value) = facts.annotations.get(key) else {
-            return Err(PluginError::MissingAnnotation {
-                account: format!("{namespace}/{name}"),
-                key: key.clone(),
-            });
-        };
-        annotations.insert(key.clone(), value.clone());
-    }
-    for key in &attributes.optional_annotation_keys {
-        if let Some(value) = facts.annotations.get(key) {
-            annotations.insert(key.clone(), value.clone());
-        }
-    }
-    let minted = accounts
-        .token(namespace, name, &facts.uid, &attributes.audience)
-        .await
-        .map_err(|e| PluginError::Account(e.to_string()))?;
-    let mut key = String::new();
-    for part in [namespace, name, facts.uid.as_str()] {
-        push_field(&mut key, part);
-    }
-    for (k, v) in &annotations {
-        push_field(&mut key, k);
-        push_field(&mut key, v);
-    }
-    if attributes.cache_type == TokenCacheType::Token {
-        use sha2::Digest as _;
-        use std::fmt::Write as _;
-        let mut hash = String::from("sha256:");
-        for byte in sha2::Sha256::digest(minted.token.as_bytes()) {
-            let _ = write!(hash, "{byte:02x}");
-        }
-        push_field(&mut key, "token");
-        push_field(&mut key, &hash);
-    }
-    Ok(Some(Handing {
-        token: Some(minted.token),
-        annotations,
-        key,
-    }))
 }
 
 /// Appends `field` length-prefixed (kubelet's `generateCacheKey`): no two field lists give one

@@ -92,8 +92,8 @@ struct Request<'a> {
     service_account_annotations: Option<&'a BTreeMap<String, String>>,
 }
 
-/// What a request hands a plugin that asked for ServiceAccount tokens.
-#[derive(Debug, Clone, Copy, Default)]
+/// What a request hands a plugin that asked for ServiceAccount tokens (no `Debug`: the token).
+#[derive(Clone, Copy, Default)]
 pub(super) struct Handed<'a> {
     pub token: Option<&'a str>,
     /// The required and the present optional annotations; left out when empty.
@@ -247,7 +247,6 @@ mod tests {
             Err(ResponseError::EchoedToken)
         );
         assert_eq!(refuse_echoed_token(&response, "eyJ.other"), Ok(()));
-        assert!(!ResponseError::EchoedToken.to_string().contains("eyJ"));
     }
 
     #[test]

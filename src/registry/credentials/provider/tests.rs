@@ -338,6 +338,8 @@ use super::super::service_account_tokens::{
 /// asked for is new (`tok-<n>`) unless `same_token`.
 struct FakeAccounts {
     tokens: AtomicUsize,
+    /// Reads of an account.
+    asked: AtomicUsize,
     same_token: bool,
     uid: std::sync::Mutex<String>,
 }
@@ -346,6 +348,7 @@ impl FakeAccounts {
     fn new(same_token: bool) -> FakeAccounts {
         FakeAccounts {
             tokens: AtomicUsize::new(0),
+            asked: AtomicUsize::new(0),
             same_token,
             uid: std::sync::Mutex::new("u1".to_string()),
         }
@@ -359,6 +362,7 @@ impl ServiceAccounts for FakeAccounts {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Arc<AccountFacts>>, TokenError> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
         let uid = self.uid.lock().expect("uid").clone();
         Ok(match (namespace, name) {
             ("team", "builder") => Some(Arc::new(AccountFacts {
@@ -410,9 +414,9 @@ fn token_provider(dir: &Path, name: &str, body: &str, attributes: TokenAttribute
     let script = std::fs::read_to_string(&spec.path).expect("read plugin");
     let script = script.replace(
         "cat >/dev/null;",
+        // (one write per request: concurrent runs append whole lines)
         &format!(
-            "cat >> '{}'; echo >> '{}';",
-            requests.display(),
+            "request=$(cat); printf '%s\\n' \"$request\" >> '{}';",
             requests.display()
         ),
     );
@@ -476,8 +480,6 @@ async fn the_plugin_is_handed_the_accounts_token_and_the_annotations_it_names() 
             "serviceAccountToken": "tok-builder-registry.example-0",
             "serviceAccountAnnotations": {"example.com/role": "puller", "example.com/tenant": "t1"}})
     );
-    // No token shows in what admission says.
-    assert!(provided.warnings.iter().all(|w| !w.contains("tok-")));
 }
 
 #[tokio::test]
@@ -497,10 +499,11 @@ async fn cached_per_service_account_the_answer_outlives_the_token_but_not_the_ac
             .await;
         assert_eq!(provided.entries.len(), 1, "{:?}", provided.warnings);
     }
+    assert_eq!(execs(dir.path(), "sa"), 1, "the same account: cached");
     assert_eq!(
-        execs(dir.path(), "sa"),
+        accounts.tokens.load(Ordering::SeqCst),
         1,
-        "a new token, the same account: cached"
+        "a cached answer per account needs no token"
     );
     providers
         .provide_for("a.example/one", &puller(Some("bare"), &accounts))
@@ -561,19 +564,23 @@ async fn without_what_it_requires_the_plugin_is_not_run() {
     );
     let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
     let accounts = FakeAccounts::new(false);
-    // No ServiceAccount, one required: not run, as kubelet (silently).
-    let none = providers
-        .provide_for("a.example/one", &puller(None, &accounts))
-        .await;
-    assert!(
-        none.entries.is_empty() && none.warnings.is_empty(),
-        "{none:?}"
+    // No ServiceAccount, one required, or a required annotation missing: not run, as kubelet
+    // (silently: an unannotated account is most Pods', and another credential may serve).
+    for account in [None, Some("bare")] {
+        let provided = providers
+            .provide_for("a.example/one", &puller(account, &accounts))
+            .await;
+        assert!(
+            provided.entries.is_empty() && provided.warnings.is_empty(),
+            "{account:?}: {provided:?}"
+        );
+    }
+    assert_eq!(
+        accounts.tokens.load(Ordering::SeqCst),
+        0,
+        "no token asked for"
     );
     let cases = [
-        (
-            puller(Some("bare"), &accounts),
-            "has no annotation example.com/role",
-        ),
         (
             puller(Some("ghost"), &accounts),
             "serviceaccount team/ghost not found",
@@ -658,4 +665,102 @@ async fn a_failure_stands_for_the_same_account_only() {
         .await;
     }
     assert_eq!(execs(dir.path(), "down"), 2, "once per account");
+}
+
+/// An account that cannot be read (or whose token cannot be had) is not asked about again for
+/// `failure_ttl`, for its own images only: without the chart's token RBAC every admission
+/// would otherwise send the apiserver a request bound to fail.
+#[tokio::test]
+async fn an_account_that_cannot_be_had_is_not_asked_again_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = token_provider(
+        dir.path(),
+        "acct",
+        &answer("Image", None),
+        attributes(TokenCacheType::ServiceAccount, false),
+    );
+    let metrics = Arc::new(Metrics::new());
+    let providers =
+        CredentialProviders::new(vec![spec], Settings::default(), Some(metrics.clone()));
+    let accounts = FakeAccounts::new(false);
+    for _ in 0..3 {
+        let provided = crate::tenant::scope(
+            "team",
+            providers.provide_for("a.example/one", &puller(Some("forbidden"), &accounts)),
+        )
+        .await;
+        assert!(
+            provided
+                .warnings
+                .iter()
+                .any(|w| w.contains("forbidden (403)")),
+            "{provided:?}"
+        );
+    }
+    assert_eq!(
+        accounts.asked.load(Ordering::SeqCst),
+        1,
+        "read once, remembered after"
+    );
+    let exposed = metrics.encode().expect("metrics encode");
+    let line =
+        "pinhook_credential_provider_errors_total{provider=\"acct\",reason=\"service_account\"} 1";
+    assert!(exposed.contains(line), "{line} in {exposed}");
+    crate::tenant::scope(
+        "team",
+        providers.provide_for("a.example/one", &puller(Some("builder"), &accounts)),
+    )
+    .await;
+    assert_eq!(
+        execs(dir.path(), "acct"),
+        1,
+        "another account of the tenant: run"
+    );
+}
+
+/// Two Pods of different accounts asking about one image at once: two runs, each handed its
+/// own token (a shared run would give one account's answer to the other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_for_different_accounts_are_never_shared() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = token_provider(
+        dir.path(),
+        "slow",
+        &answer("Image", None),
+        attributes(TokenCacheType::ServiceAccount, false),
+    );
+    let script = std::fs::read_to_string(&spec.path).expect("read plugin");
+    std::fs::write(
+        &spec.path,
+        script.replacen("request=$(cat);", "request=$(cat); sleep 0.5;", 1),
+    )
+    .expect("write plugin");
+    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
+    let accounts = FakeAccounts::new(false);
+    let (builder, bare) = (
+        puller(Some("builder"), &accounts),
+        puller(Some("bare"), &accounts),
+    );
+    let (a, b) = tokio::join!(
+        providers.provide_for("a.example/one", &builder),
+        providers.provide_for("a.example/one", &bare),
+    );
+    assert_eq!((a.entries.len(), b.entries.len()), (1, 1), "{a:?} {b:?}");
+    assert_eq!(execs(dir.path(), "slow"), 2);
+    let mut tokens: Vec<String> = requests(dir.path(), "slow")
+        .iter()
+        .map(|r| {
+            r["serviceAccountToken"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    tokens.sort();
+    assert!(
+        tokens.len() == 2
+            && tokens[0].starts_with("tok-bare-")
+            && tokens[1].starts_with("tok-builder-"),
+        "{tokens:?}"
+    );
 }
