@@ -9,7 +9,7 @@
 //! does not exist yet (kubelet binds its token to the Pod it pulls for). It is kept for
 //! [`REFRESH_PERCENT`] % of its life, as kubelet's token manager keeps it, in a cache bounded in
 //! bytes ([`TOKEN_CACHE_BYTES`]) and keyed by namespace, account, account UID and audience
-//! (kubelet 1.34 puts the UID in the request too: an account deleted and made again under the
+//! (recent kubelets put the UID in the request too: an account deleted and made again under the
 //! same name is another account); one request per key however many admissions ask at once.
 //!
 //! Never: logs a token, puts one in an error or warning, or hands one to anything but the
@@ -202,7 +202,7 @@ impl KubeTokens {
 }
 
 /// The TokenRequest pinhook sends: the one audience, [`TOKEN_SECONDS`], and the account's UID
-/// (kubelet 1.34 sends it; the apiserver refuses it when the account is another by now).
+/// (recent kubelets send it; the apiserver refuses it when the account is another by now).
 fn token_request(uid: &str, audience: &str) -> TokenRequest {
     TokenRequest {
         metadata: ObjectMeta {

@@ -6,7 +6,7 @@
 //! unknown fields are errors (kubelet's decoder is strict), `cacheKeyType` is one of `Image`,
 //! `Registry`, `Global`. A request may carry a ServiceAccount token and annotations
 //! (KEP-4412); an answer whose password is that token is refused unless the provider caches per
-//! token (kubelet 1.34).
+//! token (as recent kubelets do).
 //!
 //! Owns: the wire types and [`ResponseError`], whose messages never quote the answer (it holds
 //! credentials). Never: runs the plugin or caches.
@@ -59,7 +59,7 @@ pub enum ResponseError {
     },
     #[error("the answer's cacheDuration is not a non-negative Go duration")]
     CacheDuration,
-    /// kubelet 1.34: an answer cached per ServiceAccount must not be the token itself.
+    /// recent kubelets: an answer cached per ServiceAccount must not be the token itself.
     #[error("the answer gives the ServiceAccount token back as a password, which is not allowed unless tokenAttributes.cacheType is Token")]
     EchoedToken,
 }
@@ -185,7 +185,7 @@ pub(super) fn decode(stdout: &[u8], api_version: &str) -> Result<Response, Respo
     })
 }
 
-/// kubelet 1.34's check of an answer given with a token that is not cached per token: no
+/// recent kubelets' check of an answer given with a token that is not cached per token: no
 /// password may be the token itself.
 pub(super) fn refuse_echoed_token(response: &Response, token: &str) -> Result<(), ResponseError> {
     let echoed = response.auth.iter().any(|(_, credential)| {
