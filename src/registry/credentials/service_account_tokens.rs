@@ -255,6 +255,125 @@ mod tests {
         Time(k8s_openapi::jiff::Timestamp::try_from(time).expect("in range"))
     }
 
+    /// A stand-in apiserver for TokenRequests: records each request's path and body and
+    /// answers `tok-<n>`, living `life` from now.
+    #[derive(Clone)]
+    struct TokenApi {
+        seen: Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>,
+        life: Duration,
+    }
+
+    impl tower_service::Service<http::Request<kube::client::Body>> for TokenApi {
+        type Response = http::Response<kube::client::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+        >;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+            let api = self.clone();
+            Box::pin(async move {
+                use http_body_util::BodyExt as _;
+                let path = request.uri().path().to_string();
+                let body = match request.into_body().collect().await {
+                    Ok(collected) => collected.to_bytes().to_vec(),
+                    Err(_) => Vec::new(),
+                };
+                let sent: serde_json::Value =
+                    serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                let n = {
+                    let mut seen = api.seen.lock().unwrap_or_else(|e| e.into_inner());
+                    seen.push((path, sent.clone()));
+                    seen.len()
+                };
+                let expires = at(std::time::SystemTime::now() + api.life);
+                let mut answer: TokenRequest =
+                    serde_json::from_value(sent).unwrap_or_else(|_| token_request("", ""));
+                answer.status = Some(TokenRequestStatus {
+                    token: format!("tok-{n}"),
+                    expiration_timestamp: expires,
+                });
+                let bytes = serde_json::to_vec(&answer).unwrap_or_default();
+                let mut response = http::Response::new(kube::client::Body::from(bytes));
+                *response.status_mut() = http::StatusCode::CREATED;
+                response.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                Ok(response)
+            })
+        }
+    }
+
+    fn kube_tokens(life: Duration) -> (KubeTokens, TokenApi) {
+        let api = TokenApi {
+            seen: Arc::default(),
+            life,
+        };
+        let client = kube::Client::new(api.clone(), "default");
+        (KubeTokens::new(client), api)
+    }
+
+    #[tokio::test]
+    async fn a_token_is_asked_for_once_per_account_uid_and_audience_while_it_is_young() {
+        let (tokens, api) = kube_tokens(Duration::from_secs(600));
+        let first = tokens
+            .token("shop", "builder", "u1", "aud")
+            .await
+            .expect("a token");
+        let again = tokens
+            .token("shop", "builder", "u1", "aud")
+            .await
+            .expect("a token");
+        assert_eq!((&*first.token, &*again.token), ("tok-1", "tok-1"), "kept");
+        let other_uid = tokens
+            .token("shop", "builder", "u2", "aud")
+            .await
+            .expect("a token");
+        let other_audience = tokens
+            .token("shop", "builder", "u1", "aud-2")
+            .await
+            .expect("a token");
+        assert_eq!(
+            (&*other_uid.token, &*other_audience.token),
+            ("tok-2", "tok-3")
+        );
+        let seen = api.seen.lock().expect("seen").clone();
+        assert_eq!(seen.len(), 3);
+        assert_eq!(
+            seen[0].0,
+            "/api/v1/namespaces/shop/serviceaccounts/builder/token"
+        );
+        assert_eq!(seen[0].1["spec"]["audiences"], serde_json::json!(["aud"]));
+        assert_eq!(seen[0].1["spec"]["expirationSeconds"], 600);
+        assert_eq!(seen[1].1["metadata"]["uid"], "u2");
+        assert_eq!(seen[2].1["spec"]["audiences"], serde_json::json!(["aud-2"]));
+    }
+
+    /// A token past 80 % of its life is not used: here it comes with no life left, so each
+    /// ask gets a new one.
+    #[tokio::test]
+    async fn a_token_past_its_use_is_asked_for_again() {
+        let (tokens, api) = kube_tokens(Duration::ZERO);
+        let first = tokens
+            .token("shop", "builder", "u1", "aud")
+            .await
+            .expect("a token");
+        let second = tokens
+            .token("shop", "builder", "u1", "aud")
+            .await
+            .expect("a token");
+        assert_eq!((&*first.token, &*second.token), ("tok-1", "tok-2"));
+        assert_eq!(api.seen.lock().expect("seen").len(), 2);
+    }
+
     #[test]
     fn the_request_names_one_audience_ten_minutes_and_the_accounts_uid() {
         let sent = serde_json::to_value(token_request("uid-1", "api://registry")).expect("json");
