@@ -34,7 +34,7 @@ use tracing::debug;
 use super::keyring::{Keyring, KeyringError};
 use super::secret_budget::{SecretBudget, Short};
 use super::service_account_tokens::{
-    short_reason, AccountFacts, KubeTokens, MintedToken, Puller, ServiceAccounts, TokenError,
+    short_error, AccountFacts, KubeTokens, MintedToken, Puller, ServiceAccounts, TokenError,
 };
 use crate::shares::Taken;
 
@@ -414,7 +414,7 @@ impl ServiceAccounts for KubeSecrets {
                 .map_err(|e| TokenError::Account {
                     namespace: namespace.to_string(),
                     name: name.to_string(),
-                    reason: short_reason(&e),
+                    reason: short_error(&e),
                 })?;
         Ok(account.as_ref().as_ref().map(|account| {
             Arc::new(AccountFacts {
@@ -649,14 +649,6 @@ fn unshare(error: Arc<kube::Error>) -> kube::Error {
     match Arc::try_unwrap(error) {
         Ok(error) => error,
         Err(shared) => kube::Error::Service(shared.to_string().into()),
-    }
-}
-
-/// The API's own message for API errors, else the error's text; warnings stay short.
-fn short_error(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
     }
 }
 

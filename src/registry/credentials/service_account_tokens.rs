@@ -188,7 +188,7 @@ impl KubeTokens {
                 let answer = api
                     .create_token_request(name, &PostParams::default(), &request)
                     .await
-                    .map_err(|e| short_reason(&e))?;
+                    .map_err(|e| short_error(&e))?;
                 minted(answer, std::time::SystemTime::now())
                     .ok_or_else(|| "the apiserver answered with no token or no expiry".to_string())
             })
@@ -233,10 +233,11 @@ fn minted(answer: TokenRequest, now: std::time::SystemTime) -> Option<MintedToke
     })
 }
 
-/// The apiserver's status reason and message for an error (never a request body); short.
-pub(crate) fn short_reason(error: &kube::Error) -> String {
+/// An API error in a few words for a warning: the apiserver's status message (never a request
+/// body), at most 200 characters.
+pub(crate) fn short_error(error: &kube::Error) -> String {
     match error {
-        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        kube::Error::Api(status) => status.message.clone(),
         other => other.to_string(),
     }
     .chars()

@@ -50,6 +50,7 @@ mod protocol;
 
 pub use protocol::ResponseError;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,6 +70,7 @@ use super::limits::{RunLimits, RunPermit, DEFAULT_PER_PROGRAM, DEFAULT_TOTAL};
 use super::service_account_tokens::Puller;
 use super::Credential;
 use crate::metrics::Metrics;
+use crate::signatures::trusted_root::hex;
 
 pub use self::config::ProviderConfigError;
 pub use self::protocol::ResponseError as ProviderResponseError;
@@ -384,7 +386,7 @@ impl Plugin {
                 Handed::NotRun => return Ok(Arc::default()),
             },
         };
-        let flight_key = flight_key(image, &handing.key);
+        let flight_key = cache_key(image, &handing.key);
         let failures = failure_scope(image, &handing.key);
         let (flight, interest, started) = {
             let mut flights = self.flights();
@@ -398,14 +400,17 @@ impl Plugin {
                     error: Box::new(error),
                 });
             }
-            let joined = flights.running.get(&flight_key).and_then(|running| {
-                // An execution whose last waiter is gone is being cancelled: start another.
-                let interest = running.interest.upgrade()?;
-                Some((running.flight.clone(), interest, running.started.clone()))
-            });
+            let joined = flights
+                .running
+                .get(flight_key.as_ref())
+                .and_then(|running| {
+                    // An execution whose last waiter is gone is being cancelled: start another.
+                    let interest = running.interest.upgrade()?;
+                    Some((running.flight.clone(), interest, running.started.clone()))
+                });
             match joined {
                 Some(joined) => joined,
-                None => self.start(&mut flights, image, flight_key, handing),
+                None => self.start(&mut flights, image, flight_key.into_owned(), handing),
             }
         };
         let outcome = match tokio::time::timeout(self.settings.wait, flight).await {
@@ -633,13 +638,9 @@ impl Plugin {
             .map_err(|e| failed(PluginError::Account(e.to_string())))?;
         if per_token {
             use sha2::Digest as _;
-            use std::fmt::Write as _;
-            let mut hash = String::from("sha256:");
-            for byte in sha2::Sha256::digest(minted.token.as_bytes()) {
-                let _ = write!(hash, "{byte:02x}");
-            }
+            let hash = sha2::Sha256::digest(minted.token.as_bytes());
             push_field(&mut key, "token");
-            push_field(&mut key, &hash);
+            push_field(&mut key, &format!("sha256:{}", hex(&hash)));
         }
         Ok(Handed::Run(Handing {
             token: Some(minted.token),
@@ -683,7 +684,7 @@ impl Plugin {
             CacheKeyType::Registry => registry_of(image),
             CacheKeyType::Global => GLOBAL_CACHE_KEY,
         };
-        Some((cache_key(key, account_key), duration))
+        Some((cache_key(key, account_key).into_owned(), duration))
     }
 
     fn count_exec(&self) {
@@ -721,26 +722,21 @@ fn push_field(key: &mut String, field: &str) {
     let _ = write!(key, "{}:{field}", field.len());
 }
 
-/// The cache key of `base` (an image, a registry or the global key) for `account_key`.
-fn cache_key(base: &str, account_key: &str) -> String {
-    match account_key.is_empty() {
-        true => base.to_string(),
-        false => {
-            let mut key = String::new();
-            push_field(&mut key, base);
-            key.push_str(account_key);
-            key
-        }
+/// The key of `base` (an image, a registry or the global key) for `account_key`: what an
+/// answer is cached under, and a run single-flighted under (its image's). A plugin handed
+/// nothing (an empty `account_key`) keys by `base` itself, with no copy.
+fn cache_key<'a>(base: &'a str, account_key: &str) -> Cow<'a, str> {
+    if account_key.is_empty() {
+        return Cow::Borrowed(base);
     }
-}
-
-/// The single-flight key of a run for `image` handed what `account_key` names.
-fn flight_key(image: &str, account_key: &str) -> String {
-    cache_key(image, account_key)
+    let mut key = String::new();
+    push_field(&mut key, base);
+    key.push_str(account_key);
+    Cow::Owned(key)
 }
 
 /// What a failed run stands for: its registry, for the same account.
-fn failure_scope(image: &str, account_key: &str) -> String {
+fn failure_scope<'a>(image: &'a str, account_key: &str) -> Cow<'a, str> {
     cache_key(registry_of(image), account_key)
 }
 
