@@ -263,7 +263,7 @@ fn image_report(outcome: &ImageOutcome) -> ImageReport {
         action: action_name(outcome.action).to_string(),
         reason: outcome.reason.clone(),
         digest: outcome.digest.as_ref().map(ToString::to_string),
-        signature: outcome.signature.clone(),
+        signature: outcome.signature.as_ref().map(ToString::to_string),
         cached: outcome.source == Some(ResolutionSource::Cache),
         stale: outcome.source == Some(ResolutionSource::Stale),
     }

@@ -27,7 +27,7 @@ mod signed;
 
 pub use object::Object;
 pub use outcome::{
-    short, Action, Finding, ImageOutcome, LeftAlone, LeftAloneReason, Plan, Reason,
+    short, Action, Finding, ImageOutcome, LeftAlone, LeftAloneReason, Plan, Reason, SignatureNote,
     LISTED_IN_MESSAGE,
 };
 pub use signed::{checks as signature_checks, CheckKey, SignatureCheck, SignatureChecks, Verdicts};

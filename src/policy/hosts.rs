@@ -222,8 +222,24 @@ fn refuse_internal(host: &str, address: IpAddr, private: bool) -> Result<(), Hos
 /// `host` (`name[:port]`) as the policy compares it: lower case, no trailing dot, no `:443`,
 /// Docker Hub's aliases as `docker.io`. `BAD.corp.example:443` is `bad.corp.example`.
 pub fn normalize_host(host: &str) -> String {
+    normal_host(host).into_owned()
+}
+
+/// [`normalize_host`], borrowing `host` when it is already in that form, as hosts in image
+/// references nearly always are (lower case, no trailing dot, no `:443`, no Docker Hub
+/// alias): this runs for every image a `verify` entry is matched against.
+pub fn normal_host(host: &str) -> Cow<'_, str> {
     let (name, port) = split_port(host);
-    join(&canonical_name(&normalize_name(name)), port)
+    let already = !host.bytes().any(|b| b.is_ascii_uppercase())
+        && !name.ends_with('.')
+        && port.map_or(name.len() == host.len(), |port| {
+            name.len() + 1 + port.len() == host.len()
+        })
+        && !DOCKER_HUB_ALIASES.contains(&name);
+    match already {
+        true => Cow::Borrowed(host),
+        false => Cow::Owned(join(&canonical_name(&normalize_name(name)), port)),
+    }
 }
 
 /// True when `a` and `b` name the same registry host once normalised.
@@ -533,8 +549,16 @@ mod tests {
             ("[::1]:443", "[::1]"),
             ("[::1]:5000", "[::1]:5000"),
             ("reg.example.", "reg.example"),
+            ("docker.io", "docker.io"),
+            ("reg.example", "reg.example"),
+            ("reg.example:5000", "reg.example:5000"),
+            ("[::1", "[::1"),
+            ("reg.example:", "reg.example:"),
         ] {
             assert_eq!(normalize_host(host), normal, "{host}");
+            // borrowed exactly when nothing changes
+            let borrowed = matches!(normal_host(host), Cow::Borrowed(_));
+            assert_eq!(borrowed, host == normal, "{host}");
         }
         assert!(same_host("REG.example:443", "reg.example"));
         assert!(!same_host("reg.example:5000", "reg.example"));

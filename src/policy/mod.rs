@@ -544,11 +544,16 @@ impl CompiledPolicy {
     /// The `verify` entries that cover `reference`: every one must hold.
     pub fn verify_rules<'a>(
         &'a self,
-        reference: &'a Reference,
+        reference: &Reference,
     ) -> impl Iterator<Item = &'a VerifyRule> + 'a {
+        // (the repository is made once for every entry, and not at all without entries)
+        let repository = match self.verify.is_empty() {
+            true => String::new(),
+            false => verify::repository_of(reference),
+        };
         self.verify
             .iter()
-            .filter(move |rule| rule.matches(reference))
+            .filter(move |rule| rule.covers(&repository))
     }
 }
 

@@ -279,6 +279,18 @@ fn read_file(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// `host/path` of `reference` as the entries' globs are matched against it: its host
+/// normalised as [`hosts::normalize_host`]. Made once per image, whatever the entries.
+pub fn repository_of(reference: &Reference) -> String {
+    let host = hosts::normal_host(reference.domain());
+    let path = reference.path();
+    let mut repository = String::with_capacity(host.len() + 1 + path.len());
+    repository.push_str(&host);
+    repository.push('/');
+    repository.push_str(path);
+    repository
+}
+
 // === impl VerifyRule ===
 
 impl VerifyRule {
@@ -287,14 +299,14 @@ impl VerifyRule {
     /// decide whether a digest is verified), its host compared as the host rules compare hosts
     /// (case, `:443`, Docker Hub's aliases).
     pub fn matches(&self, reference: &Reference) -> bool {
-        let repository = format!(
-            "{}/{}",
-            hosts::normalize_host(reference.domain()),
-            reference.path()
-        );
+        self.covers(&repository_of(reference))
+    }
+
+    /// Whether this entry covers the repository [`repository_of`] gives.
+    pub fn covers(&self, repository: &str) -> bool {
         self.repositories
             .iter()
-            .any(|glob| glob::matches(glob, &repository))
+            .any(|glob| glob::matches(glob, repository))
     }
 
     /// `verify[0]`: how a denial names the entry.

@@ -256,7 +256,9 @@ pub(crate) fn tally(
                 .get(algorithm)
                 .is_some_and(|d| d.eq_ignore_ascii_case(pinned_hex))
         }) {
-            return Some(Verdict::Verified { signer });
+            return Some(Verdict::Verified {
+                signer: signer.into(),
+            });
         }
         let named = statement
             .subject
@@ -484,7 +486,7 @@ mod tests {
         assert_eq!(
             verdict(&keyless, &trust, 'a'),
             Verdict::Verified {
-                signer: format!("{SUBJECT} ({ISSUER})")
+                signer: format!("{SUBJECT} ({ISSUER})").into()
             }
         );
     }

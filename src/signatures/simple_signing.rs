@@ -121,7 +121,9 @@ pub fn judge_layers(layers: &[SignatureLayer<'_>], trust: &Trust, pinned: &Diges
                     if payload.critical.kind == COSIGN_TYPE
                         && payload.critical.image.digest == pinned_text =>
                 {
-                    return LayersJudged(Ok(Verdict::Verified { signer }));
+                    return LayersJudged(Ok(Verdict::Verified {
+                        signer: signer.into(),
+                    }));
                 }
                 Ok(payload) => tally.other_digest(&payload.critical.image.digest),
                 Err(_) => tally.other_digest("not a cosign payload"),
@@ -190,7 +192,7 @@ pub(crate) mod tests {
         assert_eq!(
             verdict,
             Verdict::Verified {
-                signer: format!("key {}", key.fingerprint())
+                signer: format!("key {}", key.fingerprint()).into()
             }
         );
         assert_eq!(verdict.reason(), "verified");
@@ -245,7 +247,7 @@ pub(crate) mod tests {
             judge(&[layer], trust, &digest('a'))
         };
         let verified = Verdict::Verified {
-            signer: format!("key {}", key.fingerprint()),
+            signer: format!("key {}", key.fingerprint()).into(),
         };
         assert_eq!(judged(Some(&logged), &logging), verified);
         // Without a transparency log named, the bundle is not needed.
@@ -320,7 +322,7 @@ pub(crate) mod tests {
         assert_eq!(
             keyless_verdict(SUBJECT, SUBJECT, 'a', 'a'),
             Verdict::Verified {
-                signer: format!("{SUBJECT} ({ISSUER})")
+                signer: format!("{SUBJECT} ({ISSUER})").into()
             }
         );
     }

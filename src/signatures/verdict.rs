@@ -5,6 +5,8 @@
 //! Owns: the verdict's names and precedence. Never: reads a signature (`simple_signing`,
 //! `keyless` and `bundle` do).
 
+use std::sync::Arc;
+
 use super::keyless::{Evidence, Keyless};
 
 /// What an image's signatures say of the digest pinned, under one entry's trust.
@@ -12,7 +14,7 @@ use super::keyless::{Evidence, Keyless};
 pub enum Verdict {
     /// A trusted key (`key sha256:…`) or identity (`subject (issuer)`) signed a payload naming
     /// the pinned digest.
-    Verified { signer: String },
+    Verified { signer: Arc<str> },
     /// No signature at all (no signature manifest, or one without layers).
     NoSignature,
     /// Signatures, none of them by a trusted key or with a certificate.

@@ -51,60 +51,51 @@ impl Pinner {
                     pod.keyring
                 }
             };
-            // A routed image's signatures are asked where its tag is resolved: its mirrors.
+            // One pass: a routed image's signatures are asked where its tag is resolved (its
+            // mirrors); any other's verdict, if held, answers at once (a warm admission: no
+            // call, no deadline); the rest are asked after the pass, all at once, each under the
+            // deadline. (Each check's credentials are looked up once, for both.)
             let mut unusable = Vec::new();
-            let routed: Vec<Option<RoutedCall>> = checks
-                .distinct
-                .iter()
-                .map(|check| {
-                    let route = policy.routes.route(&check.image)?;
-                    Some(RoutedCall::new(
+            let mut held = Vec::with_capacity(checks.distinct.len());
+            let mut asked = Vec::new();
+            for check in &checks.distinct {
+                let routed = policy.routes.route(&check.image).map(|route| {
+                    RoutedCall::new(
                         &check.image,
                         &route,
                         &keyring,
                         &self.mirror_keyrings,
                         &mut unusable,
-                    ))
-                })
-                .collect();
-            unusable.sort();
-            unusable.dedup();
-            plan.warnings.extend(unusable);
-            // A verdict held answers at once (a warm admission): only the rest are called, each
-            // under the deadline, all at once.
-            // (each check's credentials looked up once, for both)
-            let credentials: Vec<_> = checks
-                .distinct
-                .iter()
-                .map(|check| keyring.lookup(&check.image))
-                .collect();
-            let mut held = Vec::with_capacity(checks.distinct.len());
-            for ((check, routed), credentials) in
-                checks.distinct.iter().zip(&routed).zip(&credentials)
-            {
-                held.push(match routed {
+                    )
+                });
+                let credentials = match routed {
+                    Some(_) => Vec::new(),
+                    None => keyring.lookup(&check.image),
+                };
+                let verdict = match routed {
                     Some(_) => None,
                     None => {
                         verifier
-                            .held(&check.image, &check.key.digest, credentials, &check.trust)
+                            .held(&check.image, &check.key.digest, &credentials, &check.trust)
                             .await
                     }
-                });
+                };
+                if verdict.is_none() {
+                    asked.push((check, routed, credentials));
+                }
+                held.push(verdict);
             }
-            let asked = checks
-                .distinct
-                .iter()
-                .zip(&routed)
-                .zip(credentials)
-                .zip(&held)
-                .filter(|(_, held)| held.is_none())
-                .map(|(asked, _)| asked);
-            let calls = asked.map(|((check, routed), credentials)| {
+            if !unusable.is_empty() {
+                unusable.sort();
+                unusable.dedup();
+                plan.warnings.extend(unusable);
+            }
+            let calls = asked.into_iter().map(|(check, routed, credentials)| {
                 let verifier = verifier.clone();
                 async move {
                     let started = Instant::now();
                     let call = async {
-                        match routed {
+                        match &routed {
                             Some(routed) => {
                                 mirrored::verify_routed(
                                     verifier.as_ref(),
@@ -204,7 +195,7 @@ mod tests {
             _: &Arc<Trust>,
         ) -> Option<Verdict> {
             image.path().contains("held").then(|| Verdict::Verified {
-                signer: "key held".to_string(),
+                signer: "key held".into(),
             })
         }
     }
@@ -241,23 +232,29 @@ mod tests {
         let plan = pinner
             .check_pinned(&created_pod(&pod), Duration::from_secs(5))
             .await?;
-        let seen: Vec<(Action, Option<&str>)> = plan
+        let seen: Vec<(Action, Option<String>)> = plan
             .outcomes
             .iter()
-            .map(|o| (o.action, o.signature.as_deref()))
+            .map(|o| (o.action, o.signature.as_ref().map(ToString::to_string)))
             .collect();
-        let held = Some("verify[0]: signed by key held");
+        let held = Some("verify[0]: signed by key held".to_string());
         let other = |c: char| format!("verify[0]: signed by another key for {}", &digest(c)[..19]);
-        assert_eq!(seen[0], (Action::Unchanged, held));
+        assert_eq!(seen[0], (Action::Unchanged, held.clone()));
         assert_eq!(seen[2], (Action::Unchanged, held));
         assert_eq!(seen[1].0, Action::Denied);
         assert_eq!(seen[3].0, Action::Denied);
         assert!(
-            seen[1].1.is_some_and(|s| s.starts_with(&other('b'))),
+            seen[1]
+                .1
+                .as_ref()
+                .is_some_and(|s| s.starts_with(&other('b'))),
             "{seen:?}"
         );
         assert!(
-            seen[3].1.is_some_and(|s| s.starts_with(&other('d'))),
+            seen[3]
+                .1
+                .as_ref()
+                .is_some_and(|s| s.starts_with(&other('d'))),
             "{seen:?}"
         );
         assert_eq!(

@@ -3,6 +3,9 @@
 //! core ([`super`]) builds outcomes with, and the audit rule (audit never mutates and never
 //! denies). Pure.
 
+use std::fmt;
+use std::sync::Arc;
+
 use crate::policy::{CompiledPolicy, FailureAction, Mode};
 use crate::reference::{Digest, Reference};
 use crate::registry::{Origin, RegistryError, ResolutionSource, SourceCheck};
@@ -47,6 +50,35 @@ pub enum Reason {
     Unverified,
 }
 
+/// What an image's signatures said, kept as found and written out only when read (the dry run,
+/// `pinhook check`): a warm admission of a verified image formats nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureNote {
+    /// Every entry covering the digest held: each entry's index and who signed for it, in the
+    /// entries' order.
+    Verified(Vec<(usize, Arc<str>)>),
+    /// Why not, one line (the outcome's reason says it too).
+    Refused(String),
+}
+
+impl fmt::Display for SignatureNote {
+    /// `verify[0]: signed by key sha256:…; verify[2]: signed by …`, or why not.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SignatureNote::Verified(signers) => {
+                for (i, (entry, signer)) in signers.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "verify[{entry}]: signed by {signer}")?;
+                }
+                Ok(())
+            }
+            SignatureNote::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
 /// The outcome for one image site.
 #[derive(Debug, Clone)]
 pub struct ImageOutcome {
@@ -63,7 +95,7 @@ pub struct ImageOutcome {
     /// The mirror the tag was resolved at (`registries.resolveThrough`), when it was routed.
     pub origin: Option<Origin>,
     /// What its signatures said, when a `verify` entry covers the digest admitted.
-    pub signature: Option<String>,
+    pub signature: Option<SignatureNote>,
     /// The image as the plan parsed it, when it did and admitted it (pinned, or already
     /// pinned): the signature checks read it rather than parse it again.
     pub parsed: Option<Reference>,

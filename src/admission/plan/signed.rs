@@ -11,16 +11,15 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use crate::policy::{CompiledPolicy, Mode};
+use crate::policy::{verify, CompiledPolicy, Mode};
 use crate::reference::{Digest, Reference};
 use crate::registry::RegistryError;
 use crate::signatures::{Trust, Verdict};
 
-use super::outcome::{short, Action, ImageOutcome, Plan, Reason};
+use super::outcome::{short, Action, ImageOutcome, Plan, Reason, SignatureNote};
 
 /// What a verification's answer is keyed by: a digest of a repository under one trust, never a
 /// tag.
@@ -48,8 +47,10 @@ pub struct SignatureCheck {
 #[derive(Debug, Default)]
 pub struct SignatureChecks {
     pub distinct: Vec<SignatureCheck>,
-    /// (outcome index, the entries covering it).
-    covered: Vec<(usize, Covered)>,
+    /// (outcome index, the entries covering it: an index into `groups`).
+    covered: Vec<(usize, usize)>,
+    /// The entries covering each distinct image (sites of one image share theirs).
+    groups: Vec<Covered>,
     /// Images admitted unpinned (`onResolutionFailure: allow`) that an entry covers: (outcome
     /// index, the first entry). Nothing was verified, so enforce refuses them.
     unpinned: Vec<(usize, usize)>,
@@ -71,10 +72,11 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
     if policy.verify.is_empty() {
         return checks;
     }
-    let mut index = FewOrMany::default();
+    // The checks' keys, hashed once there are more than a few (scanned while few).
+    let mut index: Option<HashMap<CheckKey, usize>> = None;
     // Sites of one image (a Deployment's containers and init containers alike) are parsed and
     // matched once.
-    let mut seen: FewOrMany<(&str, Option<&Digest>), Covered> = FewOrMany::default();
+    let mut seen: FewOrMany<(&str, Option<&Digest>), Option<usize>> = FewOrMany::default();
     for (i, outcome) in plan.outcomes.iter().enumerate() {
         if let Some(entry) = unpinned_but_covered(policy, outcome) {
             checks.unpinned.push((i, entry));
@@ -84,41 +86,65 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
             continue;
         }
         let site = (outcome.site.image.as_str(), outcome.digest.as_ref());
-        if let Some(entries) = seen.get(&site) {
-            if !entries.is_empty() {
-                checks.covered.push((i, entries.clone()));
+        if let Some(group) = seen.get(&site) {
+            if let Some(group) = *group {
+                checks.covered.push((i, group));
             }
             continue;
         }
-        let Some((image, digest)) = admitted(outcome) else {
+        let Some(image) = admitted(outcome) else {
+            continue;
+        };
+        let Some(digest) = outcome.digest.as_ref().or_else(|| image.digest()) else {
             continue;
         };
         let mut entries = Vec::new();
-        for rule in policy.verify_rules(&image) {
+        // (the repository as the entries match it, made once; it keys the checks too, so two
+        // spellings of one host are one check)
+        let repository = verify::repository_of(&image);
+        for rule in policy.verify.iter().filter(|rule| rule.covers(&repository)) {
             let key = CheckKey {
-                repository: image.repository(),
+                repository: repository.clone(),
                 digest: digest.clone(),
                 trust: rule.trust.shared_fingerprint(),
             };
-            let at = match index.get(&key) {
-                Some(&at) => at,
+            let found = match &index {
+                Some(index) => index.get(&key).copied(),
+                None => checks.distinct.iter().position(|check| check.key == key),
+            };
+            let at = match found {
+                Some(at) => at,
                 None => {
                     let at = checks.distinct.len();
-                    index.insert(key.clone(), at);
+                    if let Some(index) = &mut index {
+                        index.insert(key.clone(), at);
+                    }
                     checks.distinct.push(SignatureCheck {
                         key,
                         image: Reference::clone(&image),
                         trust: rule.trust.clone(),
                     });
+                    if index.is_none() && checks.distinct.len() > FEW {
+                        index = Some(
+                            (checks.distinct.iter().enumerate())
+                                .map(|(at, check)| (check.key.clone(), at))
+                                .collect(),
+                        );
+                    }
                     at
                 }
             };
             entries.push((rule.index, at));
         }
-        if !entries.is_empty() {
-            checks.covered.push((i, entries.clone()));
-        }
-        seen.insert(site, entries);
+        let group = match entries.is_empty() {
+            true => None,
+            false => {
+                checks.groups.push(entries);
+                checks.covered.push((i, checks.groups.len() - 1));
+                Some(checks.groups.len() - 1)
+            }
+        };
+        seen.insert(site, group);
     }
     let limit = policy.policy.limits.max_images_per_object;
     if checks.distinct.len() > limit {
@@ -132,9 +158,13 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
     checks
 }
 
-/// A map for the handful of keys one object has: scanned while short, hashed past
-/// [`FewOrMany::FEW`] keys, so an object of thousands of images stays linear while the usual
-/// few are compared rather than SipHashed (a repository, a digest and a fingerprint each time).
+/// How many keys are scanned before they are hashed.
+const FEW: usize = 16;
+
+/// A map for the handful of keys one object has: scanned while short, hashed past [`FEW`]
+/// keys, so an object of thousands of images stays linear while the usual few are compared
+/// rather than SipHashed (a repository, a digest and a fingerprint each time). The checks'
+/// keys are kept the same way, scanned in place in [`SignatureChecks::distinct`].
 enum FewOrMany<K, V> {
     Few(Vec<(K, V)>),
     Many(HashMap<K, V>),
@@ -147,8 +177,6 @@ impl<K, V> Default for FewOrMany<K, V> {
 }
 
 impl<K: Eq + Hash, V> FewOrMany<K, V> {
-    const FEW: usize = 16;
-
     fn get(&self, key: &K) -> Option<&V> {
         match self {
             FewOrMany::Few(pairs) => pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v),
@@ -159,7 +187,7 @@ impl<K: Eq + Hash, V> FewOrMany<K, V> {
     /// Adds `key`, which is not there yet.
     fn insert(&mut self, key: K, value: V) {
         match self {
-            FewOrMany::Few(pairs) if pairs.len() < Self::FEW => pairs.push((key, value)),
+            FewOrMany::Few(pairs) if pairs.len() < FEW => pairs.push((key, value)),
             FewOrMany::Few(pairs) => {
                 let mut map: HashMap<K, V> = std::mem::take(pairs).into_iter().collect();
                 map.insert(key, value);
@@ -202,9 +230,9 @@ fn is_admitted(outcome: &ImageOutcome) -> bool {
         )
 }
 
-/// The image and the digest an outcome admits, when it is new in this request: the digest
+/// The image an outcome admits, when it is new in this request; the digest admitted is the one
 /// pinned (or, in audit, the one enforce would pin), else the one the image carries.
-fn admitted(outcome: &ImageOutcome) -> Option<(Cow<'_, Reference>, Digest)> {
+fn admitted(outcome: &ImageOutcome) -> Option<Cow<'_, Reference>> {
     if !is_admitted(outcome) {
         return None;
     }
@@ -212,8 +240,7 @@ fn admitted(outcome: &ImageOutcome) -> Option<(Cow<'_, Reference>, Digest)> {
         Some(parsed) => Cow::Borrowed(parsed),
         None => Cow::Owned(Reference::parse(&outcome.site.image).ok()?),
     };
-    let digest = outcome.digest.clone().or_else(|| image.digest().cloned())?;
-    Some((image, digest))
+    Some(image)
 }
 
 // === impl SignatureChecks ===
@@ -252,19 +279,20 @@ impl Plan {
                     .as_deref()
                     .unwrap_or("the tag was not resolved")
             ));
-            outcome.signature = Some(text);
+            outcome.signature = Some(SignatureNote::Refused(text));
         }
-        for (i, entries) in &checks.covered {
-            let Some(outcome) = self.outcomes.get_mut(*i) else {
+        for &(i, group) in &checks.covered {
+            let entries = checks.groups.get(group).map_or(&[][..], Vec::as_slice);
+            let Some(outcome) = self.outcomes.get_mut(i) else {
                 continue;
             };
-            let mut notes = String::new();
+            let mut signers = Vec::new();
             let mut refusal = None;
             if let Some(text) = &checks.too_many {
                 outcome.action = failed;
                 outcome.violation = Some(Reason::TooManyImages);
                 outcome.reason = Some(format!("not verified: {text}"));
-                outcome.signature = Some(text.clone());
+                outcome.signature = Some(SignatureNote::Refused(text.clone()));
                 outcome.result = outcome.site.image.clone();
                 continue;
             }
@@ -273,11 +301,8 @@ impl Plan {
                     continue;
                 };
                 match verdicts.get(at) {
-                    Some(Ok(verdict @ Verdict::Verified { .. })) => {
-                        if !notes.is_empty() {
-                            notes.push_str("; ");
-                        }
-                        let _ = write!(notes, "verify[{entry}]: {verdict}");
+                    Some(Ok(Verdict::Verified { signer })) => {
+                        signers.push((entry, signer.clone()));
                     }
                     Some(Ok(verdict)) => {
                         refusal.get_or_insert_with(|| {
@@ -309,10 +334,10 @@ impl Plan {
                     outcome.action = failed;
                     outcome.violation = Some(Reason::Unverified);
                     outcome.reason = Some(format!("not verified: {text}"));
-                    outcome.signature = Some(text);
+                    outcome.signature = Some(SignatureNote::Refused(text));
                     outcome.result = outcome.site.image.clone();
                 }
-                None => outcome.signature = Some(notes),
+                None => outcome.signature = Some(SignatureNote::Verified(signers)),
             }
         }
         self
@@ -407,7 +432,7 @@ mod tests {
 
     fn verified() -> Result<Verdict, RegistryError> {
         Ok(Verdict::Verified {
-            signer: "key sha256:key".to_string(),
+            signer: "key sha256:key".into(),
         })
     }
 
@@ -446,7 +471,11 @@ mod tests {
         assert_eq!(outcome.action, Action::Pinned);
         assert_eq!(outcome.result, format!("{TAG}@{}", digest('d')));
         assert_eq!(
-            outcome.signature.as_deref(),
+            outcome
+                .signature
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref(),
             Some("verify[0]: signed by key sha256:key")
         );
         assert_eq!(plan.patch().unwrap().0.len(), 1);
@@ -657,6 +686,53 @@ mod tests {
         }
     }
 
+    /// Past [`FEW`] distinct checks the keys are hashed: each (repository, digest, trust) is
+    /// still one check, whichever site or spelling of its host names it, and every site is
+    /// answered by its own.
+    #[test]
+    fn many_images_each_checked_once_past_the_few() {
+        let compiled = policy("enforce", &["registry.example/team/*", "*/team/*"]);
+        let hexes: Vec<char> = "0123456789abcdef0123".chars().collect();
+        let mut images = Vec::new();
+        for (n, c) in hexes.iter().enumerate() {
+            let digest = format!("sha256:{}{n:02}", c.to_string().repeat(62));
+            images.push(format!("registry.example/team/app@{digest}"));
+            // the same digest again, its host spelled otherwise: the same checks
+            images.push(format!("REGISTRY.example:443/team/app@{digest}"));
+        }
+        let value = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": images.iter().enumerate()
+                .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+                .collect::<Vec<_>>()}});
+        let plan = mutated(&compiled, Mode::Enforce, &value, 'd');
+        let needed = checks(&compiled, &plan);
+        // 20 digests, under 2 entries each
+        assert_eq!(needed.distinct.len(), 40);
+        assert!(needed.distinct.len() > FEW);
+        // each check's verdict names its digest: every site gets the verdicts of its digest
+        let verdicts: Verdicts = needed
+            .distinct
+            .iter()
+            .map(|check| {
+                Ok(Verdict::Verified {
+                    signer: check.key.digest.to_string().into(),
+                })
+            })
+            .collect();
+        let plan = plan.with_signatures(&needed, &verdicts);
+        for outcome in &plan.outcomes {
+            let digest = outcome.site.image.split('@').nth(1).unwrap();
+            assert_eq!(
+                outcome.signature.as_ref().map(ToString::to_string),
+                Some(format!(
+                    "verify[0]: signed by {digest}; verify[1]: signed by {digest}"
+                )),
+                "{}",
+                outcome.site.image
+            );
+        }
+    }
+
     /// A digest the review carries is verified even when the outcome is a violation let in
     /// (`resolve: Always` with `onResolutionFailure: allow`, its tag not resolved).
     #[test]
@@ -711,7 +787,7 @@ mod tests {
             assert_eq!(map.get(&i), None);
             map.insert(i, i * 10);
             assert!(matches!(
-                (&map, i < FewOrMany::<i32, i32>::FEW as i32),
+                (&map, i < FEW as i32),
                 (FewOrMany::Few(_), true) | (FewOrMany::Many(_), false)
             ));
         }

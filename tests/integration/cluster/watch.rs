@@ -1042,7 +1042,7 @@ impl SignatureVerifier for Signed {
         }
         Ok(match trust.fingerprint() == self.by {
             true => Verdict::Verified {
-                signer: self.by.clone(),
+                signer: self.by.as_str().into(),
             },
             false => Verdict::OtherKey,
         })

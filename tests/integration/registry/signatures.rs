@@ -88,7 +88,7 @@ async fn signatures_are_fetched_with_the_images_credentials_and_bound_to_its_dig
         )
         .await,
         Verdict::Verified {
-            signer: format!("key {}", key.fingerprint())
+            signer: format!("key {}", key.fingerprint()).into()
         }
     );
     assert_eq!(
@@ -283,13 +283,13 @@ async fn cosign_3_bundles_are_found_by_the_referrers_tag_and_bound_to_the_digest
     assert_eq!(
         verdict(&resolver, &by_key.reference, &by_key.index_digest, &trust).await,
         Verdict::Verified {
-            signer: format!("key {}", fingerprint.fingerprint())
+            signer: format!("key {}", fingerprint.fingerprint()).into()
         }
     );
     assert_eq!(
         verdict(&resolver, &keyless.reference, &keyless.index_digest, &trust).await,
         Verdict::Verified {
-            signer: format!("{RELEASE} ({ISSUER})")
+            signer: format!("{RELEASE} ({ISSUER})").into()
         }
     );
     assert_eq!(
