@@ -595,14 +595,25 @@ impl Plugin {
             warn!(provider = %self.spec.name, error = %error, "credential provider not run");
             error
         };
-        let facts = match accounts.account(namespace, name).await {
-            Ok(Some(facts)) => facts,
-            Ok(None) => {
+        // Each apiserver call is waited on as long as a plugin's answer (`wait`), so a stalled
+        // apiserver costs an admission or the watch that long once per account and
+        // `failure_ttl`, never a kube client's own timeout of minutes.
+        let wait = self.settings.wait;
+        let stalled = |what: &str| {
+            PluginError::Account(format!(
+                "the apiserver did not answer the {what} of serviceaccount {namespace}/{name} \
+                 within {wait:?}"
+            ))
+        };
+        let facts = match tokio::time::timeout(wait, accounts.account(namespace, name)).await {
+            Ok(Ok(Some(facts))) => facts,
+            Ok(Ok(None)) => {
                 return Err(failed(PluginError::Account(format!(
                     "serviceaccount {namespace}/{name} not found"
                 ))))
             }
-            Err(e) => return Err(failed(PluginError::Account(e.to_string()))),
+            Ok(Err(e)) => return Err(failed(PluginError::Account(e.to_string()))),
+            Err(_) => return Err(failed(stalled("read"))),
         };
         let mut annotations = BTreeMap::new();
         for key in &attributes.required_annotation_keys {
@@ -632,10 +643,11 @@ impl Plugin {
                 return Ok(Handed::Cached(entries));
             }
         }
-        let minted = accounts
-            .token(namespace, name, &facts.uid, &attributes.audience)
-            .await
-            .map_err(|e| failed(PluginError::Account(e.to_string())))?;
+        let asked = accounts.token(namespace, name, &facts.uid, &attributes.audience);
+        let minted = match tokio::time::timeout(wait, asked).await {
+            Ok(minted) => minted.map_err(|e| failed(PluginError::Account(e.to_string())))?,
+            Err(_) => return Err(failed(stalled("TokenRequest"))),
+        };
         if per_token {
             use sha2::Digest as _;
             let hash = sha2::Sha256::digest(minted.token.as_bytes());

@@ -377,6 +377,12 @@ impl ServiceAccounts for FakeAccounts {
                 uid: "u2".to_string(),
                 annotations: BTreeMap::new(),
             })),
+            // an apiserver that never answers the read
+            ("team", "stalled") => std::future::pending().await,
+            ("team", "no-token") => Some(Arc::new(AccountFacts {
+                uid: "u3".to_string(),
+                annotations: BTreeMap::new(),
+            })),
             ("team", "forbidden") => {
                 return Err(TokenError::Account {
                     namespace: namespace.to_string(),
@@ -395,6 +401,10 @@ impl ServiceAccounts for FakeAccounts {
         _uid: &str,
         audience: &str,
     ) -> Result<MintedToken, TokenError> {
+        if name == "no-token" {
+            // an apiserver that never answers the TokenRequest
+            std::future::pending::<()>().await;
+        }
         let n = match self.same_token {
             true => 0,
             false => self.tokens.fetch_add(1, Ordering::SeqCst),
@@ -763,4 +773,53 @@ async fn runs_for_different_accounts_are_never_shared() {
             && tokens[1].starts_with("tok-builder-"),
         "{tokens:?}"
     );
+}
+
+/// An apiserver that does not answer the account's read or its TokenRequest costs the review
+/// (or the watch) the plugin's `wait`, not a kube client's timeout of minutes, and is
+/// remembered for that account: the next ask does not wait again.
+#[tokio::test(start_paused = true)]
+async fn an_apiserver_that_does_not_answer_costs_the_wait_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = token_provider(
+        dir.path(),
+        "slow",
+        &answer("Image", None),
+        attributes(TokenCacheType::ServiceAccount, false),
+    );
+    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
+    let wait = Settings::default().wait;
+    let accounts = FakeAccounts::new(false);
+    for (account, says) in [
+        (
+            "stalled",
+            "did not answer the read of serviceaccount team/stalled",
+        ),
+        (
+            "no-token",
+            "did not answer the TokenRequest of serviceaccount team/no-token",
+        ),
+    ] {
+        for round in 0..2 {
+            let started = tokio::time::Instant::now();
+            let puller = puller(Some(account), &accounts);
+            let asked =
+                crate::tenant::scope("team", providers.provide_for("a.example/one", &puller));
+            let provided = tokio::time::timeout(wait * 4, asked)
+                .await
+                .unwrap_or_else(|_| panic!("{account}: no answer within {:?}", wait * 4));
+            let took = started.elapsed();
+            assert!(provided.entries.is_empty(), "{provided:?}");
+            let [warning] = provided.warnings.as_slice() else {
+                panic!("{account}: {:?}", provided.warnings)
+            };
+            assert!(warning.contains(says), "{warning}");
+            match round {
+                0 => assert!(took >= wait && took < wait * 2, "{account}: {took:?}"),
+                _ => assert!(took < Duration::from_millis(10), "remembered: {took:?}"),
+            }
+        }
+    }
+    assert_eq!(accounts.asked.load(Ordering::SeqCst), 2, "each read once");
+    assert_eq!(execs(dir.path(), "slow"), 0);
 }
