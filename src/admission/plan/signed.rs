@@ -382,6 +382,14 @@ mod tests {
                "spec": {"containers": [{"name": "c", "image": image}]}})
     }
 
+    /// A Pod with a container on each of `images`.
+    fn pod_of(images: &[String]) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": images.iter().enumerate()
+                .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+                .collect::<Vec<_>>()}})
+    }
+
     fn object<'a>(value: &'a Value, old: Option<&'a Value>) -> Object<'a> {
         Object {
             group: "",
@@ -666,10 +674,7 @@ mod tests {
             .iter()
             .map(|c| format!("registry.example/team/app@{}", digest(*c)))
             .collect();
-        let value = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-            "spec": {"containers": images.iter().enumerate()
-                .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-                .collect::<Vec<_>>()}});
+        let value = pod_of(&images);
         let plan = mutated(&compiled, Mode::Enforce, &value, 'd');
         let needed = checks(&compiled, &plan);
         assert!(needed.distinct.is_empty(), "nothing is fetched");
@@ -700,10 +705,7 @@ mod tests {
             // the same digest again, its host spelled otherwise: the same checks
             images.push(format!("REGISTRY.example:443/team/app@{digest}"));
         }
-        let value = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-            "spec": {"containers": images.iter().enumerate()
-                .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-                .collect::<Vec<_>>()}});
+        let value = pod_of(&images);
         let plan = mutated(&compiled, Mode::Enforce, &value, 'd');
         let needed = checks(&compiled, &plan);
         // 20 digests, under 2 entries each
