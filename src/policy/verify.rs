@@ -294,15 +294,10 @@ pub fn repository_of(reference: &Reference) -> String {
 // === impl VerifyRule ===
 
 impl VerifyRule {
-    /// Whether this entry covers `reference`: a glob covers a repository, whatever tag or digest
-    /// the image names (a tag written beside a digest is the author's to choose, so it cannot
-    /// decide whether a digest is verified), its host compared as the host rules compare hosts
-    /// (case, `:443`, Docker Hub's aliases).
-    pub fn matches(&self, reference: &Reference) -> bool {
-        self.covers(&repository_of(reference))
-    }
-
-    /// Whether this entry covers the repository [`repository_of`] gives.
+    /// Whether this entry covers the repository [`repository_of`] gives: a glob covers a
+    /// repository, whatever tag or digest the image names (a tag written beside a digest is the
+    /// author's to choose, so it cannot decide whether a digest is verified), its host compared
+    /// as the host rules compare hosts (case, `:443`, Docker Hub's aliases).
     pub fn covers(&self, repository: &str) -> bool {
         self.repositories
             .iter()
@@ -474,7 +469,7 @@ mod tests {
             ("registry.example:5000/team/app:1.0".to_string(), false),
         ] {
             let reference = Reference::parse(&image).unwrap();
-            assert_eq!(rule.matches(&reference), matched, "{image}");
+            assert_eq!(rule.covers(&repository_of(&reference)), matched, "{image}");
         }
         assert_eq!(rule.name(), "verify[0]");
     }

@@ -325,23 +325,18 @@ mod tests {
     #[tokio::test]
     async fn a_token_is_asked_for_once_per_account_uid_and_audience_while_it_is_young() {
         let (tokens, api) = kube_tokens(Duration::from_secs(600));
-        let first = tokens
-            .token("shop", "builder", "u1", "aud")
-            .await
-            .expect("a token");
-        let again = tokens
-            .token("shop", "builder", "u1", "aud")
-            .await
-            .expect("a token");
+        let ask = |uid: &'static str, audience: &'static str| {
+            let tokens = &tokens;
+            async move {
+                let minted = tokens.token("shop", "builder", uid, audience).await;
+                minted.expect("a token")
+            }
+        };
+        let first = ask("u1", "aud").await;
+        let again = ask("u1", "aud").await;
         assert_eq!((&*first.token, &*again.token), ("tok-1", "tok-1"), "kept");
-        let other_uid = tokens
-            .token("shop", "builder", "u2", "aud")
-            .await
-            .expect("a token");
-        let other_audience = tokens
-            .token("shop", "builder", "u1", "aud-2")
-            .await
-            .expect("a token");
+        let other_uid = ask("u2", "aud").await;
+        let other_audience = ask("u1", "aud-2").await;
         assert_eq!(
             (&*other_uid.token, &*other_audience.token),
             ("tok-2", "tok-3")

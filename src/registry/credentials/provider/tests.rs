@@ -435,6 +435,12 @@ fn token_provider(dir: &Path, name: &str, body: &str, attributes: TokenAttribute
     spec
 }
 
+/// One [`token_provider`] answering `Image`-keyed credentials, with the default settings.
+fn token_providers(dir: &Path, name: &str, attributes: TokenAttributes) -> CredentialProviders {
+    let spec = token_provider(dir, name, &answer("Image", None), attributes);
+    CredentialProviders::new(vec![spec], Settings::default(), None)
+}
+
 fn attributes(cache_type: TokenCacheType, require: bool) -> TokenAttributes {
     TokenAttributes {
         audience: "registry.example".to_string(),
@@ -470,13 +476,11 @@ fn puller<'a>(account: Option<&'a str>, accounts: &'a FakeAccounts) -> Puller<'a
 #[tokio::test]
 async fn the_plugin_is_handed_the_accounts_token_and_the_annotations_it_names() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = token_provider(
+    let providers = token_providers(
         dir.path(),
         "sa",
-        &answer("Image", None),
         attributes(TokenCacheType::ServiceAccount, true),
     );
-    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
     let accounts = FakeAccounts::new(false);
     let provided = providers
         .provide_for("a.example/one", &puller(Some("builder"), &accounts))
@@ -541,13 +545,7 @@ async fn cached_per_service_account_the_answer_outlives_the_token_but_not_the_ac
 #[tokio::test]
 async fn cached_per_token_a_new_token_runs_the_plugin_again() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = token_provider(
-        dir.path(),
-        "tok",
-        &answer("Image", None),
-        attributes(TokenCacheType::Token, true),
-    );
-    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
+    let providers = token_providers(dir.path(), "tok", attributes(TokenCacheType::Token, true));
     let kept = FakeAccounts::new(true);
     for _ in 0..2 {
         providers
@@ -566,13 +564,11 @@ async fn cached_per_token_a_new_token_runs_the_plugin_again() {
 #[tokio::test]
 async fn without_what_it_requires_the_plugin_is_not_run() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = token_provider(
+    let providers = token_providers(
         dir.path(),
         "req",
-        &answer("Image", None),
         attributes(TokenCacheType::ServiceAccount, true),
     );
-    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
     let accounts = FakeAccounts::new(false);
     // No ServiceAccount, one required, or a required annotation missing: not run, as kubelet
     // (silently: an unannotated account is most Pods', and another credential may serve).
@@ -781,13 +777,11 @@ async fn runs_for_different_accounts_are_never_shared() {
 #[tokio::test(start_paused = true)]
 async fn an_apiserver_that_does_not_answer_costs_the_wait_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = token_provider(
+    let providers = token_providers(
         dir.path(),
         "slow",
-        &answer("Image", None),
         attributes(TokenCacheType::ServiceAccount, false),
     );
-    let providers = CredentialProviders::new(vec![spec], Settings::default(), None);
     let wait = Settings::default().wait;
     let accounts = FakeAccounts::new(false);
     for (account, says) in [
