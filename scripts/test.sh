@@ -173,7 +173,8 @@ if [[ "${PINHOOK_SKIP_E2E:-0}" != 1 ]]; then
 
     # The modern tier (issue 47): the scenarios whose header says `# kube: … 1.32`, on a 1.32
     # control plane whose binaries KUBEBUILDER_ASSETS names (as envtest takes them; set after the
-    # deps tier from ../shared/kube-1.32 when not given), with the binaries the tier above built.
+    # deps tier from ../shared/kube-1.32 when not given), with the binaries the tier above built;
+    # its availability scenarios with the 1.20 node joining it (tests/e2e/README.md).
     if [[ -x ${KUBEBUILDER_ASSETS:-}/kube-apiserver && -x ${KUBEBUILDER_ASSETS:-}/kube-controller-manager ]]; then
         log "end-to-end tier on Kubernetes 1.32 ($KUBEBUILDER_ASSETS)"
         rc=0

@@ -282,12 +282,15 @@ avail_busiest() {
 # avail_endpoints_watch: the Service's Endpoints, one timestamped line per change, in
 # $AVAIL_OUT/endpoints.log ("UNIX-TIME IP IP..."), until avail_settle_then_stop
 avail_endpoints_watch() {
-  # (the API's watch through curl: `kubectl get --watch -o jsonpath` printed the first state only)
+  # (the API's watch through curl: `kubectl get --watch -o jsonpath` printed the first state only;
+  # resourceVersion=0, the watch cache's state first: without it a 1.32 apiserver on etcd 3.4,
+  # which has no progress requests, waits for a fresh revision of that resource and answers
+  # `Too large resource version` 10 s later)
   (
     set +e
     trap - ERR
     curl -sN --max-time "$((${AVAIL_SECONDS%.*} + 60))" --cacert "$E2E_WORK/pki/ca.crt" -H "Authorization: Bearer $(<"$E2E_WORK/pki/admin.token")" \
-      "$(avail_server)/api/v1/namespaces/$CHART_NS/endpoints?watch=1&fieldSelector=metadata.name%3D$CHART_FULL" |
+      "$(avail_server)/api/v1/namespaces/$CHART_NS/endpoints?watch=1&resourceVersion=0&fieldSelector=metadata.name%3D$CHART_FULL" |
       jq --unbuffered -r '[.object.subsets[]?.addresses[]?.ip] | join(" ")' |
       while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done >"$AVAIL_OUT/endpoints.log"
   ) &

@@ -401,7 +401,11 @@ e2e_controllers_for_node() {
   fi
   _e2e_kill kube-controller-manager
   _e2e_ensure_apiserver && _e2e_ensure_controller_manager || return 1
-  _e2e_start_kcm "$E2E_KCM_CONTROLLERS,$E2E_KCM_NODE_CONTROLLERS"
+  # Since 1.22 a Pod's token volume also projects the ConfigMap kube-root-ca.crt, which this
+  # controller publishes in every namespace.
+  local extra=""
+  (($(_e2e_kube_minor) >= 22)) && extra=,root-ca-cert-publisher
+  _e2e_start_kcm "$E2E_KCM_CONTROLLERS,$E2E_KCM_NODE_CONTROLLERS$extra"
 }
 
 # _e2e_stop_pid PIDFILE NAME COMMAND LOGGER: the process whose PID PIDFILE holds, if its command

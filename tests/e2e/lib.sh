@@ -522,6 +522,16 @@ e2e_setup_node() {
   local t spec repo tag archs host cred d
   t=$(date +%s)
   NODE_STARTED=1 # from here on the teardown stops whatever part of it started
+  # The node is 1.20's on either control plane: there is no 1.32 kubelet, scheduler or
+  # kube-proxy (../shared/kube-1.32 holds the apiserver and controller manager only), so on 1.32
+  # the 1.20 ones built from Debian's source join it (node.sh, "The node on 1.32").
+  if [[ ${E2E_KUBE:-1.20} != 1.20 && -z ${KUBELET:-} ]]; then
+    local built
+    built=$(dirname "$("$E2E_DIR/build-kube-apiserver.sh" | tail -n1)") ||
+      { log "building the 1.20 node's binaries failed"; return 1; }
+    export KUBELET=$built/kubelet-1.20.2 KUBE_SCHEDULER=$built/kube-scheduler-1.20.2 \
+      KUBE_PROXY=$built/kube-proxy-1.20.2
+  fi
   pick_port NODE_KUBELET_PORT 10250
   pick_port NODE_KUBELET_HEALTHZ_PORT 10248
   pick_port NODE_SCHEDULER_PORT 10251
@@ -586,6 +596,10 @@ e2e_teardown() {
     stop_pid "$PINHOOK_PID" pinhook 25
     stop_pid "$REGISTRY_PID" "registry helper" 10
     exec 3>&-
+    # The controller manager first, so that no ReplicaSet replaces the Pods node_stop deletes
+    # (a release still installed: the 1.32 tier runs no uninstall), which node_stop would wait
+    # 30 s for.
+    if ((NODE_STARTED && CLUSTER_STARTED)); then _e2e_kill kube-controller-manager; fi
     ((NODE_STARTED)) && node_stop
     ((CLUSTER_STARTED)) && e2e_stop
   fi

@@ -14,6 +14,15 @@
 # Or source it (after cluster.sh) and call node_start, node_stop, node_ready, node_env (NODE_CERTS_D:
 # containerd's config_path, read at each pull), node_oci_image, node_push_image, node_hosts_toml.
 #
+# The node on 1.32 (E2E_KUBE=1.32): the same 1.20 kubelet, scheduler and kube-proxy join the 1.32
+# control plane, since no 1.32 ones are given. That is outside Kubernetes' version-skew policy
+# (a kubelet at most three minors older), and it is used only where what is measured is the
+# control plane's: the availability scenarios, where what fails an admission is the apiserver's
+# webhook client and the controller manager's Endpoints. Three things differ there, each below:
+# the scheduler's preemption plugin is off (it would wait for policy/v1beta1, gone since 1.25),
+# the controller manager also publishes kube-root-ca.crt, and OpenShift's
+# openshift-service-ca.crt is published by a watch of the namespaces.
+#
 # Everything stays on this machine: a bridge ($NODE_BRIDGE, $NODE_SUBNET.1/24) that is the
 # node's IP and the Pods' gateway, no forwarding (the bridge plugin's isGateway is off, so it
 # does not turn on ip_forward) and no NAT but kube-proxy's for ClusterIPs (NODE_POD_NETWORK=1);
@@ -508,15 +517,49 @@ _node_start_steps() {
   _node_log "Node $NODE_NAME Ready $(($(date +%s) - tk))s after the kubelet started"
 
   _node_log "starting kube-scheduler (healthz http://127.0.0.1:$NODE_SCHEDULER_PORT/healthz, log $NODE_WORK/kube-scheduler.log)"
+  # Against a control plane of 1.25 or later (no policy/v1beta1), the 1.20 scheduler's preemption
+  # plugin would wait forever for its PodDisruptionBudget informer, and with it every Pod: it is
+  # disabled there (a single node, no priorities: nothing to preempt). Nothing else differs.
+  local scheduling=(--kubeconfig="$E2E_KUBECONFIG" --leader-elect=false --address=127.0.0.1
+    --port="$NODE_SCHEDULER_PORT")
+  if (($(_e2e_kube_minor) >= 25)); then
+    cat >"$NODE_WORK/kube-scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1beta1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: $E2E_KUBECONFIG
+leaderElection:
+  leaderElect: false
+healthzBindAddress: 127.0.0.1:$NODE_SCHEDULER_PORT
+metricsBindAddress: 127.0.0.1:$NODE_SCHEDULER_PORT
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    postFilter:
+      disabled:
+      - name: DefaultPreemption
+EOF
+    scheduling=(--config="$NODE_WORK/kube-scheduler.yaml")
+  fi
   _node_start_proc kube-scheduler "$KUBE_SCHEDULER" \
-    --kubeconfig="$E2E_KUBECONFIG" \
-    --leader-elect=false \
+    "${scheduling[@]}" \
     --secure-port=0 \
-    --address=127.0.0.1 \
-    --port="$NODE_SCHEDULER_PORT" \
     --v=2
   _e2e_wait kube-scheduler "$NODE_READY_TIMEOUT" "$NODE_WORK/kube-scheduler.pid" kube-scheduler \
     "$NODE_WORK/kube-scheduler.log" _node_scheduler_healthy || return 1
+  # The 1.32 apiserver is OpenShift's build (../shared/kube-1.32/README.md): its ServiceAccount
+  # admission adds the ConfigMap `openshift-service-ca.crt` to every Pod's token volume, which
+  # OpenShift's service-ca operator publishes in every namespace, and without which the kubelet
+  # mounts nothing. Here a watch of the namespaces publishes it (the cluster CA, as
+  # `service-ca.crt`), as the operator would; kube-root-ca.crt comes from the controller manager.
+  if (($(_e2e_kube_minor) >= 25)); then
+    # shellcheck disable=SC2016 # ($1 and $2 are the inner script's own arguments)
+    _node_start_proc service-ca-publisher bash -c '
+      kubectl --kubeconfig "$1" get namespaces --watch -o name | while read -r ns; do
+        kubectl --kubeconfig "$1" -n "${ns#namespace/}" create configmap openshift-service-ca.crt \
+          --from-file=service-ca.crt="$2" 2>&1 | grep -v AlreadyExists
+      done' service-ca-publisher "$E2E_KUBECONFIG" "$E2E_PKI/ca.crt"
+  fi
   # a failure here fails only what needs the Pod network (node-pod-network-reaches-services)
   NODE_POD_NETWORK_READY=0
   if [[ $NODE_POD_NETWORK == 1 ]]; then
@@ -690,6 +733,8 @@ node_stop() {
     done
   fi
   _node_kill kube-scheduler
+  _node_kill service-ca-publisher
+  pkill -f -- "--kubeconfig $E2E_KUBECONFIG get namespaces --watch" 2>/dev/null || true
   _node_kill kube-proxy
   if [[ -e $NODE_WORK/kube-proxy.ran ]]; then
     # (it exits 255 at the IPVS part here, no `ipset`, after the iptables part)

@@ -2,6 +2,7 @@
 # title: on a real node, a webhook Pod evicted through the Eviction API under a steady stream of admissions: none fails, a second eviction is refused with 429
 # order: 947
 # needs: node
+# kube: 1.20 1.32
 # proves: With the chart's release (as node-availability-rollout-restart), its PodDisruptionBudget
 #   (maxUnavailable 1) allowing one disruption (status.disruptionsAllowed 1, written by the
 #   controller manager's disruption controller) and the same stream of admissions

@@ -2,6 +2,7 @@
 # title: on a real node, helm upgrade to another image digest and changed values under a steady stream of admissions: none fails
 # order: 949
 # needs: node
+# kube: 1.20 1.32
 # proves: With the chart's release (as node-availability-rollout-restart), pinhook's image packed
 #   again from the same binary with another SOURCE_DATE_EPOCH (so another manifest digest) and
 #   pushed as tag `<version>-upgrade`, and the same stream of admissions (availability.sh):

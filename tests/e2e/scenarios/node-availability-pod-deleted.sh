@@ -2,6 +2,7 @@
 # title: on a real node, the webhook Pod serving the apiserver deleted under a steady stream of admissions: none fails
 # order: 945
 # needs: node
+# kube: 1.20 1.32
 # proves: With the chart's release (as node-availability-rollout-restart) and the same stream of
 #   admissions (availability.sh), the webhook Pod that answered most of the stream so far (the
 #   one the apiserver's kept-alive connection goes to) is deleted (`kubectl delete pod`, default

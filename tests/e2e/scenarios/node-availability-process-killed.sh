@@ -2,6 +2,7 @@
 # title: on a real node, the webhook process serving the apiserver SIGKILLed under a steady stream of admissions: only the connection errors the apiserver's code explains
 # order: 946
 # needs: node
+# kube: 1.20 1.32
 # proves: With the chart's release (as node-availability-rollout-restart) and the same stream of
 #   admissions (availability.sh), the pinhook process of the webhook Pod serving the stream (its
 #   PID from containerd: `ctr -n k8s.io tasks ls`) is SIGKILLed: no shutdown delay, no orderly close.

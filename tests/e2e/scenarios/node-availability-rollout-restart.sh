@@ -2,6 +2,7 @@
 # title: on a real node, kubectl rollout restart of the chart's webhook Deployment under a steady stream of admissions: none fails
 # order: 944
 # needs: node
+# kube: 1.20 1.32
 # proves: With the release of node-chart-install-pinned-image-ready (installed if this runs
 #   alone; the chart's defaults: 2 replicas, maxUnavailable 0, readiness on /readyz, a 5 s
 #   shutdown delay, failurePolicy Fail), a steady stream of admissions through the apiserver
