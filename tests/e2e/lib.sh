@@ -525,12 +525,11 @@ e2e_setup_node() {
   # The node is 1.20's on either control plane: there is no 1.32 kubelet, scheduler or
   # kube-proxy (../shared/kube-1.32 holds the apiserver and controller manager only), so on 1.32
   # the 1.20 ones built from Debian's source join it (node.sh, "The node on 1.32").
-  if [[ ${E2E_KUBE:-1.20} != 1.20 && -z ${KUBELET:-} ]]; then
+  if [[ ${E2E_KUBE:-1.20} != 1.20 && -z ${NODE_BINARIES_DIR:-} ]]; then
     local built
-    built=$(dirname "$("$E2E_DIR/build-kube-apiserver.sh" | tail -n1)") ||
+    built=$("$E2E_DIR/build-kube-apiserver.sh" | tail -n1) ||
       { log "building the 1.20 node's binaries failed"; return 1; }
-    export KUBELET=$built/kubelet-1.20.2 KUBE_SCHEDULER=$built/kube-scheduler-1.20.2 \
-      KUBE_PROXY=$built/kube-proxy-1.20.2
+    export NODE_BINARIES_DIR=${built%/*}
   fi
   pick_port NODE_KUBELET_PORT 10250
   pick_port NODE_KUBELET_HEALTHZ_PORT 10248

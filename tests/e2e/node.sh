@@ -70,7 +70,7 @@
 #   NODE_REGISTRY_FORWARD  with NODE_POD_NETWORK=1: registries (127.0.0.1:PORT...) to serve on the
 #                       bridge address too, as NODE_IP:PORT (see _node_pod_network)
 #   NODE_PROXY_HEALTHZ_PORT (10256)  NODE_PROXY_METRICS_PORT (10249): kube-proxy's, on 127.0.0.1
-#   KUBELET, KUBE_SCHEDULER  binaries (default: beside the apiserver in PINHOOK_E2E_CACHE)
+#   KUBELET, KUBE_SCHEDULER  binaries (default: in NODE_BINARIES_DIR, else beside the apiserver in PINHOOK_E2E_CACHE)
 
 _NODE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/e2e/cluster.sh
@@ -139,7 +139,9 @@ _node_ensure_packages() {
 
 _node_binaries() {
   local dir
-  dir="$(dirname "${KUBE_APISERVER:-$PINHOOK_E2E_CACHE/kube-apiserver-1.20.2}")"
+  # (beside the apiserver, which build-kube-apiserver.sh builds with them; the 1.32 tier's
+  # apiserver is another's, so lib.sh names the 1.20 build's directory)
+  dir=${NODE_BINARIES_DIR:-$(dirname "${KUBE_APISERVER:-$PINHOOK_E2E_CACHE/kube-apiserver-1.20.2}")}
   KUBELET="${KUBELET:-$dir/kubelet-1.20.2}"
   KUBE_SCHEDULER="${KUBE_SCHEDULER:-$dir/kube-scheduler-1.20.2}"
   KUBE_PROXY="${KUBE_PROXY:-$dir/kube-proxy-1.20.2}"
@@ -551,7 +553,8 @@ EOF
   # admission adds the ConfigMap `openshift-service-ca.crt` to every Pod's token volume, which
   # OpenShift's service-ca operator publishes in every namespace, and without which the kubelet
   # mounts nothing. Here a watch of the namespaces publishes it (the cluster CA, as
-  # `service-ca.crt`), as the operator would; kube-root-ca.crt comes from the controller manager.
+  # `service-ca.crt`), as the operator would (on an upstream apiserver of 1.25+ it is merely
+  # unused); kube-root-ca.crt comes from the controller manager.
   if (($(_e2e_kube_minor) >= 25)); then
     # shellcheck disable=SC2016 # ($1 and $2 are the inner script's own arguments)
     _node_start_proc service-ca-publisher bash -c '
