@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Instructions per warm /mutate request, pinhook without and with a `verify` entry (issue 46,
+# Instructions per warm admission request, pinhook without and with a `verify` entry (issue 46,
 # item 6), counted by callgrind: a count does not move with what else the machine is doing, so
 # the verified path's cost shows where a CPU-time ratio under load (benches/load.sh) is noise.
 #
 #   benches/warm-instructions.sh [SECONDS]      (default 20 s of load per arm)
+#   WARM_INSTRUCTIONS_REVIEW=pinned-pod benches/warm-instructions.sh [SECONDS]
+#
+# The review (WARM_INSTRUCTIONS_REVIEW): `deployment` (the default), the captured 1.26
+# Deployment review with every container on team/app:1.0, to /mutate: a tag resolved from the
+# cache and pinned; `pinned-pod`, the captured 1.26 Pod review with its container already on
+# team/app:1.0@DIGEST, to /validate: what every Pod of a pinned workload costs, no tag resolved.
 #
 # Builds the release binary and the registry helper (examples/e2e_registry.rs: Debian's
 # docker-registry over TLS, team/app:1.0 signed with its key); for each arm starts one pinhook
 # (release, default logging, policy enforce; `signed` adds a `verify` entry naming the helper's
-# key) under `valgrind --tool=callgrind --instr-atstart=no`; warms it with the captured 1.26
-# Deployment review (every container on team/app:1.0) and 3 s of wrk; then turns
+# key) under `valgrind --tool=callgrind --instr-atstart=no`; warms it with the review and 3 s
+# of wrk; then turns
 # instrumentation on, runs wrk (1 thread, 4 keep-alive TLS connections) for SECONDS and turns
 # it off. Prints each arm's requests and instructions per request, the ratio, and the
 # instructions per request of the signed arm's verification step (`verify_signatures`,
@@ -61,9 +67,24 @@ printf 'mode: enforce\nregistries:\n  allowPrivate: ["%s"]\n' "$REGISTRY_HOST" >
     cat "$work/plain.yaml"
     printf 'verify:\n- images: ["%s/team/*"]\n  keys:\n  - file: %s\n' "$REGISTRY_HOST" "$SIGNING_KEY"
 } >"$work/signed.yaml"
-jq --arg image "$REGISTRY_HOST/team/app:1.0" \
-    '(.request.object.spec.template.spec | (.containers, .initContainers) // [] | .[] | .image) |= $image' \
-    tests/fixtures/admissionreview/v1.26/deployment-create-mutate.json >"$work/review.json"
+review=${WARM_INSTRUCTIONS_REVIEW:-deployment}
+case $review in
+deployment)
+    jq --arg image "$REGISTRY_HOST/team/app:1.0" \
+        '(.request.object.spec.template.spec | (.containers, .initContainers) // [] | .[] | .image) |= $image' \
+        tests/fixtures/admissionreview/v1.26/deployment-create-mutate.json >"$work/review.json"
+    path=mutate
+    ;;
+pinned-pod)
+    # shellcheck disable=SC2154 # (DIGEST_app_1_0: from registry.env)
+    jq --arg image "$REGISTRY_HOST/team/app:1.0@$DIGEST_app_1_0" \
+        '(.request.object.spec | (.containers, .initContainers) // [] | .[] | .image) |= $image' \
+        tests/fixtures/admissionreview/v1.26/pod-create-basic-validate.json >"$work/review.json"
+    path=validate
+    ;;
+*) echo "WARM_INSTRUCTIONS_REVIEW must be deployment or pinned-pod" >&2; exit 2 ;;
+esac
+log "review: $review, to /$path"
 cat >"$work/post.lua" <<'EOF'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -84,13 +105,17 @@ for arm in plain signed; do
     ready() { [[ $(curl -s --cacert "$work/tls/ca.crt" "https://127.0.0.1:$port/readyz") == ok* ]]; }
     wait_for 120 ready || { tail -n 20 "$work/$arm.log" >&2; exit 1; }
     curl -s --cacert "$work/tls/ca.crt" -H 'Content-Type: application/json' --data-binary @"$work/review.json" \
-        "https://127.0.0.1:$port/mutate?timeout=10s" >"$work/$arm.answer.json"
-    jq -e '.response.allowed and (.response.patch | length > 0)' "$work/$arm.answer.json" >/dev/null ||
-        { echo "$arm did not pin the review: $(head -c 300 "$work/$arm.answer.json")" >&2; exit 1; }
-    LOAD_BODY="$work/review.json" wrk -t1 -c4 -d3s -s "$work/post.lua" "https://127.0.0.1:$port/mutate?timeout=10s" >/dev/null
+        "https://127.0.0.1:$port/$path?timeout=10s" >"$work/$arm.answer.json"
+    case $path in
+    mutate) expect='.response.allowed and (.response.patch | length > 0)' ;;
+    validate) expect='.response.allowed and (.response.patch == null)' ;;
+    esac
+    jq -e "$expect" "$work/$arm.answer.json" >/dev/null ||
+        { echo "$arm did not admit the review as expected: $(head -c 300 "$work/$arm.answer.json")" >&2; exit 1; }
+    LOAD_BODY="$work/review.json" wrk -t1 -c4 -d3s -s "$work/post.lua" "https://127.0.0.1:$port/$path?timeout=10s" >/dev/null
     callgrind_control -i on "$pid" >/dev/null 2>&1
     LOAD_BODY="$work/review.json" wrk -t1 -c4 -d"${seconds}s" -s "$work/post.lua" \
-        "https://127.0.0.1:$port/mutate?timeout=10s" >"$work/$arm.wrk.txt"
+        "https://127.0.0.1:$port/$path?timeout=10s" >"$work/$arm.wrk.txt"
     callgrind_control -i off "$pid" >/dev/null 2>&1
     callgrind_control -d "$pid" >/dev/null 2>&1
     kill -TERM "$pid"
