@@ -5,6 +5,8 @@
 //! except the registry host (the first 64 hosts that answered a resolution, else `other`) and the operator's
 //! credential provider names; never image, tag, pod or namespace names.
 
+use std::sync::OnceLock;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -149,6 +151,9 @@ pub struct Metrics {
     /// Signature verifications of a digest under one `verify` entry's trust, by outcome and
     /// whether the registry was asked.
     pub signature_verifications: Family<SignatureLabels, Counter>,
+    /// `signature_verifications{outcome="verified",source="cache"}`, once first counted: the
+    /// count every warm verified admission makes, without a label lookup.
+    verified_from_cache: OnceLock<Counter>,
 }
 
 // === impl Metrics ===
@@ -299,6 +304,7 @@ impl Metrics {
         Metrics {
             registry,
             signature_verifications,
+            verified_from_cache: OnceLock::new(),
             serving_certificate_expiry,
             unauthenticated_reviews,
             dry_run_throttled,
@@ -337,9 +343,25 @@ impl Metrics {
     }
 
     pub fn signature_verification(&self, outcome: &'static str, source: &'static str) {
+        if (outcome, source) == ("verified", "cache") {
+            return self.signature_verifications_kept(1);
+        }
         self.signature_verifications
             .get_or_create(&SignatureLabels { outcome, source })
             .inc();
+    }
+
+    /// `verdicts` verified verdicts answered from a cache.
+    pub fn signature_verifications_kept(&self, verdicts: usize) {
+        let counter = self.verified_from_cache.get_or_init(|| {
+            self.signature_verifications
+                .get_or_create(&SignatureLabels {
+                    outcome: "verified",
+                    source: "cache",
+                })
+                .clone()
+        });
+        counter.inc_by(verdicts as u64);
     }
 
     pub fn credential_provider_exec(&self, provider: &str) {

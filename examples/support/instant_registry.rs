@@ -30,6 +30,7 @@ impl Resolver for InstantRegistry {
             moved_from: None,
             age: Duration::ZERO,
             origin: None,
+            verified: None,
         })
     }
 }

@@ -145,6 +145,7 @@ pub fn fake_resolutions(wanted: &[&Reference]) -> Resolutions {
                 moved_from: ((h >> 12) % 2 == 0).then(|| Digest::sha256_of(b"before")),
                 age: Duration::from_secs((h >> 16) % 100_000),
                 origin: None,
+                verified: None,
             }),
             4 | 5 => Ok(Resolution {
                 // What `resolve: Always` compares against: the digest already written.
@@ -154,6 +155,7 @@ pub fn fake_resolutions(wanted: &[&Reference]) -> Resolutions {
                 moved_from: None,
                 age: Duration::ZERO,
                 origin: None,
+                verified: None,
             }),
             6 => Err(RegistryError::NotFound {
                 repository: reference.repository(),

@@ -539,6 +539,7 @@ fn memo_resolution(hit: &Remembered) -> Resolution {
         moved_from: None,
         age: Duration::ZERO,
         origin: hit.origin.clone(),
+        verified: None,
     }
 }
 

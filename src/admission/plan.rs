@@ -326,6 +326,7 @@ fn outcome(policy: &CompiledPolicy, triage: Triage, resolutions: &Resolutions) -
                 origin: resolution.origin.clone(),
                 signature: None,
                 parsed: Some(reference),
+                verified: resolution.verified.clone(),
                 site,
             },
             Some(Err(e)) => resolution_failed(policy, site, e),

@@ -9,6 +9,7 @@
 //! mirror's CA and credentials are paths the registry layer reads), never holds a client.
 
 pub mod glob;
+mod handle;
 pub mod hosts;
 pub mod mirror_policy;
 pub mod resolve_through;
@@ -19,13 +20,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
 use crate::reference::{PinForm, Reference};
 use crate::workload::{ImagePath, PodSpecKinds};
 
+pub use handle::PolicyHandle;
 pub use hosts::{HostRefusal, HostRules};
 pub use mirror_policy::MirrorPolicy;
 pub use resolve_through::{
@@ -291,30 +293,17 @@ pub struct CompiledPolicy {
     pub registry_hosts: BTreeMap<String, HostSettings>,
     /// `verify`, validated, keys parsed.
     pub verify: Vec<VerifyRule>,
+    /// This compilation, distinct from every other in the process (a clone is the same
+    /// compilation): what a verification kept beside a cached digest names, so that it answers
+    /// only under the entries, routes and trust it was made under.
+    generation: u64,
 }
 
-/// The policy in force, replaced whole on reload; readers take a cheap snapshot per request.
-#[derive(Debug, Clone, Default)]
-pub struct PolicyHandle(Arc<RwLock<Arc<CompiledPolicy>>>);
+/// The last [`CompiledPolicy::generation`] handed out.
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 
-// === impl PolicyHandle ===
-
-impl PolicyHandle {
-    pub fn new(policy: CompiledPolicy) -> PolicyHandle {
-        PolicyHandle(Arc::new(RwLock::new(Arc::new(policy))))
-    }
-
-    pub fn current(&self) -> Arc<CompiledPolicy> {
-        // A poisoned lock only means a writer panicked between two plain assignments.
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    pub fn replace(&self, policy: CompiledPolicy) {
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(policy);
-    }
+fn next_generation() -> u64 {
+    GENERATIONS.fetch_add(1, Ordering::Relaxed) + 1
 }
 
 // === impl Limits ===
@@ -475,6 +464,7 @@ impl Policy {
             routes,
             registry_hosts,
             verify,
+            generation: next_generation(),
         })
     }
 }
@@ -505,11 +495,17 @@ impl Default for CompiledPolicy {
             routes: Routes::default(),
             registry_hosts: BTreeMap::new(),
             verify: Vec::new(),
+            generation: next_generation(),
         }
     }
 }
 
 impl CompiledPolicy {
+    /// This compilation, distinct from every other in the process.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     pub fn form(&self) -> PinForm {
         match self.policy.form {
             FormSetting::TagAndDigest => PinForm::TagAndDigest,

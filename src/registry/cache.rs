@@ -20,8 +20,14 @@
 //!   a tag that moved is noticed within one TTL. Registry load stays bounded: at most one
 //!   refresh per entry per TTL, and only for entries used in that last quarter; a refresh
 //!   keeps to the same single flight, per-registry limit, backoff and breaker as a miss.
+//! - A verification admission made of an entry's digest is kept beside it ([`kept`]) and
+//!   handed back with the digest, to the same candidate credentials, within its verdicts'
+//!   expiry, while the entry is of that digest.
 
+mod clock;
+mod failures;
 mod flight;
+mod kept;
 mod read_only;
 mod record;
 
@@ -31,11 +37,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
+use moka::ops::compute::Op;
 use tokio::sync::Semaphore;
 use tracing::warn;
 
+use self::clock::{Clock, Stamp};
+use self::failures::{Backoff, FailureRecord};
 use self::flight::{Cause, InFlight};
-use self::record::{Clock, Record, RefreshClaims};
+use self::kept::{KeptVerification, KeptVerifications};
+use self::record::{Record, RefreshClaims};
 mod breaker;
 mod memo;
 
@@ -44,7 +54,9 @@ use breaker::Breakers;
 pub use memo::RunMemo;
 pub use read_only::ReadOnlyCache;
 
-use super::{Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver};
+use super::{
+    Credential, Fingerprint, RegistryError, Resolution, ResolutionSource, Resolver, VerifiedDigest,
+};
 use crate::metrics::Metrics;
 use crate::reference::{Digest, Reference};
 use crate::weight::weight;
@@ -145,16 +157,6 @@ fn flight_key_bytes(key: &FlightKey) -> usize {
     key.0.len() + key.1.len() * size_of::<Fingerprint>() + size_of::<FlightKey>()
 }
 
-struct FailureRecord {
-    error: Arc<RegistryError>,
-}
-
-struct Backoff {
-    failures: u32,
-    until: Instant,
-    last: Arc<RegistryError>,
-}
-
 // === impl CacheConfig ===
 
 impl Default for CacheConfig {
@@ -181,9 +183,10 @@ impl CachingResolver {
         let entries = config.max_entries;
         let digests = moka::sync::Cache::builder()
             .max_capacity(DIGEST_BYTES)
-            .weigher(move |key: &EntryKey, _: &Record| {
+            .weigher(move |key: &EntryKey, record: &Record| {
+                let kept = record.kept().map_or(0, |kept| kept.bytes());
                 weight(
-                    key.tag.len() + size_of::<EntryKey>() + size_of::<Record>(),
+                    key.tag.len() + size_of::<EntryKey>() + size_of::<Record>() + kept,
                     DIGEST_BYTES,
                     entries,
                 )
@@ -309,6 +312,47 @@ impl Resolver for CachingResolver {
         self.shared.metrics.cache("stale");
         Some(stale)
     }
+
+    fn keep_verified(
+        &self,
+        reference: &Reference,
+        credentials: &[Credential],
+        digest: &Digest,
+        verified: Arc<VerifiedDigest>,
+        until: Instant,
+    ) {
+        let shared = &self.shared;
+        let (tag, candidates) = flight_key(reference, credentials);
+        // The entry a lookup with these credentials finds.
+        let Some(credential) = candidates.iter().copied().find(|fp| {
+            shared
+                .entry(&EntryRef {
+                    tag: &tag,
+                    credential: *fp,
+                })
+                .is_some_and(|(_, age, _)| age < shared.config.hit_ttl)
+        }) else {
+            return;
+        };
+        let kept = KeptVerification::new(verified, candidates, shared.clock.stamp(until));
+        let key = EntryKey {
+            tag: tag.into_boxed_str(),
+            credential,
+        };
+        // Checked and replaced under the entry's own lock: a refresh that put another digest
+        // there in between is left as it is.
+        shared
+            .digests
+            .entry(key)
+            .and_compute_with(|entry| match entry {
+                Some(entry) if entry.value().is_of(digest) => {
+                    let record = entry.into_value();
+                    let kept = KeptVerifications::with(record.kept().map(Arc::as_ref), kept);
+                    Op::Put(record.with_kept(Some(Arc::new(kept))))
+                }
+                _ => Op::Nop,
+            });
+    }
 }
 
 /// What the cache knows before any registry call.
@@ -380,7 +424,7 @@ impl SharedState {
     /// The first of the caller's credentials with a fresh entry: the answer and the entry.
     fn fresh_entry(&self, tag: &str, fingerprints: &[Fingerprint]) -> Option<(Resolution, Record)> {
         fingerprints.iter().find_map(|fp| {
-            let (record, age) = self.entry(&EntryRef {
+            let (record, age, now) = self.entry(&EntryRef {
                 tag,
                 credential: *fp,
             })?;
@@ -392,24 +436,27 @@ impl SharedState {
                     moved_from: None,
                     age,
                     origin: None,
+                    verified: record.verified_for(fingerprints, now),
                 };
                 (hit, record)
             })
         })
     }
 
-    /// The entry for `key` and its age, unless it is older than both `max_stale` and
-    /// `hit_ttl`: such an entry is removed and treated as absent. (A record resolved between
-    /// the read and the removal can be removed with it: the next lookup asks the registry once
-    /// more.) The age is read once here for every decision the caller makes on it.
-    fn entry(&self, key: &EntryRef<'_>) -> Option<(Record, Duration)> {
+    /// The entry for `key`, its age and the time read, unless it is older than both
+    /// `max_stale` and `hit_ttl`: such an entry is removed and treated as absent. (A record
+    /// resolved between the read and the removal can be removed with it: the next lookup asks
+    /// the registry once more.) The time is read once here for every decision the caller makes
+    /// on it.
+    fn entry(&self, key: &EntryRef<'_>) -> Option<(Record, Duration, Stamp)> {
         let record = self.digests.get(key)?;
-        let age = record.resolved_at().age_at(self.clock.now());
+        let now = self.clock.now();
+        let age = record.resolved_at().age_at(now);
         if age > self.config.max_stale.max(self.config.hit_ttl) {
             self.digests.invalidate(key);
             return None;
         }
-        Some((record, age))
+        Some((record, age, now))
     }
 
     /// True for the one lookup that finds `entry` (`age` old, under `key`) in the last quarter
@@ -425,57 +472,17 @@ impl SharedState {
             )
     }
 
-    /// The newest entry for any of the caller's credentials, however old (within `max_stale`).
-    fn last_known(&self, key: &FlightKey) -> Option<Resolution> {
-        key.1
-            .iter()
-            .filter_map(|fp| {
-                let (record, age) = self.entry(&EntryRef {
-                    tag: &key.0,
-                    credential: *fp,
-                })?;
-                Some((*fp, record, age))
-            })
-            .min_by_key(|(_, _, age)| *age)
-            .filter(|(_, _, age)| *age <= self.config.max_stale)
-            .map(|(fp, record, age)| Resolution {
-                digest: record.digest(),
-                credential: fp,
-                source: ResolutionSource::Stale,
-                moved_from: None,
-                age,
-                origin: None,
-            })
-    }
-
-    fn stale_or(&self, key: &FlightKey, error: RegistryError) -> Result<Resolution, RegistryError> {
-        match self.last_known(key) {
-            Some(stale) => {
-                self.metrics.cache("stale");
-                Ok(stale)
-            }
-            None => Err(error),
-        }
-    }
-
-    fn active_backoff(&self, key: &FlightKey) -> Option<RegistryError> {
-        let backoff = self.backoff.get(key)?;
-        let now = Instant::now();
-        (backoff.until > now).then(|| RegistryError::BackingOff {
-            registry: registry_of(&key.0),
-            retry_in: backoff.until - now,
-            last: backoff.last.clone(),
-        })
-    }
-
     fn record_success(&self, tag: &str, mut resolution: Resolution) -> Resolution {
-        let record = Record::new(&resolution.digest, self.clock.now());
+        let mut record = Record::new(&resolution.digest, self.clock.now());
         let found = EntryRef {
             tag,
             credential: resolution.credential,
         };
-        if let Some((previous, _)) = self.entry(&found) {
-            if !previous.same_digest(&record) {
+        if let Some((previous, _, _)) = self.entry(&found) {
+            if previous.same_digest(&record) {
+                // The verification is of the digest, which has not changed.
+                record = record.with_kept(previous.kept().cloned());
+            } else {
                 let from = previous.digest();
                 self.record_move(tag, &from, &resolution.digest);
                 resolution.moved_from = Some(from);
@@ -487,30 +494,6 @@ impl SharedState {
         };
         self.digests.insert(key, record);
         resolution
-    }
-
-    fn record_failure(&self, key: &FlightKey, error: RegistryError) -> Arc<RegistryError> {
-        let error = Arc::new(error);
-        if error.is_auth_or_not_found() {
-            self.failures.insert(
-                key.clone(),
-                Arc::new(FailureRecord {
-                    error: error.clone(),
-                }),
-            );
-        } else if error.is_unavailable() {
-            let failures = self.backoff.get(key).map_or(0, |b| b.failures) + 1;
-            let delay = backoff_delay(&self.config, failures);
-            self.backoff.insert(
-                key.clone(),
-                Arc::new(Backoff {
-                    failures,
-                    until: Instant::now() + delay,
-                    last: error.clone(),
-                }),
-            );
-        }
-        error
     }
 
     fn record_move(&self, tag: &str, from: &Digest, to: &Digest) {
@@ -553,14 +536,6 @@ impl SharedState {
 /// Distinct `registry` label values on `pinhook_registry_requests_total`.
 const MAX_REGISTRY_LABELS: usize = 64;
 
-fn backoff_delay(config: &CacheConfig, failures: u32) -> Duration {
-    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
-    config
-        .backoff_base
-        .saturating_mul(factor)
-        .min(config.backoff_cap)
-}
-
 /// (tag reference, fingerprints of the caller's candidates and anonymous).
 fn flight_key(reference: &Reference, credentials: &[Credential]) -> FlightKey {
     let fingerprints = with_anonymous(credentials)
@@ -582,13 +557,6 @@ fn with_anonymous(credentials: &[Credential]) -> Vec<Credential> {
         candidates.push(Credential::Anonymous);
     }
     candidates
-}
-
-fn registry_of(tag_reference: &str) -> String {
-    tag_reference
-        .split_once('/')
-        .map_or(tag_reference, |(domain, _)| domain)
-        .to_string()
 }
 
 /// A poisoned lock only means another thread panicked mid-update of plain maps; the data is

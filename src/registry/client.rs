@@ -318,6 +318,7 @@ impl Resolver for OciResolver {
             moved_from: None,
             age: Duration::ZERO,
             origin: None,
+            verified: None,
         })
     }
 }

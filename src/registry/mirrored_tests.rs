@@ -54,6 +54,7 @@ impl Resolver for ByHost {
             moved_from: None,
             age: Duration::ZERO,
             origin: None,
+            verified: None,
         };
         match self
             .hosts
@@ -105,6 +106,7 @@ impl ByHost {
                 moved_from: None,
                 age: Duration::from_secs(30),
                 origin: None,
+                verified: None,
             }),
             _ => None,
         }

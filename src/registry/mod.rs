@@ -55,4 +55,6 @@ pub use error::{AnswerError, RealmRefusal, RedirectRefusal, RegistryError, Trans
 pub use http::body::{READ_BYTES_IN_FLIGHT, READ_RESERVE_BYTES};
 pub use http::outbound::{IDLE_CONNECTION_BYTES, IDLE_PER_HOST, POOLED_HOSTS};
 pub use resolver::{Origin, Resolution, ResolutionSource, Resolver, SourceCheck};
-pub use verified::{SignatureSource, SignatureVerifier, VerifiedSignatures};
+pub use verified::{
+    SignatureSource, SignatureVerifier, Signers, VerifiedDigest, VerifiedSignatures,
+};

@@ -1,11 +1,12 @@
 //! The [`Resolver`] trait every layer implements and every handler talks to, and what a
 //! resolution found.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{Credential, Fingerprint, RegistryError};
+use super::{Credential, Fingerprint, RegistryError, VerifiedDigest};
 use crate::reference::{Digest, Reference};
 
 /// What a resolution found.
@@ -21,6 +22,9 @@ pub struct Resolution {
     pub age: Duration,
     /// Set when the policy routed the tag through a mirror: which one answered.
     pub origin: Option<Origin>,
+    /// The verification kept beside this digest for these credentials, still within its
+    /// verdicts' expiry ([`Resolver::keep_verified`]): a cache hit only.
+    pub verified: Option<Arc<VerifiedDigest>>,
 }
 
 /// The mirror that answered a routed resolution (`registries.resolveThrough`).
@@ -89,5 +93,20 @@ pub trait Resolver: Send + Sync {
         _credentials: &[Credential],
     ) -> Option<Resolution> {
         None
+    }
+
+    /// Keeps `verified` beside the entry a lookup of `reference` with `credentials` finds,
+    /// while that entry is of `digest`, until `until` (the earliest expiry of its verdicts):
+    /// later lookups hand it back with the digest ([`Resolution::verified`]). Only the cache
+    /// keeps; a tag that moves, a refresh that finds another digest, or other credentials find
+    /// none.
+    fn keep_verified(
+        &self,
+        _reference: &Reference,
+        _credentials: &[Credential],
+        _digest: &Digest,
+        _verified: Arc<VerifiedDigest>,
+        _until: Instant,
+    ) {
     }
 }

@@ -103,6 +103,7 @@ impl Resolver for Scripted {
                 moved_from: None,
                 age: Duration::ZERO,
                 origin: None,
+                verified: None,
             }),
             Answer::Unreachable => Err(RegistryError::Status {
                 registry,

@@ -5,13 +5,21 @@
 //! new digest, which is verified anew, and one namespace's verdict is never another's.
 //! A verdict of `verified` is kept [`VERIFIED_FOR`], any other [`REFUSED_FOR`] (a signature
 //! pushed after its image counts within that), a failed fetch not at all. Concurrent asks for
-//! one key share one fetch, and each signature is checked once: what the tag scheme's layers
+//! one key share one fetch (its verdict or its error; should the asker leading it give up, one
+//! still waiting leads it on), and each signature is checked once: what the tag scheme's layers
 //! said when the source asked whether they settle it is kept for the bundles judged after them.
+//! A verdict held is answered with no await: a lookup in a synchronous cache.
+//!
+//! A digest that every entry covering it verified can also be kept beside the digest in the
+//! resolution cache ([`VerifiedDigest`], until the earliest of those verdicts' own expiries), so
+//! that a warm admission of a tag finds its digest and its verification in one lookup.
 //!
 //! Owns: [`SignatureVerifier`] (what admission asks), [`VerifiedSignatures`] (the cache over
-//! the client). Never: decides what a verdict costs an admission (the plan does).
+//! the client), [`VerifiedDigest`] (what is kept of a verification). Never: decides what a
+//! verdict costs an admission (the plan does).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -38,6 +46,21 @@ pub const VERDICT_CACHE_BYTES: u64 = 2 << 20;
 /// cold verifications (`examples/verdict_cost.rs`, release build); with a margin.
 pub const VERIFICATION_RSS_BYTES: u64 = 9 << 19;
 
+/// Each `verify` entry that verified a digest (its index) and who signed for it, in the
+/// entries' order.
+pub type Signers = Arc<[(usize, Arc<str>)]>;
+
+/// A digest every `verify` entry covering its image verified, under one compiled policy: what
+/// the resolution cache keeps beside the digest (for the candidate credentials that verified
+/// it, until the earliest of its verdicts' expiries) and hands back with the digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedDigest {
+    /// The [`CompiledPolicy::generation`](crate::policy::CompiledPolicy::generation) whose
+    /// entries verified it: under any other policy it answers nothing.
+    pub policy: u64,
+    pub signers: Signers,
+}
+
 /// What admission asks: the verdict on `digest` of `image`'s repository under `trust`.
 #[async_trait]
 pub trait SignatureVerifier: Send + Sync {
@@ -61,6 +84,22 @@ pub trait SignatureVerifier: Send + Sync {
     ) -> Option<Verdict> {
         None
     }
+
+    /// Until when a `verified` verdict held for what [`SignatureVerifier::verify`] would be
+    /// asked is kept (what a [`VerifiedDigest`] made of it may live): `None` when none is held.
+    async fn verified_until(
+        &self,
+        _image: &Reference,
+        _digest: &Digest,
+        _credentials: &[Credential],
+        _trust: &Arc<Trust>,
+    ) -> Option<Instant> {
+        None
+    }
+
+    /// Counts `verdicts` answered by a [`VerifiedDigest`] the resolution cache kept, as
+    /// `verified` from the cache: the metric counts every verdict an admission used.
+    fn count_kept(&self, _verdicts: usize) {}
 }
 
 /// Where signature layers come from: the stack's identity-token exchange and client
@@ -98,18 +137,50 @@ pub struct VerifiedSignatures {
     source: Arc<dyn SignatureSource>,
     /// `None`: no address guard (`pinhook check`, whose manifests are the user's own).
     policy: Option<PolicyHandle>,
-    verdicts: moka::future::Cache<Key, Verdict>,
+    verdicts: moka::sync::Cache<Key, Kept>,
+    /// The fetches under way, each while somebody waits on it.
+    flights: Mutex<HashMap<Key, Flight>>,
     metrics: Arc<Metrics>,
+}
+
+/// A fetch under way for one key: the first asker leads it, the others wait for its answer,
+/// and one of them leads it on if its leader gives up (a review answered at its deadline).
+type Flight = Arc<tokio::sync::OnceCell<Result<Kept, Arc<RegistryError>>>>;
+
+/// An asker's place in a flight: when the last asker leaves, the flight leaves the map.
+struct Waiting<'a> {
+    flights: &'a Mutex<HashMap<Key, Flight>>,
+    key: &'a Key,
+    flight: Flight,
+}
+
+/// A verdict as the cache keeps it: with when it stops being kept.
+#[derive(Clone)]
+struct Kept {
+    verdict: Verdict,
+    until: Instant,
 }
 
 struct KeepFor;
 
-impl moka::Expiry<Key, Verdict> for KeepFor {
-    fn expire_after_create(&self, _: &Key, verdict: &Verdict, _: Instant) -> Option<Duration> {
-        Some(match verdict {
+impl moka::Expiry<Key, Kept> for KeepFor {
+    fn expire_after_create(&self, _: &Key, kept: &Kept, now: Instant) -> Option<Duration> {
+        Some(kept.until.saturating_duration_since(now))
+    }
+}
+
+// === impl Kept ===
+
+impl Kept {
+    fn new(verdict: Verdict) -> Kept {
+        let keep_for = match verdict {
             Verdict::Verified { .. } => VERIFIED_FOR,
             _ => REFUSED_FOR,
-        })
+        };
+        Kept {
+            verdict,
+            until: Instant::now() + keep_for,
+        }
     }
 }
 
@@ -124,11 +195,11 @@ impl VerifiedSignatures {
         VerifiedSignatures {
             source,
             policy,
-            verdicts: moka::future::Cache::builder()
+            verdicts: moka::sync::Cache::builder()
                 .max_capacity(VERDICT_CACHE_BYTES)
                 .expire_after(KeepFor)
-                .weigher(|key: &Key, verdict: &Verdict| {
-                    let verdict = match verdict {
+                .weigher(|key: &Key, kept: &Kept| {
+                    let verdict = match &kept.verdict {
                         Verdict::Verified { signer } => signer.len(),
                         Verdict::OtherDigest { signed } => signed.len(),
                         Verdict::OtherIdentity { signer } => signer.len(),
@@ -144,14 +215,31 @@ impl VerifiedSignatures {
                     )
                 })
                 .build(),
+            flights: Mutex::new(HashMap::new()),
             metrics,
         }
     }
 
     /// Verdicts held now (after pending evictions), for measurements.
     pub async fn entries(&self) -> u64 {
-        self.verdicts.run_pending_tasks().await;
+        self.verdicts.run_pending_tasks();
         self.verdicts.entry_count()
+    }
+
+    /// Fetches under way now, for tests.
+    #[cfg(test)]
+    fn flights(&self) -> usize {
+        lock(&self.flights).len()
+    }
+
+    /// The flight for `key`: the one under way, or a new one.
+    fn join<'a>(&'a self, key: &'a Key) -> Waiting<'a> {
+        let flight = lock(&self.flights).entry(key.clone()).or_default().clone();
+        Waiting {
+            flights: &self.flights,
+            key,
+            flight,
+        }
     }
 
     async fn fetch_and_judge(
@@ -204,21 +292,36 @@ impl SignatureVerifier for VerifiedSignatures {
     ) -> Result<Verdict, RegistryError> {
         let key = key(image, digest, credentials, trust);
         // A verdict held answers at once: no flight, no cryptography.
-        if let Some(verdict) = self.verdicts.get(&key).await {
+        if let Some(kept) = self.verdicts.get(&key) {
             self.metrics
-                .signature_verification(verdict.reason(), "cache");
-            return Ok(verdict);
+                .signature_verification(kept.verdict.reason(), "cache");
+            return Ok(kept.verdict);
         }
+        let waiting = self.join(&key);
         let mut fetched = false;
-        let answer = self
-            .verdicts
-            .try_get_with(key, async {
+        let answer = waiting
+            .flight
+            .get_or_init(|| async {
+                // (a flight that ended since the lookup above has left its verdict)
+                if let Some(kept) = self.verdicts.get(&key) {
+                    return Ok(kept);
+                }
                 fetched = true;
-                self.fetch_and_judge(image, digest, credentials, trust)
+                let answer = self
+                    .fetch_and_judge(image, digest, credentials, trust)
                     .await
+                    .map(Kept::new)
+                    .map_err(Arc::new);
+                if let Ok(kept) = &answer {
+                    self.verdicts.insert(key.clone(), kept.clone());
+                }
+                answer
             })
             .await
+            .clone()
+            .map(|kept| kept.verdict)
             .map_err(RegistryError::Shared);
+        drop(waiting);
         let outcome = match &answer {
             Ok(verdict) => verdict.reason(),
             Err(_) => "registry_error",
@@ -235,14 +338,49 @@ impl SignatureVerifier for VerifiedSignatures {
         credentials: &[Credential],
         trust: &Arc<Trust>,
     ) -> Option<Verdict> {
-        let verdict = self
-            .verdicts
-            .get(&key(image, digest, credentials, trust))
-            .await?;
+        let kept = self.verdicts.get(&key(image, digest, credentials, trust))?;
         self.metrics
-            .signature_verification(verdict.reason(), "cache");
-        Some(verdict)
+            .signature_verification(kept.verdict.reason(), "cache");
+        Some(kept.verdict)
     }
+
+    async fn verified_until(
+        &self,
+        image: &Reference,
+        digest: &Digest,
+        credentials: &[Credential],
+        trust: &Arc<Trust>,
+    ) -> Option<Instant> {
+        let kept = self.verdicts.get(&key(image, digest, credentials, trust))?;
+        matches!(kept.verdict, Verdict::Verified { .. }).then_some(kept.until)
+    }
+
+    fn count_kept(&self, verdicts: usize) {
+        self.metrics.signature_verifications_kept(verdicts);
+    }
+}
+
+// === impl Waiting ===
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut flights = lock(self.flights);
+        // Only the map's and this asker's hold it (askers join under this lock): nobody else
+        // waits on it.
+        let last = Arc::strong_count(&self.flight) <= 2;
+        if last
+            && flights
+                .get(self.key)
+                .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+        {
+            flights.remove(self.key);
+        }
+    }
+}
+
+/// A poisoned lock only means another thread panicked mid-update of a plain map.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn key(image: &Reference, digest: &Digest, credentials: &[Credential], trust: &Trust) -> Key {
@@ -283,6 +421,129 @@ mod tests {
                 bundles: Vec::new(),
             })
         }
+    }
+
+    /// A source that takes `delay`, counts its calls and fails the first `failing` of them
+    /// (a registry that does not answer); the others find one layer signed by `signer`.
+    struct Slow {
+        delay: std::time::Duration,
+        failing: usize,
+        calls: std::sync::atomic::AtomicUsize,
+        layer: FetchedLayer,
+    }
+
+    #[async_trait]
+    impl SignatureSource for Slow {
+        async fn signatures_of(
+            &self,
+            _: &Reference,
+            _: &Digest,
+            _: &[Credential],
+            _: Enough<'_>,
+        ) -> Result<FetchedSignatures, RegistryError> {
+            let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            if call < self.failing {
+                return Err(RegistryError::Timeout {
+                    registry: "registry.example".to_string(),
+                    timeout: self.delay,
+                });
+            }
+            Ok(FetchedSignatures {
+                layers: vec![self.layer.clone()],
+                bundles: Vec::new(),
+            })
+        }
+    }
+
+    /// What a test verifier is asked about.
+    type Asked = (Reference, Digest, Arc<Trust>);
+
+    /// A verifier over [`Slow`], what it is asked about, and the source's call count.
+    fn slow(failing: usize) -> (Arc<VerifiedSignatures>, Arc<Slow>, Asked) {
+        let image: Reference = "registry.example/team/app:1.0".parse().unwrap();
+        let digest: Digest = format!("sha256:{}", "a".repeat(64)).parse().unwrap();
+        let payload = payload_for("registry.example/team/app", &digest);
+        let (signer, pem) = key_pair();
+        let trust = Arc::new(Trust::of_keys(vec![PublicKey::from_pem(&pem).unwrap()]));
+        let source = Arc::new(Slow {
+            delay: std::time::Duration::from_millis(200),
+            failing,
+            calls: std::sync::atomic::AtomicUsize::new(0),
+            layer: FetchedLayer::of_key(payload.clone(), sign(&signer, &payload)),
+        });
+        let verifier = Arc::new(VerifiedSignatures::new(
+            source.clone(),
+            None,
+            Arc::new(Metrics::new()),
+        ));
+        (verifier, source, (image, digest, trust))
+    }
+
+    fn calls(source: &Slow) -> usize {
+        source.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Concurrent asks for one key share one fetch; the verdict is then held, and no flight is
+    /// left behind.
+    #[tokio::test]
+    async fn concurrent_asks_share_one_fetch() {
+        let (verifier, source, (image, digest, trust)) = slow(0);
+        let asks = (0..5).map(|_| verifier.verify(&image, &digest, &[], &trust));
+        for answer in futures::future::join_all(asks).await {
+            assert!(matches!(answer, Ok(Verdict::Verified { .. })), "{answer:?}");
+        }
+        assert_eq!(calls(&source), 1);
+        assert_eq!(verifier.flights(), 0);
+        let held = verifier.held(&image, &digest, &[], &trust).await;
+        assert!(matches!(held, Some(Verdict::Verified { .. })), "{held:?}");
+        assert_eq!(calls(&source), 1);
+    }
+
+    /// A failed fetch is shared by the asks waiting on it and never held: the next ask fetches
+    /// again.
+    #[tokio::test]
+    async fn a_failed_fetch_is_shared_and_not_held() {
+        let (verifier, source, (image, digest, trust)) = slow(1);
+        let asks = (0..3).map(|_| verifier.verify(&image, &digest, &[], &trust));
+        for answer in futures::future::join_all(asks).await {
+            assert!(
+                matches!(&answer, Err(e) if e.kind() == "timeout"),
+                "{answer:?}"
+            );
+        }
+        assert_eq!(calls(&source), 1);
+        assert!(verifier.held(&image, &digest, &[], &trust).await.is_none());
+        let answer = verifier.verify(&image, &digest, &[], &trust).await;
+        assert!(matches!(answer, Ok(Verdict::Verified { .. })), "{answer:?}");
+        assert_eq!(calls(&source), 2);
+        assert_eq!(verifier.flights(), 0);
+    }
+
+    /// An asker that gives up (its review answered at its deadline) leaves the fetch to the
+    /// one still waiting, which leads it on; once nobody waits, no flight is left.
+    #[tokio::test]
+    async fn the_fetch_goes_on_for_who_still_waits() {
+        let (verifier, source, (image, digest, trust)) = slow(0);
+        let impatient = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            verifier.verify(&image, &digest, &[], &trust),
+        );
+        let patient = verifier.verify(&image, &digest, &[], &trust);
+        let (gave_up, answer) = tokio::join!(impatient, patient);
+        assert!(gave_up.is_err());
+        assert!(matches!(answer, Ok(Verdict::Verified { .. })), "{answer:?}");
+        assert_eq!(calls(&source), 2, "the first fetch went with its leader");
+        assert_eq!(verifier.flights(), 0);
+
+        let (verifier, _, (image, digest, trust)) = slow(0);
+        let gave_up = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            verifier.verify(&image, &digest, &[], &trust),
+        )
+        .await;
+        assert!(gave_up.is_err());
+        assert_eq!(verifier.flights(), 0, "nobody waits: no flight");
     }
 
     /// Each layer's signature is checked once, when `enough` asks, whether it settles the

@@ -4,22 +4,26 @@
 //! admission: no call, no deadline, nothing joined), the rest are asked all at once within the
 //! review's deadline, through the image's mirrors where the policy routes its tag, with the
 //! pod's pull credentials. The pure core ([`super::super::plan`]) says what to check and what
-//! the verdicts make of each image.
+//! the verdicts make of each image. A digest pinned from a cache entry that kept its
+//! verification is not checked at all; one the verdicts all verified is handed back to the
+//! cache to keep beside its digest (`Resolver::keep_verified`), until the earliest of those
+//! verdicts' expiries, so that the next warm admission of its tag asks nothing.
 //!
 //! Never: decides what a verdict costs an admission.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::super::plan::{self, Plan, Verdicts};
+use super::super::plan::{self, Plan, SignatureChecks, SignatureNote, Verdicts};
 use super::{Pinner, Target};
 use crate::policy::CompiledPolicy;
 use crate::reference::Reference;
 use crate::registry::keyring::Keyring;
 use crate::registry::mirrored::{self, RoutedCall};
-use crate::registry::RegistryError;
+use crate::registry::{Credential, RegistryError, SignatureVerifier, VerifiedDigest};
 
 impl Pinner {
     /// Verifies the signatures of every digest `plan` admits that a `verify` entry covers, each
@@ -40,6 +44,8 @@ impl Pinner {
             return plan;
         }
         let mut verdicts = Verdicts::new();
+        // Each check's credentials, in the checks' order (what a kept verification is for).
+        let mut credentials_of = Vec::with_capacity(checks.distinct.len());
         if let (false, Some(verifier)) = (checks.distinct.is_empty(), &self.signatures) {
             let keyring = match keyring {
                 Some(keyring) => keyring,
@@ -81,8 +87,9 @@ impl Pinner {
                     }
                 };
                 if verdict.is_none() {
-                    asked.push((check, routed, credentials));
+                    asked.push((check, routed, credentials.clone()));
                 }
+                credentials_of.push(credentials);
                 held.push(verdict);
             }
             if !unusable.is_empty() {
@@ -142,8 +149,83 @@ impl Pinner {
                 })
                 .collect();
         }
-        plan.with_signatures(&checks, &verdicts)
+        if let (kept @ 1.., Some(verifier)) = (checks.kept_verdicts(), &self.signatures) {
+            verifier.count_kept(kept);
+        }
+        let plan = plan.with_signatures(&checks, &verdicts);
+        // What the cache keeps is this replica's own: never from a dry run, nor through
+        // another resolver than pinhook's.
+        if let (Some(verifier), false, None) = (&self.signatures, target.dry_run, target.resolver) {
+            self.keep_verified(
+                policy,
+                target,
+                &checks,
+                &plan,
+                &credentials_of,
+                verifier.as_ref(),
+            )
+            .await;
+        }
+        plan
     }
+
+    /// Hands the cache each verification worth keeping beside its digest
+    /// ([`SignatureChecks::to_keep`]), until the earliest expiry of the verdicts it is made of
+    /// (none kept if any of them is no longer held). Not for the Pod of an owner revision:
+    /// its tags are answered by the revision's memo, never by the cache entry that would keep
+    /// it, and a verification kept at each of its Pods would cost each one more than it saves.
+    async fn keep_verified(
+        &self,
+        policy: &CompiledPolicy,
+        target: &Target<'_>,
+        checks: &SignatureChecks,
+        plan: &Plan,
+        credentials_of: &[Vec<Credential>],
+        verifier: &dyn SignatureVerifier,
+    ) {
+        let keep = checks.to_keep(plan);
+        if keep.is_empty() || target.view.owner_revision().is_some() {
+            return;
+        }
+        for (outcome, made_of) in keep {
+            let (Some(image), Some(digest), Some(SignatureNote::Verified(signers))) =
+                (&outcome.parsed, &outcome.digest, &outcome.signature)
+            else {
+                continue;
+            };
+            let until = held_until(checks, &made_of, credentials_of, verifier).await;
+            let credentials = made_of.first().and_then(|&at| credentials_of.get(at));
+            let (Some(until), Some(credentials)) = (until, credentials) else {
+                continue;
+            };
+            let verified = Arc::new(VerifiedDigest {
+                policy: policy.generation(),
+                signers: signers.clone(),
+            });
+            self.resolver
+                .keep_verified(image, credentials, digest, verified, until);
+        }
+    }
+}
+
+/// The earliest expiry of the `verified` verdicts of the checks `made_of`, if each is still
+/// held.
+async fn held_until(
+    checks: &SignatureChecks,
+    made_of: &[usize],
+    credentials_of: &[Vec<Credential>],
+    verifier: &dyn SignatureVerifier,
+) -> Option<std::time::Instant> {
+    let mut until: Option<std::time::Instant> = None;
+    for &at in made_of {
+        let check = checks.distinct.get(at)?;
+        let credentials = credentials_of.get(at)?;
+        let held = verifier
+            .verified_until(&check.image, &check.key.digest, credentials, &check.trust)
+            .await?;
+        until = Some(until.map_or(held, |until| until.min(held)));
+    }
+    until
 }
 
 #[cfg(test)]
@@ -198,6 +280,127 @@ mod tests {
                 signer: "key held".into(),
             })
         }
+    }
+
+    /// Verifies everything, counting what it is asked, and for how long it holds a verdict.
+    #[derive(Default)]
+    struct Counting {
+        asked: std::sync::atomic::AtomicUsize,
+        until_asked: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl SignatureVerifier for Counting {
+        async fn verify(
+            &self,
+            _: &Reference,
+            _: &Digest,
+            _: &[Credential],
+            _: &Arc<Trust>,
+        ) -> Result<Verdict, RegistryError> {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Verdict::Verified {
+                signer: "key counted".into(),
+            })
+        }
+
+        async fn verified_until(
+            &self,
+            _: &Reference,
+            _: &Digest,
+            _: &[Credential],
+            _: &Arc<Trust>,
+        ) -> Option<std::time::Instant> {
+            self.until_asked
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Some(std::time::Instant::now() + Duration::from_secs(60))
+        }
+    }
+
+    /// A tag whose digest every entry verified is, from its next admission on, answered with
+    /// the verification its cache entry kept: no verdict asked. Not after a dry run (which
+    /// keeps nothing), nor under a new policy (a key rotated), whose entries verify it anew.
+    #[tokio::test]
+    async fn a_verification_kept_with_its_digest_answers_the_next_admission_of_the_tag(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let text = |pem: &str| {
+            format!(
+                "mode: enforce\nverify:\n  - images: [\"registry.example/*\"]\n    keys:\n    - pem: {pem}\n"
+            )
+        };
+        let policy = PolicyHandle::new(Policy::parse(&text(&serde_json::to_string(
+            &key_pair().1,
+        )?))?);
+        let cache = Arc::new(crate::registry::CachingResolver::new(
+            Scripted::new(&[crate::registry::testing::Answer::Digest('a')]),
+            crate::registry::CacheConfig::default(),
+            Arc::new(crate::metrics::Metrics::new()),
+        ));
+        let verifier = Arc::new(Counting::default());
+        let pinner = Pinner::new(PinnerParts {
+            policy: policy.clone(),
+            dry_run_resolver: Arc::new(cache.read_only()),
+            resolver: cache,
+            signatures: Some(verifier.clone()),
+            ..parts(Scripted::new(&[]))
+        });
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/team/app:1.0"}]}});
+        let asked = || verifier.asked.load(std::sync::atomic::Ordering::SeqCst);
+        let admit = |dry_run: bool| {
+            let target = Target {
+                dry_run,
+                ..created_pod(&pod)
+            };
+            let pinner = &pinner;
+            async move {
+                let plan = pinner.plan(&target, Duration::from_secs(5)).await?;
+                let outcome = &plan.outcomes[0];
+                assert_eq!(outcome.action, Action::Pinned);
+                let note = outcome.signature.as_ref().map(ToString::to_string);
+                assert_eq!(note.as_deref(), Some("verify[0]: signed by key counted"));
+                Ok::<_, Box<dyn std::error::Error>>(())
+            }
+        };
+        admit(true).await?;
+        assert_eq!(asked(), 1);
+        admit(true).await?;
+        assert_eq!(asked(), 2, "a dry run keeps nothing");
+        admit(false).await?;
+        assert_eq!(asked(), 3);
+        for _ in 0..3 {
+            admit(false).await?;
+        }
+        assert_eq!(asked(), 3, "the kept verification answered");
+        policy.replace(Policy::parse(&text(&serde_json::to_string(
+            &key_pair().1,
+        )?))?);
+        admit(false).await?;
+        assert_eq!(asked(), 4, "a new policy verifies anew");
+        admit(false).await?;
+        assert_eq!(asked(), 4);
+
+        // The Pods of an owner revision are answered by its memo: nothing is kept for them.
+        let until_asked = || {
+            verifier
+                .until_asked
+                .load(std::sync::atomic::Ordering::SeqCst)
+        };
+        let kept_before = until_asked();
+        let owned = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"pod-template-hash": "5d8f"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web-5d8f", "uid": "u-1", "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/team/web:1.0"}]}});
+        for round in 1..=3 {
+            let plan = pinner
+                .plan(&created_pod(&owned), Duration::from_secs(5))
+                .await?;
+            assert_eq!(plan.outcomes[0].action, Action::Pinned);
+            assert_eq!(asked(), 4 + round, "asked at each Pod, as before");
+        }
+        assert_eq!(until_asked(), kept_before, "nothing kept");
+        Ok(())
     }
 
     /// Verdicts held answer at once and are never asked again; the others are asked, and each

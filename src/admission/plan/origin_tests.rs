@@ -55,6 +55,7 @@ fn at_mirror(check: SourceCheck) -> Result<Resolution, RegistryError> {
             mirror: "mirror.example/team".to_string(),
             source_check: check,
         }),
+        verified: None,
     })
 }
 

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use crate::policy::{CompiledPolicy, FailureAction, Mode};
 use crate::reference::{Digest, Reference};
-use crate::registry::{Origin, RegistryError, ResolutionSource, SourceCheck};
+use crate::registry::{
+    Origin, RegistryError, ResolutionSource, Signers, SourceCheck, VerifiedDigest,
+};
 use crate::workload::{self, ImageSite, WorkloadError};
 
 use super::Resolutions;
@@ -56,7 +58,7 @@ pub enum Reason {
 pub enum SignatureNote {
     /// Every entry covering the digest held: each entry's index and who signed for it, in the
     /// entries' order.
-    Verified(Vec<(usize, Arc<str>)>),
+    Verified(Signers),
     /// Why not, one line (the outcome's reason says it too).
     Refused(String),
 }
@@ -99,6 +101,9 @@ pub struct ImageOutcome {
     /// The image as the plan parsed it, when it did and admitted it (pinned, or already
     /// pinned): the signature checks read it rather than parse it again.
     pub parsed: Option<Reference>,
+    /// The verification the resolution cache kept beside the digest pinned, if it did: what
+    /// the signature checks take instead of asking for verdicts, under the policy that made it.
+    pub verified: Option<Arc<VerifiedDigest>>,
 }
 
 /// The outcomes for one object.
@@ -228,6 +233,7 @@ pub(super) fn unchanged(site: ImageSite, reason: String) -> ImageOutcome {
         origin: None,
         signature: None,
         parsed: None,
+        verified: None,
         site,
     }
 }

@@ -6,6 +6,11 @@
 //! denied in enforce and reported in audit (`unverified`), whatever `onResolutionFailure`
 //! says: a signature that cannot be fetched is not one that was checked.
 //!
+//! A digest pinned from a cache entry that kept its verification ([`ImageOutcome::verified`])
+//! under this very policy is taken as verified: no check, no verdict asked (a warm admission
+//! of a tag); every other admitted digest is checked. Which verifications are worth keeping
+//! beside their digests is [`SignatureChecks::to_keep`].
+//!
 //! Pure: [`checks`] says what to verify (each image matched once, read as the plan parsed it), the I/O half
 //! verifies each distinct check once, and [`Plan::with_signatures`] applies the verdicts.
 
@@ -16,7 +21,7 @@ use std::sync::Arc;
 
 use crate::policy::{verify, CompiledPolicy, Mode};
 use crate::reference::{Digest, Reference};
-use crate::registry::RegistryError;
+use crate::registry::{RegistryError, ResolutionSource, Signers, VerifiedDigest};
 use crate::signatures::{Trust, Verdict};
 
 use super::outcome::{short, Action, ImageOutcome, Plan, Reason, SignatureNote};
@@ -57,6 +62,11 @@ pub struct SignatureChecks {
     /// More distinct verifications than `limits.maxImagesPerObject`: none is made, every
     /// covered image is refused naming the limit.
     too_many: Option<String>,
+    /// Outcomes whose digest's verification the resolution cache kept under this policy:
+    /// (outcome index, who signed for each entry). Nothing to verify for them.
+    kept: Vec<(usize, Signers)>,
+    /// The verdicts those kept verifications stand for, each image's once.
+    kept_verdicts: usize,
 }
 
 /// The entries covering one image: (entry index, check index) each.
@@ -66,12 +76,27 @@ type Covered = Vec<(usize, usize)>;
 /// not verified.
 pub type Verdicts = Vec<Result<Verdict, RegistryError>>;
 
-/// The verifications `plan`'s admitted digests need under `policy`.
+/// The verifications `plan`'s admitted digests need under `policy`. A digest whose
+/// verification its cache entry kept under this policy needs none; but should those with what
+/// is left exceed `limits.maxImagesPerObject`, every digest is counted as if none were kept,
+/// so that the limit decides alike whatever one replica's cache holds.
 pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
+    let checks = checks_taking_kept(policy, plan, true);
+    let limit = policy.policy.limits.max_images_per_object;
+    match checks.distinct.len() + checks.kept_verdicts_at_most() > limit {
+        true => checks_taking_kept(policy, plan, false),
+        false => checks,
+    }
+}
+
+/// [`checks`], taking kept verifications as verified or not.
+fn checks_taking_kept(policy: &CompiledPolicy, plan: &Plan, take_kept: bool) -> SignatureChecks {
     let mut checks = SignatureChecks::default();
     if policy.verify.is_empty() {
         return checks;
     }
+    // (the last kept verification counted: sites of one image share their resolution's)
+    let mut counted: Option<&Arc<VerifiedDigest>> = None;
     // The checks' keys, hashed once there are more than a few (scanned while few).
     let mut index: Option<HashMap<CheckKey, usize>> = None;
     // Sites of one image (a Deployment's containers and init containers alike) are parsed and
@@ -83,6 +108,14 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
             continue;
         }
         if !is_admitted(outcome) {
+            continue;
+        }
+        if let Some(kept) = take_kept.then(|| kept(policy, outcome)).flatten() {
+            if !counted.is_some_and(|last| Arc::ptr_eq(last, kept)) {
+                counted = Some(kept);
+                checks.kept_verdicts += kept.signers.len();
+            }
+            checks.kept.push((i, kept.signers.clone()));
             continue;
         }
         let site = (outcome.site.image.as_str(), outcome.digest.as_ref());
@@ -220,6 +253,12 @@ fn unpinned_but_covered(policy: &CompiledPolicy, outcome: &ImageOutcome) -> Opti
     entry
 }
 
+/// The verification kept beside the digest an outcome pinned, when this policy made it.
+fn kept<'a>(policy: &CompiledPolicy, outcome: &'a ImageOutcome) -> Option<&'a Arc<VerifiedDigest>> {
+    let kept = outcome.verified.as_ref()?;
+    (kept.policy == policy.generation() && outcome.digest.is_some()).then_some(kept)
+}
+
 /// Whether an outcome admits an image new in this request: pinned, left as it is, or let in
 /// although it breaks the policy (audit, `onResolutionFailure: allow`).
 fn is_admitted(outcome: &ImageOutcome) -> bool {
@@ -246,9 +285,59 @@ fn admitted(outcome: &ImageOutcome) -> Option<Cow<'_, Reference>> {
 // === impl SignatureChecks ===
 
 impl SignatureChecks {
-    /// Nothing to verify and nothing to refuse.
+    /// Nothing to verify, nothing kept to note and nothing to refuse.
     pub fn is_empty(&self) -> bool {
-        self.distinct.is_empty() && self.unpinned.is_empty() && self.too_many.is_none()
+        self.distinct.is_empty()
+            && self.kept.is_empty()
+            && self.unpinned.is_empty()
+            && self.too_many.is_none()
+    }
+
+    /// The verdicts the kept verifications stand for (what the metric counts as verified from
+    /// the cache).
+    pub fn kept_verdicts(&self) -> usize {
+        self.kept_verdicts
+    }
+
+    /// At most as many distinct checks as the kept verifications would have needed.
+    fn kept_verdicts_at_most(&self) -> usize {
+        self.kept.iter().map(|(_, signers)| signers.len()).sum()
+    }
+
+    /// The verifications worth keeping beside their digests in the resolution cache, once `plan`
+    /// has their verdicts: each image pinned from a fresh resolution (not one routed through a
+    /// mirror, not one a kept verification answered) that every entry covering it verified,
+    /// with the checks its verification is made of (indexes into
+    /// [`SignatureChecks::distinct`]); sites of one image once.
+    pub fn to_keep<'a>(&'a self, plan: &'a Plan) -> Vec<(&'a ImageOutcome, Vec<usize>)> {
+        if self.too_many.is_some() {
+            return Vec::new();
+        }
+        let mut done = vec![false; self.groups.len()];
+        let mut keep = Vec::new();
+        for &(i, group) in &self.covered {
+            let (Some(outcome), Some(entries)) = (plan.outcomes.get(i), self.groups.get(group))
+            else {
+                continue;
+            };
+            if std::mem::replace(&mut done[group], true) {
+                continue;
+            }
+            let fresh = matches!(
+                outcome.source,
+                Some(ResolutionSource::Registry | ResolutionSource::Cache)
+            );
+            let verified = matches!(outcome.signature, Some(SignatureNote::Verified(_)));
+            if fresh
+                && verified
+                && outcome.origin.is_none()
+                && outcome.parsed.is_some()
+                && outcome.digest.is_some()
+            {
+                keep.push((outcome, entries.iter().map(|&(_, at)| at).collect()));
+            }
+        }
+        keep
     }
 }
 
@@ -264,6 +353,11 @@ impl Plan {
             Mode::Audit => Action::Violation,
             Mode::Off => return self,
         };
+        for (i, signers) in &checks.kept {
+            if let Some(outcome) = self.outcomes.get_mut(*i) {
+                outcome.signature = Some(SignatureNote::Verified(signers.clone()));
+            }
+        }
         for &(i, entry) in &checks.unpinned {
             let Some(outcome) = self.outcomes.get_mut(i) else {
                 continue;
@@ -337,7 +431,7 @@ impl Plan {
                     outcome.signature = Some(SignatureNote::Refused(text));
                     outcome.result = outcome.site.image.clone();
                 }
-                None => outcome.signature = Some(SignatureNote::Verified(signers)),
+                None => outcome.signature = Some(SignatureNote::Verified(signers.into())),
             }
         }
         self
@@ -404,6 +498,18 @@ mod tests {
 
     /// The mutating plan with `app:1.0` resolved to `digest(answer)`.
     fn mutated(policy: &CompiledPolicy, mode: Mode, value: &Value, answer: char) -> Plan {
+        mutated_kept(policy, mode, value, answer, None)
+    }
+
+    /// [`mutated`], each resolution handing back `kept` as the verification its cache entry
+    /// kept.
+    fn mutated_kept(
+        policy: &CompiledPolicy,
+        mode: Mode,
+        value: &Value,
+        answer: char,
+        kept: Option<Arc<VerifiedDigest>>,
+    ) -> Plan {
         let triaged = mutation(policy, object(value, None)).triage(mode).unwrap();
         let resolutions: Resolutions = triaged
             .wanted()
@@ -416,6 +522,7 @@ mod tests {
                     moved_from: None,
                     age: Duration::ZERO,
                     origin: None,
+                    verified: kept.clone(),
                 };
                 (r.tag_reference(), Ok(resolution))
             })
@@ -662,6 +769,129 @@ mod tests {
             .finish(Mode::Enforce, Vec::new())
             .unwrap();
         assert!(checks(&compiled, &checked).is_empty());
+    }
+
+    fn kept_by(policy: &CompiledPolicy) -> Arc<VerifiedDigest> {
+        Arc::new(VerifiedDigest {
+            policy: policy.generation(),
+            signers: Arc::from(vec![(0, Arc::from("key held"))]),
+        })
+    }
+
+    /// A digest pinned from a cache entry that kept its verification under this policy needs
+    /// no check: it is noted verified by what was kept, counted once per image, and nothing is
+    /// to be kept again.
+    #[test]
+    fn a_verification_kept_under_this_policy_is_taken_as_it_is() {
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        // two sites of one tag: one resolution, one kept verification
+        let value = pod_of(&[TAG.to_string(), TAG.to_string()]);
+        let plan = mutated_kept(&policy, Mode::Enforce, &value, 'd', Some(kept_by(&policy)));
+        let needed = checks(&policy, &plan);
+        assert!(needed.distinct.is_empty(), "nothing to verify");
+        assert!(!needed.is_empty(), "the notes still to write");
+        assert_eq!(needed.kept_verdicts(), 1);
+        let plan = plan.with_signatures(&needed, &Verdicts::new());
+        for outcome in &plan.outcomes {
+            assert_eq!(outcome.action, Action::Pinned);
+            assert_eq!(outcome.result, format!("{TAG}@{}", digest('d')));
+            let note = outcome.signature.as_ref().map(ToString::to_string);
+            assert_eq!(note.as_deref(), Some("verify[0]: signed by key held"));
+        }
+        assert!(needed.to_keep(&plan).is_empty());
+    }
+
+    /// A verification kept under another policy (a key rotated, an entry changed) is no
+    /// verification: the digest is checked, and its verdicts decide it, whatever was kept.
+    #[test]
+    fn a_verification_kept_under_another_policy_is_checked_again() {
+        let before = policy("enforce", &["registry.example/team/*"]);
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        assert_ne!(before.generation(), policy.generation());
+        let value = pod(TAG);
+        let plan = mutated_kept(&policy, Mode::Enforce, &value, 'd', Some(kept_by(&before)));
+        let needed = checks(&policy, &plan);
+        assert_eq!(needed.distinct.len(), 1);
+        assert_eq!(needed.kept_verdicts(), 0);
+        let refused = plan
+            .clone()
+            .with_signatures(&needed, &answer_all(&needed, Ok(Verdict::OtherKey)));
+        assert_eq!(refused.outcomes[0].action, Action::Denied);
+        assert!(needed.to_keep(&refused).is_empty(), "only what verified");
+        let plan = plan.with_signatures(&needed, &answer_all(&needed, verified()));
+        let keep = needed.to_keep(&plan);
+        assert_eq!(keep.len(), 1);
+        assert_eq!(keep[0].1, [0]);
+    }
+
+    /// Only a digest pinned from a fresh resolution at the image's own registry is kept: not a
+    /// stale one, nor one resolved at a mirror, nor a digest the review carried.
+    #[test]
+    fn only_fresh_resolutions_at_the_images_registry_are_kept() {
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        let value = pod(TAG);
+        let keep = |edit: &dyn Fn(&mut ImageOutcome)| {
+            let mut plan = mutated(&policy, Mode::Enforce, &value, 'd');
+            edit(&mut plan.outcomes[0]);
+            let needed = checks(&policy, &plan);
+            let plan = plan.with_signatures(&needed, &answer_all(&needed, verified()));
+            needed.to_keep(&plan).len()
+        };
+        assert_eq!(keep(&|_| {}), 1);
+        assert_eq!(keep(&|o| o.source = Some(ResolutionSource::Cache)), 1);
+        assert_eq!(keep(&|o| o.source = Some(ResolutionSource::Stale)), 0);
+        assert_eq!(
+            keep(&|o| {
+                o.origin = Some(crate::registry::Origin {
+                    mirror: "mirror.example/team".to_string(),
+                    source_check: crate::registry::SourceCheck::Agreed,
+                })
+            }),
+            0
+        );
+        let by_hand = pod(&format!("registry.example/team/app@{}", digest('d')));
+        let plan = mutated(&policy, Mode::Enforce, &by_hand, 'd');
+        let needed = checks(&policy, &plan);
+        let plan = plan.with_signatures(&needed, &answer_all(&needed, verified()));
+        assert!(needed.to_keep(&plan).is_empty());
+    }
+
+    /// Kept verifications count toward `limits.maxImagesPerObject` as the checks they stand
+    /// for: an object past the limit is refused whatever this replica's cache kept.
+    #[test]
+    fn kept_verifications_count_toward_the_limit() {
+        // two entries cover each image: two checks an image
+        let mut compiled = policy("enforce", &["registry.example/team/*", "*/team/*"]);
+        compiled.policy.limits.max_images_per_object = 3;
+        let images: Vec<String> = ["a", "b"]
+            .iter()
+            .map(|tag| format!("registry.example/team/{tag}:1.0"))
+            .collect();
+        let value = pod_of(&images);
+        let kept = |policy: &CompiledPolicy| {
+            Some(Arc::new(VerifiedDigest {
+                policy: policy.generation(),
+                signers: Arc::from(vec![(0, Arc::from("key 0")), (1, Arc::from("key 1"))]),
+            }))
+        };
+        let plan = mutated_kept(&compiled, Mode::Enforce, &value, 'd', kept(&compiled));
+        let needed = checks(&compiled, &plan);
+        assert_eq!(needed.kept_verdicts(), 0, "none taken");
+        let plan = plan.with_signatures(&needed, &Verdicts::new());
+        for outcome in &plan.outcomes {
+            assert_eq!(outcome.action, Action::Denied);
+            assert_eq!(outcome.violation, Some(Reason::TooManyImages));
+            let reason = outcome.reason.as_deref().unwrap();
+            assert!(reason.contains("4 digests to verify"), "{reason}");
+        }
+        // within the limit, they are taken
+        compiled.policy.limits.max_images_per_object = 4;
+        let plan = mutated_kept(&compiled, Mode::Enforce, &value, 'd', kept(&compiled));
+        let needed = checks(&compiled, &plan);
+        assert!(needed.distinct.is_empty());
+        assert!(needed.kept_verdicts() > 0);
+        let plan = plan.with_signatures(&needed, &Verdicts::new());
+        assert!(plan.outcomes.iter().all(|o| o.action == Action::Pinned));
     }
 
     /// `limits.maxImagesPerObject` bounds the verifications one object asks for, as it bounds

@@ -199,6 +199,7 @@ fn resolution(answer: Answer) -> Result<Resolution, RegistryError> {
             moved_from,
             age,
             origin: None,
+            verified: None,
         })
     };
     match answer {

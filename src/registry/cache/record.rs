@@ -1,40 +1,33 @@
-//! A positive entry as the cache holds it, inline in moka's own entry: the digest and when it
-//! was resolved, 40 bytes with no allocation of its own for a sha256 digest; the cache's clock
-//! those times are read on; and the claims of the entries whose refresh-ahead a lookup has
-//! started, kept beside the entries rather than in them.
+//! A positive entry as the cache holds it, inline in moka's own entry: the digest, when it was
+//! resolved and the verification kept beside it, if any ([`super::kept`]), 48 bytes with no
+//! allocation of its own for a sha256 digest; and the claims of the entries whose
+//! refresh-ahead a lookup has started, kept beside the entries rather than in them.
 //!
 //! Never: grows with anything but the entries (claims of records past their TTL are dropped as
 //! the claims grow).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, RandomState};
-use std::num::NonZeroU64;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use super::clock::Stamp;
+use super::kept::KeptVerifications;
 use super::lock;
 use crate::reference::Digest;
+use crate::registry::{Fingerprint, VerifiedDigest};
 
 /// A positive entry: the digest (sha256, nearly every registry's, as its 32 bytes, written out
-/// again on a hit; any other algorithm as it is, boxed) and when it was resolved.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// again on a hit; any other algorithm as it is, boxed), when it was resolved, and the
+/// verification kept beside it.
+#[derive(Clone, Debug)]
 pub(super) enum Record {
     Sha256 {
         digest: [u8; 32],
         resolved_at: Stamp,
+        kept: Option<Arc<KeptVerifications>>,
     },
-    Other(Box<(Digest, Stamp)>),
-}
-
-/// When an entry was resolved, on the cache's [`Clock`]. Never zero: [`Record`] keeps its
-/// variant in that spare value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Stamp(NonZeroU64);
-
-/// Nanoseconds since the cache was made, plus [`Clock::BIAS`] so that a time before it (an
-/// entry made stale on purpose, `hit_ttl` ago) still has a stamp.
-pub(super) struct Clock {
-    epoch: Instant,
+    Other(Box<(Digest, Stamp, Option<Arc<KeptVerifications>>)>),
 }
 
 /// The entries whose refresh-ahead a lookup has started: each by its key's hash (keyed at
@@ -64,8 +57,9 @@ impl Record {
             Some(digest) => Record::Sha256 {
                 digest,
                 resolved_at,
+                kept: None,
             },
-            None => Record::Other(Box::new((digest.clone(), resolved_at))),
+            None => Record::Other(Box::new((digest.clone(), resolved_at, None))),
         }
     }
 
@@ -83,14 +77,42 @@ impl Record {
         }
     }
 
-    /// The same digest, resolved at `at`.
+    /// The verification kept beside the digest, if any.
+    pub(super) fn kept(&self) -> Option<&Arc<KeptVerifications>> {
+        match self {
+            Record::Sha256 { kept, .. } => kept.as_ref(),
+            Record::Other(other) => other.2.as_ref(),
+        }
+    }
+
+    /// The same digest, resolved at `at`, with the same verification kept.
     pub(super) fn resolved(&self, at: Stamp) -> Record {
         match self {
-            Record::Sha256 { digest, .. } => Record::Sha256 {
+            Record::Sha256 { digest, kept, .. } => Record::Sha256 {
                 digest: *digest,
                 resolved_at: at,
+                kept: kept.clone(),
             },
-            Record::Other(other) => Record::Other(Box::new((other.0.clone(), at))),
+            Record::Other(other) => Record::Other(Box::new((other.0.clone(), at, other.2.clone()))),
+        }
+    }
+
+    /// The same digest and time, with `kept` beside it instead.
+    pub(super) fn with_kept(self, kept: Option<Arc<KeptVerifications>>) -> Record {
+        match self {
+            Record::Sha256 {
+                digest,
+                resolved_at,
+                ..
+            } => Record::Sha256 {
+                digest,
+                resolved_at,
+                kept,
+            },
+            Record::Other(mut other) => {
+                other.2 = kept;
+                Record::Other(other)
+            }
         }
     }
 
@@ -101,38 +123,23 @@ impl Record {
             _ => false,
         }
     }
-}
 
-// === impl Stamp ===
-
-impl Stamp {
-    /// How long before `now` this is (zero if after it).
-    pub(super) fn age_at(self, now: Stamp) -> Duration {
-        Duration::from_nanos(now.0.get().saturating_sub(self.0.get()))
+    /// The verification kept beside the digest for a lookup with `candidates` at `now`, if
+    /// one answers it.
+    pub(super) fn verified_for(
+        &self,
+        candidates: &[Fingerprint],
+        now: Stamp,
+    ) -> Option<Arc<VerifiedDigest>> {
+        self.kept()?.answering(candidates, now)
     }
 
-    /// `ago` before this (the clock's earliest stamp at most).
-    pub(super) fn minus(self, ago: Duration) -> Stamp {
-        let ago = u64::try_from(ago.as_nanos()).unwrap_or(u64::MAX);
-        Stamp(NonZeroU64::new(self.0.get().saturating_sub(ago)).unwrap_or(NonZeroU64::MIN))
-    }
-}
-
-// === impl Clock ===
-
-impl Clock {
-    /// 2^62 ns: 146 years before the cache was made.
-    const BIAS: u64 = 1 << 62;
-
-    pub(super) fn new() -> Clock {
-        Clock {
-            epoch: Instant::now(),
+    /// Whether this is a record of `digest`.
+    pub(super) fn is_of(&self, digest: &Digest) -> bool {
+        match self {
+            Record::Sha256 { digest: bytes, .. } => digest.sha256_bytes().as_ref() == Some(bytes),
+            Record::Other(other) => other.0 == *digest,
         }
-    }
-
-    pub(super) fn now(&self) -> Stamp {
-        let since = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        Stamp(NonZeroU64::new(since.saturating_add(Self::BIAS)).unwrap_or(NonZeroU64::MAX))
     }
 }
 
@@ -179,6 +186,7 @@ impl RefreshClaims {
 
 #[cfg(test)]
 mod tests {
+    use super::super::clock::Clock;
     use super::*;
 
     fn sha256() -> Digest {
@@ -188,8 +196,8 @@ mod tests {
     }
 
     #[test]
-    fn a_record_is_forty_bytes_inline() {
-        assert_eq!(std::mem::size_of::<Record>(), 40);
+    fn a_record_is_forty_eight_bytes_inline() {
+        assert_eq!(std::mem::size_of::<Record>(), 48);
     }
 
     #[test]
@@ -212,19 +220,6 @@ mod tests {
         assert_eq!(record.resolved_at(), at);
         assert!(!record.same_digest(&Record::new(&sha256(), at)));
         assert!(record.same_digest(&record.resolved(at.minus(Duration::from_secs(9)))));
-    }
-
-    #[test]
-    fn a_stamp_before_the_clock_was_made_still_ages() {
-        let clock = Clock::new();
-        let now = clock.now();
-        let day_ago = now.minus(Duration::from_secs(86_400));
-        assert_eq!(day_ago.age_at(now), Duration::from_secs(86_400));
-        assert_eq!(now.age_at(day_ago), Duration::ZERO);
-        assert_eq!(
-            now.minus(Duration::MAX).age_at(now),
-            Duration::from_nanos(now.0.get() - 1)
-        );
     }
 
     #[test]

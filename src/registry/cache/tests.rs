@@ -1,6 +1,7 @@
 //! Unit tests of the cache against a scripted registry stand-in.
 use std::sync::atomic::Ordering;
 
+use super::failures::backoff_delay;
 use super::*;
 use crate::registry::testing::{digest, reference, Answer, Scripted};
 
@@ -592,4 +593,72 @@ async fn a_flight_runs_as_its_leaders_tenant() {
     let image = reference("registry.example/team/app:1.0");
     let _ = crate::tenant::scope("team-b", cache.resolve(&image, &[])).await;
     assert_eq!(*lock(&inner.0), ["team-b"]);
+}
+
+fn verified(policy: u64) -> Arc<VerifiedDigest> {
+    Arc::new(VerifiedDigest {
+        policy,
+        signers: Arc::from(vec![(0, Arc::from("key sha256:abc"))]),
+    })
+}
+
+/// What the cache hands back beside the digest of `image` for `credentials`.
+async fn kept_of(
+    cache: &CachingResolver,
+    image: &Reference,
+    credentials: &[Credential],
+) -> (Digest, Option<u64>) {
+    let found = cache.resolve(image, credentials).await;
+    let found = found.unwrap_or_else(|e| panic!("{e}"));
+    (found.digest, found.verified.map(|v| v.policy))
+}
+
+/// A kept verification comes back with its digest, to the credentials that made it, until
+/// its time; it is never kept beside another digest; a re-resolution that finds the same
+/// digest keeps it, one that finds the tag moved drops it.
+#[tokio::test]
+async fn kept_beside_its_digest_for_its_credentials_until_its_time() {
+    let inner = Scripted::new(&[
+        Answer::Digest('a'),
+        Answer::Digest('a'),
+        Answer::Digest('b'),
+    ]);
+    let config = CacheConfig {
+        hit_ttl: Duration::from_millis(300),
+        refresh_ahead: false,
+        ..CacheConfig::default()
+    };
+    let cache = CachingResolver::new(inner.clone(), config, Arc::new(Metrics::new()));
+    let image = reference("registry.example/team/app:1.0");
+    let secret = Credential::basic("team-a", "s3cret");
+    let with_secret = std::slice::from_ref(&secret);
+    let later = Instant::now() + Duration::from_secs(60);
+
+    assert_eq!(kept_of(&cache, &image, &[]).await, (digest('a'), None));
+    cache.keep_verified(&image, &[], &digest('a'), verified(1), later);
+    assert_eq!(kept_of(&cache, &image, &[]).await, (digest('a'), Some(1)));
+    // Other candidates find the same entry (anonymous made it), not its verification.
+    assert_eq!(
+        kept_of(&cache, &image, with_secret).await,
+        (digest('a'), None)
+    );
+    // Never beside another digest than its own.
+    cache.keep_verified(&image, &[], &digest('b'), verified(2), later);
+    assert_eq!(kept_of(&cache, &image, &[]).await, (digest('a'), Some(1)));
+    // Up to its time only.
+    cache.keep_verified(&image, &[], &digest('a'), verified(3), Instant::now());
+    assert_eq!(kept_of(&cache, &image, &[]).await, (digest('a'), None));
+    cache.keep_verified(&image, &[], &digest('a'), verified(4), later);
+    assert_eq!(inner.calls(), 1);
+
+    // Past the entry's TTL the registry answers the same digest: still kept.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(kept_of(&cache, &image, &[]).await, (digest('a'), None));
+    assert_eq!(inner.calls(), 2);
+    assert_eq!(kept_of(&cache, &image, &[]).await, (digest('a'), Some(4)));
+    // Then the tag moved: the new digest has no verification.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(kept_of(&cache, &image, &[]).await, (digest('b'), None));
+    assert_eq!(kept_of(&cache, &image, &[]).await, (digest('b'), None));
+    assert_eq!(inner.calls(), 3);
 }

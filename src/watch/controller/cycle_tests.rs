@@ -58,6 +58,7 @@ impl Resolver for Tags {
                 moved_from: None,
                 age: Duration::ZERO,
                 origin: None,
+                verified: None,
             }),
             None => Err(RegistryError::NotFound {
                 repository: reference.repository(),

@@ -53,6 +53,7 @@ fn resolution(hex: char, source: ResolutionSource) -> Result<Resolution, Registr
         moved_from: None,
         age: Duration::ZERO,
         origin: None,
+        verified: None,
     })
 }
 
