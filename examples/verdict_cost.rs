@@ -72,7 +72,7 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("{digest}: {verdict:?}");
         }
     }
-    let held = verifier.entries().await;
+    let held = verifier.entries();
     let full_rss = rss_kib()?;
 
     // Warm: the last digest verified is held.

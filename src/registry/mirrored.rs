@@ -305,6 +305,9 @@ pub fn last_known_routed(resolver: &dyn Resolver, call: &RoutedCall) -> Option<R
     call.mirrors.iter().find_map(|mirror| {
         let mut resolution = resolver.last_known(&mirror.reference, &mirror.credentials)?;
         resolution.origin = Some(origin(mirror));
+        // What the mirror's own entry kept was verified under the entries covering the
+        // mirror's repository, not the source's.
+        resolution.verified = None;
         Some(resolution)
     })
 }
@@ -322,6 +325,8 @@ async fn at_mirrors(
         {
             Ok(mut resolution) => {
                 resolution.origin = Some(origin(mirror));
+                // (a verification kept by the mirror's entry is of the mirror's repository)
+                resolution.verified = None;
                 if resolution.source != ResolutionSource::Stale {
                     return Ok(resolution);
                 }

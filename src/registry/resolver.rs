@@ -23,7 +23,8 @@ pub struct Resolution {
     /// Set when the policy routed the tag through a mirror: which one answered.
     pub origin: Option<Origin>,
     /// The verification kept beside this digest for these credentials, still within its
-    /// verdicts' expiry ([`Resolver::keep_verified`]): a cache hit only.
+    /// verdicts' expiry ([`Resolver::keep_verified`]): only from a cache's entry of this very
+    /// tag (fresh or stale), never for a tag resolved at a mirror.
     pub verified: Option<Arc<VerifiedDigest>>,
 }
 

@@ -147,11 +147,13 @@ pub struct VerifiedSignatures {
 /// and one of them leads it on if its leader gives up (a review answered at its deadline).
 type Flight = Arc<tokio::sync::OnceCell<Result<Kept, Arc<RegistryError>>>>;
 
-/// An asker's place in a flight: when the last asker leaves, the flight leaves the map.
+/// An asker's place in a flight: the flight leaves the map once it has its answer (later askers
+/// start afresh), or when the last asker leaves it unanswered (every asker gave up).
 struct Waiting<'a> {
     flights: &'a Mutex<HashMap<Key, Flight>>,
     key: &'a Key,
-    flight: Flight,
+    /// Always `Some` until dropped, under the map's lock.
+    flight: Option<Flight>,
 }
 
 /// A verdict as the cache keeps it: with when it stops being kept.
@@ -221,7 +223,7 @@ impl VerifiedSignatures {
     }
 
     /// Verdicts held now (after pending evictions), for measurements.
-    pub async fn entries(&self) -> u64 {
+    pub fn entries(&self) -> u64 {
         self.verdicts.run_pending_tasks();
         self.verdicts.entry_count()
     }
@@ -232,14 +234,16 @@ impl VerifiedSignatures {
         lock(&self.flights).len()
     }
 
-    /// The flight for `key`: the one under way, or a new one.
-    fn join<'a>(&'a self, key: &'a Key) -> Waiting<'a> {
+    /// The flight for `key` (the one under way, or a new one) and this asker's place in it,
+    /// which must outlive the flight returned.
+    fn join<'a>(&'a self, key: &'a Key) -> (Waiting<'a>, Flight) {
         let flight = lock(&self.flights).entry(key.clone()).or_default().clone();
-        Waiting {
+        let waiting = Waiting {
             flights: &self.flights,
             key,
-            flight,
-        }
+            flight: Some(flight.clone()),
+        };
+        (waiting, flight)
     }
 
     async fn fetch_and_judge(
@@ -297,10 +301,10 @@ impl SignatureVerifier for VerifiedSignatures {
                 .signature_verification(kept.verdict.reason(), "cache");
             return Ok(kept.verdict);
         }
-        let waiting = self.join(&key);
+        // (`flight` is dropped before `waiting`, here or when this ask is given up)
+        let (waiting, flight) = self.join(&key);
         let mut fetched = false;
-        let answer = waiting
-            .flight
+        let answer = flight
             .get_or_init(|| async {
                 // (a flight that ended since the lookup above has left its verdict)
                 if let Some(kept) = self.verdicts.get(&key) {
@@ -315,12 +319,16 @@ impl SignatureVerifier for VerifiedSignatures {
                 if let Ok(kept) = &answer {
                     self.verdicts.insert(key.clone(), kept.clone());
                 }
+                // Answered: who asks from now on starts afresh (a verdict is held, an error
+                // is not).
+                waiting.answered();
                 answer
             })
             .await
             .clone()
             .map(|kept| kept.verdict)
             .map_err(RegistryError::Shared);
+        drop(flight);
         drop(waiting);
         let outcome = match &answer {
             Ok(verdict) => verdict.reason(),
@@ -362,16 +370,33 @@ impl SignatureVerifier for VerifiedSignatures {
 
 // === impl Waiting ===
 
+impl Waiting<'_> {
+    /// Takes the flight out of the map, if it is still there.
+    fn answered(&self) {
+        let mut flights = lock(self.flights);
+        let ours = |f: &Flight| self.flight.as_ref().is_some_and(|o| Arc::ptr_eq(f, o));
+        if flights.get(self.key).is_some_and(ours) {
+            flights.remove(self.key);
+        }
+    }
+}
+
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         let mut flights = lock(self.flights);
-        // Only the map's and this asker's hold it (askers join under this lock): nobody else
-        // waits on it.
-        let last = Arc::strong_count(&self.flight) <= 2;
-        if last
+        // This asker's hold goes under the lock that askers join under, so the count read
+        // after it is exact: one is the map's own, and nobody waits any more.
+        let Some(flight) = self.flight.take() else {
+            return;
+        };
+        let ours = flights
+            .get(self.key)
+            .is_some_and(|f| Arc::ptr_eq(f, &flight));
+        drop(flight);
+        if ours
             && flights
                 .get(self.key)
-                .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+                .is_some_and(|f| Arc::strong_count(f) == 1)
         {
             flights.remove(self.key);
         }
@@ -498,6 +523,38 @@ mod tests {
         let held = verifier.held(&image, &digest, &[], &trust).await;
         assert!(matches!(held, Some(Verdict::Verified { .. })), "{held:?}");
         assert_eq!(calls(&source), 1);
+    }
+
+    /// Many askers on many threads, leaving their flights at the same moment: none is left
+    /// behind (a flight left would answer its key's next ask with its old answer).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn no_flight_is_left_behind_by_askers_on_many_threads() {
+        let (verifier, _, (image, digest, trust)) = slow(0);
+        for round in 0..20 {
+            let (verifier, image, digest, trust) = (
+                verifier.clone(),
+                image.clone(),
+                digest.clone(),
+                trust.clone(),
+            );
+            let asks = (0..16).map(|_| {
+                let (verifier, image, digest, trust) = (
+                    verifier.clone(),
+                    image.clone(),
+                    digest.clone(),
+                    trust.clone(),
+                );
+                tokio::spawn(async move {
+                    // each round a digest of its own: every ask goes through a flight
+                    let digest: Digest = format!("sha256:{round:064x}").parse().unwrap_or(digest);
+                    verifier.verify(&image, &digest, &[], &trust).await
+                })
+            });
+            for answer in futures::future::join_all(asks).await {
+                assert!(answer.is_ok());
+            }
+            assert_eq!(verifier.flights(), 0, "round {round}");
+        }
     }
 
     /// A failed fetch is shared by the asks waiting on it and never held: the next ask fetches

@@ -30,7 +30,8 @@ impl Pinner {
     /// distinct (repository, digest, trust) once and all at once, within `deadline`, with the
     /// pod's pull credentials (read now unless the tags' resolution read them), and applies
     /// the verdicts. No verifier (a test's Pinner) verifies nothing: every covered digest is
-    /// then refused, never let through.
+    /// then refused, never let through (but for one whose cache entry kept a verification
+    /// under this policy, which a verifier made).
     pub(super) async fn verify_signatures(
         &self,
         policy: &CompiledPolicy,
@@ -44,8 +45,10 @@ impl Pinner {
             return plan;
         }
         let mut verdicts = Verdicts::new();
-        // Each check's credentials, in the checks' order (what a kept verification is for).
+        // Each check's credentials, in the checks' order (what its verdict is held for).
         let mut credentials_of = Vec::with_capacity(checks.distinct.len());
+        // The pod's pull credentials, once read (what a kept verification is for).
+        let mut pod_keyring = None;
         if let (false, Some(verifier)) = (checks.distinct.is_empty(), &self.signatures) {
             let keyring = match keyring {
                 Some(keyring) => keyring,
@@ -148,6 +151,7 @@ impl Pinner {
                     None => answered.next(),
                 })
                 .collect();
+            pod_keyring = Some(keyring);
         }
         if let (kept @ 1.., Some(verifier)) = (checks.kept_verdicts(), &self.signatures) {
             verifier.count_kept(kept);
@@ -155,16 +159,19 @@ impl Pinner {
         let plan = plan.with_signatures(&checks, &verdicts);
         // What the cache keeps is this replica's own: never from a dry run, nor through
         // another resolver than pinhook's.
-        if let (Some(verifier), false, None) = (&self.signatures, target.dry_run, target.resolver) {
-            self.keep_verified(
-                policy,
-                target,
-                &checks,
-                &plan,
-                &credentials_of,
-                verifier.as_ref(),
-            )
-            .await;
+        if let (Some(verifier), Some(keyring), false, None) = (
+            &self.signatures,
+            &pod_keyring,
+            target.dry_run,
+            target.resolver,
+        ) {
+            let held = Held {
+                checks: &checks,
+                credentials_of: &credentials_of,
+                verifier: verifier.as_ref(),
+            };
+            self.keep_verified(policy, target, &plan, keyring, &held)
+                .await;
         }
         plan
     }
@@ -178,12 +185,11 @@ impl Pinner {
         &self,
         policy: &CompiledPolicy,
         target: &Target<'_>,
-        checks: &SignatureChecks,
         plan: &Plan,
-        credentials_of: &[Vec<Credential>],
-        verifier: &dyn SignatureVerifier,
+        keyring: &Keyring,
+        held: &Held<'_>,
     ) {
-        let keep = checks.to_keep(plan);
+        let keep = held.checks.to_keep(plan);
         if keep.is_empty() || target.view.owner_revision().is_some() {
             return;
         }
@@ -193,39 +199,44 @@ impl Pinner {
             else {
                 continue;
             };
-            let until = held_until(checks, &made_of, credentials_of, verifier).await;
-            let credentials = made_of.first().and_then(|&at| credentials_of.get(at));
-            let (Some(until), Some(credentials)) = (until, credentials) else {
+            let Some(until) = held.until(&made_of).await else {
                 continue;
             };
+            // (the credentials the tag's own lookup uses)
+            let credentials = keyring.lookup(image);
             let verified = Arc::new(VerifiedDigest {
                 policy: policy.generation(),
                 signers: signers.clone(),
             });
             self.resolver
-                .keep_verified(image, credentials, digest, verified, until);
+                .keep_verified(image, &credentials, digest, verified, until);
         }
     }
 }
 
-/// The earliest expiry of the `verified` verdicts of the checks `made_of`, if each is still
-/// held.
-async fn held_until(
-    checks: &SignatureChecks,
-    made_of: &[usize],
-    credentials_of: &[Vec<Credential>],
-    verifier: &dyn SignatureVerifier,
-) -> Option<std::time::Instant> {
-    let mut until: Option<std::time::Instant> = None;
-    for &at in made_of {
-        let check = checks.distinct.get(at)?;
-        let credentials = credentials_of.get(at)?;
-        let held = verifier
-            .verified_until(&check.image, &check.key.digest, credentials, &check.trust)
-            .await?;
-        until = Some(until.map_or(held, |until| until.min(held)));
+/// The verdicts an admission's checks got: what a kept verification is made of.
+struct Held<'a> {
+    checks: &'a SignatureChecks,
+    /// Each check's credentials, in the checks' order.
+    credentials_of: &'a [Vec<Credential>],
+    verifier: &'a dyn SignatureVerifier,
+}
+
+impl Held<'_> {
+    /// The earliest expiry of the `verified` verdicts of the checks `made_of`, if each is
+    /// still held.
+    async fn until(&self, made_of: &[usize]) -> Option<std::time::Instant> {
+        let mut until: Option<std::time::Instant> = None;
+        for &at in made_of {
+            let check = self.checks.distinct.get(at)?;
+            let credentials = self.credentials_of.get(at)?;
+            let held = (self.verifier)
+                .verified_until(&check.image, &check.key.digest, credentials, &check.trust)
+                .await?;
+            until = Some(until.map_or(held, |until| until.min(held)));
+        }
+        until
     }
-    until
 }
 
 #[cfg(test)]
@@ -337,6 +348,7 @@ mod tests {
             Arc::new(crate::metrics::Metrics::new()),
         ));
         let verifier = Arc::new(Counting::default());
+        let elsewhere = cache.read_only();
         let pinner = Pinner::new(PinnerParts {
             policy: policy.clone(),
             dry_run_resolver: Arc::new(cache.read_only()),
@@ -347,9 +359,11 @@ mod tests {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "image": "registry.example/team/app:1.0"}]}});
         let asked = || verifier.asked.load(std::sync::atomic::Ordering::SeqCst);
-        let admit = |dry_run: bool| {
+        // a dry run, or through another resolver than pinhook's
+        let admit_with = |dry_run: bool, through_another: bool| {
             let target = Target {
                 dry_run,
+                resolver: through_another.then_some(&elsewhere as &dyn crate::registry::Resolver),
                 ..created_pod(&pod)
             };
             let pinner = &pinner;
@@ -362,23 +376,35 @@ mod tests {
                 Ok::<_, Box<dyn std::error::Error>>(())
             }
         };
+        let admit = |dry_run: bool| admit_with(dry_run, false);
         admit(true).await?;
         assert_eq!(asked(), 1);
-        admit(true).await?;
-        assert_eq!(asked(), 2, "a dry run keeps nothing");
         admit(false).await?;
-        assert_eq!(asked(), 3);
+        assert_eq!(asked(), 2);
         for _ in 0..3 {
             admit(false).await?;
         }
-        assert_eq!(asked(), 3, "the kept verification answered");
-        policy.replace(Policy::parse(&text(&serde_json::to_string(
-            &key_pair().1,
-        )?))?);
+        assert_eq!(asked(), 2, "the kept verification answered");
+        let rotate = || -> Result<(), Box<dyn std::error::Error>> {
+            let pem = serde_json::to_string(&key_pair().1)?;
+            policy.replace(Policy::parse(&text(&pem))?);
+            Ok(())
+        };
+        rotate()?;
         admit(false).await?;
-        assert_eq!(asked(), 4, "a new policy verifies anew");
+        assert_eq!(asked(), 3, "a new policy verifies anew");
         admit(false).await?;
-        assert_eq!(asked(), 4);
+        assert_eq!(asked(), 3);
+        // Under a new policy again, neither a dry run nor an admission through another
+        // resolver keeps what it verified: the next admission asks.
+        rotate()?;
+        admit(true).await?;
+        admit_with(false, true).await?;
+        assert_eq!(asked(), 5);
+        admit(false).await?;
+        assert_eq!(asked(), 6, "nothing was kept");
+        admit(false).await?;
+        assert_eq!(asked(), 6);
 
         // The Pods of an owner revision are answered by its memo: nothing is kept for them.
         let until_asked = || {
@@ -397,7 +423,7 @@ mod tests {
                 .plan(&created_pod(&owned), Duration::from_secs(5))
                 .await?;
             assert_eq!(plan.outcomes[0].action, Action::Pinned);
-            assert_eq!(asked(), 4 + round, "asked at each Pod, as before");
+            assert_eq!(asked(), 6 + round, "asked at each Pod, as before");
         }
         assert_eq!(until_asked(), kept_before, "nothing kept");
         Ok(())

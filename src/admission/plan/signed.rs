@@ -65,8 +65,11 @@ pub struct SignatureChecks {
     /// Outcomes whose digest's verification the resolution cache kept under this policy:
     /// (outcome index, who signed for each entry). Nothing to verify for them.
     kept: Vec<(usize, Signers)>,
-    /// The verdicts those kept verifications stand for, each image's once.
+    /// The verdicts those kept verifications stand for: one per entry of each, each counted
+    /// once; at least the distinct checks they spare (two tags of one digest count twice).
     kept_verdicts: usize,
+    /// The [`CompiledPolicy::generation`] these are the checks of.
+    generation: u64,
 }
 
 /// The entries covering one image: (entry index, check index) each.
@@ -83,7 +86,7 @@ pub type Verdicts = Vec<Result<Verdict, RegistryError>>;
 pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
     let checks = checks_taking_kept(policy, plan, true);
     let limit = policy.policy.limits.max_images_per_object;
-    match checks.distinct.len() + checks.kept_verdicts_at_most() > limit {
+    match checks.distinct.len() + checks.kept_verdicts > limit {
         true => checks_taking_kept(policy, plan, false),
         false => checks,
     }
@@ -91,12 +94,15 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
 
 /// [`checks`], taking kept verifications as verified or not.
 fn checks_taking_kept(policy: &CompiledPolicy, plan: &Plan, take_kept: bool) -> SignatureChecks {
-    let mut checks = SignatureChecks::default();
+    let mut checks = SignatureChecks {
+        generation: policy.generation(),
+        ..SignatureChecks::default()
+    };
     if policy.verify.is_empty() {
         return checks;
     }
-    // (the last kept verification counted: sites of one image share their resolution's)
-    let mut counted: Option<&Arc<VerifiedDigest>> = None;
+    // The kept verifications counted, each once (sites of one tag share their resolution's).
+    let mut counted: FewOrMany<*const VerifiedDigest, ()> = FewOrMany::default();
     // The checks' keys, hashed once there are more than a few (scanned while few).
     let mut index: Option<HashMap<CheckKey, usize>> = None;
     // Sites of one image (a Deployment's containers and init containers alike) are parsed and
@@ -111,8 +117,8 @@ fn checks_taking_kept(policy: &CompiledPolicy, plan: &Plan, take_kept: bool) -> 
             continue;
         }
         if let Some(kept) = take_kept.then(|| kept(policy, outcome)).flatten() {
-            if !counted.is_some_and(|last| Arc::ptr_eq(last, kept)) {
-                counted = Some(kept);
+            if counted.get(&Arc::as_ptr(kept)).is_none() {
+                counted.insert(Arc::as_ptr(kept), ());
                 checks.kept_verdicts += kept.signers.len();
             }
             checks.kept.push((i, kept.signers.clone()));
@@ -253,10 +259,13 @@ fn unpinned_but_covered(policy: &CompiledPolicy, outcome: &ImageOutcome) -> Opti
     entry
 }
 
-/// The verification kept beside the digest an outcome pinned, when this policy made it.
+/// The verification kept beside the digest an outcome pinned, when this policy made it and the
+/// tag was resolved at its own registry (a mirror's entry keeps what the entries covering the
+/// mirror's repository said, never the source's).
 fn kept<'a>(policy: &CompiledPolicy, outcome: &'a ImageOutcome) -> Option<&'a Arc<VerifiedDigest>> {
     let kept = outcome.verified.as_ref()?;
-    (kept.policy == policy.generation() && outcome.digest.is_some()).then_some(kept)
+    let own = outcome.origin.is_none() && outcome.digest.is_some();
+    (kept.policy == policy.generation() && own).then_some(kept)
 }
 
 /// Whether an outcome admits an image new in this request: pinned, left as it is, or let in
@@ -299,16 +308,12 @@ impl SignatureChecks {
         self.kept_verdicts
     }
 
-    /// At most as many distinct checks as the kept verifications would have needed.
-    fn kept_verdicts_at_most(&self) -> usize {
-        self.kept.iter().map(|(_, signers)| signers.len()).sum()
-    }
-
     /// The verifications worth keeping beside their digests in the resolution cache, once `plan`
     /// has their verdicts: each image pinned from a fresh resolution (not one routed through a
-    /// mirror, not one a kept verification answered) that every entry covering it verified,
-    /// with the checks its verification is made of (indexes into
-    /// [`SignatureChecks::distinct`]); sites of one image once.
+    /// mirror, not one whose entry already keeps a verification under this policy, as when
+    /// the limit made every digest be checked) that every entry covering it verified, with the
+    /// checks its verification is made of (indexes into [`SignatureChecks::distinct`]); sites
+    /// of one image once.
     pub fn to_keep<'a>(&'a self, plan: &'a Plan) -> Vec<(&'a ImageOutcome, Vec<usize>)> {
         if self.too_many.is_some() {
             return Vec::new();
@@ -328,8 +333,11 @@ impl SignatureChecks {
                 Some(ResolutionSource::Registry | ResolutionSource::Cache)
             );
             let verified = matches!(outcome.signature, Some(SignatureNote::Verified(_)));
+            let kept_already =
+                (outcome.verified.as_ref()).is_some_and(|v| v.policy == self.generation);
             if fresh
                 && verified
+                && !kept_already
                 && outcome.origin.is_none()
                 && outcome.parsed.is_some()
                 && outcome.digest.is_some()
@@ -501,8 +509,8 @@ mod tests {
         mutated_kept(policy, mode, value, answer, None)
     }
 
-    /// [`mutated`], each resolution handing back `kept` as the verification its cache entry
-    /// kept.
+    /// [`mutated`], each resolution handing back a copy of `kept` as the verification its cache
+    /// entry kept.
     fn mutated_kept(
         policy: &CompiledPolicy,
         mode: Mode,
@@ -522,7 +530,8 @@ mod tests {
                     moved_from: None,
                     age: Duration::ZERO,
                     origin: None,
-                    verified: kept.clone(),
+                    // (each tag's entry keeps its own)
+                    verified: kept.as_deref().cloned().map(Arc::new),
                 };
                 (r.tag_reference(), Ok(resolution))
             })
@@ -799,6 +808,22 @@ mod tests {
             assert_eq!(note.as_deref(), Some("verify[0]: signed by key held"));
         }
         assert!(needed.to_keep(&plan).is_empty());
+    }
+
+    /// A tag resolved at a mirror is checked whatever verification comes with it: a mirror's
+    /// entry keeps what the entries covering the mirror's repository said.
+    #[test]
+    fn a_verification_that_comes_with_a_mirrors_digest_is_not_taken() {
+        let policy = policy("enforce", &["registry.example/team/*"]);
+        let value = pod(TAG);
+        let mut plan = mutated_kept(&policy, Mode::Enforce, &value, 'd', Some(kept_by(&policy)));
+        plan.outcomes[0].origin = Some(crate::registry::Origin {
+            mirror: "mirror.example/team".to_string(),
+            source_check: crate::registry::SourceCheck::NotAsked,
+        });
+        let needed = checks(&policy, &plan);
+        assert_eq!(needed.distinct.len(), 1, "checked");
+        assert_eq!(needed.kept_verdicts(), 0);
     }
 
     /// A verification kept under another policy (a key rotated, an entry changed) is no

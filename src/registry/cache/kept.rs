@@ -9,7 +9,10 @@
 //!   included) that verified it, and only until the earliest expiry of the verdicts it was
 //!   made of. An entry keeps one per set of candidates, at most [`KEPT_PER_ENTRY`] (the oldest
 //!   goes first), so namespaces whose credentials differ but find the same entry do not
-//!   replace each other's at every admission.
+//!   replace each other's at every admission. (Past that many sets, they take turns: an
+//!   admission whose set was pushed out asks the verdict cache, as before, and keeps its own
+//!   again. It takes namespaces whose different pull secrets for one registry all fail where
+//!   anonymous pulls succeed: an entry is keyed by the credential that succeeded.)
 //! - They stay with their digest (the cache's part, [`super::CachingResolver`]): a refresh
 //!   that finds the same digest keeps them; one that finds another (the tag moved) drops them,
 //!   and one is kept only while the entry is still of the digest verified (checked and
