@@ -189,7 +189,7 @@ impl Pinner {
         keyring: &Keyring,
         held: &Held<'_>,
     ) {
-        let keep = held.checks.to_keep(plan);
+        let keep = held.checks.to_keep(policy, plan);
         if keep.is_empty() || target.view.owner_revision().is_some() {
             return;
         }

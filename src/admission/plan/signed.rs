@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::policy::{verify, CompiledPolicy, Mode};
 use crate::reference::{Digest, Reference};
-use crate::registry::{RegistryError, ResolutionSource, Signers, VerifiedDigest};
+use crate::registry::{RegistryError, ResolutionSource, VerifiedDigest};
 use crate::signatures::{Trust, Verdict};
 
 use super::outcome::{short, Action, ImageOutcome, Plan, Reason, SignatureNote};
@@ -62,14 +62,12 @@ pub struct SignatureChecks {
     /// More distinct verifications than `limits.maxImagesPerObject`: none is made, every
     /// covered image is refused naming the limit.
     too_many: Option<String>,
-    /// Outcomes whose digest's verification the resolution cache kept under this policy:
-    /// (outcome index, who signed for each entry). Nothing to verify for them.
-    kept: Vec<(usize, Signers)>,
+    /// Outcomes whose digest's verification the resolution cache kept under this policy
+    /// ([`ImageOutcome::verified`]): nothing to verify for them.
+    kept: Vec<usize>,
     /// The verdicts those kept verifications stand for: one per entry of each, each counted
     /// once; at least the distinct checks they spare (two tags of one digest count twice).
     kept_verdicts: usize,
-    /// The [`CompiledPolicy::generation`] these are the checks of.
-    generation: u64,
 }
 
 /// The entries covering one image: (entry index, check index) each.
@@ -94,10 +92,7 @@ pub fn checks(policy: &CompiledPolicy, plan: &Plan) -> SignatureChecks {
 
 /// [`checks`], taking kept verifications as verified or not.
 fn checks_taking_kept(policy: &CompiledPolicy, plan: &Plan, take_kept: bool) -> SignatureChecks {
-    let mut checks = SignatureChecks {
-        generation: policy.generation(),
-        ..SignatureChecks::default()
-    };
+    let mut checks = SignatureChecks::default();
     if policy.verify.is_empty() {
         return checks;
     }
@@ -121,7 +116,7 @@ fn checks_taking_kept(policy: &CompiledPolicy, plan: &Plan, take_kept: bool) -> 
                 counted.insert(Arc::as_ptr(kept), ());
                 checks.kept_verdicts += kept.signers.len();
             }
-            checks.kept.push((i, kept.signers.clone()));
+            checks.kept.push(i);
             continue;
         }
         let site = (outcome.site.image.as_str(), outcome.digest.as_ref());
@@ -314,7 +309,11 @@ impl SignatureChecks {
     /// the limit made every digest be checked) that every entry covering it verified, with the
     /// checks its verification is made of (indexes into [`SignatureChecks::distinct`]); sites
     /// of one image once.
-    pub fn to_keep<'a>(&'a self, plan: &'a Plan) -> Vec<(&'a ImageOutcome, Vec<usize>)> {
+    pub fn to_keep<'a>(
+        &'a self,
+        policy: &CompiledPolicy,
+        plan: &'a Plan,
+    ) -> Vec<(&'a ImageOutcome, Vec<usize>)> {
         if self.too_many.is_some() {
             return Vec::new();
         }
@@ -333,8 +332,7 @@ impl SignatureChecks {
                 Some(ResolutionSource::Registry | ResolutionSource::Cache)
             );
             let verified = matches!(outcome.signature, Some(SignatureNote::Verified(_)));
-            let kept_already =
-                (outcome.verified.as_ref()).is_some_and(|v| v.policy == self.generation);
+            let kept_already = kept(policy, outcome).is_some();
             if fresh
                 && verified
                 && !kept_already
@@ -361,9 +359,10 @@ impl Plan {
             Mode::Audit => Action::Violation,
             Mode::Off => return self,
         };
-        for (i, signers) in &checks.kept {
-            if let Some(outcome) = self.outcomes.get_mut(*i) {
-                outcome.signature = Some(SignatureNote::Verified(signers.clone()));
+        for &i in &checks.kept {
+            if let Some(outcome) = self.outcomes.get_mut(i) {
+                let signers = outcome.verified.as_ref().map(|kept| kept.signers.clone());
+                outcome.signature = signers.map(SignatureNote::Verified);
             }
         }
         for &(i, entry) in &checks.unpinned {
@@ -807,7 +806,7 @@ mod tests {
             let note = outcome.signature.as_ref().map(ToString::to_string);
             assert_eq!(note.as_deref(), Some("verify[0]: signed by key held"));
         }
-        assert!(needed.to_keep(&plan).is_empty());
+        assert!(needed.to_keep(&policy, &plan).is_empty());
     }
 
     /// A tag resolved at a mirror is checked whatever verification comes with it: a mirror's
@@ -842,9 +841,12 @@ mod tests {
             .clone()
             .with_signatures(&needed, &answer_all(&needed, Ok(Verdict::OtherKey)));
         assert_eq!(refused.outcomes[0].action, Action::Denied);
-        assert!(needed.to_keep(&refused).is_empty(), "only what verified");
+        assert!(
+            needed.to_keep(&policy, &refused).is_empty(),
+            "only what verified"
+        );
         let plan = plan.with_signatures(&needed, &answer_all(&needed, verified()));
-        let keep = needed.to_keep(&plan);
+        let keep = needed.to_keep(&policy, &plan);
         assert_eq!(keep.len(), 1);
         assert_eq!(keep[0].1, [0]);
     }
@@ -860,7 +862,7 @@ mod tests {
             edit(&mut plan.outcomes[0]);
             let needed = checks(&policy, &plan);
             let plan = plan.with_signatures(&needed, &answer_all(&needed, verified()));
-            needed.to_keep(&plan).len()
+            needed.to_keep(&policy, &plan).len()
         };
         assert_eq!(keep(&|_| {}), 1);
         assert_eq!(keep(&|o| o.source = Some(ResolutionSource::Cache)), 1);
@@ -878,7 +880,7 @@ mod tests {
         let plan = mutated(&policy, Mode::Enforce, &by_hand, 'd');
         let needed = checks(&policy, &plan);
         let plan = plan.with_signatures(&needed, &answer_all(&needed, verified()));
-        assert!(needed.to_keep(&plan).is_empty());
+        assert!(needed.to_keep(&policy, &plan).is_empty());
     }
 
     /// Kept verifications count toward `limits.maxImagesPerObject` as the checks they stand
