@@ -3,8 +3,10 @@
 //! cluster verifies keyless signatures with no outside call: the certificate authorities
 //! (Fulcio) whose chains issue signing certificates, and the transparency logs (Rekor) whose
 //! keys sign entry timestamps, and the certificate transparency logs whose SCTs say a signing
-//! certificate was published, each with the period it is trusted for. Timestamp authorities are
-//! read past: pinhook checks no RFC 3161 timestamp (docs/signatures.md says so).
+//! certificate was published, and the timestamp authorities whose RFC 3161 timestamps say when
+//! a signature was made (a Rekor v2 entry carries no time of its own), each with the period it
+//! is trusted for. A log is found by its ID: the SHA-256 of its key (SubjectPublicKeyInfo), or
+//! for an Ed25519 log (Rekor v2) its C2SP signed-note key hash, which names the log's origin.
 //!
 //! Owns: the file's reading, bounds and errors, and the root's fingerprint. Never: verifies a
 //! certificate, an SCT or an entry (`keyless`, `sct` and `tlog` do).
@@ -29,15 +31,30 @@ pub struct TrustedRoot {
     /// Certificate transparency logs (`ctlogs`), which may be none.
     pub(crate) ct_logs: Vec<Log>,
     pub(crate) authorities: Vec<Authority>,
+    /// Timestamp authorities (`timestampAuthorities`), which may be none.
+    pub(crate) timestamp_authorities: Vec<TimestampAuthority>,
     fingerprint: String,
 }
 
-/// A transparency log (or a certificate transparency log): its ID (`sha256` of its key, hex, as
-/// a bundle's `logID` and an SCT name it), key and period.
+/// A transparency log (or a certificate transparency log): its ID (hex, as a bundle's `logID`
+/// and an SCT name it), key, period, and the origin its checkpoints name (the host of its
+/// `baseUrl`; empty when the file gives none).
 #[derive(Debug, Clone)]
 pub(crate) struct Log {
     pub id: String,
     pub key: CosignVerificationKey,
+    pub valid: Validity,
+    pub origin: String,
+    /// The key's SubjectPublicKeyInfo, DER.
+    pub der: Vec<u8>,
+}
+
+/// A timestamp authority: its chain (DER, the authority's signing certificate first and its
+/// root last; the file may give none, and then it vouches for nothing) and the period its
+/// timestamps are trusted for.
+#[derive(Debug, Clone)]
+pub(crate) struct TimestampAuthority {
+    pub chain: Vec<Vec<u8>>,
     pub valid: Validity,
 }
 
@@ -85,11 +102,15 @@ struct RootFile {
     ctlogs: Vec<TlogFile>,
     #[serde(default)]
     certificate_authorities: Vec<AuthorityFile>,
+    #[serde(default)]
+    timestamp_authorities: Vec<AuthorityFile>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TlogFile {
+    #[serde(default)]
+    base_url: String,
     public_key: PublicKeyFile,
     log_id: LogIdFile,
 }
@@ -172,37 +193,35 @@ impl TrustedRoot {
                 format!("must name at most {MAX_ENTRIES} certificate transparency logs"),
             ));
         }
+        if file.timestamp_authorities.len() > MAX_ENTRIES {
+            return Err(invalid(
+                "timestampAuthorities",
+                format!("must name at most {MAX_ENTRIES} timestamp authorities"),
+            ));
+        }
         let logs = read_logs(&file.tlogs, "tlogs")?;
         let ct_logs = read_logs(&file.ctlogs, "ctlogs")?;
         let mut authorities = Vec::with_capacity(file.certificate_authorities.len());
         for (i, authority) in file.certificate_authorities.iter().enumerate() {
             let field = format!("certificateAuthorities[{i}]");
-            let chain = &authority.cert_chain.certificates;
-            if chain.is_empty() || chain.len() > MAX_CHAIN {
-                return Err(invalid(
-                    &format!("{field}.certChain.certificates"),
-                    format!("must hold 1 to {MAX_CHAIN} certificates"),
-                ));
-            }
-            let mut certificates = Vec::with_capacity(chain.len());
-            for (j, certificate) in chain.iter().enumerate() {
-                let at = format!("{field}.certChain.certificates[{j}].rawBytes");
-                let der = decode(&certificate.raw_bytes, &at)?;
-                x509_parser::parse_x509_certificate(&der)
-                    .map_err(|_| invalid(&at, "is not a DER certificate".to_string()))?;
-                certificates.push(der);
-            }
+            let (mut certificates, valid) = read_chain(authority, &field, 1)?;
             let root = certificates.pop().unwrap_or_default();
             authorities.push(Authority {
                 root,
                 intermediates: certificates,
-                valid: period(authority.valid_for.as_ref(), &format!("{field}.validFor"))?,
+                valid,
             });
+        }
+        let mut timestamp_authorities = Vec::with_capacity(file.timestamp_authorities.len());
+        for (i, authority) in file.timestamp_authorities.iter().enumerate() {
+            let (chain, valid) = read_chain(authority, &format!("timestampAuthorities[{i}]"), 0)?;
+            timestamp_authorities.push(TimestampAuthority { chain, valid });
         }
         Ok(TrustedRoot {
             logs,
             ct_logs,
             authorities,
+            timestamp_authorities,
             fingerprint: format!("sha256:{:x}", Sha256::digest(text)),
         })
     }
@@ -239,6 +258,64 @@ impl TrustedRoot {
     }
 }
 
+/// An authority's chain (DER, as the file orders it: at least `least` certificates, each one
+/// parsed) and its period.
+fn read_chain(
+    authority: &AuthorityFile,
+    field: &str,
+    least: usize,
+) -> Result<(Vec<Vec<u8>>, Validity), TrustedRootError> {
+    let chain = &authority.cert_chain.certificates;
+    if chain.len() < least || chain.len() > MAX_CHAIN {
+        return Err(invalid(
+            &format!("{field}.certChain.certificates"),
+            format!("must hold {least} to {MAX_CHAIN} certificates"),
+        ));
+    }
+    let mut certificates = Vec::with_capacity(chain.len());
+    for (j, certificate) in chain.iter().enumerate() {
+        let at = format!("{field}.certChain.certificates[{j}].rawBytes");
+        let der = decode(&certificate.raw_bytes, &at)?;
+        x509_parser::parse_x509_certificate(&der)
+            .map_err(|_| invalid(&at, "is not a DER certificate".to_string()))?;
+        certificates.push(der);
+    }
+    let valid = period(authority.valid_for.as_ref(), &format!("{field}.validFor"))?;
+    Ok((certificates, valid))
+}
+
+/// The origin a log's checkpoints name: its `baseUrl` without the scheme and any trailing `/`.
+fn origin(base_url: &str) -> &str {
+    let origin = base_url
+        .strip_prefix("https://")
+        .or_else(|| base_url.strip_prefix("http://"))
+        .unwrap_or(base_url);
+    origin.trim_end_matches('/')
+}
+
+/// The IDs a log with key `der` (SubjectPublicKeyInfo) and `origin` may go by: the SHA-256 of
+/// its key, and for an Ed25519 key the C2SP signed-note key hash (SHA-256 of the origin, a
+/// newline, the signature type 0x01 and the raw key), as Rekor v2 logs are named.
+fn log_ids(der: &[u8], origin: &str) -> [Option<[u8; 32]>; 2] {
+    let spki: [u8; 32] = Sha256::digest(der).into();
+    let ed25519 = ed25519_raw(der).map(|raw| {
+        let mut hash = Sha256::new();
+        hash.update(origin.as_bytes());
+        hash.update([b'\n', 0x01]);
+        hash.update(raw);
+        hash.finalize().into()
+    });
+    [Some(spki), ed25519]
+}
+
+/// The raw 32-byte key of an Ed25519 SubjectPublicKeyInfo (OID 1.3.101.112).
+pub(crate) fn ed25519_raw(der: &[u8]) -> Option<&[u8]> {
+    const PREFIX: [u8; 12] = [
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    der.strip_prefix(&PREFIX).filter(|raw| raw.len() == 32)
+}
+
 /// The logs of `files` (the root's `field`), each key parsed and its ID checked against it.
 fn read_logs(files: &[TlogFile], field: &str) -> Result<Vec<Log>, TrustedRootError> {
     let mut logs = Vec::with_capacity(files.len());
@@ -251,10 +328,17 @@ fn read_logs(files: &[TlogFile], field: &str) -> Result<Vec<Log>, TrustedRootErr
         let key = CosignVerificationKey::try_from_der(&der)
             .map_err(|e| invalid(&format!("{field}.publicKey.rawBytes"), e.to_string()))?;
         let key_id = decode(&log.log_id.key_id, &format!("{field}.logId.keyId"))?;
-        if key_id.as_slice() != Sha256::digest(&der).as_slice() {
+        let origin = origin(&log.base_url);
+        if !log_ids(&der, origin)
+            .iter()
+            .flatten()
+            .any(|id| id.as_slice() == key_id.as_slice())
+        {
             return Err(invalid(
                 &format!("{field}.logId.keyId"),
-                "is not the SHA-256 of the log's key".to_string(),
+                "is not the SHA-256 of the log's key (nor, for an Ed25519 key, its signed-note \
+                 key hash under the origin of baseUrl)"
+                    .to_string(),
             ));
         }
         logs.push(Log {
@@ -264,6 +348,8 @@ fn read_logs(files: &[TlogFile], field: &str) -> Result<Vec<Log>, TrustedRootErr
                 log.public_key.valid_for.as_ref(),
                 &format!("{field}.publicKey.validFor"),
             )?,
+            origin: origin.to_string(),
+            der,
         });
     }
     Ok(logs)
