@@ -19,6 +19,7 @@ pub mod keyless;
 pub mod layer;
 pub mod sct;
 pub mod simple_signing;
+pub(crate) mod timestamp;
 pub mod tlog;
 pub mod trust;
 pub mod trusted_root;
