@@ -132,6 +132,9 @@ struct Token {
     signer: SignerInfo,
     /// The DER of the signed attributes as a SET, which the signer's key signed.
     signed_attributes: Vec<u8>,
+    /// The ESS signingCertificateV2 attribute's first hash of the signing certificate, and its
+    /// algorithm.
+    signing_certificate: Option<(AlgorithmIdentifierOwned, Vec<u8>)>,
 }
 
 /// How far an authority got before it failed: the reason of the one that got furthest is the
@@ -244,6 +247,21 @@ impl Token {
                 "its timestamp token's signed message digest is not its TSTInfo's",
             ));
         }
+        // RFC 5035: the signing certificate's hash, if given, names the authority's.
+        let signing_certificate = attribute(attributes, SIGNING_CERTIFICATE_V2)?
+            .map(|value| {
+                let id = value
+                    .decode_as::<SigningCertificateV2>()
+                    .ok()
+                    .and_then(|s| s.certs.into_iter().next())
+                    .ok_or("its timestamp token's signing certificate attribute is malformed")?;
+                let algorithm = id.hash_algorithm.unwrap_or(AlgorithmIdentifierOwned {
+                    oid: SHA256,
+                    parameters: None,
+                });
+                Ok::<_, &str>((algorithm, id.cert_hash.into_bytes().into_vec()))
+            })
+            .transpose()?;
         // RFC 5652 §5.4: the signature is over the DER of the attributes as a SET (tag 0x31),
         // not as the [0] IMPLICIT field they are carried in.
         let signed_attributes = attributes
@@ -253,59 +271,38 @@ impl Token {
             time,
             signer,
             signed_attributes,
+            signing_certificate,
         })
     }
 
     /// Whether `authority` signed this token, its chain holding at the token's time, and trusts
     /// that time.
     fn signed_by(&self, authority: &TimestampAuthority) -> Result<(), Failure> {
+        let fail = |rank, why| (rank, Cow::Borrowed(why));
         // An authority with no certificate vouches for nothing, whatever its period.
         let Some(leaf_der) = authority.chain.first() else {
-            return Err((
+            return Err(fail(
                 0,
-                Cow::Borrowed("a timestamp authority of the trusted root has no certificate"),
+                "a timestamp authority of the trusted root has no certificate",
             ));
         };
         let leaf = Certificate::from_der(leaf_der).map_err(|_| {
-            (
+            fail(
                 1,
-                Cow::Borrowed(
-                    "a timestamp authority's certificate in the trusted root is malformed",
-                ),
+                "a timestamp authority's certificate in the trusted root is malformed",
             )
         })?;
         if !names(&self.signer.sid, &leaf) {
-            return Err((
+            return Err(fail(
                 2,
-                Cow::Borrowed(
-                    "its timestamp was not signed by a timestamp authority of the trusted root",
-                ),
+                "its timestamp was not signed by a timestamp authority of the trusted root",
             ));
         }
-        let attributes = self.signer.signed_attrs.as_ref();
-        if let Some(signing_certificate) = attributes
-            .map(|a| attribute(a, SIGNING_CERTIFICATE_V2))
-            .transpose()
-            .map_err(|e| (3, e))?
-            .flatten()
-        {
-            let named = signing_certificate
-                .decode_as::<SigningCertificateV2>()
-                .ok()
-                .and_then(|s| s.certs.into_iter().next())
-                .and_then(|id| {
-                    let algorithm = id.hash_algorithm.unwrap_or(AlgorithmIdentifierOwned {
-                        oid: SHA256,
-                        parameters: None,
-                    });
-                    Some(hash(&algorithm, leaf_der)? == id.cert_hash.as_bytes())
-                });
-            if named != Some(true) {
-                return Err((
+        if let Some((algorithm, certificate_hash)) = &self.signing_certificate {
+            if hash(algorithm, leaf_der).as_deref() != Some(certificate_hash.as_slice()) {
+                return Err(fail(
                     3,
-                    Cow::Borrowed(
-                        "its timestamp names another signing certificate than its authority's",
-                    ),
+                    "its timestamp names another signing certificate than its authority's",
                 ));
             }
         }
@@ -313,9 +310,9 @@ impl Token {
         usage(&leaf).map_err(|e| (5, e))?;
         chained(&authority.chain, &leaf, self.time).map_err(|e| (5, e))?;
         if !authority.valid.contains(self.time) {
-            return Err((
+            return Err(fail(
                 6,
-                Cow::Borrowed("its timestamp's time is outside the period the trusted root trusts its timestamp authority for"),
+                "its timestamp's time is outside the period the trusted root trusts its timestamp authority for",
             ));
         }
         Ok(())
@@ -474,12 +471,9 @@ fn generalized_time(time: &Any) -> Option<i64> {
         return None;
     }
     let text = std::str::from_utf8(time.value()).ok()?.strip_suffix('Z')?;
-    let whole = match text.split_once('.') {
-        Some((whole, fraction)) if !fraction.is_empty() => whole,
-        Some(_) => return None,
-        None => text,
-    };
-    if whole.len() != 14 || !text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, "0"));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if whole.len() != 14 || !digits(whole) || !digits(fraction) {
         return None;
     }
     let field = |from: usize, to: usize| whole.get(from..to)?.parse::<u16>().ok();
@@ -536,6 +530,10 @@ pub(crate) mod test_tsa {
         pub digest_of: Option<Vec<u8>>,
         /// A second SignerInfo.
         pub two_signers: bool,
+        /// The bytes the signingCertificateV2 hash is of, instead of the signing certificate.
+        pub certificate_hash_of: Option<Vec<u8>>,
+        /// The signer named by its subject key identifier, not its issuer and serial number.
+        pub by_key_identifier: bool,
     }
 
     impl TestTsa {
@@ -563,6 +561,11 @@ pub(crate) mod test_tsa {
             let mut usage = CustomExtension::from_oid_content(&[2, 5, 29, 37], usage);
             usage.set_criticality(critical);
             leaf.custom_extensions.push(usage);
+            let key_id = Sha256::digest(key.public_key_raw());
+            let key_id = SubjectKeyIdentifier(OctetString::new(&key_id[..20]).unwrap());
+            let key_id =
+                CustomExtension::from_oid_content(&[2, 5, 29, 14], key_id.to_der().unwrap());
+            leaf.custom_extensions.push(key_id);
             let leaf = leaf.signed_by(&key, &issuer).unwrap().der().to_vec();
             TestTsa {
                 root: root_der,
@@ -640,7 +643,9 @@ pub(crate) mod test_tsa {
             let signing_certificate = SigningCertificateV2 {
                 certs: vec![EssCertIdV2 {
                     hash_algorithm: None,
-                    cert_hash: octets(&Sha256::digest(&self.leaf)),
+                    cert_hash: octets(&Sha256::digest(
+                        tweak.certificate_hash_of.as_deref().unwrap_or(&self.leaf),
+                    )),
                     issuer_serial: None,
                 }],
                 policies: None,
@@ -663,12 +668,23 @@ pub(crate) mod test_tsa {
             .unwrap();
             let signed = self.key.sign(&attributes.to_der().unwrap()).unwrap();
             let leaf = Certificate::from_der(&self.leaf).unwrap();
+            let tbs = leaf.tbs_certificate();
+            let (version, sid) = if tweak.by_key_identifier {
+                let (_, id) = tbs
+                    .get_extension::<SubjectKeyIdentifier>()
+                    .unwrap()
+                    .unwrap();
+                (CmsVersion::V3, SignerIdentifier::SubjectKeyIdentifier(id))
+            } else {
+                let id = IssuerAndSerialNumber {
+                    issuer: tbs.issuer().clone(),
+                    serial_number: tbs.serial_number().clone(),
+                };
+                (CmsVersion::V1, SignerIdentifier::IssuerAndSerialNumber(id))
+            };
             let signer = SignerInfo {
-                version: CmsVersion::V1,
-                sid: SignerIdentifier::IssuerAndSerialNumber(IssuerAndSerialNumber {
-                    issuer: leaf.tbs_certificate().issuer().clone(),
-                    serial_number: leaf.tbs_certificate().serial_number().clone(),
-                }),
+                version,
+                sid,
                 digest_alg: sha256.clone(),
                 signed_attrs: Some(attributes),
                 signature_algorithm: AlgorithmIdentifierOwned {
@@ -925,16 +941,32 @@ mod tests {
             }),
             "signed message digest is not its TSTInfo's",
         );
-        for (tsa, why) in [
-            (TestTsa::with_usage(TIME_STAMPING, false), "not critical"),
-            (TestTsa::with_usage(CODE_SIGNING, true), "code signing"),
+        check(
+            &tweaked(Tweak {
+                certificate_hash_of: Some(tsa.root.clone()),
+                ..Tweak::default()
+            }),
+            "names another signing certificate than its authority's",
+        );
+        let by_key = tweaked(Tweak {
+            by_key_identifier: true,
+            ..Tweak::default()
+        });
+        assert_eq!(timestamped(&by_key, b"signature", &authorities), Ok(NOW));
+        fails(
+            timestamped(&by_key, b"signature", &[TestTsa::new().authority()]),
+            "not signed by a timestamp authority",
+        );
+        // a signing certificate whose usage is time stamping but not critical, or code signing
+        for tsa in [
+            TestTsa::with_usage(TIME_STAMPING, false),
+            TestTsa::with_usage(CODE_SIGNING, true),
         ] {
             let stamp = tsa.stamp(b"signature", NOW);
             fails(
                 timestamped(&stamp, b"signature", &[tsa.authority()]),
                 "not for time stamping only",
             );
-            let _ = why;
         }
         // every prefix, and every byte changed, fails without a panic
         for end in 0..good.len() {
