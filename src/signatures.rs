@@ -14,6 +14,7 @@
 //! verdict costs an admission (the policy's mode does).
 
 pub mod bundle;
+pub mod checkpoint;
 pub mod key;
 pub mod keyless;
 pub mod layer;

@@ -19,8 +19,12 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::Deserialize;
 
+use super::checkpoint::InclusionProof;
 use super::keyless::{Logged, MAX_CHAIN};
-use super::tlog::{logged_rekord, logged_verifier, LogEntry};
+use super::tlog::{
+    logged_rekord, logged_verifier, HashV2, LogEntry, ProvenEntry, SignatureV2, Vouched,
+    MAX_TIMESTAMPS,
+};
 use super::trust::Trust;
 use super::trusted_root::hex;
 use super::verdict::{Tally, Verdict};
@@ -55,6 +59,21 @@ struct Material {
     x509_certificate_chain: Option<Chain>,
     #[serde(default)]
     tlog_entries: Vec<TlogEntry>,
+    #[serde(default)]
+    timestamp_verification_data: Option<TimestampData>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TimestampData {
+    #[serde(default)]
+    rfc3161_timestamps: Vec<SignedTimestamp>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SignedTimestamp {
+    signed_timestamp: String,
 }
 
 #[derive(Deserialize)]
@@ -73,10 +92,29 @@ struct Chain {
 struct TlogEntry {
     log_index: Int,
     log_id: LogId,
-    integrated_time: Int,
+    /// Absent (zero, so no time) in a Rekor v2 entry.
+    #[serde(default)]
+    integrated_time: Option<Int>,
     #[serde(default)]
     inclusion_promise: Option<Promise>,
+    #[serde(default)]
+    inclusion_proof: Option<ProofFile>,
     canonicalized_body: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProofFile {
+    log_index: Int,
+    tree_size: Int,
+    #[serde(default)]
+    hashes: Vec<String>,
+    checkpoint: CheckpointFile,
+}
+
+#[derive(Deserialize)]
+struct CheckpointFile {
+    envelope: String,
 }
 
 /// A protobuf int64 in JSON: a string, or a number from a lenient writer.
@@ -158,6 +196,28 @@ struct Hash {
 struct DsseEntrySignature {
     signature: String,
     verifier: String,
+}
+
+/// A Rekor v2 `dsse` 0.0.2 entry.
+#[derive(Deserialize)]
+struct DsseEntryV2 {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    spec: DsseSpecV2,
+}
+
+#[derive(Deserialize)]
+struct DsseSpecV2 {
+    #[serde(rename = "dsseV002")]
+    dsse: DsseV2,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DsseV2 {
+    payload_hash: HashV2,
+    signatures: Vec<SignatureV2>,
 }
 
 /// DSSE's pre-authentication encoding of `payload` of `payload_type`: what is signed.
@@ -273,52 +333,133 @@ pub(crate) fn tally(
     None
 }
 
-/// A bundle's first log entry with a SET, owned.
-struct PromisedEntry {
-    body: String,
-    integrated_time: i64,
-    log_index: i64,
-    log_id: String,
-    set: String,
+/// A bundle's log entry, owned: the first with a SET (Rekor v1), or else the first with an
+/// inclusion proof (Rekor v2), with the bundle's RFC 3161 timestamps.
+enum BundleEntry {
+    Promised {
+        body: String,
+        integrated_time: i64,
+        log_index: i64,
+        log_id: String,
+        set: String,
+    },
+    Proven {
+        body: String,
+        log_id: String,
+        log_index: u64,
+        tree_size: u64,
+        hashes: Vec<Vec<u8>>,
+        checkpoint: String,
+        timestamps: Vec<Vec<u8>>,
+    },
 }
 
-impl PromisedEntry {
-    /// The first of `material`'s log entries that carries a SET.
-    fn of(material: &Material) -> Result<PromisedEntry, &'static str> {
-        let entry = material
+impl BundleEntry {
+    /// The entry of `material` the log vouches for.
+    fn of(material: &Material) -> Result<BundleEntry, &'static str> {
+        let log_id = |entry: &TlogEntry| -> Result<String, &'static str> {
+            let key_id = STANDARD
+                .decode(entry.log_id.key_id.trim())
+                .map_err(|_| "its log ID is not base64")?;
+            Ok(hex(&key_id))
+        };
+        if let Some(entry) = material
             .tlog_entries
             .iter()
             .find(|e| e.inclusion_promise.is_some())
-            .ok_or("it carries no log entry with a signed entry timestamp (an inclusion proof alone is not verified yet)")?;
-        let key_id = STANDARD
-            .decode(entry.log_id.key_id.trim())
-            .map_err(|_| "its log ID is not base64")?;
-        Ok(PromisedEntry {
+        {
+            return Ok(BundleEntry::Promised {
+                body: entry.canonicalized_body.clone(),
+                integrated_time: entry
+                    .integrated_time
+                    .as_ref()
+                    .and_then(Int::value)
+                    .ok_or("its integratedTime is not a number")?,
+                log_index: entry
+                    .log_index
+                    .value()
+                    .ok_or("its logIndex is not a number")?,
+                log_id: log_id(entry)?,
+                set: entry
+                    .inclusion_promise
+                    .as_ref()
+                    .map(|p| p.signed_entry_timestamp.clone())
+                    .unwrap_or_default(),
+            });
+        }
+        let (entry, proof) = material
+            .tlog_entries
+            .iter()
+            .find_map(|e| Some((e, e.inclusion_proof.as_ref()?)))
+            .ok_or("it carries no log entry with a signed entry timestamp or an inclusion proof")?;
+        let number = |n: &Int| n.value().and_then(|n| u64::try_from(n).ok());
+        if proof.hashes.len() > 64 {
+            return Err("its inclusion proof is longer than pinhook reads");
+        }
+        let timestamps = material
+            .timestamp_verification_data
+            .as_ref()
+            .map(|data| &data.rfc3161_timestamps[..])
+            .unwrap_or_default();
+        Ok(BundleEntry::Proven {
             body: entry.canonicalized_body.clone(),
-            integrated_time: entry
-                .integrated_time
-                .value()
-                .ok_or("its integratedTime is not a number")?,
-            log_index: entry
-                .log_index
-                .value()
-                .ok_or("its logIndex is not a number")?,
-            log_id: hex(&key_id),
-            set: entry
-                .inclusion_promise
-                .as_ref()
-                .map(|p| p.signed_entry_timestamp.clone())
-                .unwrap_or_default(),
+            log_id: log_id(entry)?,
+            log_index: number(&proof.log_index)
+                .ok_or("its inclusion proof's logIndex is not a number")?,
+            tree_size: number(&proof.tree_size)
+                .ok_or("its inclusion proof's treeSize is not a number")?,
+            hashes: proof
+                .hashes
+                .iter()
+                .map(|h| STANDARD.decode(h.trim()))
+                .collect::<Result<_, _>>()
+                .map_err(|_| "its inclusion proof's hashes are not base64")?,
+            checkpoint: proof.checkpoint.envelope.clone(),
+            timestamps: timestamps
+                .iter()
+                .take(MAX_TIMESTAMPS)
+                .map(|t| STANDARD.decode(t.signed_timestamp.trim()))
+                .collect::<Result<_, _>>()
+                .map_err(|_| "its RFC 3161 timestamp is not base64")?,
         })
     }
 
-    fn entry(&self) -> LogEntry<'_> {
-        LogEntry {
-            body: &self.body,
-            integrated_time: self.integrated_time,
-            log_index: self.log_index,
-            log_id: &self.log_id,
-            set: &self.set,
+    /// The log's word on this entry, for `signature` (raw), the signature it logs.
+    fn vouched<'a>(&'a self, signature: &'a [u8]) -> Vouched<'a> {
+        match self {
+            BundleEntry::Promised {
+                body,
+                integrated_time,
+                log_index,
+                log_id,
+                set,
+            } => Vouched::Promised(LogEntry {
+                body,
+                integrated_time: *integrated_time,
+                log_index: *log_index,
+                log_id,
+                set,
+            }),
+            BundleEntry::Proven {
+                body,
+                log_id,
+                log_index,
+                tree_size,
+                hashes,
+                checkpoint,
+                timestamps,
+            } => Vouched::Proven(ProvenEntry {
+                body,
+                log_id,
+                proof: InclusionProof {
+                    log_index: *log_index,
+                    tree_size: *tree_size,
+                    hashes: hashes.clone(),
+                    checkpoint,
+                },
+                timestamps,
+                signature,
+            }),
         }
     }
 }
@@ -334,26 +475,25 @@ fn key_logged(
     signature: &[u8],
     key: &[u8],
 ) -> Result<(), std::borrow::Cow<'static, str>> {
-    let promised = PromisedEntry::of(material)?;
-    let payload_hash = Digest::sha256_of(payload).hex().to_string();
+    let entry = BundleEntry::of(material)?;
     let is_of = |body: &[u8]| {
-        logged_dsse(body, &payload_hash, signature, key)
-            || logged_rekord(body, signed, signature, key)
+        logged_dsse(body, payload, signature, key) || logged_rekord(body, signed, signature, key)
     };
     super::tlog::logged(
         root,
-        &promised.entry(),
+        &entry.vouched(signature),
         &is_of,
         super::tlog::OTHER_KEY_ENTRY,
     )
+    .map(|_| ())
 }
 
 /// A keyless bundle's certificate, chain and first log entry with a SET, owned.
 struct BundleLogged {
     certificate: Vec<u8>,
     chain: Vec<Vec<u8>>,
-    entry: PromisedEntry,
-    payload_hash: String,
+    entry: BundleEntry,
+    payload: Vec<u8>,
     signature: Vec<u8>,
     signed: Vec<u8>,
 }
@@ -362,13 +502,13 @@ impl BundleLogged {
     fn judge(&self, keyless: &super::keyless::Keyless) -> super::keyless::Evidence {
         // cosign before 3.1 logs a `dsse` entry; from 3.1 a `hashedrekord` of the PAE.
         let logged = |body: &[u8]| {
-            logged_dsse(body, &self.payload_hash, &self.signature, &self.certificate)
+            logged_dsse(body, &self.payload, &self.signature, &self.certificate)
                 || logged_rekord(body, &self.signed, &self.signature, &self.certificate)
         };
         let result = keyless.signer(&Logged {
             certificate: &self.certificate,
             chain: &self.chain,
-            entry: self.entry.entry(),
+            entry: self.entry.vouched(&self.signature),
             signed: &self.signed,
             signature: &self.signature,
             logged: &logged,
@@ -408,20 +548,31 @@ fn keyless_logged(
         Ok(BundleLogged {
             certificate,
             chain,
-            entry: PromisedEntry::of(material)?,
-            payload_hash: Digest::sha256_of(payload).hex().to_string(),
+            entry: BundleEntry::of(material)?,
+            payload: payload.to_vec(),
             signature: signature.to_vec(),
             signed: signed.to_vec(),
         })
     })())
 }
 
-/// Whether `body` is a `dsse` entry of a payload hashing to `payload_hash`, signed with
+/// Whether `body` is a `dsse` entry (Rekor v1, or v2's 0.0.2) of `payload`, signed with
 /// `signature` (raw) by the verifier `der` (a certificate, or a key's SubjectPublicKeyInfo).
-fn logged_dsse(body: &[u8], payload_hash: &str, signature: &[u8], der: &[u8]) -> bool {
+fn logged_dsse(body: &[u8], payload: &[u8], signature: &[u8], der: &[u8]) -> bool {
+    if let Ok(entry) = serde_json::from_slice::<DsseEntryV2>(body) {
+        let dsse = &entry.spec.dsse;
+        return entry.kind == "dsse"
+            && entry.api_version == "0.0.2"
+            && dsse
+                .payload_hash
+                .is_sha256(&<sha2::Sha256 as sha2::Digest>::digest(payload))
+            && dsse.signatures.iter().any(|s| s.is(signature, der));
+    }
     let Ok(entry) = serde_json::from_slice::<DsseEntry>(body) else {
         return false;
     };
+    let payload_hash = Digest::sha256_of(payload);
+    let payload_hash = payload_hash.hex();
     entry.kind == "dsse"
         && entry.spec.payload_hash.algorithm == "sha256"
         && entry
@@ -777,5 +928,332 @@ mod tests {
     #[test]
     fn pae_is_dsse_v1s() {
         assert_eq!(pae("t", b"ab"), b"DSSEv1 1 t 2 ab".to_vec());
+    }
+
+    #[test]
+    fn a_staging_rekor_v2_bundle_verifies_offline_by_its_proof_and_timestamp() {
+        const WORKFLOW: &str = "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main";
+        let fixture = |name: &str| {
+            std::fs::read(format!(
+                "{}/tests/fixtures/sigstore-staging-rekor2/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap()
+        };
+        let root_text: serde_json::Value =
+            serde_json::from_slice(&fixture("trusted_root.json")).unwrap();
+        let keyless = |root: &serde_json::Value| {
+            Keyless::new(
+                Arc::new(TrustedRoot::parse(root.to_string().as_bytes()).unwrap()),
+                vec![Identity {
+                    issuer: Matcher::Exact(ISSUER.to_string()),
+                    subject: Matcher::Exact(WORKFLOW.to_string()),
+                }],
+            )
+        };
+        let bundle: serde_json::Value =
+            serde_json::from_slice(&fixture("bundle.sigstore.json")).unwrap();
+        let judge = |bundle: &serde_json::Value, root: &serde_json::Value| {
+            let file: BundleFile = serde_json::from_value(bundle.clone()).unwrap();
+            let envelope = file.dsse_envelope.as_ref().unwrap();
+            let payload = STANDARD.decode(&envelope.payload).unwrap();
+            let signed = pae(&envelope.payload_type, &payload);
+            let raw = STANDARD.decode(&envelope.signatures[0].sig).unwrap();
+            match keyless_logged(&file.verification_material, &payload, &signed, &raw) {
+                Some(Ok(logged)) => logged.judge(&keyless(root)),
+                Some(Err(why)) => super::super::keyless::Evidence::Untrusted(why.to_string()),
+                None => panic!("no keyless material"),
+            }
+        };
+        let untrusted =
+            |bundle: &serde_json::Value, root: &serde_json::Value| match judge(bundle, root) {
+                super::super::keyless::Evidence::Untrusted(why) => why,
+                other => panic!("{other:?}"),
+            };
+        // Its entry has no SET: the inclusion proof up to the log's signed checkpoint, the
+        // TSA's timestamp of the signature (2025-07-25), the chain and SCT at that time.
+        assert_eq!(
+            judge(&bundle, &root_text),
+            super::super::keyless::Evidence::Signed(super::super::keyless::Signer {
+                issuer: ISSUER.to_string(),
+                subjects: vec![WORKFLOW.to_string()],
+            })
+        );
+        // No timestamp: nothing says when it was signed.
+        let mut edited = bundle.clone();
+        edited["verificationMaterial"]["timestampVerificationData"]["rfc3161Timestamps"] =
+            serde_json::json!([]);
+        let why = untrusted(&edited, &root_text);
+        assert!(why.contains("carries no RFC 3161 timestamp"), "{why}");
+        // A root without the timestamp authority, or whose authority ended before the time.
+        let mut without = root_text.clone();
+        without["timestampAuthorities"] = serde_json::json!([]);
+        untrusted(&bundle, &without);
+        let mut ended = root_text.clone();
+        ended["timestampAuthorities"][0]["validFor"]["end"] = "2025-06-01T00:00:00Z".into();
+        untrusted(&bundle, &ended);
+        // The checkpoint's root changed, or the proof's path: not proven.
+        let entry = "/verificationMaterial/tlogEntries/0/inclusionProof";
+        let mut forged = bundle.clone();
+        let checkpoint = forged
+            .pointer(&format!("{entry}/checkpoint/envelope"))
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .replace("oxP/", "oxQ/");
+        *forged
+            .pointer_mut(&format!("{entry}/checkpoint/envelope"))
+            .unwrap() = checkpoint.into();
+        assert!(untrusted(&forged, &root_text).contains("checkpoint"));
+        let mut bent = bundle.clone();
+        *bent.pointer_mut(&format!("{entry}/hashes/0")).unwrap() =
+            STANDARD.encode([7u8; 32]).into();
+        assert!(untrusted(&bent, &root_text).contains("inclusion proof"));
+        // The log trusted only before the time (log2025-alpha1 from 2025-04-16).
+        let mut early = root_text.clone();
+        for log in early["tlogs"].as_array_mut().unwrap() {
+            log["publicKey"]["validFor"]["end"] = "2025-05-01T00:00:00Z".into();
+        }
+        assert!(untrusted(&bundle, &early).contains("no log the trusted root names"));
+    }
+
+    /// `bundle` (v0.3, made by the test authority) as a Rekor v2 log records it: its entry a
+    /// `kind` 0.0.2 entry of the envelope's signature by `verifier` (a v2 verifier), appended to
+    /// `log` between two others and proven by an inclusion proof and the log's checkpoint, no
+    /// SET, and `tsa`'s timestamp of the signature at `time`.
+    fn as_rekor_v2(
+        bundle: &str,
+        verifier: serde_json::Value,
+        kind: &str,
+        log: &mut crate::signatures::checkpoint::test_log::TestLog,
+        tsa: &crate::signatures::timestamp::test_tsa::TestTsa,
+        time: i64,
+    ) -> String {
+        use sha2::Digest as _;
+        let mut bundle: serde_json::Value = serde_json::from_str(bundle).unwrap();
+        let envelope = &bundle["dsseEnvelope"];
+        let sig = envelope["signatures"][0]["sig"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let payload = STANDARD
+            .decode(envelope["payload"].as_str().unwrap())
+            .unwrap();
+        let signed = pae(envelope["payloadType"].as_str().unwrap(), &payload);
+        let signature = serde_json::json!({"content": sig, "verifier": verifier});
+        let body = if kind == "dsse" {
+            serde_json::json!({"apiVersion": "0.0.2", "kind": "dsse", "spec": {"dsseV002": {
+                "payloadHash": {"algorithm": "SHA2_256", "digest": STANDARD.encode(sha2::Sha256::digest(&payload))},
+                "signatures": [signature],
+            }}})
+        } else {
+            serde_json::json!({"apiVersion": "0.0.2", "kind": "hashedrekord", "spec": {"hashedRekordV002": {
+                "data": {"algorithm": "SHA2_256", "digest": STANDARD.encode(sha2::Sha256::digest(&signed))},
+                "signature": signature,
+            }}})
+        }
+        .to_string();
+        log.append(b"before");
+        let index = log.append(body.as_bytes()) as usize;
+        log.append(b"after");
+        let size = log.leaves.len();
+        let id: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&log.id()[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        let material = &mut bundle["verificationMaterial"];
+        material["tlogEntries"] = serde_json::json!([{
+            "logIndex": index.to_string(),
+            "logId": {"keyId": STANDARD.encode(id)},
+            "kindVersion": {"kind": kind, "version": "0.0.2"},
+            "inclusionProof": {
+                "logIndex": index.to_string(),
+                "rootHash": STANDARD.encode(log.root(size)),
+                "treeSize": size.to_string(),
+                "hashes": log.path(index, size).iter().map(|h| STANDARD.encode(h)).collect::<Vec<_>>(),
+                "checkpoint": {"envelope": log.checkpoint(size)},
+            },
+            "canonicalizedBody": STANDARD.encode(&body),
+        }]);
+        let stamp = tsa.stamp(&STANDARD.decode(&sig).unwrap(), time);
+        material["timestampVerificationData"] =
+            serde_json::json!({"rfc3161Timestamps": [{"signedTimestamp": STANDARD.encode(stamp)}]});
+        bundle.to_string()
+    }
+
+    /// The test authority's root, with `log` among its transparency logs and `tsa` its one
+    /// timestamp authority.
+    fn root_with(
+        sigstore: &TestSigstore,
+        log: &crate::signatures::checkpoint::test_log::TestLog,
+        tsa: &crate::signatures::timestamp::test_tsa::TestTsa,
+    ) -> Arc<TrustedRoot> {
+        let mut root: serde_json::Value = serde_json::from_str(&sigstore.trusted_root()).unwrap();
+        let id: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&log.id()[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        root["tlogs"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "baseUrl": format!("https://{}", log.origin),
+                "hashAlgorithm": "SHA2_256",
+                "publicKey": {"rawBytes": STANDARD.encode(log.der()), "keyDetails": "PKIX_ED25519",
+                    "validFor": {"start": "2020-01-01T00:00:00Z"}},
+                "logId": {"keyId": STANDARD.encode(id)},
+            }));
+        root["timestampAuthorities"] = serde_json::json!([tsa.trusted_root_entry()]);
+        Arc::new(TrustedRoot::parse(root.to_string().as_bytes()).unwrap())
+    }
+
+    /// A cosign 3 bundle whose entry is in a Rekor v2 log counts by its inclusion proof and its
+    /// RFC 3161 timestamp, keyless and by a key, through the very path an image's bundle takes.
+    #[test]
+    fn a_rekor_v2_bundle_counts_by_its_proof_and_timestamp_and_nothing_less() {
+        use crate::signatures::checkpoint::test_log::TestLog;
+        use crate::signatures::timestamp::test_tsa::TestTsa;
+        use rcgen::PublicKeyData as _;
+        let sigstore = TestSigstore::new();
+        let mut log = TestLog::new("log2025-1.rekor.test", &rcgen::PKCS_ED25519);
+        let tsa = TestTsa::new();
+        let root = root_with(&sigstore, &log, &tsa);
+        let identity = Identity {
+            issuer: Matcher::Exact(ISSUER.to_string()),
+            subject: Matcher::Exact(SUBJECT.to_string()),
+        };
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let trust = Trust::new(
+            vec![PublicKey::from_pem(&key.public_key_pem()).unwrap()],
+            Some(Keyless::new(root.clone(), vec![identity])),
+        )
+        .with_key_log(root.clone());
+        let signed = statement(REPOSITORY, &digest('a').to_string());
+        let certificate = |bundle: &str| {
+            let bundle: serde_json::Value = serde_json::from_str(bundle).unwrap();
+            serde_json::json!({"x509Certificate": {"rawBytes": bundle["verificationMaterial"]["certificate"]["rawBytes"]},
+                "keyDetails": "PKIX_ECDSA_P256_SHA_256"})
+        };
+        let keyless = sigstore.keyless_bundle(&signed, ISSUER, SUBJECT);
+        let now = sigstore.now;
+        for kind in ["dsse", "hashedrekord"] {
+            let v2 = as_rekor_v2(&keyless, certificate(&keyless), kind, &mut log, &tsa, now);
+            assert_eq!(
+                verdict(&v2, &trust, 'a'),
+                Verdict::Verified {
+                    signer: format!("{SUBJECT} ({ISSUER})").into()
+                },
+                "{kind}"
+            );
+            // The same bundle is of digest a only.
+            assert!(matches!(
+                verdict(&v2, &trust, 'b'),
+                Verdict::OtherDigest { .. }
+            ));
+        }
+        let by_key = key_bundle(&key, &signed);
+        let key_verifier = serde_json::json!({"publicKey": {"rawBytes": STANDARD.encode(key.subject_public_key_info())},
+            "keyDetails": "PKIX_ECDSA_P256_SHA_256"});
+        let v2 = as_rekor_v2(&by_key, key_verifier.clone(), "dsse", &mut log, &tsa, now);
+        assert_eq!(verdict(&v2, &trust, 'a').reason(), "verified");
+
+        let untrusted = |bundle: &str| match verdict(bundle, &trust, 'a') {
+            Verdict::Untrusted { why } => why.to_string(),
+            other => panic!("{other:?}"),
+        };
+        // Timestamped when the ten-minute certificate had expired: the chain fails at that time.
+        let late = as_rekor_v2(
+            &keyless,
+            certificate(&keyless),
+            "dsse",
+            &mut log,
+            &tsa,
+            now + 3_600,
+        );
+        assert!(
+            untrusted(&late).contains("not issued by an authority"),
+            "{}",
+            untrusted(&late)
+        );
+        // Timestamped by an authority the root does not name.
+        let stranger = TestTsa::new();
+        let elsewhere = as_rekor_v2(
+            &keyless,
+            certificate(&keyless),
+            "dsse",
+            &mut log,
+            &stranger,
+            now,
+        );
+        assert!(
+            untrusted(&elsewhere).contains("timestamp"),
+            "{}",
+            untrusted(&elsewhere)
+        );
+        // Proven in a log the root does not name, under the same origin.
+        let mut other_log = TestLog::new("log2025-1.rekor.test", &rcgen::PKCS_ED25519);
+        let unnamed = as_rekor_v2(
+            &keyless,
+            certificate(&keyless),
+            "dsse",
+            &mut other_log,
+            &tsa,
+            now,
+        );
+        assert!(
+            untrusted(&unnamed).contains("no log the trusted root names"),
+            "{}",
+            untrusted(&unnamed)
+        );
+        // The entry of another certificate's signature; the key's entry naming another key.
+        let other = sigstore.keyless_bundle(&signed, ISSUER, SUBJECT);
+        let mut swapped: serde_json::Value = serde_json::from_str(&as_rekor_v2(
+            &keyless,
+            certificate(&other),
+            "dsse",
+            &mut log,
+            &tsa,
+            now,
+        ))
+        .unwrap();
+        assert!(untrusted(&swapped.to_string()).contains("another signature"));
+        let other_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let wrong_key = serde_json::json!({"publicKey": {"rawBytes": STANDARD.encode(other_key.subject_public_key_info())}});
+        let misnamed = as_rekor_v2(&by_key, wrong_key, "dsse", &mut log, &tsa, now);
+        assert!(untrusted(&misnamed).contains("another signature, payload or key"));
+        // No timestamp, or its proof cut short.
+        swapped = serde_json::from_str(&as_rekor_v2(
+            &keyless,
+            certificate(&keyless),
+            "dsse",
+            &mut log,
+            &tsa,
+            now,
+        ))
+        .unwrap();
+        let mut stampless = swapped.clone();
+        stampless["verificationMaterial"]["timestampVerificationData"] = serde_json::Value::Null;
+        assert!(untrusted(&stampless.to_string()).contains("carries no RFC 3161 timestamp"));
+        let mut short = swapped.clone();
+        short["verificationMaterial"]["tlogEntries"][0]["inclusionProof"]["hashes"]
+            .as_array_mut()
+            .unwrap()
+            .pop();
+        assert!(untrusted(&short.to_string()).contains("inclusion proof"));
+        // A key bundle in a v2 log, but no timestamp: the log's period cannot be checked.
+        let mut keyed: serde_json::Value = serde_json::from_str(&as_rekor_v2(
+            &by_key,
+            key_verifier,
+            "hashedrekord",
+            &mut log,
+            &tsa,
+            now,
+        ))
+        .unwrap();
+        assert_eq!(
+            verdict(&keyed.to_string(), &trust, 'a').reason(),
+            "verified"
+        );
+        keyed["verificationMaterial"]["timestampVerificationData"]["rfc3161Timestamps"] =
+            serde_json::json!([]);
+        assert!(untrusted(&keyed.to_string()).contains("but not logged"));
     }
 }

@@ -26,7 +26,7 @@ use sigstore::crypto::{CosignVerificationKey, Signature};
 
 use super::layer::SignatureLayer;
 pub use super::tlog::BUNDLE_ANNOTATION;
-use super::tlog::{logged_rekord, LayerBundle, LogEntry};
+use super::tlog::{logged_rekord, LayerBundle, Vouched};
 use super::trusted_root::TrustedRoot;
 
 /// The annotation holding a keyless signature's certificate (PEM).
@@ -207,24 +207,23 @@ impl Keyless {
         self.signer(&Logged {
             certificate: &pem.contents,
             chain: &chain,
-            entry: bundle.entry(),
+            entry: Vouched::Promised(bundle.entry()),
             signed: layer.payload,
             signature: &signature,
             logged: &|body: &[u8]| logged_rekord(body, layer.payload, &signature, &pem.contents),
         })
     }
 
-    /// Who signed `logged`, if the trusted root vouches for it: the log's SET over the entry,
-    /// the entry of this signature (`logged.logged`), the certificate's chain at the logged
-    /// time, its SCT, and the certificate's key over the bytes signed.
+    /// Who signed `logged`, if the trusted root vouches for it: the log's word on the entry
+    /// (its SET, or its inclusion proof and a timestamp), the entry of this signature
+    /// (`logged.logged`), the certificate's chain at the time the log's word gives, its SCT, and
+    /// the certificate's key over the bytes signed.
     pub(crate) fn signer(&self, logged: &Logged<'_>) -> Result<Signer, Cow<'static, str>> {
-        let entry = &logged.entry;
-        let time = entry.integrated_time;
         let (_, parsed) = x509_parser::parse_x509_certificate(logged.certificate)
             .map_err(|_| "its certificate is not a certificate")?;
-        super::tlog::logged(
+        let time = super::tlog::logged(
             &self.root,
-            entry,
+            &logged.entry,
             logged.logged,
             "the log's entry is of another signature, payload or certificate",
         )?;
@@ -318,7 +317,7 @@ pub(crate) struct Logged<'a> {
     pub certificate: &'a [u8],
     /// Certificates between it and the root the carrier gave, DER.
     pub chain: &'a [Vec<u8>],
-    pub entry: LogEntry<'a>,
+    pub entry: Vouched<'a>,
     /// The bytes signed, and the signature, raw.
     pub signed: &'a [u8],
     pub signature: &'a [u8],

@@ -11,9 +11,6 @@
 //! Owns: reading a TimeStampResp (bounded) and that check. Never: decides what the time is used
 //! for (the caller checks a certificate or a log entry at it), or any I/O.
 
-// Until the Rekor v2 path of a bundle calls `timestamped`, only the tests do.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -764,15 +761,7 @@ mod tests {
             "/verificationMaterial/timestampVerificationData/rfc3161Timestamps/0/signedTimestamp",
         );
         let signature = base64("/dsseEnvelope/signatures/0/sig");
-        // The staging root names a CT log by a PKCS#1 RSA key, which `TrustedRoot::parse`
-        // refuses; the timestamp authority is all this test reads of it.
-        let mut root: serde_json::Value =
-            serde_json::from_slice(&fixture("trusted_root.json")).unwrap();
-        root["ctlogs"]
-            .as_array_mut()
-            .unwrap()
-            .retain(|log| log["publicKey"]["keyDetails"] != "PKCS1_RSA_PKCS1V5");
-        let root = TrustedRoot::parse(root.to_string().as_bytes()).unwrap();
+        let root = TrustedRoot::parse(&fixture("trusted_root.json")).unwrap();
         (timestamp, signature, root.timestamp_authorities)
     }
 

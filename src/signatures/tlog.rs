@@ -1,10 +1,17 @@
-//! Transparency log entries (Rekor) as cosign carries them, and the log's promise over one: a
-//! signed entry timestamp (SET) that verifies with the key of a log the trusted root names,
-//! trusted at the entry's integrated time, over the entry's canonical JSON (RFC 8785); and
-//! whether the entry's body is of a given payload, signature and verifier (a certificate for
-//! keyless, a public key for a key's signature). In a tag-scheme layer the entry and its SET
-//! come in the `dev.sigstore.cosign/bundle` annotation ([`LayerBundle`]); a Sigstore bundle
-//! carries them in its verification material (`bundle`).
+//! Transparency log entries (Rekor) as cosign carries them, and the log's word on one, which
+//! also says **when** the signature existed ([`Vouched`]):
+//! - a Rekor v1 entry's signed entry timestamp (SET), which verifies with the key of a log the
+//!   trusted root names, trusted at the entry's integrated time, over the entry's canonical JSON
+//!   (RFC 8785); the time is the integrated time;
+//! - a Rekor v2 entry (no SET; its integrated time is no time) proven by its inclusion proof up
+//!   to a checkpoint its log signed ([`super::checkpoint`]), the time being the one an RFC 3161
+//!   timestamp of a timestamp authority of the root gives the signature
+//!   ([`super::timestamp`]), and the log trusted at that time.
+//!
+//! And whether the entry's body is of a given payload, signature and verifier (a certificate for
+//! keyless, a public key for a key's signature), in either version's body. In a tag-scheme
+//! layer the entry and its SET come in the `dev.sigstore.cosign/bundle` annotation
+//! ([`LayerBundle`]); a Sigstore bundle carries them in its verification material (`bundle`).
 //!
 //! Owns: reading those entries, the SET check, and whether an entry is of a given signature.
 //! Never: decides what a logged signature is worth (`keyless` for certificates,
@@ -15,10 +22,15 @@ use std::borrow::Cow;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
 use sigstore::crypto::Signature;
 
+use super::checkpoint::InclusionProof;
 use super::trusted_root::TrustedRoot;
 use crate::reference::Digest;
+
+/// RFC 3161 timestamps of one entry read.
+pub(crate) const MAX_TIMESTAMPS: usize = 4;
 
 /// The annotation holding the transparency log bundle (JSON).
 pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
@@ -47,6 +59,79 @@ struct BundlePayload {
 struct Entry {
     kind: String,
     spec: EntrySpec,
+}
+
+/// A Rekor v2 `hashedrekord` 0.0.2 entry.
+#[derive(Deserialize)]
+struct EntryV2 {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    spec: EntrySpecV2,
+}
+
+#[derive(Deserialize)]
+struct EntrySpecV2 {
+    #[serde(rename = "hashedRekordV002")]
+    hashed_rekord: HashedRekordV2,
+}
+
+#[derive(Deserialize)]
+struct HashedRekordV2 {
+    data: HashV2,
+    signature: SignatureV2,
+}
+
+/// A Rekor v2 hash: its algorithm (`SHA2_256`) and digest (base64).
+#[derive(Deserialize)]
+pub(crate) struct HashV2 {
+    pub algorithm: String,
+    pub digest: String,
+}
+
+/// A Rekor v2 signature: its content (base64) and verifier.
+#[derive(Deserialize)]
+pub(crate) struct SignatureV2 {
+    pub content: String,
+    pub verifier: VerifierV2,
+}
+
+/// A Rekor v2 verifier: a certificate or a public key, DER in base64.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct VerifierV2 {
+    #[serde(default)]
+    x509_certificate: Option<RawV2>,
+    #[serde(default)]
+    public_key: Option<RawV2>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawV2 {
+    raw_bytes: String,
+}
+
+impl HashV2 {
+    /// Whether this is the SHA-256 `digest` (raw).
+    pub(crate) fn is_sha256(&self, digest: &[u8]) -> bool {
+        self.algorithm == "SHA2_256"
+            && STANDARD.decode(self.digest.trim()).ok().as_deref() == Some(digest)
+    }
+}
+
+impl SignatureV2 {
+    /// Whether this is `signature` (raw) by the verifier `der`.
+    pub(crate) fn is(&self, signature: &[u8], der: &[u8]) -> bool {
+        let verifier = self
+            .verifier
+            .x509_certificate
+            .as_ref()
+            .or(self.verifier.public_key.as_ref())
+            .and_then(|raw| STANDARD.decode(raw.raw_bytes.trim()).ok());
+        STANDARD.decode(self.content.trim()).ok().as_deref() == Some(signature)
+            && verifier.as_deref() == Some(der)
+    }
 }
 
 #[derive(Deserialize)]
@@ -107,9 +192,17 @@ pub(crate) struct LogEntry<'a> {
     pub set: &'a str,
 }
 
-/// Whether `body` is a `hashedrekord` (or the older `rekord`) entry of `payload`, `signature`
-/// (raw) and the verifier `der` (a certificate, or a public key's SubjectPublicKeyInfo).
+/// Whether `body` is a `hashedrekord` (Rekor v1, or v2's 0.0.2; or the older `rekord`) entry
+/// of `payload`, `signature` (raw) and the verifier `der` (a certificate, or a public key's
+/// SubjectPublicKeyInfo).
 pub(crate) fn logged_rekord(body: &[u8], payload: &[u8], signature: &[u8], der: &[u8]) -> bool {
+    if let Ok(entry) = serde_json::from_slice::<EntryV2>(body) {
+        let rekord = &entry.spec.hashed_rekord;
+        return entry.kind == "hashedrekord"
+            && entry.api_version == "0.0.2"
+            && rekord.data.is_sha256(&Sha256::digest(payload))
+            && rekord.signature.is(signature, der);
+    }
     let Ok(entry) = serde_json::from_slice::<Entry>(body) else {
         return false;
     };
@@ -157,20 +250,87 @@ pub(crate) fn promised(root: &TrustedRoot, entry: &LogEntry<'_>) -> Result<(), C
         .map_err(|_| Cow::Borrowed("the log's signed entry timestamp does not verify"))
 }
 
-/// Whether `entry` is logged (its SET, [`promised`]) and its body is of what the caller signed
-/// (`is_of`, over the decoded body); `other` says why not when it is not.
+/// A log's word on an entry, and so on when a signature existed.
+pub(crate) enum Vouched<'a> {
+    /// A Rekor v1 entry and its SET: logged at its integrated time.
+    Promised(LogEntry<'a>),
+    /// An entry proven by its inclusion proof (a Rekor v2 entry), timestamped.
+    Proven(ProvenEntry<'a>),
+}
+
+/// An entry proven by its inclusion proof: its body (base64), its log's ID (hex), the proof, and
+/// the RFC 3161 timestamps (DER) over `signature`, the signature logged.
+pub(crate) struct ProvenEntry<'a> {
+    pub body: &'a str,
+    pub log_id: &'a str,
+    pub proof: InclusionProof<'a>,
+    pub timestamps: &'a [Vec<u8>],
+    pub signature: &'a [u8],
+}
+
+impl Vouched<'_> {
+    /// The time the log's word says the signature existed, if its word holds: the SET of a log
+    /// of `root` ([`promised`]), or a timestamp of an authority of `root` and the entry in a
+    /// log of `root` trusted at that time.
+    fn time(&self, root: &TrustedRoot, body: &[u8]) -> Result<i64, Cow<'static, str>> {
+        match self {
+            Vouched::Promised(entry) => {
+                promised(root, entry)?;
+                Ok(entry.integrated_time)
+            }
+            Vouched::Proven(entry) => {
+                if entry.timestamps.is_empty() {
+                    return Err(Cow::Borrowed(
+                        "its log entry has no signed entry timestamp and it carries no RFC 3161 \
+                         timestamp to say when it was signed",
+                    ));
+                }
+                let mut why = Cow::Borrowed("");
+                let mut time = None;
+                for stamp in entry.timestamps.iter().take(MAX_TIMESTAMPS) {
+                    match super::timestamp::timestamped(
+                        stamp,
+                        entry.signature,
+                        &root.timestamp_authorities,
+                    ) {
+                        Ok(at) => {
+                            time = Some(at);
+                            break;
+                        }
+                        Err(e) => why = e,
+                    }
+                }
+                let time = time.ok_or(why)?;
+                super::checkpoint::included(root, entry.log_id, time, body, &entry.proof)?;
+                Ok(time)
+            }
+        }
+    }
+
+    /// The entry's body, base64.
+    fn body(&self) -> &str {
+        match self {
+            Vouched::Promised(entry) => entry.body,
+            Vouched::Proven(entry) => entry.body,
+        }
+    }
+}
+
+/// Whether `entry` is logged (its log's word, [`Vouched`]) and its body is of what the caller
+/// signed (`is_of`, over the decoded body); the time the log's word gives. `other` says why not
+/// when the body is of something else.
 pub(crate) fn logged(
     root: &TrustedRoot,
-    entry: &LogEntry<'_>,
+    entry: &Vouched<'_>,
     is_of: &dyn Fn(&[u8]) -> bool,
     other: &'static str,
-) -> Result<(), Cow<'static, str>> {
-    promised(root, entry)?;
+) -> Result<i64, Cow<'static, str>> {
     let body = STANDARD
-        .decode(entry.body.trim())
+        .decode(entry.body().trim())
         .map_err(|_| "the log's entry is not base64")?;
+    let time = entry.time(root, &body)?;
     if is_of(&body) {
-        Ok(())
+        Ok(time)
     } else {
         Err(Cow::Borrowed(other))
     }
@@ -197,5 +357,11 @@ pub(crate) fn key_logged(
 ) -> Result<(), Cow<'static, str>> {
     let bundle = LayerBundle::read(bundle)?;
     let is_of = |body: &[u8]| logged_rekord(body, payload, signature, key);
-    logged(root, &bundle.entry(), &is_of, OTHER_KEY_ENTRY)
+    logged(
+        root,
+        &Vouched::Promised(bundle.entry()),
+        &is_of,
+        OTHER_KEY_ENTRY,
+    )
+    .map(|_| ())
 }

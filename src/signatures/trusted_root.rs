@@ -120,6 +120,8 @@ struct TlogFile {
 struct PublicKeyFile {
     raw_bytes: String,
     #[serde(default)]
+    key_details: String,
+    #[serde(default)]
     valid_for: Option<PeriodFile>,
 }
 
@@ -284,6 +286,32 @@ fn read_chain(
     Ok((certificates, valid))
 }
 
+/// The SubjectPublicKeyInfo (DER) of a PKCS#1 RSAPublicKey `pkcs1`: rsaEncryption with NULL
+/// parameters, the key as its bit string.
+fn rsa_spki(pkcs1: &[u8]) -> Vec<u8> {
+    fn tagged(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        let length = content.len().to_be_bytes();
+        let significant: Vec<u8> = length.iter().copied().skip_while(|b| *b == 0).collect();
+        if content.len() < 0x80 {
+            out.push(content.len() as u8);
+        } else {
+            out.push(0x80 | significant.len() as u8);
+            out.extend(significant);
+        }
+        out.extend_from_slice(content);
+        out
+    }
+    const RSA_ENCRYPTION: [u8; 15] = [
+        0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
+    ];
+    let mut bits = vec![0x00];
+    bits.extend_from_slice(pkcs1);
+    let mut content = RSA_ENCRYPTION.to_vec();
+    content.extend(tagged(0x03, &bits));
+    tagged(0x30, &content)
+}
+
 /// The origin a log's checkpoints name: its `baseUrl` without the scheme and any trailing `/`.
 fn origin(base_url: &str) -> &str {
     let origin = base_url
@@ -321,10 +349,14 @@ fn read_logs(files: &[TlogFile], field: &str) -> Result<Vec<Log>, TrustedRootErr
     let mut logs = Vec::with_capacity(files.len());
     for (i, log) in files.iter().enumerate() {
         let field = format!("{field}[{i}]");
-        let der = decode(
+        let mut der = decode(
             &log.public_key.raw_bytes,
             &format!("{field}.publicKey.rawBytes"),
         )?;
+        if log.public_key.key_details.starts_with("PKCS1_RSA") {
+            // A PKCS#1 RSAPublicKey, as the staging root gives its first CT log's key.
+            der = rsa_spki(&der);
+        }
         let key = CosignVerificationKey::try_from_der(&der)
             .map_err(|e| invalid(&format!("{field}.publicKey.rawBytes"), e.to_string()))?;
         let key_id = decode(&log.log_id.key_id, &format!("{field}.logId.keyId"))?;
@@ -510,6 +542,61 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!message.contains('\n'), "{message}");
+    }
+
+    /// A Rekor v2 log is named by its signed-note key hash; before 2026-12-01 such a root, the
+    /// public good instance's of today among them, was refused at load.
+    #[test]
+    fn todays_public_good_and_staging_roots_load() {
+        let read = |path: &str| {
+            let text = std::fs::read(format!(
+                "{}/tests/fixtures/{path}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            TrustedRoot::parse(&text).unwrap()
+        };
+        let public_good = read("sigstore-public-good/trusted_root-4.5.1.json");
+        let v2 = public_good
+            .logs
+            .iter()
+            .find(|log| log.origin == "log2025-1.rekor.sigstore.dev")
+            .unwrap();
+        assert!(ed25519_raw(&v2.der).is_some());
+        assert_ne!(v2.id, hex(&Sha256::digest(&v2.der)));
+        assert_eq!(public_good.timestamp_authorities.len(), 1);
+        assert_eq!(public_good.timestamp_authorities[0].chain.len(), 2);
+        let v1 = public_good
+            .logs
+            .iter()
+            .find(|log| log.origin == "rekor.sigstore.dev")
+            .unwrap();
+        assert_eq!(v1.id, hex(&Sha256::digest(&v1.der)));
+
+        let staging = read("sigstore-staging-rekor2/trusted_root.json");
+        assert_eq!(staging.logs.len(), 4);
+        // Its first CT log's key is a PKCS#1 RSA key, named by the SHA-256 of its SPKI.
+        let rsa = &staging.ct_logs[0];
+        assert_eq!(rsa.id, hex(&Sha256::digest(&rsa.der)));
+        assert_eq!(
+            rsa.id,
+            "1b7c142a4e992ba7df1e1fc5742454136c157a4cb31c4108a521b8b1abe7bf4c"
+        );
+
+        // A v2 log named by a hash of another origin is refused, naming the field.
+        let mut text: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(format!(
+                "{}/tests/fixtures/sigstore-staging-rekor2/trusted_root.json",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        text["tlogs"][1]["baseUrl"] = "https://log2025-alpha9.rekor.sigstage.dev".into();
+        assert!(matches!(
+            TrustedRoot::parse(text.to_string().as_bytes()),
+            Err(TrustedRootError::Invalid { field, .. }) if field == "tlogs[1].logId.keyId"
+        ));
     }
 
     #[test]
