@@ -482,6 +482,38 @@ mod tests {
         assert!(why.unwrap_err().contains("no log the trusted root names"));
     }
 
+    /// Hostile checkpoints in the small: every prefix of the staging checkpoint, and every one
+    /// of its bytes changed, is refused without a panic (the note's text is signed byte for byte;
+    /// a changed signature line no longer names or verifies with the log's key).
+    #[test]
+    fn every_prefix_and_every_changed_byte_of_a_real_checkpoint_is_refused() {
+        let root = TrustedRoot::parse(STAGING_ROOT.as_bytes()).unwrap();
+        let (log_id, body, index, size, hashes, checkpoint) = staging();
+        let check = |text: &str| {
+            included(
+                &root,
+                &log_id,
+                STAGED,
+                &body,
+                &proof(index, size, hashes.clone(), text),
+            )
+        };
+        check(&checkpoint).unwrap();
+        let bytes = checkpoint.as_bytes();
+        for end in 0..bytes.len() - 1 {
+            if let Ok(prefix) = std::str::from_utf8(&bytes[..end]) {
+                assert!(check(prefix).is_err(), "prefix of {end} bytes");
+            }
+        }
+        for at in 0..bytes.len() {
+            let mut changed = bytes.to_vec();
+            changed[at] ^= 0x01;
+            if let Ok(text) = std::str::from_utf8(&changed) {
+                assert!(check(text).is_err(), "byte {at} changed: {text}");
+            }
+        }
+    }
+
     /// A trusted root naming `log` only (and the test authority's CA, which a root must name).
     fn root_of(log: &TestLog) -> TrustedRoot {
         let sigstore = crate::signatures::keyless::test_authority::TestSigstore::new();
