@@ -15,6 +15,8 @@
 //! Owns: reading a bundle and judging it into a [`Tally`]. Never: finds or fetches one (the
 //! registry client does).
 
+use std::borrow::Cow;
+
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::Deserialize;
@@ -40,6 +42,8 @@ pub const IN_TOTO: &str = "application/vnd.in-toto+json";
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 /// Signatures of one envelope read.
 const MAX_SIGNATURES: usize = 4;
+/// Log entries of one bundle read.
+const MAX_ENTRIES: usize = 4;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -355,19 +359,39 @@ enum BundleEntry {
 }
 
 impl BundleEntry {
-    /// The entry of `material` the log vouches for.
-    fn of(material: &Material) -> Result<BundleEntry, &'static str> {
-        let log_id = |entry: &TlogEntry| -> Result<String, &'static str> {
-            let key_id = STANDARD
-                .decode(entry.log_id.key_id.trim())
-                .map_err(|_| "its log ID is not base64")?;
-            Ok(hex(&key_id))
-        };
-        if let Some(entry) = material
+    /// The log entries of `material` (at most [`MAX_ENTRIES`]), each read or why not: one with
+    /// a SET as a Rekor v1 entry (its proof, if any, not read), one with an inclusion proof as a
+    /// Rekor v2 entry with the bundle's timestamps; each is tried in turn, as sigstore-go
+    /// passes over the entries the root cannot verify.
+    fn all(material: &Material) -> Result<Vec<Result<BundleEntry, &'static str>>, &'static str> {
+        if material.tlog_entries.len() > MAX_ENTRIES {
+            return Err("it carries more log entries than pinhook reads");
+        }
+        let entries: Vec<_> = material
             .tlog_entries
             .iter()
-            .find(|e| e.inclusion_promise.is_some())
-        {
+            .filter(|e| e.inclusion_promise.is_some() || e.inclusion_proof.is_some())
+            .map(|entry| BundleEntry::of(material, entry))
+            .collect();
+        if entries.is_empty() {
+            return Err(
+                "it carries no log entry with a signed entry timestamp or an inclusion proof",
+            );
+        }
+        Ok(entries)
+    }
+
+    /// `entry` of `material`, read.
+    fn of(material: &Material, entry: &TlogEntry) -> Result<BundleEntry, &'static str> {
+        let key_id = STANDARD
+            .decode(entry.log_id.key_id.trim())
+            .map_err(|_| "its log ID is not base64")?;
+        let log_id = hex(&key_id);
+        let log_index = entry
+            .log_index
+            .value()
+            .ok_or("its logIndex is not a number")?;
+        if let Some(promise) = &entry.inclusion_promise {
             return Ok(BundleEntry::Promised {
                 body: entry.canonicalized_body.clone(),
                 integrated_time: entry
@@ -375,24 +399,21 @@ impl BundleEntry {
                     .as_ref()
                     .and_then(Int::value)
                     .ok_or("its integratedTime is not a number")?,
-                log_index: entry
-                    .log_index
-                    .value()
-                    .ok_or("its logIndex is not a number")?,
-                log_id: log_id(entry)?,
-                set: entry
-                    .inclusion_promise
-                    .as_ref()
-                    .map(|p| p.signed_entry_timestamp.clone())
-                    .unwrap_or_default(),
+                log_index,
+                log_id,
+                set: promise.signed_entry_timestamp.clone(),
             });
         }
-        let (entry, proof) = material
-            .tlog_entries
-            .iter()
-            .find_map(|e| Some((e, e.inclusion_proof.as_ref()?)))
-            .ok_or("it carries no log entry with a signed entry timestamp or an inclusion proof")?;
+        let proof = entry
+            .inclusion_proof
+            .as_ref()
+            .ok_or("its log entry has neither a signed entry timestamp nor an inclusion proof")?;
         let number = |n: &Int| n.value().and_then(|n| u64::try_from(n).ok());
+        let proof_index =
+            number(&proof.log_index).ok_or("its inclusion proof's logIndex is not a number")?;
+        if u64::try_from(log_index).ok() != Some(proof_index) {
+            return Err("its inclusion proof is of another index than its log entry");
+        }
         if proof.hashes.len() > 64 {
             return Err("its inclusion proof is longer than pinhook reads");
         }
@@ -401,11 +422,13 @@ impl BundleEntry {
             .as_ref()
             .map(|data| &data.rfc3161_timestamps[..])
             .unwrap_or_default();
+        if timestamps.len() > MAX_TIMESTAMPS {
+            return Err("it carries more RFC 3161 timestamps than pinhook reads");
+        }
         Ok(BundleEntry::Proven {
             body: entry.canonicalized_body.clone(),
-            log_id: log_id(entry)?,
-            log_index: number(&proof.log_index)
-                .ok_or("its inclusion proof's logIndex is not a number")?,
+            log_id,
+            log_index: proof_index,
             tree_size: number(&proof.tree_size)
                 .ok_or("its inclusion proof's treeSize is not a number")?,
             hashes: proof
@@ -417,7 +440,6 @@ impl BundleEntry {
             checkpoint: proof.checkpoint.envelope.clone(),
             timestamps: timestamps
                 .iter()
-                .take(MAX_TIMESTAMPS)
                 .map(|t| STANDARD.decode(t.signed_timestamp.trim()))
                 .collect::<Result<_, _>>()
                 .map_err(|_| "its RFC 3161 timestamp is not base64")?,
@@ -475,24 +497,46 @@ fn key_logged(
     signature: &[u8],
     key: &[u8],
 ) -> Result<(), std::borrow::Cow<'static, str>> {
-    let entry = BundleEntry::of(material)?;
     let is_of = |body: &[u8]| {
         logged_dsse(body, payload, signature, key) || logged_rekord(body, signed, signature, key)
     };
-    super::tlog::logged(
-        root,
-        &entry.vouched(signature),
-        &is_of,
-        super::tlog::OTHER_KEY_ENTRY,
-    )
+    first_that_holds(&BundleEntry::all(material)?, |entry| {
+        super::tlog::logged(
+            root,
+            &entry.vouched(signature),
+            &is_of,
+            super::tlog::OTHER_KEY_ENTRY,
+        )
+    })
     .map(|_| ())
 }
 
-/// A keyless bundle's certificate, chain and first log entry with a SET, owned.
+/// The first of `entries` for which `holds` holds, its answer; else the first entry's reason.
+fn first_that_holds<T>(
+    entries: &[Result<BundleEntry, &'static str>],
+    holds: impl Fn(&BundleEntry) -> Result<T, Cow<'static, str>>,
+) -> Result<T, Cow<'static, str>> {
+    let mut first = None;
+    for entry in entries {
+        match entry
+            .as_ref()
+            .map_err(|why| Cow::Borrowed(*why))
+            .and_then(&holds)
+        {
+            Ok(answer) => return Ok(answer),
+            Err(why) => {
+                first.get_or_insert(why);
+            }
+        }
+    }
+    Err(first.unwrap_or(Cow::Borrowed("it carries no log entry")))
+}
+
+/// A keyless bundle's certificate, chain and log entries, owned.
 struct BundleLogged {
     certificate: Vec<u8>,
     chain: Vec<Vec<u8>>,
-    entry: BundleEntry,
+    entries: Vec<Result<BundleEntry, &'static str>>,
     payload: Vec<u8>,
     signature: Vec<u8>,
     signed: Vec<u8>,
@@ -505,13 +549,15 @@ impl BundleLogged {
             logged_dsse(body, &self.payload, &self.signature, &self.certificate)
                 || logged_rekord(body, &self.signed, &self.signature, &self.certificate)
         };
-        let result = keyless.signer(&Logged {
-            certificate: &self.certificate,
-            chain: &self.chain,
-            entry: self.entry.vouched(&self.signature),
-            signed: &self.signed,
-            signature: &self.signature,
-            logged: &logged,
+        let result = first_that_holds(&self.entries, |entry| {
+            keyless.signer(&Logged {
+                certificate: &self.certificate,
+                chain: &self.chain,
+                entry: entry.vouched(&self.signature),
+                signed: &self.signed,
+                signature: &self.signature,
+                logged: &logged,
+            })
         });
         match result {
             Ok(signer) => super::keyless::Evidence::Signed(signer),
@@ -548,7 +594,7 @@ fn keyless_logged(
         Ok(BundleLogged {
             certificate,
             chain,
-            entry: BundleEntry::of(material)?,
+            entries: BundleEntry::all(material)?,
             payload: payload.to_vec(),
             signature: signature.to_vec(),
             signed: signed.to_vec(),
@@ -1184,7 +1230,8 @@ mod tests {
             now,
         );
         assert!(
-            untrusted(&elsewhere).contains("timestamp"),
+            untrusted(&elsewhere)
+                .contains("not signed by a timestamp authority of the trusted root"),
             "{}",
             untrusted(&elsewhere)
         );
@@ -1255,5 +1302,111 @@ mod tests {
         keyed["verificationMaterial"]["timestampVerificationData"]["rfc3161Timestamps"] =
             serde_json::json!([]);
         assert!(untrusted(&keyed.to_string()).contains("but not logged"));
+    }
+
+    /// Every timestamp must verify and the certificate hold at each (sigstore-conformance's
+    /// `rekor2-multiple-timestamps-one-outside-cert-validity_fail`); every log entry is tried;
+    /// an entry's index is its proof's.
+    #[test]
+    fn a_rekor_v2_bundle_holds_at_every_timestamp_and_any_entry_may_prove_it() {
+        use crate::signatures::checkpoint::test_log::TestLog;
+        use crate::signatures::timestamp::test_tsa::TestTsa;
+        let sigstore = TestSigstore::new();
+        let mut log = TestLog::new("log2025-1.rekor.test", &rcgen::PKCS_ED25519);
+        let tsa = TestTsa::new();
+        let root = root_with(&sigstore, &log, &tsa);
+        let identity = Identity {
+            issuer: Matcher::Exact(ISSUER.to_string()),
+            subject: Matcher::Exact(SUBJECT.to_string()),
+        };
+        let trust = Trust::new(Vec::new(), Some(Keyless::new(root, vec![identity])));
+        let signed = statement(REPOSITORY, &digest('a').to_string());
+        let keyless = sigstore.keyless_bundle(&signed, ISSUER, SUBJECT);
+        let raw: serde_json::Value = serde_json::from_str(&keyless).unwrap();
+        let verifier = serde_json::json!({"x509Certificate": {"rawBytes": raw["verificationMaterial"]["certificate"]["rawBytes"]}});
+        let signature = STANDARD
+            .decode(
+                raw["dsseEnvelope"]["signatures"][0]["sig"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .unwrap();
+        let now = sigstore.now;
+        let v2: serde_json::Value = serde_json::from_str(&as_rekor_v2(
+            &keyless,
+            verifier.clone(),
+            "dsse",
+            &mut log,
+            &tsa,
+            now,
+        ))
+        .unwrap();
+        let verdict_of = |bundle: &serde_json::Value| verdict(&bundle.to_string(), &trust, 'a');
+        assert_eq!(verdict_of(&v2).reason(), "verified");
+        let stamps = "/verificationMaterial/timestampVerificationData/rfc3161Timestamps";
+        let with_stamps = |stamps_of: Vec<Vec<u8>>| {
+            let mut bundle = v2.clone();
+            *bundle.pointer_mut(stamps).unwrap() = stamps_of
+                .iter()
+                .map(|s| serde_json::json!({"signedTimestamp": STANDARD.encode(s)}))
+                .collect();
+            bundle
+        };
+        let untrusted = |bundle: &serde_json::Value| match verdict_of(bundle) {
+            Verdict::Untrusted { why } => why.to_string(),
+            other => panic!("{other:?}"),
+        };
+        // Two good timestamps: verified; a second after the certificate expired: not.
+        let good = tsa.stamp(&signature, now);
+        assert_eq!(
+            verdict_of(&with_stamps(vec![
+                good.clone(),
+                tsa.stamp(&signature, now + 60)
+            ]))
+            .reason(),
+            "verified"
+        );
+        let why = untrusted(&with_stamps(vec![
+            good.clone(),
+            tsa.stamp(&signature, now + 3_600),
+        ]));
+        assert!(why.contains("not issued by an authority"), "{why}");
+        // A good one beside one of another signature, or one of an authority the root does not
+        // name: not (each must verify).
+        let why = untrusted(&with_stamps(vec![good.clone(), tsa.stamp(b"other", now)]));
+        assert!(why.contains("of other bytes than its signature"), "{why}");
+        let why = untrusted(&with_stamps(vec![
+            TestTsa::new().stamp(&signature, now),
+            good.clone(),
+        ]));
+        assert!(why.contains("not signed by a timestamp authority"), "{why}");
+        // More than four: refused unread.
+        let why = untrusted(&with_stamps(vec![good.clone(); 5]));
+        assert!(
+            why.contains("more RFC 3161 timestamps than pinhook reads"),
+            "{why}"
+        );
+
+        // An entry whose index is not its proof's.
+        let mut moved = v2.clone();
+        moved["verificationMaterial"]["tlogEntries"][0]["logIndex"] = "0".into();
+        assert!(untrusted(&moved).contains("another index than its log entry"));
+        // A Rekor v1 entry of a log the root does not name first, the good v2 entry after:
+        // the second proves it. Five entries: refused unread.
+        let elsewhere: serde_json::Value =
+            serde_json::from_str(&TestSigstore::new().keyless_bundle(&signed, ISSUER, SUBJECT))
+                .unwrap();
+        let mut mixed = v2.clone();
+        let good_entry = v2["verificationMaterial"]["tlogEntries"][0].clone();
+        mixed["verificationMaterial"]["tlogEntries"] = serde_json::json!([
+            elsewhere["verificationMaterial"]["tlogEntries"][0].clone(),
+            good_entry.clone(),
+        ]);
+        assert_eq!(verdict_of(&mixed).reason(), "verified");
+        mixed["verificationMaterial"]["tlogEntries"] =
+            serde_json::json!([elsewhere["verificationMaterial"]["tlogEntries"][0].clone()]);
+        assert!(untrusted(&mixed).contains("no log the trusted root names"));
+        mixed["verificationMaterial"]["tlogEntries"] = serde_json::json!(vec![good_entry; 5]);
+        assert!(untrusted(&mixed).contains("more log entries than pinhook reads"));
     }
 }

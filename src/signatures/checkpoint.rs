@@ -17,7 +17,7 @@ use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use sigstore::crypto::Signature;
 
-use super::trusted_root::{ed25519_raw, Log, TrustedRoot};
+use super::trusted_root::{ed25519_raw, note_key_hash, Log, TrustedRoot};
 
 /// The largest checkpoint read (a log's note and a few witnesses' lines are under 1 KiB).
 const MAX_CHECKPOINT_BYTES: usize = 8 << 10;
@@ -41,19 +41,22 @@ pub(crate) struct InclusionProof<'a> {
 const NOT_INCLUDED: &str =
     "its inclusion proof does not lead to the root its log's checkpoint signed";
 
-/// Whether the log `log_id` (hex) of `root`, trusted at `time`, holds an entry of canonical
-/// `body`: the checkpoint is signed by that log's key and `proof` leads from the body's leaf up
-/// to the checkpoint's root, for a tree of the checkpoint's size.
+/// Whether the log `log_id` (hex) of `root`, trusted at each of `times`, holds an entry of
+/// canonical `body`: the checkpoint is signed by that log's key and `proof` leads from the
+/// body's leaf up to the checkpoint's root, for a tree of the checkpoint's size.
 pub(crate) fn included(
     root: &TrustedRoot,
     log_id: &str,
-    time: i64,
+    times: &[i64],
     body: &[u8],
     proof: &InclusionProof<'_>,
 ) -> Result<(), Cow<'static, str>> {
-    let log = root
-        .log(log_id, time)
-        .ok_or("it was logged in no log the trusted root names, trusted at its time")?;
+    const UNNAMED: &str = "it was logged in no log the trusted root names, trusted at its time";
+    let first = *times.first().ok_or(UNNAMED)?;
+    let log = root.log(log_id, first).ok_or(UNNAMED)?;
+    if !times.iter().all(|time| log.valid.contains(*time)) {
+        return Err(Cow::Borrowed(UNNAMED));
+    }
     let (size, tree_root) = checkpoint(log, proof.checkpoint)?;
     if size != proof.tree_size {
         return Err(Cow::Borrowed(
@@ -77,13 +80,21 @@ fn checkpoint(log: &Log, text: &str) -> Result<(u64, [u8; 32]), Cow<'static, str
             "its log's checkpoint is larger than pinhook reads",
         ));
     }
-    // The note text runs to its first blank line, its own last newline included.
-    let split = text.find("\n\n").ok_or(MALFORMED)?;
+    // The note text runs to the last blank line, its own last newline included (as Go's
+    // `note.Open` splits it); no control character but its newlines.
+    let split = text.rfind("\n\n").ok_or(MALFORMED)?;
     let (note, signatures) = (&text[..=split], &text[split + 2..]);
-    let mut lines = note.lines();
+    if text.chars().any(|c| c.is_control() && c != '\n') {
+        return Err(Cow::Borrowed(MALFORMED));
+    }
+    let mut lines = note.split('\n');
     let origin = lines.next().ok_or(MALFORMED)?;
+    // A decimal size: digits only, no leading zero (C2SP tlog-checkpoint).
     let size: u64 = lines
         .next()
+        .filter(|line| {
+            line.bytes().all(|b| b.is_ascii_digit()) && (*line == "0" || !line.starts_with('0'))
+        })
         .and_then(|line| line.parse().ok())
         .ok_or(MALFORMED)?;
     let tree_root: [u8; 32] = lines
@@ -91,12 +102,15 @@ fn checkpoint(log: &Log, text: &str) -> Result<(u64, [u8; 32]), Cow<'static, str
         .and_then(|line| STANDARD.decode(line).ok())
         .and_then(|raw| raw.try_into().ok())
         .ok_or(MALFORMED)?;
-    // A v2 log's origin is its host; a v1 log's adds its tree's ID (`rekor.sigstore.dev - 1193…`).
+    // A v2 log's origin is its host, exactly; a v1 log's (ECDSA) adds its tree's ID
+    // (`rekor.sigstore.dev - 1193…`).
+    let v1 = ed25519_raw(&log.der).is_none();
     let named = !log.origin.is_empty()
         && (origin == log.origin
-            || origin
-                .strip_prefix(log.origin.as_str())
-                .is_some_and(|rest| rest.starts_with(" - ")));
+            || v1
+                && origin
+                    .strip_prefix(log.origin.as_str())
+                    .is_some_and(|rest| rest.starts_with(" - ")));
     if !named {
         return Err(Cow::Borrowed(
             "its log's checkpoint is of another log than the trusted root names",
@@ -143,20 +157,10 @@ fn checkpoint(log: &Log, text: &str) -> Result<(u64, [u8; 32]), Cow<'static, str
     ))
 }
 
-/// The 4-byte key hint a signed note's signature line names `log`'s key by: for an Ed25519 key
-/// the head of SHA-256(origin, newline, 0x01, key); for another key (ECDSA, as Rekor v1 signs
-/// its checkpoints) the head of SHA-256 of its SubjectPublicKeyInfo.
+/// The 4-byte key hint a signed note's signature line names `log`'s key by: the head of its
+/// signed-note key hash ([`note_key_hash`]).
 fn key_hint(log: &Log) -> [u8; 4] {
-    let hash: [u8; 32] = match ed25519_raw(&log.der) {
-        Some(raw) => {
-            let mut hash = Sha256::new();
-            hash.update(log.origin.as_bytes());
-            hash.update([b'\n', 0x01]);
-            hash.update(raw);
-            hash.finalize().into()
-        }
-        None => Sha256::digest(&log.der).into(),
-    };
+    let hash = note_key_hash(&log.der, &log.origin);
     [hash[0], hash[1], hash[2], hash[3]]
 }
 
@@ -230,7 +234,7 @@ pub(crate) mod test_log {
     use sha2::{Digest as _, Sha256};
 
     use super::{hash_children, hash_leaf, SIGNATURE_LINE};
-    use crate::signatures::trusted_root::ed25519_raw;
+    use crate::signatures::trusted_root::note_key_hash;
 
     pub struct TestLog {
         pub origin: String,
@@ -255,18 +259,7 @@ pub(crate) mod test_log {
 
         /// The log's ID as a trusted root names it (hex).
         pub fn id(&self) -> String {
-            let der = self.der();
-            let id: [u8; 32] = match ed25519_raw(&der) {
-                Some(raw) => {
-                    let mut hash = Sha256::new();
-                    hash.update(self.origin.as_bytes());
-                    hash.update([b'\n', 0x01]);
-                    hash.update(raw);
-                    hash.finalize().into()
-                }
-                None => Sha256::digest(&der).into(),
-            };
-            crate::signatures::trusted_root::hex(&id)
+            crate::signatures::trusted_root::hex(&note_key_hash(&self.der(), &self.origin))
         }
 
         /// Appends `body`; its index.
@@ -422,7 +415,7 @@ mod tests {
             included(
                 &root,
                 &log_id,
-                time,
+                &[time],
                 body,
                 &proof(index, size, hashes, checkpoint),
             )
@@ -453,7 +446,7 @@ mod tests {
         let why = included(
             &root,
             &log_id,
-            STAGED,
+            &[STAGED],
             &body,
             &proof(index, 7133, hashes.clone(), &forged),
         );
@@ -475,7 +468,7 @@ mod tests {
         let why = included(
             &root,
             &"ab".repeat(32),
-            STAGED,
+            &[STAGED],
             &body,
             &proof(index, size, hashes, &checkpoint),
         );
@@ -493,7 +486,7 @@ mod tests {
             included(
                 &root,
                 &log_id,
-                STAGED,
+                &[STAGED],
                 &body,
                 &proof(index, size, hashes.clone(), text),
             )
@@ -538,22 +531,18 @@ mod tests {
             for body in &bodies {
                 log.append(body);
             }
-            let root = {
-                // The root read before the leaves were added names the same key.
-                root
-            };
             for size in 1..=bodies.len() {
                 let checkpoint = log.checkpoint(size);
                 for (index, body) in bodies[..size].iter().enumerate() {
                     let path = log.path(index, size);
                     let p = proof(index as u64, size as u64, path.clone(), &checkpoint);
-                    included(&root, &log.id(), NOW, body, &p).unwrap();
+                    included(&root, &log.id(), &[NOW], body, &p).unwrap();
                     let other = &bodies[(index + 1) % size];
                     if size > 1 {
-                        assert!(included(&root, &log.id(), NOW, other, &p).is_err());
+                        assert!(included(&root, &log.id(), &[NOW], other, &p).is_err());
                     }
                     let p = proof(index as u64, size as u64 + 1, path, &checkpoint);
-                    assert!(included(&root, &log.id(), NOW, body, &p).is_err());
+                    assert!(included(&root, &log.id(), &[NOW], body, &p).is_err());
                 }
             }
         }
@@ -572,7 +561,7 @@ mod tests {
             included(
                 &root,
                 &log.id(),
-                NOW,
+                &[NOW],
                 body,
                 &proof(2, 5, path.clone(), checkpoint),
             )
@@ -639,12 +628,43 @@ mod tests {
             check(&spliced).unwrap_err(),
             "its log's checkpoint signature does not verify with the log's key"
         );
+        // A line with the log's name and hint but a bad signature, before a good one: refused
+        // (a known key's signature that does not verify is no signature to pass over).
+        let good = log.checkpoint(5);
+        let (note, lines) = good.split_once("\n\n").unwrap();
+        let own = lines.lines().last().unwrap();
+        let (head, signature) = own.rsplit_once(' ').unwrap();
+        let mut bad = STANDARD.decode(signature).unwrap();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        let forged = format!("{note}\n\n{head} {}\n{lines}", STANDARD.encode(bad));
+        assert_eq!(
+            check(&forged).unwrap_err(),
+            "its log's checkpoint signature does not verify with the log's key"
+        );
+        // Sizes C2SP does not write, a carriage return, a v1-style origin on a v2 log.
+        for note in [
+            log.note(5, "").replacen("\n5\n", "\n+5\n", 1),
+            log.note(5, "").replacen("\n5\n", "\n05\n", 1),
+            log.note(5, "").replacen("\n5\n", "\n5\r\n", 1),
+        ] {
+            let signed = log.sign_note(&note, &log.origin);
+            assert_eq!(
+                check(&signed).unwrap_err(),
+                "its log's checkpoint is malformed"
+            );
+        }
+        let sharded = log
+            .note(5, "")
+            .replacen("log.test.example", "log.test.example - 7", 1);
+        assert_eq!(
+            check(&log.sign_note(&sharded, &log.origin)).unwrap_err(),
+            "its log's checkpoint is of another log than the trusted root names"
+        );
         // Paths and indexes out of bounds.
-        let p = |index, size, hashes| proof(index, size, hashes, "");
         assert!(root_from_path(5, 5, [0; 32], &[]).is_err());
         assert!(root_from_path(0, 2, [0; 32], &vec![vec![0; 32]; 65]).is_err());
         assert!(root_from_path(0, 2, [0; 32], &[vec![0; 31]]).is_err());
         assert!(root_from_path(0, u64::MAX, [0; 32], &[vec![0; 32]]).is_err());
-        let _ = p(0, 0, vec![]);
     }
 }

@@ -215,13 +215,13 @@ impl Keyless {
     }
 
     /// Who signed `logged`, if the trusted root vouches for it: the log's word on the entry
-    /// (its SET, or its inclusion proof and a timestamp), the entry of this signature
-    /// (`logged.logged`), the certificate's chain at the time the log's word gives, its SCT, and
-    /// the certificate's key over the bytes signed.
+    /// (its SET, or its inclusion proof and timestamps), the entry of this signature
+    /// (`logged.logged`), the certificate's chain at every time the log's word gives, its SCT,
+    /// and the certificate's key over the bytes signed.
     pub(crate) fn signer(&self, logged: &Logged<'_>) -> Result<Signer, Cow<'static, str>> {
         let (_, parsed) = x509_parser::parse_x509_certificate(logged.certificate)
             .map_err(|_| "its certificate is not a certificate")?;
-        let time = super::tlog::logged(
+        let times = super::tlog::logged(
             &self.root,
             &logged.entry,
             logged.logged,
@@ -237,7 +237,10 @@ impl Keyless {
         if !code_signing {
             return Err(Cow::Borrowed("its certificate is not for code signing"));
         }
-        let issuer_key = self.chains(logged.certificate, logged.chain, time)?;
+        let mut issuer_key = Vec::new();
+        for time in times {
+            issuer_key = self.chains(logged.certificate, logged.chain, time)?;
+        }
         if !self.ignore_sct {
             super::sct::published(&parsed, logged.certificate, &issuer_key, &self.root)?;
         }

@@ -269,14 +269,16 @@ pub(crate) struct ProvenEntry<'a> {
 }
 
 impl Vouched<'_> {
-    /// The time the log's word says the signature existed, if its word holds: the SET of a log
-    /// of `root` ([`promised`]), or a timestamp of an authority of `root` and the entry in a
-    /// log of `root` trusted at that time.
-    fn time(&self, root: &TrustedRoot, body: &[u8]) -> Result<i64, Cow<'static, str>> {
+    /// The times the log's word says the signature existed, if its word holds: the SET of a
+    /// log of `root` ([`promised`]) and its integrated time; or **every** timestamp's time, each
+    /// by an authority of `root` (one that does not verify refuses them all, as sigstore-go
+    /// checks each), and the entry in a log of `root` trusted at each. The caller checks the
+    /// certificate at each time too.
+    fn times(&self, root: &TrustedRoot, body: &[u8]) -> Result<Vec<i64>, Cow<'static, str>> {
         match self {
             Vouched::Promised(entry) => {
                 promised(root, entry)?;
-                Ok(entry.integrated_time)
+                Ok(vec![entry.integrated_time])
             }
             Vouched::Proven(entry) => {
                 if entry.timestamps.is_empty() {
@@ -285,24 +287,24 @@ impl Vouched<'_> {
                          timestamp to say when it was signed",
                     ));
                 }
-                let mut why = Cow::Borrowed("");
-                let mut time = None;
-                for stamp in entry.timestamps.iter().take(MAX_TIMESTAMPS) {
-                    match super::timestamp::timestamped(
-                        stamp,
-                        entry.signature,
-                        &root.timestamp_authorities,
-                    ) {
-                        Ok(at) => {
-                            time = Some(at);
-                            break;
-                        }
-                        Err(e) => why = e,
-                    }
+                if entry.timestamps.len() > MAX_TIMESTAMPS {
+                    return Err(Cow::Borrowed(
+                        "it carries more RFC 3161 timestamps than pinhook reads",
+                    ));
                 }
-                let time = time.ok_or(why)?;
-                super::checkpoint::included(root, entry.log_id, time, body, &entry.proof)?;
-                Ok(time)
+                let times = entry
+                    .timestamps
+                    .iter()
+                    .map(|stamp| {
+                        super::timestamp::timestamped(
+                            stamp,
+                            entry.signature,
+                            &root.timestamp_authorities,
+                        )
+                    })
+                    .collect::<Result<Vec<i64>, _>>()?;
+                super::checkpoint::included(root, entry.log_id, &times, body, &entry.proof)?;
+                Ok(times)
             }
         }
     }
@@ -317,20 +319,21 @@ impl Vouched<'_> {
 }
 
 /// Whether `entry` is logged (its log's word, [`Vouched`]) and its body is of what the caller
-/// signed (`is_of`, over the decoded body); the time the log's word gives. `other` says why not
-/// when the body is of something else.
+/// signed (`is_of`, over the decoded body); the times the log's word gives (one or more, each
+/// of which the caller must hold the signature to). `other` says why not when the body is of
+/// something else.
 pub(crate) fn logged(
     root: &TrustedRoot,
     entry: &Vouched<'_>,
     is_of: &dyn Fn(&[u8]) -> bool,
     other: &'static str,
-) -> Result<i64, Cow<'static, str>> {
+) -> Result<Vec<i64>, Cow<'static, str>> {
     let body = STANDARD
         .decode(entry.body().trim())
         .map_err(|_| "the log's entry is not base64")?;
-    let time = entry.time(root, &body)?;
+    let times = entry.times(root, &body)?;
     if is_of(&body) {
-        Ok(time)
+        Ok(times)
     } else {
         Err(Cow::Borrowed(other))
     }

@@ -206,7 +206,7 @@ impl TrustedRoot {
         let mut authorities = Vec::with_capacity(file.certificate_authorities.len());
         for (i, authority) in file.certificate_authorities.iter().enumerate() {
             let field = format!("certificateAuthorities[{i}]");
-            let (mut certificates, valid) = read_chain(authority, &field, 1)?;
+            let (mut certificates, valid) = read_chain(authority, &field, 1, false)?;
             let root = certificates.pop().unwrap_or_default();
             authorities.push(Authority {
                 root,
@@ -216,7 +216,8 @@ impl TrustedRoot {
         }
         let mut timestamp_authorities = Vec::with_capacity(file.timestamp_authorities.len());
         for (i, authority) in file.timestamp_authorities.iter().enumerate() {
-            let (chain, valid) = read_chain(authority, &format!("timestampAuthorities[{i}]"), 0)?;
+            let field = format!("timestampAuthorities[{i}]");
+            let (chain, valid) = read_chain(authority, &field, 0, true)?;
             timestamp_authorities.push(TimestampAuthority { chain, valid });
         }
         Ok(TrustedRoot {
@@ -266,6 +267,7 @@ fn read_chain(
     authority: &AuthorityFile,
     field: &str,
     least: usize,
+    starts: bool,
 ) -> Result<(Vec<Vec<u8>>, Validity), TrustedRootError> {
     let chain = &authority.cert_chain.certificates;
     if chain.len() < least || chain.len() > MAX_CHAIN {
@@ -282,7 +284,11 @@ fn read_chain(
             .map_err(|_| invalid(&at, "is not a DER certificate".to_string()))?;
         certificates.push(der);
     }
-    let valid = period(authority.valid_for.as_ref(), &format!("{field}.validFor"))?;
+    let valid = period(
+        authority.valid_for.as_ref(),
+        &format!("{field}.validFor"),
+        starts,
+    )?;
     Ok((certificates, valid))
 }
 
@@ -322,18 +328,39 @@ fn origin(base_url: &str) -> &str {
 }
 
 /// The IDs a log with key `der` (SubjectPublicKeyInfo) and `origin` may go by: the SHA-256 of
-/// its key, and for an Ed25519 key the C2SP signed-note key hash (SHA-256 of the origin, a
-/// newline, the signature type 0x01 and the raw key), as Rekor v2 logs are named.
-fn log_ids(der: &[u8], origin: &str) -> [Option<[u8; 32]>; 2] {
-    let spki: [u8; 32] = Sha256::digest(der).into();
-    let ed25519 = ed25519_raw(der).map(|raw| {
-        let mut hash = Sha256::new();
+/// its key, and its signed-note key hash ([`note_key_hash`]), as Rekor v2 logs are named.
+fn log_ids(der: &[u8], origin: &str) -> [[u8; 32]; 2] {
+    [Sha256::digest(der).into(), note_key_hash(der, origin)]
+}
+
+/// A log's signed-note key hash, as rekor-tiles names its keys (`pkg/note`): for an Ed25519
+/// key, C2SP's SHA-256 of the origin, a newline, the signature type 0x01 and the raw key; for
+/// an RSA key, SHA-256 of the origin, a newline, 0xFF, `PKIX-RSA-PKCS#1v1.5` and its
+/// SubjectPublicKeyInfo; for another key (ECDSA), the SHA-256 of its SubjectPublicKeyInfo.
+/// A checkpoint's signature line names the key by this hash's first four bytes.
+pub(crate) fn note_key_hash(der: &[u8], origin: &str) -> [u8; 32] {
+    const RSA_ENCRYPTION: [u8; 11] = [
+        0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01,
+    ];
+    let mut hash = Sha256::new();
+    if let Some(raw) = ed25519_raw(der) {
         hash.update(origin.as_bytes());
         hash.update([b'\n', 0x01]);
         hash.update(raw);
-        hash.finalize().into()
-    });
-    [Some(spki), ed25519]
+    } else if der
+        .windows(RSA_ENCRYPTION.len())
+        .take(8)
+        .any(|w| w == RSA_ENCRYPTION)
+    {
+        // (rsaEncryption is the first thing in an RSA SubjectPublicKeyInfo's algorithm)
+        hash.update(origin.as_bytes());
+        hash.update([b'\n', 0xff]);
+        hash.update(b"PKIX-RSA-PKCS#1v1.5");
+        hash.update(der);
+    } else {
+        hash.update(der);
+    }
+    hash.finalize().into()
 }
 
 /// The raw 32-byte key of an Ed25519 SubjectPublicKeyInfo (OID 1.3.101.112).
@@ -363,7 +390,6 @@ fn read_logs(files: &[TlogFile], field: &str) -> Result<Vec<Log>, TrustedRootErr
         let origin = origin(&log.base_url);
         if !log_ids(&der, origin)
             .iter()
-            .flatten()
             .any(|id| id.as_slice() == key_id.as_slice())
         {
             return Err(invalid(
@@ -379,6 +405,7 @@ fn read_logs(files: &[TlogFile], field: &str) -> Result<Vec<Log>, TrustedRootErr
             valid: period(
                 log.public_key.valid_for.as_ref(),
                 &format!("{field}.publicKey.validFor"),
+                true,
             )?,
             origin: origin.to_string(),
             der,
@@ -400,7 +427,17 @@ fn decode(text: &str, field: &str) -> Result<Vec<u8>, TrustedRootError> {
         .map_err(|_| invalid(field, "is not base64".to_string()))
 }
 
-fn period(period: Option<&PeriodFile>, field: &str) -> Result<Validity, TrustedRootError> {
+/// The period `period` gives; with `starts`, one without a start is refused (a log's or a
+/// timestamp authority's, as sigstore-go refuses it: trusted since ever, it would vouch for
+/// any time).
+fn period(
+    period: Option<&PeriodFile>,
+    field: &str,
+    starts: bool,
+) -> Result<Validity, TrustedRootError> {
+    if starts && period.and_then(|p| p.start.as_ref()).is_none() {
+        return Err(invalid(&format!("{field}.start"), "is missing".to_string()));
+    }
     let time = |text: &Option<String>, which: &str| -> Result<Option<i64>, TrustedRootError> {
         text.as_deref()
             .map(|text| {
@@ -584,7 +621,7 @@ mod tests {
         );
 
         // A v2 log named by a hash of another origin is refused, naming the field.
-        let mut text: serde_json::Value = serde_json::from_slice(
+        let text: serde_json::Value = serde_json::from_slice(
             &std::fs::read(format!(
                 "{}/tests/fixtures/sigstore-staging-rekor2/trusted_root.json",
                 env!("CARGO_MANIFEST_DIR")
@@ -592,11 +629,38 @@ mod tests {
             .unwrap(),
         )
         .unwrap();
-        text["tlogs"][1]["baseUrl"] = "https://log2025-alpha9.rekor.sigstage.dev".into();
+        let mut elsewhere = text.clone();
+        elsewhere["tlogs"][1]["baseUrl"] = "https://log2025-alpha9.rekor.sigstage.dev".into();
         assert!(matches!(
-            TrustedRoot::parse(text.to_string().as_bytes()),
+            TrustedRoot::parse(elsewhere.to_string().as_bytes()),
             Err(TrustedRootError::Invalid { field, .. }) if field == "tlogs[1].logId.keyId"
         ));
+        // A log or a timestamp authority trusted since ever is refused (sigstore-conformance's
+        // trust-root-tlog-missing-validity-start_fail).
+        for (pointer, field) in [
+            (
+                "/tlogs/0/publicKey/validFor",
+                "tlogs[0].publicKey.validFor.start",
+            ),
+            (
+                "/timestampAuthorities/0/validFor",
+                "timestampAuthorities[0].validFor.start",
+            ),
+        ] {
+            let mut open = text.clone();
+            open.pointer_mut(pointer)
+                .unwrap()
+                .as_object_mut()
+                .unwrap()
+                .remove("start");
+            assert_eq!(
+                TrustedRoot::parse(open.to_string().as_bytes()).unwrap_err(),
+                TrustedRootError::Invalid {
+                    field: field.to_string(),
+                    problem: "is missing".to_string()
+                }
+            );
+        }
     }
 
     #[test]
