@@ -1103,9 +1103,7 @@ mod tests {
         let index = log.append(body.as_bytes()) as usize;
         log.append(b"after");
         let size = log.leaves.len();
-        let id: Vec<u8> = (0..32)
-            .map(|i| u8::from_str_radix(&log.id()[2 * i..2 * i + 2], 16).unwrap())
-            .collect();
+        let id = log.raw_id();
         let material = &mut bundle["verificationMaterial"];
         material["tlogEntries"] = serde_json::json!([{
             "logIndex": index.to_string(),
@@ -1134,9 +1132,7 @@ mod tests {
         tsa: &crate::signatures::timestamp::test_tsa::TestTsa,
     ) -> Arc<TrustedRoot> {
         let mut root: serde_json::Value = serde_json::from_str(&sigstore.trusted_root()).unwrap();
-        let id: Vec<u8> = (0..32)
-            .map(|i| u8::from_str_radix(&log.id()[2 * i..2 * i + 2], 16).unwrap())
-            .collect();
+        let id = log.raw_id();
         root["tlogs"]
             .as_array_mut()
             .unwrap()
@@ -1151,21 +1147,36 @@ mod tests {
         Arc::new(TrustedRoot::parse(root.to_string().as_bytes()).unwrap())
     }
 
-    /// A cosign 3 bundle whose entry is in a Rekor v2 log counts by its inclusion proof and its
-    /// RFC 3161 timestamp, keyless and by a key, through the very path an image's bundle takes.
-    #[test]
-    fn a_rekor_v2_bundle_counts_by_its_proof_and_timestamp_and_nothing_less() {
-        use crate::signatures::checkpoint::test_log::TestLog;
-        use crate::signatures::timestamp::test_tsa::TestTsa;
-        use rcgen::PublicKeyData as _;
+    /// The test authority, a Rekor v2 test log, a test TSA, the root naming all three, and the
+    /// identity `SUBJECT` of `ISSUER`.
+    fn v2_sigstore() -> (
+        TestSigstore,
+        crate::signatures::checkpoint::test_log::TestLog,
+        crate::signatures::timestamp::test_tsa::TestTsa,
+        Arc<TrustedRoot>,
+        Identity,
+    ) {
         let sigstore = TestSigstore::new();
-        let mut log = TestLog::new("log2025-1.rekor.test", &rcgen::PKCS_ED25519);
-        let tsa = TestTsa::new();
+        let log = crate::signatures::checkpoint::test_log::TestLog::new(
+            "log2025-1.rekor.test",
+            &rcgen::PKCS_ED25519,
+        );
+        let tsa = crate::signatures::timestamp::test_tsa::TestTsa::new();
         let root = root_with(&sigstore, &log, &tsa);
         let identity = Identity {
             issuer: Matcher::Exact(ISSUER.to_string()),
             subject: Matcher::Exact(SUBJECT.to_string()),
         };
+        (sigstore, log, tsa, root, identity)
+    }
+
+    /// A cosign 3 bundle whose entry is in a Rekor v2 log counts by its inclusion proof and its
+    /// RFC 3161 timestamp, keyless and by a key, through the very path an image's bundle takes.
+    #[test]
+    fn a_rekor_v2_bundle_counts_by_its_proof_and_timestamp_and_nothing_less() {
+        use crate::signatures::timestamp::test_tsa::TestTsa;
+        use rcgen::PublicKeyData as _;
+        let (sigstore, mut log, tsa, root, identity) = v2_sigstore();
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
         let trust = Trust::new(
             vec![PublicKey::from_pem(&key.public_key_pem()).unwrap()],
@@ -1236,7 +1247,10 @@ mod tests {
             untrusted(&elsewhere)
         );
         // Proven in a log the root does not name, under the same origin.
-        let mut other_log = TestLog::new("log2025-1.rekor.test", &rcgen::PKCS_ED25519);
+        let mut other_log = crate::signatures::checkpoint::test_log::TestLog::new(
+            "log2025-1.rekor.test",
+            &rcgen::PKCS_ED25519,
+        );
         let unnamed = as_rekor_v2(
             &keyless,
             certificate(&keyless),
@@ -1309,16 +1323,8 @@ mod tests {
     /// an entry's index is its proof's.
     #[test]
     fn a_rekor_v2_bundle_holds_at_every_timestamp_and_any_entry_may_prove_it() {
-        use crate::signatures::checkpoint::test_log::TestLog;
         use crate::signatures::timestamp::test_tsa::TestTsa;
-        let sigstore = TestSigstore::new();
-        let mut log = TestLog::new("log2025-1.rekor.test", &rcgen::PKCS_ED25519);
-        let tsa = TestTsa::new();
-        let root = root_with(&sigstore, &log, &tsa);
-        let identity = Identity {
-            issuer: Matcher::Exact(ISSUER.to_string()),
-            subject: Matcher::Exact(SUBJECT.to_string()),
-        };
+        let (sigstore, mut log, tsa, root, identity) = v2_sigstore();
         let trust = Trust::new(Vec::new(), Some(Keyless::new(root, vec![identity])));
         let signed = statement(REPOSITORY, &digest('a').to_string());
         let keyless = sigstore.keyless_bundle(&signed, ISSUER, SUBJECT);

@@ -262,6 +262,11 @@ pub(crate) mod test_log {
             crate::signatures::trusted_root::hex(&note_key_hash(&self.der(), &self.origin))
         }
 
+        /// The log's ID, raw.
+        pub fn raw_id(&self) -> Vec<u8> {
+            note_key_hash(&self.der(), &self.origin).to_vec()
+        }
+
         /// Appends `body`; its index.
         pub fn append(&mut self, body: &[u8]) -> u64 {
             self.leaves.push(hash_leaf(body));
@@ -515,9 +520,7 @@ mod tests {
             "baseUrl": format!("https://{}", log.origin),
             "hashAlgorithm": "SHA2_256",
             "publicKey": {"rawBytes": STANDARD.encode(log.der()), "validFor": {"start": "2020-01-01T00:00:00Z"}},
-            "logId": {"keyId": STANDARD.encode(
-                (0..32).map(|i| u8::from_str_radix(&log.id()[2 * i..2 * i + 2], 16).unwrap()).collect::<Vec<_>>()
-            )},
+            "logId": {"keyId": STANDARD.encode(log.raw_id())},
         }]);
         TrustedRoot::parse(text.to_string().as_bytes()).unwrap()
     }
