@@ -571,6 +571,11 @@ pub(crate) mod test_tsa {
             }
         }
 
+        /// Its signing key, PKCS#8 PEM (for another implementation to sign with).
+        pub(crate) fn key_pem(&self) -> String {
+            self.key.serialize_pem()
+        }
+
         /// The authority a trusted root gives for it, trusted from 1970 on.
         pub(crate) fn authority(&self) -> TimestampAuthority {
             TimestampAuthority {
@@ -993,6 +998,94 @@ mod tests {
         fails(
             timestamped(&stamp, b"signature", &[later]),
             "outside the period",
+        );
+    }
+
+    /// Another implementation's timestamps read: OpenSSL's `ts -reply` (a TSA of its own, with
+    /// an accuracy, ordering, its name, the signer's chain in the token and an ESS
+    /// signingCertificateV2), signing with the test TSA's key and certificate.
+    #[test]
+    fn an_openssl_timestamp_verifies_to_its_time() {
+        let tsa = TestTsa::new();
+        let dir = std::env::temp_dir().join(format!(
+            "pinhook-openssl-ts-{}-{}",
+            std::process::id(),
+            Sha256::digest(&tsa.leaf)[0]
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pem = |label: &str, der: &[u8]| {
+            format!(
+                "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+                STANDARD.encode(der)
+            )
+        };
+        let write = |name: &str, text: &[u8]| std::fs::write(dir.join(name), text).unwrap();
+        write("leaf.pem", pem("CERTIFICATE", &tsa.leaf).as_bytes());
+        write("root.pem", pem("CERTIFICATE", &tsa.root).as_bytes());
+        write("key.pem", tsa.key_pem().as_bytes());
+        write("serial", b"01\n");
+        let signature = b"a signature's own bytes";
+        write("signature", signature);
+        write(
+            "ts.cnf",
+            format!(
+                "[ tsa ]\ndefault_tsa = test\n[ test ]\nserial = {}\nsigner_digest = sha256\n\
+                 default_policy = 1.3.6.1.4.1.57264.2\ndigests = sha256, sha384, sha512\n\
+                 accuracy = secs:1\nordering = yes\ntsa_name = yes\ness_cert_id_chain = no\n\
+                 ess_cert_id_alg = sha256\n",
+                dir.join("serial").display()
+            )
+            .as_bytes(),
+        );
+        let openssl = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl (scripts/install-test-deps.sh installs it)");
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        };
+        openssl(&[
+            "ts",
+            "-query",
+            "-data",
+            "signature",
+            "-sha256",
+            "-cert",
+            "-out",
+            "query",
+        ]);
+        openssl(&[
+            "ts",
+            "-reply",
+            "-config",
+            "ts.cnf",
+            "-queryfile",
+            "query",
+            "-signer",
+            "leaf.pem",
+            "-inkey",
+            "key.pem",
+            "-chain",
+            "root.pem",
+            "-out",
+            "reply",
+        ]);
+        let reply = std::fs::read(dir.join("reply")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let at = timestamped(&reply, signature, &[tsa.authority()]).unwrap();
+        assert!((now - 300..=now + 5).contains(&at), "{at} vs {now}");
+        fails(
+            timestamped(&reply, b"another signature", &[tsa.authority()]),
+            "of other bytes than its signature",
+        );
+        fails(
+            timestamped(&reply, signature, &[TestTsa::new().authority()]),
+            "not signed by a timestamp authority of the trusted root",
         );
     }
 
