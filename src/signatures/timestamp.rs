@@ -1089,6 +1089,44 @@ mod tests {
         );
     }
 
+    /// The test TSA's timestamps are RFC 3161's as another implementation reads them: OpenSSL's
+    /// `ts -verify` accepts one for its signature's bytes and refuses it for others.
+    #[test]
+    fn openssl_verifies_the_test_tsas_timestamps() {
+        let tsa = TestTsa::new();
+        let dir = std::env::temp_dir().join(format!(
+            "pinhook-openssl-verify-{}-{}",
+            std::process::id(),
+            Sha256::digest(&tsa.leaf)[0]
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pem = |der: &[u8]| {
+            format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                STANDARD.encode(der)
+            )
+        };
+        let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
+        write("root.pem", pem(&tsa.root).as_bytes());
+        write("leaf.pem", pem(&tsa.leaf).as_bytes());
+        write("signature", b"signed");
+        write("other", b"something else");
+        write("reply", &tsa.stamp(b"signed", 1_800_000_000));
+        let verify = |data: &str| {
+            std::process::Command::new("openssl")
+                .args(["ts", "-verify", "-data", data, "-in", "reply"])
+                .args(["-CAfile", "root.pem", "-untrusted", "leaf.pem"])
+                .current_dir(&dir)
+                .output()
+                .expect("openssl (scripts/install-test-deps.sh installs it)")
+        };
+        let good = verify("signature");
+        let bad = verify("other");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(good.status.success(), "{good:?}");
+        assert!(!bad.status.success(), "{bad:?}");
+    }
+
     #[test]
     fn generalized_times_with_fractions_read() {
         let time = |text: &str| {
