@@ -310,8 +310,7 @@ pub(crate) mod test_log {
 
         /// `note` signed by this log as the line `name` names it, a witness's line after.
         pub fn sign_note(&self, note: &str, name: &str) -> String {
-            let hint: [u8; 4] = super::key_hint(&self.as_log())[..4].try_into().unwrap();
-            let mut signature = hint.to_vec();
+            let mut signature = note_key_hash(&self.der(), &self.origin)[..4].to_vec();
             signature.extend(self.key.sign(note.as_bytes()).unwrap());
             let witness = KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
             let mut witnessed = vec![1, 2, 3, 4];
@@ -326,20 +325,6 @@ pub(crate) mod test_log {
         /// The checkpoint of the tree of the first `size` leaves.
         pub fn checkpoint(&self, size: usize) -> String {
             self.sign_note(&self.note(size, ""), &self.origin)
-        }
-
-        fn as_log(&self) -> crate::signatures::trusted_root::Log {
-            let der = self.der();
-            crate::signatures::trusted_root::Log {
-                id: self.id(),
-                key: sigstore::crypto::CosignVerificationKey::try_from_der(&der).unwrap(),
-                valid: crate::signatures::trusted_root::Validity {
-                    start: i64::MIN,
-                    end: None,
-                },
-                origin: self.origin.clone(),
-                der,
-            }
         }
     }
 

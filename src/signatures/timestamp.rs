@@ -1001,27 +1001,43 @@ mod tests {
         );
     }
 
+    /// A scratch directory for OpenSSL holding `tsa`'s certificates (PEM), and the `openssl`
+    /// command run in it, which must succeed.
+    fn openssl_scratch(tsa: &TestTsa, name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "pinhook-openssl-{name}-{}-{}",
+            std::process::id(),
+            Sha256::digest(&tsa.leaf)[0]
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pem = |der: &[u8]| {
+            format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                STANDARD.encode(der)
+            )
+        };
+        std::fs::write(dir.join("leaf.pem"), pem(&tsa.leaf)).unwrap();
+        std::fs::write(dir.join("root.pem"), pem(&tsa.root)).unwrap();
+        dir
+    }
+
+    /// `openssl args` run in `dir`: its output.
+    fn openssl(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (scripts/install-test-deps.sh installs it)")
+    }
+
     /// Another implementation's timestamps read: OpenSSL's `ts -reply` (a TSA of its own, with
     /// an accuracy, ordering, its name, the signer's chain in the token and an ESS
     /// signingCertificateV2), signing with the test TSA's key and certificate.
     #[test]
     fn an_openssl_timestamp_verifies_to_its_time() {
         let tsa = TestTsa::new();
-        let dir = std::env::temp_dir().join(format!(
-            "pinhook-openssl-ts-{}-{}",
-            std::process::id(),
-            Sha256::digest(&tsa.leaf)[0]
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let pem = |label: &str, der: &[u8]| {
-            format!(
-                "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-                STANDARD.encode(der)
-            )
-        };
+        let dir = openssl_scratch(&tsa, "reply");
         let write = |name: &str, text: &[u8]| std::fs::write(dir.join(name), text).unwrap();
-        write("leaf.pem", pem("CERTIFICATE", &tsa.leaf).as_bytes());
-        write("root.pem", pem("CERTIFICATE", &tsa.root).as_bytes());
         write("key.pem", tsa.key_pem().as_bytes());
         write("serial", b"01\n");
         let signature = b"a signature's own bytes";
@@ -1038,11 +1054,7 @@ mod tests {
             .as_bytes(),
         );
         let openssl = |args: &[&str]| {
-            let out = std::process::Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .expect("openssl (scripts/install-test-deps.sh installs it)");
+            let out = openssl(&dir, args);
             assert!(out.status.success(), "openssl {args:?}: {out:?}");
         };
         openssl(&[
@@ -1094,31 +1106,27 @@ mod tests {
     #[test]
     fn openssl_verifies_the_test_tsas_timestamps() {
         let tsa = TestTsa::new();
-        let dir = std::env::temp_dir().join(format!(
-            "pinhook-openssl-verify-{}-{}",
-            std::process::id(),
-            Sha256::digest(&tsa.leaf)[0]
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let pem = |der: &[u8]| {
-            format!(
-                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-                STANDARD.encode(der)
-            )
-        };
+        let dir = openssl_scratch(&tsa, "verify");
         let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
-        write("root.pem", pem(&tsa.root).as_bytes());
-        write("leaf.pem", pem(&tsa.leaf).as_bytes());
         write("signature", b"signed");
         write("other", b"something else");
         write("reply", &tsa.stamp(b"signed", 1_800_000_000));
         let verify = |data: &str| {
-            std::process::Command::new("openssl")
-                .args(["ts", "-verify", "-data", data, "-in", "reply"])
-                .args(["-CAfile", "root.pem", "-untrusted", "leaf.pem"])
-                .current_dir(&dir)
-                .output()
-                .expect("openssl (scripts/install-test-deps.sh installs it)")
+            openssl(
+                &dir,
+                &[
+                    "ts",
+                    "-verify",
+                    "-data",
+                    data,
+                    "-in",
+                    "reply",
+                    "-CAfile",
+                    "root.pem",
+                    "-untrusted",
+                    "leaf.pem",
+                ],
+            )
         };
         let good = verify("signature");
         let bad = verify("other");
