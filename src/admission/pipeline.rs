@@ -32,6 +32,9 @@ use crate::workload::WorkloadError;
 
 mod notices;
 mod signatures;
+mod verified_pods;
+
+pub use self::verified_pods::VERIFIED_PODS_RSS_BYTES;
 
 pub use self::notices::{
     DeniedPod, LoopTrip, OwnerHandler, OwnerNotice, DENIED_NOTICES_PER_NAMESPACE,
@@ -90,6 +93,8 @@ pub struct Pinner {
     told_namespaces: moka::sync::Cache<String, u32>,
     /// The signature verdicts (`verify`).
     signatures: Option<Arc<dyn SignatureVerifier>>,
+    /// Pods whose verification this replica remembers, for the next Pod of the same shape.
+    verified_pods: verified_pods::VerifiedPods,
 }
 
 /// Bytes the owner-revision memo (this replica's own answers) may hold, keys and mirrors
@@ -161,6 +166,7 @@ impl Pinner {
                 .unwrap_or_else(|| Arc::new(NoRevisionPods)),
             on_owner: parts.on_owner,
             signatures: parts.signatures,
+            verified_pods: verified_pods::VerifiedPods::new(),
             told_denied: moka::sync::Cache::builder()
                 .max_capacity(NOTICE_BYTES)
                 .time_to_live(DENIED_NOTICE_EVERY)

@@ -131,11 +131,12 @@ pub fn model() -> Vec<Budget> {
         },
         credential_answers(),
         Budget {
-            what: "owner-revision memo, PodsDenied memos, loop breaker",
+            what: "owner-revision memo, PodsDenied memos, loop breaker, verified Pods",
             bytes: pipeline::OWNER_MEMO_BYTES
                 + 2 * pipeline::NOTICE_BYTES
-                + loops::LOOP_BREAKER_BYTES,
-            constant: "admission::pipeline::{OWNER_MEMO_BYTES, NOTICE_BYTES}, admission::loops::LOOP_BREAKER_BYTES",
+                + loops::LOOP_BREAKER_BYTES
+                + pipeline::VERIFIED_PODS_RSS_BYTES,
+            constant: "admission::pipeline::{OWNER_MEMO_BYTES, NOTICE_BYTES, VERIFIED_PODS_RSS_BYTES}, admission::loops::LOOP_BREAKER_BYTES",
         },
     ]
 }

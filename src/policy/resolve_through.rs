@@ -251,6 +251,9 @@ impl Routes {
     /// Where `reference`'s tag is resolved: `None` when no entry's source matches it (it is
     /// resolved at its own registry). The first matching entry wins.
     pub fn route(&self, reference: &Reference) -> Option<Route> {
+        if self.entries.is_empty() {
+            return None;
+        }
         let repository = reference.repository();
         let entry = self
             .entries

@@ -7,7 +7,9 @@
 //! the verdicts make of each image. A digest pinned from a cache entry that kept its
 //! verification is not checked at all; one the verdicts all verified is handed back to the
 //! cache to keep beside its digest (`Resolver::keep_verified`), until the earliest of those
-//! verdicts' expiries, so that the next warm admission of its tag asks nothing.
+//! verdicts' expiries, so that the next warm admission of its tag asks nothing. A Pod whose
+//! digests were all written by its author, verified, is remembered whole
+//! ([`super::verified_pods`]), so that the next Pod of its shape asks nothing either.
 //!
 //! Never: decides what a verdict costs an admission.
 
@@ -24,6 +26,9 @@ use crate::reference::Reference;
 use crate::registry::keyring::Keyring;
 use crate::registry::mirrored::{self, RoutedCall};
 use crate::registry::{Credential, RegistryError, SignatureVerifier, VerifiedDigest};
+use crate::signatures::Verdict;
+
+use super::verified_pods;
 
 impl Pinner {
     /// Verifies the signatures of every digest `plan` admits that a `verify` entry covers, each
@@ -40,10 +45,32 @@ impl Pinner {
         keyring: Option<Keyring>,
         deadline: Instant,
     ) -> Plan {
-        let checks = plan::signature_checks(policy, &plan);
-        if checks.is_empty() {
+        if policy.verify.is_empty() {
             return plan;
         }
+        // A Pod the same as one verified a moment ago: what that found, in one lookup (not
+        // when this review read the credentials already, for its tags: what they say now
+        // stands).
+        let memo_key = match (&self.signatures, &keyring) {
+            (Some(_), None) => verified_pods::key(policy, target, &plan, self.secrets.as_ref()),
+            _ => None,
+        };
+        if let (Some(key), Some(verifier)) = (&memo_key, &self.signatures) {
+            if let Some(verdicts) = self.verified_pods.answer(key, &mut plan) {
+                if verdicts > 0 {
+                    verifier.count_kept(verdicts);
+                }
+                return plan;
+            }
+        }
+        let checks = plan::signature_checks(policy, &plan);
+        if checks.is_empty() {
+            // (nothing remembered: it would save a Pod no verification, only a slot)
+            return plan;
+        }
+        // Whether what is found may be remembered: credentials read here without a word, each
+        // check answered `verified`.
+        let mut rememberable = memo_key.is_some();
         let mut verdicts = Verdicts::new();
         // Each check's credentials, in the checks' order (what its verdict is held for).
         let mut credentials_of = Vec::with_capacity(checks.distinct.len());
@@ -56,6 +83,7 @@ impl Pinner {
                     let images: Vec<&Reference> =
                         checks.distinct.iter().map(|c| &c.image).collect();
                     let pod = self.keyring_for(policy, target, &images, deadline).await;
+                    rememberable &= pod.warnings.is_empty() && pod.refused.is_empty();
                     plan.warnings.extend(pod.warnings);
                     pod.keyring
                 }
@@ -96,6 +124,7 @@ impl Pinner {
                 held.push(verdict);
             }
             if !unusable.is_empty() {
+                rememberable = false;
                 unusable.sort();
                 unusable.dedup();
                 plan.warnings.extend(unusable);
@@ -156,6 +185,8 @@ impl Pinner {
         if let (kept @ 1.., Some(verifier)) = (checks.kept_verdicts(), &self.signatures) {
             verifier.count_kept(kept);
         }
+        rememberable &= verdicts.len() == checks.distinct.len()
+            && (verdicts.iter()).all(|v| matches!(v, Ok(Verdict::Verified { .. })));
         let plan = plan.with_signatures(&checks, &verdicts);
         // What the cache keeps is this replica's own: never from a dry run, nor through
         // another resolver than pinhook's.
@@ -172,6 +203,13 @@ impl Pinner {
             };
             self.keep_verified(policy, target, &plan, keyring, &held)
                 .await;
+            if let (true, Some(key)) = (rememberable, memo_key) {
+                let all: Vec<usize> = (0..checks.distinct.len()).collect();
+                if let Some(until) = held.until(&all).await {
+                    self.verified_pods
+                        .remember(key, &plan, verdicts.len(), until);
+                }
+            }
         }
         plan
     }

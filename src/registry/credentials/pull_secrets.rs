@@ -43,7 +43,7 @@ use crate::shares::Taken;
 pub const MAX_PULL_SECRETS: usize = 128;
 
 /// How long a read Secret or ServiceAccount answers before it is read again.
-const OBJECT_TTL: Duration = Duration::from_secs(30);
+pub const OBJECT_TTL: Duration = Duration::from_secs(30);
 /// Bytes of cached Secrets (a Secret may hold up to 1 MiB; 10,000 entries were 10 GiB; an
 /// ordinary pull secret is under 4 KiB, so some 2,000 of those).
 pub const SECRET_CACHE_BYTES: u64 = 8 * 1024 * 1024;
@@ -118,6 +118,14 @@ pub trait PullSecrets: Send + Sync {
     fn hands_tokens(&self) -> bool {
         false
     }
+
+    /// True when a pod's keyring is made of its pull Secrets (read by name, each answering
+    /// for [`OBJECT_TTL`]) and the node's static credentials only: no plugin or helper asked
+    /// per image, no token. Then the same names give the same keyring within that time. False
+    /// by default.
+    fn reads_only_secrets(&self) -> bool {
+        false
+    }
 }
 
 /// Node-level credentials only (no Kubernetes API configured, or `pinhook check` locally).
@@ -143,6 +151,10 @@ pub struct KubeSecrets {
 
 #[async_trait]
 impl PullSecrets for NodeOnly {
+    fn reads_only_secrets(&self) -> bool {
+        !self.node.has_sources()
+    }
+
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
         let account = match pod.secrets {
             SecretNames::Spec { spec, custom, .. } => account_of(spec, custom),
@@ -296,6 +308,10 @@ impl KubeSecrets {
 impl PullSecrets for KubeSecrets {
     fn hands_tokens(&self) -> bool {
         self.account_annotations.is_some()
+    }
+
+    fn reads_only_secrets(&self) -> bool {
+        !self.node.has_sources() && !self.hands_tokens()
     }
 
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
