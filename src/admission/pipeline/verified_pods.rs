@@ -5,16 +5,19 @@
 //! nor the verdict cache asked, nor its checks worked out.
 //!
 //! "The same" is everything the verification read, in the key: the policy's generation, the
-//! namespace, the Pod's pull Secret names (what its credentials are read by), and each image
-//! site in order (new or not, what the plan did with it, its reference and digest). Only a Pod whose new images all carry their digests is remembered, and only
-//! when every check verified, with no warning and no routed image, under a keyring made of pull
-//! Secrets and the node's static credentials (no plugin, helper or token: those answer per
-//! image and per account). It is kept until the earliest of its verdicts' own expiries and at
-//! most [`OBJECT_TTL`], what a read Secret answers for before it is read again: a pull Secret
-//! rotated or removed keys the verdicts anew within twice that, where the verdict cache alone
-//! takes once. Never for a dry run, nor through another resolver than pinhook's, nor for a
+//! namespace (the request's), the Pod's pull Secret names (what its credentials are read by),
+//! its ServiceAccount when a credential plugin is handed the account's token, and each image
+//! site in order (new or not, what the plan did with it, its reference and digest: what a
+//! plugin or helper is asked about). Only a Pod whose new images all carry their digests is
+//! remembered, and only when every check verified, with no warning and no routed image. It is
+//! kept until the earliest of its verdicts' own expiries and at most [`OBJECT_TTL`], what a
+//! read Secret answers for before it is read again: a pull Secret rotated or removed, or a
+//! plugin's answer renewed, keys the verdicts anew within that much more than the verdict cache
+//! alone takes. Never for a dry run, nor through another resolver than pinhook's, nor for a
 //! review that read the credentials for its tags (what they say now stands), nor for a Pod
-//! with nothing to verify (it would save no verification, only take a slot).
+//! with nothing to verify (it would save no verification, only take a slot), nor when the pull
+//! credentials' source cannot say its keyring is a function of these
+//! ([`PullSecrets::keyring_by_names`]).
 //!
 //! Never: decides. What it gives back is what the verification it remembers gave.
 
@@ -27,7 +30,7 @@ use super::super::plan::{Action, Plan, SignatureNote};
 use super::Target;
 use crate::policy::{CompiledPolicy, Mode};
 use crate::reference::Reference;
-use crate::registry::pull_secrets::{PullSecrets, MAX_PULL_SECRETS, OBJECT_TTL};
+use crate::registry::pull_secrets::{account_of, PullSecrets, MAX_PULL_SECRETS, OBJECT_TTL};
 use crate::registry::Signers;
 use crate::weight::weight;
 
@@ -115,7 +118,7 @@ impl VerifiedPods {
 
 /// The key of `target`'s verification under `policy`, when it may be remembered: a Pod (not
 /// a template, not a subresource) whose new images all carry their digests, nothing routed,
-/// verified with credentials read only from its pull Secrets and the node; `None` otherwise.
+/// its keyring a function of what the key holds; `None` otherwise.
 pub(super) fn key(
     policy: &CompiledPolicy,
     target: &Target<'_>,
@@ -127,15 +130,18 @@ pub(super) fn key(
     if !pod || target.dry_run || target.resolver.is_some() || plan.mode == Mode::Off {
         return None;
     }
-    if !secrets.reads_only_secrets() {
+    if !secrets.keyring_by_names() {
         return None;
     }
     let spec = view.object.get("spec")?;
     let mut key = Vec::with_capacity(256);
     key.extend_from_slice(&policy.generation().to_le_bytes());
     put(&mut key, Some(view.namespace));
-    // (a Pod's pull secret names are its keyring's, as kubelet reads them: its ServiceAccount
-    // names a credential only to a plugin or through a token, which are never remembered)
+    // (a Pod's pull secret names are its keyring's, as kubelet reads them; its ServiceAccount
+    // names a credential only to a plugin handed its token)
+    if secrets.hands_tokens() {
+        put(&mut key, account_of(spec, false));
+    }
     let entries = spec
         .get("imagePullSecrets")
         .and_then(Value::as_array)
@@ -271,8 +277,8 @@ mod tests {
         }
     }
 
-    /// Pull credentials from a source that does not say they are only Secrets (a plugin's,
-    /// say): none, here.
+    /// Pull credentials from a source that cannot say what its keyring is a function of:
+    /// none, here.
     struct Plugins;
 
     #[async_trait]
@@ -290,10 +296,26 @@ mod tests {
     }
 
     fn pinner(verifier: &Arc<Tally>, policy: &PolicyHandle) -> Pinner {
-        Pinner::new(PinnerParts {
+        Pinner::new(pinner_parts(verifier, policy))
+    }
+
+    fn pinner_parts(verifier: &Arc<Tally>, policy: &PolicyHandle) -> PinnerParts {
+        PinnerParts {
             policy: policy.clone(),
             signatures: Some(verifier.clone()),
             ..parts(Scripted::new(&[]))
+        }
+    }
+
+    /// [`pinner`], its pull credentials read from `secrets`.
+    fn pinner_reading(
+        verifier: &Arc<Tally>,
+        policy: &PolicyHandle,
+        secrets: Arc<dyn PullSecrets>,
+    ) -> Pinner {
+        Pinner::new(PinnerParts {
+            secrets,
+            ..pinner_parts(verifier, policy)
         })
     }
 
@@ -404,19 +426,14 @@ mod tests {
         Ok(())
     }
 
-    /// Credentials that may answer per image or per account (a plugin, a helper, a token) are
-    /// never stood in for by the names of a Pod's Secrets: each Pod is verified.
+    /// Credentials from a source that cannot say what they depend on are never stood in for
+    /// by the names of a Pod's Secrets: each Pod is verified.
     #[tokio::test]
-    async fn nothing_is_remembered_unless_credentials_are_secrets_alone(
+    async fn nothing_is_remembered_unless_credentials_are_a_function_of_the_key(
     ) -> Result<(), Box<dyn std::error::Error>> {
         let policy = PolicyHandle::new(Policy::parse(&policy_text()?)?);
         let verifier = Tally::new(Duration::from_secs(60));
-        let pinner = Pinner::new(PinnerParts {
-            policy: policy.clone(),
-            signatures: Some(verifier.clone()),
-            secrets: Arc::new(Plugins),
-            ..parts(Scripted::new(&[]))
-        });
+        let pinner = pinner_reading(&verifier, &policy, Arc::new(Plugins));
         let signed = pod(&[SIGNED], "web", &[]);
         for round in 1..=3 {
             validate(&pinner, &signed, "team", false).await?;
@@ -425,15 +442,59 @@ mod tests {
         Ok(())
     }
 
-    /// Pull credentials of Secrets alone that warn (a Secret not found) or refuse (one
-    /// kubelet cannot read), as `warned` says.
+    /// Pull credentials a plugin handed the account's token gives: none, here.
+    struct Tokens;
+
+    #[async_trait]
+    impl PullSecrets for Tokens {
+        fn hands_tokens(&self) -> bool {
+            true
+        }
+
+        fn keyring_by_names(&self) -> bool {
+            true
+        }
+
+        async fn keyring_for(&self, _: &PodContext<'_>) -> PodKeyring {
+            PodKeyring::default()
+        }
+    }
+
+    /// Where a plugin is handed the ServiceAccount's token, the account is in the key: a Pod
+    /// of another account is verified anew, one of the same is remembered.
+    #[tokio::test]
+    async fn the_account_keys_a_pod_whose_plugin_is_handed_its_token(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let policy = PolicyHandle::new(Policy::parse(&policy_text()?)?);
+        let verifier = Tally::new(Duration::from_secs(60));
+        let pinner = pinner_reading(&verifier, &policy, Arc::new(Tokens));
+        validate(&pinner, &pod(&[SIGNED], "web", &[]), "team", false).await?;
+        validate(&pinner, &pod(&[SIGNED], "web", &[]), "team", false).await?;
+        assert_eq!(verifier.asked(), 1, "the same account: remembered");
+        validate(&pinner, &pod(&[SIGNED], "batch", &[]), "team", false).await?;
+        assert_eq!(verifier.asked(), 2, "another account: verified anew");
+        // Without tokens the account names no credential: it keys nothing.
+        let verifier = Tally::new(Duration::from_secs(60));
+        let no_tokens = super::tests::pinner(&verifier, &policy);
+        validate(&no_tokens, &pod(&[SIGNED], "web", &[]), "team", false).await?;
+        validate(&no_tokens, &pod(&[SIGNED], "batch", &[]), "team", false).await?;
+        assert_eq!(
+            verifier.asked(),
+            1,
+            "no token: the account is not in the key"
+        );
+        Ok(())
+    }
+
+    /// Pull credentials that warn (a Secret not found) or refuse (one kubelet cannot read),
+    /// as `refused` says.
     struct Warned {
         refused: bool,
     }
 
     #[async_trait]
     impl PullSecrets for Warned {
-        fn reads_only_secrets(&self) -> bool {
+        fn keyring_by_names(&self) -> bool {
             true
         }
 
@@ -460,12 +521,7 @@ mod tests {
         for refused in [false, true] {
             let policy = PolicyHandle::new(Policy::parse(&policy_text()?)?);
             let verifier = Tally::new(Duration::from_secs(60));
-            let pinner = Pinner::new(PinnerParts {
-                policy: policy.clone(),
-                signatures: Some(verifier.clone()),
-                secrets: Arc::new(Warned { refused }),
-                ..parts(Scripted::new(&[]))
-            });
+            let pinner = pinner_reading(&verifier, &policy, Arc::new(Warned { refused }));
             for round in 1..=3 {
                 validate(&pinner, &signed, "team", false).await?;
                 assert_eq!(verifier.asked(), round, "refused: {refused}");

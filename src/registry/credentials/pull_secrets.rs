@@ -119,11 +119,13 @@ pub trait PullSecrets: Send + Sync {
         false
     }
 
-    /// True when a pod's keyring is made of its pull Secrets (read by name, each answering
-    /// for [`OBJECT_TTL`]) and the node's static credentials only: no plugin or helper asked
-    /// per image, no token. Then the same names give the same keyring within that time. False
-    /// by default.
-    fn reads_only_secrets(&self) -> bool {
+    /// True when the keyring a pod gets is a function of its namespace, its pull Secret
+    /// names, its images and, when [`PullSecrets::hands_tokens`], its ServiceAccount: Secrets
+    /// read by name (each answering for [`OBJECT_TTL`]), the node's static credentials,
+    /// plugins and helpers asked per image (an answer kept for its own cache duration, or
+    /// none), a token per account. Then the same inputs give the same keyring but for what changed
+    /// since those were read. False by default: a source this cannot be said of.
+    fn keyring_by_names(&self) -> bool {
         false
     }
 }
@@ -151,8 +153,12 @@ pub struct KubeSecrets {
 
 #[async_trait]
 impl PullSecrets for NodeOnly {
-    fn reads_only_secrets(&self) -> bool {
-        !self.node.has_sources()
+    fn hands_tokens(&self) -> bool {
+        self.node.account_annotations().is_some()
+    }
+
+    fn keyring_by_names(&self) -> bool {
+        true
     }
 
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
@@ -310,8 +316,8 @@ impl PullSecrets for KubeSecrets {
         self.account_annotations.is_some()
     }
 
-    fn reads_only_secrets(&self) -> bool {
-        !self.node.has_sources() && !self.hands_tokens()
+    fn keyring_by_names(&self) -> bool {
+        true
     }
 
     async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
@@ -454,7 +460,7 @@ impl ServiceAccounts for KubeSecrets {
 /// A PodSpec's ServiceAccount: `serviceAccountName`, else the deprecated `serviceAccount`, else
 /// `default` (what the ServiceAccount admission plugin gives a Pod that names none); for a
 /// custom resource's spec (`custom`), only one it names.
-fn account_of(spec: &Value, custom: bool) -> Option<&str> {
+pub fn account_of(spec: &Value, custom: bool) -> Option<&str> {
     let named = spec
         .get("serviceAccountName")
         .or_else(|| spec.get("serviceAccount"))
