@@ -3,20 +3,28 @@
 //! unsigned, signed by another key, and a signature of another digest are denied in enforce
 //! naming the `verify` entry and why; a digest written by hand is verified at `/mutate` and
 //! at `/validate`; a tag moved to an unsigned digest after its first verification is denied
-//! at its next resolution; audit admits and warns; the verdicts are counted.
+//! at its next resolution; audit admits and warns; the verdicts are counted; a Pod verified a
+//! moment ago is remembered only for its namespace and the policy it was verified under.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pinhook::policy::{
     IdentityEntry, KeySource, KeylessEntry, Mode, Policy, TransparencyLogEntry, VerifyEntry,
 };
+use pinhook::registry::keyring::Keyring;
+use pinhook::registry::pull_secrets::KubeSecrets;
 use pinhook::registry::CacheConfig;
 
 use crate::common::cli::docker_config_json;
+use crate::common::fake_kube::FakeKube;
+use crate::common::fake_kube::PullSecretFormat::DockerConfigJson;
 use crate::common::images::{self, PushedIndex};
 use crate::common::pinhook::{Options, TestPinhook};
 use crate::common::registry::{RegistryAuth, TestRegistry};
-use crate::common::requests::{image_after, message, pod_review, warned};
+use crate::common::requests::{
+    fixture_with_image, image_after, in_namespace, message, pod_review, warned,
+};
 use crate::common::signing::{key_pair_pem, sign, sign_keyless, sign_keyless_with, sign_logged};
 use crate::common::sigstore_authority::{Sct, TestSigstore};
 
@@ -421,4 +429,79 @@ async fn a_key_signature_must_be_logged_where_the_entry_names_a_transparency_log
         );
         assert!(text.contains(why), "{text} lacks {why}");
     }
+}
+
+/// A Pod verified a moment ago is remembered whole, but only for what that verification read:
+/// the same Pod in a namespace whose `regcred` does not open the registry is verified anew and
+/// denied, and a policy that no longer trusts the key denies it at once. Neither may be
+/// answered from what another namespace, or the policy before, found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_verified_a_moment_ago_is_remembered_only_for_its_namespace_and_policy() {
+    let setup = signed_registry().await;
+    let kube = FakeKube::start().await;
+    let host = setup.registry.host();
+    kube.add_pull_secret(DockerConfigJson, "team-a", "regcred", &host, (USER, PASS));
+    kube.add_pull_secret(
+        DockerConfigJson,
+        "team-b",
+        "regcred",
+        &host,
+        (USER, "not-it"),
+    );
+    let mut options = verifying(&setup, Mode::Enforce);
+    // Each namespace's pull Secret is all there is to read the registry with.
+    options.docker_config = None;
+    options.secrets = Arc::new(KubeSecrets::new(kube.client(), Keyring::new()));
+    let policy = options.policy.clone();
+    let pinhook = TestPinhook::start_with(&setup.registry, options).await;
+    let pod = |namespace: &str| {
+        let mut review = fixture_with_image(
+            "v1.26/pod-create-pullsecrets-mutate.json",
+            &setup.registry,
+            &setup.signed.pinned_with_tag(),
+        );
+        in_namespace(&mut review, namespace);
+        review
+    };
+
+    for _ in 0..3 {
+        let body = pinhook.validate(&pod("team-a")).await;
+        assert_eq!(body["response"]["allowed"], true, "{body}");
+    }
+    let body = pinhook.validate(&pod("team-b")).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let text = message(&body);
+    assert!(
+        text.contains("not verified: verify[0]: the signatures of sha256:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("refused the credentials (unauthorized)"),
+        "{text}"
+    );
+
+    let metrics = pinhook.scrape_metrics().await;
+    for line in [
+        "pinhook_signature_verifications_total{outcome=\"verified\",source=\"registry\"} 1",
+        "pinhook_signature_verifications_total{outcome=\"verified\",source=\"cache\"} 2",
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+
+    // The key rotated out: the Pod remembered a moment ago is denied at its next review.
+    let (_, other_pem) = key_pair_pem();
+    let mut rotated = policy;
+    // (what `TestPinhook::start_with` adds to the policy it is given)
+    rotated.registries.allow_private.push(host);
+    rotated.verify[0].keys = vec![KeySource {
+        pem: Some(other_pem),
+        file: None,
+    }];
+    pinhook
+        .policy
+        .replace(rotated.compile().expect("the rotated policy compiles"));
+    let body = pinhook.validate(&pod("team-a")).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let text = message(&body);
+    assert!(text.contains("signed by another key"), "{text}");
 }
