@@ -26,12 +26,13 @@ use futures::StreamExt as _;
 use tracing::{debug, info, warn};
 
 use super::cluster_io::ClusterIo;
+use super::keyrings::read_in_time;
 use crate::cluster::{read_mode_label, NamespaceLabels};
 use crate::error::error_chain;
 use crate::metrics::Metrics;
 use crate::policy::{CompiledPolicy, Mode, PolicyHandle};
 use crate::registry::mirrored::{self, MirrorKeyrings, RoutedCall};
-use crate::registry::pull_secrets::{PodContext, PullSecrets, SecretNames};
+use crate::registry::pull_secrets::PullSecrets;
 use crate::registry::{CachingResolver, Resolver, SignatureVerifier};
 use crate::signatures::Verdict;
 use crate::watch::classify::DigestCheck;
@@ -163,11 +164,11 @@ impl Watch {
             ..CycleSummary::default()
         };
         // Modes first: a namespace whose label cannot be read is left as it is this cycle.
-        let modes = self.modes_of(&policy, recheck::namespaces(&pods)).await;
+        let mut modes = self.modes_of(&policy, recheck::namespaces(&pods)).await;
         self.parts.resolver.expire_all();
         let parsed = ParsedImages::of(&pods);
         let (distinct, lookups, checks, verdicts) =
-            self.look_up(&policy, &pods, &modes, &parsed).await;
+            self.look_up(&policy, &pods, &mut modes, &parsed).await;
         (
             summary.lookups,
             summary.digest_checks,
@@ -247,12 +248,13 @@ impl Watch {
 
     /// Resolves every tag once per (tag, credentials), then checks the pinned digests the
     /// answers did not vouch for once per (digest, credentials): the distinct keys of each, and
-    /// each image's answers.
+    /// each image's answers. A namespace whose pull credentials were not read in time is
+    /// marked unknown in `modes`: left as it is this cycle, like one whose label is not read.
     async fn look_up<'a>(
         &self,
         policy: &CompiledPolicy,
         pods: &[&'a PodRecord],
-        modes: &Modes,
+        modes: &mut Modes,
         parsed: &ParsedImages<'_>,
     ) -> (
         (usize, usize, usize),
@@ -264,14 +266,18 @@ impl Watch {
         let mut signed = SignaturePlan::default();
         let by_account = self.parts.secrets.hands_tokens();
         for request in recheck::keyrings_wanted_by(policy, pods, modes, parsed, by_account) {
-            let context = PodContext {
-                namespace: request.namespace,
-                secrets: SecretNames::Listed(request.pull_secrets),
-                images: &request.repositories,
-                sources_deadline: None,
-                service_account: request.service_account,
+            if let Some(None) = modes.get(request.namespace) {
+                // (another group of the namespace was not read in time)
+                continue;
+            }
+            let Some(keyring) = read_in_time(self.parts.secrets.as_ref(), &request).await else {
+                warn!(
+                    namespace = request.namespace,
+                    "reading pull secrets timed out; the namespace's report is left as it is"
+                );
+                modes.insert(request.namespace.to_string(), None);
+                continue;
             };
-            let keyring = self.parts.secrets.keyring_for(&context).await;
             for warning in &keyring.warnings {
                 debug!(namespace = request.namespace, warning, "pull credentials");
             }

@@ -9,11 +9,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use super::super::keyrings::KEYRING_TIMEOUT;
 use super::*;
 use crate::cluster::LabelError;
 use crate::policy::Policy;
 use crate::reference::{Digest, Reference};
-use crate::registry::pull_secrets::NodeOnly;
+use crate::registry::pull_secrets::{NodeOnly, PodContext, PodKeyring};
 use crate::registry::{
     CacheConfig, Credential, Fingerprint, RegistryError, Resolution, ResolutionSource,
 };
@@ -190,6 +191,11 @@ struct Rig {
 /// A watch over `cluster` whose namespaces `shop` and `lab` are in enforce and audit, and
 /// whose `hidden` namespace's label cannot be read.
 fn rig(cluster: FakeCluster) -> Rig {
+    rig_with(cluster, Arc::new(NodeOnly::default()))
+}
+
+/// [`rig`] with its pull credentials read from `secrets`.
+fn rig_with(cluster: FakeCluster, secrets: Arc<dyn PullSecrets>) -> Rig {
     let tags = Arc::new(Tags::default());
     let metrics = Arc::new(Metrics::new());
     let cache = CacheConfig {
@@ -206,7 +212,7 @@ fn rig(cluster: FakeCluster) -> Rig {
         cluster: cluster.clone(),
         policy: PolicyHandle::new(Policy::default().compile().expect("policy")),
         resolver,
-        secrets: Arc::new(NodeOnly::default()),
+        secrets,
         namespaces: Arc::new(Labels(labels)),
         metrics,
         settings: CycleSettings {
@@ -228,13 +234,19 @@ const APP: &str = "reg.example/team/app:1.4";
 
 /// A running Pod of Deployment `web` in `namespace` with one container running `image`.
 fn pod(namespace: &str, n: u32, image: &str) -> PodRecord {
+    pod_pulling(namespace, n, image, &[])
+}
+
+/// [`pod`], naming `secrets` in its `imagePullSecrets`.
+fn pod_pulling(namespace: &str, n: u32, image: &str, secrets: &[&str]) -> PodRecord {
+    let secrets: Vec<Value> = secrets.iter().map(|name| json!({"name": name})).collect();
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "namespace": namespace, "name": format!("web-7d9f-{n}"), "uid": format!("{namespace}-{n}"),
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "rs", "controller": true}],
         },
-        "spec": {"containers": [{"name": "app", "image": image}]},
+        "spec": {"containers": [{"name": "app", "image": image}], "imagePullSecrets": secrets},
         "status": {"phase": "Running"},
     });
     PodRecord::from_pod(&pod).expect("a readable pod")
@@ -367,6 +379,70 @@ async fn a_namespace_without_running_images_has_its_report_deleted() {
     assert_eq!(emptied.report_writes, 1);
     assert_eq!(writes(&rig), [("lab".to_string(), "delete")]);
     assert!(rig.cluster.reports.lock().expect("reports").is_empty());
+}
+
+/// Pull credentials whose reads for the `stuck` namespaces are never answered (an API server
+/// holding them open); every other namespace gets the node's. Notes each namespace asked.
+#[derive(Default)]
+struct Stuck {
+    stuck: Mutex<Vec<&'static str>>,
+    asked: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl PullSecrets for Stuck {
+    async fn keyring_for(&self, pod: &PodContext<'_>) -> PodKeyring {
+        let namespace = pod.namespace.to_string();
+        let stuck = self.stuck.lock().expect("stuck").contains(&pod.namespace);
+        self.asked.lock().expect("asked").push(namespace);
+        if stuck {
+            std::future::pending::<()>().await;
+        }
+        PodKeyring::default()
+    }
+}
+
+/// Pull Secret reads of one namespace that never come back cost a cycle [`KEYRING_TIMEOUT`],
+/// not the client's read timeout: that namespace (its other groups not asked) is left as it
+/// is, like one whose mode label cannot be read, never judged without its credentials; the
+/// others are judged and written. The next cycle, answered, judges it.
+#[tokio::test(start_paused = true)]
+async fn a_namespace_whose_pull_secrets_never_come_is_left_as_it_is_after_the_keyring_timeout() {
+    let secrets = Arc::new(Stuck::default());
+    let rig = rig_with(FakeCluster::default(), secrets.clone());
+    rig.tags.lock_point(APP, digest('a'));
+    secrets.stuck.lock().expect("stuck").push("lab");
+    let pods = vec![
+        pod("shop", 1, APP),
+        pod("lab", 1, APP),
+        pod_pulling("lab", 2, APP, &["regcred"]),
+    ];
+    let started = tokio::time::Instant::now();
+    let cycle = tokio::time::timeout(Duration::from_secs(3600), rig.watch.recheck(&pods))
+        .await
+        .expect("the cycle ends within the hour")
+        .expect("cycle");
+    assert_eq!(started.elapsed(), KEYRING_TIMEOUT);
+    assert_eq!(*secrets.asked.lock().expect("asked"), ["lab", "shop"]);
+    assert_eq!(cycle.states.get("unpinned"), Some(&1), "{:?}", cycle.states);
+    assert_eq!(writes(&rig), [("shop".to_string(), "create")]);
+    let events = rig.cluster.events.lock().expect("events").clone();
+    assert!(
+        events
+            .iter()
+            .all(|event| event.regarding.namespace != "lab"),
+        "{events:?}"
+    );
+
+    secrets.stuck.lock().expect("stuck").clear();
+    let answered = rig.watch.recheck(&pods).await.expect("cycle");
+    assert_eq!(
+        answered.states.get("unpinned"),
+        Some(&3),
+        "{:?}",
+        answered.states
+    );
+    assert_eq!(writes(&rig), [("lab".to_string(), "create")]);
 }
 
 impl Tags {

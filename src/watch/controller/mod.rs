@@ -19,6 +19,7 @@ pub mod cluster_io;
 pub mod cycle;
 pub mod http;
 pub mod inventory;
+mod keyrings;
 pub mod pods;
 
 use std::sync::Arc;
